@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test suite: a release build and an ASan+UBSan build, each running every test under ctest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --test || exit 1
+passed=0 failed=0
+for variant in release asan; do
+  dir=build-test-$variant
+  args=()
+  [ $variant = asan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_SANITIZE=ON)
+  if ! scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
+    cat "$dir.log"
+    echo "build ($variant) failed"
+    failed=$((failed + 1))
+    continue
+  fi
+  echo "== $variant"
+  out=$(cd "$dir" && ctest --output-on-failure 2>&1)
+  echo "$out"
+  total=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p')
+  bad=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p')
+  if [ -z "$total" ]; then
+    failed=$((failed + 1))
+  else
+    passed=$((passed + total - bad))
+    failed=$((failed + bad))
+  fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,15 @@
+// Bump allocator over one block sized up front: the workspace for activations now,
+// for the KV cache during rollout later. Peak memory is the block size, known in advance.
+#pragma once
+#include <stddef.h>
+
+typedef struct {
+    char *base;
+    size_t size, used, peak;
+} Arena;
+
+void arena_init(Arena *a, size_t bytes);
+void arena_free(Arena *a);
+// 64-byte aligned; dies (naming the request and the capacity) when the block is exhausted.
+void *arena_alloc(Arena *a, size_t bytes);
+void arena_reset(Arena *a);

@@ -1,0 +1,89 @@
+#include "base/dtype.h"
+
+#include <string.h>
+
+#include "base/util.h"
+
+const char *dtype_name(DType d) {
+    switch (d) {
+    case DTYPE_F32: return "F32";
+    case DTYPE_BF16: return "BF16";
+    case DTYPE_F16: return "F16";
+    default: return "unsupported";
+    }
+}
+
+size_t dtype_size(DType d) { return d == DTYPE_F32 ? 4 : 2; }
+
+size_t dtype_size_of_name(const char *name, DType *out) {
+    static const struct { const char *name; DType d; size_t size; } table[] = {
+        {"F32", DTYPE_F32, 4},   {"BF16", DTYPE_BF16, 2},   {"F16", DTYPE_F16, 2},       {"F64", DTYPE_OTHER, 8},
+        {"I64", DTYPE_OTHER, 8}, {"U64", DTYPE_OTHER, 8},   {"I32", DTYPE_OTHER, 4},     {"U32", DTYPE_OTHER, 4},
+        {"I16", DTYPE_OTHER, 2}, {"U16", DTYPE_OTHER, 2},   {"I8", DTYPE_OTHER, 1},      {"U8", DTYPE_OTHER, 1},
+        {"BOOL", DTYPE_OTHER, 1}, {"F8_E4M3", DTYPE_OTHER, 1}, {"F8_E5M2", DTYPE_OTHER, 1},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(name, table[i].name) == 0) {
+            *out = table[i].d;
+            return table[i].size;
+        }
+    return 0;
+}
+
+float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (mant << 13);  // inf / nan
+    } else if (exp != 0) {
+        u = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        u = sign;
+    } else {  // subnormal: normalise the mantissa
+        int e = -1;
+        do {
+            e++;
+            mant <<= 1;
+        } while (!(mant & 0x400));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void dtype_to_f32(DType d, const void *src, float *dst, size_t n) {
+    const uint8_t *p = src;  // file data may be unaligned: read through memcpy
+    switch (d) {
+    case DTYPE_F32: memcpy(dst, src, n * 4); break;
+    case DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = bf16_to_f32(h);
+        }
+        break;
+    case DTYPE_F16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = f16_to_f32(h);
+        }
+        break;
+    default: die("internal: dtype_to_f32 on an unsupported dtype");
+    }
+}

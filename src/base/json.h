@@ -1,0 +1,16 @@
+// cJSON helpers that turn missing keys and wrong types into one-line errors naming file and key.
+#pragma once
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+// Parses a JSON file; dies with the path and byte offset on malformed JSON.
+cJSON *json_load_file(const char *path);
+// Required integer / number; `where` names the file for the error message.
+int64_t json_get_int(const cJSON *obj, const char *key, const char *where);
+double json_get_number(const cJSON *obj, const char *key, const char *where);
+// Optional values: `fallback` when the key is absent or null; a wrong type still dies.
+int64_t json_get_int_or(const cJSON *obj, const char *key, int64_t fallback, const char *where);
+double json_get_number_or(const cJSON *obj, const char *key, double fallback, const char *where);
+int json_get_bool_or(const cJSON *obj, const char *key, int fallback, const char *where);
+// Number item -> int64, requiring an exact integer in [lo, hi].
+int json_as_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);

@@ -1,0 +1,133 @@
+#define _POSIX_C_SOURCE 200809L
+#include "base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("grpo: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+void *xmalloc_at(size_t size, const char *file, int line) {
+    void *p = malloc(size ? size : 1);
+    if (!p) die("out of memory allocating %zu bytes (%s:%d)", size, file, line);
+    return p;
+}
+
+void *xcalloc_at(size_t n, size_t size, const char *file, int line) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die("out of memory allocating %zu x %zu bytes (%s:%d)", n, size, file, line);
+    return p;
+}
+
+void *xrealloc_at(void *p, size_t size, const char *file, int line) {
+    void *q = realloc(p, size ? size : 1);
+    if (!q) die("out of memory reallocating %zu bytes (%s:%d)", size, file, line);
+    return q;
+}
+
+char *xstrdup_at(const char *s, const char *file, int line) {
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc_at(n, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+char *file_read_all(const char *path, size_t *len_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) buf = xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) die("cannot read %s: %s", path, strerror(errno));
+    fclose(f);
+    buf[len] = '\0';
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = xmalloc(a + b + 2);
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+void atomic_file_open(AtomicFile *af, const char *path) {
+    af->path = xstrdup(path);
+    af->tmp_path = xmalloc(strlen(path) + 16);
+    sprintf(af->tmp_path, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(af->tmp_path);
+    if (fd < 0) die("cannot create %s: %s", af->tmp_path, strerror(errno));
+    mode_t mask = umask(0);  // mkstemp makes 0600 files; give the final file the usual mode
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0) die("cannot chmod %s: %s", af->tmp_path, strerror(errno));
+    af->f = fdopen(fd, "wb");
+    if (!af->f) die("cannot open %s: %s", af->tmp_path, strerror(errno));
+}
+
+void atomic_file_write(AtomicFile *af, const void *data, size_t n) {
+    if (n && fwrite(data, 1, n, af->f) != n) {
+        int e = errno;
+        fclose(af->f);
+        unlink(af->tmp_path);
+        die("cannot write %s: %s", af->path, strerror(e));
+    }
+}
+
+static void fsync_dir_of(const char *path) {
+    char *copy = xstrdup(path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {  // best effort: some filesystems refuse fsync on directories
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+void atomic_file_commit(AtomicFile *af) {
+    int failed = fflush(af->f) != 0 || fsync(fileno(af->f)) != 0;
+    int e = errno;
+    if (fclose(af->f) != 0 && !failed) failed = 1, e = errno;
+    if (!failed && rename(af->tmp_path, af->path) != 0) failed = 1, e = errno;
+    if (failed) {
+        unlink(af->tmp_path);
+        die("cannot write %s: %s", af->path, strerror(e));
+    }
+    fsync_dir_of(af->path);
+    free(af->path);
+    free(af->tmp_path);
+    af->f = NULL;
+}
+
+double time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

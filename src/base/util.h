@@ -1,0 +1,44 @@
+// Checked allocation and I/O: every failure reports file:line and exits, so
+// callers never have to thread error codes through for out-of-memory or disk faults.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#if defined(__GNUC__)
+#define GRPO_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define GRPO_PRINTF(a, b)
+#endif
+
+// Prints "grpo: error: <message>" on one line and exits with status 1.
+_Noreturn void die(const char *fmt, ...) GRPO_PRINTF(1, 2);
+
+void *xmalloc_at(size_t size, const char *file, int line);
+void *xcalloc_at(size_t n, size_t size, const char *file, int line);
+void *xrealloc_at(void *p, size_t size, const char *file, int line);
+char *xstrdup_at(const char *s, const char *file, int line);
+#define xmalloc(size) xmalloc_at((size), __FILE__, __LINE__)
+#define xcalloc(n, size) xcalloc_at((n), (size), __FILE__, __LINE__)
+#define xrealloc(p, size) xrealloc_at((p), (size), __FILE__, __LINE__)
+#define xstrdup(s) xstrdup_at((s), __FILE__, __LINE__)
+
+// Reads a whole file into a NUL-terminated buffer; dies naming the path on failure.
+char *file_read_all(const char *path, size_t *len_out);
+int file_exists(const char *path);
+// "dir/name" in a fresh buffer.
+char *path_join(const char *dir, const char *name);
+
+// Atomic file write: data goes to a temporary file in the same directory, is
+// fsync'd and renamed over `path`, so readers see the old file or the new one, never half.
+typedef struct {
+    FILE *f;
+    char *path;
+    char *tmp_path;
+} AtomicFile;
+void atomic_file_open(AtomicFile *af, const char *path);
+void atomic_file_write(AtomicFile *af, const void *data, size_t n);
+void atomic_file_commit(AtomicFile *af);
+
+// Monotonic clock in seconds.
+double time_now(void);

@@ -1,0 +1,49 @@
+// grpo init: a randomly initialised Qwen2 model directory (config.json + model.safetensors).
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/qwen2.h"
+
+int cmd_init(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--out", "DIR", "model directory to create", NULL, 1},
+        {"--preset", "NAME", "model shape: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b", "tiny", 0},
+        {"--seed", "S", "random seed", "0", 0},
+        {"--dtype", "f32|bf16", "dtype of the weights file", "f32", 0},
+        {"--force", NULL, "overwrite a model already in DIR", NULL, 0},
+    };
+    CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16]",
+                    "Writes a Qwen2 model with Hugging Face's initialisation (normal(0, initializer_range) weights,\n"
+                    "zero biases, unit norms) as config.json + model.safetensors.",
+                    opts, sizeof opts / sizeof opts[0]};
+    cli_parse(&spec, argc, argv);
+    const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset"), *dt = cli_str(&spec, "--dtype");
+    uint64_t seed = (uint64_t)cli_int(&spec, "--seed", 0, INT64_MAX);
+    DType dtype;
+    if (strcmp(dt, "f32") == 0) dtype = DTYPE_F32;
+    else if (strcmp(dt, "bf16") == 0) dtype = DTYPE_BF16;
+    else die("option --dtype: \"%s\" is not f32 or bf16", dt);
+    Qwen2Config c;
+    if (!qwen2_config_preset(&c, preset)) die("option --preset: unknown preset \"%s\" (known: %s)", preset, qwen2_preset_names());
+
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) die("cannot create directory %s: %s", out, strerror(errno));
+    char *cfg = path_join(out, "config.json"), *weights = path_join(out, "model.safetensors");
+    if (!cli_str(&spec, "--force") && (file_exists(cfg) || file_exists(weights)))
+        die("%s already holds a model; choose another --out or pass --force", out);
+    free(cfg);
+    free(weights);
+
+    Qwen2 m;
+    qwen2_build(&m, &c);
+    qwen2_init_random(&m, seed);
+    qwen2_save(&m, out, dtype);
+    fprintf(stderr, "grpo init: wrote %s (%s, %.1fM parameters, %s)\n", out, preset, (double)m.n_params / 1e6, dt);
+    qwen2_free(&m);
+    return 0;
+}

@@ -1,0 +1,140 @@
+// grpo score: JSONL {"tokens": [...]} in, {"logprobs": [...]} out; entry i-1 is
+// log p(tokens[i] | tokens[0..i-1]). Lines are packed into batches of about --batch-tokens tokens.
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/arena.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/qwen2.h"
+
+typedef struct {
+    int32_t *tokens;
+    int64_t *seq_off;  // B+1 entries
+    int B, cap_seqs;
+    int64_t cap_tokens;
+} Batch;
+
+static void batch_add(Batch *b, const int32_t *ids, int64_t n) {
+    if (b->B + 2 > b->cap_seqs) b->seq_off = xrealloc(b->seq_off, (size_t)(b->cap_seqs = 2 * b->cap_seqs + 8) * sizeof(int64_t));
+    int64_t N = b->B ? b->seq_off[b->B] : 0;
+    if (N + n > b->cap_tokens) b->tokens = xrealloc(b->tokens, (size_t)(b->cap_tokens = 2 * (N + n)) * sizeof(int32_t));
+    memcpy(b->tokens + N, ids, (size_t)n * sizeof(int32_t));
+    b->seq_off[0] = 0;
+    b->seq_off[++b->B] = N + n;
+}
+
+typedef struct {
+    const Qwen2 *m;
+    Arena arena;
+    Qwen2Acts acts;
+    float *out;
+    int64_t tokens_done, seqs_done;
+    double seconds;
+} Scorer;
+
+static void score_flush(Scorer *s, Batch *b) {
+    if (b->B == 0) return;
+    int64_t N = b->seq_off[b->B];
+    if (N > s->acts.max_tokens) {  // grow the workspace for an unusually long sequence
+        arena_free(&s->arena);
+        free(s->out);
+        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, N));
+        qwen2_acts_init(&s->acts, &s->m->cfg, N, &s->arena);
+        s->out = xmalloc((size_t)N * sizeof(float));
+    }
+    double t0 = time_now();
+    qwen2_logprobs(s->m, b->tokens, b->seq_off, b->B, &s->acts, s->out);
+    s->seconds += time_now() - t0;
+    for (int i = 0; i < b->B; i++) {
+        fputs("{\"logprobs\": [", stdout);
+        for (int64_t j = b->seq_off[i]; j + 1 < b->seq_off[i + 1]; j++)
+            printf(j > b->seq_off[i] ? ", %.9g" : "%.9g", (double)s->out[j]);
+        fputs("]}\n", stdout);
+    }
+    if (fflush(stdout) != 0) die("cannot write to standard output");
+    s->tokens_done += N;
+    s->seqs_done += b->B;
+    b->B = 0;
+}
+
+// Parses one input line into `ids` (grown as needed); dies naming the line on any problem.
+static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c, int32_t **ids, int64_t *cap) {
+    cJSON *root = cJSON_Parse(line);
+    if (!root || !cJSON_IsObject(root)) die("stdin line %lld: not a JSON object", (long long)lineno);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(toks)) die("stdin line %lld: missing array \"tokens\"", (long long)lineno);
+    int64_t n = cJSON_GetArraySize(toks);
+    if (n == 0) die("stdin line %lld: \"tokens\" is empty", (long long)lineno);
+    if (n > c->max_pos)
+        die("stdin line %lld: %lld tokens exceed max_position_embeddings %lld", (long long)lineno, (long long)n,
+            (long long)c->max_pos);
+    if (n > *cap) *ids = xrealloc(*ids, (size_t)(*cap = n) * sizeof(int32_t));
+    int64_t i = 0;
+    for (const cJSON *t = toks->child; t; t = t->next, i++) {
+        int64_t v;
+        if (!json_as_int(t, 0, c->vocab - 1, &v))
+            die("stdin line %lld: token %lld is not an id in [0, %lld)", (long long)lineno, (long long)i,
+                (long long)c->vocab);
+        (*ids)[i] = (int32_t)v;
+    }
+    cJSON_Delete(root);
+    return n;
+}
+
+int cmd_score(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--model", "DIR", "Hugging Face model directory (config.json + safetensors)", NULL, 1},
+        {"--batch-tokens", "N", "pack input lines into forward passes of about N tokens", "2048", 0},
+        {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
+    };
+    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] < in.jsonl > out.jsonl",
+                    "Reads lines {\"tokens\": [int, ...]} and writes one line {\"logprobs\": [float, ...]} per input\n"
+                    "with n-1 entries: entry i-1 is log p(tokens[i] | tokens[0..i-1]).",
+                    opts, sizeof opts / sizeof opts[0]};
+    cli_parse(&spec, argc, argv);
+    int64_t batch_tokens = cli_int(&spec, "--batch-tokens", 1, INT64_C(1) << 24);
+
+    double t0 = time_now();
+    Qwen2 m;
+    qwen2_load(&m, cli_str(&spec, "--model"));
+    Scorer s = {.m = &m};
+    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, batch_tokens));
+    qwen2_acts_init(&s.acts, &m.cfg, batch_tokens, &s.arena);
+    s.out = xmalloc((size_t)batch_tokens * sizeof(float));
+    double load_seconds = time_now() - t0;
+
+    Batch b = {0};
+    char *line = NULL;
+    size_t line_cap = 0;
+    int32_t *ids = NULL;
+    int64_t ids_cap = 0, lineno = 0;
+    while (getline(&line, &line_cap, stdin) >= 0) {
+        lineno++;
+        int64_t n = parse_line(line, lineno, &m.cfg, &ids, &ids_cap);
+        if (b.B && b.seq_off[b.B] + n > batch_tokens) score_flush(&s, &b);
+        batch_add(&b, ids, n);
+    }
+    if (ferror(stdin)) die("cannot read standard input");
+    score_flush(&s, &b);
+
+    if (cli_str(&spec, "--stats"))
+        fprintf(stderr,
+                "{\"sequences\": %lld, \"tokens\": %lld, \"load_seconds\": %.3f, \"forward_seconds\": %.3f, "
+                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu}\n",
+                (long long)s.seqs_done, (long long)s.tokens_done, load_seconds, s.seconds,
+                s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params);
+    free(line);
+    free(ids);
+    free(b.tokens);
+    free(b.seq_off);
+    free(s.out);
+    arena_free(&s.arena);
+    qwen2_free(&m);
+    return 0;
+}

@@ -1,0 +1,5 @@
+// One entry point per subcommand; each parses its own options (argv[0] is the command name).
+#pragma once
+
+int cmd_init(int argc, char **argv);
+int cmd_score(int argc, char **argv);

@@ -1,0 +1,384 @@
+#include "model/qwen2.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/rng.h"
+#include "base/util.h"
+#include "io/hf_weights.h"
+#include "io/safetensors.h"
+#include "nn/ops.h"
+
+// ---------------------------------------------------------------------------------------------
+// config
+
+static const struct {
+    const char *name;
+    Qwen2Config c;
+} presets[] = {
+    // vocab, hidden, inter, layers, heads, kv_heads, head_dim, max_pos, theta, eps, tied, bos, eos, init_std
+    {"tiny", {151936, 64, 176, 2, 4, 2, 16, 2048, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
+    {"qwen2.5-0.5b", {151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
+    {"qwen2.5-1.5b", {151936, 1536, 8960, 28, 12, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
+    {"qwen2.5-3b", {151936, 2048, 11008, 36, 16, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
+    {"qwen2.5-7b", {152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6f, 0, 151643, 151645, 0.02}},
+};
+
+int qwen2_config_preset(Qwen2Config *c, const char *name) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            *c = presets[i].c;
+            return 1;
+        }
+    return 0;
+}
+
+const char *qwen2_preset_names(void) { return "tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b"; }
+
+void qwen2_config_check(const Qwen2Config *c, const char *where) {
+    if (c->vocab < 1 || c->vocab > INT32_MAX || c->hidden < 1 || c->inter < 1 || c->layers < 1 || c->heads < 1 ||
+        c->kv_heads < 1 || c->max_pos < 1)
+        die("%s: sizes must be positive (and vocab_size < 2^31)", where);
+    if (c->hidden % c->heads) die("%s: hidden_size %lld is not a multiple of num_attention_heads %lld", where,
+                                  (long long)c->hidden, (long long)c->heads);
+    if (c->heads % c->kv_heads)
+        die("%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", where, (long long)c->heads,
+            (long long)c->kv_heads);
+    if (c->head_dim * c->heads != c->hidden) die("%s: head dimension must be hidden_size / num_attention_heads", where);
+    if (c->head_dim % 2) die("%s: head dimension %lld must be even for RoPE", where, (long long)c->head_dim);
+    if (!(c->rope_theta > 0) || !(c->eps > 0)) die("%s: rope_theta and rms_norm_eps must be positive", where);
+}
+
+static const char *json_str(const cJSON *obj, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+// eos_token_id may be an int or a list of ints; we keep the first.
+static int64_t token_id_or(const cJSON *root, const char *key, const char *where) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsArray(it)) it = cJSON_GetArrayItem(it, 0);
+    if (!it || cJSON_IsNull(it)) return -1;
+    int64_t v;
+    if (!json_as_int(it, 0, INT32_MAX, &v)) die("%s: key \"%s\" must be a token id", where, key);
+    return v;
+}
+
+void qwen2_config_load(Qwen2Config *c, const char *dir) {
+    char *path = path_join(dir, "config.json");
+    cJSON *root = json_load_file(path);
+    if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const char *model_type = json_str(root, "model_type");
+    if (cJSON_IsArray(arch)) {
+        const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
+        const char *name = cJSON_IsString(a0) ? a0->valuestring : "?";
+        if (strcmp(name, "Qwen2ForCausalLM") != 0)
+            die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM)", path, name);
+    } else if (!model_type || strcmp(model_type, "qwen2") != 0) {
+        die("%s: unknown architecture: model_type \"%s\" (supported: qwen2)", path, model_type ? model_type : "");
+    }
+    if (json_get_bool_or(root, "use_sliding_window", 0, path))
+        die("%s: sliding-window attention (use_sliding_window: true) is unsupported", path);
+    const char *act = json_str(root, "hidden_act");
+    if (act && strcmp(act, "silu") != 0) die("%s: hidden_act \"%s\" is unsupported (only silu)", path, act);
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (scaling && !cJSON_IsNull(scaling)) die("%s: rope_scaling is unsupported", path);
+
+    memset(c, 0, sizeof *c);
+    c->vocab = json_get_int(root, "vocab_size", path);
+    c->hidden = json_get_int(root, "hidden_size", path);
+    c->inter = json_get_int(root, "intermediate_size", path);
+    c->layers = json_get_int(root, "num_hidden_layers", path);
+    c->heads = json_get_int(root, "num_attention_heads", path);
+    c->kv_heads = json_get_int_or(root, "num_key_value_heads", c->heads, path);  // HF's default
+    // Defaults below are Qwen2Config's own, so a config that omits them means what it means in HF.
+    c->max_pos = json_get_int_or(root, "max_position_embeddings", 32768, path);
+    c->rope_theta = json_get_number_or(root, "rope_theta", 10000.0, path);
+    c->eps = (float)json_get_number_or(root, "rms_norm_eps", 1e-6, path);
+    c->tied = json_get_bool_or(root, "tie_word_embeddings", 0, path);
+    c->init_std = json_get_number_or(root, "initializer_range", 0.02, path);
+    c->bos_id = token_id_or(root, "bos_token_id", path);
+    c->eos_id = token_id_or(root, "eos_token_id", path);
+    c->head_dim = c->heads > 0 ? c->hidden / c->heads : 0;
+    int64_t hd = json_get_int_or(root, "head_dim", c->head_dim, path);
+    if (hd != c->head_dim) die("%s: head_dim %lld != hidden_size / num_attention_heads is unsupported", path, (long long)hd);
+    qwen2_config_check(c, path);
+    cJSON_Delete(root);
+    free(path);
+}
+
+static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
+    cJSON *r = cJSON_CreateObject(), *arch = cJSON_CreateArray();
+    if (!r || !arch) die("out of memory");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen2ForCausalLM"));
+    cJSON_AddItemToObject(r, "architectures", arch);
+    cJSON_AddStringToObject(r, "model_type", "qwen2");
+    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->hidden);
+    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->inter);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->kv_heads);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    // Print eps as the decimal the user means (1e-06), not the float's binary expansion.
+    char eps[32];
+    snprintf(eps, sizeof eps, "%.7g", (double)c->eps);
+    cJSON_AddNumberToObject(r, "rms_norm_eps", strtod(eps, NULL));
+    cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
+    cJSON_AddBoolToObject(r, "use_sliding_window", 0);
+    cJSON_AddBoolToObject(r, "use_cache", 1);
+    cJSON_AddNumberToObject(r, "attention_dropout", 0.0);
+    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
+    if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    cJSON_AddStringToObject(r, "torch_dtype", dtype == DTYPE_BF16 ? "bfloat16" : "float32");
+    char *text = cJSON_Print(r);
+    if (!text) die("out of memory");
+    char *path = path_join(dir, "config.json");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, text, strlen(text));
+    atomic_file_write(&af, "\n", 1);
+    atomic_file_commit(&af);
+    free(path);
+    free(text);
+    cJSON_Delete(r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// parameters
+
+typedef struct {
+    const char *fmt;  // HF name; %d is the layer
+    int per_layer;
+    int64_t rows, cols;  // cols 0: a vector
+} KindSpec;
+
+enum { N_KINDS = 15 };
+
+static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
+    int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter, V = c->vocab;
+    const KindSpec specs[N_KINDS] = {
+        {"model.embed_tokens.weight", 0, V, C},
+        {"model.layers.%d.input_layernorm.weight", 1, C, 0},
+        {"model.layers.%d.self_attn.q_proj.weight", 1, Q, C},
+        {"model.layers.%d.self_attn.q_proj.bias", 1, Q, 0},
+        {"model.layers.%d.self_attn.k_proj.weight", 1, KV, C},
+        {"model.layers.%d.self_attn.k_proj.bias", 1, KV, 0},
+        {"model.layers.%d.self_attn.v_proj.weight", 1, KV, C},
+        {"model.layers.%d.self_attn.v_proj.bias", 1, KV, 0},
+        {"model.layers.%d.self_attn.o_proj.weight", 1, C, Q},
+        {"model.layers.%d.post_attention_layernorm.weight", 1, C, 0},
+        {"model.layers.%d.mlp.gate_proj.weight", 1, I, C},
+        {"model.layers.%d.mlp.up_proj.weight", 1, I, C},
+        {"model.layers.%d.mlp.down_proj.weight", 1, C, I},
+        {"model.norm.weight", 0, C, 0},
+        {"lm_head.weight", 0, c->tied ? 0 : V, C},  // no storage when tied
+    };
+    memcpy(k, specs, sizeof specs);
+}
+
+static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->cols : 1); }
+
+static void weight_fields(Qwen2Weights *w, float **f[N_KINDS]) {
+    float **list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv,
+                             &w->wo, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head};
+    memcpy(f, list, sizeof list);
+}
+
+void qwen2_build(Qwen2 *m, const Qwen2Config *c) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    KindSpec k[N_KINDS];
+    kind_specs(c, k);
+    size_t total = 0;
+    for (int i = 0; i < N_KINDS; i++) total += (size_t)kind_numel(&k[i]) * (k[i].per_layer ? (size_t)c->layers : 1);
+    m->n_params = total;
+    m->params = xcalloc(total, sizeof(float));
+    float **f[N_KINDS];
+    weight_fields(&m->w, f);
+    float *p = m->params;
+    for (int i = 0; i < N_KINDS; i++) {
+        *f[i] = p;
+        p += kind_numel(&k[i]) * (k[i].per_layer ? c->layers : 1);
+    }
+    if (c->tied) m->w.lm_head = m->w.embed;
+}
+
+void qwen2_free(Qwen2 *m) {
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}
+
+int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
+    KindSpec k[N_KINDS];
+    kind_specs(&m->cfg, k);
+    Qwen2Weights w = m->w;
+    float **f[N_KINDS];
+    weight_fields(&w, f);
+    int n = 0;
+    for (int i = 0; i < N_KINDS; i++) {
+        int64_t numel = kind_numel(&k[i]);
+        if (numel == 0) continue;
+        for (int l = 0; l < (k[i].per_layer ? (int)m->cfg.layers : 1); l++, n++) {
+            if (!out) continue;
+            Qwen2Tensor *t = &out[n];
+            snprintf(t->name, sizeof t->name, k[i].fmt, l);
+            t->ndim = k[i].cols ? 2 : 1;
+            t->shape[0] = k[i].rows;
+            t->shape[1] = k[i].cols;
+            t->data = *f[i] + l * numel;
+        }
+    }
+    return n;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+void qwen2_load(Qwen2 *m, const char *dir) {
+    Qwen2Config c;
+    qwen2_config_load(&c, dir);
+    qwen2_build(m, &c);
+    HfWeights hw;
+    hf_weights_open(&hw, dir);
+    int n = qwen2_tensors(m, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    qwen2_tensors(m, ts);
+    for (int i = 0; i < n; i++) {
+        const char *file = NULL;
+        const StTensor *st = hf_weights_find(&hw, ts[i].name, &file);
+        if (!st) die("%s: missing tensor \"%s\"", dir, ts[i].name);
+        int same = st->ndim == ts[i].ndim;
+        for (int d = 0; same && d < st->ndim; d++) same = st->shape[d] == ts[i].shape[d];
+        if (!same) {
+            char got[96], want[96];
+            shape_str(got, sizeof got, st->ndim, st->shape);
+            shape_str(want, sizeof want, ts[i].ndim, ts[i].shape);
+            die("%s: tensor \"%s\" has shape %s, config.json implies %s", file, ts[i].name, got, want);
+        }
+        if (st->dtype == DTYPE_OTHER)
+            die("%s: tensor \"%s\" has dtype %s (supported: F32, BF16, F16)", file, ts[i].name, st->dtype_name);
+        dtype_to_f32(st->dtype, st->data, ts[i].data, (size_t)st->numel);
+    }
+    free(ts);
+    hf_weights_close(&hw);
+}
+
+void qwen2_init_random(Qwen2 *m, uint64_t seed) {
+    Rng rng;
+    rng_init(&rng, seed);
+    int n = qwen2_tensors(m, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    qwen2_tensors(m, ts);
+    for (int i = 0; i < n; i++) {
+        Qwen2Tensor *t = &ts[i];
+        int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+        int is_norm = strstr(t->name, "norm") != NULL;
+        for (int64_t j = 0; j < numel; j++)
+            t->data[j] = t->ndim == 2 ? (float)m->cfg.init_std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
+    }
+    free(ts);
+}
+
+void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
+    int n = qwen2_tensors(m, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    StWriteTensor *ws = xmalloc((size_t)n * sizeof *ws);
+    qwen2_tensors(m, ts);
+    for (int i = 0; i < n; i++) {
+        ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
+        memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);
+    }
+    char *path = path_join(dir, "model.safetensors");
+    safetensors_write(path, ws, n, dtype);
+    config_save(&m->cfg, dir, dtype);  // last: a directory with a config has its weights
+    free(path);
+    free(ws);
+    free(ts);
+}
+
+// ---------------------------------------------------------------------------------------------
+// forward
+
+// Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
+static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, char *base) {
+    int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
+    size_t att = attention_scratch_floats(N), lp = logprob_scratch_floats(c->vocab), off = 0;
+#define TAKE(field, count) \
+    (a->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
+    TAKE(x, N * C);
+    TAKE(xn, N * C);
+    TAKE(q, N * Q);
+    TAKE(k, N * KV);
+    TAKE(v, N * KV);
+    TAKE(att, N * Q);
+    TAKE(proj, N * C);
+    TAKE(gate, N * I);
+    TAKE(up, N * I);
+    TAKE(scratch, att > lp ? att : lp);
+    TAKE(pos, N);
+    TAKE(targets, N);
+#undef TAKE
+    return off;
+}
+
+size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens) {
+    Qwen2Acts a;
+    return acts_layout(&a, c, max_tokens, NULL);
+}
+
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, Arena *arena) {
+    a->max_tokens = max_tokens;
+    acts_layout(a, c, max_tokens, arena_alloc(arena, qwen2_acts_bytes(c, max_tokens)));
+}
+
+void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t N = seq_off[B], C = c->hidden, D = c->head_dim, I = c->inter;
+    int64_t Q = c->heads * D, KV = c->kv_heads * D;
+    if (N > a->max_tokens) die("internal: forward over %lld tokens, workspace holds %lld", (long long)N, (long long)a->max_tokens);
+    for (int b = 0; b < B; b++)
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
+
+    embedding_forward(a->x, tokens, w->embed, N, C);
+    for (int64_t l = 0; l < c->layers; l++) {
+        rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, N, C, c->eps);
+        matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
+        matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
+        matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
+        rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
+        rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+        attention_forward(a->att, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)D, a->scratch);
+        matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, N, Q, C);
+        residual_forward(a->x, a->proj, N * C);
+
+        rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, N, C, c->eps);
+        matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, N, C, I);
+        matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, N, C, I);
+        swiglu_forward(a->gate, a->gate, a->up, N * I);
+        matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, N, I, C);
+        residual_forward(a->x, a->proj, N * C);
+    }
+    rmsnorm_forward(a->xn, a->x, w->norm, N, C, c->eps);
+}
+
+void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
+    int64_t N = seq_off[B];
+    qwen2_forward(m, tokens, seq_off, B, a);
+    for (int b = 0; b < B; b++)
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
+            a->targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
+    logprob_forward(out, a->xn, m->w.lm_head, a->targets, N, m->cfg.hidden, m->cfg.vocab, a->scratch);
+}

@@ -1,0 +1,90 @@
+// Qwen2 (Qwen2ForCausalLM): config, one fp32 parameter slab with named views, HF load/save,
+// and the forward pass over a packed batch of sequences.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "base/dtype.h"
+
+typedef struct {
+    int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim, max_pos;
+    double rope_theta;
+    float eps;
+    int tied;             // lm_head shares embed_tokens
+    int64_t bos_id, eos_id;  // -1 when the config names none
+    double init_std;      // initializer_range, used by qwen2_init_random
+} Qwen2Config;
+
+// Views into the slab; per-layer tensors are stacked over layers: layer l of wq is wq + l*(H*D*C).
+// The field order is the slab order.
+typedef struct {
+    float *embed;        // (V, C)
+    float *ln1;          // (L, C)
+    float *wq, *bq;      // (L, H*D, C), (L, H*D)
+    float *wk, *bk;      // (L, KVH*D, C), (L, KVH*D)
+    float *wv, *bv;      // (L, KVH*D, C), (L, KVH*D)
+    float *wo;           // (L, C, H*D)
+    float *ln2;          // (L, C)
+    float *wgate, *wup;  // (L, I, C)
+    float *wdown;        // (L, C, I)
+    float *norm;         // (C)
+    float *lm_head;      // (V, C); points at embed when tied
+} Qwen2Weights;
+
+typedef struct {
+    Qwen2Config cfg;
+    float *params;  // the slab
+    size_t n_params;
+    Qwen2Weights w;
+} Qwen2;
+
+// One tensor as Hugging Face names it, viewing the slab.
+typedef struct {
+    char name[80];
+    int ndim;
+    int64_t shape[2];
+    float *data;
+} Qwen2Tensor;
+
+// Reads DIR/config.json; dies naming the file and key on anything unsupported or missing.
+void qwen2_config_load(Qwen2Config *c, const char *dir);
+// Known shapes: "tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b". Returns 0 if unknown.
+int qwen2_config_preset(Qwen2Config *c, const char *name);
+const char *qwen2_preset_names(void);
+// Dies naming `where` when sizes are inconsistent.
+void qwen2_config_check(const Qwen2Config *c, const char *where);
+
+void qwen2_build(Qwen2 *m, const Qwen2Config *c);  // zeroed slab
+void qwen2_free(Qwen2 *m);
+// The HF tensors of the model, in slab order; returns their count. `out` may be NULL.
+int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
+
+void qwen2_load(Qwen2 *m, const char *dir);
+// HF's initialisation: N(0, init_std) matrices, zero biases, unit norms.
+void qwen2_init_random(Qwen2 *m, uint64_t seed);
+// config.json + model.safetensors (F32 or BF16), each written atomically.
+void qwen2_save(const Qwen2 *m, const char *dir, DType dtype);
+
+// Workspace for a forward pass over at most max_tokens packed rows.
+typedef struct {
+    int64_t max_tokens;
+    float *x;       // (N, C) residual stream
+    float *xn;      // (N, C) normed input of the current block; the final norm's output at the end
+    float *q;       // (N, H*D)
+    float *k, *v;   // (N, KVH*D)
+    float *att;     // (N, H*D)
+    float *proj;    // (N, C)
+    float *gate, *up;  // (N, I)
+    float *scratch;    // attention / logprob-head scratch
+    int32_t *pos;      // (N) position within its sequence
+    int32_t *targets;  // (N) next token, -1 at each sequence's last row
+} Qwen2Acts;
+
+size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens);
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, Arena *arena);
+
+// tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
+void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a);
+// out (N): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each sequence's last row.
+void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);

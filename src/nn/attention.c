@@ -1,0 +1,50 @@
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+
+#include "nn/ops.h"
+
+// Queries are processed in blocks so scratch is (block x T) per thread, not (T x T),
+// and keys past the block's last query are never touched (causal).
+#define ATT_QBLOCK 128
+
+size_t attention_scratch_floats(int64_t max_T) { return (size_t)omp_get_max_threads() * ATT_QBLOCK * (size_t)max_T; }
+
+void attention_forward(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
+                       int H, int KVH, int D, float *scratch) {
+    int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;  // row strides
+    int group = H / KVH;
+    float scale = 1.0f / sqrtf((float)D);
+    int64_t max_T = 0;
+    for (int b = 0; b < B; b++) max_T = seq_off[b + 1] - seq_off[b] > max_T ? seq_off[b + 1] - seq_off[b] : max_T;
+    // sgemm inside the parallel region runs single-threaded (OpenBLAS built for OpenMP).
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_T;
+            int64_t r0 = seq_off[b], T = seq_off[b + 1] - r0;
+            const float *qh = q + r0 * qs + (int64_t)h * D;
+            const float *kh = k + r0 * kvs + (int64_t)(h / group) * D;
+            const float *vh = v + r0 * kvs + (int64_t)(h / group) * D;
+            float *oh = out + r0 * qs + (int64_t)h * D;
+            for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
+                int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale, qh + i0 * qs,
+                            (blasint)qs, kh, (blasint)kvs, 0.0f, S, (blasint)nk);
+                for (int64_t r = 0; r < bs; r++) {
+                    float *row = S + r * nk;
+                    int64_t n = i0 + r + 1;  // keys 0..i0+r are visible
+                    float mx = row[0];
+                    for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+                    float sum = 0.0f;
+                    for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
+                    float inv = 1.0f / sum;
+                    for (int64_t j = 0; j < n; j++) row[j] *= inv;
+                    for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, 1.0f, S,
+                            (blasint)nk, vh, (blasint)kvs, 0.0f, oh + i0 * qs, (blasint)qs);
+            }
+        }
+    }
+}

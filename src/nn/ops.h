@@ -1,0 +1,41 @@
+// Compute ops over plain pointers and sizes. No op allocates: scratch comes from the caller,
+// so a CUDA backend can supply the same set over device memory.
+// Token-major layouts: a batch of sequences is packed into N rows (no padding);
+// seq_off[b]..seq_off[b+1] are the rows of sequence b, seq_off[0] = 0.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+// out (N,C) = table[tokens[i]] ; table (V,C)
+void embedding_forward(float *out, const int32_t *tokens, const float *table, int64_t N, int64_t C);
+
+// out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C)
+void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N, int64_t C, float eps);
+
+// out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) ; bias may be NULL
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                    int64_t OC);
+
+// x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2);
+// pos (N) is each row's position within its sequence.
+void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta);
+
+// out (N, H*D): causal attention within each sequence; q (N, H*D), k and v (N, KVH*D);
+// query head h reads kv head h / (H/KVH). scratch: attention_scratch_floats(max_T) floats.
+size_t attention_scratch_floats(int64_t max_T);
+void attention_forward(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
+                       int H, int KVH, int D, float *scratch);
+
+// out (n) = silu(gate) * up
+void swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
+
+// x (n) += y (n)
+void residual_forward(float *x, const float *y, int64_t n);
+
+// out (N): log softmax(h @ W^T)[targets[i]] for rows with targets[i] >= 0, 0 elsewhere.
+// h (N,C), W (V,C). Logits exist only LOGPROB_CHUNK rows at a time: scratch holds
+// logprob_scratch_floats(V) floats, never (N,V).
+#define LOGPROB_CHUNK 64
+size_t logprob_scratch_floats(int64_t V);
+void logprob_forward(float *out, const float *h, const float *W, const int32_t *targets, int64_t N, int64_t C,
+                     int64_t V, float *scratch);

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Parity test: `grpo score` logprobs vs the float64 torch reference (tests/reference/qwen2_ref.py).
+
+usage: /usr/bin/python3 tests/model/parity.py --grpo PATH_TO_GRPO_BINARY --tmp DIR
+Prints one line per case and finally `N passed, M failed`; exit 0 iff all pass.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # keep tests/reference free of __pycache__
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import qwen2_ref as ref  # noqa: E402
+
+TOL = 1e-4
+# Mixed and unsorted: per-line handling, n=1 -> [], and 300 > grpo's 128-query attention block.
+LENGTHS = [7, 1, 100, 2, 300, 64, 33]
+
+# Tiny random models covering the loader/forward variants.
+T = dict(hidden=64, layers=2, intermediate=128)
+CASES = [
+    ("f32-tied-mha", dict(T, seed=101, heads=4, kv_heads=4, vocab=300, tied=True, dtype="f32")),
+    ("f32-untied-gqa4", dict(T, seed=102, layers=3, heads=8, kv_heads=2, intermediate=176, vocab=1000, tied=False, dtype="f32")),
+    ("bf16-tied-gqa2", dict(T, seed=103, heads=4, kv_heads=2, intermediate=160, vocab=512, tied=True, dtype="bf16")),
+    ("f16-untied-mqa", dict(T, seed=104, heads=4, kv_heads=1, vocab=777, tied=False, dtype="f16")),
+    ("bf16-untied-gqa2-3shards", dict(T, seed=105, layers=3, heads=8, kv_heads=4, vocab=640, tied=False, dtype="bf16", shards=3)),
+    ("f32-theta1e6-eps1e-5", dict(T, seed=106, heads=4, kv_heads=2, vocab=400, tied=True, dtype="f32", rope_theta=1e6, eps=1e-5)),
+]
+
+
+def batch(seed, vocab):
+    r = random.Random(seed)
+    return [[r.randrange(vocab) for _ in range(n)] for n in LENGTHS]
+
+
+def run_grpo(grpo, args, stdin=""):
+    p = subprocess.run([grpo] + args, input=stdin, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"`grpo {' '.join(args)}` exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    return p.stdout
+
+
+def compare(grpo, model_dir, seqs, extra=()):
+    """Max abs diff between reference and grpo logprobs; raises on any structural mismatch."""
+    want = ref.score(ref.load_model(model_dir, "float64"), seqs)
+    out = run_grpo(grpo, ["score", "--model", model_dir, *extra], "".join(json.dumps({"tokens": s}) + "\n" for s in seqs))
+    lines = [l for l in out.split("\n") if l.strip()]
+    if len(lines) != len(seqs):
+        raise RuntimeError(f"got {len(lines)} output lines for {len(seqs)} sequences")
+    worst = 0.0
+    for i, (line, w) in enumerate(zip(lines, want)):
+        got = json.loads(line)["logprobs"]
+        if len(got) != len(w):
+            raise RuntimeError(f"sequence {i}: {len(got)} logprobs, expected {len(w)}")
+        for g, x in zip(got, w):
+            if not isinstance(g, (int, float)) or not math.isfinite(g):
+                raise RuntimeError(f"sequence {i}: non-finite logprob {g!r}")
+            worst = max(worst, abs(g - x))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    a = ap.parse_args()
+    grpo = os.path.abspath(a.grpo)
+    os.makedirs(a.tmp, exist_ok=True)
+    results = []
+
+    def case(name, fn):
+        try:
+            diff = fn()
+            ok = diff is None or diff <= TOL
+            results.append(ok)
+            print(f"{'PASS' if ok else 'FAIL'}  {name:28s} " + ("" if diff is None else f"max_abs_diff={diff:.3e}"))
+        except Exception as e:  # report and keep going: one broken case shouldn't hide the rest
+            results.append(False)
+            print(f"FAIL  {name:28s} {type(e).__name__}: {e}")
+        sys.stdout.flush()
+
+    # the reference must be sound before it can judge anything
+    def self_check():
+        if not ref.self_check(os.path.join(a.tmp, "selfcheck"), verbose=False):
+            raise RuntimeError("reference self-check failed (see above)")
+    case("reference-self-check", self_check)
+
+    have_bin = os.path.isfile(grpo) and os.access(grpo, os.X_OK)
+    if not have_bin:
+        print(f"note: {grpo} is not an executable file; grpo cases will fail")
+
+    for name, kw in CASES:
+        def run_case(name=name, kw=kw):
+            d = os.path.join(a.tmp, name)
+            ref.make_model(d, **kw)
+            return compare(grpo, d, batch(kw["seed"], kw["vocab"]))
+        case(name, run_case)
+
+    # Tiny batches: many forward passes, and the workspace grows for the 100- and 300-token lines.
+    def small_batches():
+        name, kw = CASES[1]
+        return compare(grpo, os.path.join(a.tmp, name), batch(kw["seed"], kw["vocab"]), ["--batch-tokens", "50"])
+    case("batch-tokens-50", small_batches)
+
+    # grpo's own writer, read back by the independent Python reader
+    for tag, extra, st in [("f32", [], "F32"), ("bf16", ["--dtype", "bf16"], "BF16")]:
+        def init_case(tag=tag, extra=extra, st=st):
+            d = os.path.join(a.tmp, "init-" + tag)
+            run_grpo(grpo, ["init", "--out", d, "--preset", "tiny", "--seed", "3", "--force"] + extra)
+            m = ref.load_model(d)  # validates layout, names and shapes
+            dt = ref.load_weights(d)["model.embed_tokens.weight"].dtype
+            if ref.ST_TAGS[dt] != st:
+                raise RuntimeError(f"embed_tokens stored as {ref.ST_TAGS[dt]}, expected {st}")
+            return compare(grpo, d, batch(3, m.V))
+        case("grpo-init-tiny-" + tag, init_case)
+
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

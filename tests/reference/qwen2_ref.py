@@ -1,0 +1,467 @@
+#!/usr/bin/python3
+"""Independent reference Qwen2 (Qwen2ForCausalLM) in plain torch ops.
+
+Used to check grpo.c numerically: it has its own safetensors reader/writer,
+a HF-style model-directory loader, a random tiny-model generator and a
+scorer that returns per-token log-probabilities.  Only torch + numpy.
+
+CLI:
+  qwen2_ref.py make-model --out DIR --seed S --hidden C --layers L --heads H
+        --kv-heads KVH --intermediate I --vocab V [--tied] [--dtype f32|bf16|f16]
+        [--shards N] [--rope-theta X] [--eps X] [--max-pos N]
+  qwen2_ref.py score --model DIR [--dtype float64|float32]
+        stdin: JSONL {"tokens": [...]}   stdout: JSONL {"logprobs": [...]}
+  qwen2_ref.py self-check
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+# safetensors dtype tag <-> torch dtype
+ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+ST_TAGS = {v: k for k, v in ST_DTYPES.items()}
+SHORT_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+HF_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+# ----------------------------------------------------------------- safetensors
+
+def save_safetensors(path, tensors, metadata=None):
+    """Write {name: tensor} in the safetensors layout (tensors kept in their own dtype)."""
+    header, blobs, off = {}, [], 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, t in tensors.items():
+        # viewing as uint8 gives the raw little-endian bytes for every dtype,
+        # including bf16 which numpy cannot represent.
+        b = t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": ST_TAGS[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)  # pad so the data buffer starts 8-aligned
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def load_safetensors(path):
+    """Read a safetensors file -> {name: tensor in stored dtype}. Validates layout strictly
+    (sizes, bounds, contiguous coverage) so that a broken writer is caught."""
+    size = os.path.getsize(path)
+    out = {}
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n + 8 > size:
+            raise ValueError(f"{path}: header length {n} exceeds file size {size}")
+        header = json.loads(f.read(n).decode("utf-8"))
+        data_start, data_len = 8 + n, size - 8 - n
+        spans = []
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dt = ST_DTYPES.get(info["dtype"])
+            if dt is None:
+                raise ValueError(f"{path}: {name}: unsupported dtype {info['dtype']}")
+            shape = [int(s) for s in info["shape"]]
+            b, e = info["data_offsets"]
+            numel = math.prod(shape)
+            if e - b != numel * torch.empty(0, dtype=dt).element_size() or not 0 <= b <= e <= data_len:
+                raise ValueError(f"{path}: {name}: bad data_offsets {b, e} for {info['dtype']}{shape}")
+            spans.append((b, e))
+            if numel == 0:
+                out[name] = torch.empty(shape, dtype=dt)
+                continue
+            # one bytearray per tensor: writable (no torch warning) and malloc-aligned
+            buf = bytearray(e - b)
+            f.seek(data_start + b)
+            if f.readinto(buf) != e - b:
+                raise ValueError(f"{path}: {name}: short read")
+            out[name] = torch.frombuffer(buf, dtype=dt).reshape(shape)
+        spans.sort()
+        pos = 0
+        for b, e in spans:  # the format requires a gap-free, non-overlapping buffer
+            if b != pos:
+                raise ValueError(f"{path}: data buffer not contiguous at offset {pos} (next tensor at {b})")
+            pos = e
+        if pos != data_len:
+            raise ValueError(f"{path}: data buffer is {data_len} bytes but tensors cover {pos}")
+    return out
+
+
+def load_weights(model_dir):
+    """All tensors of a HF model dir, single file or index + shards."""
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        return load_safetensors(single)
+    with open(os.path.join(model_dir, "model.safetensors.index.json")) as f:
+        wmap = json.load(f)["weight_map"]
+    out = {}
+    for shard in sorted(set(wmap.values())):
+        for name, t in load_safetensors(os.path.join(model_dir, shard)).items():
+            if wmap.get(name) != shard:
+                raise ValueError(f"{shard}: tensor {name} not mapped to this shard in index")
+            out[name] = t
+    missing = set(wmap) - set(out)
+    if missing:
+        raise ValueError(f"index lists tensors missing from shards: {sorted(missing)[:5]}")
+    return out
+
+
+# ----------------------------------------------------------------- model files
+
+def expected_shapes(cfg):
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    s = {"model.embed_tokens.weight": (V, C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s.update({
+            p + "input_layernorm.weight": (C,),
+            p + "self_attn.q_proj.weight": (H * D, C), p + "self_attn.q_proj.bias": (H * D,),
+            p + "self_attn.k_proj.weight": (KVH * D, C), p + "self_attn.k_proj.bias": (KVH * D,),
+            p + "self_attn.v_proj.weight": (KVH * D, C), p + "self_attn.v_proj.bias": (KVH * D,),
+            p + "self_attn.o_proj.weight": (C, H * D),
+            p + "post_attention_layernorm.weight": (C,),
+            p + "mlp.gate_proj.weight": (I, C), p + "mlp.up_proj.weight": (I, C),
+            p + "mlp.down_proj.weight": (C, I),
+        })
+    s["model.norm.weight"] = (C,)
+    if not cfg["tie_word_embeddings"]:
+        s["lm_head.weight"] = (V, C)
+    return s
+
+
+def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, vocab, tied,
+               dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512):
+    """Write a random Qwen2 model dir; returns {name: tensor as stored} for round-trip checks."""
+    assert hidden % heads == 0 and heads % kv_heads == 0 and (hidden // heads) % 2 == 0
+    sdt = SHORT_DTYPES[dtype]
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+        "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "rms_norm_eps": eps,
+        "rope_theta": rope_theta, "vocab_size": vocab, "tie_word_embeddings": bool(tied),
+        "max_position_embeddings": max_pos, "torch_dtype": HF_DTYPE_NAMES[sdt],
+        "use_sliding_window": False, "sliding_window": max_pos, "max_window_layers": layers,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
+        "bos_token_id": vocab - 1, "eos_token_id": vocab - 1,
+    }
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, shape in expected_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            t = 1 + 0.1 * torch.randn(shape, generator=g)       # non-trivial gains
+        elif name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=g)           # non-zero so bias bugs show
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            # logits = normed(x) . row, so std 2/sqrt(C) gives logits of std ~2:
+            # peaked enough to matter, far from one-hot.
+            t = (2 / math.sqrt(hidden)) * torch.randn(shape, generator=g)
+        else:
+            # q/k get gain 1 so attention is visibly non-uniform (RoPE/mask bugs show);
+            # the rest 0.5 keeps the residual stream O(1) across layers.
+            gain = 1.0 if ("q_proj" in name or "k_proj" in name) else 0.5
+            t = (gain / math.sqrt(shape[1])) * torch.randn(shape, generator=g)
+        tensors[name] = t.to(sdt)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    meta = {"format": "pt"}
+    if shards == 1:
+        save_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, meta)
+    else:
+        names = list(tensors)
+        assert len(names) >= shards
+        files = [f"model-{k + 1:05d}-of-{shards:05d}.safetensors" for k in range(shards)]
+        # round-robin: tensors of one layer land in different files, which is
+        # harder on a loader than HF's contiguous split.
+        wmap = {n: files[i % shards] for i, n in enumerate(names)}
+        for fn in files:
+            save_safetensors(os.path.join(out_dir, fn), {n: tensors[n] for n in names if wmap[n] == fn}, meta)
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
+    return tensors
+
+
+class Model:
+    pass
+
+
+def _dtype(d):
+    return {"float64": torch.float64, "float32": torch.float32}.get(d, d)
+
+
+def load_model(model_dir, compute_dtype=torch.float64):
+    """Load config + weights, converting all weights to compute_dtype."""
+    dt = _dtype(compute_dtype)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.setdefault("tie_word_embeddings", False)
+    raw = load_weights(model_dir)
+    shapes = expected_shapes(cfg)
+    for name, shape in shapes.items():
+        if name not in raw:
+            raise ValueError(f"missing tensor {name}")
+        if tuple(raw[name].shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(raw[name].shape)} != expected {shape}")
+    w = {n: raw.pop(n).to(dt) for n in shapes}  # pop: free each raw tensor as we go
+    m = Model()
+    m.cfg, m.dtype = cfg, dt
+    m.C, m.H, m.KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    m.D, m.eps, m.theta = m.C // m.H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    m.V = cfg["vocab_size"]
+    m.embed = w["model.embed_tokens.weight"]
+    m.norm = w["model.norm.weight"]
+    m.lm_head = m.embed if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    m.layers = []
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        m.layers.append({k: w[p + n] for k, n in [
+            ("ln1", "input_layernorm.weight"), ("ln2", "post_attention_layernorm.weight"),
+            ("wq", "self_attn.q_proj.weight"), ("bq", "self_attn.q_proj.bias"),
+            ("wk", "self_attn.k_proj.weight"), ("bk", "self_attn.k_proj.bias"),
+            ("wv", "self_attn.v_proj.weight"), ("bv", "self_attn.v_proj.bias"),
+            ("wo", "self_attn.o_proj.weight"), ("wg", "mlp.gate_proj.weight"),
+            ("wu", "mlp.up_proj.weight"), ("wd", "mlp.down_proj.weight")]})
+    return m
+
+
+# ----------------------------------------------------------------- forward
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope_cos_sin(T, D, theta, dtype):
+    # angles in float64 (exact-math reference; HF uses float32 here, a <1e-5 rad difference)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], -1)  # (T, D)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+def hidden_states(m, ids):
+    """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
+    T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
+    cos, sin = rope_cos_sin(T, D, m.theta, m.dtype)
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = future
+    x = m.embed[ids]
+    for L in m.layers:
+        h = rms_norm(x, L["ln1"], m.eps)
+        q = F.linear(h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)    # (H, T, D)
+        k = F.linear(h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)  # (KVH, T, D)
+        v = F.linear(h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # GQA: q head h uses kv head h // (H/KVH), i.e. each kv head repeated consecutively
+        k = k.repeat_interleave(H // KVH, 0)
+        v = v.repeat_interleave(H // KVH, 0)
+        s = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(D))
+        s = s.masked_fill(mask, float("-inf"))
+        a = torch.softmax(s, -1) @ v                                        # (H, T, D)
+        x = x + F.linear(a.transpose(0, 1).reshape(T, H * D), L["wo"])
+        h = rms_norm(x, L["ln2"], m.eps)
+        x = x + F.linear(F.silu(F.linear(h, L["wg"])) * F.linear(h, L["wu"]), L["wd"])
+    return rms_norm(x, m.norm, m.eps)
+
+
+def logits(m, tokens):
+    with torch.no_grad():
+        return hidden_states(m, torch.tensor(tokens, dtype=torch.long)) @ m.lm_head.t()
+
+
+def score(m, seqs):
+    """For each token list: [log p(tokens[i] | tokens[:i]) for i in 1..n-1]."""
+    out = []
+    with torch.no_grad():
+        for toks in seqs:
+            if len(toks) < 2:
+                out.append([])
+                continue
+            if min(toks) < 0 or max(toks) >= m.V:
+                raise ValueError(f"token id out of range [0, {m.V})")
+            # the last token is only a target, so it never needs to be run
+            z = logits(m, toks[:-1])                                   # (n-1, V), the only big tensor
+            tgt = torch.tensor(toks[1:], dtype=torch.long)
+            lp = z.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(z, -1)  # = log_softmax, no 2nd (T,V)
+            out.append(lp.tolist())
+    return out
+
+
+# ----------------------------------------------------------------- self-check
+
+def naive_score(m, toks):
+    """Deliberately different formulation: token-by-token with a KV cache, python loops over
+    heads/positions, RoPE as explicit 2-D rotations of pairs (i, i+D/2), scalar softmax."""
+    H, KVH, D, half = m.H, m.KVH, m.D, m.D // 2
+    group = H // KVH
+
+    def norm(x, w):
+        return w * x / math.sqrt(float((x * x).sum()) / x.numel() + m.eps)
+
+    def rope(vec, pos):
+        out = vec.clone()
+        for i in range(half):
+            ang = pos * m.theta ** (-2.0 * i / D)
+            c, s = math.cos(ang), math.sin(ang)
+            a, b = float(vec[i]), float(vec[i + half])
+            out[i], out[i + half] = a * c - b * s, b * c + a * s
+        return out
+
+    cache = [([], []) for _ in m.layers]  # per layer: list of k (KVH,D), list of v (KVH,D)
+    res = []
+    for pos, tok in enumerate(toks[:-1]):
+        x = m.embed[tok].clone()
+        for L, (kc, vc) in zip(m.layers, cache):
+            h = norm(x, L["ln1"])
+            q = (L["wq"] @ h + L["bq"]).view(H, D)
+            k = (L["wk"] @ h + L["bk"]).view(KVH, D)
+            v = (L["wv"] @ h + L["bv"]).view(KVH, D)
+            kc.append(torch.stack([rope(k[j], pos) for j in range(KVH)]))
+            vc.append(v)
+            att = []
+            for hh in range(H):
+                qh, kv = rope(q[hh], pos), hh // group
+                sc = [float(qh @ kc[j][kv]) / math.sqrt(D) for j in range(pos + 1)]
+                mx = max(sc)
+                e = [math.exp(s - mx) for s in sc]
+                att.append(sum(e[j] / sum(e) * vc[j][kv] for j in range(pos + 1)))
+            x = x + L["wo"] @ torch.cat(att)
+            h = norm(x, L["ln2"])
+            g = L["wg"] @ h
+            x = x + L["wd"] @ (g / (1 + torch.exp(-g)) * (L["wu"] @ h))
+        z = m.lm_head @ norm(x, m.norm)
+        mx = float(z.max())
+        res.append(float(z[toks[pos + 1]]) - mx - math.log(float(torch.exp(z - mx).sum())))
+    return res
+
+
+def self_check(tmp=None, verbose=True):
+    import random
+    import tempfile
+    tmp = tmp or tempfile.mkdtemp(prefix="qwen2_ref_")
+    os.makedirs(tmp, exist_ok=True)
+    ok = True
+
+    def check(cond, msg):
+        nonlocal ok
+        if verbose or not cond:
+            print(("ok    " if cond else "FAIL  ") + msg)
+        ok = ok and bool(cond)
+
+    # 1. byte-exact format: known encodings of [1.0, -2.0]
+    p = os.path.join(tmp, "bytes.safetensors")
+    for tag, dt, want in [("F32", torch.float32, b"\x00\x00\x80\x3f\x00\x00\x00\xc0"),
+                          ("BF16", torch.bfloat16, b"\x80\x3f\x00\xc0"),
+                          ("F16", torch.float16, b"\x00\x3c\x00\xc0")]:
+        save_safetensors(p, {"t": torch.tensor([1.0, -2.0], dtype=dt)}, {"format": "pt"})
+        raw = open(p, "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        hdr = json.loads(raw[8:8 + n])
+        check(n % 8 == 0 and raw[8 + n:] == want and hdr["t"] == {"dtype": tag, "shape": [2], "data_offsets": [0, len(want)]}
+              and torch.equal(load_safetensors(p)["t"], torch.tensor([1.0, -2.0], dtype=dt)),
+              f"safetensors {tag} bytes/header")
+
+    # 2. make_model -> load round trip exact, for every dtype and sharding
+    common = dict(seed=5, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=48, vocab=97)
+    for dtype in ("f32", "bf16", "f16"):
+        for shards in (1, 3):
+            d = os.path.join(tmp, f"rt_{dtype}_{shards}")
+            t = make_model(d, tied=(shards == 1), dtype=dtype, shards=shards, **common)
+            r = load_weights(d)
+            check(set(t) == set(r) and all(torch.equal(t[n], r[n]) and r[n].dtype == t[n].dtype for n in t),
+                  f"round trip {dtype} shards={shards} ({len(t)} tensors)")
+    a = load_model(os.path.join(tmp, "rt_bf16_1"))
+    b = load_model(os.path.join(tmp, "rt_bf16_3"))
+    check(torch.equal(a.embed, b.embed) and a.lm_head is a.embed and b.lm_head is not b.embed,
+          "tied model uses embed_tokens as lm_head; sharded untied has its own")
+
+    # 3. reference vs naive per-token loop (float64)
+    rng = random.Random(0)
+    for name, kw in [("gqa2 untied", dict(heads=4, kv_heads=2, tied=False)),
+                     ("mha tied theta1e6 eps1e-5", dict(heads=4, kv_heads=4, tied=True, rope_theta=1e6, eps=1e-5)),
+                     ("mqa", dict(heads=4, kv_heads=1, tied=False))]:
+        d = os.path.join(tmp, "naive_" + name.split()[0])
+        make_model(d, seed=7, hidden=32, layers=2, intermediate=48, vocab=97, **kw)
+        m = load_model(d)
+        seqs = [[rng.randrange(97) for _ in range(n)] for n in (2, 5, 13)]
+        ref = score(m, seqs)
+        diff = max(abs(x - y) for s, r in zip(seqs, ref) for x, y in zip(naive_score(m, s), r))
+        check(diff < 1e-10, f"batched vs naive per-token loop [{name}]: max diff {diff:.2e}")
+
+    # 4. properties of score() on one model
+    m = load_model(os.path.join(tmp, "naive_gqa2"))
+    prefix = [rng.randrange(97) for _ in range(9)]
+    lp_all = score(m, [prefix + [v] for v in range(97)])
+    tot = sum(math.exp(lp[-1]) for lp in lp_all)
+    check(abs(tot - 1) < 1e-12, f"sum over vocab of p(v | prefix) = {tot:.15f}")
+    long = prefix + [rng.randrange(97) for _ in range(20)]
+    s_long, s_pre, s_one = score(m, [long, prefix, [5]])
+    check(max(abs(x - y) for x, y in zip(s_long, s_pre)) < 1e-12 and s_one == [] and len(s_long) == len(long) - 1,
+          "causal: prefix scores equal leading scores of a longer sequence; n=1 -> []")
+    lo = min(s_long)
+    check(-40 < lo and sum(s_long) / len(s_long) > -math.log(97) - 3,
+          f"logprobs non-degenerate: mean {sum(s_long) / len(s_long):.3f}, min {lo:.3f}, uniform {-math.log(97):.3f}")
+    m32 = load_model(os.path.join(tmp, "naive_gqa2"), "float32")
+    d32 = max(abs(x - y) for x, y in zip(score(m32, [long])[0], s_long))
+    check(d32 < 1e-5, f"float32 compute vs float64: max diff {d32:.2e}")
+    if verbose:
+        print("self-check " + ("PASSED" if ok else "FAILED") + f" (files in {tmp})")
+    return ok
+
+
+# ----------------------------------------------------------------- CLI
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    mk = sub.add_parser("make-model")
+    mk.add_argument("--out", required=True)
+    mk.add_argument("--seed", type=int, default=0)
+    for a in ("hidden", "layers", "heads", "kv-heads", "intermediate", "vocab"):
+        mk.add_argument("--" + a, type=int, required=True)
+    mk.add_argument("--tied", action="store_true")
+    mk.add_argument("--dtype", choices=list(SHORT_DTYPES), default="f32")
+    mk.add_argument("--shards", type=int, default=1)
+    mk.add_argument("--rope-theta", type=float, default=10000.0)
+    mk.add_argument("--eps", type=float, default=1e-6)
+    mk.add_argument("--max-pos", type=int, default=512)
+    sc = sub.add_parser("score")
+    sc.add_argument("--model", required=True)
+    sc.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    sub.add_parser("self-check")
+    a = ap.parse_args(argv)
+
+    if a.cmd == "make-model":
+        make_model(a.out, a.seed, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab,
+                   a.tied, a.dtype, a.shards, a.rope_theta, a.eps, a.max_pos)
+    elif a.cmd == "score":
+        m = load_model(a.model, a.dtype)
+        for line in sys.stdin:
+            if line.strip():
+                lp = score(m, [json.loads(line)["tokens"]])[0]
+                sys.stdout.write(json.dumps({"logprobs": lp}) + "\n")  # json floats are repr: round-trip exact
+                sys.stdout.flush()
+    else:
+        return 0 if self_check() else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
