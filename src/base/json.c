@@ -2,20 +2,31 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/util.h"
 
-cJSON *json_load_file(const char *path) {
-    size_t len;
-    char *text = file_read_all(path, &len);
+cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        size_t off = end ? (size_t)(end - text) : 0;
-        free(text);
-        die("%s: malformed JSON near byte %zu", path, off);
+    if (!end) end = text;
+    if (root) {  // cJSON stops after the first value; anything but whitespace after it is an error
+        while ((size_t)(end - text) < len && strchr(" \t\r\n", *end) && *end) end++;
+        if ((size_t)(end - text) < len) {
+            cJSON_Delete(root);
+            root = NULL;
+        }
     }
+    if (error_offset) *error_offset = (size_t)(end - text);
+    return root;
+}
+
+cJSON *json_load_file(const char *path) {
+    size_t len, off;
+    char *text = file_read_all(path, &len);
+    cJSON *root = json_parse_exact(text, len, &off);
     free(text);
+    if (!root) die("%s: malformed JSON near byte %zu", path, off);
     return root;
 }
 

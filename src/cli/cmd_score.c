@@ -36,6 +36,8 @@ typedef struct {
     float *out;
     int64_t tokens_done, seqs_done;
     double seconds;
+    double *batch_seconds;  // one entry per forward pass, for --stats
+    int n_batches;
 } Scorer;
 
 static void score_flush(Scorer *s, Batch *b) {
@@ -50,7 +52,10 @@ static void score_flush(Scorer *s, Batch *b) {
     }
     double t0 = time_now();
     qwen2_logprobs(s->m, b->tokens, b->seq_off, b->B, &s->acts, s->out);
-    s->seconds += time_now() - t0;
+    double dt = time_now() - t0;
+    s->seconds += dt;
+    s->batch_seconds = xrealloc(s->batch_seconds, (size_t)(s->n_batches + 1) * sizeof(double));
+    s->batch_seconds[s->n_batches++] = dt;
     for (int i = 0; i < b->B; i++) {
         fputs("{\"logprobs\": [", stdout);
         for (int64_t j = b->seq_off[i]; j + 1 < b->seq_off[i + 1]; j++)
@@ -65,7 +70,7 @@ static void score_flush(Scorer *s, Batch *b) {
 
 // Parses one input line into `ids` (grown as needed); dies naming the line on any problem.
 static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c, int32_t **ids, int64_t *cap) {
-    cJSON *root = cJSON_Parse(line);
+    cJSON *root = json_parse_exact(line, strlen(line), NULL);
     if (!root || !cJSON_IsObject(root)) die("stdin line %lld: not a JSON object", (long long)lineno);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(toks)) die("stdin line %lld: missing array \"tokens\"", (long long)lineno);
@@ -123,12 +128,16 @@ int cmd_score(int argc, char **argv) {
     if (ferror(stdin)) die("cannot read standard input");
     score_flush(&s, &b);
 
-    if (cli_str(&spec, "--stats"))
+    if (cli_str(&spec, "--stats")) {
         fprintf(stderr,
                 "{\"sequences\": %lld, \"tokens\": %lld, \"load_seconds\": %.3f, \"forward_seconds\": %.3f, "
-                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu}\n",
+                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu, \"batch_seconds\": [",
                 (long long)s.seqs_done, (long long)s.tokens_done, load_seconds, s.seconds,
                 s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params);
+        for (int i = 0; i < s.n_batches; i++) fprintf(stderr, i ? ", %.4f" : "%.4f", s.batch_seconds[i]);
+        fprintf(stderr, "]}\n");
+    }
+    free(s.batch_seconds);
     free(line);
     free(ids);
     free(b.tokens);

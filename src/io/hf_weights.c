@@ -31,20 +31,24 @@ void hf_weights_open(HfWeights *w, const char *dir) {
     int n_entries = cJSON_GetArraySize(map);
     char **names = xcalloc((size_t)n_entries, sizeof *names);
     w->files = xcalloc((size_t)n_entries, sizeof(SafeTensors));
+    w->map_names = xcalloc((size_t)n_entries, sizeof *w->map_names);
+    w->map_file = xcalloc((size_t)n_entries, sizeof *w->map_file);
     for (const cJSON *e = map->child; e; e = e->next) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0] || strcmp(e->valuestring, ".") == 0 ||
+            strcmp(e->valuestring, "..") == 0)
             die("%s: weight_map entry \"%s\" must be a file name in the model directory", index, e->string);
-        if (shard_index(w, names, e->valuestring) >= 0) continue;
-        names[w->n_files] = e->valuestring;
-        char *p = path_join(dir, e->valuestring);
-        safetensors_open(&w->files[w->n_files++], p);
-        free(p);
-    }
-    // The index is a promise about the shards: hold it to that.
-    for (const cJSON *e = map->child; e; e = e->next) {
-        const SafeTensors *st = &w->files[shard_index(w, names, e->valuestring)];
-        if (!safetensors_find(st, e->string))
-            die("%s: tensor \"%s\" is listed in the index but missing from the shard", st->path, e->string);
+        int f = shard_index(w, names, e->valuestring);
+        if (f < 0) {
+            names[f = w->n_files] = e->valuestring;
+            char *p = path_join(dir, e->valuestring);
+            safetensors_open(&w->files[w->n_files++], p);
+            free(p);
+        }
+        // The index is a promise about the shards: hold it to that.
+        if (!safetensors_find(&w->files[f], e->string))
+            die("%s: tensor \"%s\" is listed in the index but missing from the shard", w->files[f].path, e->string);
+        w->map_names[w->n_map] = xstrdup(e->string);
+        w->map_file[w->n_map++] = f;
     }
     free(names);
     cJSON_Delete(root);
@@ -54,17 +58,18 @@ void hf_weights_open(HfWeights *w, const char *dir) {
 
 void hf_weights_close(HfWeights *w) {
     for (int i = 0; i < w->n_files; i++) safetensors_close(&w->files[i]);
+    for (int i = 0; i < w->n_map; i++) free(w->map_names[i]);
+    free(w->map_names);
+    free(w->map_file);
     free(w->files);
     memset(w, 0, sizeof *w);
 }
 
 const StTensor *hf_weights_find(const HfWeights *w, const char *name, const char **file) {
-    for (int i = 0; i < w->n_files; i++) {
-        const StTensor *t = safetensors_find(&w->files[i], name);
-        if (t) {
-            if (file) *file = w->files[i].path;
-            return t;
-        }
-    }
-    return NULL;
+    int f = w->n_map ? -1 : 0;
+    for (int i = 0; i < w->n_map && f < 0; i++)
+        if (strcmp(w->map_names[i], name) == 0) f = w->map_file[i];
+    if (f < 0) return NULL;
+    if (file) *file = w->files[f].path;
+    return safetensors_find(&w->files[f], name);
 }

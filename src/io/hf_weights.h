@@ -6,6 +6,11 @@
 typedef struct {
     int n_files;
     SafeTensors *files;
+    // The index's weight_map (empty for a single file): a shard may hold stale extra copies,
+    // so names resolve through the map, as in Hugging Face.
+    int n_map;
+    char **map_names;
+    int *map_file;
 } HfWeights;
 
 void hf_weights_open(HfWeights *w, const char *dir);

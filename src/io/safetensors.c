@@ -49,7 +49,8 @@ static void parse_entry(StTensor *t, const cJSON *e, const char *path, const cha
         !json_as_int(cJSON_GetArrayItem(offs, 0), 0, INT64_MAX / 2, &begin) ||
         !json_as_int(cJSON_GetArrayItem(offs, 1), 0, INT64_MAX / 2, &end))
         die("%s: tensor \"%s\": data_offsets must be two non-negative integers", path, name);
-    if (begin > end || (uint64_t)end > data_size)
+    if (begin > end) die("%s: tensor \"%s\": data_offsets end %lld is before begin %lld", path, name, (long long)end, (long long)begin);
+    if ((uint64_t)end > data_size)
         die("%s: tensor \"%s\": data_offsets [%lld, %lld] out of range (data is %zu bytes; file truncated?)", path,
             name, (long long)begin, (long long)end, data_size);
     t->nbytes = (size_t)(end - begin);
@@ -66,6 +67,7 @@ void safetensors_open(SafeTensors *st, const char *path) {
     if (fd < 0) die("cannot open %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) die("cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) die("%s: not a regular file", path);
     size_t size = (size_t)sb.st_size;
     if (size < 8) die("%s: truncated safetensors file (%zu bytes, no header)", path, size);
     st->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -79,7 +81,7 @@ void safetensors_open(SafeTensors *st, const char *path) {
     if (hlen > size - 8) die("%s: header length %llu is larger than the file (%zu bytes)", path, (unsigned long long)hlen, size);
     if (hlen > ST_MAX_HEADER) die("%s: header length %llu exceeds the 100 MB limit", path, (unsigned long long)hlen);
     const char *hdr = (const char *)p + 8;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, NULL, 0);
+    cJSON *root = json_parse_exact(hdr, (size_t)hlen, NULL);
     if (!root || !cJSON_IsObject(root)) die("%s: header is not a valid JSON object", path);
     const char *data = hdr + hlen;
     size_t data_size = size - 8 - (size_t)hlen;
@@ -95,20 +97,22 @@ void safetensors_open(SafeTensors *st, const char *path) {
     }
     cJSON_Delete(root);
 
-    // Overlapping regions mean a corrupt (or malicious) file; duplicate names, an ambiguous one.
+    // Duplicate names make a file ambiguous; overlapping regions mean it is corrupt (or malicious).
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(st->tensors[i].name, st->tensors[j].name) == 0)
+                die("%s: tensor \"%s\" appears twice in the header", path, st->tensors[i].name);
     StTensor **order = xmalloc((size_t)n * sizeof *order);
-    for (int i = 0; i < n; i++) order[i] = &st->tensors[i];
-    qsort(order, (size_t)n, sizeof *order, cmp_by_offset);
-    for (int i = 1; i < n; i++) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (st->tensors[i].nbytes) order[m++] = &st->tensors[i];  // empty tensors occupy nothing
+    qsort(order, (size_t)m, sizeof *order, cmp_by_offset);
+    for (int i = 1; i < m; i++) {
         const StTensor *a = order[i - 1], *b = order[i];
         if ((const char *)a->data + a->nbytes > (const char *)b->data)
             die("%s: tensors \"%s\" and \"%s\" have overlapping data_offsets", path, a->name, b->name);
     }
     free(order);
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (strcmp(st->tensors[i].name, st->tensors[j].name) == 0)
-                die("%s: tensor \"%s\" appears twice in the header", path, st->tensors[i].name);
 }
 
 void safetensors_close(SafeTensors *st) {

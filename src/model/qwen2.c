@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/json.h"
 #include "base/rng.h"
@@ -39,9 +40,16 @@ int qwen2_config_preset(Qwen2Config *c, const char *name) {
 const char *qwen2_preset_names(void) { return "tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b"; }
 
 void qwen2_config_check(const Qwen2Config *c, const char *where) {
-    if (c->vocab < 1 || c->vocab > INT32_MAX || c->hidden < 1 || c->inter < 1 || c->layers < 1 || c->heads < 1 ||
-        c->kv_heads < 1 || c->max_pos < 1)
-        die("%s: sizes must be positive (and vocab_size < 2^31)", where);
+    // Bounds far above any real Qwen2 keep every size product below 2^63.
+    const struct { const char *key; int64_t v, max; } sizes[] = {
+        {"vocab_size", c->vocab, INT32_MAX},          {"hidden_size", c->hidden, 1 << 20},
+        {"intermediate_size", c->inter, 1 << 22},     {"num_hidden_layers", c->layers, 1 << 12},
+        {"num_attention_heads", c->heads, 1 << 12},   {"num_key_value_heads", c->kv_heads, 1 << 12},
+        {"max_position_embeddings", c->max_pos, 1 << 24},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].v < 1 || sizes[i].v > sizes[i].max)
+            die("%s: %s = %lld is outside [1, %lld]", where, sizes[i].key, (long long)sizes[i].v, (long long)sizes[i].max);
     if (c->hidden % c->heads) die("%s: hidden_size %lld is not a multiple of num_attention_heads %lld", where,
                                   (long long)c->hidden, (long long)c->heads);
     if (c->heads % c->kv_heads)
@@ -68,6 +76,8 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 }
 
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) die("model directory %s does not exist", dir);
     char *path = path_join(dir, "config.json");
     cJSON *root = json_load_file(path);
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
@@ -233,7 +243,7 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
             t->ndim = k[i].cols ? 2 : 1;
             t->shape[0] = k[i].rows;
             t->shape[1] = k[i].cols;
-            t->data = *f[i] + l * numel;
+            t->data = m->params ? *f[i] + l * numel : NULL;  // no slab yet: names and shapes only
         }
     }
     return n;
@@ -249,15 +259,18 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 void qwen2_load(Qwen2 *m, const char *dir) {
     Qwen2Config c;
     qwen2_config_load(&c, dir);
-    qwen2_build(m, &c);
     HfWeights hw;
     hf_weights_open(&hw, dir);
-    int n = qwen2_tensors(m, NULL);
+    // Check every tensor against config.json before allocating the slab, so a wrong config
+    // reads as a shape error naming the tensor, not as "out of memory".
+    Qwen2 shell = {.cfg = c};
+    int n = qwen2_tensors(&shell, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
-    qwen2_tensors(m, ts);
+    const StTensor **src = xmalloc((size_t)n * sizeof *src);
+    qwen2_tensors(&shell, ts);
     for (int i = 0; i < n; i++) {
         const char *file = NULL;
-        const StTensor *st = hf_weights_find(&hw, ts[i].name, &file);
+        const StTensor *st = src[i] = hf_weights_find(&hw, ts[i].name, &file);
         if (!st) die("%s: missing tensor \"%s\"", dir, ts[i].name);
         int same = st->ndim == ts[i].ndim;
         for (int d = 0; same && d < st->ndim; d++) same = st->shape[d] == ts[i].shape[d];
@@ -269,8 +282,11 @@ void qwen2_load(Qwen2 *m, const char *dir) {
         }
         if (st->dtype == DTYPE_OTHER)
             die("%s: tensor \"%s\" has dtype %s (supported: F32, BF16, F16)", file, ts[i].name, st->dtype_name);
-        dtype_to_f32(st->dtype, st->data, ts[i].data, (size_t)st->numel);
     }
+    qwen2_build(m, &c);
+    qwen2_tensors(m, ts);
+    for (int i = 0; i < n; i++) dtype_to_f32(src[i]->dtype, src[i]->data, ts[i].data, (size_t)src[i]->numel);
+    free(src);
     free(ts);
     hf_weights_close(&hw);
 }
