@@ -71,17 +71,11 @@ void dtype_to_f32(DType d, const void *src, float *dst, size_t n) {
     switch (d) {
     case DTYPE_F32: memcpy(dst, src, n * 4); break;
     case DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = bf16_to_f32(h);
-        }
-        break;
     case DTYPE_F16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = f16_to_f32(h);
+            dst[i] = d == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         }
         break;
     default: die("internal: dtype_to_f32 on an unsupported dtype");

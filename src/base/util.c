@@ -78,6 +78,21 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+void dir_create(const char *path) {
+    char *p = xstrdup(path);
+    for (char *s = p + 1;; s++) {
+        char c = *s;
+        if (c != '/' && c != '\0') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) die("cannot create directory %s: %s", p, strerror(errno));
+        *s = c;
+        if (c == '\0') break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) die("%s exists and is not a directory", path);
+    free(p);
+}
+
 char *path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char *p = xmalloc(a + b + 2);

@@ -26,6 +26,8 @@ char *xstrdup_at(const char *s, const char *file, int line);
 // Reads a whole file into a NUL-terminated buffer; dies naming the path on failure.
 char *file_read_all(const char *path, size_t *len_out);
 int file_exists(const char *path);
+// mkdir -p: creates `path` and missing parents; dies naming the path when that fails.
+void dir_create(const char *path);
 // "dir/name" in a fresh buffer.
 char *path_join(const char *dir, const char *name);
 

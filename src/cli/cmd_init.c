@@ -1,9 +1,7 @@
 // grpo init: a randomly initialised Qwen2 model directory (config.json + model.safetensors).
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/util.h"
 #include "cli/args.h"
@@ -32,7 +30,7 @@ int cmd_init(int argc, char **argv) {
     Qwen2Config c;
     if (!qwen2_config_preset(&c, preset)) die("option --preset: unknown preset \"%s\" (known: %s)", preset, qwen2_preset_names());
 
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) die("cannot create directory %s: %s", out, strerror(errno));
+    dir_create(out);
     char *cfg = path_join(out, "config.json"), *weights = path_join(out, "model.safetensors");
     if (!cli_str(&spec, "--force") && (file_exists(cfg) || file_exists(weights)))
         die("%s already holds a model; choose another --out or pass --force", out);

@@ -35,7 +35,7 @@ void residual_forward(float *x, const float *y, int64_t n);
 // out (N): log softmax(h @ W^T)[targets[i]] for rows with targets[i] >= 0, 0 elsewhere.
 // h (N,C), W (V,C). Logits exist only LOGPROB_CHUNK rows at a time: scratch holds
 // logprob_scratch_floats(V) floats, never (N,V).
-#define LOGPROB_CHUNK 64
+#define LOGPROB_CHUNK 256  // rows; sgemm against the 152k-row LM head is ~40% faster at 256 than at 64
 size_t logprob_scratch_floats(int64_t V);
 void logprob_forward(float *out, const float *h, const float *W, const int32_t *targets, int64_t N, int64_t C,
                      int64_t V, float *scratch);

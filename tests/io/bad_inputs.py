@@ -281,7 +281,8 @@ CASES = [
         post=unchanged),
     cli("init-into-dir-with-only-weights", ["init", "--out", "{d}"], "{d}", "--force", base="bf16-untied",
         post=unchanged),
-    cli("init-parent-missing", ["init", "--out", "{d}/no/such/dir"], "{d}/no/such/dir"),
+    cli("init-out-is-a-file", ["init", "--out", "{d}/config.json"], "{d}/config.json", "not a directory",
+        base="f32-tied", post=unchanged),
 ]
 BASE_OUT = {}  # base -> its output for GOOD
 BEFORE = {}  # case dir -> file hashes before the run (for the init-into-existing cases)
