@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers.
 set -euo pipefail
-need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev)
+need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev)
 if [ "${1:-}" = "--test" ]; then
   need+=(python3 python3-numpy python3-torch)
+  command -v npm >/dev/null || need+=(nodejs npm)  # node may come from elsewhere than Debian
 fi
 missing=()
 for p in "${need[@]}"; do

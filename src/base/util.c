@@ -55,6 +55,24 @@ char *xstrdup_at(const char *s, const char *file, int line) {
     return p;
 }
 
+void buf_append(Buf *b, const void *data, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        b->data = xrealloc(b->data, cap);
+        b->cap = cap;
+    }
+    if (n) memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void buf_free(Buf *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
 char *file_read_all(const char *path, size_t *len_out) {
     FILE *f = fopen(path, "rb");
     if (!f) die("cannot open %s: %s", path, strerror(errno));

@@ -23,6 +23,14 @@ char *xstrdup_at(const char *s, const char *file, int line);
 #define xrealloc(p, size) xrealloc_at((p), (size), __FILE__, __LINE__)
 #define xstrdup(s) xstrdup_at((s), __FILE__, __LINE__)
 
+// Growable byte buffer, always NUL-terminated after `len` bytes once anything was appended.
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+void buf_append(Buf *b, const void *data, size_t n);
+void buf_free(Buf *b);
+
 // Reads a whole file into a NUL-terminated buffer; dies naming the path on failure.
 char *file_read_all(const char *path, size_t *len_out);
 int file_exists(const char *path);

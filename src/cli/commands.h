@@ -3,3 +3,4 @@
 
 int cmd_init(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);

@@ -1,0 +1,176 @@
+// grpo tokenize: text <-> token ids with a Hugging Face tokenizer.json (plain or JSONL).
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    Tokenizer tok;
+    int64_t bytes, tokens;
+    double seconds;
+} Session;
+
+static void print_ids(const int32_t *ids, size_t n, const char *sep) {
+    for (size_t i = 0; i < n; i++) printf(i ? "%s%d" : "%.0s%d", sep, ids[i]);
+}
+
+static void print_json_string(const char *s) {
+    cJSON *item = cJSON_CreateString(s);
+    char *text = item ? cJSON_PrintUnformatted(item) : NULL;
+    if (!text) die("out of memory");
+    fputs(text, stdout);
+    free(text);
+    cJSON_Delete(item);
+}
+
+static void encode_or_die(Session *s, const char *text, size_t n, IdList *ids, const char *where) {
+    size_t bad;
+    double t0 = time_now();
+    if (tokenizer_encode(&s->tok, text, n, ids, &bad) != 0) die("%s: invalid UTF-8 at byte %zu", where, bad);
+    s->seconds += time_now() - t0;
+    s->bytes += (int64_t)n;
+    s->tokens += (int64_t)ids->n;
+}
+
+// {"messages": [{"role", "content"}, ...], "add_generation_prompt": bool} -> rendered ChatML.
+static void render_messages(Session *s, const cJSON *msgs, const cJSON *root, Buf *out, const char *where) {
+    if (!s->tok.has_chat_template) die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
+    if (!cJSON_IsArray(msgs)) die("%s: \"messages\" must be an array", where);
+    int n = cJSON_GetArraySize(msgs), i = 0, bad;
+    ChatMessage *m = xcalloc((size_t)n, sizeof *m);
+    for (const cJSON *e = msgs->child; e; e = e->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content))
+            die("%s: message %d needs string \"role\" and \"content\"", where, i);
+        m[i] = (ChatMessage){role->valuestring, content->valuestring};
+    }
+    int gen = json_get_bool_or(root, "add_generation_prompt", 0, where);
+    if (chat_render(&s->tok, m, n, gen, out, &bad) != 0)
+        die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
+    free(m);
+}
+
+static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode) {
+    char where[48];
+    snprintf(where, sizeof where, "stdin line %lld", (long long)lineno);
+    cJSON *root = json_parse_exact(line, strlen(line), NULL);
+    if (!root || !cJSON_IsObject(root)) die("%s: not a JSON object", where);
+    IdList ids = {0};
+    Buf text = {0};
+    if (decode) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "ids");
+        if (!cJSON_IsArray(arr)) die("%s: missing array \"ids\"", where);
+        for (const cJSON *e = arr->child; e; e = e->next) {
+            int64_t id;
+            if (!json_as_int(e, 0, INT32_MAX, &id)) die("%s: ids must be non-negative integers", where);
+            idlist_push(&ids, (int32_t)id);
+        }
+        size_t bad;
+        if (tokenizer_decode(&s->tok, ids.ids, ids.n, &text, &bad) != 0)
+            die("%s: id %d is not in the vocabulary", where, ids.ids[bad]);
+        fputs("{\"text\": ", stdout);
+        print_json_string(text.data ? text.data : "");
+        fputs("}\n", stdout);
+    } else {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text");
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+        if (cJSON_IsString(t)) {
+            encode_or_die(s, t->valuestring, strlen(t->valuestring), &ids, where);
+            fputs("{\"ids\": [", stdout);
+        } else if (msgs) {
+            render_messages(s, msgs, root, &text, where);
+            encode_or_die(s, text.data, text.len, &ids, where);
+            fputs("{\"text\": ", stdout);
+            print_json_string(text.data);
+            fputs(", \"ids\": [", stdout);
+        } else {
+            die("%s: expected {\"text\": \"...\"} or {\"messages\": [...]}", where);
+        }
+        print_ids(ids.ids, ids.n, ", ");
+        fputs("]}\n", stdout);
+    }
+    free(ids.ids);
+    buf_free(&text);
+    cJSON_Delete(root);
+}
+
+static void plain(Session *s, int decode) {
+    Buf in = {0};
+    char chunk[1 << 16];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0) buf_append(&in, chunk, got);
+    if (ferror(stdin)) die("cannot read standard input");
+    IdList ids = {0};
+    if (decode) {  // whitespace-separated ids -> text
+        char *p = in.data ? in.data : "";
+        for (;;) {
+            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+            if (!*p) break;
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v > INT32_MAX) die("stdin: \"%.20s\" is not a token id", p);
+            idlist_push(&ids, (int32_t)v);
+            p = end;
+        }
+        Buf text = {0};
+        size_t bad;
+        if (tokenizer_decode(&s->tok, ids.ids, ids.n, &text, &bad) != 0) die("stdin: id %d is not in the vocabulary", ids.ids[bad]);
+        fwrite(text.data ? text.data : "", 1, text.len, stdout);
+        buf_free(&text);
+    } else {
+        encode_or_die(s, in.data ? in.data : "", in.len, &ids, "stdin");
+        print_ids(ids.ids, ids.n, " ");
+        putchar('\n');
+    }
+    free(ids.ids);
+    buf_free(&in);
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--tokenizer", "PATH", "tokenizer.json, or a model directory holding one", NULL, 1},
+        {"--jsonl", NULL, "JSONL: {\"text\"} or {\"messages\"} lines in, {\"ids\"} lines out", NULL, 0},
+        {"--decode", NULL, "ids to text instead ({\"ids\"} lines with --jsonl)", NULL, 0},
+        {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
+    };
+    CliSpec spec = {"grpo tokenize --tokenizer PATH [--jsonl] [--decode] < in > out",
+                    "Plain mode reads all of stdin as one text and prints its ids separated by spaces (with\n"
+                    "--decode: ids in, text out). With --jsonl each line {\"text\": \"...\"} gives {\"ids\": [...]}, and\n"
+                    "{\"messages\": [{\"role\", \"content\"}, ...], \"add_generation_prompt\": false} gives the ChatML rendering\n"
+                    "{\"text\": \"...\", \"ids\": [...]}; with --decode, {\"ids\": [...]} gives {\"text\": \"...\"}.\n"
+                    "Special-token text inside the input (e.g. \"<|im_end|>\") becomes the special token, as in\n"
+                    "Hugging Face's default.",
+                    opts, sizeof opts / sizeof opts[0]};
+    cli_parse(&spec, argc, argv);
+    int decode = cli_str(&spec, "--decode") != NULL;
+    double t0 = time_now();
+    Session s = {0};
+    tokenizer_load(&s.tok, cli_str(&spec, "--tokenizer"));
+    double load_seconds = time_now() - t0;
+    if (cli_str(&spec, "--jsonl")) {
+        char *line = NULL;
+        size_t cap = 0;
+        int64_t lineno = 0;
+        while (getline(&line, &cap, stdin) >= 0) jsonl_line(&s, line, ++lineno, decode);
+        if (ferror(stdin)) die("cannot read standard input");
+        free(line);
+    } else {
+        plain(&s, decode);
+    }
+    if (fflush(stdout) != 0) die("cannot write to standard output");
+    if (cli_str(&spec, "--stats"))
+        fprintf(stderr, "{\"bytes\": %lld, \"tokens\": %lld, \"load_seconds\": %.3f, \"encode_seconds\": %.4f}\n",
+                (long long)s.bytes, (long long)s.tokens, load_seconds, s.seconds);
+    tokenizer_free(&s.tok);
+    return 0;
+}

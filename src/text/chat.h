@@ -1,0 +1,15 @@
+// Qwen2.5's ChatML chat template, rendered natively (no Jinja):
+//   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
+// When the conversation does not open with a system message, the template's default system
+// prompt (Qwen2.5-Instruct: "You are Qwen, created by Alibaba Cloud. ...") comes first.
+#pragma once
+#include "base/util.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    const char *role;  // "system", "user" or "assistant"
+    const char *content;
+} ChatMessage;
+
+// Appends the rendering to out. Returns -1 (and *bad = the message's index) for an unknown role.
+int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, int add_generation_prompt, Buf *out, int *bad);

@@ -1,0 +1,60 @@
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the Qwen2 family):
+// added tokens matched in the raw text first, NFC normalisation, the Split pre-tokenizer's regex
+// (PCRE2), the ByteLevel byte<->char mapping, rank-ordered BPE merges, and the ByteLevel decoder.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/hash.h"
+#include "base/util.h"
+
+typedef struct {
+    char *content;
+    size_t len;
+    int32_t id;
+    int special;
+} AddedToken;
+
+typedef struct BpeCache BpeCache;
+
+typedef struct {
+    int32_t n_ids;      // highest id + 1, added tokens included
+    char **id_bytes;    // raw bytes each id decodes to (byte-level mapping undone); NULL for gaps
+    uint32_t *id_len;
+    StrMap vocab;       // token string as written in tokenizer.json -> id
+    U64Map merges;      // (left id << 32 | right id) -> (rank << 32 | merged id)
+    int32_t byte_id[256];  // the single-byte token for each byte
+    int ignore_merges;  // a whole word found in the vocab is one token (HF's ignore_merges)
+    AddedToken *added;
+    int n_added;
+    unsigned char added_first[256];  // bytes an added token can start with
+    void *regex;        // pcre2_code *, the Split pattern
+    void *match_data;   // pcre2_match_data *
+    BpeCache *cache;    // recently seen words -> ids
+    // From tokenizer_config.json (-1 / NULL when absent).
+    int32_t eos_id, pad_id;
+    int has_chat_template;
+    char *default_system;  // system prompt the template inserts when the conversation has none
+    char *path;
+} Tokenizer;
+
+// PATH is a tokenizer.json or a directory holding one; tokenizer_config.json beside it is read
+// when present. Dies with a one-line error naming the file on anything unsupported or malformed.
+void tokenizer_load(Tokenizer *t, const char *path);
+void tokenizer_free(Tokenizer *t);
+
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} IdList;
+void idlist_push(IdList *l, int32_t id);
+
+// Appends the ids of text[0..n) to out. Returns 0, or -1 when the text is not valid UTF-8
+// (*bad_offset: where).
+int tokenizer_encode(Tokenizer *t, const char *text, size_t n, IdList *out, size_t *bad_offset);
+// Raw bytes of one id (NULL when the id is outside the vocabulary).
+const char *tokenizer_id_bytes(const Tokenizer *t, int32_t id, size_t *len);
+// Appends the text of ids; invalid UTF-8 from partial tokens becomes U+FFFD (as HF decodes).
+// Returns -1 at the first id outside the vocabulary (*bad_index), else 0.
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index);
+int32_t tokenizer_token_id(const Tokenizer *t, const char *token);  // -1 when absent
