@@ -1,8 +1,10 @@
+#define _GNU_SOURCE  // memmem, strncasecmp
 #include "base/json.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/util.h"
 
@@ -19,6 +21,67 @@ cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
     }
     if (error_offset) *error_offset = (size_t)(end - text);
     return root;
+}
+
+cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
+    *nul_sentinel = 0;
+    if (!memmem(line, len, "\\u0000", 6)) return json_parse_exact(line, len, NULL);
+    // Pick U+FDD0..U+FDEF whose hex digits appear nowhere in the line (so neither raw nor escaped).
+    char hex[9];
+    for (uint32_t c = 0xFDD0; c <= 0xFDEF && !*nul_sentinel; c++) {
+        snprintf(hex, sizeof hex, "%04X", c);
+        int seen = 0;
+        for (size_t i = 0; i + 4 <= len && !seen; i++) seen = strncasecmp(line + i, hex, 4) == 0;
+        unsigned char utf8[3] = {(unsigned char)(0xE0 | c >> 12), (unsigned char)(0x80 | ((c >> 6) & 0x3F)),
+                                 (unsigned char)(0x80 | (c & 0x3F))};
+        if (!seen && !memmem(line, len, utf8, 3)) *nul_sentinel = c;
+    }
+    if (!*nul_sentinel) return NULL;
+    snprintf(hex, sizeof hex, "%04X", *nul_sentinel);
+    char *copy = xmalloc(len + 1);
+    memcpy(copy, line, len);
+    copy[len] = '\0';
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (copy[i] != '\\') continue;  // outside strings a backslash is invalid anyway
+        if (i + 6 <= len && memcmp(copy + i + 1, "u0000", 5) == 0) memcpy(copy + i + 2, hex, 4);
+        i++;  // skip the escaped character: "\\u0000" is a backslash and "u0000"
+    }
+    cJSON *root = json_parse_exact(copy, len, NULL);
+    free(copy);
+    return root;
+}
+
+char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len) {
+    const char *s = item->valuestring;
+    size_t n = strlen(s), out = 0;
+    char *b = xmalloc(n + 1);
+    unsigned char sent[3] = {(unsigned char)(0xE0 | nul_sentinel >> 12), (unsigned char)(0x80 | ((nul_sentinel >> 6) & 0x3F)),
+                             (unsigned char)(0x80 | (nul_sentinel & 0x3F))};
+    for (size_t i = 0; i < n; i++) {
+        if (nul_sentinel && i + 3 <= n && memcmp(s + i, sent, 3) == 0) {
+            b[out++] = '\0';
+            i += 2;
+        } else {
+            b[out++] = s[i];
+        }
+    }
+    b[out] = '\0';
+    *len = out;
+    return b;
+}
+
+void json_write_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
 }
 
 cJSON *json_load_file(const char *path) {

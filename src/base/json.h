@@ -1,10 +1,20 @@
 // cJSON helpers that turn missing keys and wrong types into one-line errors naming file and key.
 #pragma once
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // Parses text[0..len) as exactly one JSON value (only whitespace may follow); NULL otherwise.
 cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
+// One JSONL line. JSON strings may hold U+0000 ("\u0000"), which cJSON's C strings cannot: such
+// escapes are swapped for a noncharacter absent from the line (*nul_sentinel, 0 if none) and
+// json_string_bytes swaps it back. NULL when the line is not exactly one JSON value.
+cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel);
+// A string item's bytes (malloc'd, NUL-terminated) and their length, U+0000 restored.
+char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len);
+// Writes s[0..n) as a JSON string literal (quotes, escapes; other UTF-8 as is).
+void json_write_string(FILE *f, const char *s, size_t n);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON.
 cJSON *json_load_file(const char *path);
 // Required integer / number; `where` names the file for the error message.

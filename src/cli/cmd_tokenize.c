@@ -23,15 +23,6 @@ static void print_ids(const int32_t *ids, size_t n, const char *sep) {
     for (size_t i = 0; i < n; i++) printf(i ? "%s%d" : "%.0s%d", sep, ids[i]);
 }
 
-static void print_json_string(const char *s) {
-    cJSON *item = cJSON_CreateString(s);
-    char *text = item ? cJSON_PrintUnformatted(item) : NULL;
-    if (!text) die("out of memory");
-    fputs(text, stdout);
-    free(text);
-    cJSON_Delete(item);
-}
-
 static void encode_or_die(Session *s, const char *text, size_t n, IdList *ids, const char *where) {
     size_t bad;
     double t0 = time_now();
@@ -42,7 +33,8 @@ static void encode_or_die(Session *s, const char *text, size_t n, IdList *ids, c
 }
 
 // {"messages": [{"role", "content"}, ...], "add_generation_prompt": bool} -> rendered ChatML.
-static void render_messages(Session *s, const cJSON *msgs, const cJSON *root, Buf *out, const char *where) {
+static void render_messages(Session *s, const cJSON *msgs, const cJSON *root, uint32_t nul, Buf *out,
+                            const char *where) {
     if (!s->tok.has_chat_template) die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
     if (!cJSON_IsArray(msgs)) die("%s: \"messages\" must be an array", where);
     int n = cJSON_GetArraySize(msgs), i = 0, bad;
@@ -51,18 +43,21 @@ static void render_messages(Session *s, const cJSON *msgs, const cJSON *root, Bu
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         if (!cJSON_IsString(role) || !cJSON_IsString(content))
             die("%s: message %d needs string \"role\" and \"content\"", where, i);
-        m[i] = (ChatMessage){role->valuestring, content->valuestring};
+        m[i].role = role->valuestring;
+        m[i].content = json_string_bytes(content, nul, &m[i].content_len);
     }
     int gen = json_get_bool_or(root, "add_generation_prompt", 0, where);
     if (chat_render(&s->tok, m, n, gen, out, &bad) != 0)
         die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
+    for (i = 0; i < n; i++) free((char *)m[i].content);
     free(m);
 }
 
 static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode) {
     char where[48];
     snprintf(where, sizeof where, "stdin line %lld", (long long)lineno);
-    cJSON *root = json_parse_exact(line, strlen(line), NULL);
+    uint32_t nul;
+    cJSON *root = json_parse_line(line, strlen(line), &nul);
     if (!root || !cJSON_IsObject(root)) die("%s: not a JSON object", where);
     IdList ids = {0};
     Buf text = {0};
@@ -78,19 +73,22 @@ static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode)
         if (tokenizer_decode(&s->tok, ids.ids, ids.n, &text, &bad) != 0)
             die("%s: id %d is not in the vocabulary", where, ids.ids[bad]);
         fputs("{\"text\": ", stdout);
-        print_json_string(text.data ? text.data : "");
+        json_write_string(stdout, text.data ? text.data : "", text.len);
         fputs("}\n", stdout);
     } else {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text");
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
         if (cJSON_IsString(t)) {
-            encode_or_die(s, t->valuestring, strlen(t->valuestring), &ids, where);
+            size_t n;
+            char *bytes = json_string_bytes(t, nul, &n);
+            encode_or_die(s, bytes, n, &ids, where);
+            free(bytes);
             fputs("{\"ids\": [", stdout);
         } else if (msgs) {
-            render_messages(s, msgs, root, &text, where);
+            render_messages(s, msgs, root, nul, &text, where);
             encode_or_die(s, text.data, text.len, &ids, where);
             fputs("{\"text\": ", stdout);
-            print_json_string(text.data);
+            json_write_string(stdout, text.data, text.len);
             fputs(", \"ids\": [", stdout);
         } else {
             die("%s: expected {\"text\": \"...\"} or {\"messages\": [...]}", where);

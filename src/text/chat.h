@@ -9,6 +9,7 @@
 typedef struct {
     const char *role;  // "system", "user" or "assistant"
     const char *content;
+    size_t content_len;  // content may hold NUL bytes
 } ChatMessage;
 
 // Appends the rendering to out. Returns -1 (and *bad = the message's index) for an unknown role.

