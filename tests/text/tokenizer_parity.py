@@ -172,6 +172,18 @@ def main():
 
     group(["ascii_escaped_input"], "jsonl", escape_checks)
 
+    def string_merges_checks():
+        # Qwen2.5's own tokenizer.json writes merges as "a b" strings; the package uses ["a", "b"].
+        tj = json.loads(Path(TOK_JSON).read_text(encoding="utf-8"))
+        tj["model"]["merges"] = [" ".join(pair) for pair in tj["model"]["merges"]]
+        path = tmp / "tokenizer_string_merges.json"
+        path.write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
+        out = [ids_of(o) for o in grpo(texts, str(path))]
+        bad = [n for n, got, want in zip(names, out, js_ids) if got != want]
+        check("merges/string_form", not bad, f"ids differ on {bad}")
+
+    group(["string_form"], "merges", string_merges_checks)
+
     # ---- plain mode: all of stdin is the text, ids on one line ---------------
     plain = [("echo_english", "Hello world, this is plain mode.\n"),
              ("echo_special_cjk", "<|im_start|>user\n你好，世界 <think>\n"),
