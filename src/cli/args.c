@@ -21,6 +21,7 @@ static void print_help(const CliSpec *spec) {
         snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
         printf("  %-24s %s", left, o->help);
         if (o->required) printf(" (required)");
+        else if (o->repeat) printf(" (repeatable)");
         else if (o->value && o->metavar) printf(" (default: %s)", o->value);
         printf("\n");
     }
@@ -36,12 +37,21 @@ void cli_parse(CliSpec *spec, int argc, char **argv) {
         CliOpt *o = NULL;
         for (int j = 0; j < spec->n; j++)
             if (strcmp(spec->opts[j].name, argv[i]) == 0) o = &spec->opts[j];
-        if (!o) die("unknown option \"%s\" (see --help)", argv[i]);
+        if (!o && argv[i][0] != '-' && spec->n_args < spec->max_args) {
+            if (!spec->args) spec->args = xcalloc((size_t)spec->max_args, sizeof *spec->args);
+            spec->args[spec->n_args++] = argv[i];
+            continue;
+        }
+        if (!o) die("unknown %s \"%s\" (see --help)", argv[i][0] == '-' ? "option" : "argument", argv[i]);
         if (!o->metavar) {
             o->value = "1";
         } else {
             if (i + 1 >= argc) die("option %s needs a value %s", o->name, o->metavar);
             o->value = argv[++i];
+            if (o->repeat) {
+                o->values = xrealloc(o->values, (size_t)(o->n_values + 1) * sizeof *o->values);
+                o->values[o->n_values++] = o->value;
+            }
         }
     }
     for (int j = 0; j < spec->n; j++)
@@ -59,3 +69,14 @@ int64_t cli_int(const CliSpec *spec, const char *name, int64_t lo, int64_t hi) {
         die("option %s: \"%s\" is not an integer in [%lld, %lld]", name, s, (long long)lo, (long long)hi);
     return v;
 }
+
+double cli_double(const CliSpec *spec, const char *name, double lo, double hi) {
+    const char *s = find(spec, name)->value;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("option %s: \"%s\" is not a number in [%g, %g]", name, s, lo, hi);
+    return v;
+}
+
+const CliOpt *cli_opt(const CliSpec *spec, const char *name) { return find(spec, name); }

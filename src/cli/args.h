@@ -8,6 +8,9 @@ typedef struct {
     const char *help;
     const char *value;    // default (NULL: none); after parsing, the given value ("1" for a given flag)
     int required;
+    int repeat;           // may be given many times: every value lands in values[0..n_values)
+    const char **values;
+    int n_values;
 } CliOpt;
 
 typedef struct {
@@ -15,11 +18,16 @@ typedef struct {
     const char *about;  // one paragraph
     CliOpt *opts;
     int n;
+    int max_args;       // positional arguments allowed (0: none)
+    char **args;        // after parsing: the positional arguments
+    int n_args;
 } CliSpec;
 
-// Parses argv[1..argc); prints help and exits 0 on --help/-h; dies on unknown options,
+// Parses argv[1..argc) (the `values` of repeatable options point into argv); prints help and exits 0 on --help/-h; dies on unknown options,
 // missing values and missing required options.
 void cli_parse(CliSpec *spec, int argc, char **argv);
 const char *cli_str(const CliSpec *spec, const char *name);
 // Value of an integer / real option; dies naming the option when malformed or outside [lo, hi].
 int64_t cli_int(const CliSpec *spec, const char *name, int64_t lo, int64_t hi);
+double cli_double(const CliSpec *spec, const char *name, double lo, double hi);
+const CliOpt *cli_opt(const CliSpec *spec, const char *name);

@@ -46,8 +46,8 @@ static void score_flush(Scorer *s, Batch *b) {
     if (N > s->acts.max_tokens) {  // grow the workspace for an unusually long sequence
         arena_free(&s->arena);
         free(s->out);
-        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, N));
-        qwen2_acts_init(&s->acts, &s->m->cfg, N, &s->arena);
+        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, N, N));
+        qwen2_acts_init(&s->acts, &s->m->cfg, N, N, &s->arena);
         s->out = xmalloc((size_t)N * sizeof(float));
     }
     double t0 = time_now();
@@ -109,8 +109,8 @@ int cmd_score(int argc, char **argv) {
     Qwen2 m;
     qwen2_load(&m, cli_str(&spec, "--model"));
     Scorer s = {.m = &m};
-    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, batch_tokens));
-    qwen2_acts_init(&s.acts, &m.cfg, batch_tokens, &s.arena);
+    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, batch_tokens, batch_tokens));
+    qwen2_acts_init(&s.acts, &m.cfg, batch_tokens, batch_tokens, &s.arena);
     s.out = xmalloc((size_t)batch_tokens * sizeof(float));
     double load_seconds = time_now() - t0;
 

@@ -55,6 +55,7 @@ void qwen2_config_check(const Qwen2Config *c, const char *where) {
     if (c->heads % c->kv_heads)
         die("%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", where, (long long)c->heads,
             (long long)c->kv_heads);
+    if (c->heads / c->kv_heads > 128) die("%s: more than 128 query heads per key/value head is unsupported", where);
     if (c->head_dim * c->heads != c->hidden) die("%s: head dimension must be hidden_size / num_attention_heads", where);
     if (c->head_dim % 2) die("%s: head dimension %lld must be even for RoPE", where, (long long)c->head_dim);
     if (!(c->rope_theta > 0) || !(c->eps > 0)) die("%s: rope_theta and rms_norm_eps must be positive", where);
@@ -328,9 +329,9 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
 // forward
 
 // Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, char *base) {
+static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, int64_t max_keys, char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
-    size_t att = attention_scratch_floats(N), lp = logprob_scratch_floats(c->vocab), off = 0;
+    size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab), off = 0;
 #define TAKE(field, count) \
     (a->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
     TAKE(x, N * C);
@@ -345,21 +346,46 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, char *b
     TAKE(scratch, att > lp ? att : lp);
     TAKE(pos, N);
     TAKE(targets, N);
+    TAKE(kv_off, 2 * N);  // int64
+    TAKE(n_keys, N);
 #undef TAKE
     return off;
 }
 
-size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens) {
+size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_keys) {
     Qwen2Acts a;
-    return acts_layout(&a, c, max_tokens, NULL);
+    return acts_layout(&a, c, max_tokens, max_keys, NULL);
 }
 
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, Arena *arena) {
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, int64_t max_keys, Arena *arena) {
     a->max_tokens = max_tokens;
-    acts_layout(a, c, max_tokens, arena_alloc(arena, qwen2_acts_bytes(c, max_tokens)));
+    acts_layout(a, c, max_tokens, max_keys, arena_alloc(arena, qwen2_acts_bytes(c, max_tokens, max_keys)));
 }
 
-void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a) {
+size_t qwen2_kv_bytes_per_token(const Qwen2Config *c) { return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * 4; }
+
+void qwen2_kv_init(Qwen2KV *kv, const Qwen2Config *c, int n_slots, int64_t max_len, Arena *arena) {
+    kv->n_slots = n_slots;
+    kv->max_len = max_len;
+    kv->row = c->kv_heads * c->head_dim;
+    size_t n = (size_t)(c->layers * n_slots * max_len * kv->row);
+    kv->k = arena_alloc(arena, n * 4);
+    kv->v = arena_alloc(arena, n * 4);
+}
+
+static int64_t kv_offset(const Qwen2KV *kv, int64_t layer, int slot) {
+    return ((layer * kv->n_slots + slot) * kv->max_len) * kv->row;
+}
+
+void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n) {
+    for (int64_t l = 0; l < layers; l++) {
+        memcpy(kv->k + kv_offset(kv, l, dst), kv->k + kv_offset(kv, l, src), (size_t)(n * kv->row) * 4);
+        memcpy(kv->v + kv_offset(kv, l, dst), kv->v + kv_offset(kv, l, src), (size_t)(n * kv->row) * 4);
+    }
+}
+
+void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
+                   const int32_t *slots) {
     const Qwen2Config *c = &m->cfg;
     const Qwen2Weights *w = &m->w;
     int64_t N = seq_off[B], C = c->hidden, D = c->head_dim, I = c->inter;
@@ -376,6 +402,11 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
         matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
         rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
         rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+        for (int b = 0; kv && b < B; b++) {
+            size_t bytes = (size_t)((seq_off[b + 1] - seq_off[b]) * KV) * 4;
+            memcpy(kv->k + kv_offset(kv, l, slots[b]), a->k + seq_off[b] * KV, bytes);
+            memcpy(kv->v + kv_offset(kv, l, slots[b]), a->v + seq_off[b] * KV, bytes);
+        }
         attention_forward(a->att, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)D, a->scratch);
         matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, N, Q, C);
         residual_forward(a->x, a->proj, N * C);
@@ -392,9 +423,72 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
 
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
     int64_t N = seq_off[B];
-    qwen2_forward(m, tokens, seq_off, B, a);
+    qwen2_forward(m, tokens, seq_off, B, a, NULL, NULL);
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             a->targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
     logprob_forward(out, a->xn, m->w.lm_head, a->targets, N, m->cfg.hidden, m->cfg.vocab, a->scratch);
+}
+
+void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
+                       int B, Qwen2Acts *a, float *logits) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t C = c->hidden, D = c->head_dim, I = c->inter, Q = c->heads * D, KV = c->kv_heads * D;
+    if (B > a->max_tokens) die("internal: decode batch of %d, workspace holds %lld", B, (long long)a->max_tokens);
+    memcpy(a->pos, pos, (size_t)B * sizeof *pos);
+    for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
+
+    embedding_forward(a->x, tokens, w->embed, B, C);
+    for (int64_t l = 0; l < c->layers; l++) {
+        rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, B, C, c->eps);
+        matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, B, C, Q);
+        matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, B, C, KV);
+        matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, B, C, KV);
+        rope_forward(a->q, a->pos, B, (int)c->heads, (int)D, c->rope_theta);
+        rope_forward(a->k, a->pos, B, (int)c->kv_heads, (int)D, c->rope_theta);
+        for (int b = 0; b < B; b++) {
+            a->kv_off[b] = kv_offset(kv, l, slots[b]) - kv_offset(kv, l, 0);
+            memcpy(kv->k + kv_offset(kv, l, slots[b]) + pos[b] * KV, a->k + b * KV, (size_t)KV * 4);
+            memcpy(kv->v + kv_offset(kv, l, slots[b]) + pos[b] * KV, a->v + b * KV, (size_t)KV * 4);
+        }
+        attention_decode_forward(a->att, a->q, kv->k + kv_offset(kv, l, 0), kv->v + kv_offset(kv, l, 0), a->kv_off, a->n_keys, B,
+                                 (int)c->heads, (int)c->kv_heads, (int)D, a->scratch);
+        matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, B, Q, C);
+        residual_forward(a->x, a->proj, B * C);
+        rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, B, C, c->eps);
+        matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, B, C, I);
+        matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, B, C, I);
+        swiglu_forward(a->gate, a->gate, a->up, B * I);
+        matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, B, I, C);
+        residual_forward(a->x, a->proj, B * C);
+    }
+    rmsnorm_forward(a->xn, a->x, w->norm, B, C, c->eps);
+    matmul_forward(logits, a->xn, w->lm_head, NULL, B, C, c->vocab);
+}
+
+// eos_token_id of one JSON file (int or list) appended to out without duplicates.
+static int add_eos_ids(const char *path, int32_t *out, int n, int max) {
+    if (!file_exists(path)) return n;
+    cJSON *root = json_load_file(path);
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    const cJSON *first = cJSON_IsArray(it) ? it->child : it;
+    for (const cJSON *e = first; e; e = cJSON_IsArray(it) ? e->next : NULL) {
+        int64_t v;
+        if (cJSON_IsNull(e)) continue;
+        if (!json_as_int(e, 0, INT32_MAX, &v)) die("%s: \"eos_token_id\" must be a token id or a list of them", path);
+        int dup = 0;
+        for (int i = 0; i < n; i++) dup |= out[i] == (int32_t)v;
+        if (!dup && n < max) out[n++] = (int32_t)v;
+    }
+    cJSON_Delete(root);
+    return n;
+}
+
+int qwen2_stop_ids(const char *dir, int32_t *out, int max) {
+    char *cfg = path_join(dir, "config.json"), *gen = path_join(dir, "generation_config.json");
+    int n = add_eos_ids(gen, out, add_eos_ids(cfg, out, 0, max), max);
+    free(cfg);
+    free(gen);
+    return n;
 }

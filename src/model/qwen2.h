@@ -79,12 +79,36 @@ typedef struct {
     float *scratch;    // attention / logprob-head scratch
     int32_t *pos;      // (N) position within its sequence
     int32_t *targets;  // (N) next token, -1 at each sequence's last row
+    int64_t *kv_off;   // (N) decode: where each row's cache slot starts
+    int32_t *n_keys;   // (N) decode: how many cached positions each row attends to
 } Qwen2Acts;
 
-size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens);
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, Arena *arena);
+// max_keys: the longest sequence (prefill) or cache (decode) attention will see.
+size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_keys);
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, int64_t max_keys, Arena *arena);
+
+// KV cache for generation: the keys (after RoPE) and values of n_slots sequences of up to
+// max_len positions each, per layer.
+typedef struct {
+    int n_slots;
+    int64_t max_len, row;  // row = KVH*D floats per position
+    float *k, *v;          // (L, n_slots, max_len, row)
+} Qwen2KV;
+
+size_t qwen2_kv_bytes_per_token(const Qwen2Config *c);
+void qwen2_kv_init(Qwen2KV *kv, const Qwen2Config *c, int n_slots, int64_t max_len, Arena *arena);
+// Copies positions [0, n) of slot src into slot dst in every layer (G samples sharing a prompt).
+void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n);
 
 // tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
-void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a);
+// With kv, sequence b's keys and values also go to cache slot slots[b], positions 0..len-1.
+void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
+                   const int32_t *slots);
+// One new token per sequence: tokens[b] at position pos[b] of cache slot slots[b] (which holds
+// positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V).
+void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
+                       int B, Qwen2Acts *a, float *logits);
+// Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
+int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each sequence's last row.
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);

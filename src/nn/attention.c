@@ -4,6 +4,17 @@
 
 #include "nn/ops.h"
 
+// Softmax of each of `rows` rows of n floats, in place.
+static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld, mx = row[0], sum = 0.0f;
+        for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; j++) row[j] *= inv;
+    }
+}
+
 // Queries are processed in blocks so scratch is (block x T) per thread, not (T x T),
 // and keys past the block's last query are never touched (causal).
 #define ATT_QBLOCK 128
@@ -31,20 +42,38 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                 int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale, qh + i0 * qs,
                             (blasint)qs, kh, (blasint)kvs, 0.0f, S, (blasint)nk);
-                for (int64_t r = 0; r < bs; r++) {
-                    float *row = S + r * nk;
-                    int64_t n = i0 + r + 1;  // keys 0..i0+r are visible
-                    float mx = row[0];
-                    for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-                    float sum = 0.0f;
-                    for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
-                    float inv = 1.0f / sum;
-                    for (int64_t j = 0; j < n; j++) row[j] *= inv;
-                    for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
+                for (int64_t r = 0; r < bs; r++) {  // query i0+r sees keys 0..i0+r
+                    softmax_rows(S + r * nk, 1, i0 + r + 1, nk);
+                    for (int64_t j = i0 + r + 1; j < nk; j++) S[r * nk + j] = 0.0f;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, 1.0f, S,
                             (blasint)nk, vh, (blasint)kvs, 0.0f, oh + i0 * qs, (blasint)qs);
             }
+        }
+    }
+}
+
+void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
+                              const int64_t *kv_off, const int32_t *n_keys, int B, int H, int KVH, int D,
+                              float *scratch) {
+    int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
+    int group = H / KVH;
+    float scale = 1.0f / sqrtf((float)D);
+    int32_t max_n = 0;
+    for (int b = 0; b < B; b++) max_n = n_keys[b] > max_n ? n_keys[b] : max_n;
+    // The query heads of one kv head form a (group x D) matrix against the same keys: one sgemm each way.
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < KVH; g++) {
+            float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_n;
+            int64_t n = n_keys[b];
+            const float *qg = q + b * qs + (int64_t)g * group * D;
+            const float *kg = k_cache + kv_off[b] + (int64_t)g * D, *vg = v_cache + kv_off[b] + (int64_t)g * D;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group, (blasint)n, D, scale, qg, D, kg, (blasint)kvs,
+                        0.0f, S, (blasint)n);
+            softmax_rows(S, group, n, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group, D, (blasint)n, 1.0f, S, (blasint)n, vg,
+                        (blasint)kvs, 0.0f, out + b * qs + (int64_t)g * group * D, D);
         }
     }
 }

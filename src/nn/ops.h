@@ -26,6 +26,13 @@ size_t attention_scratch_floats(int64_t max_T);
 void attention_forward(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
                        int H, int KVH, int D, float *scratch);
 
+// Decode attention: one query row per sequence against its cached keys.
+// out, q (B, H*D); sequence b reads n_keys[b] rows of k_cache/v_cache starting at float offset
+// kv_off[b], rows KVH*D floats apart. scratch: attention_scratch_floats(max n_keys) floats.
+void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
+                              const int64_t *kv_off, const int32_t *n_keys, int B, int H, int KVH, int D,
+                              float *scratch);
+
 // out (n) = silu(gate) * up
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
 

@@ -1,0 +1,300 @@
+// grpo generate: sample continuations with the rollout engine (plain text or JSONL).
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/qwen2.h"
+#include "rollout/rollout.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
+
+typedef struct {
+    Tokenizer tok;
+    int has_tok;
+    const Qwen2 *m;
+    const int32_t *stop_ids;
+    int n_stop_ids;
+    Utf8Stream stream;  // plain mode: text printed as it is generated
+} Gen;
+
+static Tokenizer *need_tok(Gen *g, const char *where, const char *what) {
+    if (!g->has_tok) die("%s: %s needs a tokenizer, and the model directory has no tokenizer.json", where, what);
+    return &g->tok;
+}
+
+static void encode_text(Gen *g, const char *text, size_t n, IdList *ids, const char *where) {
+    size_t bad;
+    if (tokenizer_encode(need_tok(g, where, "text input"), text, n, ids, &bad) != 0) die("%s: invalid UTF-8 at byte %zu", where, bad);
+}
+
+// One JSONL input line -> prompt ids (+ per-line max_new_tokens and seed).
+static void parse_prompt(Gen *g, const char *line, const char *where, IdList *ids, RolloutPrompt *p) {
+    uint32_t nul;
+    cJSON *root = json_parse_line(line, strlen(line), &nul);
+    if (!root || !cJSON_IsObject(root)) die("%s: not a JSON object", where);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (cJSON_IsArray(toks)) {
+        for (const cJSON *e = toks->child; e; e = e->next) {
+            int64_t v;
+            if (!json_as_int(e, 0, g->m->cfg.vocab - 1, &v))
+                die("%s: \"tokens\" must hold ids in [0, %lld)", where, (long long)g->m->cfg.vocab);
+            idlist_push(ids, (int32_t)v);
+        }
+    } else if (cJSON_IsString(prompt)) {  // raw text: no chat template
+        size_t n;
+        char *text = json_string_bytes(prompt, nul, &n);
+        encode_text(g, text, n, ids, where);
+        free(text);
+    } else if (cJSON_IsArray(msgs)) {
+        Tokenizer *t = need_tok(g, where, "\"messages\"");
+        if (!t->has_chat_template) die("%s: \"messages\" given but the tokenizer has no chat template", where);
+        int n = cJSON_GetArraySize(msgs), i = 0, bad;
+        ChatMessage *m = xcalloc((size_t)n, sizeof *m);
+        for (const cJSON *e = msgs->child; e; e = e->next, i++) {
+            const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+            if (!cJSON_IsString(role) || !cJSON_IsString(content)) die("%s: message %d needs string \"role\" and \"content\"", where, i);
+            m[i].role = role->valuestring;
+            m[i].content = json_string_bytes(content, nul, &m[i].content_len);
+        }
+        Buf text = {0};
+        if (chat_render(t, m, n, 1, &text, &bad) != 0) die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
+        encode_text(g, text.data, text.len, ids, where);
+        buf_free(&text);
+        for (i = 0; i < n; i++) free((char *)m[i].content);
+        free(m);
+    } else {
+        die("%s: expected {\"tokens\": [...]}, {\"prompt\": \"...\"} or {\"messages\": [...]}", where);
+    }
+    int64_t v = json_get_int_or(root, "max_new_tokens", p->max_new_tokens, where);
+    if (v < 1 || v > INT32_MAX) die("%s: \"max_new_tokens\" must be at least 1", where);
+    p->max_new_tokens = (int)v;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    if (seed && !cJSON_IsNull(seed)) {
+        int64_t sv;
+        if (!json_as_int(seed, 0, INT64_MAX / 2, &sv)) die("%s: \"seed\" must be a non-negative integer", where);
+        p->has_seed = 1;
+        p->seed = (uint64_t)sv;
+    }
+    cJSON_Delete(root);
+}
+
+static void stream_token(void *user, int prompt, int sample, int32_t token) {
+    Gen *g = user;
+    (void)prompt, (void)sample;
+    for (int i = 0; i < g->n_stop_ids; i++)
+        if (token == g->stop_ids[i]) return;
+    size_t len;
+    const char *b = tokenizer_id_bytes(&g->tok, token, &len);
+    Buf out = {0};
+    utf8_stream_push(&g->stream, b ? b : "", b ? len : 0, &out);
+    fwrite(out.data ? out.data : "", 1, out.len, stdout);
+    fflush(stdout);
+    buf_free(&out);
+}
+
+static void print_sample_jsonl(const Gen *g, const RolloutSample *s, int index, int sample) {
+    printf("{\"index\": %d, \"sample\": %d, \"tokens\": [", index, sample);
+    for (int i = 0; i < s->n; i++) printf(i ? ", %d" : "%d", s->tokens[i]);
+    fputs("]", stdout);
+    if (g->has_tok) {
+        Buf text = {0};
+        utf8_append_lossy(&text, s->text.data ? s->text.data : "", (size_t)s->text_end);
+        fputs(", \"text\": ", stdout);
+        json_write_string(stdout, text.data ? text.data : "", text.len);
+        buf_free(&text);
+    }
+    fputs(", \"logprobs\": [", stdout);
+    for (int i = 0; i < s->n; i++) printf(i ? ", %.9g" : "%.9g", (double)s->logprobs[i]);
+    printf("], \"finish_reason\": \"%s\"}\n", s->finish == FINISH_STOP ? "stop" : "length");
+}
+
+static size_t default_kv_budget(const Qwen2Config *c, const RolloutPrompt *p, int n, int G) {
+    int64_t slot = 1;
+    for (int i = 0; i < n; i++) slot = p[i].n + p[i].max_new_tokens > slot ? p[i].n + p[i].max_new_tokens : slot;
+    size_t need = qwen2_kv_bytes_per_token(c) * (size_t)slot * (size_t)n * (size_t)G;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t cap = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 : (size_t)4 << 30;  // a quarter of RAM
+    return need < cap ? need : cap;
+}
+
+int cmd_generate(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--model", "DIR", "Hugging Face model directory (tokenizer.json there for text)", NULL, 1},
+        {"--jsonl", NULL, "JSONL in ({\"tokens\"|\"prompt\"|\"messages\"} lines), one JSON line per sample out", NULL, 0},
+        {"--max-new-tokens", "N", "tokens to generate at most (per line: \"max_new_tokens\")", "256", 0},
+        {"--temperature", "T", "sampling temperature; 0 is greedy", "1.0", 0},
+        {"--top-p", "P", "nucleus sampling mass in (0, 1]", "1.0", 0},
+        {"--top-k", "K", "sample among the K most likely tokens; 0 is off", "0", 0},
+        {"--n", "G", "samples per prompt", "1", 0},
+        {"--seed", "S", "random seed (per line: \"seed\")", "0", 0},
+        {"--stop", "STR", "stop once the generated text contains STR", NULL, 0, 1},
+        {"--raw", NULL, "plain mode: do not apply the chat template", NULL, 0},
+        {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
+        {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
+        {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
+        {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
+    };
+    CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
+                    "Plain mode: the prompt (arguments, else all of stdin) is rendered with the chat template\n"
+                    "when the model has one (--raw: as is) and the text is printed as it is generated.\n"
+                    "--jsonl: lines {\"tokens\": [...]} | {\"prompt\": \"raw text\"} | {\"messages\": [...]}, optional\n"
+                    "\"max_new_tokens\" and \"seed\"; out, one line per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
+                    "\"logprobs\", \"finish_reason\"}. logprobs are log p under softmax(logits / T) before top-k/top-p\n"
+                    "(T = 1 when greedy). Generation stops at the model's eos_token_id (config.json,\n"
+                    "generation_config.json), a --stop string, or the token limit.",
+                    opts, sizeof opts / sizeof opts[0], 64};
+    cli_parse(&spec, argc, argv);
+    RolloutConfig cfg = {0};
+    cfg.sampler.temperature = (float)cli_double(&spec, "--temperature", 0.0, 100.0);
+    cfg.sampler.top_p = (float)cli_double(&spec, "--top-p", 0.0, 1.0);
+    if (cfg.sampler.top_p <= 0) die("option --top-p: must be in (0, 1]");
+    cfg.sampler.top_k = (int)cli_int(&spec, "--top-k", 0, INT32_MAX);
+    int G = (int)cli_int(&spec, "--n", 1, 1 << 16);
+    cfg.seed = (uint64_t)cli_int(&spec, "--seed", 0, INT64_MAX / 2);
+    int max_new = (int)cli_int(&spec, "--max-new-tokens", 1, INT32_MAX);
+    cfg.prefill_tokens = cli_int(&spec, "--prefill-tokens", 1, INT64_C(1) << 24);
+    cfg.share_prefill = cli_str(&spec, "--no-shared-prefill") == NULL;
+    const CliOpt *stop = cli_opt(&spec, "--stop");
+    cfg.stop_strings = stop->values;
+    cfg.n_stop_strings = stop->n_values;
+    for (int i = 0; i < stop->n_values; i++)
+        if (!stop->values[i][0]) die("option --stop: the stop string is empty");
+    int jsonl = cli_str(&spec, "--jsonl") != NULL;
+    if (jsonl && spec.n_args) die("a prompt argument was given with --jsonl; prompts come from stdin");
+
+    const char *dir = cli_str(&spec, "--model");
+    Qwen2 m;
+    qwen2_load(&m, dir);
+    Gen g = {.m = &m};
+    char *tok_path = path_join(dir, "tokenizer.json");
+    if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
+    free(tok_path);
+    if (cfg.n_stop_strings) need_tok(&g, "option --stop", "a stop string");
+    int32_t stop_ids[16];
+    int n_stop = qwen2_stop_ids(dir, stop_ids, 16);
+    if (g.has_tok && g.tok.eos_id >= 0 && n_stop < 16) {
+        int dup = 0;
+        for (int i = 0; i < n_stop; i++) dup |= stop_ids[i] == g.tok.eos_id;
+        if (!dup) stop_ids[n_stop++] = g.tok.eos_id;
+    }
+    cfg.stop_ids = g.stop_ids = stop_ids;
+    cfg.n_stop_ids = g.n_stop_ids = n_stop;
+
+    // All input is read and checked before anything is generated: an error leaves stdout empty.
+    int n_prompts = 0, cap = 0;
+    RolloutPrompt *prompts = NULL;
+    IdList *ids = NULL;
+    char where[48];
+    if (jsonl) {
+        char *line = NULL;
+        size_t line_cap = 0;
+        while (getline(&line, &line_cap, stdin) >= 0) {
+            if (n_prompts == cap) {
+                cap = cap ? 2 * cap : 16;
+                prompts = xrealloc(prompts, (size_t)cap * sizeof *prompts);
+                ids = xrealloc(ids, (size_t)cap * sizeof *ids);
+            }
+            snprintf(where, sizeof where, "stdin line %d", n_prompts + 1);
+            ids[n_prompts] = (IdList){0};
+            prompts[n_prompts] = (RolloutPrompt){.max_new_tokens = max_new};
+            parse_prompt(&g, line, where, &ids[n_prompts], &prompts[n_prompts]);
+            n_prompts++;
+        }
+        free(line);
+    } else {
+        Buf text = {0};
+        for (int i = 0; i < spec.n_args; i++) {
+            if (i) buf_append(&text, " ", 1);
+            buf_append(&text, spec.args[i], strlen(spec.args[i]));
+        }
+        char chunk[1 << 16];
+        size_t got;
+        while (!spec.n_args && (got = fread(chunk, 1, sizeof chunk, stdin)) > 0) buf_append(&text, chunk, got);
+        prompts = xcalloc(1, sizeof *prompts);
+        ids = xcalloc(1, sizeof *ids);
+        prompts[0].max_new_tokens = max_new;
+        snprintf(where, sizeof where, "prompt");
+        Tokenizer *t = need_tok(&g, where, "a text prompt");
+        if (t->has_chat_template && !cli_str(&spec, "--raw")) {
+            ChatMessage msg = {"user", text.data ? text.data : "", text.len};
+            Buf rendered = {0};
+            int bad;
+            chat_render(t, &msg, 1, 1, &rendered, &bad);
+            encode_text(&g, rendered.data, rendered.len, &ids[0], where);
+            buf_free(&rendered);
+        } else {
+            encode_text(&g, text.data ? text.data : "", text.len, &ids[0], where);
+        }
+        buf_free(&text);
+        n_prompts = 1;
+    }
+    if (ferror(stdin)) die("cannot read standard input");
+    for (int i = 0; i < n_prompts; i++) {
+        snprintf(where, sizeof where, jsonl ? "stdin line %d" : "prompt", i + 1);
+        prompts[i].ids = ids[i].ids;
+        prompts[i].n = (int64_t)ids[i].n;
+        if (prompts[i].n == 0) die("%s: the prompt is empty", where);
+        if (prompts[i].n + prompts[i].max_new_tokens > m.cfg.max_pos)
+            die("%s: %lld prompt tokens + %d new tokens exceed max_position_embeddings %lld", where,
+                (long long)prompts[i].n, prompts[i].max_new_tokens, (long long)m.cfg.max_pos);
+    }
+    cfg.kv_budget_bytes = cli_str(&spec, "--kv-cache-mb")
+                              ? (size_t)cli_int(&spec, "--kv-cache-mb", 1, INT64_C(1) << 30) << 20
+                              : default_kv_budget(&m.cfg, prompts, n_prompts, G);
+
+    RolloutSample *out = xcalloc((size_t)n_prompts * (size_t)G, sizeof *out);
+    RolloutStats st;
+    int stream = !jsonl && G == 1 && cfg.n_stop_strings == 0;
+    rollout_generate(&m, g.has_tok ? &g.tok : NULL, &cfg, prompts, n_prompts, G, out, &st, stream ? stream_token : NULL, &g);
+    if (stream) {
+        Buf tail = {0};
+        utf8_stream_finish(&g.stream, &tail);
+        fwrite(tail.data ? tail.data : "", 1, tail.len, stdout);
+        fputc('\n', stdout);
+        buf_free(&tail);
+    }
+    for (int i = 0; i < n_prompts; i++)
+        for (int j = 0; j < G; j++) {
+            const RolloutSample *s = &out[i * G + j];
+            if (jsonl) {
+                print_sample_jsonl(&g, s, i, j);
+            } else if (!stream) {
+                Buf text = {0};
+                utf8_append_lossy(&text, s->text.data ? s->text.data : "", (size_t)s->text_end);
+                if (G > 1) printf("%s[sample %d]\n", j ? "\n" : "", j);
+                fwrite(text.data ? text.data : "", 1, text.len, stdout);
+                fputc('\n', stdout);
+                buf_free(&text);
+            }
+        }
+    if (fflush(stdout) != 0) die("cannot write to standard output");
+    if (cli_str(&spec, "--stats"))
+        fprintf(stderr,
+                "{\"prompts\": %d, \"samples\": %d, \"prompt_tokens\": %lld, \"generated_tokens\": %lld, "
+                "\"prefill_seconds\": %.3f, \"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, "
+                "\"kv_cache_bytes\": %zu, \"kv_bytes_per_token\": %zu, \"waves\": %d}\n",
+                n_prompts, n_prompts * G, (long long)st.prompt_tokens, (long long)st.generated_tokens, st.prefill_seconds,
+                st.decode_seconds,
+                st.decode_seconds > 0 ? (double)(st.generated_tokens - (int64_t)n_prompts * G) / st.decode_seconds : 0.0,
+                st.kv_bytes, st.kv_bytes_per_token, st.waves);
+    for (int i = 0; i < n_prompts * G; i++) rollout_sample_free(&out[i]);
+    for (int i = 0; i < n_prompts; i++) free(ids[i].ids);
+    free(out);
+    free(ids);
+    free(prompts);
+    free(spec.args);
+    free((void *)stop->values);
+    if (g.has_tok) tokenizer_free(&g.tok);
+    qwen2_free(&m);
+    return 0;
+}

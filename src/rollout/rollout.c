@@ -1,0 +1,172 @@
+#define _GNU_SOURCE  // memmem
+#include "rollout/rollout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/arena.h"
+#include "base/hash.h"
+#include "base/util.h"
+#include "nn/ops.h"
+
+typedef struct {
+    int prompt, sample, slot;
+    int64_t pos;  // position of the next token to feed
+    int32_t last;
+    Rng rng;
+    int done;
+} Seq;
+
+static void sample_init(RolloutSample *s, int cap) {
+    memset(s, 0, sizeof *s);
+    s->tokens = xmalloc((size_t)cap * sizeof *s->tokens);
+    s->logprobs = xmalloc((size_t)cap * sizeof *s->logprobs);
+}
+
+void rollout_sample_free(RolloutSample *s) {
+    free(s->tokens);
+    free(s->logprobs);
+    buf_free(&s->text);
+    memset(s, 0, sizeof *s);
+}
+
+static void seq_seed(Seq *q, const RolloutConfig *cfg, const RolloutPrompt *p, int index) {
+    uint64_t key[3] = {p->has_seed ? p->seed : cfg->seed, p->has_seed ? 0 : (uint64_t)index + 1, (uint64_t)q->sample};
+    rng_init(&q->rng, hash_bytes(key, sizeof key));
+}
+
+// Samples the next token of q from logits, records it, and decides whether q is finished.
+static void seq_step(Seq *q, const float *logits, const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg,
+                     const RolloutPrompt *p, RolloutSample *out, SamplerScratch *scr, RolloutTokenFn fn, void *user) {
+    float lp;
+    int32_t id = sampler_sample(&cfg->sampler, logits, m->cfg.vocab, &q->rng, scr, &lp);
+    out->tokens[out->n] = id;
+    out->logprobs[out->n++] = lp;
+    q->last = id;
+    q->pos++;
+    if (fn) fn(user, q->prompt, q->sample, id);
+    for (int i = 0; i < cfg->n_stop_ids; i++)
+        if (id == cfg->stop_ids[i]) q->done = 1, out->finish = FINISH_STOP;
+    if (tok && !q->done) {  // the text leaves out a final stop token, as vLLM and TRL do
+        size_t len, before = out->text.len;
+        const char *b = tokenizer_id_bytes(tok, id, &len);
+        buf_append(&out->text, b ? b : "", b ? len : 0);
+        out->text_end = (int64_t)out->text.len;
+        for (int i = 0; i < cfg->n_stop_strings && !q->done; i++) {
+            size_t sl = strlen(cfg->stop_strings[i]), from = before >= sl ? before - sl + 1 : 0;
+            const char *hit = memmem(out->text.data + from, out->text.len - from, cfg->stop_strings[i], sl);
+            if (hit) q->done = 1, out->finish = FINISH_STOP, out->text_end = hit - out->text.data;
+        }
+    }
+    if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+}
+
+void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
+                      int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
+    const Qwen2Config *c = &m->cfg;
+    memset(stats, 0, sizeof *stats);
+    // One slot length for all: the longest prompt plus its new tokens.
+    int64_t slot_len = 1, max_prompt = 1;
+    for (int i = 0; i < n_prompts; i++) {
+        if (prompts[i].n + prompts[i].max_new_tokens > slot_len) slot_len = prompts[i].n + prompts[i].max_new_tokens;
+        if (prompts[i].n > max_prompt) max_prompt = prompts[i].n;
+        stats->prompt_tokens += prompts[i].n;
+    }
+    size_t per_token = qwen2_kv_bytes_per_token(c);
+    int64_t fit = (int64_t)(cfg->kv_budget_bytes / (per_token * (size_t)slot_len));
+    if (fit < G)
+        die("the KV cache budget (%zu MB) holds %lld sequences of %lld tokens; one prompt's %d samples need %zu MB",
+            cfg->kv_budget_bytes >> 20, (long long)fit, (long long)slot_len, G, (per_token * (size_t)slot_len * (size_t)G + (1u << 20) - 1) >> 20);
+    int per_wave = (int)(fit / G < n_prompts ? fit / G : n_prompts);
+    int n_slots = per_wave * G;
+    int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
+    int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
+
+    Arena arena;
+    size_t kv_bytes = 2 * (size_t)(c->layers * n_slots * slot_len * c->kv_heads * c->head_dim) * 4;
+    size_t logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
+    arena_init(&arena, kv_bytes + qwen2_acts_bytes(c, act_rows, slot_len) + logit_bytes + 4 * 64);
+    Qwen2KV kv;
+    Qwen2Acts acts;
+    qwen2_kv_init(&kv, c, n_slots, slot_len, &arena);
+    qwen2_acts_init(&acts, c, act_rows, slot_len, &arena);
+    float *logits = arena_alloc(&arena, logit_bytes);
+    stats->kv_bytes = kv_bytes;
+    stats->kv_bytes_per_token = per_token;
+
+    Seq *seqs = xcalloc((size_t)n_slots, sizeof *seqs);
+    int32_t *tokens = xmalloc((size_t)act_rows * sizeof *tokens), *slots = xmalloc((size_t)act_rows * sizeof *slots);
+    int32_t *pos = xmalloc((size_t)n_slots * sizeof *pos);
+    int64_t *seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *seq_off);
+    int *row_seq = xmalloc((size_t)act_rows * sizeof *row_seq);  // prefill batch entry -> first Seq it feeds
+    SamplerScratch scr = {xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
+
+    for (int p0 = 0; p0 < n_prompts; p0 += per_wave) {
+        int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts, n_seq = (p1 - p0) * G;
+        stats->waves++;
+        for (int s = 0; s < n_seq; s++) {
+            Seq *q = &seqs[s];
+            *q = (Seq){.prompt = p0 + s / G, .sample = s % G, .slot = s, .pos = prompts[p0 + s / G].n};
+            seq_seed(q, cfg, &prompts[q->prompt], q->prompt);
+            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens);
+        }
+        // Prefill: each prompt once (then copied to its other samples), or once per sample.
+        double t0 = time_now();
+        int step = cfg->share_prefill ? G : 1;
+        for (int s = 0; s < n_seq;) {
+            int B = 0;
+            seq_off[0] = 0;
+            for (; s < n_seq; s += step) {
+                const RolloutPrompt *p = &prompts[seqs[s].prompt];
+                if (B > 0 && seq_off[B] + p->n > prefill_rows) break;
+                memcpy(tokens + seq_off[B], p->ids, (size_t)p->n * sizeof *tokens);
+                slots[B] = seqs[s].slot;
+                row_seq[B] = s;
+                seq_off[B + 1] = seq_off[B] + p->n;
+                B++;
+            }
+            qwen2_forward(m, tokens, seq_off, B, &acts, &kv, slots);
+            for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
+                memcpy(acts.proj + b * c->hidden, acts.xn + (seq_off[b + 1] - 1) * c->hidden, (size_t)c->hidden * 4);
+            matmul_forward(logits, acts.proj, m->w.lm_head, NULL, B, c->hidden, c->vocab);
+            for (int b = 0; b < B; b++)
+                for (int j = 0; j < step; j++) {
+                    Seq *q = &seqs[row_seq[b] + j];
+                    if (j > 0) qwen2_kv_copy(&kv, c->layers, q->slot, seqs[row_seq[b]].slot, prompts[q->prompt].n);
+                    seq_step(q, logits + (int64_t)b * c->vocab, m, tok, cfg, &prompts[q->prompt],
+                             &out[q->prompt * G + q->sample], &scr, fn, user);
+                }
+        }
+        stats->prefill_seconds += time_now() - t0;
+        // Decode: every unfinished sequence advances one token per step; finished ones drop out.
+        t0 = time_now();
+        for (;;) {
+            int B = 0;
+            for (int s = 0; s < n_seq; s++)
+                if (!seqs[s].done) {
+                    tokens[B] = seqs[s].last;
+                    slots[B] = seqs[s].slot;
+                    pos[B] = (int32_t)seqs[s].pos - 1;  // the last sampled token sits at pos - 1
+                    row_seq[B++] = s;
+                }
+            if (B == 0) break;
+            qwen2_decode_step(m, &kv, tokens, slots, pos, B, &acts, logits);
+            for (int b = 0; b < B; b++) {
+                Seq *q = &seqs[row_seq[b]];
+                seq_step(q, logits + (int64_t)b * c->vocab, m, tok, cfg, &prompts[q->prompt],
+                         &out[q->prompt * G + q->sample], &scr, fn, user);
+            }
+        }
+        stats->decode_seconds += time_now() - t0;
+    }
+    for (int i = 0; i < n_prompts * G; i++) stats->generated_tokens += out[i].n;
+    free(scr.prob);
+    free(scr.idx);
+    free(row_seq);
+    free(seq_off);
+    free(pos);
+    free(slots);
+    free(tokens);
+    free(seqs);
+    arena_free(&arena);
+}

@@ -1,0 +1,56 @@
+// The generation engine GRPO's rollout phase calls: prompts x G samples, batched decode over a
+// KV cache, on the policy's own weight buffers (no copy).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/qwen2.h"
+#include "rollout/sampler.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    SamplerConfig sampler;
+    uint64_t seed;
+    const int32_t *stop_ids;  // end the sample (the id is kept as its last token)
+    int n_stop_ids;
+    const char *const *stop_strings;  // end the sample once its text contains one (needs a tokenizer)
+    int n_stop_strings;
+    size_t kv_budget_bytes;  // KV cache memory; prompts beyond it run in later waves
+    int share_prefill;       // prefill each prompt once and copy its cache to its G samples
+    int64_t prefill_tokens;  // tokens per prefill forward pass
+} RolloutConfig;
+
+typedef struct {
+    const int32_t *ids;
+    int64_t n;
+    int max_new_tokens;
+    int has_seed;  // sample j of this prompt is seeded by (seed, j) instead of (config seed, index, j)
+    uint64_t seed;
+} RolloutPrompt;
+
+typedef enum { FINISH_LENGTH, FINISH_STOP } FinishReason;
+
+typedef struct {
+    int32_t *tokens;  // generated ids only
+    float *logprobs;  // log p of each under softmax(logits / T), before top-k/top-p
+    int n;
+    FinishReason finish;
+    Buf text;          // raw bytes of the generated tokens but a final stop token (with a tokenizer)
+    int64_t text_end;  // bytes of `text` before a stop string, or text.len
+} RolloutSample;
+
+typedef struct {
+    double prefill_seconds, decode_seconds;
+    int64_t prompt_tokens, generated_tokens;
+    size_t kv_bytes, kv_bytes_per_token;
+    int waves;
+} RolloutStats;
+
+// Called after every token, for streaming output; may be NULL.
+typedef void (*RolloutTokenFn)(void *user, int prompt, int sample, int32_t token);
+
+// Fills out[prompt * G + sample]. tok may be NULL when there are no stop strings. Dies when one
+// prompt's G samples do not fit the KV budget.
+void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
+                      int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user);
+void rollout_sample_free(RolloutSample *s);
