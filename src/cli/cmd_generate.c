@@ -55,23 +55,11 @@ static void parse_prompt(Gen *g, const char *line, const char *where, IdList *id
         char *text = json_string_bytes(prompt, nul, &n);
         encode_text(g, text, n, ids, where);
         free(text);
-    } else if (cJSON_IsArray(msgs)) {
-        Tokenizer *t = need_tok(g, where, "\"messages\"");
-        if (!t->has_chat_template) die("%s: \"messages\" given but the tokenizer has no chat template", where);
-        int n = cJSON_GetArraySize(msgs), i = 0, bad;
-        ChatMessage *m = xcalloc((size_t)n, sizeof *m);
-        for (const cJSON *e = msgs->child; e; e = e->next, i++) {
-            const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-            if (!cJSON_IsString(role) || !cJSON_IsString(content)) die("%s: message %d needs string \"role\" and \"content\"", where, i);
-            m[i].role = role->valuestring;
-            m[i].content = json_string_bytes(content, nul, &m[i].content_len);
-        }
+    } else if (msgs) {
         Buf text = {0};
-        if (chat_render(t, m, n, 1, &text, &bad) != 0) die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
+        chat_render_json(need_tok(g, where, "\"messages\""), msgs, nul, 1, &text, where);
         encode_text(g, text.data, text.len, ids, where);
         buf_free(&text);
-        for (i = 0; i < n; i++) free((char *)m[i].content);
-        free(m);
     } else {
         die("%s: expected {\"tokens\": [...]}, {\"prompt\": \"...\"} or {\"messages\": [...]}", where);
     }

@@ -32,27 +32,6 @@ static void encode_or_die(Session *s, const char *text, size_t n, IdList *ids, c
     s->tokens += (int64_t)ids->n;
 }
 
-// {"messages": [{"role", "content"}, ...], "add_generation_prompt": bool} -> rendered ChatML.
-static void render_messages(Session *s, const cJSON *msgs, const cJSON *root, uint32_t nul, Buf *out,
-                            const char *where) {
-    if (!s->tok.has_chat_template) die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
-    if (!cJSON_IsArray(msgs)) die("%s: \"messages\" must be an array", where);
-    int n = cJSON_GetArraySize(msgs), i = 0, bad;
-    ChatMessage *m = xcalloc((size_t)n, sizeof *m);
-    for (const cJSON *e = msgs->child; e; e = e->next, i++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content))
-            die("%s: message %d needs string \"role\" and \"content\"", where, i);
-        m[i].role = role->valuestring;
-        m[i].content = json_string_bytes(content, nul, &m[i].content_len);
-    }
-    int gen = json_get_bool_or(root, "add_generation_prompt", 0, where);
-    if (chat_render(&s->tok, m, n, gen, out, &bad) != 0)
-        die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
-    for (i = 0; i < n; i++) free((char *)m[i].content);
-    free(m);
-}
-
 static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode) {
     char where[48];
     snprintf(where, sizeof where, "stdin line %lld", (long long)lineno);
@@ -85,7 +64,7 @@ static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode)
             free(bytes);
             fputs("{\"ids\": [", stdout);
         } else if (msgs) {
-            render_messages(s, msgs, root, nul, &text, where);
+            chat_render_json(&s->tok, msgs, nul, json_get_bool_or(root, "add_generation_prompt", 0, where), &text, where);
             encode_or_die(s, text.data, text.len, &ids, where);
             fputs("{\"text\": ", stdout);
             json_write_string(stdout, text.data, text.len);

@@ -384,41 +384,55 @@ void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n) {
     }
 }
 
+// The halves of a transformer block shared by prefill and decode, over N rows of a.
+static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
+    rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, N, C, c->eps);
+    matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
+    matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
+    matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
+    rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
+    rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+}
+
+// a->att (attention output) -> o_proj + residual, then the MLP + residual.
+static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
+    matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, N, Q, C);
+    residual_forward(a->x, a->proj, N * C);
+    rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, N, C, c->eps);
+    matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, N, C, I);
+    matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, N, C, I);
+    swiglu_forward(a->gate, a->gate, a->up, N * I);
+    matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, N, I, C);
+    residual_forward(a->x, a->proj, N * C);
+}
+
 void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
                    const int32_t *slots) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
-    int64_t N = seq_off[B], C = c->hidden, D = c->head_dim, I = c->inter;
-    int64_t Q = c->heads * D, KV = c->kv_heads * D;
+    int64_t N = seq_off[B], KV = c->kv_heads * c->head_dim;
     if (N > a->max_tokens) die("internal: forward over %lld tokens, workspace holds %lld", (long long)N, (long long)a->max_tokens);
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
 
-    embedding_forward(a->x, tokens, w->embed, N, C);
+    embedding_forward(a->x, tokens, m->w.embed, N, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
-        rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, N, C, c->eps);
-        matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
-        matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
-        matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
-        rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
-        rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
-        for (int b = 0; kv && b < B; b++) {
+        qkv_block(m, l, N, a);
+        for (int b = 0; kv && b < B; b++) {  // the prompt's keys and values start its cache slot
             size_t bytes = (size_t)((seq_off[b + 1] - seq_off[b]) * KV) * 4;
             memcpy(kv->k + kv_offset(kv, l, slots[b]), a->k + seq_off[b] * KV, bytes);
             memcpy(kv->v + kv_offset(kv, l, slots[b]), a->v + seq_off[b] * KV, bytes);
         }
-        attention_forward(a->att, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)D, a->scratch);
-        matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, N, Q, C);
-        residual_forward(a->x, a->proj, N * C);
-
-        rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, N, C, c->eps);
-        matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, N, C, I);
-        matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, N, C, I);
-        swiglu_forward(a->gate, a->gate, a->up, N * I);
-        matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, N, I, C);
-        residual_forward(a->x, a->proj, N * C);
+        attention_forward(a->att, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)c->head_dim,
+                          a->scratch);
+        out_mlp_block(m, l, N, a);
     }
-    rmsnorm_forward(a->xn, a->x, w->norm, N, C, c->eps);
+    rmsnorm_forward(a->xn, a->x, m->w.norm, N, c->hidden, c->eps);
 }
 
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
@@ -433,38 +447,26 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
                        int B, Qwen2Acts *a, float *logits) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
-    int64_t C = c->hidden, D = c->head_dim, I = c->inter, Q = c->heads * D, KV = c->kv_heads * D;
+    int64_t KV = c->kv_heads * c->head_dim;
     if (B > a->max_tokens) die("internal: decode batch of %d, workspace holds %lld", B, (long long)a->max_tokens);
     memcpy(a->pos, pos, (size_t)B * sizeof *pos);
     for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
 
-    embedding_forward(a->x, tokens, w->embed, B, C);
+    embedding_forward(a->x, tokens, m->w.embed, B, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
-        rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, B, C, c->eps);
-        matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, B, C, Q);
-        matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, B, C, KV);
-        matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, B, C, KV);
-        rope_forward(a->q, a->pos, B, (int)c->heads, (int)D, c->rope_theta);
-        rope_forward(a->k, a->pos, B, (int)c->kv_heads, (int)D, c->rope_theta);
-        for (int b = 0; b < B; b++) {
+        qkv_block(m, l, B, a);
+        float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
+        for (int b = 0; b < B; b++) {  // append the new key/value, then attend over the whole slot
             a->kv_off[b] = kv_offset(kv, l, slots[b]) - kv_offset(kv, l, 0);
-            memcpy(kv->k + kv_offset(kv, l, slots[b]) + pos[b] * KV, a->k + b * KV, (size_t)KV * 4);
-            memcpy(kv->v + kv_offset(kv, l, slots[b]) + pos[b] * KV, a->v + b * KV, (size_t)KV * 4);
+            memcpy(k0 + a->kv_off[b] + pos[b] * KV, a->k + b * KV, (size_t)KV * 4);
+            memcpy(v0 + a->kv_off[b] + pos[b] * KV, a->v + b * KV, (size_t)KV * 4);
         }
-        attention_decode_forward(a->att, a->q, kv->k + kv_offset(kv, l, 0), kv->v + kv_offset(kv, l, 0), a->kv_off, a->n_keys, B,
-                                 (int)c->heads, (int)c->kv_heads, (int)D, a->scratch);
-        matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, B, Q, C);
-        residual_forward(a->x, a->proj, B * C);
-        rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, B, C, c->eps);
-        matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, B, C, I);
-        matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, B, C, I);
-        swiglu_forward(a->gate, a->gate, a->up, B * I);
-        matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, B, I, C);
-        residual_forward(a->x, a->proj, B * C);
+        attention_decode_forward(a->att, a->q, k0, v0, a->kv_off, a->n_keys, B, (int)c->heads, (int)c->kv_heads,
+                                 (int)c->head_dim, a->scratch);
+        out_mlp_block(m, l, B, a);
     }
-    rmsnorm_forward(a->xn, a->x, w->norm, B, C, c->eps);
-    matmul_forward(logits, a->xn, w->lm_head, NULL, B, C, c->vocab);
+    rmsnorm_forward(a->xn, a->x, m->w.norm, B, c->hidden, c->eps);
+    matmul_forward(logits, a->xn, m->w.lm_head, NULL, B, c->hidden, c->vocab);
 }
 
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.

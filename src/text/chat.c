@@ -1,6 +1,9 @@
 #include "text/chat.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/json.h"
 
 static void turn(Buf *out, const char *role, const char *content, size_t len) {
     buf_append(out, "<|im_start|>", 12);
@@ -21,4 +24,23 @@ int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, int add_gene
     if (add_generation_prompt) buf_append(out, "<|im_start|>assistant\n", 22);
     if (!out->data) buf_append(out, "", 0);
     return 0;
+}
+
+void chat_render_json(const Tokenizer *t, const cJSON *msgs, uint32_t nul_sentinel, int add_generation_prompt,
+                      Buf *out, const char *where) {
+    if (!t->has_chat_template) die("%s: \"messages\" given but %s has no chat template", where, t->path);
+    if (!cJSON_IsArray(msgs)) die("%s: \"messages\" must be an array", where);
+    int n = cJSON_GetArraySize(msgs), i = 0, bad;
+    ChatMessage *m = xcalloc((size_t)n, sizeof *m);
+    for (const cJSON *e = msgs->child; e; e = e->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content))
+            die("%s: message %d needs string \"role\" and \"content\"", where, i);
+        m[i].role = role->valuestring;
+        m[i].content = json_string_bytes(content, nul_sentinel, &m[i].content_len);
+    }
+    if (chat_render(t, m, n, add_generation_prompt, out, &bad) != 0)
+        die("%s: message %d has role \"%s\" (supported: system, user, assistant)", where, bad, m[bad].role);
+    for (i = 0; i < n; i++) free((char *)m[i].content);
+    free(m);
 }

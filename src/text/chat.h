@@ -3,6 +3,9 @@
 // When the conversation does not open with a system message, the template's default system
 // prompt (Qwen2.5-Instruct: "You are Qwen, created by Alibaba Cloud. ...") comes first.
 #pragma once
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
 #include "base/util.h"
 #include "text/tokenizer.h"
 
@@ -14,3 +17,7 @@ typedef struct {
 
 // Appends the rendering to out. Returns -1 (and *bad = the message's index) for an unknown role.
 int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, int add_generation_prompt, Buf *out, int *bad);
+// The same from a JSON array of {"role", "content"} (a JSONL line's "messages"; nul_sentinel from
+// json_parse_line). Dies naming `where` when the tokenizer has no chat template or a message is bad.
+void chat_render_json(const Tokenizer *t, const cJSON *msgs, uint32_t nul_sentinel, int add_generation_prompt,
+                      Buf *out, const char *where);

@@ -102,7 +102,8 @@ def validate(d, lines, opts, recs):
         if t[-1] in eos:
             ok = fin == "stop"
         else:
-            ok = (fin == "length") == (len(t) == limit) if "--stop" in opts else fin == "length" and len(t) == limit
+            # a stop string may also end a sample exactly at the limit
+            ok = fin == "length" and len(t) == limit or fin == "stop" and "--stop" in opts
         if not ok:
             raise AssertionError(f"{what}: finish_reason {fin!r} with {len(t)} tokens (limit {limit}, last {t[-1]})")
 
@@ -350,12 +351,15 @@ def g_sampler(check):
 
 def g_repro(check):
     """5. samples depend on (seed, index, sample) only."""
-    d = DIRS["kv"]
-    V = refm(d).V
+    d, V = DIRS["kv"], MODELS["kv"]["vocab"]
     lines = [{"tokens": p} for p in rand_prompts(5, [8, 12, 16, 24], V)]
     new, n = 16, 3
-    opts = ["--n", n, "--seed", 7, "--temperature", 1, "--max-new-tokens", new]
-    base, st = generate(d, lines, *opts, "--stats")
+
+    def run(lines, *extra, seed=7, env=None):
+        recs, st = generate(d, lines, "--n", n, "--seed", seed, "--temperature", 1, "--max-new-tokens", new, *extra,
+                            env=dict(os.environ, **(env or {})))
+        return by_key(recs), st
+    want, st = run(lines, "--stats")
     want = by_key(base)
     keys = ("prompts", "samples", "prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
             "decode_tokens_per_second", "kv_cache_bytes", "kv_bytes_per_token", "waves")
@@ -364,34 +368,36 @@ def g_repro(check):
           "--stats line: all fields, counts match the output", json.dumps(st)[:200])
 
     # (b) a line alone is at index 0, so compare it with a batch that starts with it: rotations
-    alone = [by_key(generate(d, [l], *opts)[0]) for l in lines]
-    rot = [by_key(generate(d, lines[i:] + lines[:i], *opts)[0]) if i else want for i in range(4)]
+    alone = [run([l])[0] for l in lines]
+    rot = [run(lines[i:] + lines[:i])[0] if i else want for i in range(4)]
     bad = [i for i in range(4) if any(alone[i][0, j] != rot[i][0, j] for j in range(n))]
     check(not bad, "one line per run == same line first in a batch of 4", f"differ for lines {bad}")
     other = [lines[0], {"tokens": [3]}, lines[2], {"tokens": rand_prompts(6, [140], V)[0]}]
-    got = by_key(generate(d, other, *opts)[0])
+    got = run(other)[0]
     check(all(got[i, j] == want[i, j] for i in (0, 2) for j in range(n)),
           "other lines replaced (lengths 1 and 140): lines 0 and 2 unchanged")
 
-    # (c)-(e)
-    mb = math.ceil(1.25 * n * (max(len(l["tokens"]) for l in lines) + new) * st["kv_bytes_per_token"] / 2 ** 20)
-    runs = [("OMP_NUM_THREADS=1", [], {"OMP_NUM_THREADS": "1"}), ("OMP_NUM_THREADS=2", [], {"OMP_NUM_THREADS": "2"}),
-            (f"--kv-cache-mb {mb}", ["--kv-cache-mb", mb, "--stats"], {}),
-            ("--no-shared-prefill", ["--no-shared-prefill"], {})]
-    for label, extra, env in runs:
-        recs, s = generate(d, lines, *opts, *extra, env=dict(os.environ, **env))
-        same = by_key(recs) == want
+    # (c)-(e); the budget holds one prompt's n samples unshared (+25%), a fraction of the batch
+    group = n * (max(len(l["tokens"]) for l in lines) + new) * st["kv_bytes_per_token"] / 2 ** 20
+    mb = math.ceil(1.25 * group)
+    for label, extra, env in [("OMP_NUM_THREADS=1", [], {"OMP_NUM_THREADS": "1"}),
+                              ("OMP_NUM_THREADS=2", [], {"OMP_NUM_THREADS": "2"}),
+                              ("--no-shared-prefill", ["--no-shared-prefill"], {}),
+                              (f"--kv-cache-mb {mb}", ["--kv-cache-mb", mb, "--stats"], {}),
+                              (f"--kv-cache-mb {mb} --no-shared-prefill", ["--kv-cache-mb", mb, "--no-shared-prefill",
+                                                                         "--stats"], {})]:
+        got, s = run(lines, *extra, env=env)
         if s is None:
-            check(same, f"{label}: identical tokens")
+            check(got == want, f"{label}: identical tokens")
         else:
-            check(same and s["waves"] > 1, f"{label}: identical tokens, in waves", f"waves={s['waves']} "
-                  f"(one group of {n} needs {n * (len(lines[-1]['tokens']) + new) * st['kv_bytes_per_token'] / 2**20:.2f} MiB)")
+            check(got == want and s["waves"] > 1, f"{label}: identical tokens, in waves",
+                  f"waves={s['waves']}; one prompt's {n} samples need {group:.2f} MiB")
 
-    diff = sum(t != want[k] for k, t in by_key(generate(d, lines, *opts[:2], "--seed", 8, *opts[4:])[0]).items())
+    diff = sum(t != want[k] for k, t in run(lines, seed=8)[0].items())
     check(diff >= 6, "--seed 8 gives different samples", f"{diff}/12 sequences differ")
     varied = sum(len({tuple(want[i, j]) for j in range(n)}) > 1 for i in range(4))
     check(varied == 4, "the n samples of a prompt differ", f"{varied}/4 prompts")
-    dup = by_key(generate(d, [lines[0], lines[0]], *opts)[0])
+    dup = run([lines[0], lines[0]])[0]
     check(any(dup[0, j] != dup[1, j] for j in range(n)), "a repeated line (another index) gets other samples")
 
 
