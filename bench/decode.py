@@ -2,7 +2,7 @@
 """Decode benchmark: `grpo generate` vs a batched KV-cache greedy decode in PyTorch, same weights, same run.
 
 usage: /usr/bin/python3 bench/decode.py [--grpo build/grpo] [--model DIR] [--batches 1 8 64] [--prompt 128]
-           [--new 128] [--threads N] [--torch-max-tokens 1024] [--group-new 32]
+           [--new 128] [--threads N] [--torch-max-tokens 512] [--group-new 16]
 
 For each batch size B: B random prompts of --prompt tokens, greedy, --new tokens each. grpo's figure is
 decode_tokens_per_second from `--stats` (prefill excluded). PyTorch (float32, same threads) prefills the
@@ -23,7 +23,7 @@ import time
 
 sys.dont_write_bytecode = True
 here = os.path.dirname(os.path.abspath(__file__))
-# replace (not prepend to) the script's folder: bench/tokenize.py would shadow the stdlib module torch uses
+# the reference model lives in tests/reference
 sys.path[0] = os.path.join(here, "..", "tests", "reference")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -92,8 +92,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--torch-max-tokens", type=int, default=1024, help="cap on B x steps for PyTorch")
-    ap.add_argument("--group-new", type=int, default=32, help="new tokens per sample in the G=8 runs")
+    ap.add_argument("--torch-max-tokens", type=int, default=512, help="cap on B x steps for PyTorch")
+    ap.add_argument("--group-new", type=int, default=16, help="new tokens per sample in the G=8 runs")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model, "config.json")):
         print(f"creating {a.model} (qwen2.5-0.5b preset, bf16 file)", file=sys.stderr)

@@ -21,18 +21,62 @@ void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t 
     }
 }
 
+// Few rows (decoding a small batch) are memory-bound: read each weight row once and apply it to
+// every input row from cache, instead of sgemm packing the whole weight matrix on every call.
+// GCC/Clang vector types keep four rows' partial sums in registers.
+#define SKINNY_MAX_ROWS 16
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+static void matmul_skinny(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                          int64_t OC) {
+    int64_t c8 = C & ~(int64_t)7;
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < OC; o++) {
+        const float *w = weight + o * C;
+        for (int64_t b0 = 0; b0 < N; b0 += 4) {  // four input rows per pass over the weight row
+            int64_t nb = N - b0 < 4 ? N - b0 : 4;
+            const float *x[4];
+            for (int b = 0; b < 4; b++) x[b] = inp + (b0 + (b < nb ? b : 0)) * C;
+            v8f a[4] = {{0}};
+            for (int64_t c = 0; c < c8; c += 8) {
+                v8f wv = load8(w + c);
+                for (int b = 0; b < 4; b++) a[b] += load8(x[b] + c) * wv;
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                float sum = hsum8(a[b]);
+                for (int64_t c = c8; c < C; c++) sum += x[b][c] * w[c];
+                out[(b0 + b) * OC + o] = sum + (bias ? bias[o] : 0.0f);
+            }
+        }
+    }
+}
+
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
                     int64_t OC) {
+    if (N == 1) {  // a single row: OpenBLAS's gemv streams the weights at memory bandwidth
+        if (bias) memcpy(out, bias, (size_t)OC * sizeof(float));
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)OC, (blasint)C, 1.0f, weight, (blasint)C, inp, 1,
+                    bias ? 1.0f : 0.0f, out, 1);
+        return;
+    }
+    if (N <= SKINNY_MAX_ROWS) {
+        matmul_skinny(out, inp, weight, bias, N, C, OC);
+        return;
+    }
     if (bias) {
 #pragma omp parallel for
         for (int64_t i = 0; i < N; i++) memcpy(out + i * OC, bias, (size_t)OC * sizeof(float));
     }
-    if (N == 1)  // one row (decoding a single sequence) is memory-bound: gemv streams the weights
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)OC, (blasint)C, 1.0f, weight, (blasint)C, inp, 1,
-                    bias ? 1.0f : 0.0f, out, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)N, (blasint)OC, (blasint)C, 1.0f, inp,
-                    (blasint)C, weight, (blasint)C, bias ? 1.0f : 0.0f, out, (blasint)OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)N, (blasint)OC, (blasint)C, 1.0f, inp, (blasint)C,
+                weight, (blasint)C, bias ? 1.0f : 0.0f, out, (blasint)OC);
 }
 
 void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {

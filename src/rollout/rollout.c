@@ -1,6 +1,7 @@
 #define _GNU_SOURCE  // memmem
 #include "rollout/rollout.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,11 +36,9 @@ static void seq_seed(Seq *q, const RolloutConfig *cfg, const RolloutPrompt *p, i
     rng_init(&q->rng, hash_bytes(key, sizeof key));
 }
 
-// Samples the next token of q from logits, records it, and decides whether q is finished.
-static void seq_step(Seq *q, const float *logits, const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg,
-                     const RolloutPrompt *p, RolloutSample *out, SamplerScratch *scr, RolloutTokenFn fn, void *user) {
-    float lp;
-    int32_t id = sampler_sample(&cfg->sampler, logits, m->cfg.vocab, &q->rng, scr, &lp);
+// Records q's next token and decides whether q is finished.
+static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const RolloutConfig *cfg,
+                       const RolloutPrompt *p, RolloutSample *out, RolloutTokenFn fn, void *user) {
     out->tokens[out->n] = id;
     out->logprobs[out->n++] = lp;
     q->last = id;
@@ -99,7 +98,11 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     int32_t *pos = xmalloc((size_t)n_slots * sizeof *pos);
     int64_t *seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *seq_off);
     int *row_seq = xmalloc((size_t)act_rows * sizeof *row_seq);  // prefill batch entry -> first Seq it feeds
-    SamplerScratch scr = {xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
+    float *lps = xmalloc((size_t)n_slots * sizeof *lps);
+    int n_threads = omp_get_max_threads();
+    SamplerScratch *scr = xmalloc((size_t)n_threads * sizeof *scr);
+    for (int t = 0; t < n_threads; t++)
+        scr[t] = (SamplerScratch){xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
 
     for (int p0 = 0; p0 < n_prompts; p0 += per_wave) {
         int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts, n_seq = (p1 - p0) * G;
@@ -133,8 +136,9 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
                 for (int j = 0; j < step; j++) {
                     Seq *q = &seqs[row_seq[b] + j];
                     if (j > 0) qwen2_kv_copy(&kv, c->layers, q->slot, seqs[row_seq[b]].slot, prompts[q->prompt].n);
-                    seq_step(q, logits + (int64_t)b * c->vocab, m, tok, cfg, &prompts[q->prompt],
-                             &out[q->prompt * G + q->sample], &scr, fn, user);
+                    float lp;
+                    int32_t id = sampler_sample(&cfg->sampler, logits + (int64_t)b * c->vocab, c->vocab, &q->rng, &scr[0], &lp);
+                    seq_record(q, id, lp, tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
                 }
         }
         stats->prefill_seconds += time_now() - t0;
@@ -151,17 +155,25 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
                 }
             if (B == 0) break;
             qwen2_decode_step(m, &kv, tokens, slots, pos, B, &acts, logits);
+            // Sampling touches only each sequence's own RNG: rows run in parallel, results are the same.
+#pragma omp parallel for schedule(dynamic)
+            for (int b = 0; b < B; b++)
+                tokens[b] = sampler_sample(&cfg->sampler, logits + (int64_t)b * c->vocab, c->vocab, &seqs[row_seq[b]].rng,
+                                           &scr[omp_get_thread_num()], &lps[b]);
             for (int b = 0; b < B; b++) {
                 Seq *q = &seqs[row_seq[b]];
-                seq_step(q, logits + (int64_t)b * c->vocab, m, tok, cfg, &prompts[q->prompt],
-                         &out[q->prompt * G + q->sample], &scr, fn, user);
+                seq_record(q, tokens[b], lps[b], tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
             }
         }
         stats->decode_seconds += time_now() - t0;
     }
     for (int i = 0; i < n_prompts * G; i++) stats->generated_tokens += out[i].n;
-    free(scr.prob);
-    free(scr.idx);
+    for (int t = 0; t < n_threads; t++) {
+        free(scr[t].prob);
+        free(scr[t].idx);
+    }
+    free(scr);
+    free(lps);
     free(row_seq);
     free(seq_off);
     free(pos);

@@ -299,7 +299,8 @@ def g_greedy(check):
         check(lp <= TOL, f"T=0 logprobs == log_softmax(reference logits) [{name}]", f"max diff {lp:.2e}")
         if name == "twin-rows":  # rows 128..255 of lm_head copy rows 0..127: every such argmax is a tie
             high = [t for r in recs for t in r["tokens"] if 128 <= t < 256]
-            check(not high, "exact ties go to the lower id (no token from the twin rows)", f"twin ids emitted: {high[:8]}")
+            check(not high, "exact ties go to the lower id (no token from the twin rows)",
+                  f"twin ids emitted: {high[:8]}")
 
 
 def g_score(check):
@@ -360,7 +361,6 @@ def g_repro(check):
                             env=dict(os.environ, **(env or {})))
         return by_key(recs), st
     want, st = run(lines, "--stats")
-    want = by_key(base)
     keys = ("prompts", "samples", "prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
             "decode_tokens_per_second", "kv_cache_bytes", "kv_bytes_per_token", "waves")
     check(all(k in st for k in keys) and st["prompts"] == 4 and st["samples"] == 12
@@ -439,18 +439,18 @@ def g_stops(check):
     if k is None:
         check(True, "extra eos ids", "SKIPPED: no suitable token in the greedy continuation")
         return
-    for label, edit in [("config.json eos list", lambda c, g: (c.update(eos_token_id=[m.V - 1, cont[k]]), g)),
-                        ("generation_config.json eos", lambda c, g: (c, g.update(eos_token_id=cont[k])))]:
-        e = os.path.join(TMP, "eos-" + label.split(".")[0].split()[0])
+    x = cont[k]
+    for label, cfg_eos, gen_cfg in [("config.json eos list", [m.V - 1, x], None),
+                                    ("generation_config.json eos", m.V - 1, {"eos_token_id": x})]:
+        e = os.path.join(TMP, "eos-list" if gen_cfg is None else "eos-genconfig")
         shutil.copytree(d, e, dirs_exist_ok=True)
-        cfg, gen = json.load(open(os.path.join(d, "config.json"))), {}
-        edit(cfg, gen)
-        json.dump(cfg, open(os.path.join(e, "config.json"), "w"))
-        if gen:
-            json.dump(gen, open(os.path.join(e, "generation_config.json"), "w"))
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        json.dump(dict(cfg, eos_token_id=cfg_eos), open(os.path.join(e, "config.json"), "w"))
+        if gen_cfg:
+            json.dump(gen_cfg, open(os.path.join(e, "generation_config.json"), "w"))
         got = generate(e, [{"tokens": p}], "--temperature", 0, "--max-new-tokens", 24)[0][0]
         check(got["tokens"] == cont[:k + 1] and got["finish_reason"] == "stop",
-              f"{label}: stops at token {cont[k]} (step {k})", f"got {got['tokens']}")
+              f"{label}: stops at token {x} (step {k})", f"got {got['tokens']}")
 
 
 def tokenize(d, lines, decode=False):
@@ -470,7 +470,8 @@ def g_text(check):
     decode = lambda seqs: [x["text"] for x in tokenize(d, [{"ids": s} for s in seqs], decode=True)]  # noqa: E731
 
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
-    ids, chat_ids = [x["ids"] for x in tokenize(d, [{"text": "Hello"}, {"messages": msgs, "add_generation_prompt": True}])]
+    ids, chat_ids = [x["ids"] for x in tokenize(d, [{"text": "Hello"},
+                                                    {"messages": msgs, "add_generation_prompt": True}])]
     lines, opts = [{"prompt": "Hello"}, {"messages": msgs}], ["--n", 3, "--seed", 2, "--max-new-tokens", 12]
     recs, _ = generate(d, lines, *opts)
     # The random tiny preset's logits are nearly uniform, so greedy tokens say little about the prompt,
@@ -538,7 +539,8 @@ def g_errors(check):
         err = p.stderr.strip().splitlines()
         ok = (p.returncode == 1 and p.stdout == "" and len(err) == 1 and err[0].startswith(ERR)
               and (pattern is None or re.search(pattern, err[0])))
-        check(ok, f"error: {label}", f"rc {p.returncode}, stdout {len(p.stdout)} chars, stderr {p.stderr.strip()[:150]!r}")
+        check(ok, f"error: {label}",
+              f"rc {p.returncode}, stdout {len(p.stdout)} chars, stderr {p.stderr.strip()[:150]!r}")
     recs, _ = generate(d, [long], "--temperature", 0, "--max-new-tokens", 12)
     check(True, "prompt 500 + max_new 12 == 512 is accepted", f"{len(recs[0]['tokens'])} tokens")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tokenizer encode throughput: `grpo tokenize` vs the JS peer, on the same text, same run.
 
-usage: /usr/bin/python3 bench/tokenize.py [--grpo build/grpo] [--mb 8] [--repeats 5]
+usage: /usr/bin/python3 bench/tokenizer_throughput.py [--grpo build/grpo] [--mb 8] [--repeats 5]
 
 The text is ~MB megabytes (10^6 bytes) of the parity corpus (tests/text/make_corpus.py)
 entries, shuffled with a fixed seed and repeated, one entry per line: prose in many
