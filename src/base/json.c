@@ -23,6 +23,13 @@ cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
     return root;
 }
 
+// UTF-8 of a code point in U+0800..U+FFFF (the sentinels are U+FDD0..U+FDEF).
+static void utf8_of_bmp(uint32_t c, unsigned char out[3]) {
+    out[0] = (unsigned char)(0xE0 | c >> 12);
+    out[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+    out[2] = (unsigned char)(0x80 | (c & 0x3F));
+}
+
 cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
     *nul_sentinel = 0;
     if (!memmem(line, len, "\\u0000", 6)) return json_parse_exact(line, len, NULL);
@@ -32,8 +39,8 @@ cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
         snprintf(hex, sizeof hex, "%04X", c);
         int seen = 0;
         for (size_t i = 0; i + 4 <= len && !seen; i++) seen = strncasecmp(line + i, hex, 4) == 0;
-        unsigned char utf8[3] = {(unsigned char)(0xE0 | c >> 12), (unsigned char)(0x80 | ((c >> 6) & 0x3F)),
-                                 (unsigned char)(0x80 | (c & 0x3F))};
+        unsigned char utf8[3];
+        utf8_of_bmp(c, utf8);
         if (!seen && !memmem(line, len, utf8, 3)) *nul_sentinel = c;
     }
     if (!*nul_sentinel) return NULL;
@@ -55,8 +62,8 @@ char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len) {
     const char *s = item->valuestring;
     size_t n = strlen(s), out = 0;
     char *b = xmalloc(n + 1);
-    unsigned char sent[3] = {(unsigned char)(0xE0 | nul_sentinel >> 12), (unsigned char)(0x80 | ((nul_sentinel >> 6) & 0x3F)),
-                             (unsigned char)(0x80 | (nul_sentinel & 0x3F))};
+    unsigned char sent[3];
+    utf8_of_bmp(nul_sentinel, sent);
     for (size_t i = 0; i < n; i++) {
         if (nul_sentinel && i + 3 <= n && memcmp(s + i, sent, 3) == 0) {
             b[out++] = '\0';
