@@ -241,9 +241,10 @@ int cmd_generate(int argc, char **argv) {
                               : default_kv_budget(&m.cfg, prompts, n_prompts, G);
 
     RolloutSample *out = xcalloc((size_t)n_prompts * (size_t)G, sizeof *out);
-    RolloutStats st;
+    RolloutStats st = {0};
     int stream = !jsonl && G == 1 && cfg.n_stop_strings == 0;
-    rollout_generate(&m, g.has_tok ? &g.tok : NULL, &cfg, prompts, n_prompts, G, out, &st, stream ? stream_token : NULL, &g);
+    if (n_prompts > 0)  // empty JSONL input: empty output
+        rollout_generate(&m, g.has_tok ? &g.tok : NULL, &cfg, prompts, n_prompts, G, out, &st, stream ? stream_token : NULL, &g);
     if (stream) {
         Buf tail = {0};
         utf8_stream_finish(&g.stream, &tail);

@@ -543,6 +543,8 @@ def g_errors(check):
               f"rc {p.returncode}, stdout {len(p.stdout)} chars, stderr {p.stderr.strip()[:150]!r}")
     recs, _ = generate(d, [long], "--temperature", 0, "--max-new-tokens", 12)
     check(True, "prompt 500 + max_new 12 == 512 is accepted", f"{len(recs[0]['tokens'])} tokens")
+    recs, st = generate(d, [], "--stats")
+    check(recs == [] and st["samples"] == 0, "empty input: no output, exit 0", str(st))
 
 
 GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,
