@@ -250,6 +250,14 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
     return n;
 }
 
+// The tensor table in a fresh array (free it); *n its length.
+static Qwen2Tensor *tensor_list(const Qwen2 *m, int *n) {
+    *n = qwen2_tensors(m, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)*n * sizeof *ts);
+    qwen2_tensors(m, ts);
+    return ts;
+}
+
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t len = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < ndim && len < n; d++)
@@ -265,10 +273,9 @@ void qwen2_load(Qwen2 *m, const char *dir) {
     // Check every tensor against config.json before allocating the slab, so a wrong config
     // reads as a shape error naming the tensor, not as "out of memory".
     Qwen2 shell = {.cfg = c};
-    int n = qwen2_tensors(&shell, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    int n;
+    Qwen2Tensor *ts = tensor_list(&shell, &n);
     const StTensor **src = xmalloc((size_t)n * sizeof *src);
-    qwen2_tensors(&shell, ts);
     for (int i = 0; i < n; i++) {
         const char *file = NULL;
         const StTensor *st = src[i] = hf_weights_find(&hw, ts[i].name, &file);
@@ -295,9 +302,8 @@ void qwen2_load(Qwen2 *m, const char *dir) {
 void qwen2_init_random(Qwen2 *m, uint64_t seed) {
     Rng rng;
     rng_init(&rng, seed);
-    int n = qwen2_tensors(m, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
-    qwen2_tensors(m, ts);
+    int n;
+    Qwen2Tensor *ts = tensor_list(m, &n);
     for (int i = 0; i < n; i++) {
         Qwen2Tensor *t = &ts[i];
         int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
@@ -309,10 +315,9 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed) {
 }
 
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
-    int n = qwen2_tensors(m, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    int n;
+    Qwen2Tensor *ts = tensor_list(m, &n);
     StWriteTensor *ws = xmalloc((size_t)n * sizeof *ws);
-    qwen2_tensors(m, ts);
     for (int i = 0; i < n; i++) {
         ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
         memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);

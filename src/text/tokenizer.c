@@ -149,8 +149,9 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
     }
     buf_free(&bytes);
     for (int b = 0; b < 256; b++) {
-        char ch[4];
+        char *ch = t->byte_char[b];
         size_t n = (size_t)utf8proc_encode_char((utf8proc_int32_t)byte_to_codepoint(b), (utf8proc_uint8_t *)ch);
+        ch[n] = '\0';
         if ((t->byte_id[b] = strmap_get(&t->vocab, ch, n)) < 0) die("%s: vocab lacks the token for byte 0x%02x", path, b);
     }
 
@@ -361,11 +362,7 @@ static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out
     int32_t whole = -1;
     if (t->ignore_merges) {  // the word as one vocab token, if it is one
         Buf s = {0};
-        for (size_t i = 0; i < n; i++) {
-            char ch[4];
-            size_t k = (size_t)utf8proc_encode_char((utf8proc_int32_t)byte_to_codepoint(w[i]), (utf8proc_uint8_t *)ch);
-            buf_append(&s, ch, k);
-        }
+        for (size_t i = 0; i < n; i++) buf_append(&s, t->byte_char[w[i]], strlen(t->byte_char[w[i]]));
         whole = s.data ? strmap_get(&t->vocab, s.data, s.len) : -1;
         buf_free(&s);
     }

@@ -24,6 +24,7 @@ typedef struct {
     StrMap vocab;       // token string as written in tokenizer.json -> id
     U64Map merges;      // (left id << 32 | right id) -> (rank << 32 | merged id)
     int32_t byte_id[256];  // the single-byte token for each byte
+    char byte_char[256][4];  // each byte's ByteLevel character, UTF-8 (NUL-terminated)
     int ignore_merges;  // a whole word found in the vocab is one token (HF's ignore_merges)
     AddedToken *added;
     int n_added;
