@@ -1,5 +1,6 @@
 #include "base/dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -43,6 +44,23 @@ uint16_t f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
+}
+
+uint16_t f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;      // NaN
+    if (a >= 0x477ff000u) return sign | 0x7c00;     // 65520 and up round to inf
+    if (a < 0x38800000u) {                          // below 2^-14: a multiple of 2^-24
+        float v;
+        memcpy(&v, &a, 4);
+        return sign | (uint16_t)nearbyintf(v * 16777216.0f);  // exact product; rounds to even
+    }
+    uint32_t x = a - (112u << 23);  // rebias the exponent, then round 23 mantissa bits to 10
+    x += 0xfffu + ((x >> 13) & 1);
+    return sign | (uint16_t)(x >> 13);
 }
 
 float f16_to_f32(uint16_t h) {

@@ -17,6 +17,7 @@ size_t dtype_size(DType d);
 
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN stays NaN
+uint16_t f32_to_f16(float f);  // round to nearest even; overflow gives inf
 float f16_to_f32(uint16_t h);
 // n elements of `src` (dtype d, little-endian) to fp32 `dst`; dies for DTYPE_OTHER.
 void dtype_to_f32(DType d, const void *src, float *dst, size_t n);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -94,6 +95,38 @@ char *file_read_all(const char *path, size_t *len_out) {
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+void dir_fsync(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) die("cannot open directory %s: %s", path, strerror(errno));
+    int failed = fsync(fd) != 0;
+    int e = errno;
+    close(fd);
+    if (failed) die("cannot sync directory %s: %s", path, strerror(e));
+}
+
+void dir_remove_flat(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) die("cannot open directory %s: %s", path, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char *f = path_join(path, e->d_name);
+        if (unlink(f) != 0) die("cannot remove %s: %s", f, strerror(errno));
+        free(f);
+    }
+    closedir(d);
+    if (rmdir(path) != 0) die("cannot remove directory %s: %s", path, strerror(errno));
+}
+
+void file_copy(const char *from, const char *to) {
+    size_t n;
+    char *data = file_read_all(from, &n);
+    AtomicFile af;
+    atomic_file_open(&af, to);
+    atomic_file_write(&af, data, n);
+    atomic_file_commit(&af);
+    free(data);
 }
 
 void dir_create(const char *path) {

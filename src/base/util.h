@@ -36,6 +36,12 @@ char *file_read_all(const char *path, size_t *len_out);
 int file_exists(const char *path);
 // mkdir -p: creates `path` and missing parents; dies naming the path when that fails.
 void dir_create(const char *path);
+// fsync of a directory, so renames and new entries in it survive a power cut.
+void dir_fsync(const char *path);
+// Removes a directory that holds only plain files (a checkpoint); dies naming what it cannot remove.
+void dir_remove_flat(const char *path);
+// Copies a file atomically (see AtomicFile).
+void file_copy(const char *from, const char *to);
 // "dir/name" in a fresh buffer.
 char *path_join(const char *dir, const char *name);
 

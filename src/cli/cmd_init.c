@@ -10,23 +10,13 @@
 #include "model/qwen2.h"
 #include "text/tokenizer.h"
 
-static void copy_file(const char *from, const char *to) {
-    size_t n;
-    char *data = file_read_all(from, &n);
-    AtomicFile af;
-    atomic_file_open(&af, to);
-    atomic_file_write(&af, data, n);
-    atomic_file_commit(&af);
-    free(data);
-}
-
 // Checks the tokenizer fits the model, then copies tokenizer.json and tokenizer_config.json.
 static void copy_tokenizer(const char *path, const char *out, const Qwen2Config *c) {
     Tokenizer t;
     tokenizer_load(&t, path);
     if (t.n_ids > c->vocab) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)c->vocab);
     char *dst = path_join(out, "tokenizer.json");
-    copy_file(t.path, dst);
+    file_copy(t.path, dst);
     free(dst);
     const char *slash = strrchr(t.path, '/');
     char *dir = slash ? strndup(t.path, (size_t)(slash - t.path)) : xstrdup(".");
@@ -34,7 +24,7 @@ static void copy_tokenizer(const char *path, const char *out, const Qwen2Config 
     if (!dir) die("out of memory");
     if (file_exists(cfg)) {
         dst = path_join(out, "tokenizer_config.json");
-        copy_file(cfg, dst);
+        file_copy(cfg, dst);
         free(dst);
     }
     free(cfg);

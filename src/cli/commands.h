@@ -5,3 +5,4 @@ int cmd_init(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_sft(int argc, char **argv);

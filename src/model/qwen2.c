@@ -203,23 +203,26 @@ static void weight_fields(Qwen2Weights *w, float **f[N_KINDS]) {
     memcpy(f, list, sizeof list);
 }
 
+size_t qwen2_views(const Qwen2Config *c, float *slab, Qwen2Weights *w) {
+    KindSpec k[N_KINDS];
+    kind_specs(c, k);
+    float **f[N_KINDS];
+    weight_fields(w, f);
+    size_t total = 0;
+    for (int i = 0; i < N_KINDS; i++) {
+        *f[i] = slab ? slab + total : NULL;
+        total += (size_t)kind_numel(&k[i]) * (k[i].per_layer ? (size_t)c->layers : 1);
+    }
+    if (c->tied) w->lm_head = w->embed;
+    return total;
+}
+
 void qwen2_build(Qwen2 *m, const Qwen2Config *c) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
-    KindSpec k[N_KINDS];
-    kind_specs(c, k);
-    size_t total = 0;
-    for (int i = 0; i < N_KINDS; i++) total += (size_t)kind_numel(&k[i]) * (k[i].per_layer ? (size_t)c->layers : 1);
-    m->n_params = total;
-    m->params = xcalloc(total, sizeof(float));
-    float **f[N_KINDS];
-    weight_fields(&m->w, f);
-    float *p = m->params;
-    for (int i = 0; i < N_KINDS; i++) {
-        *f[i] = p;
-        p += kind_numel(&k[i]) * (k[i].per_layer ? c->layers : 1);
-    }
-    if (c->tied) m->w.lm_head = m->w.embed;
+    m->n_params = qwen2_views(c, NULL, &m->w);
+    m->params = xcalloc(m->n_params, sizeof(float));
+    qwen2_views(c, m->params, &m->w);
 }
 
 void qwen2_free(Qwen2 *m) {
@@ -433,7 +436,7 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
             memcpy(kv->k + kv_offset(kv, l, slots[b]), a->k + seq_off[b] * KV, bytes);
             memcpy(kv->v + kv_offset(kv, l, slots[b]), a->v + seq_off[b] * KV, bytes);
         }
-        attention_forward(a->att, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)c->head_dim,
+        attention_forward(a->att, NULL, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)c->head_dim,
                           a->scratch);
         out_mlp_block(m, l, N, a);
     }

@@ -56,6 +56,9 @@ const char *qwen2_preset_names(void);
 void qwen2_config_check(const Qwen2Config *c, const char *where);
 
 void qwen2_build(Qwen2 *m, const Qwen2Config *c);  // zeroed slab
+// Points w's fields into `slab` (the parameter layout; a gradient or moment slab has the same);
+// returns the slab's length in floats. slab may be NULL to only count.
+size_t qwen2_views(const Qwen2Config *c, float *slab, Qwen2Weights *w);
 void qwen2_free(Qwen2 *m);
 // The HF tensors of the model, in slab order; returns their count. `out` may be NULL.
 int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
@@ -112,3 +115,36 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
 int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each sequence's last row.
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
+
+// ---------------------------------------------------------------------------------------------
+// training: a forward that keeps what backward needs, and the backward into a gradient slab
+
+typedef struct {
+    int64_t max_tokens, max_seq;
+    int recompute;  // keep only each layer's input; rebuild the rest of a layer during backward
+    // The batch of the last forward.
+    int64_t N, n_sel;
+    int B;
+    int32_t *tokens, *pos;
+    int64_t *seq_off;
+    int64_t *sel;         // (N) rows that have a target, in order
+    int32_t *sel_target;  // (N) their targets
+    float *xin;           // (L+1, max_tokens, C): the residual stream entering each layer; [L] enters the final norm
+    // Per layer (L of each; one with recompute), each (max_tokens, width):
+    float *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
+    float *xf;    // (N, C) final norm output
+    float *hsel;  // (n_sel, C) its rows that have targets: the logprob head never sees the others
+    // Backward scratch.
+    float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
+} Qwen2Train;
+
+// max_seq: the longest sequence in any batch.
+size_t qwen2_train_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute);
+void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute,
+                      Arena *arena);
+// The per-token loss interface. tokens (N) packed by seq_off (B+1); targets (N): the token whose
+// log-prob row i yields, -1 for none. logp (N) = log p(targets[i] | tokens[..i] of its sequence), 0 where none.
+void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
+                         int B, Qwen2Train *t, float *logp);
+// grads (m's slab layout) += d(sum_i dlogp[i] * logp[i]) / d(parameters), for the last forward's batch.
+void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train *t);

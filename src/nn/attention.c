@@ -4,15 +4,18 @@
 
 #include "nn/ops.h"
 
-// Softmax of each of `rows` rows of n floats, in place.
-static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
+// Softmax of each of `rows` rows of n floats, in place; returns the last row's log-sum-exp.
+static float softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
+    float lse = 0.0f;
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, mx = row[0], sum = 0.0f;
         for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
         for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < n; j++) row[j] *= inv;
+        lse = mx + logf(sum);
     }
+    return lse;
 }
 
 // Queries are processed in blocks so scratch is (block x T) per thread, not (T x T),
@@ -21,8 +24,8 @@ static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
 
 size_t attention_scratch_floats(int64_t max_T) { return (size_t)omp_get_max_threads() * ATT_QBLOCK * (size_t)max_T; }
 
-void attention_forward(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
-                       int H, int KVH, int D, float *scratch) {
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off,
+                       int B, int H, int KVH, int D, float *scratch) {
     int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;  // row strides
     int group = H / KVH;
     float scale = 1.0f / sqrtf((float)D);
@@ -43,11 +46,67 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale, qh + i0 * qs,
                             (blasint)qs, kh, (blasint)kvs, 0.0f, S, (blasint)nk);
                 for (int64_t r = 0; r < bs; r++) {  // query i0+r sees keys 0..i0+r
-                    softmax_rows(S + r * nk, 1, i0 + r + 1, nk);
+                    float l = softmax_rows(S + r * nk, 1, i0 + r + 1, nk);
+                    if (lse) lse[(r0 + i0 + r) * H + h] = l;
                     for (int64_t j = i0 + r + 1; j < nk; j++) S[r * nk + j] = 0.0f;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, 1.0f, S,
                             (blasint)nk, vh, (blasint)kvs, 0.0f, oh + i0 * qs, (blasint)qs);
+            }
+        }
+    }
+}
+
+size_t attention_backward_scratch_floats(int64_t max_T) { return 2 * attention_scratch_floats(max_T); }
+
+// Per query block: rebuild P = exp(S - lse), then dV += P^T dO, dS = P * (dO V^T - rowsum(dO * O)),
+// dQ = scale dS K, dK += scale dS^T Q. Threads own whole (sequence, kv head) pairs, so the query
+// heads sharing a kv head add into its dK/dV one after another, never concurrently.
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH,
+                        int D, float *scratch) {
+    int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
+    int group = H / KVH;
+    float scale = 1.0f / sqrtf((float)D);
+    int64_t max_T = 0;
+    for (int b = 0; b < B; b++) max_T = seq_off[b + 1] - seq_off[b] > max_T ? seq_off[b + 1] - seq_off[b] : max_T;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < KVH; g++) {
+            float *S = scratch + (size_t)omp_get_thread_num() * 2 * ATT_QBLOCK * (size_t)max_T;
+            float *dP = S + ATT_QBLOCK * (size_t)max_T;
+            int64_t r0 = seq_off[b], T = seq_off[b + 1] - r0;
+            const float *kg = k + r0 * kvs + (int64_t)g * D, *vg = v + r0 * kvs + (int64_t)g * D;
+            float *dkg = dk + r0 * kvs + (int64_t)g * D, *dvg = dv + r0 * kvs + (int64_t)g * D;
+            for (int64_t i = 0; i < T; i++)
+                for (int d = 0; d < D; d++) dkg[i * kvs + d] = dvg[i * kvs + d] = 0.0f;
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *qh = q + r0 * qs + (int64_t)h * D, *oh = out + r0 * qs + (int64_t)h * D;
+                const float *doh = dout + r0 * qs + (int64_t)h * D;
+                float *dqh = dq + r0 * qs + (int64_t)h * D;
+                for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
+                    int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale,
+                                qh + i0 * qs, (blasint)qs, kg, (blasint)kvs, 0.0f, S, (blasint)nk);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, 1.0f,
+                                doh + i0 * qs, (blasint)qs, vg, (blasint)kvs, 0.0f, dP, (blasint)nk);
+                    for (int64_t r = 0; r < bs; r++) {
+                        float *s = S + r * nk, *dp = dP + r * nk;
+                        float l = lse[(r0 + i0 + r) * H + h], di = 0.0f;
+                        for (int d = 0; d < D; d++) di += doh[(i0 + r) * qs + d] * oh[(i0 + r) * qs + d];
+                        for (int64_t j = 0; j < nk; j++) {
+                            float p = j <= i0 + r ? expf(s[j] - l) : 0.0f;
+                            s[j] = p;
+                            dp[j] = p * (dp[j] - di);
+                        }
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)nk, D, (blasint)bs, 1.0f, S,
+                                (blasint)nk, doh + i0 * qs, (blasint)qs, 1.0f, dvg, (blasint)kvs);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, scale, dP,
+                                (blasint)nk, kg, (blasint)kvs, 0.0f, dqh + i0 * qs, (blasint)qs);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)nk, D, (blasint)bs, scale, dP,
+                                (blasint)nk, qh + i0 * qs, (blasint)qs, 1.0f, dkg, (blasint)kvs);
+                }
             }
         }
     }

@@ -27,3 +27,34 @@ void logprob_forward(float *out, const float *h, const float *W, const int32_t *
         }
     }
 }
+
+void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, const float *W,
+                      const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
+    for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
+        int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)V, (blasint)C, 1.0f, h + i0 * C,
+                    (blasint)C, W, (blasint)C, 0.0f, scratch, (blasint)V);
+        // logits -> d(loss)/d(logits) = dlogp * (onehot(target) - softmax)
+#pragma omp parallel for
+        for (int64_t r = 0; r < rows; r++) {
+            float *g = scratch + r * V;
+            int32_t t = targets[i0 + r];
+            float d = t >= 0 ? dlogp[i0 + r] : 0.0f;
+            if (d == 0.0f) {
+                for (int64_t j = 0; j < V; j++) g[j] = 0.0f;
+                continue;
+            }
+            float mx = g[0];
+            for (int64_t j = 1; j < V; j++) mx = g[j] > mx ? g[j] : mx;
+            double sum = 0.0;
+            for (int64_t j = 0; j < V; j++) sum += expf(g[j] - mx);
+            float inv = (float)(1.0 / sum);
+            for (int64_t j = 0; j < V; j++) g[j] = -d * expf(g[j] - mx) * inv;
+            g[t] += d;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows, (blasint)C, (blasint)V, 1.0f, scratch,
+                    (blasint)V, W, (blasint)C, 1.0f, dh + i0 * C, (blasint)C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)V, (blasint)C, (blasint)rows, 1.0f, scratch,
+                    (blasint)V, h + i0 * C, (blasint)C, 1.0f, dW, (blasint)C);
+    }
+}

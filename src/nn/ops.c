@@ -109,3 +109,88 @@ void residual_forward(float *x, const float *y, int64_t n) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
+
+// ---------------------------------------------------------------------------------------------
+// backward
+
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C) {
+    // Rows may repeat a token: parallel over columns so no two threads add into the same float.
+#pragma omp parallel for
+    for (int64_t j0 = 0; j0 < C; j0 += 16) {
+        int64_t j1 = j0 + 16 < C ? j0 + 16 : C;
+        for (int64_t i = 0; i < N; i++) {
+            float *d = dtable + (int64_t)tokens[i] * C;
+            const float *g = dout + i * C;
+            for (int64_t j = j0; j < j1; j++) d[j] += g[j];
+        }
+    }
+}
+
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int64_t N,
+                      int64_t C, float eps) {
+    // y = x * r * w with r = rsqrt(mean(x^2) + eps):  dx = r * (dy*w) - x * r^3 * mean(dy*w*x)
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = inp + i * C, *dy = dout + i * C;
+        double ss = 0.0, dot = 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            ss += (double)x[j] * x[j];
+            dot += (double)dy[j] * weight[j] * x[j];
+        }
+        double r = 1.0 / sqrt(ss / (double)C + eps);
+        float a = (float)r, b = (float)(r * r * r * dot / (double)C);
+        float *dx = dinp + i * C;
+        for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * weight[j] - b * x[j];
+    }
+    // dweight sums over rows, in row order (deterministic); cheap next to the matmuls around it.
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = inp + i * C, *dy = dout + i * C;
+        double ss = 0.0;
+        for (int64_t j = 0; j < C; j++) ss += (double)x[j] * x[j];
+        float r = (float)(1.0 / sqrt(ss / (double)C + eps));
+        for (int64_t j = 0; j < C; j++) dweight[j] += dy[j] * x[j] * r;
+    }
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int64_t N, int64_t C, int64_t OC) {
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)N, (blasint)C, (blasint)OC, 1.0f, dout,
+                    (blasint)OC, weight, (blasint)C, 1.0f, dinp, (blasint)C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)OC, (blasint)C, (blasint)N, 1.0f, dout, (blasint)OC,
+                inp, (blasint)C, 1.0f, dweight, (blasint)C);
+    if (dbias) {
+#pragma omp parallel for
+        for (int64_t o0 = 0; o0 < OC; o0 += 64) {
+            int64_t o1 = o0 + 64 < OC ? o0 + 64 : OC;
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t o = o0; o < o1; o++) dbias[o] += dout[i * OC + o];
+        }
+    }
+}
+
+void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {
+    int half = D / 2;
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) {
+        for (int j = 0; j < half; j++) {
+            double angle = (double)pos[i] * pow(theta, -2.0 * j / D);
+            float c = (float)cos(angle), s = (float)sin(angle);
+            for (int h = 0; h < n_heads; h++) {  // transpose of the forward rotation
+                float *v = dx + i * (int64_t)n_heads * D + (int64_t)h * D;
+                float a = v[j], b = v[j + half];
+                v[j] = a * c + b * s;
+                v[j + half] = b * c - a * s;
+            }
+        }
+    }
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), d = dout[i];
+        dup[i] = d * g * sig;
+        dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+    }
+}

@@ -2,29 +2,50 @@
 // so a CUDA backend can supply the same set over device memory.
 // Token-major layouts: a batch of sequences is packed into N rows (no padding);
 // seq_off[b]..seq_off[b+1] are the rows of sequence b, seq_off[0] = 0.
+// Each *_backward takes the forward's inputs and d(loss)/d(out) and, llm.c style, ADDS into the
+// gradients of parameters (dweight, dbias, dtable, dW); input gradients are added too unless said otherwise.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 // out (N,C) = table[tokens[i]] ; table (V,C)
 void embedding_forward(float *out, const int32_t *tokens, const float *table, int64_t N, int64_t C);
+// dtable (V,C) += dout (N,C) scattered to the rows of tokens
+void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C);
 
 // out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C)
 void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N, int64_t C, float eps);
+// dinp (N,C) +=, dweight (C) += ; the norm is recomputed from inp
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int64_t N,
+                      int64_t C, float eps);
 
 // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) ; bias may be NULL
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
                     int64_t OC);
+// dinp (N,C) += dout (N,OC) @ weight ; dweight (OC,C) += dout^T @ inp ; dbias (OC) += column sums of dout.
+// dinp and dbias may be NULL.
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int64_t N, int64_t C, int64_t OC);
 
 // x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2);
 // pos (N) is each row's position within its sequence.
 void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta);
+// dx (N, n_heads*D) in place: d(loss)/d(rope input) from d(loss)/d(rope output) (the inverse rotation)
+void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D, double theta);
 
 // out (N, H*D): causal attention within each sequence; q (N, H*D), k and v (N, KVH*D);
 // query head h reads kv head h / (H/KVH). scratch: attention_scratch_floats(max_T) floats.
+// lse (N,H), may be NULL: each row's log-sum-exp of its scaled scores, so backward can rebuild the
+// probabilities block by block instead of keeping (T,T) of them.
 size_t attention_scratch_floats(int64_t max_T);
-void attention_forward(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
-                       int H, int KVH, int D, float *scratch);
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off,
+                       int B, int H, int KVH, int D, float *scratch);
+// dq (N,H*D), dk, dv (N,KVH*D) are OVERWRITTEN. out and lse are the forward's.
+// scratch: attention_backward_scratch_floats(max_T) floats.
+size_t attention_backward_scratch_floats(int64_t max_T);
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH,
+                        int D, float *scratch);
 
 // Decode attention: one query row per sequence against its cached keys.
 // out, q (B, H*D); sequence b reads n_keys[b] rows of k_cache/v_cache starting at float offset
@@ -35,6 +56,8 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
 
 // out (n) = silu(gate) * up
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
+// dgate, dup (n) OVERWRITTEN; dout may alias dgate
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
 
 // x (n) += y (n)
 void residual_forward(float *x, const float *y, int64_t n);
@@ -46,3 +69,6 @@ void residual_forward(float *x, const float *y, int64_t n);
 size_t logprob_scratch_floats(int64_t V);
 void logprob_forward(float *out, const float *h, const float *W, const int32_t *targets, int64_t N, int64_t C,
                      int64_t V, float *scratch);
+// Backward of sum_i dlogp[i] * out[i]: dh (N,C) +=, dW (V,C) += ; logits are recomputed chunk by chunk.
+void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, const float *W,
+                      const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);

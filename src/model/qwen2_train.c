@@ -1,0 +1,184 @@
+// Qwen2 training forward (keeps activations) and backward (into a gradient slab).
+#include <string.h>
+
+#include "base/util.h"
+#include "model/qwen2.h"
+#include "nn/ops.h"
+
+// Lays out the training workspace from `base` (NULL: only measure); returns its size in bytes.
+static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, int64_t N, int64_t max_seq, int recompute, char *base) {
+    int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
+    int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
+    size_t att = attention_backward_scratch_floats(max_seq), lp = logprob_scratch_floats(c->vocab), off = 0;
+#define TAKE(field, count) \
+    (t->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
+    TAKE(tokens, N);
+    TAKE(pos, N);
+    TAKE(seq_off, 2 * (N + 1));  // int64
+    TAKE(sel, 2 * N);            // int64
+    TAKE(sel_target, N);
+    TAKE(xin, (c->layers + 1) * N * C);
+    TAKE(xn1, Lk * N * C);
+    TAKE(q, Lk * N * Q);
+    TAKE(k, Lk * N * KV);
+    TAKE(v, Lk * N * KV);
+    TAKE(att, Lk * N * Q);
+    TAKE(lse, Lk * N * c->heads);
+    TAKE(xmid, Lk * N * C);
+    TAKE(xn2, Lk * N * C);
+    TAKE(gate, Lk * N * I);
+    TAKE(up, Lk * N * I);
+    TAKE(xf, N * C);
+    TAKE(hsel, N * C);
+    TAKE(h, N * I);
+    TAKE(dx, N * C);
+    TAKE(dxn, N * C);
+    TAKE(dq, N * Q);
+    TAKE(dk, N * KV);
+    TAKE(dv, N * KV);
+    TAKE(datt, N * Q);
+    TAKE(dgate, N * I);
+    TAKE(dup, N * I);
+    TAKE(dsel, N * C);
+    TAKE(scratch, att > lp ? att : lp);
+#undef TAKE
+    return off;
+}
+
+size_t qwen2_train_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute) {
+    Qwen2Train t;
+    return train_layout(&t, c, max_tokens, max_seq, recompute, NULL);
+}
+
+void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute,
+                      Arena *arena) {
+    memset(t, 0, sizeof *t);
+    t->max_tokens = max_tokens;
+    t->max_seq = max_seq;
+    t->recompute = recompute;
+    train_layout(t, c, max_tokens, max_seq, recompute,
+                 arena_alloc(arena, qwen2_train_bytes(c, max_tokens, max_seq, recompute)));
+}
+
+// Saved activations of layer l: one set per layer, or the single set that recompute reuses.
+typedef struct {
+    float *xin, *xout, *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
+} LayerActs;
+
+static LayerActs layer_acts(const Qwen2Config *c, const Qwen2Train *t, int64_t l) {
+    int64_t M = t->max_tokens, C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    int64_t I = c->inter, s = t->recompute ? 0 : l;
+    return (LayerActs){
+        .xin = t->xin + l * M * C, .xout = t->xin + (l + 1) * M * C,
+        .xn1 = t->xn1 + s * M * C, .q = t->q + s * M * Q, .k = t->k + s * M * KV, .v = t->v + s * M * KV,
+        .att = t->att + s * M * Q, .lse = t->lse + s * M * c->heads, .xmid = t->xmid + s * M * C,
+        .xn2 = t->xn2 + s * M * C, .gate = t->gate + s * M * I, .up = t->up + s * M * I,
+    };
+}
+
+static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
+    LayerActs a = layer_acts(c, t, l);
+    rmsnorm_forward(a.xn1, a.xin, w->ln1 + l * C, N, C, c->eps);
+    matmul_forward(a.q, a.xn1, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
+    matmul_forward(a.k, a.xn1, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
+    matmul_forward(a.v, a.xn1, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
+    rope_forward(a.q, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
+    rope_forward(a.k, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+    attention_forward(a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads, (int)c->kv_heads, (int)D,
+                      t->scratch);
+    matmul_forward(a.xmid, a.att, w->wo + l * C * Q, NULL, N, Q, C);
+    residual_forward(a.xmid, a.xin, N * C);
+    rmsnorm_forward(a.xn2, a.xmid, w->ln2 + l * C, N, C, c->eps);
+    matmul_forward(a.gate, a.xn2, w->wgate + l * I * C, NULL, N, C, I);
+    matmul_forward(a.up, a.xn2, w->wup + l * I * C, NULL, N, C, I);
+    swiglu_forward(t->h, a.gate, a.up, N * I);
+    matmul_forward(a.xout, t->h, w->wdown + l * C * I, NULL, N, I, C);
+    residual_forward(a.xout, a.xmid, N * C);
+}
+
+void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
+                         int B, Qwen2Train *t, float *logp) {
+    const Qwen2Config *c = &m->cfg;
+    int64_t N = seq_off[B], C = c->hidden;
+    if (N > t->max_tokens) die("internal: training forward over %lld tokens, workspace holds %lld", (long long)N,
+                               (long long)t->max_tokens);
+    t->N = N;
+    t->B = B;
+    memcpy(t->tokens, tokens, (size_t)N * sizeof *tokens);
+    memcpy(t->seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
+    t->n_sel = 0;
+    for (int b = 0; b < B; b++) {
+        if (seq_off[b + 1] - seq_off[b] > t->max_seq)
+            die("internal: sequence of %lld tokens, workspace sized for %lld", (long long)(seq_off[b + 1] - seq_off[b]),
+                (long long)t->max_seq);
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) {
+            t->pos[i] = (int32_t)(i - seq_off[b]);
+            if (targets[i] >= 0) {
+                t->sel[t->n_sel] = i;
+                t->sel_target[t->n_sel++] = targets[i];
+            }
+        }
+    }
+
+    embedding_forward(t->xin, tokens, m->w.embed, N, C);
+    for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
+    rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
+    for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->hsel + i * C, t->xf + t->sel[i] * C, (size_t)C * 4);
+    // The head's output lands in the compact order of sel; spread it back over the rows.
+    float *lp = t->dsel;
+    logprob_forward(lp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, C, c->vocab, t->scratch);
+    memset(logp, 0, (size_t)N * sizeof *logp);
+    for (int64_t i = 0; i < t->n_sel; i++) logp[t->sel[i]] = lp[i];
+}
+
+// t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
+static void layer_backward(const Qwen2 *m, const Qwen2Weights *g, int64_t l, Qwen2Train *t) {
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Weights *w = &m->w;
+    int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
+    if (t->recompute) layer_forward(m, l, t);
+    LayerActs a = layer_acts(c, t, l);
+    // MLP: x_out = xmid + down(silu(gate) * up)
+    swiglu_forward(t->h, a.gate, a.up, N * I);
+    memset(t->dgate, 0, (size_t)(N * I) * 4);
+    matmul_backward(t->dgate, g->wdown + l * C * I, NULL, t->dx, t->h, w->wdown + l * C * I, N, I, C);
+    swiglu_backward(t->dgate, t->dup, t->dgate, a.gate, a.up, N * I);
+    memset(t->dxn, 0, (size_t)(N * C) * 4);
+    matmul_backward(t->dxn, g->wgate + l * I * C, NULL, t->dgate, a.xn2, w->wgate + l * I * C, N, C, I);
+    matmul_backward(t->dxn, g->wup + l * I * C, NULL, t->dup, a.xn2, w->wup + l * I * C, N, C, I);
+    rmsnorm_backward(t->dx, g->ln2 + l * C, t->dxn, a.xmid, w->ln2 + l * C, N, C, c->eps);
+    // Attention: xmid = xin + o_proj(att)
+    memset(t->datt, 0, (size_t)(N * Q) * 4);
+    matmul_backward(t->datt, g->wo + l * C * Q, NULL, t->dx, a.att, w->wo + l * C * Q, N, Q, C);
+    attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
+                       (int)c->kv_heads, (int)D, t->scratch);
+    rope_backward(t->dq, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
+    rope_backward(t->dk, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+    memset(t->dxn, 0, (size_t)(N * C) * 4);
+    matmul_backward(t->dxn, g->wq + l * Q * C, g->bq + l * Q, t->dq, a.xn1, w->wq + l * Q * C, N, C, Q);
+    matmul_backward(t->dxn, g->wk + l * KV * C, g->bk + l * KV, t->dk, a.xn1, w->wk + l * KV * C, N, C, KV);
+    matmul_backward(t->dxn, g->wv + l * KV * C, g->bv + l * KV, t->dv, a.xn1, w->wv + l * KV * C, N, C, KV);
+    rmsnorm_backward(t->dx, g->ln1 + l * C, t->dxn, a.xin, w->ln1 + l * C, N, C, c->eps);
+}
+
+void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train *t) {
+    const Qwen2Config *c = &m->cfg;
+    int64_t N = t->N, C = c->hidden;
+    Qwen2Weights g;
+    qwen2_views(c, grads, &g);
+    // Head: dlogp in sel order -> d(final norm output) rows.
+    float *dlp = t->h;  // free until the first layer's backward
+    for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
+    memset(t->dsel, 0, (size_t)(t->n_sel * C) * 4);
+    logprob_backward(t->dsel, g.lm_head, dlp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, C, c->vocab,
+                     t->scratch);
+    memset(t->dxn, 0, (size_t)(N * C) * 4);
+    for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->dxn + t->sel[i] * C, t->dsel + i * C, (size_t)C * 4);
+    memset(t->dx, 0, (size_t)(N * C) * 4);
+    rmsnorm_backward(t->dx, g.norm, t->dxn, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
+    for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, &g, l, t);
+    embedding_backward(g.embed, t->dx, t->tokens, N, C);
+}

@@ -1,0 +1,196 @@
+#define _POSIX_C_SOURCE 200809L
+#include "train/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "io/safetensors.h"
+
+void copy_model_extras(const char *from_dir, const char *to_dir) {
+    static const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *from = path_join(from_dir, names[i]), *to = path_join(to_dir, names[i]);
+        if (file_exists(from)) file_copy(from, to);
+        free(from);
+        free(to);
+    }
+}
+
+// Checkpoint steps found in OUT, ascending; returns the count.
+static int64_t list_steps(const char *out, int64_t **steps) {
+    *steps = NULL;
+    DIR *d = opendir(out);
+    if (!d) return 0;
+    int64_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end;
+        if (strncmp(e->d_name, "checkpoint-", 11) != 0) continue;
+        long long st = strtoll(e->d_name + 11, &end, 10);
+        if (*end || end == e->d_name + 11 || st < 0) continue;
+        if (n == cap) *steps = xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        int64_t i = n++;
+        for (; i > 0 && (*steps)[i - 1] > st; i--) (*steps)[i] = (*steps)[i - 1];
+        (*steps)[i] = st;
+    }
+    closedir(d);
+    return n;
+}
+
+static char *step_dir(const char *out, const char *fmt, int64_t step) {
+    char name[64];
+    snprintf(name, sizeof name, fmt, (long long)step);
+    return path_join(out, name);
+}
+
+static void write_json(const char *path, cJSON *root) {
+    char *text = cJSON_Print(root);
+    if (!text) die("out of memory");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, text, strlen(text));
+    atomic_file_write(&af, "\n", 1);
+    atomic_file_commit(&af);
+    free(text);
+}
+
+static void write_state(const char *dir, const TrainState *s) {
+    cJSON *r = cJSON_CreateObject();
+    if (!r) die("out of memory");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
+    cJSON_AddNumberToObject(r, "step", (double)s->step);
+    cJSON_AddNumberToObject(r, "adam_step", (double)s->adam_t);
+    cJSON_AddNumberToObject(r, "skips_in_row", (double)s->skips_in_row);
+    cJSON_AddNumberToObject(r, "loss_scale", s->loss_scale);
+    cJSON_AddNumberToObject(r, "good_steps", (double)s->good_steps);
+    cJSON_AddStringToObject(r, "seed", seed);
+    cJSON_AddNumberToObject(r, "batch_size", (double)s->batch_size);
+    cJSON_AddNumberToObject(r, "data_lines", (double)s->data_lines);
+    cJSON_AddBoolToObject(r, "shuffle", s->shuffle);
+    char *path = path_join(dir, "trainer_state.json");
+    write_json(path, r);
+    free(path);
+    cJSON_Delete(r);
+}
+
+// optimizer.safetensors: "exp_avg.<name>", "exp_avg_sq.<name>" and, when the model file is not
+// fp32, "master.<name>" for each tensor of the model.
+static void write_optimizer(const char *dir, const Qwen2 *master, const float *m, const float *v, int with_master) {
+    int n = qwen2_tensors(master, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    qwen2_tensors(master, ts);
+    StWriteTensor *ws = xcalloc((size_t)n * 3, sizeof *ws);
+    char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names);
+    const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
+    const float *base[3] = {m, v, master->params};
+    int k = 0;
+    for (int j = 0; j < (with_master ? 3 : 2); j++)
+        for (int i = 0; i < n; i++, k++) {
+            snprintf(names[k], sizeof names[k], "%s.%s", prefix[j], ts[i].name);
+            ws[k] = (StWriteTensor){.name = names[k], .ndim = ts[i].ndim, .data = base[j] + (ts[i].data - master->params)};
+            memcpy(ws[k].shape, ts[i].shape, sizeof ts[i].shape);
+        }
+    char *path = path_join(dir, "optimizer.safetensors");
+    safetensors_write(path, ws, k, DTYPE_F32);
+    free(path);
+    free(names);
+    free(ws);
+    free(ts);
+}
+
+void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
+                     const char *model_dir, const TrainState *s, int64_t keep) {
+    char *tmp = step_dir(out, ".checkpoint-%lld.tmp", s->step), *final = step_dir(out, "checkpoint-%lld", s->step);
+    if (file_exists(tmp)) dir_remove_flat(tmp);  // left by a run killed mid-save
+    dir_create(tmp);
+    copy_model_extras(model_dir, tmp);
+    write_optimizer(tmp, master, m, v, save_dtype != DTYPE_F32);
+    write_state(tmp, s);
+    qwen2_save(master, tmp, save_dtype);
+    dir_fsync(tmp);
+    if (file_exists(final)) dir_remove_flat(final);  // same step saved by an earlier attempt
+    if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    dir_fsync(out);
+    int64_t *steps, n = list_steps(out, &steps);
+    for (int64_t i = 0; i + keep < n; i++) {
+        char *old = step_dir(out, "checkpoint-%lld", steps[i]);
+        dir_remove_flat(old);
+        free(old);
+    }
+    free(steps);
+    free(tmp);
+    free(final);
+}
+
+char *checkpoint_latest(const char *out) {
+    int64_t *steps, n = list_steps(out, &steps);
+    char *dir = n ? step_dir(out, "checkpoint-%lld", steps[n - 1]) : NULL;
+    free(steps);
+    return dir;
+}
+
+static void read_moments(const SafeTensors *st, const char *prefix, const Qwen2Tensor *t, float *dst) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", prefix, t->name);
+    const StTensor *x = safetensors_find(st, name);
+    int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    if (!x) die("%s: missing tensor \"%s\"", st->path, name);
+    if (x->dtype != DTYPE_F32 || x->numel != numel)
+        die("%s: tensor \"%s\" must be F32 with %lld elements", st->path, name, (long long)numel);
+    memcpy(dst, x->data, (size_t)numel * 4);
+}
+
+void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s) {
+    Qwen2 saved;
+    qwen2_load(&saved, dir);
+    if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
+        saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers || saved.cfg.tied != master->cfg.tied)
+        die("%s: the checkpoint's model has a different shape from --model", dir);
+    memcpy(master->params, saved.params, master->n_params * 4);
+    qwen2_free(&saved);
+
+    char *path = path_join(dir, "optimizer.safetensors");
+    SafeTensors st;
+    safetensors_open(&st, path);
+    int n = qwen2_tensors(master, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    qwen2_tensors(master, ts);
+    char first[128];
+    snprintf(first, sizeof first, "master.%s", ts[0].name);
+    int with_master = safetensors_find(&st, first) != NULL;
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)(ts[i].data - master->params);
+        read_moments(&st, "exp_avg", &ts[i], m + off);
+        read_moments(&st, "exp_avg_sq", &ts[i], v + off);
+        if (with_master) read_moments(&st, "master", &ts[i], ts[i].data);
+    }
+    free(ts);
+    safetensors_close(&st);
+    free(path);
+
+    path = path_join(dir, "trainer_state.json");
+    cJSON *r = json_load_file(path);
+    if (!cJSON_IsObject(r)) die("%s: not a JSON object", path);
+    s->step = json_get_int(r, "step", path);
+    s->adam_t = json_get_int(r, "adam_step", path);
+    s->skips_in_row = json_get_int(r, "skips_in_row", path);
+    s->loss_scale = json_get_number(r, "loss_scale", path);
+    s->good_steps = json_get_int(r, "good_steps", path);
+    s->batch_size = json_get_int(r, "batch_size", path);
+    s->data_lines = json_get_int(r, "data_lines", path);
+    s->shuffle = json_get_bool_or(r, "shuffle", -1, path);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(r, "seed");
+    char *end = NULL;
+    if (cJSON_IsString(seed)) s->seed = strtoull(seed->valuestring, &end, 10);
+    if (!end || *end || s->shuffle < 0 || s->step < 0 || s->adam_t < 0 || s->adam_t > s->step || !(s->loss_scale > 0))
+        die("%s: malformed training state (seed, shuffle, step, adam_step or loss_scale)", path);
+    cJSON_Delete(r);
+    free(path);
+}

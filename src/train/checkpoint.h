@@ -1,0 +1,31 @@
+// Training checkpoints: OUT/checkpoint-<step>/ holds the model as a Hugging Face directory
+// (config.json, model.safetensors, tokenizer files) plus optimizer.safetensors (Adam moments,
+// and the fp32 master weights when the model file is bf16) and trainer_state.json.
+// Written into OUT/.checkpoint-<step>.tmp, fsync'd, then renamed: a crash leaves the previous
+// checkpoints intact and at worst a .tmp directory, which the next save removes.
+#pragma once
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "model/qwen2.h"
+
+typedef struct {
+    int64_t step;          // optimiser steps taken (skipped ones included)
+    int64_t adam_t;        // AdamW updates applied (its bias-correction count)
+    int64_t skips_in_row;  // consecutive skipped steps
+    double loss_scale;
+    int64_t good_steps;    // clean steps since the loss scale last changed
+    // The run's identity, checked on resume.
+    uint64_t seed;
+    int64_t batch_size, data_lines;
+    int shuffle;
+} TrainState;
+
+void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
+                     const char *model_dir, const TrainState *s, int64_t keep);
+// The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.
+char *checkpoint_latest(const char *out);
+// Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.
+void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s);
+// Copies tokenizer and generation files of a model directory into another.
+void copy_model_extras(const char *from_dir, const char *to_dir);

@@ -1,0 +1,23 @@
+// Supervised fine-tuning: the training core (forward/backward, accumulation, clipping, AdamW,
+// mixed precision, checkpoints) driven by a dataset of prompt/completion pairs.
+#pragma once
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "train/optim.h"
+
+typedef struct {
+    const char *model_dir, *data_path, *out_dir;
+    int64_t steps;  // 0: one epoch
+    int64_t batch_size, micro_batch_size, warmup, save_every, keep, max_length, max_skips;
+    AdamW adam;     // lr, betas, eps, weight decay
+    double clip;    // 0: off
+    LrSchedule schedule;
+    uint64_t seed;
+    DType save_dtype, precision;  // precision: the compute copy's format (F32: none)
+    double loss_scale;            // fp16: initial scale
+    int64_t loss_scale_window;    // fp16: clean steps before the scale doubles; 0 = static
+    int resume, recompute, shuffle;
+} SftConfig;
+
+void sft_run(const SftConfig *cfg);

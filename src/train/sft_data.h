@@ -1,0 +1,20 @@
+// SFT datasets: JSONL lines of {"prompt_ids", "completion_ids"} (used exactly as given) or
+// {"prompt", "completion"} (the prompt as one user turn of the chat template plus the generation
+// prompt; the completion followed by the tokenizer's eos token).
+#pragma once
+#include <stdint.h>
+
+#include "model/qwen2.h"
+
+typedef struct {
+    int64_t n;
+    int32_t **ids;        // sample i: prompt then completion, len[i] tokens
+    int64_t *len, *prompt_len;
+    int64_t *line;        // 1-based line of the file
+    int64_t n_truncated;  // samples cut to max_length
+    char *path;
+} SftData;
+
+// Dies with "FILE:LINE: ..." on any malformed line.
+void sft_data_load(SftData *d, const char *path, const char *model_dir, const Qwen2Config *c, int64_t max_length);
+void sft_data_free(SftData *d);

@@ -1,0 +1,87 @@
+// grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute]
+// Runs qwen2_train_forward + qwen2_backward on the sequences of IN.json
+// ({"tokens": [[...]], "targets": [[...]], "dlogp": [[...]]}) and writes "logp" (N) and
+// "grad.<HF name>" for every parameter tensor, so grad_parity.py can compare with PyTorch autograd.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/arena.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "io/safetensors.h"
+#include "model/qwen2.h"
+
+static const cJSON *list_at(const cJSON *root, const char *key, int b, int *len) {
+    const cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, key), b);
+    if (!cJSON_IsArray(it)) die("IN.json: \"%s\"[%d] is not a list", key, b);
+    *len = cJSON_GetArraySize(it);
+    return it;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) die("usage: grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute]");
+    int recompute = argc > 4 && strcmp(argv[4], "--recompute") == 0;
+    Qwen2 m;
+    qwen2_load(&m, argv[1]);
+    cJSON *root = json_load_file(argv[2]);
+    int B = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "tokens"));
+    int64_t *seq_off = xcalloc((size_t)B + 1, sizeof *seq_off), max_seq = 1;
+    for (int b = 0; b < B; b++) {
+        int len;
+        list_at(root, "tokens", b, &len);
+        seq_off[b + 1] = seq_off[b] + len;
+        max_seq = len > max_seq ? len : max_seq;
+    }
+    int64_t N = seq_off[B];
+    int32_t *tokens = xmalloc((size_t)N * 4), *targets = xmalloc((size_t)N * 4);
+    float *dlogp = xmalloc((size_t)N * 4), *logp = xmalloc((size_t)N * 4);
+    for (int b = 0; b < B; b++) {
+        int n1, n2, n3;
+        const cJSON *tk = list_at(root, "tokens", b, &n1), *tg = list_at(root, "targets", b, &n2),
+                    *dl = list_at(root, "dlogp", b, &n3);
+        if (n1 != n2 || n1 != n3) die("IN.json: sequence %d: tokens, targets and dlogp differ in length", b);
+        for (int i = 0; i < n1; i++) {
+            tokens[seq_off[b] + i] = (int32_t)cJSON_GetArrayItem(tk, i)->valuedouble;
+            targets[seq_off[b] + i] = (int32_t)cJSON_GetArrayItem(tg, i)->valuedouble;
+            dlogp[seq_off[b] + i] = (float)cJSON_GetArrayItem(dl, i)->valuedouble;
+        }
+    }
+    Arena arena;
+    arena_init(&arena, qwen2_train_bytes(&m.cfg, N, max_seq, recompute));
+    Qwen2Train t;
+    qwen2_train_init(&t, &m.cfg, N, max_seq, recompute, &arena);
+    float *grads = xcalloc(m.n_params, sizeof(float));
+    qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp);
+    qwen2_backward(&m, grads, dlogp, &t);
+
+    Qwen2 gm = {.cfg = m.cfg, .params = grads, .n_params = m.n_params};
+    qwen2_views(&m.cfg, grads, &gm.w);
+    int n = qwen2_tensors(&gm, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
+    qwen2_tensors(&gm, ts);
+    StWriteTensor *ws = xcalloc((size_t)n + 1, sizeof *ws);
+    char (*names)[96] = xmalloc((size_t)n * sizeof *names);
+    ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {N}, .data = logp};
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof names[i], "grad.%s", ts[i].name);
+        ws[i + 1] = (StWriteTensor){.name = names[i], .ndim = ts[i].ndim, .data = ts[i].data};
+        memcpy(ws[i + 1].shape, ts[i].shape, sizeof ts[i].shape);
+    }
+    safetensors_write(argv[3], ws, n + 1, DTYPE_F32);
+    fprintf(stderr, "grad_tool: %d sequences, %lld tokens, %d gradient tensors\n", B, (long long)N, n);
+    free(names);
+    free(ws);
+    free(ts);
+    free(grads);
+    arena_free(&arena);
+    free(tokens);
+    free(targets);
+    free(dlogp);
+    free(logp);
+    free(seq_off);
+    cJSON_Delete(root);
+    qwen2_free(&m);
+    return 0;
+}
