@@ -28,6 +28,30 @@ static void test_f16_all_values(void) {
     }
 }
 
+// f32 -> f16 (the fp16 compute copy and fp16 gradients) against the compiler's conversion.
+static void test_f32_to_f16(void) {
+    Rng rng;
+    rng_init(&rng, 11);
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)rng_next_u64(&rng);
+        if (i % 2) u = (u & 0x8fffffffu) | 0x30000000u;  // half the draws near f16's range
+        float f;
+        memcpy(&f, &u, 4);
+        _Float16 ref = (_Float16)f;
+        uint16_t want, got = f32_to_f16(f);
+        memcpy(&want, &ref, 2);
+        if (isnan(f)) CHECK((got & 0x7c00) == 0x7c00 && (got & 0x3ff), "f32 %08x: want a NaN, got %04x", u, got);
+        else CHECK(got == want, "f32 %08x (%g): f16 %04x, want %04x", u, f, got, want);
+    }
+    const float edges[] = {65504.0f, 65519.99f, 65520.0f, 1e30f, 5.9604645e-8f, 2.9802322e-8f, 2.98023259e-8f, 6.1035156e-5f};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        _Float16 ref = (_Float16)edges[i];
+        uint16_t want;
+        memcpy(&want, &ref, 2);
+        CHECK(f32_to_f16(edges[i]) == want, "f32 %g: f16 %04x, want %04x", edges[i], f32_to_f16(edges[i]), want);
+    }
+}
+
 static void test_bf16_round_trip_and_rounding(void) {
     for (uint32_t h = 0; h < 65536; h++) {  // every bf16 value survives f32 and back
         float f = bf16_to_f32((uint16_t)h);
@@ -54,6 +78,7 @@ static void test_bf16_round_trip_and_rounding(void) {
 int main(void) {
     test_f16_all_values();
     test_bf16_round_trip_and_rounding();
+    test_f32_to_f16();
     printf("test_dtype: %s\n", failures ? "FAILED" : "ok");
     return failures != 0;
 }
