@@ -1,0 +1,441 @@
+// Finite-difference checks of every *_backward in nn/ops.h against its forward.
+//
+// For each op: L = sum_i r_i * out_i with random r (so dout = r), the analytic gradient from the
+// backward, and central differences of L (summed in double) around the float inputs:
+//     g_fd = (L(x + e) - L(x - e)) / ((double)(float)(x + e) - (double)(float)(x - e)).
+// Error measure per tensor: max|g_fd - g| / max|g| (g = analytic).
+// Tolerance: the forward runs in float, so L carries rounding of about u * sum|r_i out_i| with
+// u = 6e-8; divided by 2e that is ~1e-5 relative for the sizes here with e = 1e-2, and the
+// truncation term (e^2/6) f''' is ~2e-5 for O(1) inputs. FD_TOL = 2e-3 leaves two orders of
+// margin above both, while any real bug (a sign, a missing term, a wrong head) is O(1).
+// The linear ops (embedding, matmul, rope) have no truncation error at all.
+//
+// Besides the values: gradients are ADDED into pre-filled buffers (checked against a run into
+// zeros), buffers ops.h calls OVERWRITTEN ignore their NaN-filled contents, swiglu's dout may
+// alias dgate, matmul's dinp/dbias may be NULL, and logprob rows with target -1 get no gradient
+// even with a non-zero dlogp. Prints one line per op and tensor; exit status 1 on any failure.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/util.h"
+#include "nn/ops.h"
+
+#define FD_TOL 2e-3
+#define ACC_TOL 1e-5  // pre-filled run minus prefill vs run into zeros, relative to max|g| + max|prefill|
+
+static int g_failures = 0;
+static int g_checks = 0;
+static Rng g_rng;
+
+static float *fnew(int64_t n) { return xcalloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+static float *frandn(int64_t n, float scale) {
+    float *p = fnew(n);
+    for (int64_t i = 0; i < n; i++) p[i] = scale * rng_normal(&g_rng);
+    return p;
+}
+
+static float *fcopy(const float *src, int64_t n) {
+    float *p = fnew(n);
+    memcpy(p, src, (size_t)n * sizeof(float));
+    return p;
+}
+
+static double dot_d(const float *r, const float *x, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * x[i];
+    return s;
+}
+
+static float maxabs(const float *x, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+static void report(const char *op, const char *what, double err, double tol, const char *detail) {
+    int ok = err <= tol;  // NaN fails
+    g_checks++;
+    g_failures += !ok;
+    printf("%s  %-34s %-28s err %.2e (tol %.0e)%s%s\n", ok ? "PASS" : "FAIL", op, what, err, tol,
+           detail && *detail ? "  " : "", detail ? detail : "");
+    fflush(stdout);
+}
+
+// Loss as a function of the current contents of the inputs (read through ctx).
+typedef double (*LossFn)(void *ctx);
+
+// Central differences of f with respect to x[i] for all i, or for `max_samples` of them: the first
+// and last element, then alternately a random one anywhere and one in the last quarter (where the
+// tests put rows past a 128-query attention block or a 256-row logprob chunk).
+static void fd_check(const char *op, const char *what, LossFn f, void *ctx, float *x, const float *g, int64_t n,
+                     float eps, int64_t max_samples) {
+    double gmax = maxabs(g, n), emax = 0.0;
+    int64_t worst = -1, checked = 0;
+    double worst_fd = 0.0;
+    for (int64_t s = 0; s < (n < max_samples ? n : max_samples); s++) {
+        int64_t i = s;
+        if (n > max_samples) {
+            uint64_t u = rng_next_u64(&g_rng);
+            i = s == 0 ? 0 : s == 1 ? n - 1 : s % 2 ? (int64_t)(u % (uint64_t)n) : n - 1 - (int64_t)(u % (uint64_t)(n / 4));
+        }
+        float x0 = x[i], xp = x0 + eps, xm = x0 - eps;
+        x[i] = xp;
+        double lp = f(ctx);
+        x[i] = xm;
+        double lm = f(ctx);
+        x[i] = x0;
+        double fd = (lp - lm) / ((double)xp - (double)xm);
+        double e = fabs(fd - (double)g[i]);
+        if (!(e <= emax)) {  // also records NaN
+            emax = e;
+            worst = i;
+            worst_fd = fd;
+        }
+        checked++;
+    }
+    double rel = emax / (gmax > 0 ? gmax : 1e-30);
+    if (gmax == 0.0) rel = emax > 0 ? INFINITY : 0.0;
+    char detail[160];
+    if (worst >= 0)
+        snprintf(detail, sizeof detail, "max|g| %.3g, worst [%lld] fd %.6g vs %.6g (%lld/%lld checked)", gmax,
+                 (long long)worst, worst_fd, (double)g[worst], (long long)checked, (long long)n);
+    else
+        snprintf(detail, sizeof detail, "max|g| %.3g (%lld checked)", gmax, (long long)checked);
+    report(op, what, rel, FD_TOL, detail);
+}
+
+// After a backward into buffers pre-filled with `pre`: buf - pre must equal the run into zeros.
+static void acc_check(const char *op, const char *what, const float *buf, const float *pre, const float *zero_run,
+                      int64_t n) {
+    double scale = (double)maxabs(zero_run, n) + maxabs(pre, n), emax = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(((double)buf[i] - pre[i]) - zero_run[i]);
+        emax = e > emax || e != e ? e : emax;
+    }
+    char w[64];
+    snprintf(w, sizeof w, "%s +=", what);
+    report(op, w, emax / (scale > 0 ? scale : 1e-30), ACC_TOL, "");
+}
+
+// The same for OVERWRITTEN outputs: the NaN-filled buffer's result must equal the run into zeros.
+static void overwrite_check(const char *op, const char *what, const float *buf, const float *zero_run, int64_t n) {
+    double scale = maxabs(zero_run, n), emax = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)buf[i] - zero_run[i]);
+        emax = e > emax || e != e ? e : emax;
+    }
+    char w[64];
+    snprintf(w, sizeof w, "%s overwritten", what);
+    report(op, w, emax / (scale > 0 ? scale : 1e-30), ACC_TOL, "");
+}
+
+static float *nan_filled(int64_t n) {
+    float *p = fnew(n);
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+// ------------------------------------------------------------------------------------- embedding
+
+typedef struct {
+    float *out, *table, *r;
+    int32_t *tokens;
+    int64_t N, C;
+} EmbCtx;
+
+static double emb_loss(void *p) {
+    EmbCtx *c = p;
+    embedding_forward(c->out, c->tokens, c->table, c->N, c->C);
+    return dot_d(c->r, c->out, c->N * c->C);
+}
+
+static void test_embedding(void) {
+    const char *op = "embedding V7 C5 N10 (repeats)";
+    int64_t V = 7, C = 5, N = 10;
+    int32_t tokens[10] = {3, 0, 3, 6, 1, 3, 0, 2, 6, 3};  // row 4 and 5 unused, 3 four times
+    EmbCtx c = {fnew(N * C), frandn(V * C, 1.0f), frandn(N * C, 1.0f), tokens, N, C};
+    float *dt = fnew(V * C);
+    embedding_backward(dt, c.r, tokens, N, C);
+    fd_check(op, "dtable", emb_loss, &c, c.table, dt, V * C, 0.5f, 1 << 30);
+    float *pre = frandn(V * C, 1.0f), *acc = fcopy(pre, V * C);
+    embedding_backward(acc, c.r, tokens, N, C);
+    acc_check(op, "dtable", acc, pre, dt, V * C);
+    free(c.out), free(c.table), free(c.r), free(dt), free(pre), free(acc);
+}
+
+// --------------------------------------------------------------------------------------- rmsnorm
+
+typedef struct {
+    float *out, *inp, *w, *r;
+    int64_t N, C;
+    float eps;
+} RmsCtx;
+
+static double rms_loss(void *p) {
+    RmsCtx *c = p;
+    rmsnorm_forward(c->out, c->inp, c->w, c->N, c->C, c->eps);
+    return dot_d(c->r, c->out, c->N * c->C);
+}
+
+static void test_rmsnorm(int64_t N, int64_t C, float eps) {
+    char op[64];
+    snprintf(op, sizeof op, "rmsnorm N%lld C%lld eps%g", (long long)N, (long long)C, eps);
+    RmsCtx c = {fnew(N * C), frandn(N * C, 1.0f), frandn(C, 0.1f), frandn(N * C, 1.0f), N, C, eps};
+    for (int64_t j = 0; j < C; j++) c.w[j] += 1.0f;
+    for (int64_t j = 0; j < C; j++) c.inp[2 * C + j] *= 0.1f;  // a small-norm row
+    float *dx = fnew(N * C), *dw = fnew(C);
+    rmsnorm_backward(dx, dw, c.r, c.inp, c.w, N, C, eps);
+    fd_check(op, "dinp", rms_loss, &c, c.inp, dx, N * C, 1e-3f, 1 << 30);
+    fd_check(op, "dweight", rms_loss, &c, c.w, dw, C, 1e-2f, 1 << 30);
+    float *px = frandn(N * C, 1.0f), *pw = frandn(C, 1.0f), *ax = fcopy(px, N * C), *aw = fcopy(pw, C);
+    rmsnorm_backward(ax, aw, c.r, c.inp, c.w, N, C, eps);
+    acc_check(op, "dinp", ax, px, dx, N * C);
+    acc_check(op, "dweight", aw, pw, dw, C);
+    free(c.out), free(c.inp), free(c.w), free(c.r), free(dx), free(dw), free(px), free(pw), free(ax), free(aw);
+}
+
+// ---------------------------------------------------------------------------------------- matmul
+
+typedef struct {
+    float *out, *inp, *w, *b, *r;
+    int64_t N, C, OC;
+} MmCtx;
+
+static double mm_loss(void *p) {
+    MmCtx *c = p;
+    matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    return dot_d(c->r, c->out, c->N * c->OC);
+}
+
+static void test_matmul(int64_t N, int64_t C, int64_t OC, int bias) {
+    char op[64];
+    snprintf(op, sizeof op, "matmul N%lld C%lld OC%lld %s", (long long)N, (long long)C, (long long)OC,
+             bias ? "bias" : "nobias");
+    MmCtx c = {fnew(N * OC), frandn(N * C, 1.0f), frandn(OC * C, 0.3f), bias ? frandn(OC, 0.3f) : NULL,
+               frandn(N * OC, 1.0f), N, C, OC};
+    float *dx = fnew(N * C), *dw = fnew(OC * C), *db = bias ? fnew(OC) : NULL;
+    matmul_backward(dx, dw, db, c.r, c.inp, c.w, N, C, OC);
+    fd_check(op, "dinp", mm_loss, &c, c.inp, dx, N * C, 0.25f, 1 << 30);
+    fd_check(op, "dweight", mm_loss, &c, c.w, dw, OC * C, 0.25f, 1 << 30);
+    if (bias) fd_check(op, "dbias", mm_loss, &c, c.b, db, OC, 0.25f, 1 << 30);
+    float *px = frandn(N * C, 1.0f), *pw = frandn(OC * C, 1.0f), *pb = frandn(OC, 1.0f);
+    float *ax = fcopy(px, N * C), *aw = fcopy(pw, OC * C), *ab = fcopy(pb, OC);
+    matmul_backward(ax, aw, bias ? ab : NULL, c.r, c.inp, c.w, N, C, OC);
+    acc_check(op, "dinp", ax, px, dx, N * C);
+    acc_check(op, "dweight", aw, pw, dw, OC * C);
+    if (bias) acc_check(op, "dbias", ab, pb, db, OC);
+    // dinp and dbias may be NULL: dweight alone, same values
+    float *w2 = fnew(OC * C);
+    matmul_backward(NULL, w2, NULL, c.r, c.inp, c.w, N, C, OC);
+    double e = 0.0;
+    for (int64_t i = 0; i < OC * C; i++) e = fmax(e, fabs((double)w2[i] - dw[i]));
+    report(op, "dweight w/ NULL dinp,dbias", e / fmax(maxabs(dw, OC * C), 1e-30), ACC_TOL, "");
+    free(c.out), free(c.inp), free(c.w), free(c.b), free(c.r), free(dx), free(dw), free(db);
+    free(px), free(pw), free(pb), free(ax), free(aw), free(ab), free(w2);
+}
+
+// ------------------------------------------------------------------------------------------ rope
+
+typedef struct {
+    float *x, *tmp, *r;
+    int32_t *pos;
+    int64_t N;
+    int H, D;
+    double theta;
+} RopeCtx;
+
+static double rope_loss(void *p) {
+    RopeCtx *c = p;
+    int64_t n = c->N * c->H * c->D;
+    memcpy(c->tmp, c->x, (size_t)n * sizeof(float));
+    rope_forward(c->tmp, c->pos, c->N, c->H, c->D, c->theta);
+    return dot_d(c->r, c->tmp, n);
+}
+
+static void test_rope(double theta) {
+    char op[64];
+    snprintf(op, sizeof op, "rope N7 H3 D8 theta%g", theta);
+    int32_t pos[7] = {0, 1, 2, 7, 0, 1000, 131};
+    int64_t N = 7, n = N * 3 * 8;
+    RopeCtx c = {frandn(n, 1.0f), fnew(n), frandn(n, 1.0f), pos, N, 3, 8, theta};
+    float *dx = fcopy(c.r, n);  // in place: dout -> dinp
+    rope_backward(dx, pos, N, 3, 8, theta);
+    fd_check(op, "dx (in place)", rope_loss, &c, c.x, dx, n, 0.25f, 1 << 30);
+    free(c.x), free(c.tmp), free(c.r), free(dx);
+}
+
+// ------------------------------------------------------------------------------------- attention
+
+typedef struct {
+    float *out, *q, *k, *v, *r, *scratch;
+    const int64_t *seq_off;
+    int B, H, KVH, D;
+    int64_t N;
+} AttCtx;
+
+static double att_loss(void *p) {
+    AttCtx *c = p;
+    attention_forward(c->out, NULL, c->q, c->k, c->v, c->seq_off, c->B, c->H, c->KVH, c->D, c->scratch);
+    return dot_d(c->r, c->out, c->N * c->H * c->D);
+}
+
+static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, int64_t max_samples) {
+    char op[96];
+    int n0 = snprintf(op, sizeof op, "attention H%d KVH%d D%d T=", H, KVH, D);
+    int64_t seq_off[8] = {0}, max_T = 0;
+    for (int b = 0; b < B; b++) {
+        seq_off[b + 1] = seq_off[b] + lens[b];
+        max_T = lens[b] > max_T ? lens[b] : max_T;
+        n0 += snprintf(op + n0, sizeof op - (size_t)n0, b ? ",%lld" : "%lld", (long long)lens[b]);
+    }
+    int64_t N = seq_off[B], nq = N * H * D, nkv = N * KVH * D;
+    AttCtx c = {fnew(nq), frandn(nq, 1.0f), frandn(nkv, 1.0f), frandn(nkv, 1.0f), frandn(nq, 1.0f),
+                fnew((int64_t)attention_scratch_floats(max_T)), seq_off, B, H, KVH, D, N};
+    float *lse = fnew(N * H), *out = fnew(nq);
+    attention_forward(out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, c.scratch);
+    // lse must not change the output
+    float *out2 = fnew(nq);
+    attention_forward(out2, NULL, c.q, c.k, c.v, seq_off, B, H, KVH, D, c.scratch);
+    double e = 0.0;
+    for (int64_t i = 0; i < nq; i++) e = fmax(e, fabs((double)out[i] - out2[i]));
+    report(op, "out with/without lse (abs)", e, 1e-6, "");
+    // lse against a direct double computation
+    double lerr = 0.0, scale = 1.0 / sqrt((double)D);
+    for (int b = 0; b < B; b++)
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
+            for (int h = 0; h < H; h++) {
+                const float *qi = c.q + i * H * D + h * D;
+                double mx = -INFINITY, s[256];
+                int64_t nk = i - seq_off[b] + 1;
+                for (int64_t j = 0; j < nk && j < 256; j++) {
+                    const float *kj = c.k + (seq_off[b] + j) * KVH * D + (h / (H / KVH)) * D;
+                    s[j] = dot_d(qi, kj, D) * scale;
+                    mx = fmax(mx, s[j]);
+                }
+                if (nk > 256) continue;
+                double sum = 0.0;
+                for (int64_t j = 0; j < nk; j++) sum += exp(s[j] - mx);
+                lerr = fmax(lerr, fabs(mx + log(sum) - lse[i * H + h]));
+            }
+    report(op, "lse (abs err)", lerr, 1e-5, "");
+
+    float *scr = fnew((int64_t)attention_backward_scratch_floats(max_T));
+    float *dq = fnew(nq), *dk = fnew(nkv), *dv = fnew(nkv);
+    attention_backward(dq, dk, dv, c.r, out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, scr);
+    fd_check(op, "dq", att_loss, &c, c.q, dq, nq, 1e-2f, max_samples);
+    fd_check(op, "dk", att_loss, &c, c.k, dk, nkv, 1e-2f, max_samples);
+    fd_check(op, "dv", att_loss, &c, c.v, dv, nkv, 1e-2f, max_samples);
+    // OVERWRITTEN: NaN-filled buffers give the same result
+    float *oq = nan_filled(nq), *ok = nan_filled(nkv), *ov = nan_filled(nkv);
+    attention_backward(oq, ok, ov, c.r, out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, scr);
+    overwrite_check(op, "dq", oq, dq, nq);
+    overwrite_check(op, "dk", ok, dk, nkv);
+    overwrite_check(op, "dv", ov, dv, nkv);
+    free(c.out), free(c.q), free(c.k), free(c.v), free(c.r), free(c.scratch), free(lse), free(out), free(out2);
+    free(scr), free(dq), free(dk), free(dv), free(oq), free(ok), free(ov);
+}
+
+// ---------------------------------------------------------------------------------------- swiglu
+
+typedef struct {
+    float *out, *gate, *up, *r;
+    int64_t n;
+} SwiCtx;
+
+static double swi_loss(void *p) {
+    SwiCtx *c = p;
+    swiglu_forward(c->out, c->gate, c->up, c->n);
+    return dot_d(c->r, c->out, c->n);
+}
+
+static void test_swiglu(void) {
+    const char *op = "swiglu n41";
+    int64_t n = 41;
+    SwiCtx c = {fnew(n), frandn(n, 3.0f), frandn(n, 1.0f), frandn(n, 1.0f), n};
+    c.gate[0] = -12.0f, c.gate[1] = 12.0f, c.gate[2] = 0.0f;  // saturated ends and the origin
+    float *dg = nan_filled(n), *du = nan_filled(n);           // OVERWRITTEN
+    swiglu_backward(dg, du, c.r, c.gate, c.up, n);
+    fd_check(op, "dgate", swi_loss, &c, c.gate, dg, n, 1e-2f, 1 << 30);
+    fd_check(op, "dup", swi_loss, &c, c.up, du, n, 0.25f, 1 << 30);
+    float *ag = fcopy(c.r, n), *au = nan_filled(n);  // dout aliases dgate
+    swiglu_backward(ag, au, ag, c.gate, c.up, n);
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fmax(fabs((double)ag[i] - dg[i]), fabs((double)au[i] - du[i])));
+    report(op, "dout aliasing dgate", e / fmax(fmax(maxabs(dg, n), maxabs(du, n)), 1e-30), 0.0, "");
+    free(c.out), free(c.gate), free(c.up), free(c.r), free(dg), free(du), free(ag), free(au);
+}
+
+// --------------------------------------------------------------------------------------- logprob
+
+typedef struct {
+    float *out, *h, *W, *r, *scratch;
+    int32_t *targets;
+    int64_t N, C, V;
+} LpCtx;
+
+static double lp_loss(void *p) {
+    LpCtx *c = p;
+    logprob_forward(c->out, c->h, c->W, c->targets, c->N, c->C, c->V, c->scratch);
+    return dot_d(c->r, c->out, c->N);
+}
+
+static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
+    char op[64];
+    snprintf(op, sizeof op, "logprob N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
+    int32_t *targets = xmalloc((size_t)N * sizeof(int32_t));
+    for (int64_t i = 0; i < N; i++)
+        targets[i] = i % 4 == 1 ? -1 : (int32_t)(rng_next_u64(&g_rng) % (uint64_t)V);
+    targets[N - 1] = (int32_t)V - 1;
+    // dlogp non-zero everywhere, also on target -1 rows (those must get no gradient)
+    LpCtx c = {fnew(N), frandn(N * C, 1.0f), frandn(V * C, 0.5f), frandn(N, 1.0f),
+               fnew((int64_t)logprob_scratch_floats(V)), targets, N, C, V};
+    float *dh = fnew(N * C), *dW = fnew(V * C);
+    logprob_backward(dh, dW, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    fd_check(op, "dh", lp_loss, &c, c.h, dh, N * C, 1e-2f, max_samples);
+    fd_check(op, "dW", lp_loss, &c, c.W, dW, V * C, 1e-2f, max_samples);
+    double z = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] < 0)
+            for (int64_t j = 0; j < C; j++) z = fmax(z, fabs(dh[i * C + j]));
+    report(op, "dh = 0 on target -1 rows", z, 0.0, "");
+    logprob_forward(c.out, c.h, c.W, targets, N, C, V, c.scratch);
+    z = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] < 0) z = fmax(z, fabs(c.out[i]));
+    report(op, "out = 0 on target -1 rows", z, 0.0, "");
+    float *ph = frandn(N * C, 1.0f), *pW = frandn(V * C, 1.0f), *ah = fcopy(ph, N * C), *aW = fcopy(pW, V * C);
+    logprob_backward(ah, aW, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    acc_check(op, "dh", ah, ph, dh, N * C);
+    acc_check(op, "dW", aW, pW, dW, V * C);
+    free(c.out), free(c.h), free(c.W), free(c.r), free(c.scratch), free(targets), free(dh), free(dW);
+    free(ph), free(pW), free(ah), free(aW);
+}
+
+int main(void) {
+    rng_init(&g_rng, 1234);
+    test_embedding();
+    test_rmsnorm(5, 37, 1e-5f);
+    test_rmsnorm(3, 16, 1e-6f);
+    test_matmul(1, 19, 23, 1);   // gemv path
+    test_matmul(5, 19, 23, 1);   // skinny kernel (N <= 16)
+    test_matmul(16, 24, 10, 0);  // skinny, no bias
+    test_matmul(37, 19, 23, 1);  // sgemm path
+    test_matmul(40, 33, 70, 0);
+    test_rope(1e4);
+    test_rope(1e6);
+    const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};
+    test_attention(l1, 3, 4, 2, 8, 1 << 30);  // GQA 2
+    test_attention(l2, 2, 2, 2, 4, 1 << 30);  // MHA
+    test_attention(l3, 3, 4, 1, 6, 1 << 30);  // MQA (4 query heads on one kv head)
+    test_attention(l4, 2, 2, 1, 4, 160);      // crosses the 128-query block; sampled
+    test_swiglu();
+    test_logprob(9, 12, 50, 1 << 30);
+    test_logprob(300, 8, 37, 200);  // crosses the 256-row chunk; sampled
+    printf("test_ops_grad: %d checks, %d failed\n", g_checks, g_failures);
+    return g_failures != 0;
+}
