@@ -77,6 +77,11 @@ char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len) {
     return b;
 }
 
+void json_write_number(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fputs("null", f);
+}
+
 void json_write_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {

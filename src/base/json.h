@@ -15,6 +15,8 @@ cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel);
 char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len);
 // Writes s[0..n) as a JSON string literal (quotes, escapes; other UTF-8 as is).
 void json_write_string(FILE *f, const char *s, size_t n);
+// Writes a number with 9 significant digits (float round trip), or null when it is not finite.
+void json_write_number(FILE *f, double x);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON.
 cJSON *json_load_file(const char *path);
 // Required integer / number; `where` names the file for the error message.

@@ -65,7 +65,7 @@ static void write_state(const char *dir, const TrainState *s) {
     if (!r) die("out of memory");
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
-    cJSON_AddNumberToObject(r, "step", (double)s->step);
+    cJSON_AddNumberToObject(r, "global_step", (double)s->step);  // Hugging Face's name for it
     cJSON_AddNumberToObject(r, "adam_step", (double)s->adam_t);
     cJSON_AddNumberToObject(r, "skips_in_row", (double)s->skips_in_row);
     cJSON_AddNumberToObject(r, "loss_scale", s->loss_scale);
@@ -105,6 +105,35 @@ static void write_optimizer(const char *dir, const Qwen2 *master, const float *m
     free(ts);
 }
 
+// Deletes OUT/checkpoint-<step>: renamed out of the checkpoint-* namespace first, so a crash
+// mid-delete never leaves a half-deleted directory that looks like a checkpoint.
+static void remove_checkpoint(const char *out, int64_t step) {
+    char *dir = step_dir(out, "checkpoint-%lld", step), *del = step_dir(out, ".checkpoint-%lld.del", step);
+    if (file_exists(del)) dir_remove_flat(del);
+    if (rename(dir, del) != 0) die("cannot rename %s to %s: %s", dir, del, strerror(errno));
+    dir_fsync(out);
+    dir_remove_flat(del);
+    free(dir);
+    free(del);
+}
+
+void checkpoint_prune(const char *out, int64_t keep) {
+    DIR *d = opendir(out);  // leftovers of saves or deletes that a crash interrupted
+    if (!d) die("cannot open directory %s: %s", out, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, ".checkpoint-", 12) != 0 || len < 16) continue;
+        if (strcmp(e->d_name + len - 4, ".tmp") != 0 && strcmp(e->d_name + len - 4, ".del") != 0) continue;
+        char *p = path_join(out, e->d_name);
+        dir_remove_flat(p);
+        free(p);
+    }
+    closedir(d);
+    int64_t *steps, n = list_steps(out, &steps);
+    for (int64_t i = 0; i + keep < n; i++) remove_checkpoint(out, steps[i]);
+    free(steps);
+}
+
 void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
                      const char *model_dir, const TrainState *s, int64_t keep) {
     char *tmp = step_dir(out, ".checkpoint-%lld.tmp", s->step), *final = step_dir(out, "checkpoint-%lld", s->step);
@@ -115,16 +144,10 @@ void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const
     write_state(tmp, s);
     qwen2_save(master, tmp, save_dtype);
     dir_fsync(tmp);
-    if (file_exists(final)) dir_remove_flat(final);  // same step saved by an earlier attempt
+    if (file_exists(final)) remove_checkpoint(out, s->step);  // the same step, saved by an earlier attempt
     if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
     dir_fsync(out);
-    int64_t *steps, n = list_steps(out, &steps);
-    for (int64_t i = 0; i + keep < n; i++) {
-        char *old = step_dir(out, "checkpoint-%lld", steps[i]);
-        dir_remove_flat(old);
-        free(old);
-    }
-    free(steps);
+    checkpoint_prune(out, keep);
     free(tmp);
     free(final);
 }
@@ -178,7 +201,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainSt
     path = path_join(dir, "trainer_state.json");
     cJSON *r = json_load_file(path);
     if (!cJSON_IsObject(r)) die("%s: not a JSON object", path);
-    s->step = json_get_int(r, "step", path);
+    s->step = json_get_int(r, "global_step", path);
     s->adam_t = json_get_int(r, "adam_step", path);
     s->skips_in_row = json_get_int(r, "skips_in_row", path);
     s->loss_scale = json_get_number(r, "loss_scale", path);

@@ -2,7 +2,7 @@
 // (config.json, model.safetensors, tokenizer files) plus optimizer.safetensors (Adam moments,
 // and the fp32 master weights when the model file is bf16) and trainer_state.json.
 // Written into OUT/.checkpoint-<step>.tmp, fsync'd, then renamed: a crash leaves the previous
-// checkpoints intact and at worst a .tmp directory, which the next save removes.
+// checkpoints intact and at worst a .tmp (or .del) directory, which the next save removes.
 #pragma once
 #include <stdint.h>
 
@@ -23,6 +23,8 @@ typedef struct {
 
 void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
                      const char *model_dir, const TrainState *s, int64_t keep);
+// Deletes all but the newest `keep` checkpoints.
+void checkpoint_prune(const char *out, int64_t keep);
 // The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.
 char *checkpoint_latest(const char *out);
 // Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.

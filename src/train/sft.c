@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/json.h"
 #include "base/rng.h"
 #include "base/util.h"
 #include "model/qwen2.h"
@@ -55,6 +56,23 @@ static int64_t max_micro_tokens(const SftData *d, int64_t b) {
     return sum;
 }
 
+// On resume: drop the records of steps after the checkpoint (they are about to be redone).
+static void metrics_truncate(const char *path, int64_t step) {
+    if (!file_exists(path)) return;
+    char *text = file_read_all(path, NULL), *line = text;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    while (*line) {
+        char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *p = strstr(line, "\"step\": ");
+        if (p && p < line + n && strtoll(p + 8, NULL, 10) <= step) atomic_file_write(&af, line, n);
+        line += n;
+    }
+    atomic_file_commit(&af);
+    free(text);
+}
+
 static void fmt_duration(char *buf, size_t n, double s) {
     long t = s > 0 && s < 1e9 ? (long)s : 0;
     snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
@@ -82,8 +100,10 @@ void sft_run(const SftConfig *cfg) {
 
     TrainState st = {.loss_scale = cfg->precision == DTYPE_F16 ? cfg->loss_scale : 1.0, .seed = cfg->seed,
                      .batch_size = B, .data_lines = data.n, .shuffle = cfg->shuffle};
+    if (cfg->resume && !file_exists(cfg->out_dir)) die("--resume: %s does not exist, so there is no checkpoint to resume from", cfg->out_dir);
     dir_create(cfg->out_dir);
     char *ckpt = checkpoint_latest(cfg->out_dir);
+    char *metrics_path = path_join(cfg->out_dir, "metrics.jsonl");
     if (cfg->resume) {
         if (!ckpt) die("--resume: %s holds no checkpoint-* directory", cfg->out_dir);
         TrainState saved;
@@ -92,6 +112,7 @@ void sft_run(const SftConfig *cfg) {
             die("%s: the checkpoint was made with another --batch-size, --seed, --no-shuffle or data file", ckpt);
         if (cfg->precision != DTYPE_F16) saved.loss_scale = 1.0;
         st = saved;
+        metrics_truncate(metrics_path, st.step);
         fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)st.step);
     } else if (ckpt) {
         die("%s already holds checkpoints (%s); pass --resume to continue or choose another --out", cfg->out_dir, ckpt);
@@ -109,7 +130,6 @@ void sft_run(const SftConfig *cfg) {
     float *logp = arena_alloc(&arena, (size_t)max_tokens * 4), *dlogp = arena_alloc(&arena, (size_t)max_tokens * 4);
     int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);
 
-    char *metrics_path = path_join(cfg->out_dir, "metrics.jsonl");
     FILE *metrics = fopen(metrics_path, cfg->resume ? "a" : "w");
     if (!metrics) die("cannot open %s for writing", metrics_path);
     Stream stream = {.n = data.n, .epoch = -1, .perm = xmalloc((size_t)data.n * 8), .seed = cfg->seed,
@@ -167,9 +187,7 @@ void sft_run(const SftConfig *cfg) {
             else
                 fprintf(stderr, "grpo: warning: step %lld: non-finite gradients (loss scale %g); step skipped\n",
                         (long long)st.step + 1, scaler.scale);
-            if (++st.skips_in_row >= cfg->max_skips)
-                die("%lld consecutive steps skipped for non-finite loss or gradients (last: step %lld, loss scale %g); "
-                    "see the warnings above", (long long)st.skips_in_row, (long long)st.step + 1, scaler.scale);
+            st.skips_in_row++;
         } else {
             if (scaler.scale != 1.0) grad_scale(grads, n, (float)(1.0 / scaler.scale));
             norm = grad_norm(grads, n);
@@ -192,8 +210,10 @@ void sft_run(const SftConfig *cfg) {
 
         double now = time_now(), dt = now - t0;
         tok_total += (double)n_tok;
-        fprintf(metrics, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": ", (long long)st.step + 1, loss);
-        if (isfinite(norm)) fprintf(metrics, "%.9g", norm); else fprintf(metrics, "null");
+        fprintf(metrics, "{\"step\": %lld, \"loss\": ", (long long)st.step + 1);
+        json_write_number(metrics, loss);
+        fprintf(metrics, ", \"grad_norm\": ");
+        json_write_number(metrics, norm);
         fprintf(metrics, ", \"lr\": %.9g, \"tokens\": %lld, \"loss_scale\": %.9g, \"skipped\": %s, \"elapsed_s\": %.4f}\n",
                 lr, (long long)n_target, used_scale, overflow ? "true" : "false", dt);
         if (fflush(metrics) != 0) die("cannot write %s", metrics_path);
@@ -201,6 +221,9 @@ void sft_run(const SftConfig *cfg) {
         fmt_duration(eta, sizeof eta, (now - t_start) / (double)(st.step + 1 - first_step) * (double)(steps - st.step - 1));
         fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
                 (long long)st.step + 1, (long long)steps, loss, norm, lr, tok_total / (now - t_start), eta);
+        if (st.skips_in_row >= cfg->max_skips)
+            die("%lld consecutive steps skipped for non-finite loss or gradients (last: step %lld, loss scale %g); "
+                "see the warnings above", (long long)st.skips_in_row, (long long)st.step + 1, used_scale);
         if (cfg->save_every && (st.step + 1) % cfg->save_every == 0) {
             TrainState saved = st;
             saved.step = st.step + 1;
@@ -209,6 +232,7 @@ void sft_run(const SftConfig *cfg) {
     }
     copy_model_extras(cfg->model_dir, cfg->out_dir);
     qwen2_save(&master, cfg->out_dir, cfg->save_dtype);
+    checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
     fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
 
     if (fclose(metrics) != 0) die("cannot write %s", metrics_path);
