@@ -122,6 +122,7 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
 typedef struct {
     int64_t max_tokens, max_seq;
     int recompute;  // keep only each layer's input; rebuild the rest of a layer during backward
+    int head_done;  // the fused forward already ran the head's backward
     // The batch of the last forward.
     int64_t N, n_sel;
     int B;
@@ -148,3 +149,8 @@ void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *t
                          int B, Qwen2Train *t, float *logp);
 // grads (m's slab layout) += d(sum_i dlogp[i] * logp[i]) / d(parameters), for the last forward's batch.
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train *t);
+// For losses whose dlogp is known before the forward (SFT: -1/n per target token): the forward
+// and the head's backward in one pass over the vocabulary, saving the logits' recompute.
+// qwen2_backward (dlogp unused) then finishes the layers.
+void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *tokens, const int32_t *targets,
+                               const int64_t *seq_off, int B, const float *dlogp, Qwen2Train *t, float *logp);

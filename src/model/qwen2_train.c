@@ -99,14 +99,16 @@ static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
     residual_forward(a.xout, a.xmid, N * C);
 }
 
-void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
-                         int B, Qwen2Train *t, float *logp) {
+// Everything up to the logprob head: the layers, the final norm, and the rows that have targets.
+static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off, int B,
+                         Qwen2Train *t) {
     const Qwen2Config *c = &m->cfg;
     int64_t N = seq_off[B], C = c->hidden;
     if (N > t->max_tokens) die("internal: training forward over %lld tokens, workspace holds %lld", (long long)N,
                                (long long)t->max_tokens);
     t->N = N;
     t->B = B;
+    t->head_done = 0;
     memcpy(t->tokens, tokens, (size_t)N * sizeof *tokens);
     memcpy(t->seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
     t->n_sel = 0;
@@ -127,11 +129,41 @@ void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
     rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
     for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->hsel + i * C, t->xf + t->sel[i] * C, (size_t)C * 4);
-    // The head's output lands in the compact order of sel; spread it back over the rows.
-    float *lp = t->dsel;
-    logprob_forward(lp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, C, c->vocab, t->scratch);
-    memset(logp, 0, (size_t)N * sizeof *logp);
+}
+
+// The head's outputs come in the compact order of sel; spread them back over the rows.
+static void scatter_logp(const Qwen2Train *t, const float *lp, float *logp) {
+    memset(logp, 0, (size_t)t->N * sizeof *logp);
     for (int64_t i = 0; i < t->n_sel; i++) logp[t->sel[i]] = lp[i];
+}
+
+void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
+                         int B, Qwen2Train *t, float *logp) {
+    forward_body(m, tokens, targets, seq_off, B, t);
+    float *lp = t->h;  // free until the next layer runs
+    logprob_forward(lp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
+    scatter_logp(t, lp, logp);
+}
+
+// The head's backward: dlogp (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient.
+// With lp (n_sel) it also writes the head's forward output.
+static void head_backward(const Qwen2 *m, const Qwen2Weights *g, const float *dlogp, Qwen2Train *t, float *lp) {
+    float *dlp = t->dgate;  // free until the last layer's backward
+    for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
+    memset(t->dsel, 0, (size_t)(t->n_sel * m->cfg.hidden) * 4);
+    logprob_backward(t->dsel, g->lm_head, lp, dlp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden,
+                     m->cfg.vocab, t->scratch);
+}
+
+void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *tokens, const int32_t *targets,
+                               const int64_t *seq_off, int B, const float *dlogp, Qwen2Train *t, float *logp) {
+    forward_body(m, tokens, targets, seq_off, B, t);
+    Qwen2Weights g;
+    qwen2_views(&m->cfg, grads, &g);
+    float *lp = t->h;
+    head_backward(m, &g, dlogp, t, lp);
+    scatter_logp(t, lp, logp);
+    t->head_done = 1;
 }
 
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
@@ -169,12 +201,8 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train
     int64_t N = t->N, C = c->hidden;
     Qwen2Weights g;
     qwen2_views(c, grads, &g);
-    // Head: dlogp in sel order -> d(final norm output) rows.
-    float *dlp = t->h;  // free until the first layer's backward
-    for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
-    memset(t->dsel, 0, (size_t)(t->n_sel * C) * 4);
-    logprob_backward(t->dsel, g.lm_head, dlp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, C, c->vocab,
-                     t->scratch);
+    if (!t->head_done) head_backward(m, &g, dlogp, t, NULL);
+    t->head_done = 0;
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->dxn + t->sel[i] * C, t->dsel + i * C, (size_t)C * 4);
     memset(t->dx, 0, (size_t)(N * C) * 4);

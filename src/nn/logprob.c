@@ -28,7 +28,7 @@ void logprob_forward(float *out, const float *h, const float *W, const int32_t *
     }
 }
 
-void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, const float *W,
+void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *h, const float *W,
                       const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
@@ -40,7 +40,7 @@ void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, 
             float *g = scratch + r * V;
             int32_t t = targets[i0 + r];
             float d = t >= 0 ? dlogp[i0 + r] : 0.0f;
-            if (d == 0.0f) {
+            if (d == 0.0f && !out) {
                 for (int64_t j = 0; j < V; j++) g[j] = 0.0f;
                 continue;
             }
@@ -48,6 +48,8 @@ void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, 
             for (int64_t j = 1; j < V; j++) mx = g[j] > mx ? g[j] : mx;
             double sum = 0.0;
             for (int64_t j = 0; j < V; j++) sum += expf(g[j] - mx);
+            if (out) out[i0 + r] = t >= 0 ? (float)((double)(g[t] - mx) - log(sum)) : 0.0f;
+            if (t < 0) d = 0.0f;
             float inv = (float)(1.0 / sum);
             for (int64_t j = 0; j < V; j++) g[j] = -d * expf(g[j] - mx) * inv;
             g[t] += d;

@@ -70,5 +70,7 @@ size_t logprob_scratch_floats(int64_t V);
 void logprob_forward(float *out, const float *h, const float *W, const int32_t *targets, int64_t N, int64_t C,
                      int64_t V, float *scratch);
 // Backward of sum_i dlogp[i] * out[i]: dh (N,C) +=, dW (V,C) += ; logits are recomputed chunk by chunk.
-void logprob_backward(float *dh, float *dW, const float *dlogp, const float *h, const float *W,
+// out (N), may be NULL: also writes logprob_forward's output, for callers that know dlogp before
+// the forward (SFT) and so need only one pass over the vocabulary.
+void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *h, const float *W,
                       const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);

@@ -166,7 +166,7 @@ void sft_run(const SftConfig *cfg) {
                 }
                 seq_off[j + 1] = off + len;
             }
-            qwen2_train_forward(cm, tokens, targets, seq_off, (int)b, &tr, logp);
+            qwen2_train_forward_fused(cm, grads, tokens, targets, seq_off, (int)b, dlogp, &tr, logp);
             for (int64_t j = 0; j < b; j++) {
                 double ls = 0.0;
                 for (int64_t i = seq_off[j]; i < seq_off[j + 1]; i++) ls -= logp[i];

@@ -9,7 +9,7 @@ batches of sequences, L = sum_i dlogp_i * logp_i with logp_i = log_softmax(logit
 written here (checked first against qwen2_ref.logits), whose leaves are the model's weights.
 Checks, per run: every gradient tensor within REL_TOL of the reference (error relative to the
 reference tensor's largest magnitude), logp within LOGP_TOL (exactly 0 where target < 0), and
---recompute within RECOMPUTE_TOL of the plain run.
+--recompute and --fused (the SFT path) within RECOMPUTE_TOL of the plain run.
 Prints one line per check, the worst error per tensor kind, and finally `N passed, M failed`;
 exit 0 iff all pass.
 """
@@ -152,14 +152,14 @@ def sft_batch(seed, V, lengths=LENGTHS):
 
 # ----------------------------------------------------------------- C side
 
-def run_tool(tool, model_dir, batch, path, recompute):
+def run_tool(tool, model_dir, batch, path, flags=()):
     inp = path + ".json"
     with open(inp, "w") as f:
         json.dump(batch, f)
-    out = path + (".rc" if recompute else "") + ".safetensors"
+    out = path + "".join(f.replace("--", ".") for f in flags) + ".safetensors"
     if os.path.exists(out):
         os.remove(out)
-    args = [tool, model_dir, inp, out] + (["--recompute"] if recompute else [])
+    args = [tool, model_dir, inp, out] + list(flags)
     p = subprocess.run(args, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"`{' '.join(args)}` exited {p.returncode}: {p.stderr.strip()[-400:]}")
@@ -259,7 +259,7 @@ def main():
                 lp_t, g_t = torch_grads(d, batch)
                 with open(os.path.join(d, "config.json")) as f:
                     cfg = json.load(f)
-                got = run_tool(tool, d, batch, os.path.join(a.tmp, f"{os.path.basename(d)}-{bname}"), False)
+                got = run_tool(tool, d, batch, os.path.join(a.tmp, f"{os.path.basename(d)}-{bname}"))
                 state["got"] = got
                 want = {"grad." + n for n in g_t} | {"logp"}
                 if set(got) != want:
@@ -299,10 +299,10 @@ def main():
                 return f"worst grad rel {worst[0]:.2e} ({worst[1]}), logp abs {lerr:.2e}"
             case(tag, grads)
 
-            def recompute(d=d, batch=batch, bname=bname, state=state):
+            def variant(flags, d=d, batch=batch, bname=bname, state=state):
                 if "got" not in state:
                     raise RuntimeError("plain run failed; nothing to compare against")
-                got = run_tool(tool, d, batch, os.path.join(a.tmp, f"{os.path.basename(d)}-{bname}"), True)
+                got = run_tool(tool, d, batch, os.path.join(a.tmp, f"{os.path.basename(d)}-{bname}"), flags)
                 base = state["got"]
                 if set(got) != set(base):
                     raise RuntimeError(f"tensor names differ from the plain run: {sorted(set(got) ^ set(base))[:4]}")
@@ -314,16 +314,18 @@ def main():
                         bad.append(f"{n} rel {e:.2e}")
                 worst_rc[0] = max(worst_rc[0], worst[0])
                 if bad:
-                    raise RuntimeError("--recompute differs: " + "; ".join(bad[:6]))
+                    raise RuntimeError(f"{' '.join(flags)} differs: " + "; ".join(bad[:6]))
                 return f"worst rel vs plain {worst[0]:.2e} ({worst[1]})"
-            case(tag + " --recompute", recompute)
+            # activation checkpointing; the SFT path (head backward fused into the forward)
+            case(tag + " --recompute", lambda: variant(["--recompute"]))
+            case(tag + " --fused", lambda: variant(["--fused"]))
 
     if worst_kind:
         print(f"max rel error per tensor kind (tolerance {REL_TOL:g}):")
         for k in sorted(worst_kind):
             e, where = worst_kind[k]
             print(f"  {k:48s} {e:.3e}  ({where})")
-        print(f"  {'--recompute vs plain (all tensors)':48s} {worst_rc[0]:.3e}")
+        print(f"  {'--recompute / --fused vs plain (all tensors)':48s} {worst_rc[0]:.3e}")
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1

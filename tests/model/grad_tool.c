@@ -1,4 +1,4 @@
-// grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute]
+// grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute] [--fused]
 // Runs qwen2_train_forward + qwen2_backward on the sequences of IN.json
 // ({"tokens": [[...]], "targets": [[...]], "dlogp": [[...]]}) and writes "logp" (N) and
 // "grad.<HF name>" for every parameter tensor, so grad_parity.py can compare with PyTorch autograd.
@@ -21,8 +21,13 @@ static const cJSON *list_at(const cJSON *root, const char *key, int b, int *len)
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) die("usage: grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute]");
-    int recompute = argc > 4 && strcmp(argv[4], "--recompute") == 0;
+    if (argc < 4) die("usage: grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute] [--fused]");
+    int recompute = 0, fused = 0;
+    for (int i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "--recompute") == 0) recompute = 1;
+        else if (strcmp(argv[i], "--fused") == 0) fused = 1;
+        else die("grad_tool: unknown option %s", argv[i]);
+    }
     Qwen2 m;
     qwen2_load(&m, argv[1]);
     cJSON *root = json_load_file(argv[2]);
@@ -53,7 +58,8 @@ int main(int argc, char **argv) {
     Qwen2Train t;
     qwen2_train_init(&t, &m.cfg, N, max_seq, recompute, &arena);
     float *grads = xcalloc(m.n_params, sizeof(float));
-    qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp);
+    if (fused) qwen2_train_forward_fused(&m, grads, tokens, targets, seq_off, B, dlogp, &t, logp);
+    else qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp);
     qwen2_backward(&m, grads, dlogp, &t);
 
     Qwen2 gm = {.cfg = m.cfg, .params = grads, .n_params = m.n_params};

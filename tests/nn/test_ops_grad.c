@@ -395,7 +395,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     LpCtx c = {fnew(N), frandn(N * C, 1.0f), frandn(V * C, 0.5f), frandn(N, 1.0f),
                fnew((int64_t)logprob_scratch_floats(V)), targets, N, C, V};
     float *dh = fnew(N * C), *dW = fnew(V * C);
-    logprob_backward(dh, dW, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(dh, dW, NULL, c.r, c.h, c.W, targets, N, C, V, c.scratch);
     fd_check(op, "dh", lp_loss, &c, c.h, dh, N * C, 1e-2f, max_samples);
     fd_check(op, "dW", lp_loss, &c, c.W, dW, V * C, 1e-2f, max_samples);
     double z = 0.0;
@@ -409,7 +409,13 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
         if (targets[i] < 0) z = fmax(z, fabs(c.out[i]));
     report(op, "out = 0 on target -1 rows", z, 0.0, "");
     float *ph = frandn(N * C, 1.0f), *pW = frandn(V * C, 1.0f), *ah = fcopy(ph, N * C), *aW = fcopy(pW, V * C);
-    logprob_backward(ah, aW, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    // The fused form (out given) writes the forward's logprobs and the same gradients.
+    float *fused = fnew(N);
+    logprob_backward(ah, aW, fused, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    z = 0.0;
+    for (int64_t i = 0; i < N; i++) z = fmax(z, fabs(fused[i] - c.out[i]));
+    report(op, "fused out == logprob_forward", z, 0.0, "");
+    free(fused);
     acc_check(op, "dh", ah, ph, dh, N * C);
     acc_check(op, "dW", aW, pW, dW, V * C);
     free(c.out), free(c.h), free(c.W), free(c.r), free(c.scratch), free(targets), free(dh), free(dW);
