@@ -683,6 +683,7 @@ def g_errors(check):
         ("--lr-schedule bogus", S + ["--lr-schedule", "bogus"], r"--lr-schedule"),
         ("--steps 0", S + ["--steps", 0], r"--steps"),
         ("unknown option --frobnicate", S + ["--frobnicate"], r"--frobnicate"),
+        ("--out is the --model directory", ["sft", "--model", d, "--data", data, "--out", d], r"--out.*--model"),
         ("--resume, --out does not exist", ["sft", "--model", d, "--data", data, "--out",
                                             os.path.join(TMP, "err-no-such-out"), "--resume"], r"checkpoint"),
         ("--resume, --out has no checkpoint",

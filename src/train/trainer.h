@@ -1,0 +1,41 @@
+// The optimiser side of a training step, shared by SFT and GRPO: fp32 master weights with an
+// optional bf16/fp16 compute copy, the gradient slab, Adam moments, loss scaling, the
+// non-finite check that skips a step, global-norm clipping and AdamW.
+//
+//   const Qwen2 *cm = trainer_begin_step(&t);   // compute weights; grads zeroed
+//   ... forward/backward of each micro-batch into t.grads, dlogp multiplied by t.scaler.scale ...
+//   double norm = trainer_apply(&t, lr, loss_finite);   // NAN when the step was skipped
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "model/qwen2.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+
+typedef struct {
+    AdamW adam;
+    double clip;      // 0: off
+    DType precision;  // compute copy: F32 (none), BF16 or F16
+    Qwen2 master, compute;
+    float *grads, *m, *v;
+    size_t n;
+    Qwen2Tensor *tensors;  // the slab's tensors: AdamW's weight-decay groups
+    int n_tensors;
+    LossScaler scaler;     // scale 1 unless fp16
+    TrainState st;         // step counters and loss-scale state, as checkpointed
+} Trainer;
+
+void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
+                  int64_t loss_scale_window);
+void trainer_free(Trainer *t);
+// Refreshes the compute copy from the master weights and zeroes the gradients; returns the
+// weights the forward and backward passes must use.
+const Qwen2 *trainer_begin_step(Trainer *t);
+// Ends a step (st.step += 1): skips it when the loss or any gradient is not finite, else unscales,
+// clips and applies AdamW at lr. Returns the pre-clip gradient norm, NAN for a skipped step.
+double trainer_apply(Trainer *t, double lr, int loss_finite);
+void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
+// Restores weights, moments and st from a checkpoint directory.
+void trainer_load(Trainer *t, const char *dir);
