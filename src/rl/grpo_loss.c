@@ -1,0 +1,183 @@
+// GRPO advantages and the clipped policy loss + KL with its gradient (see grpo_loss.h for the
+// formulas and the verl sources they follow).
+#include "rl/grpo_loss.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/util.h"
+
+int kl_estimator_parse(const char *s, KlEstimator *out) {
+    static const struct {
+        const char *name;
+        KlEstimator k;
+    } names[] = {{"k1", KL_K1}, {"kl", KL_K1}, {"k2", KL_K2}, {"mse", KL_K2}, {"k3", KL_K3}, {"low_var_kl", KL_K3}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(s, names[i].name) == 0) {
+            *out = names[i].k;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int loss_agg_parse(const char *s, LossAgg *out) {
+    for (int a = AGG_TOKEN_MEAN; a <= AGG_SEQ_MEAN_TOKEN_SUM_NORM; a++) {
+        if (strcmp(s, loss_agg_name((LossAgg)a)) == 0) {
+            *out = (LossAgg)a;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *kl_estimator_name(KlEstimator k) {
+    return k == KL_K1 ? "k1" : k == KL_K2 ? "k2" : "k3";
+}
+
+const char *loss_agg_name(LossAgg a) {
+    return a == AGG_TOKEN_MEAN            ? "token-mean"
+           : a == AGG_SEQ_MEAN_TOKEN_MEAN ? "seq-mean-token-mean"
+                                          : "seq-mean-token-sum-norm";
+}
+
+void grpo_advantages(const float *r, int64_t n_groups, int G, int norm_by_std, float eps, float *adv) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const float *rg = r + g * G;
+        // verl gives a lone sample mean 0 and std 1 (torch.std of one value would be NaN).
+        double mean = 0.0, std = 1.0;
+        if (G > 1) {
+            for (int i = 0; i < G; i++) mean += rg[i];
+            mean /= G;
+            double ss = 0.0;
+            for (int i = 0; i < G; i++) ss += (rg[i] - mean) * (rg[i] - mean);
+            std = sqrt(ss / (G - 1));  // torch.std default: unbiased
+        }
+        float *ag = adv + g * G;
+        for (int i = 0; i < G; i++) {
+            double a = rg[i] - mean;
+            ag[i] = (float)(norm_by_std ? a / (std + (double)eps) : a);
+        }
+    }
+}
+
+int grpo_group_is_flat(const float *r, int G) {
+    if (G < 2) return 0;
+    for (int i = 1; i < G; i++)
+        if (r[i] != r[0]) return 0;
+    return 1;
+}
+
+void grpo_loss_stats_init(GrpoLossStats *s) {
+    memset(s, 0, sizeof *s);
+    s->ratio_min = INFINITY;
+    s->ratio_max = -INFINITY;
+}
+
+void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s) {
+    acc->loss += s->loss;
+    acc->pg_loss += s->pg_loss;
+    acc->kl += s->kl;
+    acc->clip_frac += s->clip_frac;
+    acc->clip_frac_lower += s->clip_frac_lower;
+    acc->ratio_min = fmin(acc->ratio_min, s->ratio_min);
+    acc->ratio_max = fmax(acc->ratio_max, s->ratio_max);
+    acc->n_tokens += s->n_tokens;
+}
+
+static double clamp(double x, double lo, double hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+// torch.maximum / torch.minimum backward at a tie: half the gradient to each side.
+static double pick_grad(int first_wins, int tie, double g1, double g2) {
+    return tie ? 0.5 * (g1 + g2) : first_wins ? g1 : g2;
+}
+
+// KL estimate of one token and its derivative w.r.t. logp (verl kl_penalty_forward; torch.clamp
+// passes the gradient on the closed interval, so only strictly outside a bound is it 0).
+static double kl_token(KlEstimator k, double logp, double ref, double *dkl) {
+    double d = logp - ref;
+    switch (k) {
+    case KL_K1:
+        *dkl = 1.0;
+        return d;
+    case KL_K2:
+        *dkl = d;
+        return 0.5 * d * d;
+    case KL_K3:
+    default: {
+        double t_raw = ref - logp, t = clamp(t_raw, -20.0, 20.0);  // "for numerical stability"
+        double e = exp(t), v = e - t - 1.0;
+        int live = t_raw >= -20.0 && t_raw <= 20.0 && v >= -10.0 && v <= 10.0;
+        *dkl = live ? 1.0 - e : 0.0;  // d/dlogp of e^t - t - 1 with dt/dlogp = -1
+        return clamp(v, -10.0, 10.0);
+    }
+    }
+}
+
+double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
+                 const float *adv, const int64_t *seq_off, int B, double n_tokens_total, double n_seqs_total,
+                 float *dlogp, GrpoLossStats *stats) {
+    if (c->kl_coef != 0.0 && !ref_logp) die("grpo_loss: kl_coef %g needs reference logprobs", c->kl_coef);
+    if (c->clip_c != 0.0 && !(c->clip_c > 1.0))
+        die("grpo_loss: clip_ratio_c must be > 1 (or 0 = off), got %g", c->clip_c);
+    if (c->agg == AGG_SEQ_MEAN_TOKEN_SUM_NORM && !(c->norm_len > 0.0))
+        die("grpo_loss: seq-mean-token-sum-norm needs a positive normalising length, got %g", c->norm_len);
+    const double lo = 1.0 - c->clip_low, hi = 1.0 + c->clip_high;
+    GrpoLossStats st;
+    grpo_loss_stats_init(&st);
+    double pg_sum = 0.0, kl_sum = 0.0;
+    int64_t n_clip = 0, n_clip_lower = 0;
+    for (int b = 0; b < B; b++) {
+        int64_t t0 = seq_off[b], t1 = seq_off[b + 1];
+        if (t1 < t0) die("grpo_loss: sequence %d has offsets %lld > %lld", b, (long long)t0, (long long)t1);
+        if (t1 == t0) continue;  // fully masked: verl's seq_mask leaves it out
+        // n_tokens_total is also the clip fractions' denominator, so every mode needs it.
+        if (!(n_tokens_total > 0.0)) die("grpo_loss: n_tokens_total must be > 0, got %g", n_tokens_total);
+        // Weight of each token of this sequence in the mini-batch loss.
+        double w;
+        if (c->agg == AGG_TOKEN_MEAN) {
+            w = 1.0 / n_tokens_total;
+        } else {
+            if (!(n_seqs_total > 0.0))
+                die("grpo_loss: %s needs n_seqs_total > 0, got %g", loss_agg_name(c->agg), n_seqs_total);
+            // verl's (len + 1e-8), kept so float64 runs agree to rounding; in float32 it is len itself.
+            w = c->agg == AGG_SEQ_MEAN_TOKEN_MEAN ? 1.0 / (((double)(t1 - t0) + 1e-8) * n_seqs_total)
+                                                  : 1.0 / (n_seqs_total * c->norm_len);
+        }
+        const double A = adv[b];
+        for (int64_t i = t0; i < t1; i++) {
+            // PPO clip (compute_policy_loss_vanilla); the log-ratio clamp is verl's.
+            double x_raw = (double)logp[i] - (double)old_logp[i], x = clamp(x_raw, -20.0, 20.0);
+            double ratio = exp(x), dratio = (x_raw >= -20.0 && x_raw <= 20.0) ? ratio : 0.0;
+            double pg1 = -A * ratio, pg2 = -A * clamp(ratio, lo, hi);
+            double g1 = -A * dratio, g2 = (ratio >= lo && ratio <= hi) ? g1 : 0.0;
+            double pg = pg1 > pg2 ? pg1 : pg2;
+            double g = pick_grad(pg1 > pg2, pg1 == pg2, g1, g2);
+            n_clip += pg2 > pg1;
+            if (c->clip_c > 0.0 && A < 0.0) {  // dual clip: the loss of a negative advantage is capped
+                double pg3 = -A * c->clip_c;
+                n_clip_lower += pg > pg3;
+                g = pick_grad(pg < pg3, pg == pg3, g, 0.0);
+                pg = pg < pg3 ? pg : pg3;
+            }
+            double dkl = 0.0, kl = ref_logp ? kl_token(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
+            pg_sum += w * pg;
+            kl_sum += w * kl;
+            dlogp[i] = (float)(w * (g + c->kl_coef * dkl));
+            st.ratio_min = fmin(st.ratio_min, ratio);
+            st.ratio_max = fmax(st.ratio_max, ratio);
+        }
+        st.n_tokens += t1 - t0;
+    }
+    st.pg_loss = pg_sum;
+    st.kl = kl_sum;
+    st.loss = pg_sum + c->kl_coef * kl_sum;
+    if (st.n_tokens > 0) {
+        st.clip_frac = (double)n_clip / n_tokens_total;
+        st.clip_frac_lower = (double)n_clip_lower / n_tokens_total;
+    }
+    if (stats) *stats = st;
+    return st.loss;
+}

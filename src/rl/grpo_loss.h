@@ -1,0 +1,88 @@
+// GRPO math on plain arrays: group advantages, the PPO-clip policy loss with a KL penalty, and
+// its exact gradient w.r.t. the policy's per-token logprobs (the model's backward starts there).
+//
+// The formulas follow verl's verl/trainer/ppo/core_algos.py (verl-project/verl main, read at
+// commit 018f23b5): compute_grpo_outcome_advantage, compute_policy_loss_vanilla,
+// kl_penalty_forward and agg_loss; combined as verl's workers/actor/dp_actor.py update_policy does:
+//     loss = agg(pg) + kl_coef * agg(kl)          (use_kl_loss, the same loss_agg_mode for both)
+// Normalisers come from the whole mini-batch, like current verl's agg_loss with batch_num_tokens /
+// global_batch_size (dp_size 1), so the micro-batches' shares add up to the mini-batch loss exactly;
+// we use them for the KL term too, where verl's dp_actor still aggregates per micro-batch and scales
+// by 1/grad_accumulation. Older verl (e.g. volcengine/verl 012be9d9, ~v0.4/0.5) did that for the
+// policy term as well, and its seq-mean-token-sum-norm was sum/horizon with no mean over sequences;
+// per-micro-batch normalisation equals ours only when every micro-batch holds the same number of
+// tokens (token-mean) or sequences (seq-mean-*).
+#pragma once
+#include <stdint.h>
+
+// verl kl_penalty names: "k1"/"kl", "k2"/"mse", "k3"/"low_var_kl". Per token, d = logp - ref:
+//   k1 = d,  k2 = d^2/2,  k3 = clamp(e^t - t - 1, -10, 10) with t = clamp(-d, -20, 20).
+// (verl's straight-through "k1+"/"k3+" and "abs"/"full" are not supported.)
+typedef enum { KL_K1, KL_K2, KL_K3 } KlEstimator;
+typedef enum { AGG_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_SUM_NORM } LossAgg;
+
+// Returns 1 and sets *out for a known name (verl's aliases included), 0 otherwise.
+int kl_estimator_parse(const char *s, KlEstimator *out);
+// "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; 0 when unknown.
+int loss_agg_parse(const char *s, LossAgg *out);
+const char *kl_estimator_name(KlEstimator k);
+const char *loss_agg_name(LossAgg a);
+
+// r (n_groups*G) -> adv (n_groups*G); group g is r[g*G .. g*G+G). As verl's "grpo" estimator:
+//   norm_by_std: adv = (r - mean) / (std + eps), std = torch.std (unbiased, divides by G-1);
+//   else (Dr.GRPO): adv = r - mean.
+// A group of one (G == 1) gets verl's mean 0 and std 1: adv = r / (1 + eps), or r.
+// A flat group (all rewards equal) gets adv 0 either way. Computed in double; adv may alias r.
+void grpo_advantages(const float *r, int64_t n_groups, int G, int norm_by_std, float eps, float *adv);
+
+// 1 when the G rewards at r are all equal, so the group carries no learning signal and dynamic
+// sampling (DAPO's filter_groups) drops it. Like verl's filter (keep if std > 0 or the group has one
+// sample) a group of one is never flat. Equality is exact: np.std of equal non-dyadic values
+// (e.g. three 0.1) can come out ~1e-17 and keep the group in verl; here such a group is flat.
+int grpo_group_is_flat(const float *r, int G);
+
+typedef struct {
+    double clip_low, clip_high;  // eps_low / eps_high [0.2 / 0.2]; clip-higher when high > low
+    double clip_c;               // dual clip (verl clip_ratio_c, must be > 1) for A < 0; 0 = off
+    double kl_coef;              // beta; 0 = no KL term in the loss (ref_logp may then be NULL)
+    KlEstimator kl;
+    LossAgg agg;
+    double norm_len;             // seq-mean-token-sum-norm only: the constant divisor (max response length)
+} GrpoLossConfig;
+
+// Every field is this micro-batch's share of the mini-batch value (normalised by the totals passed
+// to grpo_loss), so grpo_loss_stats_add over the micro-batches gives the mini-batch's values.
+typedef struct {
+    double loss;             // pg_loss + kl_coef * kl (the value grpo_loss returns)
+    double pg_loss;          // aggregated clipped policy-gradient term
+    double kl;               // aggregated KL estimate before kl_coef; 0 when ref_logp is NULL
+    double clip_frac;        // tokens where the eps clip is active (verl pg_clipfrac) / n_tokens_total
+    double clip_frac_lower;  // A < 0 tokens held by the dual clip (verl pg_clipfrac_lower) / n_tokens_total
+    double ratio_min, ratio_max;  // over this micro-batch's tokens; +inf / -inf when it has none
+    int64_t n_tokens;        // tokens in this micro-batch
+} GrpoLossStats;
+
+// Zero sums, ratio_min +inf, ratio_max -inf: the identity of grpo_loss_stats_add.
+void grpo_loss_stats_init(GrpoLossStats *s);
+void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
+
+// One micro-batch of B response sequences, tokens packed: sequence b is tokens
+// seq_off[b] .. seq_off[b+1] of logp, old_logp, ref_logp and dlogp (response tokens only; the
+// offsets are absolute, so a micro-batch may pass a pointer into the mini-batch's offset array).
+// adv (B): one advantage per sequence. Per token, with x = clamp(logp - old_logp, -20, 20):
+//   ratio = e^x, pg = max(-A*ratio, -A*clamp(ratio, 1-clip_low, 1+clip_high)),
+//   A < 0 and clip_c > 0: pg = min(pg, -A*clip_c);
+//   loss_tok = pg + kl_coef * KL(logp, ref_logp).
+// Aggregation over the WHOLE mini-batch (pass its totals, the same for every micro-batch):
+//   token-mean:              sum_tok loss_tok / n_tokens_total
+//   seq-mean-token-mean:     sum_seq (sum_tok loss_tok / (len_seq + 1e-8)) / n_seqs_total   (verl's 1e-8)
+//   seq-mean-token-sum-norm: sum_seq sum_tok loss_tok / (n_seqs_total * norm_len)
+// n_tokens_total (the mini-batch's tokens) is needed in every mode: it is also the clip fractions'
+// denominator. n_seqs_total counts sequences with at least one token (verl's default
+// global_batch_size) and is used by the seq-mean modes only; empty
+// sequences contribute nothing. Writes dlogp[i] = d(loss)/d(logp[i]): the exact derivative, 0 where
+// a clamp or clip holds the value (torch's subgradient at ties). Computed in double. Returns this
+// micro-batch's share of the loss; stats may be NULL. Dies on inconsistent arguments.
+double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
+                 const float *adv, const int64_t *seq_off, int B, double n_tokens_total, double n_seqs_total,
+                 float *dlogp, GrpoLossStats *stats);

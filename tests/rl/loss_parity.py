@@ -1,0 +1,410 @@
+#!/usr/bin/python3
+"""GRPO math parity: loss_tool (src/rl/grpo_loss.c) vs a PyTorch implementation of verl's formulas.
+
+usage: /usr/bin/python3 tests/rl/loss_parity.py --tool PATH_TO_LOSS_TOOL --tmp DIR
+
+The reference below re-implements, in PyTorch, verl's verl/trainer/ppo/core_algos.py
+(verl-project/verl main, read at commit 018f23b5): compute_grpo_outcome_advantage (the "grpo"
+estimator), compute_policy_loss_vanilla, kl_penalty_forward and agg_loss (with its global
+batch_num_tokens / global_batch_size / loss_scale_factor arguments left at their defaults, i.e. one
+call over the whole mini-batch), combined as verl's dp_actor does: pg_loss + kl_loss_coef * kl_loss.
+Gradients are torch autograd w.r.t. logp; DAPO's group filter is verl's "keep when std > 0 or the
+group has one sample" with exact equality for "std == 0" (see grpo_loss.h on np.std's rounding).
+
+Inputs are fixed random float32 tensors (seeded); the reference runs in float64 on those same
+float32 values, which is what the C code does, so the differences left are rounding order (~1e-15)
+and dlogp's float32 output (half an ulp, 6e-8 rel). Tolerances: LOSS_TOL 1e-9 rel (double vs
+double), DLOGP_TOL 1e-6 rel per element (float32 output, ~16x its rounding), ADV_TOL 1e-6 rel
+(float32 output). Where autograd's gradient is exactly 0 (a clip or clamp holds the value) the C
+gradient must be exactly 0 too. For information, and as a check on the loss only (1e-5 rel), the
+same reference also runs in float32 as verl does on a GPU.
+Prints PASS/FAIL per check and ends with "N passed, M failed"; exit 0 iff all pass.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+LOSS_TOL = 1e-9
+DLOGP_TOL = 1e-6
+ADV_TOL = 1e-6
+F32_LOSS_TOL = 1e-5
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    print(("PASS " if ok else "FAIL ") + what)
+
+
+# ----------------------------------------------------------------------- verl formulas in PyTorch
+
+def masked_sum(x, mask):
+    return (x * mask).sum()
+
+
+def masked_mean(x, mask):
+    return (x * mask).sum() / mask.sum()
+
+
+def grpo_outcome_advantage(scores, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    """verl compute_grpo_outcome_advantage on per-response scores (one scalar each)."""
+    scores = scores.clone()
+    id2score, id2mean, id2std = {}, {}, {}
+    for i in range(scores.shape[0]):
+        id2score.setdefault(index[i], []).append(scores[i])
+    for idx, vals in id2score.items():
+        if len(vals) == 1:
+            id2mean[idx] = torch.tensor(0.0, dtype=scores.dtype)
+            id2std[idx] = torch.tensor(1.0, dtype=scores.dtype)
+        else:
+            t = torch.stack(vals)
+            id2mean[idx] = torch.mean(t)
+            id2std[idx] = torch.std(t)
+    for i in range(scores.shape[0]):
+        if norm_adv_by_std_in_grpo:
+            scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+        else:
+            scores[i] = scores[i] - id2mean[index[i]]
+    return scores
+
+
+def kl_penalty_forward(logprob, ref_logprob, kl_penalty):
+    if kl_penalty in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kl_penalty in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kl_penalty in ("low_var_kl", "k3"):
+        kl = ref_logprob - logprob
+        kl = torch.clamp(kl, min=-20, max=20)
+        ratio = torch.exp(kl)
+        kld = ratio - kl - 1
+        return torch.clamp(kld, min=-10, max=10)
+    raise NotImplementedError(kl_penalty)
+
+
+def agg_loss(loss_mat, loss_mask, loss_agg_mode, batch_num_tokens=None, global_batch_size=None,
+             loss_scale_factor=None):
+    """verl agg_loss with dp_size 1."""
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            batch_num_tokens = loss_mask.sum()
+        return masked_sum(loss_mat, loss_mask) / batch_num_tokens
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
+        seq_mask = (torch.sum(loss_mask, dim=-1) > 0).to(loss_mat.dtype)
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        loss = masked_sum(seq_losses, seq_mask) / global_batch_size
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            if loss_scale_factor is None:
+                loss_scale_factor = loss_mask.shape[-1]
+            loss = loss / loss_scale_factor
+        return loss
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq_mask = torch.sum(loss_mask, dim=-1)
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)
+        seq_mask = (seq_mask > 0).to(loss_mat.dtype)
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        return masked_sum(seq_losses, seq_mask) / global_batch_size
+    raise ValueError(loss_agg_mode)
+
+
+def policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_low, clip_high,
+                        clip_ratio_c, loss_scale_factor):
+    """verl compute_policy_loss_vanilla; clip_ratio_c None = no dual clip (verl always applies its 3.0)."""
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(ratio.dtype), response_mask)
+    if clip_ratio_c is not None:
+        pg_losses3 = -advantages * clip_ratio_c
+        clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+        pg_clipfrac_lower = masked_mean(torch.gt(clip_pg_losses1, pg_losses3) * (advantages < 0).to(ratio.dtype),
+                                        response_mask)
+        pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    else:
+        pg_clipfrac_lower = torch.tensor(0.0, dtype=ratio.dtype)
+        pg_losses = clip_pg_losses1
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
+    return pg_loss, pg_clipfrac, pg_clipfrac_lower, ratio
+
+
+def reference_loss(case, dtype):
+    """The actor's loss for one mini-batch in one call, and d loss / d logp per sequence."""
+    rows = case["logp"]
+    B, T = len(rows), max(1, max(len(r) for r in rows))
+
+    def pad(key):
+        x = torch.zeros(B, T, dtype=dtype)
+        for b, r in enumerate(case[key]):
+            x[b, :len(r)] = torch.tensor(r, dtype=torch.float32).to(dtype)
+        return x
+
+    mask = torch.zeros(B, T, dtype=dtype)
+    for b, r in enumerate(rows):
+        mask[b, :len(r)] = 1
+    logp = pad("logp").requires_grad_(True)
+    old = pad("old_logp")
+    adv = torch.tensor(case["adv"], dtype=torch.float32).to(dtype)[:, None].expand(B, T)
+    clip_c = case["clip_c"] if case["clip_c"] else None
+    norm_len = case["norm_len"] if case["norm_len"] else None
+    pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss_vanilla(
+        old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"], clip_c, norm_len)
+    loss, kl_loss = pg_loss, torch.tensor(0.0, dtype=dtype)
+    if case.get("ref_logp") is not None:
+        kld = kl_penalty_forward(logp, pad("ref_logp"), case["kl"])
+        kl_loss = agg_loss(kld, mask, case["agg"], loss_scale_factor=norm_len)
+        loss = pg_loss + kl_loss * case["kl_coef"]
+    loss.backward()
+    valid = mask > 0
+    return dict(loss=loss.item(), pg_loss=pg_loss.item(), kl=kl_loss.item(), clip_frac=clipfrac.item(),
+                clip_frac_lower=clipfrac_lower.item(),
+                ratio_min=ratio.detach()[valid].min().item(), ratio_max=ratio.detach()[valid].max().item(),
+                n_tokens=int(mask.sum().item()),
+                dlogp=[logp.grad[b, :len(r)].tolist() for b, r in enumerate(rows)])
+
+
+# ----------------------------------------------------------------------------------- fixed inputs
+
+def f32(x):
+    return [float(v) for v in np.asarray(x, dtype=np.float32)]
+
+
+def make_batch(gen, lengths, old_sd=0.15, ref_sd=0.5, extremes=False, same_old=False, adv_zero=()):
+    """Sequences of logp / old_logp / ref_logp and one advantage per sequence, all float32-exact."""
+    logp, old, ref = [], [], []
+    for L in lengths:
+        lp = -5.0 * torch.rand(L, generator=gen, dtype=torch.float64)
+        od = lp if same_old else lp + old_sd * torch.randn(L, generator=gen, dtype=torch.float64)
+        rf = lp + ref_sd * torch.randn(L, generator=gen, dtype=torch.float64)
+        logp.append(f32(lp)), old.append(f32(od)), ref.append(f32(rf))
+    adv = 1.5 * torch.randn(len(lengths), generator=gen, dtype=torch.float64)
+    adv = [0.0 if i in adv_zero else a for i, a in enumerate(f32(adv))]
+    if extremes:
+        # Past every clamp, in the two longest sequences: b (A < 0) and b2 (A > 0).
+        b, b2 = sorted(range(len(lengths)), key=lambda i: -lengths[i])[:2]
+        adv[b], adv[b2] = f32([-abs(adv[b]) - 0.5, abs(adv[b2]) + 0.5])
+        lp = logp[b]
+        old[b][0] = lp[0] - 25.0  # log-ratio +25 > 20, A < 0: the dual clip holds it (or, off, the clamp)
+        ref[b][2], ref[b][3] = lp[2] + 4.0, lp[3] - 12.0  # k3 = e^t - t - 1 capped at 10 (t > 2.62, t < -11)
+        old[b][5] = lp[5] - 1.5  # ratio e^1.5 > clip_c = 3 with A < 0: dual clip
+        old[b2][0] = logp[b2][0] + 25.0  # log-ratio -25, A > 0: unclipped, only verl's clamp zeroes the gradient
+    return dict(logp=logp, old_logp=old, ref_logp=ref, adv=adv)
+
+
+def build_cases():
+    gen = torch.Generator().manual_seed(20250611)
+    cases = []
+    lengths = [7, 1, 13, 0, 4, 9, 2, 11]  # a lone token and an empty (fully masked) sequence
+    micro = [2, 1, 0, 3, 2]                # uneven micro-batches, one of them empty
+    base = make_batch(gen, lengths, extremes=True, adv_zero=(6,))
+    for kl in ("k1", "k2", "k3"):
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+            cases.append(dict(base, name=f"{kl}/{agg}/clip-higher+dual", kind="loss", kl=kl, agg=agg,
+                              clip_low=0.2, clip_high=0.28, clip_c=3.0, kl_coef=0.1, norm_len=16.0, micro=micro))
+    big = make_batch(gen, [int(n) for n in torch.randint(1, 60, (24,), generator=gen)], old_sd=0.3)
+    cases.append(dict(big, name="k3/token-mean/default-0.001/24-seqs", kind="loss", kl="k3", agg="token-mean",
+                      clip_low=0.2, clip_high=0.2, clip_c=0.0, kl_coef=0.001, norm_len=0.0, micro=[5, 7, 12]))
+    for alias, agg in (("low_var_kl", "seq-mean-token-mean"), ("mse", "token-mean"), ("kl", "seq-mean-token-sum-norm")):
+        cases.append(dict(base, name=f"alias-{alias}/{agg}", kind="loss", kl=alias, agg=agg, clip_low=0.2,
+                          clip_high=0.2, clip_c=0.0, kl_coef=0.05, norm_len=20.0, micro=[8]))
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        nokl = {k: v for k, v in base.items() if k != "ref_logp"}
+        cases.append(dict(nokl, name=f"kl_coef-0-no-ref/{agg}", kind="loss", kl="k3", agg=agg, clip_low=0.2,
+                          clip_high=0.2, clip_c=3.0, kl_coef=0.0, norm_len=16.0, micro=[3, 5]))
+    on_policy = make_batch(gen, lengths, same_old=True)
+    for agg in ("token-mean", "seq-mean-token-mean"):
+        cases.append(dict(on_policy, name=f"ratio-exactly-1/{agg}", kind="loss", kl="k3", agg=agg, clip_low=0.2,
+                          clip_high=0.28, clip_c=3.0, kl_coef=0.001, norm_len=0.0, micro=[4, 4]))
+    # Advantages from verl's estimator itself (float64 over float32 rewards) with a flat group: A = 0.
+    rew = make_batch(gen, [5] * 8, old_sd=0.25)
+    r = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    rew["adv"] = f32(grpo_outcome_advantage(torch.tensor(r, dtype=torch.float64), [0] * 4 + [1] * 4).tolist())
+    cases.append(dict(rew, name="grpo-adv-with-flat-group/token-mean", kind="loss", kl="k2", agg="token-mean",
+                      clip_low=0.2, clip_high=0.28, clip_c=3.0, kl_coef=0.01, norm_len=0.0, micro=[3, 3, 2]))
+
+    # Advantages: binary and continuous rewards, flat groups (0s, 1s, non-dyadic 0.1s), G = 1, 2, 8.
+    rnd = f32(torch.rand(16, generator=gen, dtype=torch.float64))
+    groups8 = [1, 0, 0, 1, 1, 0, 1, 0] + [0] * 8 + [1] * 8 + [0.1] * 8 + rnd[:8] + [0.5, 2, -1, 3, 0.25, 0, 7, -3]
+    for norm in (True, False):
+        tag = "std" if norm else "dr-grpo"
+        cases.append(dict(name=f"adv/G8/{tag}", kind="adv", rewards=f32(groups8), G=8, norm_by_std=norm, eps=1e-6))
+        cases.append(dict(name=f"adv/G2/{tag}", kind="adv", rewards=f32([1, 0, 1, 1, 0.3, -0.7]), G=2,
+                          norm_by_std=norm, eps=1e-6))
+        cases.append(dict(name=f"adv/G1/{tag}", kind="adv", rewards=f32([1, 0, 0.75]), G=1, norm_by_std=norm,
+                          eps=1e-6))
+    cases.append(dict(name="adv/G4/eps-0.1", kind="adv", rewards=f32(rnd[8:16]), G=4, norm_by_std=True, eps=0.1))
+
+    cases.append(dict(name="parse", kind="parse",
+                      kl=["k1", "kl", "k2", "mse", "k3", "low_var_kl", "k3+", "abs", "full", "K3", ""],
+                      agg=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum",
+                           "token-sum", "Token-Mean", ""]))
+    return cases
+
+
+# ------------------------------------------------------------------------------------ comparisons
+
+def rel_err(c, t):
+    return abs(c - t) / max(1.0, abs(t))
+
+
+def compare_loss(case, out):
+    name = case["name"]
+    ref = reference_loss(case, torch.float64)
+    ref32 = reference_loss(case, torch.float32)
+    e = rel_err(out["loss"], ref["loss"])
+    check(e <= LOSS_TOL, f"{name}: loss {out['loss']:.12g} vs torch {ref['loss']:.12g} (rel {e:.2e})")
+    for k in ("pg_loss", "kl", "clip_frac", "clip_frac_lower", "ratio_min", "ratio_max"):
+        e = rel_err(out["stats"][k], ref[k])
+        check(e <= LOSS_TOL, f"{name}: stats.{k} {out['stats'][k]:.10g} vs torch {ref[k]:.10g} (rel {e:.2e})")
+    check(out["stats"]["n_tokens"] == ref["n_tokens"], f"{name}: stats.n_tokens {out['stats']['n_tokens']}")
+    check(abs(out["stats"]["loss"] - out["loss"]) == 0, f"{name}: stats.loss equals the returned loss")
+
+    flat_c = [v for row in out["dlogp"] for v in row]
+    flat_t = [v for row in ref["dlogp"] for v in row]
+    scale = max([abs(v) for v in flat_t] + [1e-30])
+    worst, zero_miss = 0.0, 0
+    for c, t in zip(flat_c, flat_t):
+        if c is None or math.isnan(c):
+            worst = math.inf
+            continue
+        worst = max(worst, abs(c - t) / max(abs(t), 1e-6 * scale))
+        zero_miss += (t == 0.0) != (c == 0.0)
+    check(len(flat_c) == len(flat_t) and worst <= DLOGP_TOL,
+          f"{name}: dlogp vs autograd, worst rel {worst:.2e} over {len(flat_t)} tokens (max |g| {scale:.3g})")
+    check(zero_miss == 0, f"{name}: dlogp exactly 0 where autograd's is ({sum(t == 0.0 for t in flat_t)} tokens), "
+                          f"{zero_miss} mismatches")
+    e32 = rel_err(out["loss"], ref32["loss"])
+    check(e32 <= F32_LOSS_TOL, f"{name}: loss vs float32 torch (verl's dtype) rel {e32:.2e}")
+    g32 = max([abs(c - t) for c, t in zip(flat_c, [v for row in ref32["dlogp"] for v in row])] + [0.0]) / scale
+    print(f"info {name}: dlogp vs float32 torch, max diff / max |g| = {g32:.2e}")
+
+    # Micro-batches with the mini-batch's totals add up to the single call.
+    e = abs(out["micro_loss_sum"] - out["loss"]) / max(1.0, abs(out["loss"]))
+    check(e <= 1e-12, f"{name}: micro-batches {case['micro']} sum to the loss (rel {e:.1e})")
+    check(out["micro_dlogp"] == out["dlogp"], f"{name}: micro-batch dlogp identical to the single call")
+    ms, ws = out["micro_stats"], out["stats"]
+    same = all(abs(ms[k] - ws[k]) <= 1e-12 * max(1.0, abs(ws[k])) for k in ("loss", "pg_loss", "kl", "clip_frac",
+                                                                         "clip_frac_lower"))
+    same = same and ms["ratio_min"] == ws["ratio_min"] and ms["ratio_max"] == ws["ratio_max"] \
+        and ms["n_tokens"] == ws["n_tokens"]
+    check(same, f"{name}: micro-batch stats (grpo_loss_stats_add) equal the single call's")
+    return ref
+
+
+def compare_adv(case, out):
+    name, G = case["name"], case["G"]
+    r = torch.tensor(case["rewards"], dtype=torch.float32).to(torch.float64)
+    index = [i // G for i in range(len(case["rewards"]))]
+    ref = grpo_outcome_advantage(r, index, case["eps"], case["norm_by_std"]).tolist()
+    worst = max(abs(c - t) / max(1.0, abs(t)) for c, t in zip(out["adv"], ref))
+    check(len(out["adv"]) == len(ref) and worst <= ADV_TOL,
+          f"{name}: advantages vs verl grpo estimator, worst rel {worst:.2e}")
+    ref32 = grpo_outcome_advantage(torch.tensor(case["rewards"], dtype=torch.float32), index, case["eps"],
+                                   case["norm_by_std"]).tolist()
+    print(f"info {name}: vs float32 torch max diff {max(abs(c - t) for c, t in zip(out['adv'], ref32)):.2e}")
+    flat_ref = []
+    for g in range(len(case["rewards"]) // G):
+        vals = np.asarray(case["rewards"][g * G:(g + 1) * G], dtype=np.float32)
+        keep = vals.max() != vals.min() or len(vals) == 1  # verl: std > 0 or a single sample
+        flat_ref.append(0 if keep else 1)
+        if not keep:
+            zeros = all(a == 0.0 for a in out["adv"][g * G:(g + 1) * G])
+            check(zeros, f"{name}: flat group {g} ({vals[0]:g} x{G}) has advantage exactly 0")
+            if np.std(np.float64(vals)) > 0:
+                print(f"info {name}: group {g} is flat but np.std in float64 gives {np.std(np.float64(vals)):.1e}")
+    check(out["flat"] == flat_ref, f"{name}: flat groups {out['flat']} vs verl filter {flat_ref}")
+
+
+def compare_parse(case, out):
+    # verl kl_penalty_forward's names (k1+/k3+ straight-through, abs and full are not supported here).
+    kl_want = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+    agg_want = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+    kl_ids = {n: i for n, i in zip(case["kl"], out["kl"])}
+    ok = all((kl_ids[n] == kl_ids[kl_want[n]] and kl_ids[n] >= 0) if n in kl_want else kl_ids[n] == -1
+             for n in case["kl"])
+    ok = ok and len({kl_ids["k1"], kl_ids["k2"], kl_ids["k3"]}) == 3
+    check(ok, f"parse: KL names and aliases {dict(zip(case['kl'], out['kl']))}")
+    agg_ids = dict(zip(case["agg"], out["agg"]))
+    ok = all((agg_ids[n] >= 0) == (n in agg_want) for n in case["agg"])
+    ok = ok and len({agg_ids[n] for n in agg_want}) == 3
+    check(ok, f"parse: aggregation names {agg_ids}")
+
+
+def run_tool(tool, tmp, cases, tag):
+    inp, outp = os.path.join(tmp, f"{tag}_in.json"), os.path.join(tmp, f"{tag}_out.json")
+    with open(inp, "w") as f:
+        json.dump({"cases": cases}, f)
+    p = subprocess.run([tool, inp, outp], capture_output=True, text=True)
+    out = None
+    if p.returncode == 0:
+        with open(outp) as f:
+            out = json.load(f)["cases"]
+    return p, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--tmp", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.tmp, exist_ok=True)
+    torch.set_num_threads(1)
+
+    cases = build_cases()
+    p, outs = run_tool(args.tool, args.tmp, cases, "parity")
+    check(p.returncode == 0, f"loss_tool ran on {len(cases)} cases (rc {p.returncode}) {p.stderr.strip()}")
+    if outs is None:
+        print(f"{passed} passed, {failed} failed")
+        sys.exit(1)
+    for case, out in zip(cases, outs):
+        assert out["name"] == case["name"]
+        if case["kind"] == "loss":
+            ref = compare_loss(case, out)
+            if case["name"].startswith("ratio-exactly-1"):
+                check(out["stats"]["clip_frac"] == 0.0 and out["stats"]["clip_frac_lower"] == 0.0
+                      and ref["clip_frac"] == 0.0, f"{case['name']}: clip fraction exactly 0 (torch too)")
+                check(out["stats"]["ratio_all_one"] and ref["ratio_min"] == 1.0 == ref["ratio_max"],
+                      f"{case['name']}: ratio min = max = 1 exactly (torch too)")
+            if "clip-higher" in case["name"]:
+                check(out["stats"]["clip_frac"] > 0 and out["stats"]["clip_frac_lower"] > 0,
+                      f"{case['name']}: the inputs exercise both clips "
+                      f"({out['stats']['clip_frac']:.3f}, {out['stats']['clip_frac_lower']:.3f})")
+        elif case["kind"] == "adv":
+            compare_adv(case, out)
+        else:
+            compare_parse(case, out)
+
+    # Inconsistent inputs fail with one "grpo: error:" line naming the problem.
+    base = next(c for c in cases if c["kind"] == "loss")
+    nokl = {k: v for k, v in base.items() if k != "ref_logp"}
+    bad = [("unknown-kl", dict(base, kl="k4"), "k4"),
+           ("kl-without-ref", dict(nokl, kl_coef=0.1), "reference"),
+           ("clip_c-below-1", dict(base, clip_c=0.5), "clip_ratio_c"),
+           ("sum-norm-without-length", dict(base, agg="seq-mean-token-sum-norm", norm_len=0.0), "normalising length")]
+    for tag, case, needle in bad:
+        p, _ = run_tool(args.tool, args.tmp, [dict(case, name=tag)], "bad_" + tag)
+        err = p.stderr.strip()
+        check(p.returncode == 1 and err.startswith("grpo: error:") and needle in err and "\n" not in err,
+              f"bad input {tag}: rc {p.returncode}, {err!r}")
+
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
