@@ -67,6 +67,7 @@ static void write_state(const char *dir, const TrainState *s) {
     snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
     cJSON_AddNumberToObject(r, "global_step", (double)s->step);  // Hugging Face's name for it
     cJSON_AddNumberToObject(r, "adam_step", (double)s->adam_t);
+    cJSON_AddNumberToObject(r, "grpo_step", (double)s->iteration);
     cJSON_AddNumberToObject(r, "skips_in_row", (double)s->skips_in_row);
     cJSON_AddNumberToObject(r, "loss_scale", s->loss_scale);
     cJSON_AddNumberToObject(r, "good_steps", (double)s->good_steps);
@@ -203,6 +204,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainSt
     if (!cJSON_IsObject(r)) die("%s: not a JSON object", path);
     s->step = json_get_int(r, "global_step", path);
     s->adam_t = json_get_int(r, "adam_step", path);
+    s->iteration = json_get_int_or(r, "grpo_step", 0, path);
     s->skips_in_row = json_get_int(r, "skips_in_row", path);
     s->loss_scale = json_get_number(r, "loss_scale", path);
     s->good_steps = json_get_int(r, "good_steps", path);

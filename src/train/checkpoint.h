@@ -11,6 +11,7 @@
 
 typedef struct {
     int64_t step;          // optimiser steps taken (skipped ones included)
+    int64_t iteration;     // GRPO steps (rollout + update) completed; 0 for SFT
     int64_t adam_t;        // AdamW updates applied (its bias-correction count)
     int64_t skips_in_row;  // consecutive skipped steps
     double loss_scale;

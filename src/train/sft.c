@@ -8,38 +8,12 @@
 
 #include "base/arena.h"
 #include "base/json.h"
-#include "base/rng.h"
 #include "base/util.h"
 #include "model/qwen2.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/sft_data.h"
-
-// The sample stream: position k is line perm_e[k mod n] of epoch e = k / n, where perm_e is a
-// permutation seeded by (seed, e), or the identity without shuffling. Stateless, so a resumed
-// run picks up the same order from the step alone.
-typedef struct {
-    int64_t n, epoch;
-    int64_t *perm;
-    uint64_t seed;
-    int shuffle;
-} Stream;
-
-static int64_t stream_at(Stream *s, int64_t k) {
-    int64_t e = k / s->n;
-    if (s->epoch != e) {
-        s->epoch = e;
-        for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
-        Rng r;
-        rng_init(&r, s->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(e + 1)));
-        for (int64_t i = s->n - 1; s->shuffle && i > 0; i--) {
-            int64_t j = (int64_t)(rng_next_u64(&r) % (uint64_t)(i + 1)), t = s->perm[i];
-            s->perm[i] = s->perm[j];
-            s->perm[j] = t;
-        }
-    }
-    return s->perm[k % s->n];
-}
+#include "train/stream.h"
 
 // The largest packed micro-batch any step can form: the sum of the b longest samples.
 static int64_t max_micro_tokens(const SftData *d, int64_t b) {
@@ -160,8 +134,8 @@ void sft_run(const SftConfig *cfg) {
 
     FILE *metrics = fopen(metrics_path, cfg->resume ? "a" : "w");
     if (!metrics) die("cannot open %s for writing", metrics_path);
-    Stream stream = {.n = data.n, .epoch = -1, .perm = xmalloc((size_t)data.n * 8), .seed = cfg->seed,
-                     .shuffle = cfg->shuffle};
+    Stream stream;
+    stream_init(&stream, data.n, cfg->seed, cfg->shuffle);
     int64_t *batch = xmalloc((size_t)B * 8);
     fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld steps of %lld (micro-batches of %lld), "
             "%.1fM parameters, workspace %.1f MiB\n", (long long)data.n, (long long)data.n_truncated,
@@ -221,7 +195,7 @@ void sft_run(const SftConfig *cfg) {
     if (fclose(metrics) != 0) die("cannot write %s", metrics_path);
     free(metrics_path);
     free(batch);
-    free(stream.perm);
+    stream_free(&stream);
     arena_free(&arena);
     trainer_free(&tr);
     sft_data_free(&data);

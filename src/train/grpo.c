@@ -1,0 +1,401 @@
+#define _XOPEN_SOURCE 700
+#include "train/grpo.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "base/arena.h"
+#include "base/hash.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "model/qwen2.h"
+#include "rollout/rollout.h"
+#include "train/checkpoint.h"
+#include "train/prompt_data.h"
+#include "train/stream.h"
+#include "train/trainer.h"
+
+// One step's rollout, flattened: sample i belongs to prompt i / G. Kept samples (those that enter
+// the loss) are packed in order: sequence = prompt ids + response ids; response token t of kept
+// sample k sits at index resp_off[k] + t of the per-response-token arrays.
+typedef struct {
+    int64_t n_samples, n_kept, n_resp;
+    RolloutSample *samples;
+    const int32_t **prompt_ids;
+    int64_t *prompt_len;
+    float *reward, *adv;  // per sample
+    int *correct;         // per sample: 1, 0, or -1 when no reward judges correctness
+    int64_t *kept;        // kept sample ids
+    float *kept_adv;      // their advantages
+    int64_t *resp_off;    // (n_kept + 1)
+    float *old_logp, *ref_logp, *logp, *dlogp;  // (n_resp)
+} Rollout;
+
+typedef struct {
+    const GrpoSettings *s;
+    Trainer tr;
+    Qwen2 ref;
+    int has_ref;
+    Tokenizer tok;
+    PromptData train, val;
+    int has_val;
+    RewardSet rewards;
+    int32_t stop_ids[16];
+    int n_stop;
+    FILE *metrics, *dump;
+} Run;
+
+static double rss_gib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1048576.0;  // KiB -> GiB
+}
+
+// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`.
+static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, int n, int G, float temperature,
+                     RolloutSample *out, RolloutStats *st) {
+    const GrpoSettings *s = r->s;
+    RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
+    int64_t longest = 1;
+    for (int i = 0; i < n; i++) {
+        p[i] = (RolloutPrompt){.ids = d->ids[idx[i]], .n = d->len[idx[i]], .max_new_tokens = (int)s->max_response_length};
+        longest = p[i].n > longest ? p[i].n : longest;
+    }
+    RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
+                        .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .share_prefill = 1, .prefill_tokens = 2048};
+    rc.sampler.temperature = temperature;
+    rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m->cfg) * (size_t)(longest + s->max_response_length) * (size_t)n * (size_t)G;
+    rollout_generate(m, &r->tok, &rc, p, n, G, out, st, NULL, NULL);
+    free(p);
+}
+
+static char *response_text(const RolloutSample *x) {
+    char *t = xmalloc((size_t)x->text_end + 1);
+    memcpy(t, x->text.data ? x->text.data : "", (size_t)x->text_end);
+    t[x->text_end] = '\0';
+    return t;
+}
+
+// Packs kept samples [a, b) into one batch: tokens, targets (the response tokens, each predicted from
+// the row before it), seq_off. Returns the number of rows.
+static int64_t pack(const Rollout *ro, int64_t a, int64_t b, int32_t *tokens, int32_t *targets, int64_t *seq_off) {
+    seq_off[0] = 0;
+    for (int64_t k = a; k < b; k++) {
+        int64_t i = ro->kept[k], off = seq_off[k - a], pl = ro->prompt_len[i];
+        const RolloutSample *x = &ro->samples[i];
+        memcpy(tokens + off, ro->prompt_ids[i], (size_t)pl * 4);
+        memcpy(tokens + off + pl, x->tokens, (size_t)x->n * 4);
+        for (int64_t j = 0; j < pl + x->n; j++) targets[off + j] = j + 1 >= pl && j + 1 < pl + x->n ? tokens[off + j + 1] : -1;
+        seq_off[k - a + 1] = off + pl + x->n;
+    }
+    return seq_off[b - a];
+}
+
+// Row log-probs of a packed micro-batch -> the response-token layout (and back for gradients).
+static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t *seq_off, const float *rows, float *resp,
+                         int to_rows) {
+    for (int64_t k = a; k < b; k++) {
+        int64_t r0 = seq_off[k - a] + ro->prompt_len[ro->kept[k]] - 1, n = ro->resp_off[k + 1] - ro->resp_off[k];
+        for (int64_t t = 0; t < n; t++) {
+            if (to_rows) ((float *)rows)[r0 + t] = resp[ro->resp_off[k] + t];
+            else resp[ro->resp_off[k] + t] = rows[r0 + t];
+        }
+    }
+}
+
+// Per-response-token log-probs of the kept samples under model m (no gradient), into out.
+static void score_kept(const Qwen2 *m, const Rollout *ro, Qwen2Train *act, int32_t *tokens, int32_t *targets,
+                       int64_t *seq_off, float *row_logp, int64_t micro, float *out) {
+    for (int64_t a = 0; a < ro->n_kept; a += micro) {
+        int64_t b = a + micro < ro->n_kept ? a + micro : ro->n_kept;
+        pack(ro, a, b, tokens, targets, seq_off);
+        qwen2_train_forward(m, tokens, targets, seq_off, (int)(b - a), act, row_logp);
+        rows_to_resp(ro, a, b, seq_off, row_logp, out, 0);
+    }
+}
+
+static double kl_token(KlEstimator k, double logp, double ref) {
+    double d = logp - ref, t = fmin(fmax(-d, -20.0), 20.0);
+    return k == KL_K1 ? d : k == KL_K2 ? 0.5 * d * d : fmin(fmax(exp(t) - t - 1.0, -10.0), 10.0);
+}
+
+// Greedy pass@1 on the validation prompts.
+static double validate(Run *r) {
+    const Qwen2 *m = trainer_begin_step(&r->tr);
+    int64_t n = r->val.n, correct = 0;
+    int64_t *idx = xmalloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    RolloutSample *out = xcalloc((size_t)n, sizeof *out);
+    RolloutStats st;
+    generate(r, m, &r->val, idx, (int)n, 1, 0.0f, out, &st);
+    for (int64_t i = 0; i < n; i++) {
+        char *text = response_text(&out[i]);
+        RewardDetail det;
+        reward_score(&r->rewards, r->val.prompt[i], text, r->val.answer[i], &det);
+        correct += det.correct == 1;
+        free(text);
+        rollout_sample_free(&out[i]);
+    }
+    free(out);
+    free(idx);
+    return (double)correct / (double)n;
+}
+
+static void rollout_free(Rollout *ro) {
+    for (int64_t i = 0; i < ro->n_samples; i++) rollout_sample_free(&ro->samples[i]);
+    free(ro->samples), free(ro->prompt_ids), free(ro->prompt_len), free(ro->reward), free(ro->adv), free(ro->correct);
+    free(ro->kept), free(ro->kept_adv), free(ro->resp_off), free(ro->old_logp), free(ro->ref_logp), free(ro->logp);
+    free(ro->dlogp);
+}
+
+// One GRPO step: rollout, rewards, advantages, reference and old log-probs, update, metrics.
+static void grpo_step(Run *r, Stream *stream) {
+    const GrpoSettings *s = r->s;
+    int64_t P = s->train_batch_size, it = r->tr.st.iteration;
+    int G = s->G;
+    double t0 = time_now(), t_roll, t_rew, t_ref = 0, t_old = 0;
+    Rollout ro = {.n_samples = P * G};
+    int64_t *idx = xmalloc((size_t)P * sizeof *idx);
+    for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, it * P + i);
+
+    // 1. rollout on the policy's own (compute) weights
+    const Qwen2 *policy = trainer_begin_step(&r->tr);
+    ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
+    RolloutStats rst;
+    generate(r, policy, &r->train, idx, (int)P, G, s->sampler.temperature, ro.samples, &rst);
+    t_roll = time_now();
+
+    // 2. rewards (+ the soft overlong penalty)
+    ro.prompt_ids = xmalloc((size_t)ro.n_samples * sizeof *ro.prompt_ids);
+    ro.prompt_len = xmalloc((size_t)ro.n_samples * 8);
+    ro.reward = xmalloc((size_t)ro.n_samples * 4), ro.adv = xmalloc((size_t)ro.n_samples * 4);
+    ro.correct = xmalloc((size_t)ro.n_samples * sizeof *ro.correct);
+    int64_t n_trunc = 0, resp_max = 0, tokens_total = 0, n_acc = 0, n_correct = 0;
+    for (int64_t i = 0; i < ro.n_samples; i++) {
+        int64_t p = idx[i / G];
+        const RolloutSample *x = &ro.samples[i];
+        ro.prompt_ids[i] = r->train.ids[p];
+        ro.prompt_len[i] = r->train.len[p];
+        char *text = response_text(x);
+        RewardDetail det;
+        double rw = reward_score(&r->rewards, r->train.prompt[p], text, r->train.answer[p], &det);
+        free(text);
+        int64_t lim = s->max_response_length - s->overlong_buffer;
+        if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
+        ro.reward[i] = (float)rw;
+        ro.correct[i] = det.correct;
+        n_acc += det.correct >= 0, n_correct += det.correct == 1;
+        n_trunc += x->finish == FINISH_LENGTH;
+        resp_max = x->n > resp_max ? x->n : resp_max;
+        tokens_total += ro.prompt_len[i] + x->n;
+    }
+    t_rew = time_now();
+
+    // 3. which samples enter the loss: all but flat groups (dynamic sampling) and truncated ones (masking)
+    ro.kept = xmalloc((size_t)ro.n_samples * 8), ro.kept_adv = xmalloc((size_t)ro.n_samples * 4);
+    ro.resp_off = xmalloc((size_t)(ro.n_samples + 1) * 8);
+    ro.resp_off[0] = 0;
+    for (int64_t i = 0; i < ro.n_samples; i++) {
+        if (s->dynamic_sampling && grpo_group_is_flat(ro.reward + (i / G) * G, G)) continue;
+        if (s->mask_truncated && ro.samples[i].finish == FINISH_LENGTH) continue;
+        ro.kept[ro.n_kept] = i;
+        ro.resp_off[ro.n_kept + 1] = ro.resp_off[ro.n_kept] + ro.samples[i].n;
+        ro.n_kept++;
+    }
+    ro.n_resp = ro.resp_off[ro.n_kept];
+    ro.old_logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.ref_logp = xmalloc((size_t)ro.n_resp * 4 + 4);
+    ro.logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.dlogp = xmalloc((size_t)ro.n_resp * 4 + 4);
+
+    // The update's workspace lives only for this phase: peak memory is max(rollout, update), not the sum.
+    const Qwen2Config *c = &r->tr.master.cfg;
+    int64_t micro = s->micro_batch_size, max_seq = 1;
+    for (int64_t k = 0; k < ro.n_kept; k++) {
+        int64_t l = ro.prompt_len[ro.kept[k]] + ro.samples[ro.kept[k]].n;
+        max_seq = l > max_seq ? l : max_seq;
+    }
+    int64_t max_rows = micro * max_seq;
+    Arena arena;
+    arena_init(&arena, qwen2_train_bytes(c, max_rows, max_seq, s->recompute) + (size_t)max_rows * 16 + (size_t)micro * 8 + 4096);
+    Qwen2Train act;
+    qwen2_train_init(&act, c, max_rows, max_seq, s->recompute, &arena);
+    int32_t *tokens = arena_alloc(&arena, (size_t)max_rows * 4), *targets = arena_alloc(&arena, (size_t)max_rows * 4);
+    float *rows = arena_alloc(&arena, (size_t)max_rows * 4), *drows = arena_alloc(&arena, (size_t)max_rows * 4);
+    int64_t *seq_off = arena_alloc(&arena, (size_t)(micro + 1) * 8);
+
+    // 4. reference log-probs (frozen initial policy); old log-probs before any update when needed
+    int n_mini = s->mini_batch_size > 0 ? (int)((ro.n_kept + s->mini_batch_size - 1) / s->mini_batch_size) : 1;
+    int need_old = s->ppo_epochs > 1 || n_mini > 1 || s->use_kl_in_reward;
+    if (r->has_ref && ro.n_kept) {
+        score_kept(&r->ref, &ro, &act, tokens, targets, seq_off, rows, micro, ro.ref_logp);
+        t_ref = time_now();
+    }
+    if (need_old && ro.n_kept) {
+        score_kept(policy, &ro, &act, tokens, targets, seq_off, rows, micro, ro.old_logp);
+        t_old = time_now();
+    }
+    double kl_reward = 0.0;
+    if (s->use_kl_in_reward)  // verl: token rewards = score - beta * KL(old, ref), summed per sequence
+        for (int64_t k = 0; k < ro.n_kept; k++) {
+            double kl = 0.0;
+            for (int64_t t = ro.resp_off[k]; t < ro.resp_off[k + 1]; t++) kl += kl_token(s->loss.kl, ro.old_logp[t], ro.ref_logp[t]);
+            ro.reward[ro.kept[k]] -= (float)(s->loss.kl_coef * kl);
+            kl_reward += kl / (double)ro.n_resp;
+        }
+    grpo_advantages(ro.reward, P, G, s->norm_adv_by_std, 1e-6f, ro.adv);
+    for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
+
+    // 5. update: epochs x mini-batches x micro-batches, then clip + AdamW per mini-batch
+    GrpoLossConfig lc = s->loss;
+    if (s->use_kl_in_reward) lc.kl_coef = 0.0;
+    GrpoLossStats total;
+    grpo_loss_stats_init(&total);
+    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, s->steps * s->ppo_epochs * n_mini, r->tr.st.step);
+    int64_t n_updates = 0, mini = s->mini_batch_size > 0 ? s->mini_batch_size : ro.n_kept;
+    for (int64_t e = 0; e < s->ppo_epochs && ro.n_kept; e++)
+        for (int64_t m0 = 0; m0 < ro.n_kept; m0 += mini) {
+            int64_t m1 = m0 + mini < ro.n_kept ? m0 + mini : ro.n_kept;
+            double n_tok = (double)(ro.resp_off[m1] - ro.resp_off[m0]);
+            lr = lr_at(s->schedule, s->adam.lr, s->warmup, s->steps * s->ppo_epochs * n_mini, r->tr.st.step);
+            const Qwen2 *cm = trainer_begin_step(&r->tr);
+            for (int64_t a = m0; a < m1; a += micro) {
+                int64_t b = a + micro < m1 ? a + micro : m1;
+                pack(&ro, a, b, tokens, targets, seq_off);
+                qwen2_train_forward(cm, tokens, targets, seq_off, (int)(b - a), &act, rows);
+                rows_to_resp(&ro, a, b, seq_off, rows, ro.logp, 0);
+                // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
+                if (!need_old) memcpy(ro.old_logp + ro.resp_off[a], ro.logp + ro.resp_off[a], (size_t)(ro.resp_off[b] - ro.resp_off[a]) * 4);
+                GrpoLossStats st;
+                grpo_loss(&lc, ro.logp, ro.old_logp, r->has_ref ? ro.ref_logp : NULL, ro.kept_adv + a, ro.resp_off + a,
+                          (int)(b - a), n_tok, (double)(m1 - m0), ro.dlogp, &st);
+                grpo_loss_stats_add(&total, &st);
+                memset(drows, 0, (size_t)seq_off[b - a] * 4);
+                float scale = (float)r->tr.scaler.scale;
+                for (int64_t t = ro.resp_off[a]; t < ro.resp_off[b]; t++) ro.dlogp[t] *= scale;
+                rows_to_resp(&ro, a, b, seq_off, drows, ro.dlogp, 1);
+                qwen2_backward(cm, r->tr.grads, drows, &act);
+            }
+            double norm = trainer_apply(&r->tr, lr, 1);
+            if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
+            else norm_sum += norm, n_updates++;
+        }
+    arena_free(&arena);
+    double t_end = time_now();
+    r->tr.st.iteration++;
+
+    // 6. metrics
+    double rmean = 0, rvar = 0, rlen = 0;
+    for (int64_t i = 0; i < ro.n_samples; i++) rmean += ro.reward[i], rlen += ro.samples[i].n;
+    rmean /= (double)ro.n_samples;
+    for (int64_t i = 0; i < ro.n_samples; i++) rvar += (ro.reward[i] - rmean) * (ro.reward[i] - rmean);
+    double upd = (double)(s->ppo_epochs * n_mini), kl = s->use_kl_in_reward ? kl_reward : total.kl / upd;
+    FILE *f = r->metrics;
+    fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)it + 1, rmean,
+            sqrt(rvar / (double)ro.n_samples));
+    json_write_number(f, n_acc ? (double)n_correct / (double)n_acc : NAN);
+    fprintf(f, ", \"kl\": ");
+    json_write_number(f, r->has_ref ? kl : NAN);
+    fprintf(f, ", \"entropy\": null, \"pg_loss\": %.6g, \"clip_frac\": %.6g, \"ratio_min\": ", total.pg_loss / upd,
+            total.clip_frac / upd);
+    json_write_number(f, total.ratio_min);
+    fprintf(f, ", \"ratio_max\": ");
+    json_write_number(f, total.ratio_max);
+    fprintf(f, ", \"response_length_mean\": %.6g, \"response_length_max\": %lld, \"truncated_frac\": %.6g, \"kept\": %lld, "
+            "\"grad_norm\": ", rlen / (double)ro.n_samples, (long long)resp_max, (double)n_trunc / (double)ro.n_samples,
+            (long long)ro.n_kept);
+    json_write_number(f, n_updates ? norm_sum / (double)n_updates : NAN);
+    fprintf(f, ", \"lr\": %.6g, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, \"time_reference_s\": %.4f, "
+            "\"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, \"tokens_per_s\": %.1f, "
+            "\"peak_rss_gib\": %.3f}\n", lr, t_roll - t0, t_rew - t_roll, t_ref ? t_ref - t_rew : 0.0,
+            t_old ? t_old - (t_ref ? t_ref : t_rew) : 0.0, t_end - (t_old ? t_old : t_ref ? t_ref : t_rew), t_end - t0,
+            (double)tokens_total / (t_end - t0), rss_gib());
+    if (fflush(f) != 0) die("cannot write metrics.jsonl");
+    fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
+            (long long)it + 1, (long long)s->steps, rmean, n_acc ? (double)n_correct / (double)n_acc : NAN, kl,
+            total.clip_frac / upd, rlen / (double)ro.n_samples, (double)tokens_total / (t_end - t0), t_end - t0);
+    if (r->dump) {
+        for (int64_t i = 0; i < ro.n_samples; i++) {
+            int64_t p = idx[i / G];
+            char *text = response_text(&ro.samples[i]);
+            fprintf(r->dump, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)it + 1,
+                    (long long)p, (long long)(i % G));
+            json_write_string(r->dump, r->train.prompt[p], strlen(r->train.prompt[p]));
+            fprintf(r->dump, ", \"prompt_ids\": [");
+            for (int64_t j = 0; j < ro.prompt_len[i]; j++) fprintf(r->dump, j ? ", %d" : "%d", ro.prompt_ids[i][j]);
+            fprintf(r->dump, "], \"response_ids\": [");
+            for (int j = 0; j < ro.samples[i].n; j++) fprintf(r->dump, j ? ", %d" : "%d", ro.samples[i].tokens[j]);
+            fprintf(r->dump, "], \"response\": ");
+            json_write_string(r->dump, text, strlen(text));
+            fprintf(r->dump, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)ro.reward[i],
+                    (double)ro.adv[i], ro.correct[i]);
+            free(text);
+        }
+        if (fflush(r->dump) != 0) die("cannot write samples.jsonl");
+    }
+    rollout_free(&ro);
+    free(idx);
+}
+
+void grpo_run(const GrpoSettings *s) {
+    Run r = {.s = s};
+    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, 1024.0, 1000);
+    const Qwen2Config *c = &r.tr.master.cfg;
+    char *tj = path_join(s->model_dir, "tokenizer.json");
+    if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
+    tokenizer_load(&r.tok, tj);
+    free(tj);
+    prompt_data_load(&r.train, s->train_file, s->prompt_key, s->answer_key, &r.tok, s->chat_template, s->max_prompt_length);
+    if ((r.has_val = s->val_file != NULL))
+        prompt_data_load(&r.val, s->val_file, s->prompt_key, s->answer_key, &r.tok, s->chat_template, s->max_prompt_length);
+    if (s->max_prompt_length + s->max_response_length > c->max_pos)
+        die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
+            (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
+    r.n_stop = qwen2_stop_ids(s->model_dir, r.stop_ids, 15);
+    int dup = r.tok.eos_id < 0;
+    for (int i = 0; i < r.n_stop; i++) dup |= r.stop_ids[i] == r.tok.eos_id;
+    if (!dup) r.stop_ids[r.n_stop++] = r.tok.eos_id;
+    reward_set_init(&r.rewards, s->rewards, s->n_rewards);
+    // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
+    if ((r.has_ref = s->loss.kl_coef > 0)) {
+        qwen2_build(&r.ref, c);
+        round_to_dtype(r.ref.params, r.tr.master.params, r.ref.n_params, s->ref_dtype);
+    }
+    r.tr.st.seed = s->seed;
+    r.tr.st.batch_size = s->train_batch_size;
+    r.tr.st.data_lines = r.train.n;
+    r.tr.st.shuffle = s->shuffle;
+
+    dir_create(s->out_dir);
+    char *mp = path_join(s->out_dir, "metrics.jsonl"), *dp = path_join(s->out_dir, "samples.jsonl");
+    if (!(r.metrics = fopen(mp, "w"))) die("cannot open %s for writing", mp);
+    if (s->dump_samples && !(r.dump = fopen(dp, "w"))) die("cannot open %s for writing", dp);
+    Stream stream;
+    stream_init(&stream, r.train.n, s->seed, s->shuffle);
+    fprintf(stderr, "grpo train: %lld prompts x %d samples per step, %lld steps, %.1fM parameters, reference %s\n",
+            (long long)s->train_batch_size, s->G, (long long)s->steps, (double)r.tr.n / 1e6,
+            r.has_ref ? dtype_name(s->ref_dtype) : "not needed (kl_coef 0)");
+    if (r.has_val) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", validate(&r));
+    while (r.tr.st.iteration < s->steps) {
+        grpo_step(&r, &stream);
+        if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0)
+            fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, validate(&r));
+        if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
+            trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
+    }
+    copy_model_extras(s->model_dir, s->out_dir);
+    qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
+    fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB)\n", s->out_dir, rss_gib());
+
+    if (fclose(r.metrics) != 0) die("cannot write %s", mp);
+    if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
+    free(mp), free(dp);
+    stream_free(&stream);
+    if (r.has_ref) qwen2_free(&r.ref);
+    reward_set_free(&r.rewards);
+    prompt_data_free(&r.train);
+    if (r.has_val) prompt_data_free(&r.val);
+    tokenizer_free(&r.tok);
+    trainer_free(&r.tr);
+}

@@ -1,0 +1,19 @@
+// Prompt datasets for GRPO: JSONL lines with a prompt and a ground-truth answer under configurable
+// keys (prompt_key / answer_key; GSM8K's layout is question / answer). The prompt is rendered as one
+// user turn of the chat template with the generation prompt, or used raw.
+#pragma once
+#include <stdint.h>
+
+#include "text/tokenizer.h"
+
+typedef struct {
+    int64_t n;
+    char **prompt, **answer;  // NUL-terminated UTF-8; a numeric answer is kept as its JSON text
+    int32_t **ids;            // rendered prompt tokens
+    int64_t *len, *line;      // tokens; 1-based line of the file
+} PromptData;
+
+// Dies with "FILE:LINE: ..." on any bad line; prompts longer than max_prompt_length are an error.
+void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, const char *answer_key, Tokenizer *tok,
+                      int chat_template, int64_t max_prompt_length);
+void prompt_data_free(PromptData *d);
