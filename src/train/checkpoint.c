@@ -219,3 +219,20 @@ void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainSt
     cJSON_Delete(r);
     free(path);
 }
+
+// On resume: drop the records of steps after the checkpoint (they are about to be redone).
+void metrics_truncate(const char *path, int64_t step) {
+    if (!file_exists(path)) return;
+    char *text = file_read_all(path, NULL), *line = text;
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    while (*line) {
+        char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *p = strstr(line, "\"step\": ");
+        if (p && p < line + n && strtoll(p + 8, NULL, 10) <= step) atomic_file_write(&af, line, n);
+        line += n;
+    }
+    atomic_file_commit(&af);
+    free(text);
+}

@@ -32,3 +32,5 @@ char *checkpoint_latest(const char *out);
 void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s);
 // Copies tokenizer and generation files of a model directory into another.
 void copy_model_extras(const char *from_dir, const char *to_dir);
+// On resume: drops the records of metrics.jsonl at `path` whose "step" is past `step` (about to be redone).
+void metrics_truncate(const char *path, int64_t step);

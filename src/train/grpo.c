@@ -46,6 +46,7 @@ typedef struct {
     int32_t stop_ids[16];
     int n_stop;
     FILE *metrics, *dump;
+    int64_t steps;
 } Run;
 
 static double rss_gib(void) {
@@ -65,7 +66,8 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
         longest = p[i].n > longest ? p[i].n : longest;
     }
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
-                        .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .share_prefill = 1, .prefill_tokens = 2048};
+                        .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
+                        .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = 2048};
     rc.sampler.temperature = temperature;
     rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m->cfg) * (size_t)(longest + s->max_response_length) * (size_t)n * (size_t)G;
     rollout_generate(m, &r->tok, &rc, p, n, G, out, st, NULL, NULL);
@@ -226,7 +228,7 @@ static void grpo_step(Run *r, Stream *stream) {
     int64_t *seq_off = arena_alloc(&arena, (size_t)(micro + 1) * 8);
 
     // 4. reference log-probs (frozen initial policy); old log-probs before any update when needed
-    int n_mini = s->mini_batch_size > 0 ? (int)((ro.n_kept + s->mini_batch_size - 1) / s->mini_batch_size) : 1;
+    int n_mini = (int)((ro.n_kept + s->mini_batch_size - 1) / s->mini_batch_size);
     int need_old = s->ppo_epochs > 1 || n_mini > 1 || s->use_kl_in_reward;
     if (r->has_ref && ro.n_kept) {
         score_kept(&r->ref, &ro, &act, tokens, targets, seq_off, rows, micro, ro.ref_logp);
@@ -252,13 +254,13 @@ static void grpo_step(Run *r, Stream *stream) {
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
     GrpoLossStats total;
     grpo_loss_stats_init(&total);
-    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, s->steps * s->ppo_epochs * n_mini, r->tr.st.step);
-    int64_t n_updates = 0, mini = s->mini_batch_size > 0 ? s->mini_batch_size : ro.n_kept;
+    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps * s->ppo_epochs * n_mini, r->tr.st.step);
+    int64_t n_updates = 0, mini = s->mini_batch_size;
     for (int64_t e = 0; e < s->ppo_epochs && ro.n_kept; e++)
         for (int64_t m0 = 0; m0 < ro.n_kept; m0 += mini) {
             int64_t m1 = m0 + mini < ro.n_kept ? m0 + mini : ro.n_kept;
             double n_tok = (double)(ro.resp_off[m1] - ro.resp_off[m0]);
-            lr = lr_at(s->schedule, s->adam.lr, s->warmup, s->steps * s->ppo_epochs * n_mini, r->tr.st.step);
+            lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps * s->ppo_epochs * n_mini, r->tr.st.step);
             const Qwen2 *cm = trainer_begin_step(&r->tr);
             for (int64_t a = m0; a < m1; a += micro) {
                 int64_t b = a + micro < m1 ? a + micro : m1;
@@ -280,6 +282,9 @@ static void grpo_step(Run *r, Stream *stream) {
             double norm = trainer_apply(&r->tr, lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
             else norm_sum += norm, n_updates++;
+            if (r->tr.st.skips_in_row >= s->max_skips)
+                die("%lld consecutive updates skipped for non-finite gradients (step %lld)", (long long)r->tr.st.skips_in_row,
+                    (long long)it + 1);
         }
     arena_free(&arena);
     double t_end = time_now();
@@ -313,7 +318,7 @@ static void grpo_step(Run *r, Stream *stream) {
             (double)tokens_total / (t_end - t0), rss_gib());
     if (fflush(f) != 0) die("cannot write metrics.jsonl");
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
-            (long long)it + 1, (long long)s->steps, rmean, n_acc ? (double)n_correct / (double)n_acc : NAN, kl,
+            (long long)it + 1, (long long)r->steps, rmean, n_acc ? (double)n_correct / (double)n_acc : NAN, kl,
             total.clip_frac / upd, rlen / (double)ro.n_samples, (double)tokens_total / (t_end - t0), t_end - t0);
     if (r->dump) {
         for (int64_t i = 0; i < ro.n_samples; i++) {
@@ -338,9 +343,73 @@ static void grpo_step(Run *r, Stream *stream) {
     free(idx);
 }
 
+void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
+    const GrpoActorConfig *a = &c->actor;
+    if (a->entropy_coeff != 0) die("actor.entropy_coeff: the entropy bonus is not implemented yet; set it to 0");
+    if (a->offload_optimizer) die("actor.offload_optimizer: optimizer offloading is not implemented yet; set it to false");
+    *s = (GrpoSettings){
+        .model_dir = c->model.path, .train_file = c->data.train_file, .val_file = c->data.val_file,
+        .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
+        .chat_template = c->data.chat_template, .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
+        .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
+        .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
+        .norm_adv_by_std = c->algorithm.norm_adv_by_std, .dynamic_sampling = c->algorithm.dynamic_sampling,
+        .use_kl_in_reward = c->algorithm.use_kl_in_reward, .mask_truncated = c->algorithm.mask_truncated,
+        .overlong_buffer = c->reward.overlong_buffer.len, .overlong_penalty = c->reward.overlong_buffer.penalty_factor,
+        .ppo_epochs = a->ppo_epochs,
+        // verl counts mini-batches in prompts (each brings its G responses) and micro-batches in responses.
+        .mini_batch_size = (a->mini_batch_size ? a->mini_batch_size : c->data.train_batch_size) * c->rollout.n,
+        .adam = {a->lr, a->beta1, a->beta2, a->adam_eps, a->weight_decay}, .grad_clip = a->grad_clip,
+        .schedule = a->lr_schedule, .warmup = a->lr_warmup_steps, .steps = c->trainer.steps, .epochs = c->data.epochs,
+        .precision = a->precision, .ref_dtype = c->model.ref_dtype, .save_dtype = c->trainer.save_dtype,
+        .loss_scale = a->loss_scale, .loss_scale_window = a->loss_scale_window, .max_skips = c->trainer.max_skips,
+        .recompute = a->recompute, .shuffle = c->data.shuffle, .seed = c->trainer.seed,
+        .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
+        .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
+        .resume = c->trainer.resume, .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
+    };
+    s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
+    // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
+    s->loss = (GrpoLossConfig){a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
+                               a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
+                               (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
+                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length};
+    const GrpoRewardConfig *rc = &c->reward;
+    RewardSpec *sp = s->rewards;
+    if (rc->gsm8k.weight != 0) {
+        reward_spec_defaults(sp, REWARD_GSM8K);
+        sp->weight = rc->gsm8k.weight, sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
+        sp->flexible = rc->gsm8k.method == GRPO_GSM8K_FLEXIBLE, sp->clip_chars = rc->gsm8k.clip_chars;
+        sp++;
+    }
+    if (rc->boxed.weight != 0) {
+        reward_spec_defaults(sp, REWARD_BOXED);
+        sp->weight = rc->boxed.weight, sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
+        sp++;
+    }
+    if (rc->format.weight != 0) {
+        reward_spec_defaults(sp, REWARD_FORMAT);
+        sp->weight = rc->format.weight, sp->pattern = rc->format.regex, sp->dotall = rc->format.dotall;
+        sp++;
+    }
+    if (rc->exact.weight != 0) {
+        reward_spec_defaults(sp, REWARD_EXACT);
+        sp->weight = rc->exact.weight;
+        sp++;
+    }
+    if (rc->program.weight != 0) {
+        reward_spec_defaults(sp, REWARD_PROGRAM);
+        sp->weight = rc->program.weight, sp->command = rc->program.command;
+        sp->timeout_s = rc->program.timeout_s, sp->grace_s = rc->program.grace_s;
+        sp++;
+    }
+    s->n_rewards = (int)(sp - s->rewards);
+}
+
 void grpo_run(const GrpoSettings *s) {
     Run r = {.s = s};
-    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, 1024.0, 1000);
+    if (!s->model_dir || !s->train_file) die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
+    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window);
     const Qwen2Config *c = &r.tr.master.cfg;
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
@@ -352,6 +421,8 @@ void grpo_run(const GrpoSettings *s) {
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
+    int64_t steps = s->steps ? s->steps : s->epochs * ((r.train.n + s->train_batch_size - 1) / s->train_batch_size);
+    r.steps = steps;
     r.n_stop = qwen2_stop_ids(s->model_dir, r.stop_ids, 15);
     int dup = r.tok.eos_id < 0;
     for (int i = 0; i < r.n_stop; i++) dup |= r.stop_ids[i] == r.tok.eos_id;
@@ -367,17 +438,32 @@ void grpo_run(const GrpoSettings *s) {
     r.tr.st.data_lines = r.train.n;
     r.tr.st.shuffle = s->shuffle;
 
+    if (s->resume && !file_exists(s->out_dir)) die("trainer.resume: %s does not exist, so there is no checkpoint", s->out_dir);
     dir_create(s->out_dir);
     char *mp = path_join(s->out_dir, "metrics.jsonl"), *dp = path_join(s->out_dir, "samples.jsonl");
-    if (!(r.metrics = fopen(mp, "w"))) die("cannot open %s for writing", mp);
-    if (s->dump_samples && !(r.dump = fopen(dp, "w"))) die("cannot open %s for writing", dp);
+    char *ckpt = checkpoint_latest(s->out_dir);
+    if (s->resume) {
+        if (!ckpt) die("trainer.resume: %s holds no checkpoint-* directory", s->out_dir);
+        trainer_load(&r.tr, ckpt);
+        if (r.tr.st.batch_size != s->train_batch_size || r.tr.st.data_lines != r.train.n || r.tr.st.seed != s->seed ||
+            r.tr.st.shuffle != s->shuffle)
+            die("%s: the checkpoint was made with another train_batch_size, seed, shuffle or data file", ckpt);
+        metrics_truncate(mp, r.tr.st.iteration);
+        fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r.tr.st.iteration);
+    } else if (ckpt) {
+        die("%s already holds checkpoints (%s); set trainer.resume=true or choose another trainer.out_dir", s->out_dir, ckpt);
+    }
+    free(ckpt);
+    if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing", mp);
+    if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing", dp);
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
     fprintf(stderr, "grpo train: %lld prompts x %d samples per step, %lld steps, %.1fM parameters, reference %s\n",
-            (long long)s->train_batch_size, s->G, (long long)s->steps, (double)r.tr.n / 1e6,
-            r.has_ref ? dtype_name(s->ref_dtype) : "not needed (kl_coef 0)");
-    if (r.has_val) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", validate(&r));
-    while (r.tr.st.iteration < s->steps) {
+            (long long)s->train_batch_size, s->G, (long long)steps, (double)r.tr.n / 1e6,
+            r.has_ref ? dtype_name(s->ref_dtype) : "not needed (no KL)");
+    if (r.has_val && s->val_before_train && !s->resume)
+        fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", validate(&r));
+    while (r.tr.st.iteration < steps) {
         grpo_step(&r, &stream);
         if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0)
             fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, validate(&r));
@@ -386,6 +472,7 @@ void grpo_run(const GrpoSettings *s) {
     }
     copy_model_extras(s->model_dir, s->out_dir);
     qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
+    checkpoint_prune(s->out_dir, s->keep);
     fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB)\n", s->out_dir, rss_gib());
 
     if (fclose(r.metrics) != 0) die("cannot write %s", mp);

@@ -8,6 +8,7 @@
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
 #include "rollout/sampler.h"
+#include "train/grpo_config.h"
 #include "train/optim.h"
 
 typedef struct {
@@ -24,17 +25,26 @@ typedef struct {
     int64_t overlong_buffer;     // DAPO soft overlong penalty: last N tokens before the limit (0: off)
     double overlong_penalty;     // penalty at the limit
     GrpoLossConfig loss;         // clip ratios, dual clip, kl coef (in the loss) / estimator, aggregation
-    int64_t ppo_epochs, mini_batch_size, micro_batch_size;  // in sequences; mini 0 = the whole rollout
+    int64_t ppo_epochs, mini_batch_size, micro_batch_size;  // in sequences
     AdamW adam;
     double grad_clip;
     LrSchedule schedule;
-    int64_t warmup, steps;
+    int64_t warmup, steps;       // steps 0: `epochs` passes over the prompts
+    int64_t epochs;
     DType precision, ref_dtype, save_dtype;
+    double loss_scale;           // fp16
+    int64_t loss_scale_window, max_skips;
     int recompute, shuffle;
     uint64_t seed;
     int64_t save_every, keep, val_every;
+    int val_before_train;
     int dump_samples;            // write every step's samples to OUT/samples.jsonl
     int resume;
+    const char *const *stop;     // rollout stop strings
+    int n_stop;
 } GrpoSettings;
 
+// The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
+// in sequences, reward specs, which KL goes where). Points into c, which must outlive s.
+void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
 void grpo_run(const GrpoSettings *s);

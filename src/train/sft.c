@@ -32,23 +32,6 @@ static int64_t max_micro_tokens(const SftData *d, int64_t b) {
     return sum;
 }
 
-// On resume: drop the records of steps after the checkpoint (they are about to be redone).
-static void metrics_truncate(const char *path, int64_t step) {
-    if (!file_exists(path)) return;
-    char *text = file_read_all(path, NULL), *line = text;
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    while (*line) {
-        char *end = strchr(line, '\n');
-        size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
-        const char *p = strstr(line, "\"step\": ");
-        if (p && p < line + n && strtoll(p + 8, NULL, 10) <= step) atomic_file_write(&af, line, n);
-        line += n;
-    }
-    atomic_file_commit(&af);
-    free(text);
-}
-
 static void fmt_duration(char *buf, size_t n, double s) {
     long t = s > 0 && s < 1e9 ? (long)s : 0;
     snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);

@@ -1,0 +1,798 @@
+#include "train/grpo_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "base/yaml.h"
+
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST } KeyType;
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset;        // of the field in GrpoConfig: int64_t, double, int, char *, enum (int) or GrpoStrList
+    const char *def;      // the default, as it would be written in YAML; NULL: null (or [] for a list)
+    int64_t imin, imax;   // KEY_INT
+    double fmin, fmax;    // KEY_FLOAT
+    int fmin_open;        // KEY_FLOAT: fmin itself is not allowed
+    const char *values;   // KEY_ENUM: the spellings, '|'-separated, in the order of the C enum
+    const char *aliases;  // KEY_ENUM: other spellings accepted, "alias=value|...", e.g. verl's names
+    int nullable;         // null allowed (KEY_INT: stored as 0, so imin must be above 0)
+    const char *doc;
+} ConfigKey;
+
+// Enum keys store the position of their spelling straight into these fields.
+_Static_assert(sizeof(GrpoKlEstimator) == sizeof(int) && sizeof(GrpoLossAgg) == sizeof(int), "enum size");
+_Static_assert(sizeof(GrpoGsm8kMethod) == sizeof(int), "enum size");
+_Static_assert(sizeof(DType) == sizeof(int) && sizeof(LrSchedule) == sizeof(int), "enum size");
+_Static_assert(DTYPE_F32 == 0 && DTYPE_BF16 == 1 && DTYPE_F16 == 2, "fp32|bf16|fp16 order");
+_Static_assert(LR_CONSTANT == 0 && LR_LINEAR == 1 && LR_COSINE == 2, "constant|linear|cosine order");
+_Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an int64_t");
+
+#define F(field) offsetof(GrpoConfig, field)
+#define NOMAX INT64_MAX
+#define BIG 1e30
+#define VERL_KL_NAMES "kl=k1|mse=k2|low_var_kl=k3"
+#define KINT(name_, field, def_, lo, hi, doc_) \
+    { name_, KEY_INT, F(field), def_, .imin = lo, .imax = hi, .doc = doc_ }
+#define KINT_NULL(name_, field, lo, hi, doc_) \
+    { name_, KEY_INT, F(field), NULL, .imin = lo, .imax = hi, .nullable = 1, .doc = doc_ }
+#define KFLOAT(name_, field, def_, lo, hi, doc_) \
+    { name_, KEY_FLOAT, F(field), def_, .fmin = lo, .fmax = hi, .doc = doc_ }
+#define KFLOAT_POS(name_, field, def_, hi, doc_) \
+    { name_, KEY_FLOAT, F(field), def_, .fmin = 0, .fmax = hi, .fmin_open = 1, .doc = doc_ }
+#define KBOOL(name_, field, def_, doc_) \
+    { name_, KEY_BOOL, F(field), def_, .doc = doc_ }
+#define KSTR(name_, field, def_, doc_) \
+    { name_, KEY_STRING, F(field), def_, .doc = doc_ }
+#define KSTR_NULL(name_, field, doc_) \
+    { name_, KEY_STRING, F(field), NULL, .nullable = 1, .doc = doc_ }
+#define KENUM(name_, field, def_, values_, doc_) \
+    { name_, KEY_ENUM, F(field), def_, .values = values_, .doc = doc_ }
+#define KENUM_ALIAS(name_, field, def_, values_, aliases_, doc_) \
+    { name_, KEY_ENUM, F(field), def_, .values = values_, .aliases = aliases_, .doc = doc_ }
+#define KLIST(name_, field, doc_) \
+    { name_, KEY_LIST, F(field), NULL, .doc = doc_ }
+
+// Keys that live in the same section stay together: the JSON printer nests by runs of prefixes.
+static const ConfigKey KEYS[] = {
+    KSTR_NULL("data.train_file", data.train_file,
+              "training prompts, one JSON object per line (null: the built-in demo task)"),
+    KSTR_NULL("data.val_file", data.val_file, "validation prompts for greedy pass@1, same layout (null: none)"),
+    KSTR("data.prompt_key", data.prompt_key, "prompt", "field of a line holding the prompt (GSM8K: `question`)"),
+    KSTR("data.answer_key", data.answer_key, "answer", "field holding the ground truth the rewards compare with"),
+    KBOOL("data.chat_template", data.chat_template, "true",
+          "render each prompt as one user turn with the tokenizer's chat template; false: the raw text"),
+    KINT("data.train_batch_size", data.train_batch_size, "8", 1, INT32_MAX,
+         "prompts per step; each is sampled rollout.n times"),
+    KINT("data.max_prompt_length", data.max_prompt_length, "512", 1, INT32_MAX,
+         "longest prompt in tokens, after the chat template; a longer one is an error naming its line"),
+    KINT("data.max_response_length", data.max_response_length, "256", 1, INT32_MAX,
+         "most tokens generated per response"),
+    KBOOL("data.shuffle", data.shuffle, "true", "shuffle the prompts every epoch, seeded by trainer.seed"),
+    KINT("data.epochs", data.epochs, "1", 1, INT32_MAX, "passes over data.train_file when trainer.steps is null"),
+    KINT_NULL("data.val_max_samples", data.val_max_samples, 1, NOMAX,
+              "validate on the first N prompts of data.val_file only (null: all)"),
+
+    KSTR_NULL(
+        "model.path", model.path,
+        "Hugging Face model directory (config.json, *.safetensors, tokenizer.json) (null: the built-in demo model)"),
+    KENUM("model.ref_dtype", model.ref_dtype, "f32", "f32|bf16",
+          "storage of the frozen reference weights; bf16 halves them"),
+
+    KINT("rollout.n", rollout.n, "8", 2, INT32_MAX,
+         "responses sampled per prompt: the group size G (MindSpeed-RL: n_samples_per_prompt)"),
+    KFLOAT("rollout.temperature", rollout.temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"),
+    KFLOAT_POS("rollout.top_p", rollout.top_p, "1.0", 1,
+               "sample from the smallest set of tokens holding this much probability (1: off)"),
+    KINT("rollout.top_k", rollout.top_k, "0", 0, INT32_MAX, "sample from the k most likely tokens (0: off)"),
+    KLIST("rollout.stop", rollout.stop,
+          "strings that end a response, e.g. [\"</answer>\"]; a single string is a list of one"),
+
+    KFLOAT("reward.gsm8k.weight", reward.gsm8k.weight, "1.0", -BIG, BIG,
+           "GSM8K (verl's gsm8k scorer): the answer after the last `####` (strict) or the last number "
+           "(flexible), commas and `$` stripped, against the answer. The default reward: see the note on reward "
+           "kinds"),
+    KENUM("reward.gsm8k.method", reward.gsm8k.method, "strict", "strict|flexible",
+          "strict: only `#### <number>` counts; flexible: the last number in the response"),
+    KFLOAT("reward.gsm8k.score", reward.gsm8k.score, "1.0", -BIG, BIG, "score of a correct answer"),
+    KFLOAT("reward.gsm8k.format_score", reward.gsm8k.format_score, "0.0", -BIG, BIG,
+           "score when an answer is found but wrong (no answer scores 0)"),
+    KINT("reward.gsm8k.clip_chars", reward.gsm8k.clip_chars, "0", 0, INT32_MAX,
+         "search only the last N characters of the response (verl >= 0.4: 300) (0: all of it)"),
+    KFLOAT("reward.boxed.weight", reward.boxed.weight, "0.0", -BIG, BIG,
+           "the last `\\boxed{...}` (nested braces) against the answer, as normalised strings or numbers "
+           "(verl's math scorer)"),
+    KFLOAT("reward.boxed.score", reward.boxed.score, "1.0", -BIG, BIG, "score of a correct answer"),
+    KFLOAT("reward.boxed.format_score", reward.boxed.format_score, "0.0", -BIG, BIG,
+           "score when a `\\boxed{}` is found but wrong (none scores 0)"),
+    KFLOAT("reward.format.weight", reward.format.weight, "0.0", -BIG, BIG,
+           "1 when the whole response matches reward.format.regex, else 0"),
+    KSTR("reward.format.regex", reward.format.regex, "^<think>.*?</think>\\s*<answer>.*?</answer>$",
+         "PCRE2 pattern of the format reward"),
+    KBOOL("reward.format.dotall", reward.format.dotall, "true", "`.` in the pattern matches newlines too"),
+    KFLOAT("reward.exact.weight", reward.exact.weight, "0.0", -BIG, BIG,
+           "1 when the response equals the answer, both trimmed of surrounding white space, else 0"),
+    KFLOAT("reward.program.weight", reward.program.weight, "0.0", -BIG, BIG,
+           "an external scorer: a line `{\"prompt\", \"response\", \"answer\"}` in, `{\"reward\": x}` out, per "
+           "response"),
+    KSTR_NULL("reward.program.command", reward.program.command,
+              "shell command (/bin/sh -c) of the scorer, started once for the run; needed when reward.program is on"),
+    KFLOAT_POS("reward.program.timeout_s", reward.program.timeout_s, "10.0", 86400,
+               "seconds the scorer has per reply; a timeout, crash or bad reply scores 0, is counted, and the "
+               "scorer is restarted"),
+    KFLOAT("reward.program.grace_s", reward.program.grace_s, "2.0", 0, 3600,
+           "at the end, seconds the scorer has to exit after its input closes, before it is killed"),
+    KINT("reward.overlong_buffer.len", reward.overlong_buffer.len, "0", 0, INT32_MAX,
+         "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
+    KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,
+           "the penalty at the length limit; it grows linearly from 0 at the buffer's start"),
+
+    KBOOL("algorithm.norm_adv_by_std", algorithm.norm_adv_by_std, "true",
+          "A = (r - mean) / (std + 1e-6) within each group; false: A = r - mean (Dr. GRPO)"),
+    KBOOL("algorithm.dynamic_sampling", algorithm.dynamic_sampling, "false",
+          "drop the groups whose rewards are all equal (DAPO): they carry no signal"),
+    KBOOL("algorithm.mask_truncated", algorithm.mask_truncated, "false",
+          "leave responses cut at data.max_response_length out of the loss (DAPO's overlong filtering)"),
+    KBOOL("algorithm.use_kl_in_reward", algorithm.use_kl_in_reward, "false",
+          "subtract kl_coef times the KL to the reference from the reward, instead of the KL loss (actor.use_kl_loss)"),
+    KFLOAT("algorithm.kl_coef", algorithm.kl_coef, "0.001", 0, BIG,
+           "the KL coefficient when algorithm.use_kl_in_reward"),
+    KENUM_ALIAS("algorithm.kl_penalty", algorithm.kl_penalty, "k1", "k1|k2|k3", VERL_KL_NAMES,
+                "KL estimator in the reward, as actor.kl_loss_type"),
+
+    KINT("actor.ppo_epochs", actor.ppo_epochs, "1", 1, INT32_MAX, "passes over each step's rollout"),
+    KINT_NULL(
+        "actor.mini_batch_size", actor.mini_batch_size, 1, INT32_MAX,
+        "prompts per optimiser step, with all their responses; divides data.train_batch_size (null: the whole batch)"),
+    KINT_NULL("actor.micro_batch_size", actor.micro_batch_size, 1, INT32_MAX,
+              "responses per forward/backward (gradient accumulation); divides mini_batch_size x rollout.n (null: all "
+              "of them)"),
+    KFLOAT("actor.clip_ratio_low", actor.clip_ratio_low, "0.2", 0, 1,
+           "PPO clip: the ratio is kept above 1 - clip_ratio_low"),
+    KFLOAT("actor.clip_ratio_high", actor.clip_ratio_high, "0.2", 0, 100,
+           "and below 1 + clip_ratio_high (above clip_ratio_low: DAPO's clip-higher)"),
+    KFLOAT("actor.clip_ratio_c", actor.clip_ratio_c, "0.0", 0, BIG,
+           "dual clip: the loss of a token with negative advantage is at most -A x clip_ratio_c; 0: off, else above 1"),
+    KENUM("actor.loss_agg_mode", actor.loss_agg_mode, "token-mean",
+          "token-mean|seq-mean-token-mean|seq-mean-token-sum-norm",
+          "token-mean: over all tokens of the mini-batch; seq-mean-token-mean: per response, then over responses; "
+          "seq-mean-token-sum-norm: token sums over responses x data.max_response_length (Dr. GRPO)"),
+    KFLOAT("actor.entropy_coeff", actor.entropy_coeff, "0.0", 0, BIG, "weight of the entropy bonus (0: off)"),
+    KBOOL("actor.use_kl_loss", actor.use_kl_loss, "true", "add kl_loss_coef x KL(policy || reference) to the loss"),
+    KFLOAT("actor.kl_loss_coef", actor.kl_loss_coef, "0.001", 0, BIG,
+           "the coefficient beta of the KL loss; 0 (or use_kl_loss false) skips the reference model entirely"),
+    KENUM_ALIAS("actor.kl_loss_type", actor.kl_loss_type, "k3", "k1|k2|k3", VERL_KL_NAMES,
+                "KL estimator, with x = log(policy / reference) per token: k1 = x, k2 = x^2 / 2, k3 = exp(-x) - 1 + x "
+                "clamped to [-10, 10]"),
+    KFLOAT("actor.lr", actor.lr, "1e-6", 0, 1e3, "peak learning rate of AdamW"),
+    KENUM("actor.lr_schedule", actor.lr_schedule, "constant", "constant|linear|cosine",
+          "learning-rate schedule after the warmup (Hugging Face's schedules)"),
+    KINT("actor.lr_warmup_steps", actor.lr_warmup_steps, "0", 0, INT32_MAX, "optimiser steps of linear warmup from 0"),
+    KFLOAT("actor.weight_decay", actor.weight_decay, "0.01", 0, 1e3,
+           "AdamW's decoupled weight decay (not on biases and norms)"),
+    KFLOAT("actor.beta1", actor.beta1, "0.9", 0, 0.999999, "AdamW beta1"),
+    KFLOAT("actor.beta2", actor.beta2, "0.999", 0, 0.999999999, "AdamW beta2"),
+    KFLOAT_POS("actor.adam_eps", actor.adam_eps, "1e-8", 1, "AdamW epsilon"),
+    KFLOAT("actor.grad_clip", actor.grad_clip, "1.0", 0, BIG, "clip the global gradient norm to this (0: off)"),
+    KENUM("actor.precision", actor.precision, "fp32", "fp32|bf16|fp16",
+          "compute copy of the weights; the master weights and Adam moments stay fp32"),
+    KFLOAT_POS("actor.loss_scale", actor.loss_scale, "1024", 1e38, "fp16: initial loss scale"),
+    KINT("actor.loss_scale_window", actor.loss_scale_window, "1000", 0, INT32_MAX,
+         "fp16: double the loss scale after this many clean steps (0: static scale)"),
+    KBOOL("actor.recompute", actor.recompute, "false",
+          "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
+    KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
+          "keep the Adam moments in a file-backed mapping during rollout, loaded back for the update"),
+
+    KINT_NULL("trainer.steps", trainer.steps, 1, INT32_MAX,
+              "GRPO steps (null: data.epochs passes over the training prompts)"),
+    KINT("trainer.seed", trainer.seed, "0", 0, NOMAX, "seed of the data order and of sampling"),
+    KSTR("trainer.out_dir", trainer.out_dir, "runs/grpo",
+         "where the final model, checkpoints, metrics.jsonl and samples go"),
+    KBOOL("trainer.resume", trainer.resume, "false", "continue from the newest checkpoint in trainer.out_dir"),
+    KINT("trainer.save_every", trainer.save_every, "0", 0, INT32_MAX,
+         "write a checkpoint every N steps (0: only the final model)"),
+    KINT("trainer.keep", trainer.keep, "2", 1, INT32_MAX, "keep the newest K checkpoints"),
+    KENUM("trainer.save_dtype", trainer.save_dtype, "f32", "f32|bf16", "dtype of the saved model weights"),
+    KINT("trainer.val_every", trainer.val_every, "0", 0, INT32_MAX,
+         "greedy pass@1 on the validation prompts every N steps (0: never)"),
+    KBOOL("trainer.val_before_train", trainer.val_before_train, "true", "validate once before the first step"),
+    KBOOL("trainer.dump_samples", trainer.dump_samples, "false",
+          "append every response (prompt, response, reward, advantage) to trainer.out_dir/samples.jsonl"),
+    KINT("trainer.max_skips", trainer.max_skips, "5", 1, INT32_MAX,
+         "stop after this many consecutive steps skipped for a non-finite loss or gradient"),
+};
+#define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+// Reward kinds: a config file naming any of them replaces the default reward (gsm8k alone).
+static const char *const REWARD_KINDS[] = {"gsm8k", "boxed", "format", "exact", "program"};
+#define N_REWARD_KINDS ((int)(sizeof REWARD_KINDS / sizeof REWARD_KINDS[0]))
+
+static const char *const BOOL_TRUE[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+static const char *const BOOL_FALSE[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+
+static void *field(GrpoConfig *c, const ConfigKey *k) { return (char *)c + k->offset; }
+static const void *cfield(const GrpoConfig *c, const ConfigKey *k) { return (const char *)c + k->offset; }
+
+static const ConfigKey *key_find(const char *name) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (!strcmp(KEYS[i].name, name)) return &KEYS[i];
+    return NULL;
+}
+
+// A section is a proper prefix of keys at a dot: "actor", "reward.gsm8k".
+static const ConfigKey *section_first_key(const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < N_KEYS; i++)
+        if (!strncmp(KEYS[i].name, name, n) && KEYS[i].name[n] == '.') return &KEYS[i];
+    return NULL;
+}
+
+// The n-th spelling of an enum into buf; 0 when there is none.
+static int enum_value(const ConfigKey *k, int n, char *buf, size_t size) {
+    const char *s = k->values;
+    for (int i = 0; i < n; i++) {
+        s = strchr(s, '|');
+        if (!s) return 0;
+        s++;
+    }
+    size_t len = strcspn(s, "|");
+    if (len + 1 > size) return 0;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    return 1;
+}
+
+// The value an alias of an enum stands for ("low_var_kl" -> "k3") into buf; 0 when s is no alias.
+static int enum_alias(const ConfigKey *k, const char *s, char *buf, size_t size) {
+    for (const char *a = k->aliases; a && *a;) {
+        size_t len = strcspn(a, "="), vlen = strcspn(a + len + 1, "|");
+        if (len == strlen(s) && !strncmp(a, s, len) && vlen < size) {
+            memcpy(buf, a + len + 1, vlen);
+            buf[vlen] = 0;
+            return 1;
+        }
+        a += len + 1 + vlen;
+        a += *a == '|';
+    }
+    return 0;
+}
+
+// What a key accepts, in words: "an integer >= 1 or null", "one of k1, k2, k3".
+static void key_describe(const ConfigKey *k, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = 0;
+    switch (k->type) {
+        case KEY_INT:
+            if (k->imax >= INT32_MAX)
+                n = snprintf(buf, size, "an integer >= %lld", (long long)k->imin);
+            else
+                n = snprintf(buf, size, "an integer in [%lld, %lld]", (long long)k->imin, (long long)k->imax);
+            break;
+        case KEY_FLOAT:
+            if (k->fmin <= -BIG && k->fmax >= BIG)
+                n = snprintf(buf, size, "a number");
+            else if (k->fmax >= BIG)
+                n = snprintf(buf, size, "a number %s %.12g", k->fmin_open ? ">" : ">=", k->fmin);
+            else
+                n = snprintf(buf, size, "a number in %c%.12g, %.12g]", k->fmin_open ? '(' : '[', k->fmin, k->fmax);
+            break;
+        case KEY_BOOL: n = snprintf(buf, size, "true or false"); break;
+        case KEY_STRING: n = snprintf(buf, size, "a string"); break;
+        case KEY_LIST: n = snprintf(buf, size, "a list of strings"); break;
+        case KEY_ENUM: {
+            n = snprintf(buf, size, "one of ");
+            char v[64];
+            for (int i = 0; enum_value(k, i, v, sizeof v) && n < size; i++)
+                n += snprintf(buf + n, size - n, "%s%s", i ? ", " : "", v);
+            for (const char *a = k->aliases; a && *a && n < size;) {  // " (or kl, mse, low_var_kl)"
+                size_t len = strcspn(a, "=");
+                n += snprintf(buf + n, size - n, "%s%.*s", a == k->aliases ? " (or " : ", ", (int)len, a);
+                a += len + strcspn(a + len, "|");
+                a += *a == '|';
+                if (!*a && n < size) n += snprintf(buf + n, size - n, ")");
+            }
+            break;
+        }
+    }
+    if (k->nullable && n < size) snprintf(buf + n, size - n, " or null");
+}
+
+static _Noreturn void bad_value(const char *where, const ConfigKey *k, const char *got) {
+    char want[256];
+    key_describe(k, want, sizeof want);
+    die("%s%s%s: expected %s, got %s", where ? where : "", where ? ": " : "", k->name, want, got);
+}
+
+static _Noreturn void bad_scalar(const char *where, const ConfigKey *k, const char *text) {
+    char got[160];
+    snprintf(got, sizeof got, "\"%.120s%s\"", text, strlen(text) > 120 ? "..." : "");
+    bad_value(where, k, got);
+}
+
+// Decimal integers only: YAML 1.1's octal (010), hex and sexagesimal forms are rarely meant in a config.
+static int parse_int(const char *s, int64_t *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    if (!*p) return 0;
+    for (const char *q = p; *q; q++)
+        if (*q < '0' || *q > '9') return 0;
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    if (errno) return 0;
+    *out = v;
+    return 1;
+}
+
+// [-+]? (digits [. digits?] | . digits) ([eE] [-+]? digits)? -- what users write, "1e-6" included
+// (which YAML 1.1 itself reads as a string); no inf, nan or hex.
+static int parse_float(const char *s, double *out) {
+    const char *p = s + (*s == '-' || *s == '+');
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') p++, digits++;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        p += (*p == '-' || *p == '+');
+        if (*p < '0' || *p > '9') return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p) return 0;
+    double v = strtod(s, NULL);
+    if (!isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *out) {
+    for (size_t i = 0; i < sizeof BOOL_TRUE / sizeof BOOL_TRUE[0]; i++) {
+        if (!strcmp(s, BOOL_TRUE[i])) return *out = 1, 1;
+        if (!strcmp(s, BOOL_FALSE[i])) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static void list_clear(GrpoStrList *l) {
+    for (int i = 0; i < l->n; i++) free(l->items[i]);
+    free(l->items);
+    *l = (GrpoStrList){0};
+}
+
+// Sets one key from a scalar (text; NULL for null).
+static void key_set_scalar(GrpoConfig *c, const ConfigKey *k, const char *text, const char *where) {
+    void *p = field(c, k);
+    // Only integer, string and list keys can be null (a list: the empty one).
+    if (!text && (!k->nullable || k->type == KEY_FLOAT || k->type == KEY_BOOL || k->type == KEY_ENUM) &&
+        k->type != KEY_LIST)
+        bad_value(where, k, "null");
+    switch (k->type) {
+        case KEY_INT: {
+            int64_t v = 0;
+            if (text && (!parse_int(text, &v) || v < k->imin || v > k->imax)) bad_scalar(where, k, text);
+            *(int64_t *)p = v;
+            break;
+        }
+        case KEY_FLOAT: {
+            double v;
+            if (!parse_float(text, &v) || v < k->fmin || v > k->fmax || (k->fmin_open && v == k->fmin))
+                bad_scalar(where, k, text);
+            *(double *)p = v;
+            break;
+        }
+        case KEY_BOOL:
+            if (!parse_bool(text, (int *)p)) bad_scalar(where, k, text);
+            break;
+        case KEY_STRING:
+            free(*(char **)p);
+            *(char **)p = text ? xstrdup(text) : NULL;
+            break;
+        case KEY_ENUM: {
+            char v[64], canonical[64];
+            const char *want = enum_alias(k, text, canonical, sizeof canonical) ? canonical : text;
+            int i = 0;
+            while (enum_value(k, i, v, sizeof v) && strcmp(v, want)) i++;
+            if (!enum_value(k, i, v, sizeof v)) bad_scalar(where, k, text);
+            *(int *)p = i;
+            break;
+        }
+        case KEY_LIST: {
+            GrpoStrList *l = p;
+            list_clear(l);
+            if (text) {
+                l->items = xmalloc(sizeof *l->items);
+                l->items[0] = xstrdup(text);
+                l->n = 1;
+            }
+            break;
+        }
+    }
+}
+
+static void key_set(GrpoConfig *c, const ConfigKey *k, const YamlEntry *e, const char *where) {
+    if (e->kind == YAML_ENTRY_EMPTY_MAP) bad_value(where, k, "a mapping");
+    if (e->kind == YAML_ENTRY_SCALAR) {
+        key_set_scalar(c, k, e->scalar.is_null ? NULL : e->scalar.text, where);
+        return;
+    }
+    if (k->type != KEY_LIST) bad_value(where, k, "a list");
+    GrpoStrList *l = field(c, k);
+    list_clear(l);
+    l->items = xcalloc((size_t)(e->n_items ? e->n_items : 1), sizeof *l->items);
+    for (int i = 0; i < e->n_items; i++) {
+        if (e->items[i].is_null) bad_value(where, k, "a list holding a null");
+        l->items[l->n++] = xstrdup(e->items[i].text);
+    }
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions: the common typos).
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    int *d = xmalloc((n + 1) * (m + 1) * sizeof *d);
+#define D(i, j) d[(i) * (m + 1) + (j)]
+    for (size_t i = 0; i <= n; i++) D(i, 0) = (int)i;
+    for (size_t j = 0; j <= m; j++) D(0, j) = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = D(i - 1, j - 1) + cost;
+            if (D(i - 1, j) + 1 < v) v = D(i - 1, j) + 1;
+            if (D(i, j - 1) + 1 < v) v = D(i, j - 1) + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && D(i - 2, j - 2) + 1 < v)
+                v = D(i - 2, j - 2) + 1;
+            D(i, j) = v;
+        }
+    int r = D(n, m);
+#undef D
+    free(d);
+    return r;
+}
+
+static const char *leaf(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot ? dot + 1 : name;
+}
+
+// The closest key by edit distance over the dotted names, where a matching last part in another
+// section counts as one edit: verl's "actor_rollout_ref.actor.optim.lr" finds "actor.lr".
+static const char *key_suggest(const char *name) {
+    const char *best = KEYS[0].name;
+    int best_d = -1;
+    for (int i = 0; i < N_KEYS; i++) {
+        int d = edit_distance(name, KEYS[i].name);
+        int dl = edit_distance(leaf(name), leaf(KEYS[i].name)) + 1;
+        if (dl < d) d = dl;
+        if (best_d < 0 || d < best_d) best_d = d, best = KEYS[i].name;
+    }
+    return best;
+}
+
+static int reward_kind(const char *key, int *exact) {
+    if (strncmp(key, "reward.", 7)) return -1;
+    for (int i = 0; i < N_REWARD_KINDS; i++) {
+        size_t n = strlen(REWARD_KINDS[i]);
+        if (!strncmp(key + 7, REWARD_KINDS[i], n) && (key[7 + n] == 0 || key[7 + n] == '.')) {
+            *exact = key[7 + n] == 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static double *reward_weight(GrpoConfig *c, int kind, const ConfigKey **k) {
+    char name[64];
+    snprintf(name, sizeof name, "reward.%s.weight", REWARD_KINDS[kind]);
+    *k = key_find(name);
+    return field(c, *k);
+}
+
+static void apply_entry(GrpoConfig *c, const YamlEntry *e, const char *where, char **key_where) {
+    int exact = 0;
+    int kind = reward_kind(e->key, &exact);
+    if (kind >= 0 && exact) {
+        // "reward.gsm8k: 0.5" is the weight; a bare "gsm8k:" or "gsm8k: {}" turns the kind on at weight 1.
+        const ConfigKey *wk;
+        double *w = reward_weight(c, kind, &wk);
+        if (e->kind == YAML_ENTRY_EMPTY_MAP || (e->kind == YAML_ENTRY_SCALAR && e->scalar.is_null))
+            *w = 1.0;
+        else
+            key_set(c, wk, e, where);
+        free(key_where[wk - KEYS]);
+        key_where[wk - KEYS] = where ? xstrdup(where) : NULL;
+        return;
+    }
+    const ConfigKey *k = key_find(e->key);
+    if (k) {
+        key_set(c, k, e, where);
+        free(key_where[k - KEYS]);
+        key_where[k - KEYS] = where ? xstrdup(where) : NULL;
+        return;
+    }
+    const ConfigKey *in_section = section_first_key(e->key);
+    if (in_section) {
+        // "actor:" with every key commented out, or "actor: {}", sets nothing.
+        if (e->kind == YAML_ENTRY_EMPTY_MAP || (e->kind == YAML_ENTRY_SCALAR && e->scalar.is_null)) return;
+        die("%s: \"%s\" is a section (of keys such as \"%s\"), not a value", where, e->key, in_section->name);
+    }
+    die("%s: unknown key \"%s\" (did you mean \"%s\"?)", where, e->key, key_suggest(e->key));
+}
+
+// "WHERE: " of whichever key was set in this load, for errors about two keys.
+static const char *where_of(char **key_where, const char *a, const char *b) {
+    const ConfigKey *ka = key_find(a), *kb = key_find(b);
+    if (ka && key_where[ka - KEYS]) return key_where[ka - KEYS];
+    if (kb && key_where[kb - KEYS]) return key_where[kb - KEYS];
+    return NULL;
+}
+
+#define CONFLICT(a, b, ...)                                \
+    do {                                                   \
+        const char *w_ = where_of(key_where, a, b);        \
+        char msg_[512];                                    \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);          \
+        die("%s%s%s", w_ ? w_ : "", w_ ? ": " : "", msg_); \
+    } while (0)
+
+static void check_conflicts(const GrpoConfig *c, char **key_where) {
+    const GrpoActorConfig *a = &c->actor;
+    int64_t mini = a->mini_batch_size ? a->mini_batch_size : c->data.train_batch_size;
+    if (c->data.train_batch_size % mini)
+        CONFLICT("actor.mini_batch_size", "data.train_batch_size",
+                 "actor.mini_batch_size %lld does not divide data.train_batch_size %lld", (long long)mini,
+                 (long long)c->data.train_batch_size);
+    if (a->micro_batch_size && (mini * c->rollout.n) % a->micro_batch_size)
+        CONFLICT("actor.micro_batch_size", "rollout.n",
+                 "actor.micro_batch_size %lld does not divide the %lld responses of a mini-batch "
+                 "(actor.mini_batch_size x rollout.n)",
+                 (long long)a->micro_batch_size, (long long)(mini * c->rollout.n));
+    if (a->clip_ratio_c != 0 && a->clip_ratio_c <= 1)
+        CONFLICT("actor.clip_ratio_c", "", "actor.clip_ratio_c must be 0 (off) or above 1, not %g", a->clip_ratio_c);
+    if (a->use_kl_loss && c->algorithm.use_kl_in_reward)
+        CONFLICT("algorithm.use_kl_in_reward", "actor.use_kl_loss",
+                 "actor.use_kl_loss and algorithm.use_kl_in_reward are both true: the KL goes into the loss or the "
+                 "reward, choose one");
+    if (c->reward.overlong_buffer.len >= c->data.max_response_length)
+        CONFLICT("reward.overlong_buffer.len", "data.max_response_length",
+                 "reward.overlong_buffer.len %lld must be below data.max_response_length %lld",
+                 (long long)c->reward.overlong_buffer.len, (long long)c->data.max_response_length);
+    if (c->reward.program.weight != 0 && !c->reward.program.command)
+        CONFLICT("reward.program.weight", "reward.program.command",
+                 "reward.program is on but reward.program.command is null");
+    const GrpoRewardConfig *r = &c->reward;
+    if (r->gsm8k.weight == 0 && r->boxed.weight == 0 && r->format.weight == 0 && r->exact.weight == 0 &&
+        r->program.weight == 0)
+        CONFLICT("reward.gsm8k.weight", "", "every reward weight is 0: there is nothing to learn from");
+}
+
+void grpo_config_defaults(GrpoConfig *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_KEYS; i++) key_set_scalar(c, &KEYS[i], KEYS[i].def, "the built-in default");
+}
+
+void grpo_config_load(GrpoConfig *c, const char *yaml_path, char **overrides, int n_overrides) {
+    YamlDoc doc = {0};
+    if (yaml_path) yaml_doc_load_file(&doc, yaml_path);
+    int n_file = doc.n;
+    // Where each entry came from: "path:line", or the override as typed.
+    char **entry_where = NULL;
+    int n_where = 0;
+    for (int i = 0; i < doc.n; i++) {
+        entry_where = xrealloc(entry_where, (size_t)(n_where + 1) * sizeof *entry_where);
+        char buf[1100];
+        snprintf(buf, sizeof buf, "%s:%d", yaml_path, doc.entries[i].line);
+        entry_where[n_where++] = xstrdup(buf);
+    }
+    for (int i = 0; i < n_overrides; i++) {
+        char desc[1100];
+        snprintf(desc, sizeof desc, "override \"%s\"", overrides[i]);
+        const char *eq = strchr(overrides[i], '=');
+        if (!eq) die("%s: expected dotted.key=value", desc);
+        if (eq == overrides[i]) die("%s: no key before \"=\"", desc);
+        char *key = xmalloc((size_t)(eq - overrides[i]) + 1);
+        memcpy(key, overrides[i], (size_t)(eq - overrides[i]));
+        key[eq - overrides[i]] = 0;
+        yaml_doc_load_value(&doc, key, eq + 1, desc, (int)(eq - overrides[i]) + 1);
+        free(key);
+        while (n_where < doc.n) {
+            entry_where = xrealloc(entry_where, (size_t)(n_where + 1) * sizeof *entry_where);
+            entry_where[n_where++] = xstrdup(desc);
+        }
+    }
+
+    // A file that names reward kinds (any key under reward.<kind>) says which are on: the others go
+    // to weight 0, the named ones start at 1 (their weight key, when given, then sets it). Overrides
+    // only set what they name.
+    int named[N_REWARD_KINDS] = {0}, any_named = 0;
+    for (int i = 0; i < n_file; i++) {
+        int exact, kind = reward_kind(doc.entries[i].key, &exact);
+        if (kind >= 0) named[kind] = any_named = 1;
+    }
+    if (any_named)
+        for (int i = 0; i < N_REWARD_KINDS; i++) {
+            const ConfigKey *wk;
+            *reward_weight(c, i, &wk) = named[i] ? 1.0 : 0.0;
+        }
+
+    char **key_where = xcalloc(N_KEYS, sizeof *key_where);
+    for (int i = 0; i < doc.n; i++) apply_entry(c, &doc.entries[i], entry_where[i], key_where);
+    check_conflicts(c, key_where);
+
+    for (int i = 0; i < N_KEYS; i++) free(key_where[i]);
+    free(key_where);
+    for (int i = 0; i < n_where; i++) free(entry_where[i]);
+    free(entry_where);
+    yaml_doc_free(&doc);
+}
+
+void grpo_config_free(GrpoConfig *c) {
+    for (int i = 0; i < N_KEYS; i++) {
+        void *p = field(c, &KEYS[i]);
+        if (KEYS[i].type == KEY_STRING)
+            free(*(char **)p);
+        else if (KEYS[i].type == KEY_LIST)
+            list_clear(p);
+    }
+    memset(c, 0, sizeof *c);
+}
+
+// The shortest decimal that reads back as the same double, always with a '.' or an exponent
+// ("10.0", "0.001", "1e-06"), like Python's repr.
+static void write_double(FILE *f, double x) {
+    char buf[48];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    int exp = atoi(strchr(buf, 'e') + 1);
+    if (exp >= prec && exp < 16)
+        snprintf(buf, sizeof buf, "%.1f", x);  // integral: not "1e+01"
+    else
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+    if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+    fputs(buf, f);
+}
+
+static void write_value(const GrpoConfig *c, const ConfigKey *k, FILE *f) {
+    const void *p = cfield(c, k);
+    char v[64];
+    switch (k->type) {
+        case KEY_INT:
+            if (k->nullable && *(const int64_t *)p == 0)
+                fputs("null", f);
+            else
+                fprintf(f, "%lld", (long long)*(const int64_t *)p);
+            break;
+        case KEY_FLOAT: write_double(f, *(const double *)p); break;
+        case KEY_BOOL: fputs(*(const int *)p ? "true" : "false", f); break;
+        case KEY_STRING: {
+            const char *s = *(char *const *)p;
+            if (s)
+                json_write_string(f, s, strlen(s));
+            else
+                fputs("null", f);
+            break;
+        }
+        case KEY_ENUM:
+            enum_value(k, *(const int *)p, v, sizeof v);
+            json_write_string(f, v, strlen(v));
+            break;
+        case KEY_LIST: {
+            const GrpoStrList *l = p;
+            fputc('[', f);
+            for (int i = 0; i < l->n; i++) {
+                if (i) fputs(", ", f);
+                json_write_string(f, l->items[i], strlen(l->items[i]));
+            }
+            fputc(']', f);
+            break;
+        }
+    }
+}
+
+// Length of the section part both names share, ending at a dot ("actor.lr", "actor.beta1": 6).
+static size_t common_section(const char *a, const char *b) {
+    size_t n = 0;
+    for (size_t i = 0; a[i] && a[i] == b[i]; i++)
+        if (a[i] == '.') n = i + 1;
+    return n;
+}
+
+static int count_dots(const char *s, size_t n) {
+    int d = 0;
+    for (size_t i = 0; i < n; i++) d += s[i] == '.';
+    return d;
+}
+
+void grpo_config_print_json(const GrpoConfig *c, FILE *f) {
+    const char *prev = "";
+    fputc('{', f);
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *name = KEYS[i].name;
+        size_t shared = common_section(prev, name);
+        // Close the sections of prev that name leaves, then open the ones it enters.
+        for (int d = count_dots(prev, strlen(prev)) - count_dots(prev, shared); d > 0; d--) fputc('}', f);
+        if (i) fputs(", ", f);
+        const char *s = name + shared;
+        for (const char *dot; (dot = strchr(s, '.')); s = dot + 1) {
+            json_write_string(f, s, (size_t)(dot - s));
+            fputs(": {", f);
+        }
+        json_write_string(f, s, strlen(s));
+        fputs(": ", f);
+        write_value(c, &KEYS[i], f);
+        prev = name;
+    }
+    for (int d = count_dots(prev, strlen(prev)); d > 0; d--) fputc('}', f);
+    fputc('}', f);
+}
+
+// Markdown table cells: '|' would end the cell, even inside `code`.
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+void grpo_config_print_markdown(FILE *f) {
+    fputs("| key | default | allowed | description |\n|---|---|---|---|\n", f);
+    for (int i = 0; i < N_KEYS; i++) {
+        const ConfigKey *k = &KEYS[i];
+        fprintf(f, "| `%s` | ", k->name);
+        if (k->type == KEY_LIST && !k->def)
+            fputs("`[]`", f);
+        else if (!k->def)
+            fputs("`null`", f);
+        else {
+            fputc('`', f);
+            md_cell(f, k->def);
+            fputc('`', f);
+        }
+        fputs(" | ", f);
+        char want[256];
+        key_describe(k, want, sizeof want);
+        md_cell(f, want);
+        fputs(" | ", f);
+        md_cell(f, k->doc);
+        fputs(" |\n", f);
+    }
+}
+
+void grpo_config_print_schema(FILE *f) {
+    static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "list"};
+    fputs("[", f);
+    for (int i = 0; i < N_KEYS; i++) {
+        const ConfigKey *k = &KEYS[i];
+        fprintf(f, "%s\n{\"name\": \"%s\", \"type\": \"%s\", \"nullable\": %s", i ? "," : "", k->name,
+                type_names[k->type], k->nullable ? "true" : "false");
+        if (k->type == KEY_INT) fprintf(f, ", \"min\": %lld, \"max\": %lld", (long long)k->imin, (long long)k->imax);
+        if (k->type == KEY_FLOAT) {
+            fputs(", \"min\": ", f);
+            write_double(f, k->fmin);
+            fputs(", \"max\": ", f);
+            write_double(f, k->fmax);
+            fprintf(f, ", \"min_open\": %s", k->fmin_open ? "true" : "false");
+        }
+        if (k->type == KEY_ENUM) {
+            fputs(", \"values\": [", f);
+            char v[64];
+            for (int j = 0; enum_value(k, j, v, sizeof v); j++) fprintf(f, "%s\"%s\"", j ? ", " : "", v);
+            fputs("], \"aliases\": ", f);
+            const char *a = k->aliases ? k->aliases : "";
+            json_write_string(f, a, strlen(a));
+        }
+        fputs(", \"doc\": ", f);
+        json_write_string(f, k->doc, strlen(k->doc));
+        fputc('}', f);
+    }
+    fputs("\n]\n", f);
+}
