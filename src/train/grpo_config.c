@@ -163,7 +163,7 @@ static const ConfigKey KEYS[] = {
           "token-mean|seq-mean-token-mean|seq-mean-token-sum-norm",
           "token-mean: over all tokens of the mini-batch; seq-mean-token-mean: per response, then over responses; "
           "seq-mean-token-sum-norm: token sums over responses x data.max_response_length (Dr. GRPO)"),
-    KFLOAT("actor.entropy_coeff", actor.entropy_coeff, "0.0", 0, BIG, "weight of the entropy bonus (0: off)"),
+    KFLOAT("actor.entropy_coeff", actor.entropy_coeff, "0.0", 0, BIG, "weight of the entropy bonus; not implemented yet, so only 0 is accepted"),
     KBOOL("actor.use_kl_loss", actor.use_kl_loss, "true", "add kl_loss_coef x KL(policy || reference) to the loss"),
     KFLOAT("actor.kl_loss_coef", actor.kl_loss_coef, "0.001", 0, BIG,
            "the coefficient beta of the KL loss; 0 (or use_kl_loss false) skips the reference model entirely"),
@@ -188,7 +188,7 @@ static const ConfigKey KEYS[] = {
     KBOOL("actor.recompute", actor.recompute, "false",
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
-          "keep the Adam moments in a file-backed mapping during rollout, loaded back for the update"),
+          "keep the Adam moments in a file-backed mapping during rollout; not implemented yet, so only false is accepted"),
 
     KINT_NULL("trainer.steps", trainer.steps, 1, INT32_MAX,
               "GRPO steps (null: data.epochs passes over the training prompts)"),

@@ -6,9 +6,9 @@ and merges, multi-line strings) and override list, config_tool's resolved JSON m
 parses, merged over the defaults (config_tool with no arguments) and typed by the key table
 (config_tool --schema). PyYAML's pure-Python loader is the peer: it shares no code with libyaml.
 Bad inputs must exit 1 with one "grpo: error:" line naming the file:line (lines from PyYAML's marks)
-or the override, and the key. docs/config.md's table must equal `config_tool --markdown`.
+or the override, and the key. README.md's table must equal `config_tool --markdown`.
 
-    config_test.py --tool build/tests/config_tool --doc docs/config.md --tmp /tmp/cfg
+    config_test.py --tool build/tests/config_tool --doc README.md --tmp /tmp/cfg
 """
 import argparse
 import json
@@ -621,7 +621,7 @@ conflicts = [
 for name, text, ovs, *needles in conflicts:
     check_error("conflict_" + name, text, ovs, *needles)
 
-# ---- docs/config.md: the table between the markers is config_tool --markdown, byte for byte ----
+# ---- README.md: the table between the markers is config_tool --markdown, byte for byte ----
 with open(args.doc, encoding="utf-8") as f:
     doc = f.read()
 m = re.search(r"<!-- config-table:begin -->\n(.*?)<!-- config-table:end -->", doc, re.S)

@@ -1,6 +1,6 @@
 // The resolved `grpo train` configuration, for config_test.py:
 //   config_tool [--config FILE.yaml] [dotted.key=value ...]   one line of JSON
-//   config_tool --markdown                                    the reference table (docs/config.md)
+//   config_tool --markdown                                    the reference table (README.md)
 //   config_tool --schema                                      the key table as JSON
 #include <stdio.h>
 #include <string.h>
