@@ -123,6 +123,7 @@ typedef struct {
     int64_t max_tokens, max_seq;
     int recompute;  // keep only each layer's input; rebuild the rest of a layer during backward
     int head_done;  // the fused forward already ran the head's backward
+    float logit_scale;  // log-probs of softmax(logits * logit_scale): 1/temperature, as GRPO samples [1]
     // The batch of the last forward.
     int64_t N, n_sel;
     int B;

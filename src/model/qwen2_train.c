@@ -56,6 +56,7 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, i
     t->max_tokens = max_tokens;
     t->max_seq = max_seq;
     t->recompute = recompute;
+    t->logit_scale = 1.0f;
     train_layout(t, c, max_tokens, max_seq, recompute,
                  arena_alloc(arena, qwen2_train_bytes(c, max_tokens, max_seq, recompute)));
 }
@@ -128,7 +129,9 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     embedding_forward(t->xin, tokens, m->w.embed, N, C);
     for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
     rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
-    for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->hsel + i * C, t->xf + t->sel[i] * C, (size_t)C * 4);
+    // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
+    for (int64_t i = 0; i < t->n_sel; i++)
+        for (int64_t j = 0; j < C; j++) t->hsel[i * C + j] = t->xf[t->sel[i] * C + j] * t->logit_scale;
 }
 
 // The head's outputs come in the compact order of sel; spread them back over the rows.
@@ -204,7 +207,8 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train
     if (!t->head_done) head_backward(m, &g, dlogp, t, NULL);
     t->head_done = 0;
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    for (int64_t i = 0; i < t->n_sel; i++) memcpy(t->dxn + t->sel[i] * C, t->dsel + i * C, (size_t)C * 4);
+    for (int64_t i = 0; i < t->n_sel; i++)
+        for (int64_t j = 0; j < C; j++) t->dxn[t->sel[i] * C + j] = t->dsel[i * C + j] * t->logit_scale;
     memset(t->dx, 0, (size_t)(N * C) * 4);
     rmsnorm_backward(t->dx, g.norm, t->dxn, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, &g, l, t);

