@@ -476,8 +476,12 @@ void grpo_run(const GrpoSettings *s) {
         fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", validate(&r));
     while (r.tr.st.iteration < steps) {
         grpo_step(&r, &stream);
-        if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0)
-            fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, validate(&r));
+        if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0) {
+            double acc = validate(&r);
+            fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
+            fprintf(r.metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)r.tr.st.iteration, acc);
+            if (fflush(r.metrics) != 0) die("cannot write %s", mp);
+        }
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Bad input to `grpo train` (data, model, run directory, unsupported options): each case must exit 1
-with exactly one stderr line, starting "grpo: error:" and naming the file:line, key or directory.
-(Configuration errors themselves are covered by config_test.py.)"""
+"""`grpo train` as a command: bad input (data, model, run directory, unsupported options) must exit 1
+with exactly one stderr line, starting "grpo: error:" and naming the file:line, key or directory
+(configuration errors themselves are covered by config_test.py); a run resumed from a checkpoint
+ends with the same weights, byte for byte, as an uninterrupted one."""
 import argparse
 import json
 import os
@@ -71,5 +72,19 @@ for label, args, pattern in cases:
     print(("PASS" if good_case else "FAIL") + f"  {label}  [rc {p.returncode}: {err[0] if err else lines[-3:]}]")
     passed += bool(good_case)
     failed += not good_case
+# Resume: 3 steps at once vs 1 step, then --resume to 3 (sampling seeds derive from the step).
+run = base[:-2] + ["data.train_file=" + ok, "trainer.steps=3", "trainer.save_every=1", "actor.lr=1e-3",
+                   "trainer.val_before_train=false", "actor.kl_loss_coef=0.05"]
+subprocess.run([a.grpo, "train"] + run + ["trainer.out_dir=" + T("ra")], check=True, capture_output=True)
+subprocess.run([a.grpo, "train"] + run + ["trainer.out_dir=" + T("rb"), "trainer.steps=1"], check=True, capture_output=True)
+subprocess.run([a.grpo, "train"] + run + ["trainer.out_dir=" + T("rb"), "trainer.resume=true"], check=True,
+               capture_output=True)
+wa, wb, wi = (open(os.path.join(d, "model.safetensors"), "rb").read() for d in (T("ra"), T("rb"), model))
+steps = [json.loads(l)["step"] for l in open(T("rb", "metrics.jsonl"))]
+same = wa == wb and wa != wi and steps == [1, 2, 3]
+print(("PASS" if same else "FAIL") + f"  resume from checkpoint-1 == 3 uninterrupted steps (weights bytes, trained: "
+      f"{wa != wi}; metrics steps {steps})")
+passed += same
+failed += not same
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
