@@ -96,21 +96,21 @@ static double pick_grad(int first_wins, int tie, double g1, double g2) {
 
 // KL estimate of one token and its derivative w.r.t. logp (verl kl_penalty_forward; torch.clamp
 // passes the gradient on the closed interval, so only strictly outside a bound is it 0).
-static double kl_token(KlEstimator k, double logp, double ref, double *dkl) {
+double kl_estimate(KlEstimator k, double logp, double ref, double *dkl) {
     double d = logp - ref;
     switch (k) {
     case KL_K1:
-        *dkl = 1.0;
+        if (dkl) *dkl = 1.0;
         return d;
     case KL_K2:
-        *dkl = d;
+        if (dkl) *dkl = d;
         return 0.5 * d * d;
     case KL_K3:
     default: {
         double t_raw = ref - logp, t = clamp(t_raw, -20.0, 20.0);  // "for numerical stability"
         double e = exp(t), v = e - t - 1.0;
         int live = t_raw >= -20.0 && t_raw <= 20.0 && v >= -10.0 && v <= 10.0;
-        *dkl = live ? 1.0 - e : 0.0;  // d/dlogp of e^t - t - 1 with dt/dlogp = -1
+        if (dkl) *dkl = live ? 1.0 - e : 0.0;  // d/dlogp of e^t - t - 1 with dt/dlogp = -1
         return clamp(v, -10.0, 10.0);
     }
     }
@@ -162,7 +162,7 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
                 g = pick_grad(pg < pg3, pg == pg3, g, 0.0);
                 pg = pg < pg3 ? pg : pg3;
             }
-            double dkl = 0.0, kl = ref_logp ? kl_token(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
+            double dkl = 0.0, kl = ref_logp ? kl_estimate(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
             pg_sum += w * pg;
             kl_sum += w * kl;
             dlogp[i] = (float)(w * (g + c->kl_coef * dkl));

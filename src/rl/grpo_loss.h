@@ -21,6 +21,8 @@
 typedef enum { KL_K1, KL_K2, KL_K3 } KlEstimator;
 typedef enum { AGG_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_SUM_NORM } LossAgg;
 
+// One token's KL estimate, d = logp - ref, with its derivative w.r.t. logp in *dkl (may be NULL).
+double kl_estimate(KlEstimator k, double logp, double ref, double *dkl);
 // Returns 1 and sets *out for a known name (verl's aliases included), 0 otherwise.
 int kl_estimator_parse(const char *s, KlEstimator *out);
 // "token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"; 0 when unknown.

@@ -101,12 +101,12 @@ static int64_t pack(const Rollout *ro, int64_t a, int64_t b, int32_t *tokens, in
 }
 
 // Row log-probs of a packed micro-batch -> the response-token layout (and back for gradients).
-static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t *seq_off, const float *rows, float *resp,
+static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t *seq_off, float *rows, float *resp,
                          int to_rows) {
     for (int64_t k = a; k < b; k++) {
         int64_t r0 = seq_off[k - a] + ro->prompt_len[ro->kept[k]] - 1, n = ro->resp_off[k + 1] - ro->resp_off[k];
         for (int64_t t = 0; t < n; t++) {
-            if (to_rows) ((float *)rows)[r0 + t] = resp[ro->resp_off[k] + t];
+            if (to_rows) rows[r0 + t] = resp[ro->resp_off[k] + t];
             else resp[ro->resp_off[k] + t] = rows[r0 + t];
         }
     }
@@ -123,14 +123,9 @@ static void score_kept(const Qwen2 *m, const Rollout *ro, Qwen2Train *act, int32
     }
 }
 
-static double kl_token(KlEstimator k, double logp, double ref) {
-    double d = logp - ref, t = fmin(fmax(-d, -20.0), 20.0);
-    return k == KL_K1 ? d : k == KL_K2 ? 0.5 * d * d : fmin(fmax(exp(t) - t - 1.0, -10.0), 10.0);
-}
-
 // Greedy pass@1 on the validation prompts.
 static double validate(Run *r) {
-    const Qwen2 *m = trainer_begin_step(&r->tr);
+    const Qwen2 *m = trainer_weights(&r->tr);
     int64_t n = r->val.n, correct = 0;
     int64_t *idx = xmalloc((size_t)n * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = i;
@@ -168,7 +163,7 @@ static void grpo_step(Run *r, Stream *stream) {
     for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, it * P + i);
 
     // 1. rollout on the policy's own (compute) weights
-    const Qwen2 *policy = trainer_begin_step(&r->tr);
+    const Qwen2 *policy = trainer_weights(&r->tr);
     ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
     RolloutStats rst;
     generate(r, policy, &r->train, idx, (int)P, G, s->sampler.temperature, ro.samples, &rst);
@@ -252,7 +247,7 @@ static void grpo_step(Run *r, Stream *stream) {
         for (int64_t k = 0; k < ro.n_kept; k++) {
             double kl = 0.0;
             int64_t len = ro.resp_off[k + 1] - ro.resp_off[k];
-            for (int64_t t = ro.resp_off[k]; t < ro.resp_off[k + 1]; t++) kl += kl_token(s->loss.kl, ro.old_logp[t], ro.ref_logp[t]);
+            for (int64_t t = ro.resp_off[k]; t < ro.resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, ro.old_logp[t], ro.ref_logp[t], NULL);
             ro.reward[ro.kept[k]] -= (float)(s->loss.kl_coef * kl);
             kl_reward += kl / (double)len / (double)ro.n_kept;  // verl: mean per response, then over responses
         }

@@ -37,6 +37,10 @@ void trainer_free(Trainer *t) {
 
 const Qwen2 *trainer_begin_step(Trainer *t) {
     memset(t->grads, 0, t->n * 4);
+    return trainer_weights(t);
+}
+
+const Qwen2 *trainer_weights(Trainer *t) {
     if (t->precision == DTYPE_F32) return &t->master;
     round_to_dtype(t->compute.params, t->master.params, t->n, t->precision);
     return &t->compute;

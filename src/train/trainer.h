@@ -30,8 +30,9 @@ typedef struct {
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
                   int64_t loss_scale_window);
 void trainer_free(Trainer *t);
-// Refreshes the compute copy from the master weights and zeroes the gradients; returns the
-// weights the forward and backward passes must use.
+// The weights forward passes must use: the master, or the compute copy refreshed from it.
+const Qwen2 *trainer_weights(Trainer *t);
+// trainer_weights, with the gradients zeroed for a new step.
 const Qwen2 *trainer_begin_step(Trainer *t);
 // Ends a step (st.step += 1): skips it when the loss or any gradient is not finite, else unscales,
 // clips and applies AdamW at lr. Returns the pre-clip gradient norm, NAN for a skipped step.
