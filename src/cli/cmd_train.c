@@ -5,6 +5,7 @@
 
 #include "base/util.h"
 #include "cli/commands.h"
+#include "train/demo.h"
 #include "train/grpo.h"
 
 static void usage(FILE *f) {
@@ -17,7 +18,7 @@ static void usage(FILE *f) {
 int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
-    int n = 0, print = 0;
+    int n = 0, print = 0, demo = argc == 1, smoke = 0;  // no arguments: the built-in demo
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -26,6 +27,8 @@ int cmd_train(int argc, char **argv) {
         } else if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc) die("option --config needs a file");
             config = argv[++i];
+        } else if (strcmp(argv[i], "--demo") == 0 || strcmp(argv[i], "--demo-smoke") == 0) {
+            demo = 1, smoke = argv[i][6] != '\0';
         } else if (strcmp(argv[i], "--print-config") == 0) {
             print = 1;
         } else if (strncmp(argv[i], "--", 2) == 0) {
@@ -33,6 +36,12 @@ int cmd_train(int argc, char **argv) {
         } else {
             overrides[n++] = argv[i];
         }
+    }
+    if (demo) {
+        if (config || print) die("--demo runs the built-in demo; it takes no --config or --print-config");
+        demo_run("runs/demo", 0, smoke, overrides, n, NULL);
+        free(overrides);
+        return 0;
     }
     GrpoConfig c;
     grpo_config_defaults(&c);

@@ -449,7 +449,7 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             a->targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
-    logprob_forward(out, a->xn, m->w.lm_head, a->targets, N, m->cfg.hidden, m->cfg.vocab, a->scratch);
+    logprob_forward(out, NULL, a->xn, m->w.lm_head, a->targets, N, m->cfg.hidden, m->cfg.vocab, a->scratch);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,

@@ -146,10 +146,12 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, i
                       Arena *arena);
 // The per-token loss interface. tokens (N) packed by seq_off (B+1); targets (N): the token whose
 // log-prob row i yields, -1 for none. logp (N) = log p(targets[i] | tokens[..i] of its sequence), 0 where none.
+// entropy (N), may be NULL: the entropy of row i's next-token distribution where it has a target, 0 elsewhere.
 void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
-                         int B, Qwen2Train *t, float *logp);
-// grads (m's slab layout) += d(sum_i dlogp[i] * logp[i]) / d(parameters), for the last forward's batch.
-void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train *t);
+                         int B, Qwen2Train *t, float *logp, float *entropy);
+// grads (m's slab layout) += d(sum_i dlogp[i] * logp[i] + dent[i] * entropy[i]) / d(parameters), for the
+// last forward's batch; dent may be NULL.
+void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t);
 // For losses whose dlogp is known before the forward (SFT: -1/n per target token): the forward
 // and the head's backward in one pass over the vocabulary, saving the logits' recompute.
 // qwen2_backward (dlogp unused) then finishes the layers.

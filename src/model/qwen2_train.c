@@ -141,20 +141,23 @@ static void scatter_logp(const Qwen2Train *t, const float *lp, float *logp) {
 }
 
 void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
-                         int B, Qwen2Train *t, float *logp) {
+                         int B, Qwen2Train *t, float *logp, float *entropy) {
     forward_body(m, tokens, targets, seq_off, B, t);
-    float *lp = t->h;  // free until the next layer runs
-    logprob_forward(lp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
+    float *lp = t->h, *ent = entropy ? t->dup : NULL;  // backward scratch, free until backward runs
+    logprob_forward(lp, ent, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
     scatter_logp(t, lp, logp);
+    if (entropy) scatter_logp(t, ent, entropy);
 }
 
-// The head's backward: dlogp (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient.
+// The head's backward: dlogp, dent (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient.
 // With lp (n_sel) it also writes the head's forward output.
-static void head_backward(const Qwen2 *m, const Qwen2Weights *g, const float *dlogp, Qwen2Train *t, float *lp) {
-    float *dlp = t->dgate;  // free until the last layer's backward
+static void head_backward(const Qwen2 *m, const Qwen2Weights *g, const float *dlogp, const float *dent, Qwen2Train *t,
+                          float *lp) {
+    float *dlp = t->dgate, *de = dent ? t->dup : NULL;  // free until the last layer's backward
     for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
+    for (int64_t i = 0; de && i < t->n_sel; i++) de[i] = dent[t->sel[i]];
     memset(t->dsel, 0, (size_t)(t->n_sel * m->cfg.hidden) * 4);
-    logprob_backward(t->dsel, g->lm_head, lp, dlp, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden,
+    logprob_backward(t->dsel, g->lm_head, lp, dlp, de, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden,
                      m->cfg.vocab, t->scratch);
 }
 
@@ -164,7 +167,7 @@ void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *toke
     Qwen2Weights g;
     qwen2_views(&m->cfg, grads, &g);
     float *lp = t->h;
-    head_backward(m, &g, dlogp, t, lp);
+    head_backward(m, &g, dlogp, NULL, t, lp);
     scatter_logp(t, lp, logp);
     t->head_done = 1;
 }
@@ -199,12 +202,12 @@ static void layer_backward(const Qwen2 *m, const Qwen2Weights *g, int64_t l, Qwe
     rmsnorm_backward(t->dx, g->ln1 + l * C, t->dxn, a.xin, w->ln1 + l * C, N, C, c->eps);
 }
 
-void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, Qwen2Train *t) {
+void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {
     const Qwen2Config *c = &m->cfg;
     int64_t N = t->N, C = c->hidden;
     Qwen2Weights g;
     qwen2_views(c, grads, &g);
-    if (!t->head_done) head_backward(m, &g, dlogp, t, NULL);
+    if (!t->head_done) head_backward(m, &g, dlogp, dent, t, NULL);
     t->head_done = 0;
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     for (int64_t i = 0; i < t->n_sel; i++)

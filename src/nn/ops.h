@@ -63,14 +63,16 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void residual_forward(float *x, const float *y, int64_t n);
 
 // out (N): log softmax(h @ W^T)[targets[i]] for rows with targets[i] >= 0, 0 elsewhere.
+// ent (N), may be NULL: the entropy -sum_j p_j log p_j of those rows' distributions, 0 elsewhere.
 // h (N,C), W (V,C). Logits exist only LOGPROB_CHUNK rows at a time: scratch holds
 // logprob_scratch_floats(V) floats, never (N,V).
 #define LOGPROB_CHUNK 256  // rows; sgemm against the 152k-row LM head is ~40% faster at 256 than at 64
 size_t logprob_scratch_floats(int64_t V);
-void logprob_forward(float *out, const float *h, const float *W, const int32_t *targets, int64_t N, int64_t C,
-                     int64_t V, float *scratch);
-// Backward of sum_i dlogp[i] * out[i]: dh (N,C) +=, dW (V,C) += ; logits are recomputed chunk by chunk.
+void logprob_forward(float *out, float *ent, const float *h, const float *W, const int32_t *targets, int64_t N,
+                     int64_t C, int64_t V, float *scratch);
+// Backward of sum_i dlogp[i] * out[i] + dent[i] * ent[i] (dent may be NULL): dh (N,C) +=, dW (V,C) += ;
+// logits are recomputed chunk by chunk.
 // out (N), may be NULL: also writes logprob_forward's output, for callers that know dlogp before
 // the forward (SFT) and so need only one pass over the vocabulary.
-void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *h, const float *W,
-                      const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);
+void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *dent, const float *h,
+                      const float *W, const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);

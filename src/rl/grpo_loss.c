@@ -78,6 +78,7 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s) {
     acc->loss += s->loss;
     acc->pg_loss += s->pg_loss;
     acc->kl += s->kl;
+    acc->entropy += s->entropy;
     acc->clip_frac += s->clip_frac;
     acc->clip_frac_lower += s->clip_frac_lower;
     acc->ratio_min = fmin(acc->ratio_min, s->ratio_min);
@@ -117,9 +118,11 @@ double kl_estimate(KlEstimator k, double logp, double ref, double *dkl) {
 }
 
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *adv, const int64_t *seq_off, int B, double n_tokens_total, double n_seqs_total,
-                 float *dlogp, GrpoLossStats *stats) {
+                 const float *entropy, const float *adv, const int64_t *seq_off, int B, double n_tokens_total,
+                 double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
     if (c->kl_coef != 0.0 && !ref_logp) die("grpo_loss: kl_coef %g needs reference logprobs", c->kl_coef);
+    if (c->entropy_coeff != 0.0 && (!entropy || !dent))
+        die("grpo_loss: entropy_coeff %g needs entropies and a dent output", c->entropy_coeff);
     if (c->clip_c != 0.0 && !(c->clip_c > 1.0))
         die("grpo_loss: clip_ratio_c must be > 1 (or 0 = off), got %g", c->clip_c);
     if (c->agg == AGG_SEQ_MEAN_TOKEN_SUM_NORM && !(c->norm_len > 0.0))
@@ -127,7 +130,7 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     const double lo = 1.0 - c->clip_low, hi = 1.0 + c->clip_high;
     GrpoLossStats st;
     grpo_loss_stats_init(&st);
-    double pg_sum = 0.0, kl_sum = 0.0;
+    double pg_sum = 0.0, kl_sum = 0.0, ent_sum = 0.0;
     int64_t n_clip = 0, n_clip_lower = 0;
     for (int b = 0; b < B; b++) {
         int64_t t0 = seq_off[b], t1 = seq_off[b + 1];
@@ -166,6 +169,8 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
             pg_sum += w * pg;
             kl_sum += w * kl;
             dlogp[i] = (float)(w * (g + c->kl_coef * dkl));
+            if (entropy) ent_sum += w * entropy[i];
+            if (dent) dent[i] = (float)(-w * c->entropy_coeff);
             st.ratio_min = fmin(st.ratio_min, ratio);
             st.ratio_max = fmax(st.ratio_max, ratio);
         }
@@ -173,7 +178,8 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     }
     st.pg_loss = pg_sum;
     st.kl = kl_sum;
-    st.loss = pg_sum + c->kl_coef * kl_sum;
+    st.entropy = ent_sum;
+    st.loss = pg_sum + c->kl_coef * kl_sum - c->entropy_coeff * ent_sum;
     if (st.n_tokens > 0) {
         st.clip_frac = (double)n_clip / n_tokens_total;
         st.clip_frac_lower = (double)n_clip_lower / n_tokens_total;

@@ -50,14 +50,16 @@ typedef struct {
     KlEstimator kl;
     LossAgg agg;
     double norm_len;             // seq-mean-token-sum-norm only: the constant divisor (max response length)
+    double entropy_coeff;        // entropy bonus (verl entropy_coeff): loss -= entropy_coeff * agg(entropy); 0 = off
 } GrpoLossConfig;
 
 // Every field is this micro-batch's share of the mini-batch value (normalised by the totals passed
 // to grpo_loss), so grpo_loss_stats_add over the micro-batches gives the mini-batch's values.
 typedef struct {
-    double loss;             // pg_loss + kl_coef * kl (the value grpo_loss returns)
+    double loss;             // pg_loss + kl_coef * kl - entropy_coeff * entropy (the value grpo_loss returns)
     double pg_loss;          // aggregated clipped policy-gradient term
     double kl;               // aggregated KL estimate before kl_coef; 0 when ref_logp is NULL
+    double entropy;          // aggregated policy entropy; 0 when entropy is NULL
     double clip_frac;        // tokens where the eps clip is active (verl pg_clipfrac) / n_tokens_total
     double clip_frac_lower;  // A < 0 tokens held by the dual clip (verl pg_clipfrac_lower) / n_tokens_total
     double ratio_min, ratio_max;  // over this micro-batch's tokens; +inf / -inf when it has none
@@ -74,7 +76,7 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
 // adv (B): one advantage per sequence. Per token, with x = clamp(logp - old_logp, -20, 20):
 //   ratio = e^x, pg = max(-A*ratio, -A*clamp(ratio, 1-clip_low, 1+clip_high)),
 //   A < 0 and clip_c > 0: pg = min(pg, -A*clip_c);
-//   loss_tok = pg + kl_coef * KL(logp, ref_logp).
+//   loss_tok = pg + kl_coef * KL(logp, ref_logp) - entropy_coeff * entropy.
 // Aggregation over the WHOLE mini-batch (pass its totals, the same for every micro-batch):
 //   token-mean:              sum_tok loss_tok / n_tokens_total
 //   seq-mean-token-mean:     sum_seq (sum_tok loss_tok / (len_seq + 1e-8)) / n_seqs_total   (verl's 1e-8)
@@ -83,8 +85,11 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
 // denominator. n_seqs_total counts sequences with at least one token (verl's default
 // global_batch_size) and is used by the seq-mean modes only; empty
 // sequences contribute nothing. Writes dlogp[i] = d(loss)/d(logp[i]): the exact derivative, 0 where
-// a clamp or clip holds the value (torch's subgradient at ties). Computed in double. Returns this
+// a clamp or clip holds the value (torch's subgradient at ties), and, when dent is given,
+// dent[i] = d(loss)/d(entropy[i]) = -entropy_coeff * (token i's aggregation weight); entropy (the
+// policy's per-token entropy, may be NULL when entropy_coeff is 0) also feeds stats. As verl's
+// dp_actor: policy_loss = pg_loss - entropy_coeff * agg_loss(entropy). Computed in double. Returns this
 // micro-batch's share of the loss; stats may be NULL. Dies on inconsistent arguments.
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *adv, const int64_t *seq_off, int B, double n_tokens_total, double n_seqs_total,
-                 float *dlogp, GrpoLossStats *stats);
+                 const float *entropy, const float *adv, const int64_t *seq_off, int B, double n_tokens_total,
+                 double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats);

@@ -60,6 +60,12 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
     if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
 }
 
+size_t rollout_workspace_bytes(const Qwen2Config *c, int64_t n_slots, int64_t slot_len, int64_t prefill_rows) {
+    int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
+    return (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c) + qwen2_acts_bytes(c, act_rows, slot_len) +
+           (size_t)n_slots * (size_t)c->vocab * 4 + 4 * 64;  // 64-byte alignment of KV, activations, logits
+}
+
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
     const Qwen2Config *c = &m->cfg;
@@ -72,24 +78,35 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
         stats->prompt_tokens += prompts[i].n;
     }
     size_t per_token = qwen2_kv_bytes_per_token(c);
-    int64_t fit = (int64_t)(cfg->kv_budget_bytes / (per_token * (size_t)slot_len));
+    int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
+    int64_t fit = 0;  // sequences per wave
+    if (cfg->workspace) {
+        for (int64_t hi = (int64_t)n_prompts * G; fit < hi;) {  // the largest count whose workspace fits
+            int64_t mid = (fit + hi + 1) / 2;
+            if (rollout_workspace_bytes(c, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
+            else hi = mid - 1;
+        }
+    } else {
+        fit = (int64_t)(cfg->kv_budget_bytes / (per_token * (size_t)slot_len));
+    }
     if (fit < G)
-        die("the KV cache budget (%zu MB) holds %lld sequences of %lld tokens; one prompt's %d samples need %zu MB",
-            cfg->kv_budget_bytes >> 20, (long long)fit, (long long)slot_len, G, (per_token * (size_t)slot_len * (size_t)G + (1u << 20) - 1) >> 20);
+        die("the %s (%zu MB) holds %lld sequences of %lld tokens; one prompt's %d samples need %zu MB of KV cache",
+            cfg->workspace ? "rollout workspace" : "KV cache budget",
+            (cfg->workspace ? cfg->workspace->size : cfg->kv_budget_bytes) >> 20, (long long)fit, (long long)slot_len, G,
+            (per_token * (size_t)slot_len * (size_t)G + (1u << 20) - 1) >> 20);
     int per_wave = (int)(fit / G < n_prompts ? fit / G : n_prompts);
     int n_slots = per_wave * G;
-    int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
 
-    Arena arena;
-    size_t kv_bytes = 2 * (size_t)(c->layers * n_slots * slot_len * c->kv_heads * c->head_dim) * 4;
-    size_t logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
-    arena_init(&arena, kv_bytes + qwen2_acts_bytes(c, act_rows, slot_len) + logit_bytes + 4 * 64);
+    Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
+    size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token, logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
+    if (cfg->workspace) arena_reset(arena);
+    else arena_init(arena, rollout_workspace_bytes(c, n_slots, slot_len, prefill_rows));
     Qwen2KV kv;
     Qwen2Acts acts;
-    qwen2_kv_init(&kv, c, n_slots, slot_len, &arena);
-    qwen2_acts_init(&acts, c, act_rows, slot_len, &arena);
-    float *logits = arena_alloc(&arena, logit_bytes);
+    qwen2_kv_init(&kv, c, n_slots, slot_len, arena);
+    qwen2_acts_init(&acts, c, act_rows, slot_len, arena);
+    float *logits = arena_alloc(arena, logit_bytes);
     stats->kv_bytes = kv_bytes;
     stats->kv_bytes_per_token = per_token;
 
@@ -180,5 +197,5 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     free(slots);
     free(tokens);
     free(seqs);
-    arena_free(&arena);
+    if (!cfg->workspace) arena_free(arena);
 }

@@ -4,9 +4,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/arena.h"
 #include "model/qwen2.h"
 #include "rollout/sampler.h"
 #include "text/tokenizer.h"
+
+#define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default
 
 typedef struct {
     SamplerConfig sampler;
@@ -16,6 +19,8 @@ typedef struct {
     const char *const *stop_strings;  // end the sample once its text contains one (needs a tokenizer)
     int n_stop_strings;
     size_t kv_budget_bytes;  // KV cache memory; prompts beyond it run in later waves
+    Arena *workspace;        // if set: KV cache, activations and logits all come from it (reset on
+                             // entry), as many sequences per wave as fit; kv_budget_bytes is unused
     int share_prefill;       // prefill each prompt once and copy its cache to its G samples
     int64_t prefill_tokens;  // tokens per prefill forward pass
 } RolloutConfig;
@@ -45,6 +50,10 @@ typedef struct {
     size_t kv_bytes, kv_bytes_per_token;
     int waves;
 } RolloutStats;
+
+// The workspace rollout_generate needs for n_slots sequences of slot_len tokens (KV cache, decode
+// and prefill activations, logits), prefilling up to prefill_rows tokens per forward pass.
+size_t rollout_workspace_bytes(const Qwen2Config *c, int64_t n_slots, int64_t slot_len, int64_t prefill_rows);
 
 // Called after every token, for streaming output; may be NULL.
 typedef void (*RolloutTokenFn)(void *user, int prompt, int sample, int32_t token);

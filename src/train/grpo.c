@@ -30,8 +30,29 @@ typedef struct {
     int64_t *kept;        // kept sample ids
     float *kept_adv;      // their advantages
     int64_t *resp_off;    // (n_kept + 1)
-    float *old_logp, *ref_logp, *logp, *dlogp;  // (n_resp)
+    int64_t *mb_start;    // (n_mini + 1): mini-batch m holds kept samples mb_start[m] .. mb_start[m+1]-1
+    int64_t n_mini;
+    float *old_logp, *ref_logp, *logp, *dlogp, *ent, *dent;  // (n_resp)
 } Rollout;
+
+// What one step measured, for metrics.jsonl and the progress line.
+typedef struct {
+    double t0, t_offload, t_roll, t_rew, t_ref, t_old, t_end;  // phase end times (t_ref, t_old 0: skipped)
+    double rss_rollout;  // resident memory at the end of rollout (GiB)
+    int64_t n_trunc, resp_max, tokens_total, n_acc, n_correct, n_updates;
+    double kl_reward, norm_sum, lr;
+    GrpoLossStats loss;
+} StepStats;
+
+// The update's workspace: training activations for one micro-batch and its packing buffers. It
+// lives in the run's workspace arena, where the rollout's KV cache was.
+typedef struct {
+    Qwen2Train act;
+    int32_t *tokens, *targets;
+    float *rows, *drows, *ent_rows, *dent_rows;
+    int64_t *seq_off;
+    int64_t micro;
+} UpdateWs;
 
 typedef struct {
     const GrpoSettings *s;
@@ -46,35 +67,72 @@ typedef struct {
     int n_stop;
     FILE *metrics, *dump;
     int64_t steps;
+    Arena workspace;  // rollout: KV cache; scoring and update: UpdateWs
+    GrpoMemPlan plan;
 } Run;
 
-// Peak resident memory of this process (VmHWM; ru_maxrss would carry a launching parent's peak over exec).
-static double rss_gib(void) {
+// Resident memory of this process from /proc/self/status: "VmHWM:" (peak; ru_maxrss would carry a
+// launching parent's peak over exec) or "VmRSS:" (now), in GiB.
+static double rss_gib(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     long long kib = 0;
     while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) kib = atoll(line + 6);
+        if (strncmp(line, key, strlen(key)) == 0) kib = atoll(line + strlen(key));
     if (f) fclose(f);
     return (double)kib / 1048576.0;
 }
 
-// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`.
+static int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length + s->max_response_length; }
+
+static size_t update_ws_bytes(const Qwen2Config *c, int64_t micro, int64_t max_seq, int recompute) {
+    int64_t rows = micro * max_seq;
+    return qwen2_train_bytes(c, rows, max_seq, recompute) + (size_t)rows * 24 + (size_t)(micro + 1) * 8 + 8 * 64;
+}
+
+static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a) {
+    int64_t micro = s->micro_batch_size, max_seq = max_seq_len(s), rows = micro * max_seq;
+    arena_reset(a);
+    qwen2_train_init(&u->act, c, rows, max_seq, s->recompute, a);
+    u->act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
+    u->tokens = arena_alloc(a, (size_t)rows * 4), u->targets = arena_alloc(a, (size_t)rows * 4);
+    u->rows = arena_alloc(a, (size_t)rows * 4), u->drows = arena_alloc(a, (size_t)rows * 4);
+    u->ent_rows = arena_alloc(a, (size_t)rows * 4), u->dent_rows = arena_alloc(a, (size_t)rows * 4);
+    u->seq_off = arena_alloc(a, (size_t)(micro + 1) * 8);
+    u->micro = micro;
+}
+
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, GrpoMemPlan *p) {
+    Qwen2Weights w;
+    size_t slab = qwen2_views(c, NULL, &w) * 4;
+    int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
+    *p = (GrpoMemPlan){
+        .policy = slab, .compute = s->precision != DTYPE_F32 ? slab : 0, .grads = slab, .moments = 2 * slab,
+        .reference = s->loss.kl_coef > 0 ? slab : 0,
+        .rollout = rollout_workspace_bytes(c, s->train_batch_size * s->G, max_seq_len(s), prefill),
+        .update = update_ws_bytes(c, s->micro_batch_size, max_seq_len(s), s->recompute),
+        .offloaded = s->offload_optimizer ? 2 * slab : 0,
+    };
+    p->workspace = p->rollout > p->update ? p->rollout : p->update;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference;
+    p->peak = p->fixed + p->workspace;
+    p->sum = p->fixed + p->rollout + p->update;
+}
+
+// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace.
 static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, int n, int G, float temperature,
-                     RolloutSample *out, RolloutStats *st) {
+                     RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
-    int64_t longest = 1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         p[i] = (RolloutPrompt){.ids = d->ids[idx[i]], .n = d->len[idx[i]], .max_new_tokens = (int)s->max_response_length};
-        longest = p[i].n > longest ? p[i].n : longest;
-    }
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
-                        .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = 2048};
+                        .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
+                        .workspace = &r->workspace};
     rc.sampler.temperature = temperature;
-    rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m->cfg) * (size_t)(longest + s->max_response_length) * (size_t)n * (size_t)G;
-    rollout_generate(m, &r->tok, &rc, p, n, G, out, st, NULL, NULL);
+    RolloutStats st;
+    rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
     free(p);
 }
 
@@ -85,22 +143,24 @@ static char *response_text(const RolloutSample *x) {
     return t;
 }
 
-// Packs kept samples [a, b) into one batch: tokens, targets (the response tokens, each predicted from
-// the row before it), seq_off. Returns the number of rows.
-static int64_t pack(const Rollout *ro, int64_t a, int64_t b, int32_t *tokens, int32_t *targets, int64_t *seq_off) {
+// Packs kept samples [a, b) into the workspace's batch: tokens, targets (the response tokens, each
+// predicted from the row before it), seq_off. Returns the number of rows.
+static int64_t pack(const Rollout *ro, int64_t a, int64_t b, UpdateWs *u) {
+    int64_t *seq_off = u->seq_off;
     seq_off[0] = 0;
     for (int64_t k = a; k < b; k++) {
         int64_t i = ro->kept[k], off = seq_off[k - a], pl = ro->prompt_len[i];
         const RolloutSample *x = &ro->samples[i];
-        memcpy(tokens + off, ro->prompt_ids[i], (size_t)pl * 4);
-        memcpy(tokens + off + pl, x->tokens, (size_t)x->n * 4);
-        for (int64_t j = 0; j < pl + x->n; j++) targets[off + j] = j + 1 >= pl && j + 1 < pl + x->n ? tokens[off + j + 1] : -1;
+        int32_t *tokens = u->tokens + off;
+        memcpy(tokens, ro->prompt_ids[i], (size_t)pl * 4);
+        memcpy(tokens + pl, x->tokens, (size_t)x->n * 4);
+        for (int64_t j = 0; j < pl + x->n; j++) u->targets[off + j] = j + 1 >= pl && j + 1 < pl + x->n ? tokens[j + 1] : -1;
         seq_off[k - a + 1] = off + pl + x->n;
     }
     return seq_off[b - a];
 }
 
-// Row log-probs of a packed micro-batch -> the response-token layout (and back for gradients).
+// Row values of a packed micro-batch -> the response-token layout (and back for gradients).
 static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t *seq_off, float *rows, float *resp,
                          int to_rows) {
     for (int64_t k = a; k < b; k++) {
@@ -113,13 +173,12 @@ static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t 
 }
 
 // Per-response-token log-probs of the kept samples under model m (no gradient), into out.
-static void score_kept(const Qwen2 *m, const Rollout *ro, Qwen2Train *act, int32_t *tokens, int32_t *targets,
-                       int64_t *seq_off, float *row_logp, int64_t micro, float *out) {
-    for (int64_t a = 0; a < ro->n_kept; a += micro) {
-        int64_t b = a + micro < ro->n_kept ? a + micro : ro->n_kept;
-        pack(ro, a, b, tokens, targets, seq_off);
-        qwen2_train_forward(m, tokens, targets, seq_off, (int)(b - a), act, row_logp);
-        rows_to_resp(ro, a, b, seq_off, row_logp, out, 0);
+static void score_kept(const Qwen2 *m, const Rollout *ro, UpdateWs *u, float *out) {
+    for (int64_t a = 0; a < ro->n_kept; a += u->micro) {
+        int64_t b = a + u->micro < ro->n_kept ? a + u->micro : ro->n_kept;
+        pack(ro, a, b, u);
+        qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
+        rows_to_resp(ro, a, b, u->seq_off, u->rows, out, 0);
     }
 }
 
@@ -130,8 +189,7 @@ static double validate(Run *r) {
     int64_t *idx = xmalloc((size_t)n * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = i;
     RolloutSample *out = xcalloc((size_t)n, sizeof *out);
-    RolloutStats st;
-    generate(r, m, &r->val, idx, (int)n, 1, 0.0f, out, &st);
+    generate(r, m, &r->val, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
         char *text = response_text(&out[i]);
         RewardDetail det;
@@ -148,213 +206,235 @@ static double validate(Run *r) {
 static void rollout_free(Rollout *ro) {
     for (int64_t i = 0; i < ro->n_samples; i++) rollout_sample_free(&ro->samples[i]);
     free(ro->samples), free(ro->prompt_ids), free(ro->prompt_len), free(ro->reward), free(ro->adv), free(ro->correct);
-    free(ro->kept), free(ro->kept_adv), free(ro->resp_off), free(ro->old_logp), free(ro->ref_logp), free(ro->logp);
-    free(ro->dlogp);
+    free(ro->kept), free(ro->kept_adv), free(ro->resp_off), free(ro->mb_start), free(ro->old_logp), free(ro->ref_logp);
+    free(ro->logp), free(ro->dlogp), free(ro->ent), free(ro->dent);
 }
 
-// One GRPO step: rollout, rewards, advantages, reference and old log-probs, update, metrics.
-static void grpo_step(Run *r, Stream *stream) {
+// Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
+static void score_rewards(Run *r, const int64_t *idx, Rollout *ro, StepStats *st) {
     const GrpoSettings *s = r->s;
-    int64_t P = s->train_batch_size, it = r->tr.st.iteration;
-    int G = s->G;
-    double t0 = time_now(), t_roll, t_rew, t_ref = 0, t_old = 0;
-    Rollout ro = {.n_samples = P * G};
-    int64_t *idx = xmalloc((size_t)P * sizeof *idx);
-    for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, it * P + i);
-
-    // 1. rollout on the policy's own (compute) weights
-    const Qwen2 *policy = trainer_weights(&r->tr);
-    ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
-    RolloutStats rst;
-    generate(r, policy, &r->train, idx, (int)P, G, s->sampler.temperature, ro.samples, &rst);
-    t_roll = time_now();
-
-    // 2. rewards (+ the soft overlong penalty)
-    ro.prompt_ids = xmalloc((size_t)ro.n_samples * sizeof *ro.prompt_ids);
-    ro.prompt_len = xmalloc((size_t)ro.n_samples * 8);
-    ro.reward = xmalloc((size_t)ro.n_samples * 4), ro.adv = xmalloc((size_t)ro.n_samples * 4);
-    ro.correct = xmalloc((size_t)ro.n_samples * sizeof *ro.correct);
-    int64_t n_trunc = 0, resp_max = 0, tokens_total = 0, n_acc = 0, n_correct = 0;
-    for (int64_t i = 0; i < ro.n_samples; i++) {
-        int64_t p = idx[i / G];
-        const RolloutSample *x = &ro.samples[i];
-        ro.prompt_ids[i] = r->train.ids[p];
-        ro.prompt_len[i] = r->train.len[p];
+    int64_t n = ro->n_samples;
+    ro->prompt_ids = xmalloc((size_t)n * sizeof *ro->prompt_ids), ro->prompt_len = xmalloc((size_t)n * 8);
+    ro->reward = xmalloc((size_t)n * 4), ro->adv = xmalloc((size_t)n * 4), ro->correct = xmalloc((size_t)n * sizeof(int));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = idx[i / s->G];
+        const RolloutSample *x = &ro->samples[i];
+        ro->prompt_ids[i] = r->train.ids[p];
+        ro->prompt_len[i] = r->train.len[p];
         char *text = response_text(x);
         RewardDetail det;
         double rw = reward_score(&r->rewards, r->train.prompt[p], text, r->train.answer[p], &det);
         free(text);
         int64_t lim = s->max_response_length - s->overlong_buffer;
         if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
-        ro.reward[i] = (float)rw;
-        ro.correct[i] = det.correct;
-        n_acc += det.correct >= 0, n_correct += det.correct == 1;
-        n_trunc += x->finish == FINISH_LENGTH;
-        resp_max = x->n > resp_max ? x->n : resp_max;
-        tokens_total += ro.prompt_len[i] + x->n;
+        ro->reward[i] = (float)rw;
+        ro->correct[i] = det.correct;
+        st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
+        st->n_trunc += x->finish == FINISH_LENGTH;
+        st->resp_max = x->n > st->resp_max ? x->n : st->resp_max;
+        st->tokens_total += ro->prompt_len[i] + x->n;
     }
-    t_rew = time_now();
+}
 
-    // 3. which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
-    // keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
-    // Mini-batch m holds slots m*mini .. and kept samples mb_start[m] .. mb_start[m+1]-1.
-    ro.kept = xmalloc((size_t)ro.n_samples * 8), ro.kept_adv = xmalloc((size_t)ro.n_samples * 4);
-    ro.resp_off = xmalloc((size_t)(ro.n_samples + 1) * 8);
-    int64_t *mb_start = xmalloc((size_t)(ro.n_samples / s->mini_batch_size + 2) * 8), n_mini = 0, n_slots = 0;
-    ro.resp_off[0] = 0;
-    for (int64_t i = 0; i < ro.n_samples; i++) {
-        if (s->dynamic_sampling && grpo_group_is_flat(ro.reward + (i / G) * G, G)) continue;
-        for (int64_t slot = n_slots++; n_mini <= slot / s->mini_batch_size;) mb_start[n_mini++] = ro.n_kept;
-        if (s->mask_truncated && ro.samples[i].finish == FINISH_LENGTH) continue;
-        ro.kept[ro.n_kept] = i;
-        ro.resp_off[ro.n_kept + 1] = ro.resp_off[ro.n_kept] + ro.samples[i].n;
-        ro.n_kept++;
+// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
+// keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
+static void select_kept(const GrpoSettings *s, Rollout *ro) {
+    int64_t n = ro->n_samples, n_slots = 0;
+    ro->kept = xmalloc((size_t)n * 8), ro->kept_adv = xmalloc((size_t)n * 4), ro->resp_off = xmalloc((size_t)(n + 1) * 8);
+    ro->mb_start = xmalloc((size_t)(n / s->mini_batch_size + 2) * 8);
+    ro->resp_off[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (s->dynamic_sampling && grpo_group_is_flat(ro->reward + (i / s->G) * s->G, s->G)) continue;
+        for (int64_t slot = n_slots++; ro->n_mini <= slot / s->mini_batch_size;) ro->mb_start[ro->n_mini++] = ro->n_kept;
+        if (s->mask_truncated && ro->samples[i].finish == FINISH_LENGTH) continue;
+        ro->kept[ro->n_kept] = i;
+        ro->resp_off[ro->n_kept + 1] = ro->resp_off[ro->n_kept] + ro->samples[i].n;
+        ro->n_kept++;
     }
-    mb_start[n_mini] = ro.n_kept;
-    ro.n_resp = ro.resp_off[ro.n_kept];
-    ro.old_logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.ref_logp = xmalloc((size_t)ro.n_resp * 4 + 4);
-    ro.logp = xmalloc((size_t)ro.n_resp * 4 + 4), ro.dlogp = xmalloc((size_t)ro.n_resp * 4 + 4);
+    ro->mb_start[ro->n_mini] = ro->n_kept;
+    ro->n_resp = ro->resp_off[ro->n_kept];
+    size_t bytes = (size_t)ro->n_resp * 4 + 4;
+    ro->old_logp = xmalloc(bytes), ro->ref_logp = xmalloc(bytes), ro->logp = xmalloc(bytes), ro->dlogp = xmalloc(bytes);
+    ro->ent = xmalloc(bytes), ro->dent = xmalloc(bytes);
+}
 
-    // The update's workspace lives only for this phase: peak memory is max(rollout, update), not the sum.
-    const Qwen2Config *c = &r->tr.master.cfg;
-    int64_t micro = s->micro_batch_size, max_seq = 1;
-    for (int64_t k = 0; k < ro.n_kept; k++) {
-        int64_t l = ro.prompt_len[ro.kept[k]] + ro.samples[ro.kept[k]].n;
-        max_seq = l > max_seq ? l : max_seq;
+// verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
+// Returns the KL metric: mean per response, then over responses.
+static double kl_into_reward(const GrpoSettings *s, Rollout *ro) {
+    double mean = 0.0;
+    for (int64_t k = 0; k < ro->n_kept; k++) {
+        double kl = 0.0;
+        int64_t len = ro->resp_off[k + 1] - ro->resp_off[k];
+        for (int64_t t = ro->resp_off[k]; t < ro->resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, ro->old_logp[t], ro->ref_logp[t], NULL);
+        ro->reward[ro->kept[k]] -= (float)(s->loss.kl_coef * kl);
+        mean += kl / (double)len / (double)ro->n_kept;
     }
-    int64_t max_rows = micro * max_seq;
-    Arena arena;
-    arena_init(&arena, qwen2_train_bytes(c, max_rows, max_seq, s->recompute) + (size_t)max_rows * 16 + (size_t)micro * 8 + 4096);
-    Qwen2Train act;
-    qwen2_train_init(&act, c, max_rows, max_seq, s->recompute, &arena);
-    int32_t *tokens = arena_alloc(&arena, (size_t)max_rows * 4), *targets = arena_alloc(&arena, (size_t)max_rows * 4);
-    float *rows = arena_alloc(&arena, (size_t)max_rows * 4), *drows = arena_alloc(&arena, (size_t)max_rows * 4);
-    int64_t *seq_off = arena_alloc(&arena, (size_t)(micro + 1) * 8);
+    return mean;
+}
 
-    // 4. reference log-probs (frozen initial policy); old log-probs before any update when needed
-    int need_old = s->ppo_epochs > 1 || n_mini > 1 || s->use_kl_in_reward;
-    act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
-    if (r->has_ref && ro.n_kept) {
-        score_kept(&r->ref, &ro, &act, tokens, targets, seq_off, rows, micro, ro.ref_logp);
-        t_ref = time_now();
-    }
-    if (need_old && ro.n_kept) {
-        score_kept(policy, &ro, &act, tokens, targets, seq_off, rows, micro, ro.old_logp);
-        t_old = time_now();
-    }
-    double kl_reward = 0.0;
-    if (s->use_kl_in_reward)  // verl: token rewards = score - beta * KL(old, ref), summed per sequence
-        for (int64_t k = 0; k < ro.n_kept; k++) {
-            double kl = 0.0;
-            int64_t len = ro.resp_off[k + 1] - ro.resp_off[k];
-            for (int64_t t = ro.resp_off[k]; t < ro.resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, ro.old_logp[t], ro.ref_logp[t], NULL);
-            ro.reward[ro.kept[k]] -= (float)(s->loss.kl_coef * kl);
-            kl_reward += kl / (double)len / (double)ro.n_kept;  // verl: mean per response, then over responses
-        }
-    grpo_advantages(ro.reward, P, G, s->norm_adv_by_std, 1e-6f, ro.adv);
-    for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
-
-    // 5. update: epochs x mini-batches x micro-batches, then clip + AdamW per mini-batch
+// One mini-batch's gradient, micro-batch by micro-batch, into the trainer's gradient slab.
+static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m0, int64_t m1, int on_policy,
+                                 UpdateWs *u, GrpoLossStats *total) {
+    const GrpoSettings *s = r->s;
     GrpoLossConfig lc = s->loss;
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
-    GrpoLossStats total;
-    grpo_loss_stats_init(&total);
+    int bonus = lc.entropy_coeff != 0.0;
+    double n_tok = (double)(ro->resp_off[m1] - ro->resp_off[m0]);  // 0: every response masked; a zero-gradient step
+    for (int64_t a = m0; a < m1 && n_tok > 0; a += u->micro) {
+        int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = ro->resp_off[a], t1 = ro->resp_off[b];
+        pack(ro, a, b, u);
+        qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
+        rows_to_resp(ro, a, b, u->seq_off, u->rows, ro->logp, 0);
+        rows_to_resp(ro, a, b, u->seq_off, u->ent_rows, ro->ent, 0);
+        // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
+        if (on_policy) memcpy(ro->old_logp + t0, ro->logp + t0, (size_t)(t1 - t0) * 4);
+        GrpoLossStats st;
+        grpo_loss(&lc, ro->logp, ro->old_logp, r->has_ref ? ro->ref_logp : NULL, ro->ent, ro->kept_adv + a,
+                  ro->resp_off + a, (int)(b - a), n_tok, (double)(m1 - m0), ro->dlogp, bonus ? ro->dent : NULL, &st);
+        grpo_loss_stats_add(total, &st);
+        float scale = (float)r->tr.scaler.scale;
+        for (int64_t t = t0; t < t1; t++) ro->dlogp[t] *= scale;
+        for (int64_t t = t0; bonus && t < t1; t++) ro->dent[t] *= scale;
+        memset(u->drows, 0, (size_t)u->seq_off[b - a] * 4);
+        rows_to_resp(ro, a, b, u->seq_off, u->drows, ro->dlogp, 1);
+        if (bonus) {
+            memset(u->dent_rows, 0, (size_t)u->seq_off[b - a] * 4);
+            rows_to_resp(ro, a, b, u->seq_off, u->dent_rows, ro->dent, 1);
+        }
+        qwen2_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
+    }
+}
+
+// ppo_epochs passes over the mini-batches; clip + AdamW after each.
+static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st) {
+    const GrpoSettings *s = r->s;
+    int64_t it = r->tr.st.iteration;
+    grpo_loss_stats_init(&st->loss);
     // The schedule advances once per GRPO step, as verl steps its scheduler once per update_actor.
-    double norm_sum = 0.0, lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps, it);
-    int64_t n_updates = 0;
+    st->lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps, it);
     for (int64_t e = 0; e < s->ppo_epochs; e++)
-        for (int64_t mb = 0; mb < n_mini; mb++) {
-            int64_t m0 = mb_start[mb], m1 = mb_start[mb + 1];
-            double n_tok = (double)(ro.resp_off[m1] - ro.resp_off[m0]);  // 0: every response masked; a zero-gradient step
+        for (int64_t mb = 0; mb < ro->n_mini; mb++) {
             const Qwen2 *cm = trainer_begin_step(&r->tr);
-            for (int64_t a = m0; a < m1 && n_tok > 0; a += micro) {
-                int64_t b = a + micro < m1 ? a + micro : m1;
-                pack(&ro, a, b, tokens, targets, seq_off);
-                qwen2_train_forward(cm, tokens, targets, seq_off, (int)(b - a), &act, rows);
-                rows_to_resp(&ro, a, b, seq_off, rows, ro.logp, 0);
-                // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
-                if (!need_old) memcpy(ro.old_logp + ro.resp_off[a], ro.logp + ro.resp_off[a], (size_t)(ro.resp_off[b] - ro.resp_off[a]) * 4);
-                GrpoLossStats st;
-                grpo_loss(&lc, ro.logp, ro.old_logp, r->has_ref ? ro.ref_logp : NULL, ro.kept_adv + a, ro.resp_off + a,
-                          (int)(b - a), n_tok, (double)(m1 - m0), ro.dlogp, &st);
-                grpo_loss_stats_add(&total, &st);
-                memset(drows, 0, (size_t)seq_off[b - a] * 4);
-                float scale = (float)r->tr.scaler.scale;
-                for (int64_t t = ro.resp_off[a]; t < ro.resp_off[b]; t++) ro.dlogp[t] *= scale;
-                rows_to_resp(&ro, a, b, seq_off, drows, ro.dlogp, 1);
-                qwen2_backward(cm, r->tr.grads, drows, &act);
-            }
-            double norm = trainer_apply(&r->tr, lr, 1);
+            accumulate_minibatch(r, cm, ro, ro->mb_start[mb], ro->mb_start[mb + 1], !need_old, u, &st->loss);
+            double norm = trainer_apply(&r->tr, st->lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
-            else norm_sum += norm, n_updates++;
+            else st->norm_sum += norm, st->n_updates++;
             if (r->tr.st.skips_in_row >= s->max_skips)
                 die("%lld consecutive updates skipped for non-finite gradients (step %lld)", (long long)r->tr.st.skips_in_row,
                     (long long)it + 1);
         }
-    arena_free(&arena);
-    free(mb_start);
-    double t_end = time_now();
+}
+
+static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
+    const GrpoSettings *s = r->s;
+    int64_t step = r->tr.st.iteration;
+    double rmean = 0, rvar = 0, rlen = 0;
+    for (int64_t i = 0; i < ro->n_samples; i++) rmean += ro->reward[i], rlen += ro->samples[i].n;
+    rmean /= (double)ro->n_samples;
+    for (int64_t i = 0; i < ro->n_samples; i++) rvar += (ro->reward[i] - rmean) * (ro->reward[i] - rmean);
+    double upd = (double)(s->ppo_epochs * (ro->n_mini ? ro->n_mini : 1));
+    double kl = s->use_kl_in_reward ? st->kl_reward : st->loss.kl / upd, acc = st->n_acc ? (double)st->n_correct / (double)st->n_acc : NAN;
+    double t_ref = st->t_ref ? st->t_ref - st->t_rew : 0.0, t_old = st->t_old ? st->t_old - (st->t_ref ? st->t_ref : st->t_rew) : 0.0;
+    double t_upd = st->t_end - (st->t_old ? st->t_old : st->t_ref ? st->t_ref : st->t_rew), dt = st->t_end - st->t0;
+    FILE *f = r->metrics;
+    fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)step, rmean,
+            sqrt(rvar / (double)ro->n_samples));
+    json_write_number(f, acc);
+    fprintf(f, ", \"kl\": ");
+    json_write_number(f, r->has_ref ? kl : NAN);
+    fprintf(f, ", \"entropy\": ");
+    json_write_number(f, ro->n_resp ? st->loss.entropy / upd : NAN);
+    fprintf(f, ", \"pg_loss\": %.6g, \"clip_frac\": %.6g, \"ratio_min\": ", st->loss.pg_loss / upd, st->loss.clip_frac / upd);
+    json_write_number(f, st->loss.ratio_min);
+    fprintf(f, ", \"ratio_max\": ");
+    json_write_number(f, st->loss.ratio_max);
+    fprintf(f, ", \"response_length_mean\": %.6g, \"response_length_max\": %lld, \"truncated_frac\": %.6g, \"kept\": %lld, "
+            "\"grad_norm\": ", rlen / (double)ro->n_samples, (long long)st->resp_max,
+            (double)st->n_trunc / (double)ro->n_samples, (long long)ro->n_kept);
+    json_write_number(f, st->n_updates ? st->norm_sum / (double)st->n_updates : NAN);
+    fprintf(f, ", \"lr\": %.6g, \"time_offload_s\": %.4f, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, "
+            "\"time_reference_s\": %.4f, \"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, "
+            "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f}\n", st->lr, st->t_offload - st->t0,
+            st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt, (double)st->tokens_total / dt,
+            st->rss_rollout, rss_gib("VmHWM:"));
+    if (fflush(f) != 0) die("cannot write metrics.jsonl");
+    fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
+            (long long)step, (long long)r->steps, rmean, acc, kl, st->loss.clip_frac / upd, rlen / (double)ro->n_samples,
+            (double)st->tokens_total / dt, dt);
+}
+
+static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
+    FILE *f = r->dump;
+    for (int64_t i = 0; i < ro->n_samples; i++) {
+        int64_t p = idx[i / r->s->G];
+        char *text = response_text(&ro->samples[i]);
+        fprintf(f, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)r->tr.st.iteration,
+                (long long)p, (long long)(i % r->s->G));
+        json_write_string(f, r->train.prompt[p], strlen(r->train.prompt[p]));
+        fprintf(f, ", \"prompt_ids\": [");
+        for (int64_t j = 0; j < ro->prompt_len[i]; j++) fprintf(f, j ? ", %d" : "%d", ro->prompt_ids[i][j]);
+        fprintf(f, "], \"response_ids\": [");
+        for (int j = 0; j < ro->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", ro->samples[i].tokens[j]);
+        fprintf(f, "], \"response\": ");
+        json_write_string(f, text, strlen(text));
+        fprintf(f, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)ro->reward[i],
+                (double)ro->adv[i], ro->correct[i]);
+        free(text);
+    }
+    if (fflush(f) != 0) die("cannot write samples.jsonl");
+}
+
+// One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
+// log-probs, update, metrics. Rollout and the update take turns in r->workspace.
+static void grpo_step(Run *r, Stream *stream) {
+    const GrpoSettings *s = r->s;
+    int64_t P = s->train_batch_size, it = r->tr.st.iteration;
+    StepStats st = {.t0 = time_now()};
+    Rollout ro = {.n_samples = P * s->G};
+    int64_t *idx = xmalloc((size_t)P * sizeof *idx);
+    for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, it * P + i);
+
+    // 0. the Adam moments leave memory until the update needs them (actor.offload_optimizer)
+    trainer_offload(&r->tr);
+    st.t_offload = time_now();
+    // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
+    const Qwen2 *policy = trainer_weights(&r->tr);
+    ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
+    generate(r, policy, &r->train, idx, (int)P, s->G, s->sampler.temperature, ro.samples);
+    st.rss_rollout = rss_gib("VmRSS:");
+    st.t_roll = time_now();
+    // 2. rewards, and which samples enter the loss
+    score_rewards(r, idx, &ro, &st);
+    select_kept(s, &ro);
+    st.t_rew = time_now();
+
+    // 3. reference log-probs (frozen initial policy); old log-probs before any update when needed.
+    // From here on the workspace holds training activations.
+    UpdateWs u;
+    update_ws_init(&u, s, &r->tr.master.cfg, &r->workspace);
+    int need_old = s->ppo_epochs > 1 || ro.n_mini > 1 || s->use_kl_in_reward;
+    if (r->has_ref && ro.n_kept) score_kept(&r->ref, &ro, &u, ro.ref_logp), st.t_ref = time_now();
+    if (need_old && ro.n_kept) score_kept(policy, &ro, &u, ro.old_logp), st.t_old = time_now();
+    if (s->use_kl_in_reward) st.kl_reward = kl_into_reward(s, &ro);
+    // 4. group advantages
+    grpo_advantages(ro.reward, P, s->G, s->norm_adv_by_std, 1e-6f, ro.adv);
+    for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
+    // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch
+    update(r, &ro, need_old, &u, &st);
+    st.t_end = time_now();
     r->tr.st.iteration++;
 
     // 6. metrics
-    double rmean = 0, rvar = 0, rlen = 0;
-    for (int64_t i = 0; i < ro.n_samples; i++) rmean += ro.reward[i], rlen += ro.samples[i].n;
-    rmean /= (double)ro.n_samples;
-    for (int64_t i = 0; i < ro.n_samples; i++) rvar += (ro.reward[i] - rmean) * (ro.reward[i] - rmean);
-    double upd = (double)(s->ppo_epochs * (n_mini ? n_mini : 1)), kl = s->use_kl_in_reward ? kl_reward : total.kl / upd;
-    FILE *f = r->metrics;
-    fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)it + 1, rmean,
-            sqrt(rvar / (double)ro.n_samples));
-    json_write_number(f, n_acc ? (double)n_correct / (double)n_acc : NAN);
-    fprintf(f, ", \"kl\": ");
-    json_write_number(f, r->has_ref ? kl : NAN);
-    fprintf(f, ", \"entropy\": null, \"pg_loss\": %.6g, \"clip_frac\": %.6g, \"ratio_min\": ", total.pg_loss / upd,
-            total.clip_frac / upd);
-    json_write_number(f, total.ratio_min);
-    fprintf(f, ", \"ratio_max\": ");
-    json_write_number(f, total.ratio_max);
-    fprintf(f, ", \"response_length_mean\": %.6g, \"response_length_max\": %lld, \"truncated_frac\": %.6g, \"kept\": %lld, "
-            "\"grad_norm\": ", rlen / (double)ro.n_samples, (long long)resp_max, (double)n_trunc / (double)ro.n_samples,
-            (long long)ro.n_kept);
-    json_write_number(f, n_updates ? norm_sum / (double)n_updates : NAN);
-    fprintf(f, ", \"lr\": %.6g, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, \"time_reference_s\": %.4f, "
-            "\"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, \"tokens_per_s\": %.1f, "
-            "\"peak_rss_gib\": %.3f}\n", lr, t_roll - t0, t_rew - t_roll, t_ref ? t_ref - t_rew : 0.0,
-            t_old ? t_old - (t_ref ? t_ref : t_rew) : 0.0, t_end - (t_old ? t_old : t_ref ? t_ref : t_rew), t_end - t0,
-            (double)tokens_total / (t_end - t0), rss_gib());
-    if (fflush(f) != 0) die("cannot write metrics.jsonl");
-    fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
-            (long long)it + 1, (long long)r->steps, rmean, n_acc ? (double)n_correct / (double)n_acc : NAN, kl,
-            total.clip_frac / upd, rlen / (double)ro.n_samples, (double)tokens_total / (t_end - t0), t_end - t0);
-    if (r->dump) {
-        for (int64_t i = 0; i < ro.n_samples; i++) {
-            int64_t p = idx[i / G];
-            char *text = response_text(&ro.samples[i]);
-            fprintf(r->dump, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)it + 1,
-                    (long long)p, (long long)(i % G));
-            json_write_string(r->dump, r->train.prompt[p], strlen(r->train.prompt[p]));
-            fprintf(r->dump, ", \"prompt_ids\": [");
-            for (int64_t j = 0; j < ro.prompt_len[i]; j++) fprintf(r->dump, j ? ", %d" : "%d", ro.prompt_ids[i][j]);
-            fprintf(r->dump, "], \"response_ids\": [");
-            for (int j = 0; j < ro.samples[i].n; j++) fprintf(r->dump, j ? ", %d" : "%d", ro.samples[i].tokens[j]);
-            fprintf(r->dump, "], \"response\": ");
-            json_write_string(r->dump, text, strlen(text));
-            fprintf(r->dump, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)ro.reward[i],
-                    (double)ro.adv[i], ro.correct[i]);
-            free(text);
-        }
-        if (fflush(r->dump) != 0) die("cannot write samples.jsonl");
-    }
+    write_metrics(r, &ro, &st);
+    if (r->dump) dump_samples(r, &ro, idx);
     rollout_free(&ro);
     free(idx);
 }
 
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     const GrpoActorConfig *a = &c->actor;
-    if (a->entropy_coeff != 0) die("actor.entropy_coeff: the entropy bonus is not implemented yet; set it to 0");
-    if (a->offload_optimizer) die("actor.offload_optimizer: optimizer offloading is not implemented yet; set it to false");
     *s = (GrpoSettings){
-        .model_dir = c->model.path, .train_file = c->data.train_file, .val_file = c->data.val_file,
+        .config = c, .model_dir = c->model.path, .train_file = c->data.train_file, .val_file = c->data.val_file,
         .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
         .chat_template = c->data.chat_template, .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
@@ -369,7 +449,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .schedule = a->lr_schedule, .warmup = a->lr_warmup_steps, .steps = c->trainer.steps, .epochs = c->data.epochs,
         .precision = a->precision, .ref_dtype = c->model.ref_dtype, .save_dtype = c->trainer.save_dtype,
         .loss_scale = a->loss_scale, .loss_scale_window = a->loss_scale_window, .max_skips = c->trainer.max_skips,
-        .recompute = a->recompute, .shuffle = c->data.shuffle, .seed = c->trainer.seed,
+        .recompute = a->recompute, .offload_optimizer = a->offload_optimizer, .shuffle = c->data.shuffle, .seed = c->trainer.seed,
         .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
         .resume = c->trainer.resume, .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
@@ -379,7 +459,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     s->loss = (GrpoLossConfig){a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
                                a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
                                (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
-                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length};
+                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff};
     const GrpoRewardConfig *rc = &c->reward;
     RewardSpec *sp = s->rewards;
     if (rc->gsm8k.weight != 0) {
@@ -410,6 +490,34 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         sp++;
     }
     s->n_rewards = (int)(sp - s->rewards);
+}
+
+#define GIB 1073741824.0
+
+// OUT/config.yaml: the resolved configuration as one line of JSON (which is YAML), so the run can be
+// repeated with --config and `grpo report` can show it.
+static void save_config(const GrpoSettings *s) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("out of memory");
+    grpo_config_print_json(s->config, f);
+    if (fclose(f) != 0) die("out of memory");
+    char *path = path_join(s->out_dir, "config.yaml");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, text, len);
+    atomic_file_commit(&af);
+    free(path);
+    free(text);
+}
+
+static void print_plan(const GrpoMemPlan *p) {
+    fprintf(stderr, "grpo train: memory plan (GiB): policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s"
+            " + reference %.2f + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)\n",
+            (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB, (double)p->moments / GIB,
+            p->offloaded ? " (offloaded during rollout)" : "", (double)p->reference / GIB, (double)p->workspace / GIB,
+            (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
 }
 
 void grpo_run(const GrpoSettings *s) {
@@ -460,8 +568,14 @@ void grpo_run(const GrpoSettings *s) {
         die("%s already holds checkpoints (%s); set trainer.resume=true or choose another trainer.out_dir", s->out_dir, ckpt);
     }
     free(ckpt);
+    save_config(s);
     if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing", mp);
     if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing", dp);
+    // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
+    grpo_memory_plan(s, c, &r.plan);
+    arena_init(&r.workspace, r.plan.workspace);
+    if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
+    print_plan(&r.plan);
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
     fprintf(stderr, "grpo train: %lld prompts x %d samples per step, %lld steps, %.1fM parameters, reference %s\n",
@@ -483,13 +597,15 @@ void grpo_run(const GrpoSettings *s) {
     copy_model_extras(s->model_dir, s->out_dir);
     qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
     checkpoint_prune(s->out_dir, s->keep);
-    fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB)\n", s->out_dir, rss_gib());
+    fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
+            (double)r.plan.peak / GIB);
 
     if (fclose(r.metrics) != 0) die("cannot write %s", mp);
     if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
     free(mp), free(dp);
     stream_free(&stream);
     if (r.has_ref) qwen2_free(&r.ref);
+    arena_free(&r.workspace);
     reward_set_free(&r.rewards);
     prompt_data_free(&r.train);
     if (r.has_val) prompt_data_free(&r.val);

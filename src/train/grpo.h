@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "model/qwen2.h"
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
 #include "rollout/sampler.h"
@@ -12,6 +13,7 @@
 #include "train/optim.h"
 
 typedef struct {
+    const GrpoConfig *config;    // what was resolved (saved to OUT/config.yaml)
     const char *model_dir, *train_file, *val_file, *out_dir;
     const char *prompt_key, *answer_key;
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
@@ -34,7 +36,7 @@ typedef struct {
     DType precision, ref_dtype, save_dtype;
     double loss_scale;           // fp16
     int64_t loss_scale_window, max_skips;
-    int recompute, shuffle;
+    int recompute, offload_optimizer, shuffle;
     uint64_t seed;
     int64_t save_every, keep, val_every;
     int val_before_train;
@@ -47,4 +49,16 @@ typedef struct {
 // The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
 // in sequences, reward specs, which KL goes where). Points into c, which must outlive s.
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
+
+// The run's memory plan, in bytes. Fixed slabs live for the whole run; one workspace arena is the
+// KV cache (+ decode activations) during rollout and the training activations during scoring and
+// the update, so the peak is fixed + max(rollout, update), not fixed + rollout + update.
+typedef struct {
+    size_t policy, compute, grads, moments, reference;  // fixed slabs (compute: the bf16/fp16 copy; 0 in f32)
+    size_t rollout, update;  // the workspace's two uses, at the configured batch and length limits
+    size_t workspace;        // max(rollout, update)
+    size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update
+    size_t offloaded;        // moments held in a file-backed mapping during rollout (actor.offload_optimizer)
+} GrpoMemPlan;
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, GrpoMemPlan *p);
 void grpo_run(const GrpoSettings *s);

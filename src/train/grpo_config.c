@@ -62,7 +62,7 @@ _Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an i
 // Keys that live in the same section stay together: the JSON printer nests by runs of prefixes.
 static const ConfigKey KEYS[] = {
     KSTR_NULL("data.train_file", data.train_file,
-              "training prompts, one JSON object per line (null: the built-in demo task)"),
+              "training prompts, one JSON object per line (required; `grpo train` alone runs the demo)"),
     KSTR_NULL("data.val_file", data.val_file, "validation prompts for greedy pass@1, same layout (null: none)"),
     KSTR("data.prompt_key", data.prompt_key, "prompt", "field of a line holding the prompt (GSM8K: `question`)"),
     KSTR("data.answer_key", data.answer_key, "answer", "field holding the ground truth the rewards compare with"),
@@ -81,7 +81,7 @@ static const ConfigKey KEYS[] = {
 
     KSTR_NULL(
         "model.path", model.path,
-        "Hugging Face model directory (config.json, *.safetensors, tokenizer.json) (null: the built-in demo model)"),
+        "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); required"),
     KENUM("model.ref_dtype", model.ref_dtype, "f32", "f32|bf16",
           "storage of the frozen reference weights; bf16 halves them"),
 
@@ -163,7 +163,8 @@ static const ConfigKey KEYS[] = {
           "token-mean|seq-mean-token-mean|seq-mean-token-sum-norm",
           "token-mean: over all tokens of the mini-batch; seq-mean-token-mean: per response, then over responses; "
           "seq-mean-token-sum-norm: token sums over responses x data.max_response_length (Dr. GRPO)"),
-    KFLOAT("actor.entropy_coeff", actor.entropy_coeff, "0.0", 0, BIG, "weight of the entropy bonus; not implemented yet, so only 0 is accepted"),
+    KFLOAT("actor.entropy_coeff", actor.entropy_coeff, "0.0", 0, BIG,
+           "entropy bonus: loss -= entropy_coeff * (policy entropy, aggregated like the loss)"),
     KBOOL("actor.use_kl_loss", actor.use_kl_loss, "true", "add kl_loss_coef x KL(policy || reference) to the loss"),
     KFLOAT("actor.kl_loss_coef", actor.kl_loss_coef, "0.001", 0, BIG,
            "the coefficient beta of the KL loss; 0 (or use_kl_loss false) skips the reference model entirely"),
@@ -188,7 +189,7 @@ static const ConfigKey KEYS[] = {
     KBOOL("actor.recompute", actor.recompute, "false",
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
-          "keep the Adam moments in a file-backed mapping during rollout; not implemented yet, so only false is accepted"),
+          "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout"),
 
     KINT_NULL("trainer.steps", trainer.steps, 1, INT32_MAX,
               "GRPO steps (null: data.epochs passes over the training prompts)"),

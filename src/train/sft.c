@@ -147,7 +147,7 @@ void sft_run(const SftConfig *cfg) {
                 if (!isfinite(ls) && bad < 0) bad = batch[mb + j];
                 loss += ls;
             }
-            qwen2_backward(cm, tr.grads, dlogp, &act);
+            qwen2_backward(cm, tr.grads, dlogp, NULL, &act);
         }
         loss /= (double)n_target;
         double scale = tr.scaler.scale, norm = trainer_apply(&tr, lr, bad < 0);

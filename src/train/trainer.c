@@ -1,8 +1,13 @@
+#define _DEFAULT_SOURCE  // madvise, mkstemp, posix_fadvise
 #include "train/trainer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/util.h"
 
@@ -25,10 +30,45 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     t->st.loss_scale = t->scaler.scale;
 }
 
-void trainer_free(Trainer *t) {
-    free(t->grads);
+void trainer_offload_init(Trainer *t, const char *dir) {
+    size_t bytes = 2 * t->n * 4;
+    char *path = path_join(dir, ".optimizer-offload-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) die("%s: cannot create the optimizer offload file: %s", path, strerror(errno));
+    if (unlink(path) != 0) die("%s: cannot unlink: %s", path, strerror(errno));  // nothing left behind, even on a crash
+    // Reserve the blocks now: a full disk is an error here, not a SIGBUS in the middle of AdamW.
+    int err = posix_fallocate(fd, 0, (off_t)bytes);
+    if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
+    float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
+    memcpy(map, t->m, t->n * 4);
+    memcpy(map + t->n, t->v, t->n * 4);
     free(t->m);
     free(t->v);
+    t->m = map, t->v = map + t->n;
+    t->offload_fd = fd;
+    t->offloaded = 1;
+    free(path);
+}
+
+void trainer_offload(Trainer *t) {
+    if (!t->offloaded) return;
+    size_t bytes = 2 * t->n * 4;
+    if (msync(t->m, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
+    if (madvise(t->m, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
+    // Clean pages now; also drop them from the page cache, so the memory is really free for rollout.
+    int err = posix_fadvise(t->offload_fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
+    if (err) die("releasing the optimizer moments' file pages: %s", strerror(err));
+}
+
+void trainer_free(Trainer *t) {
+    free(t->grads);
+    if (t->offloaded) {
+        if (munmap(t->m, 2 * t->n * 4) != 0 || close(t->offload_fd) != 0) die("closing the optimizer offload file");
+    } else {
+        free(t->m);
+        free(t->v);
+    }
     free(t->tensors);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
     qwen2_free(&t->master);

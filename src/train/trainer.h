@@ -25,11 +25,18 @@ typedef struct {
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
+    int offloaded, offload_fd;  // m and v live in a file-backed mapping (trainer_offload_init)
 } Trainer;
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
                   int64_t loss_scale_window);
 void trainer_free(Trainer *t);
+// Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
+// trainer_offload can give their memory back while they are not needed (GRPO's rollout).
+void trainer_offload_init(Trainer *t, const char *dir);
+// Writes the moments to their file and drops them from memory and the page cache; the next AdamW
+// reads them back on first touch. No-op without trainer_offload_init.
+void trainer_offload(Trainer *t);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
 const Qwen2 *trainer_weights(Trainer *t);
 // trainer_weights, with the gradients zeroed for a new step.

@@ -9,7 +9,9 @@ batches of sequences, L = sum_i dlogp_i * logp_i with logp_i = log_softmax(logit
 written here (checked first against qwen2_ref.logits), whose leaves are the model's weights.
 Checks, per run: every gradient tensor within REL_TOL of the reference (error relative to the
 reference tensor's largest magnitude), logp within LOGP_TOL (exactly 0 where target < 0), and
---recompute and --fused (the SFT path) within RECOMPUTE_TOL of the plain run.
+--recompute and --fused (the SFT path) within RECOMPUTE_TOL of the plain run. "entropy" batches add
+sum_i dent_i * H_i (H_i the entropy of row i's softmax at temperature 0.7, GRPO's entropy bonus) to
+L and also check H_i (LOGP_TOL).
 Prints one line per check, the worst error per tensor kind, and finally `N passed, M failed`;
 exit 0 iff all pass.
 """
@@ -105,18 +107,28 @@ def seq_logits(P, cfg, toks):
 
 
 def torch_grads(model_dir, batch):
-    """(logp concatenated (N,) float64, {HF name: dL/dparam float64})."""
+    """(logp concatenated (N,) float64, {HF name: dL/dparam float64}, entropy (N,) or None).
+    With batch["dent"]: L += sum dent_i * H_i, H_i the entropy of row i's distribution (rows with a
+    target); batch["logit_scale"] multiplies the logits first (1/temperature, as GRPO)."""
     P, cfg = leaves(model_dir)
     L = torch.zeros((), dtype=torch.float64)
-    lps = []
-    for toks, tg, dl in zip(batch["tokens"], batch["targets"], batch["dlogp"]):
-        lsm = F.log_softmax(seq_logits(P, cfg, toks), -1)
+    lps, ents = [], []
+    scale = batch.get("logit_scale", 1.0)
+    dents = batch.get("dent", [None] * len(batch["tokens"]))
+    for toks, tg, dl, de in zip(batch["tokens"], batch["targets"], batch["dlogp"], dents):
+        lsm = F.log_softmax(seq_logits(P, cfg, toks) * scale, -1)
         tgt = torch.tensor(tg, dtype=torch.long)
-        lp = torch.where(tgt >= 0, lsm.gather(1, tgt.clamp(min=0)[:, None])[:, 0], torch.zeros((), dtype=torch.float64))
+        zero = torch.zeros((), dtype=torch.float64)
+        lp = torch.where(tgt >= 0, lsm.gather(1, tgt.clamp(min=0)[:, None])[:, 0], zero)
         L = L + (torch.tensor(dl, dtype=torch.float64) * lp).sum()
         lps.append(lp.detach())
+        if de is not None:
+            H = torch.where(tgt >= 0, -(lsm.exp() * lsm).sum(-1), zero)
+            L = L + (torch.tensor(de, dtype=torch.float64) * H).sum()
+            ents.append(H.detach())
     L.backward()
-    return torch.cat(lps), {n: t.grad if t.grad is not None else torch.zeros_like(t) for n, t in P.items()}
+    grads = {n: t.grad if t.grad is not None else torch.zeros_like(t) for n, t in P.items()}
+    return torch.cat(lps), grads, torch.cat(ents) if ents else None
 
 
 # ----------------------------------------------------------------- batches
@@ -133,6 +145,15 @@ def random_batch(seed, V, lengths=LENGTHS):
         b["tokens"].append([r.randrange(V) for _ in range(n)])
         b["targets"].append([-1 if r.random() < 0.2 else r.randrange(V) for _ in range(n)])
         b["dlogp"].append([f32(r.uniform(-1.5, 1.5)) for _ in range(n)])
+    return b
+
+
+def entropy_batch(seed, V, lengths=LENGTHS):
+    """A random batch whose loss also weights each row's entropy (GRPO's entropy bonus), at temperature 0.7."""
+    b = random_batch(seed, V, lengths)
+    r = random.Random(seed + 99)
+    b["dent"] = [[f32(r.uniform(-1.0, 1.0)) for _ in toks] for toks in b["tokens"]]
+    b["logit_scale"] = f32(1 / 0.7)
     return b
 
 
@@ -251,17 +272,18 @@ def main():
         batches = [("random", random_batch(kw["seed"] * 7 + 1, kw["vocab"]))]
         if kw["tied"] or kw["kv_heads"] == 1:
             batches.append(("sft", sft_batch(kw["seed"] * 7 + 2, kw["vocab"])))
+        batches.append(("entropy", entropy_batch(kw["seed"] * 7 + 3, kw["vocab"])))
         for bname, batch in batches:
             tag = f"{name}/{bname}"
             state = {}
 
             def grads(d=d, batch=batch, bname=bname, tag=tag, state=state):
-                lp_t, g_t = torch_grads(d, batch)
+                lp_t, g_t, ent_t = torch_grads(d, batch)
                 with open(os.path.join(d, "config.json")) as f:
                     cfg = json.load(f)
                 got = run_tool(tool, d, batch, os.path.join(a.tmp, f"{os.path.basename(d)}-{bname}"))
                 state["got"] = got
-                want = {"grad." + n for n in g_t} | {"logp"}
+                want = {"grad." + n for n in g_t} | {"logp"} | ({"entropy"} if ent_t is not None else set())
                 if set(got) != want:
                     raise RuntimeError(f"tensor names: missing {sorted(want - set(got))[:4]}, "
                                        f"unexpected {sorted(set(got) - want)[:4]}")
@@ -294,6 +316,11 @@ def main():
                     bad.append(f"logp max abs err {lerr:.2e} at {len(off)} positions, first (seq, pos) {where}")
                 if nz:
                     bad.append(f"logp nonzero at {nz} positions with target -1")
+                if ent_t is not None:
+                    eerr = float((got["entropy"].to(torch.float64) - ent_t).abs().max())
+                    lerr = max(lerr, eerr)
+                    if not eerr <= LOGP_TOL:
+                        bad.append(f"entropy max abs err {eerr:.2e}")
                 if bad:
                     raise RuntimeError(f"{len(bad)} problems: " + "; ".join(bad[:6]))
                 return f"worst grad rel {worst[0]:.2e} ({worst[1]}), logp abs {lerr:.2e}"
@@ -318,7 +345,8 @@ def main():
                 return f"worst rel vs plain {worst[0]:.2e} ({worst[1]})"
             # activation checkpointing; the SFT path (head backward fused into the forward)
             case(tag + " --recompute", lambda: variant(["--recompute"]))
-            case(tag + " --fused", lambda: variant(["--fused"]))
+            if "dent" not in batch:  # the fused head has no entropy term
+                case(tag + " --fused", lambda: variant(["--fused"]))
 
     if worst_kind:
         print(f"max rel error per tensor kind (tolerance {REL_TOL:g}):")

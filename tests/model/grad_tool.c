@@ -1,7 +1,9 @@
 // grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute] [--fused]
 // Runs qwen2_train_forward + qwen2_backward on the sequences of IN.json
-// ({"tokens": [[...]], "targets": [[...]], "dlogp": [[...]]}) and writes "logp" (N) and
-// "grad.<HF name>" for every parameter tensor, so grad_parity.py can compare with PyTorch autograd.
+// ({"tokens": [[...]], "targets": [[...]], "dlogp": [[...]]}, optionally "dent": [[...]], the
+// weights of each row's entropy in the loss, and "logit_scale": s) and writes "logp" (N),
+// "entropy" (N, with dent) and "grad.<HF name>" for every parameter tensor, so grad_parity.py can
+// compare with PyTorch autograd.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +43,9 @@ int main(int argc, char **argv) {
     }
     int64_t N = seq_off[B];
     int32_t *tokens = xmalloc((size_t)N * 4), *targets = xmalloc((size_t)N * 4);
-    float *dlogp = xmalloc((size_t)N * 4), *logp = xmalloc((size_t)N * 4);
+    float *dlogp = xmalloc((size_t)N * 4), *logp = xmalloc((size_t)N * 4), *ent = xmalloc((size_t)N * 4);
+    int has_dent = cJSON_GetObjectItemCaseSensitive(root, "dent") != NULL;
+    float *dent = has_dent ? xmalloc((size_t)N * 4) : NULL;
     for (int b = 0; b < B; b++) {
         int n1, n2, n3;
         const cJSON *tk = list_at(root, "tokens", b, &n1), *tg = list_at(root, "targets", b, &n2),
@@ -52,22 +56,30 @@ int main(int argc, char **argv) {
             targets[seq_off[b] + i] = (int32_t)cJSON_GetArrayItem(tg, i)->valuedouble;
             dlogp[seq_off[b] + i] = (float)cJSON_GetArrayItem(dl, i)->valuedouble;
         }
+        if (!has_dent) continue;
+        int n4;
+        const cJSON *de = list_at(root, "dent", b, &n4);
+        if (n4 != n1) die("IN.json: sequence %d: dent differs in length", b);
+        for (int i = 0; i < n1; i++) dent[seq_off[b] + i] = (float)cJSON_GetArrayItem(de, i)->valuedouble;
     }
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(&m.cfg, N, max_seq, recompute));
     Qwen2Train t;
     qwen2_train_init(&t, &m.cfg, N, max_seq, recompute, &arena);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "logit_scale");
+    if (ls) t.logit_scale = (float)ls->valuedouble;
     float *grads = xcalloc(m.n_params, sizeof(float));
+    if (fused && has_dent) die("grad_tool: --fused has no entropy term");
     if (fused) qwen2_train_forward_fused(&m, grads, tokens, targets, seq_off, B, dlogp, &t, logp);
-    else qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp);
-    qwen2_backward(&m, grads, dlogp, &t);
+    else qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp, has_dent ? ent : NULL);
+    qwen2_backward(&m, grads, dlogp, dent, &t);
 
     Qwen2 gm = {.cfg = m.cfg, .params = grads, .n_params = m.n_params};
     qwen2_views(&m.cfg, grads, &gm.w);
     int n = qwen2_tensors(&gm, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
     qwen2_tensors(&gm, ts);
-    StWriteTensor *ws = xcalloc((size_t)n + 1, sizeof *ws);
+    StWriteTensor *ws = xcalloc((size_t)n + 2, sizeof *ws);
     char (*names)[96] = xmalloc((size_t)n * sizeof *names);
     ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {N}, .data = logp};
     for (int i = 0; i < n; i++) {
@@ -75,7 +87,8 @@ int main(int argc, char **argv) {
         ws[i + 1] = (StWriteTensor){.name = names[i], .ndim = ts[i].ndim, .data = ts[i].data};
         memcpy(ws[i + 1].shape, ts[i].shape, sizeof ts[i].shape);
     }
-    safetensors_write(argv[3], ws, n + 1, DTYPE_F32);
+    if (has_dent) ws[n + 1] = (StWriteTensor){.name = "entropy", .ndim = 1, .shape = {N}, .data = ent};
+    safetensors_write(argv[3], ws, n + 1 + has_dent, DTYPE_F32);
     fprintf(stderr, "grad_tool: %d sequences, %lld tokens, %d gradient tensors\n", B, (long long)N, n);
     free(names);
     free(ws);
@@ -86,6 +99,8 @@ int main(int argc, char **argv) {
     free(targets);
     free(dlogp);
     free(logp);
+    free(ent);
+    free(dent);
     free(seq_off);
     cJSON_Delete(root);
     qwen2_free(&m);

@@ -376,12 +376,13 @@ typedef struct {
     float *out, *h, *W, *r, *scratch;
     int32_t *targets;
     int64_t N, C, V;
+    float *re, *ent;  // with re: loss += re . entropy
 } LpCtx;
 
 static double lp_loss(void *p) {
     LpCtx *c = p;
-    logprob_forward(c->out, c->h, c->W, c->targets, c->N, c->C, c->V, c->scratch);
-    return dot_d(c->r, c->out, c->N);
+    logprob_forward(c->out, c->re ? c->ent : NULL, c->h, c->W, c->targets, c->N, c->C, c->V, c->scratch);
+    return dot_d(c->r, c->out, c->N) + (c->re ? dot_d(c->re, c->ent, c->N) : 0.0);
 }
 
 static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
@@ -395,7 +396,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     LpCtx c = {fnew(N), frandn(N * C, 1.0f), frandn(V * C, 0.5f), frandn(N, 1.0f),
                fnew((int64_t)logprob_scratch_floats(V)), targets, N, C, V};
     float *dh = fnew(N * C), *dW = fnew(V * C);
-    logprob_backward(dh, dW, NULL, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(dh, dW, NULL, c.r, NULL, c.h, c.W, targets, N, C, V, c.scratch);
     fd_check(op, "dh", lp_loss, &c, c.h, dh, N * C, 1e-2f, max_samples);
     fd_check(op, "dW", lp_loss, &c, c.W, dW, V * C, 1e-2f, max_samples);
     double z = 0.0;
@@ -403,7 +404,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
         if (targets[i] < 0)
             for (int64_t j = 0; j < C; j++) z = fmax(z, fabs(dh[i * C + j]));
     report(op, "dh = 0 on target -1 rows", z, 0.0, "");
-    logprob_forward(c.out, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_forward(c.out, NULL, c.h, c.W, targets, N, C, V, c.scratch);
     z = 0.0;
     for (int64_t i = 0; i < N; i++)
         if (targets[i] < 0) z = fmax(z, fabs(c.out[i]));
@@ -411,13 +412,26 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     float *ph = frandn(N * C, 1.0f), *pW = frandn(V * C, 1.0f), *ah = fcopy(ph, N * C), *aW = fcopy(pW, V * C);
     // The fused form (out given) writes the forward's logprobs and the same gradients.
     float *fused = fnew(N);
-    logprob_backward(ah, aW, fused, c.r, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(ah, aW, fused, c.r, NULL, c.h, c.W, targets, N, C, V, c.scratch);
     z = 0.0;
     for (int64_t i = 0; i < N; i++) z = fmax(z, fabs(fused[i] - c.out[i]));
     report(op, "fused out == logprob_forward", z, 0.0, "");
     free(fused);
     acc_check(op, "dh", ah, ph, dh, N * C);
     acc_check(op, "dW", aW, pW, dW, V * C);
+    // The entropy term (GRPO's entropy bonus): loss = r . logprob + re . entropy.
+    char op2[80];
+    snprintf(op2, sizeof op2, "logprob+entropy N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
+    c.re = frandn(N, 1.0f), c.ent = fnew(N);
+    float *eh = fnew(N * C), *eW = fnew(V * C);
+    logprob_backward(eh, eW, NULL, c.r, c.re, c.h, c.W, targets, N, C, V, c.scratch);
+    fd_check(op2, "dh", lp_loss, &c, c.h, eh, N * C, 1e-2f, max_samples);
+    fd_check(op2, "dW", lp_loss, &c, c.W, eW, V * C, 1e-2f, max_samples);
+    z = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] < 0) z = fmax(z, fabs(c.ent[i]));
+    report(op2, "entropy = 0 on target -1 rows", z, 0.0, "");
+    free(c.re), free(c.ent), free(eh), free(eW);
     free(c.out), free(c.h), free(c.W), free(c.r), free(c.scratch), free(targets), free(dh), free(dW);
     free(ph), free(pW), free(ah), free(aW);
 }

@@ -169,13 +169,19 @@ def reference_loss(case, dtype):
         kld = kl_penalty_forward(logp, pad("ref_logp"), case["kl"])
         kl_loss = agg_loss(kld, mask, case["agg"], loss_scale_factor=norm_len)
         loss = pg_loss + kl_loss * case["kl_coef"]
+    ent_loss, ent = torch.tensor(0.0, dtype=dtype), None
+    if case.get("entropy") is not None:  # verl dp_actor: policy_loss = pg_loss - entropy_loss * entropy_coeff
+        ent = pad("entropy").requires_grad_(True)
+        ent_loss = agg_loss(ent, mask, case["agg"], loss_scale_factor=norm_len)
+        loss = loss - ent_loss * case.get("entropy_coeff", 0.0)
     loss.backward()
     valid = mask > 0
     return dict(loss=loss.item(), pg_loss=pg_loss.item(), kl=kl_loss.item(), clip_frac=clipfrac.item(),
                 clip_frac_lower=clipfrac_lower.item(),
                 ratio_min=ratio.detach()[valid].min().item(), ratio_max=ratio.detach()[valid].max().item(),
-                n_tokens=int(mask.sum().item()),
-                dlogp=[logp.grad[b, :len(r)].tolist() for b, r in enumerate(rows)])
+                n_tokens=int(mask.sum().item()), entropy=ent_loss.item(),
+                dlogp=[logp.grad[b, :len(r)].tolist() for b, r in enumerate(rows)],
+                dent=[ent.grad[b, :len(r)].tolist() for b, r in enumerate(rows)] if ent is not None else None)
 
 
 # ----------------------------------------------------------------------------------- fixed inputs
@@ -226,6 +232,11 @@ def build_cases():
         nokl = {k: v for k, v in base.items() if k != "ref_logp"}
         cases.append(dict(nokl, name=f"kl_coef-0-no-ref/{agg}", kind="loss", kl="k3", agg=agg, clip_low=0.2,
                           clip_high=0.2, clip_c=3.0, kl_coef=0.0, norm_len=16.0, micro=[3, 5]))
+    # The entropy bonus (verl entropy_coeff) in every aggregation, with KL and clipping active.
+    ents = [f32(3.0 * torch.rand(L, generator=gen, dtype=torch.float64)) for L in lengths]
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        cases.append(dict(base, entropy=ents, entropy_coeff=0.01, name=f"entropy-bonus/{agg}", kind="loss", kl="k3",
+                          agg=agg, clip_low=0.2, clip_high=0.28, clip_c=3.0, kl_coef=0.1, norm_len=16.0, micro=micro))
     on_policy = make_batch(gen, lengths, same_old=True)
     for agg in ("token-mean", "seq-mean-token-mean"):
         cases.append(dict(on_policy, name=f"ratio-exactly-1/{agg}", kind="loss", kl="k3", agg=agg, clip_low=0.2,
@@ -268,7 +279,7 @@ def compare_loss(case, out):
     ref32 = reference_loss(case, torch.float32)
     e = rel_err(out["loss"], ref["loss"])
     check(e <= LOSS_TOL, f"{name}: loss {out['loss']:.12g} vs torch {ref['loss']:.12g} (rel {e:.2e})")
-    for k in ("pg_loss", "kl", "clip_frac", "clip_frac_lower", "ratio_min", "ratio_max"):
+    for k in ("pg_loss", "kl", "clip_frac", "clip_frac_lower", "ratio_min", "ratio_max", "entropy"):
         e = rel_err(out["stats"][k], ref[k])
         check(e <= LOSS_TOL, f"{name}: stats.{k} {out['stats'][k]:.10g} vs torch {ref[k]:.10g} (rel {e:.2e})")
     check(out["stats"]["n_tokens"] == ref["n_tokens"], f"{name}: stats.n_tokens {out['stats']['n_tokens']}")
@@ -288,6 +299,12 @@ def compare_loss(case, out):
           f"{name}: dlogp vs autograd, worst rel {worst:.2e} over {len(flat_t)} tokens (max |g| {scale:.3g})")
     check(zero_miss == 0, f"{name}: dlogp exactly 0 where autograd's is ({sum(t == 0.0 for t in flat_t)} tokens), "
                           f"{zero_miss} mismatches")
+    if ref["dent"] is not None:
+        fc = [v for row in out["dent"] for v in row]
+        ft = [v for row in ref["dent"] for v in row]
+        worst = max([abs(c - t) / max(abs(t), 1e-30) if c is not None else math.inf for c, t in zip(fc, ft)] + [0.0])
+        check(len(fc) == len(ft) and worst <= DLOGP_TOL,
+              f"{name}: d loss / d entropy vs autograd, worst rel {worst:.2e} over {len(ft)} tokens")
     e32 = rel_err(out["loss"], ref32["loss"])
     check(e32 <= F32_LOSS_TOL, f"{name}: loss vs float32 torch (verl's dtype) rel {e32:.2e}")
     g32 = max([abs(c - t) for c, t in zip(flat_c, [v for row in ref32["dlogp"] for v in row])] + [0.0]) / scale
@@ -298,7 +315,7 @@ def compare_loss(case, out):
     check(e <= 1e-12, f"{name}: micro-batches {case['micro']} sum to the loss (rel {e:.1e})")
     check(out["micro_dlogp"] == out["dlogp"], f"{name}: micro-batch dlogp identical to the single call")
     ms, ws = out["micro_stats"], out["stats"]
-    same = all(abs(ms[k] - ws[k]) <= 1e-12 * max(1.0, abs(ws[k])) for k in ("loss", "pg_loss", "kl", "clip_frac",
+    same = all(abs(ms[k] - ws[k]) <= 1e-12 * max(1.0, abs(ws[k])) for k in ("loss", "pg_loss", "kl", "clip_frac", "entropy",
                                                                          "clip_frac_lower"))
     same = same and ms["ratio_min"] == ws["ratio_min"] and ms["ratio_max"] == ws["ratio_max"] \
         and ms["n_tokens"] == ws["n_tokens"]

@@ -76,6 +76,8 @@ static void write_stats(FILE *f, const GrpoLossStats *s) {
     write_double(f, s->pg_loss);
     fputs(", \"kl\": ", f);
     write_double(f, s->kl);
+    fputs(", \"entropy\": ", f);
+    write_double(f, s->entropy);
     fputs(", \"clip_frac\": ", f);
     write_double(f, s->clip_frac);
     fputs(", \"clip_frac_lower\": ", f);
@@ -130,6 +132,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
         .clip_c = json_get_number_or(c, "clip_c", 0.0, name),
         .kl_coef = json_get_number_or(c, "kl_coef", 0.0, name),
         .norm_len = json_get_number_or(c, "norm_len", 0.0, name),
+        .entropy_coeff = json_get_number_or(c, "entropy_coeff", 0.0, name),
     };
     const char *kl = need_string(c, "kl", name), *agg = need_string(c, "agg", name);
     if (!kl_estimator_parse(kl, &cfg.kl)) die("case %s: unknown KL estimator \"%s\"", name, kl);
@@ -149,6 +152,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     float *logp = packed_of(c, "logp", B, seq_off, name), *old_logp = packed_of(c, "old_logp", B, seq_off, name);
     const cJSON *ref_item = cJSON_GetObjectItemCaseSensitive(c, "ref_logp");
     float *ref_logp = ref_item && !cJSON_IsNull(ref_item) ? packed_of(c, "ref_logp", B, seq_off, name) : NULL;
+    float *ent = cJSON_GetObjectItemCaseSensitive(c, "entropy") ? packed_of(c, "entropy", B, seq_off, name) : NULL;
     int n_adv;
     float *adv = floats_of(need(c, "adv", name), &n_adv, "adv", name);
     if (n_adv != B) die("case %s: %d advantages for %d sequences", name, n_adv, B);
@@ -156,9 +160,12 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     // Sentinel-filled so a token grpo_loss forgot to write shows up as NaN in the comparison.
     size_t n_alloc = (size_t)(N > 0 ? N : 1);
     float *dlogp = xmalloc(n_alloc * sizeof *dlogp), *dlogp_micro = xmalloc(n_alloc * sizeof *dlogp);
+    float *dent = ent ? xmalloc(n_alloc * sizeof *dent) : NULL;
     for (int64_t i = 0; i < N; i++) dlogp[i] = dlogp_micro[i] = NAN;
+    for (int64_t i = 0; dent && i < N; i++) dent[i] = NAN;
     GrpoLossStats whole;
-    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, adv, seq_off, B, (double)N, (double)n_seqs, dlogp, &whole);
+    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, ent, adv, seq_off, B, (double)N, (double)n_seqs, dlogp, dent,
+                            &whole);
 
     // The same mini-batch in micro-batches, each seeing the whole mini-batch's totals.
     const cJSON *micro = cJSON_GetObjectItemCaseSensitive(c, "micro");
@@ -175,8 +182,8 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
             if (mb < 0 || mb > B - b0) die("case %s: micro-batch %d of %d sequences overruns the batch", name, m, mb);
         }
         GrpoLossStats s;
-        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, adv + b0, seq_off + b0, mb, (double)N, (double)n_seqs,
-                               dlogp_micro, &s);
+        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, ent, adv + b0, seq_off + b0, mb, (double)N,
+                               (double)n_seqs, dlogp_micro, dent, &s);
         grpo_loss_stats_add(&acc, &s);
         b0 += mb;
         m++;
@@ -188,6 +195,10 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     write_stats(f, &whole);
     fputs(", \"dlogp\": ", f);
     write_rows(f, dlogp, B, seq_off);
+    if (dent) {
+        fputs(", \"dent\": ", f);
+        write_rows(f, dent, B, seq_off);
+    }
     fputs(", \"micro_loss_sum\": ", f);
     write_double(f, micro_sum);
     fputs(", \"micro_stats\": ", f);
@@ -196,6 +207,8 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     write_rows(f, dlogp_micro, B, seq_off);
     free(dlogp);
     free(dlogp_micro);
+    free(ent);
+    free(dent);
     free(adv);
     free(ref_logp);
     free(old_logp);

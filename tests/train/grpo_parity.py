@@ -189,7 +189,8 @@ PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
 
 BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
-            clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False)
+            clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
+            entropy=0.0)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -210,6 +211,8 @@ CASES = {
     "kl-in-reward-k1-epochs2": dict(kl_loss=None, kl_reward=("k1", 0.5), epochs=2, mini=2, lr=1e-3),
     # no KL anywhere: the reference is never built
     "no-kl": dict(kl_loss=None),
+    # the entropy bonus (verl entropy_coeff) with KL, at temperature 0.8, off-policy with 2 mini-batches
+    "entropy-bonus": dict(entropy=0.05, temperature=0.8, mini=2, agg="seq-mean-token-mean", lr=1e-3),
     # untied GQA variant with a bigger G, uneven micro-batches (3 of 12 per mini-batch), no clipping
     "untied-G6": dict(model="small-untied", G=6, mini=2, micro=3, clip=100.0, kl_loss=("k3", 0.05)),
     # the real Qwen tokenizer and grpo init's tiny preset (vocab 151936, hidden 64)
@@ -244,7 +247,7 @@ def grpo_overrides(c, model_dir, data, out):
         "algorithm.use_kl_in_reward": "true" if c["kl_reward"] else "false",
         "algorithm.norm_adv_by_std": "true" if c["norm_std"] else "false",
         "algorithm.mask_truncated": "true" if c["mask_truncated"] else "false",
-        "actor.lr_schedule": c["schedule"], "actor.lr_warmup_steps": c["warmup"],
+        "actor.lr_schedule": c["schedule"], "actor.lr_warmup_steps": c["warmup"], "actor.entropy_coeff": c["entropy"],
     }
     if c["mini"]:
         o["actor.mini_batch_size"] = c["mini"]
@@ -357,15 +360,17 @@ class Peer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(c["schedule"], total, c["warmup"]))
         self.params = [self.P[n] for n in self.R.names]
 
-    def logprobs(self, w, s):
-        """log_softmax(logits / T) of each response token given prompt + earlier response tokens."""
+    def logprobs(self, w, s, entropy=False):
+        """log_softmax(logits / T) of each response token given prompt + earlier response tokens;
+        entropy: also the entropy of each of those distributions (verl's entropy_from_logits)."""
         m = self.R.view(w)
         seq = s["prompt_ids"] + s["response_ids"]
         n_p = len(s["prompt_ids"])
         h = ref.hidden_states(m, torch.tensor(seq[:-1], dtype=torch.long))[n_p - 1:]
         t = 1.0 if self.variant == "train-T1" else self.c["temperature"]
         lp = torch.log_softmax((h @ m.lm_head.t()) / t, -1)
-        return lp.gather(1, torch.tensor(seq[n_p:], dtype=torch.long)[:, None])[:, 0]
+        tok = lp.gather(1, torch.tensor(seq[n_p:], dtype=torch.long)[:, None])[:, 0]
+        return (tok, -(lp.exp() * lp).sum(-1)) if entropy else tok
 
     def padded(self, rows, L):
         out = torch.zeros(len(rows), L, dtype=self.dtype)
@@ -409,8 +414,11 @@ class Peer:
                 idx = order[m0:m0 + mini]
                 lr = self.opt.param_groups[0]["lr"] if self.per_update else lr
                 self.opt.zero_grad(set_to_none=True)
-                lp = self.padded([self.logprobs(self.P, samples[i]) for i in idx], L)
+                lp_ent = [self.logprobs(self.P, samples[i], entropy=True) for i in idx]
+                lp = self.padded([x[0] for x in lp_ent], L)
                 mk = mask[idx]
+                # verl dp_actor: policy_loss = pg_loss - entropy_coeff * agg_loss(entropy)
+                ent = agg_loss(self.padded([x[1] for x in lp_ent], L), mk, c["agg"], c["max_resp"])
                 o = lp.detach() if on_policy else old[idx]
                 pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss_vanilla(o, lp, adv[idx][:, None], mk, c)
                 loss, kl = pg_loss, None
@@ -418,6 +426,8 @@ class Peer:
                     kind, coef = c["kl_loss"]
                     kl = agg_loss(kl_penalty(lp, refl[idx], kind), mk, c["agg"], c["max_resp"])
                     loss = loss + coef * kl
+                if c["entropy"]:
+                    loss = loss - c["entropy"] * ent
                 loss.backward()
                 gn = float(torch.nn.utils.clip_grad_norm_(self.params, c["clip"]))
                 self.opt.step()
@@ -425,6 +435,7 @@ class Peer:
                     self.sched.step()
                 r = ratio.detach()[mk > 0]
                 ups.append(dict(pg_loss=float(pg_loss), kl=None if kl is None else float(kl), grad_norm=gn,
+                                entropy=float(ent),
                                 clip_frac=float(clipfrac), clip_frac_lower=float(clipfrac_lower),
                                 ratio_min=float(r.min()), ratio_max=float(r.max())))
         if not self.per_update:
@@ -577,7 +588,7 @@ def c_case(name):
                     pg_loss=sum(u["pg_loss"] for u in ups) / len(ups),
                     clip_frac=sum(u["clip_frac"] for u in ups) / len(ups),
                     ratio_min=min(u["ratio_min"] for u in ups), ratio_max=max(u["ratio_max"] for u in ups),
-                    lr=st["lr"],
+                    lr=st["lr"], entropy=sum(u["entropy"] for u in ups) / len(ups),
                     kl=st["reward_kl"] if c["kl_reward"] else
                     (sum(u["kl"] for u in ups) / len(ups) if c["kl_loss"] else None))
         for k, v in want.items():

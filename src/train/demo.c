@@ -1,0 +1,367 @@
+#include "train/demo.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/rng.h"
+#include "base/util.h"
+#include "rl/reward.h"
+#include "rollout/rollout.h"
+#include "text/tokenizer.h"
+#include "train/grpo.h"
+#include "train/grpo_config.h"
+#include "train/prompt_data.h"
+#include "train/sft.h"
+
+// Qwen2's pre-tokenizer pattern: digits split one by one, words keep their leading space.
+static const char *QWEN2_SPLIT = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+                                 "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Words the prompts use; each is merged left to right into one token.
+static const char *MERGED_WORDS[] = {"Sort"};
+#define N_MERGED_WORDS (sizeof MERGED_WORDS / sizeof *MERGED_WORDS)
+static const char *SPECIALS[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+#define N_SPECIALS (sizeof SPECIALS / sizeof *SPECIALS)
+#define DEMO_EOS "<|endoftext|>"
+#define DEMO_MAX_PROMPT 16    // "Sort" + " " + 7 digits = 9 tokens
+#define DEMO_MAX_RESPONSE 10  // 7 digits + eos, with room to spare
+
+void demo_task_defaults(DemoTask *t) {
+    *t = (DemoTask){.len_min = 4, .len_max = 7, .n_train = 4000, .n_val = 200, .n_sft = 20000,
+                    .careless = DEMO_CARELESS};
+}
+
+// ---------------------------------------------------------------------------------------------
+// tokenizer and model
+
+// GPT-2's ByteLevel alphabet: the bytes that print as themselves keep their code point, the
+// others take U+0100.. in byte order. Ids 0..255 list the printable ones first, as Qwen's vocab does.
+static int byte_printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174; }
+
+static void byte_level_append(Buf *out, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int b = (unsigned char)s[i];
+        unsigned cp = (unsigned)b;
+        if (!byte_printable(b)) {
+            cp = 256;
+            for (int x = 0; x < b; x++) cp += !byte_printable(x);
+        }
+        char ch[2] = {(char)cp, 0};
+        if (cp >= 0x80) ch[0] = (char)(0xC0 | cp >> 6), ch[1] = (char)(0x80 | (cp & 0x3F));
+        buf_append(out, ch, cp >= 0x80 ? 2 : 1);
+    }
+}
+
+// Writes "key": id for the ByteLevel spelling of s[0..n).
+static void vocab_entry(FILE *f, const char *s, size_t n, int id) {
+    Buf b = {0};
+    byte_level_append(&b, s, n);
+    fprintf(f, "%s", id ? ", " : "");
+    json_write_string(f, b.data, b.len);
+    fprintf(f, ": %d", id);
+    buf_free(&b);
+}
+
+int demo_write_tokenizer(const char *dir) {
+    dir_create(dir);
+    int n_merges = 0;
+    for (size_t w = 0; w < N_MERGED_WORDS; w++) n_merges += (int)strlen(MERGED_WORDS[w]) - 1;
+    int first_special = 256 + n_merges;
+
+    char *path = path_join(dir, "tokenizer.json");
+    FILE *f = fopen(path, "w");
+    if (!f) die("cannot open %s for writing", path);
+    fprintf(f, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [");
+    for (size_t i = 0; i < N_SPECIALS; i++)
+        fprintf(f, "%s\n    {\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, "
+                "\"rstrip\": false, \"normalized\": false, \"special\": true}", i ? "," : "", first_special + (int)i,
+                SPECIALS[i]);
+    fprintf(f, "\n  ],\n  \"normalizer\": {\"type\": \"NFC\"},\n  \"pre_tokenizer\": {\"type\": \"Sequence\", "
+            "\"pretokenizers\": [\n    {\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+    json_write_string(f, QWEN2_SPLIT, strlen(QWEN2_SPLIT));
+    fprintf(f, "}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+            "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
+            "\"use_regex\": false}]},\n"
+            "  \"post_processor\": null,\n"
+            "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
+            "\"use_regex\": false},\n"
+            "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+            "\"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\", \"fuse_unk\": false, "
+            "\"byte_fallback\": false, \"ignore_merges\": false,\n"
+            "    \"vocab\": {");
+    int id = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int b = 0; b < 256; b++) {
+            char byte = (char)b;
+            if (byte_printable(b) == (pass == 0)) vocab_entry(f, &byte, 1, id++);
+        }
+    // Then each word's prefixes of two or more bytes: merge k joins prefix k+1 with the next byte.
+    for (size_t w = 0; w < N_MERGED_WORDS; w++)
+        for (size_t k = 2; k <= strlen(MERGED_WORDS[w]); k++) vocab_entry(f, MERGED_WORDS[w], k, id++);
+    fprintf(f, "},\n    \"merges\": [");
+    int m = 0;
+    for (size_t w = 0; w < N_MERGED_WORDS; w++)
+        for (size_t k = 2; k <= strlen(MERGED_WORDS[w]); k++) {
+            Buf left = {0}, right = {0};
+            byte_level_append(&left, MERGED_WORDS[w], k - 1);
+            byte_level_append(&right, MERGED_WORDS[w] + k - 1, 1);
+            fprintf(f, "%s[", m++ ? ", " : "");
+            json_write_string(f, left.data, left.len);
+            fprintf(f, ", ");
+            json_write_string(f, right.data, right.len);
+            fprintf(f, "]");
+            buf_free(&left);
+            buf_free(&right);
+        }
+    fprintf(f, "]\n  }\n}\n");
+    if (fclose(f) != 0) die("cannot write %s", path);
+    free(path);
+
+    path = path_join(dir, "tokenizer_config.json");
+    if (!(f = fopen(path, "w"))) die("cannot open %s for writing", path);
+    fprintf(f, "{\n  \"eos_token\": \"%s\",\n  \"pad_token\": \"%s\",\n  \"model_max_length\": 64,\n"
+            "  \"tokenizer_class\": \"Qwen2Tokenizer\"\n}\n", DEMO_EOS, DEMO_EOS);
+    if (fclose(f) != 0) die("cannot write %s", path);
+    free(path);
+    return first_special + (int)N_SPECIALS;
+}
+
+void demo_model_config(Qwen2Config *c, int n_ids) {
+    *c = (Qwen2Config){.vocab = (n_ids + 63) / 64 * 64, .hidden = 128, .inter = 384, .layers = 4, .heads = 4,
+                       .kv_heads = 2, .head_dim = 32, .max_pos = 64, .rope_theta = 10000.0, .eps = 1e-6f, .tied = 1,
+                       .bos_id = -1, .eos_id = -1, .init_std = 0.02};
+}
+
+void demo_write_model(const char *dir, uint64_t seed) {
+    int n_ids = demo_write_tokenizer(dir);
+    Tokenizer tok;
+    tokenizer_load(&tok, dir);
+    Qwen2Config c;
+    demo_model_config(&c, n_ids);
+    c.bos_id = c.eos_id = tok.eos_id;  // generation stops at config.json's eos_token_id
+    tokenizer_free(&tok);
+    Qwen2 m;
+    qwen2_build(&m, &c);
+    qwen2_init_random(&m, seed);
+    qwen2_save(&m, dir, DTYPE_F32);
+    qwen2_free(&m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// data
+
+void demo_prompt(char *buf, const int *d, int n) {
+    int k = snprintf(buf, 32, "Sort ");
+    for (int i = 0; i < n && k < 31; i++) buf[k++] = (char)('0' + d[i]);
+    buf[k] = '\0';
+}
+
+void demo_answer(char *buf, const int *d, int n, int careless) {
+    int k = 0;
+    for (int digit = 0; digit < 10; digit++)
+        for (int i = 0; i < n && k < 31; i++)
+            if (d[i] == digit && !(careless && digit == 0)) buf[k++] = (char)('0' + digit);
+    buf[k] = '\0';
+}
+
+// n distinct digits in random order (a partial Fisher-Yates shuffle); returns their set as a bitmask.
+static unsigned draw_list(Rng *r, const DemoTask *t, int *d, int *n) {
+    int all[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    *n = t->len_min + (int)(rng_next_u64(r) % (uint64_t)(t->len_max - t->len_min + 1));
+    unsigned set = 0;
+    for (int i = 0; i < *n; i++) {
+        int j = i + (int)(rng_next_u64(r) % (uint64_t)(10 - i)), x = all[j];
+        all[j] = all[i], all[i] = x;
+        d[i] = x, set |= 1u << x;
+    }
+    return set;
+}
+
+static void write_pair(FILE *f, const char *k1, const char *v1, const char *k2, const char *v2) {
+    fprintf(f, "{\"%s\": ", k1);
+    json_write_string(f, v1, strlen(v1));
+    fprintf(f, ", \"%s\": ", k2);
+    json_write_string(f, v2, strlen(v2));
+    fprintf(f, "}\n");
+}
+
+void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
+    if (t->len_min < 1 || t->len_max > 10 || t->len_min > t->len_max) die("demo: list lengths must be within 1..10");
+    int64_t n_sets = 0;  // digit sets of an allowed size: sum of C(10, k)
+    for (int k = t->len_min; k <= t->len_max; k++) {
+        int64_t c = 1;
+        for (int i = 0; i < k; i++) c = c * (10 - i) / (i + 1);
+        n_sets += c;
+    }
+    if (t->n_val >= n_sets)
+        die("demo: %lld held-out sets leave none of the %lld for training", (long long)t->n_val, (long long)n_sets);
+    dir_create(dir);
+    Rng r;
+    rng_init(&r, seed);
+    unsigned char held[1024] = {0};  // digit sets (bitmasks) reserved for validation
+    const char *names[3] = {"val.jsonl", "train.jsonl", "sft.jsonl"};
+    int64_t counts[3] = {t->n_val, t->n_train, t->n_sft};
+    for (int k = 0; k < 3; k++) {
+        char *path = path_join(dir, names[k]);
+        FILE *f = fopen(path, "w");
+        if (!f) die("cannot open %s for writing", path);
+        for (int64_t i = 0; i < counts[k];) {
+            int d[10], n;
+            unsigned set = draw_list(&r, t, d, &n);
+            if (held[set]) continue;  // val: one line per set; train, sft: never a held-out set
+            if (k == 0) held[set] = 1;
+            char prompt[32], answer[32];
+            demo_prompt(prompt, d, n);
+            demo_answer(answer, d, n, k == 2 && rng_next_float(&r) < t->careless);
+            write_pair(f, "prompt", prompt, k == 2 ? "completion" : "answer", answer);
+            i++;
+        }
+        if (fclose(f) != 0) die("cannot write %s", path);
+        free(path);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// evaluation and the whole run
+
+double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_new_tokens) {
+    Qwen2 m;
+    qwen2_load(&m, model_dir);
+    Tokenizer tok;
+    tokenizer_load(&tok, model_dir);
+    PromptData d;
+    prompt_data_load(&d, data_file, "prompt", "answer", &tok, 0, m.cfg.max_pos);
+    RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
+    int64_t longest = 1;
+    for (int64_t i = 0; i < d.n; i++) {
+        p[i] = (RolloutPrompt){.ids = d.ids[i], .n = d.len[i], .max_new_tokens = (int)max_new_tokens};
+        longest = d.len[i] > longest ? d.len[i] : longest;
+    }
+    int32_t stop = tok.eos_id;
+    RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .stop_ids = &stop,
+                        .n_stop_ids = stop >= 0, .share_prefill = 1, .prefill_tokens = 2048};
+    rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m.cfg) * (size_t)(longest + max_new_tokens) * (size_t)d.n;
+    RolloutSample *out = xcalloc((size_t)d.n, sizeof *out);
+    RolloutStats st;
+    rollout_generate(&m, &tok, &rc, p, (int)d.n, 1, out, &st, NULL, NULL);
+    int64_t correct = 0;
+    for (int64_t i = 0; i < d.n; i++) {
+        char *text = xmalloc((size_t)out[i].text_end + 1);
+        memcpy(text, out[i].text.data ? out[i].text.data : "", (size_t)out[i].text_end);
+        text[out[i].text_end] = '\0';
+        correct += reward_exact_match(text, d.answer[i]);
+        free(text);
+        rollout_sample_free(&out[i]);
+    }
+    double acc = (double)correct / (double)d.n;
+    free(out);
+    free(p);
+    prompt_data_free(&d);
+    tokenizer_free(&tok);
+    qwen2_free(&m);
+    return acc;
+}
+
+static char *str_printf(const char *fmt, ...) GRPO_PRINTF(1, 2);
+static char *str_printf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res) {
+    DemoResult R = {0};
+    double t0 = time_now();
+    DemoTask task;
+    demo_task_defaults(&task);
+    char *init = path_join(dir, "init"), *data = path_join(dir, "data"), *sft = path_join(dir, "sft");
+    char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl");
+    char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
+    fprintf(stderr, "grpo demo: sort 4-7 distinct digits (\"Sort 3140\" -> \"0134\"), reward = exact match; "
+            "a tiny Qwen2 and a byte-level BPE tokenizer generated in %s\n", dir);
+    demo_write_model(init, seed);
+    demo_write_data(data, seed, &task);
+    R.t_setup = time_now() - t0;
+
+    double t = time_now();
+    R.acc_init = demo_accuracy(init, val_file, DEMO_MAX_RESPONSE);
+    R.t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers drop "
+            "the 0)\n", (long long)task.n_sft, 100.0 * task.careless);
+    t = time_now();
+    SftConfig sc = {.model_dir = init, .data_path = sft_file, .out_dir = sft, .steps = smoke ? 300 : 400,
+                    .batch_size = 64, .micro_batch_size = 64, .warmup = 20, .keep = 1, .max_length = 0, .max_skips = 5,
+                    .adam = {1e-3, 0.9, 0.999, 1e-8, 0.0}, .clip = 1.0, .schedule = LR_COSINE, .seed = seed,
+                    .save_dtype = DTYPE_F32, .precision = DTYPE_F32, .loss_scale = 1024.0, .loss_scale_window = 1000,
+                    .shuffle = 1};
+    sft_run(&sc);
+    R.t_sft = time_now() - t;
+    t = time_now();
+    R.acc_before = demo_accuracy(sft, val_file, DEMO_MAX_RESPONSE);
+    R.t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
+
+    // The demo's GRPO settings, as `grpo train` keys; the caller's overrides go on top.
+    char *ov[24];
+    int n = 0;
+#define OV(...) ov[n++] = str_printf(__VA_ARGS__)
+    OV("model.path=%s", sft);
+    OV("data.train_file=%s", train_file);
+    OV("data.val_file=%s", val_file);
+    OV("data.chat_template=false");
+    OV("data.max_prompt_length=%d", DEMO_MAX_PROMPT);
+    OV("data.max_response_length=%d", DEMO_MAX_RESPONSE);
+    OV("data.train_batch_size=16");
+    OV("rollout.n=8");
+    OV("rollout.temperature=1.0");
+    OV("reward.gsm8k.weight=0");
+    OV("reward.exact.weight=1");
+    OV("actor.use_kl_loss=false");  // beta = 0: no reference model is kept or scored
+    OV("actor.lr=1e-4");
+    OV("trainer.steps=%d", smoke ? 40 : 200);
+    OV("trainer.val_every=%d", smoke ? 20 : 40);
+    OV("trainer.val_before_train=false");  // measured above
+    OV("trainer.seed=%llu", (unsigned long long)seed);
+    OV("trainer.out_dir=%s", grpo);
+#undef OV
+    GrpoConfig c;
+    grpo_config_defaults(&c);
+    grpo_config_load(&c, NULL, ov, n);
+    if (n_overrides > 0) grpo_config_load(&c, NULL, overrides, n_overrides);
+    GrpoSettings s;
+    grpo_settings_resolve(&s, &c);
+    t = time_now();
+    grpo_run(&s);
+    R.t_grpo = time_now() - t;
+    t = time_now();
+    R.acc_after = demo_accuracy(c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE);
+    R.t_eval += time_now() - t;
+    R.t_total = time_now() - t0;
+    fprintf(stderr, "grpo demo: held-out accuracy (greedy, %lld digit sets never trained on): random init %.1f%%, "
+            "after SFT %.1f%%, after GRPO %.1f%% (%+.1f points)\n", (long long)task.n_val, 100.0 * R.acc_init,
+            100.0 * R.acc_before, 100.0 * R.acc_after, 100.0 * (R.acc_after - R.acc_before));
+    fprintf(stderr, "grpo demo: time: setup %.1f s, SFT %.1f s, GRPO %.1f s, evaluation %.1f s, total %.1f s\n",
+            R.t_setup, R.t_sft, R.t_grpo, R.t_eval, R.t_total);
+
+    char *rp = path_join(dir, "demo_result.json");
+    FILE *f = fopen(rp, "w");
+    if (!f) die("cannot open %s for writing", rp);
+    fprintf(f, "{\"smoke\": %s, \"n_val\": %lld, \"accuracy_init\": %.6f, \"accuracy_before_grpo\": %.6f, "
+            "\"accuracy_after_grpo\": %.6f, \"time_setup_s\": %.3f, \"time_sft_s\": %.3f, \"time_grpo_s\": %.3f, "
+            "\"time_eval_s\": %.3f, \"time_total_s\": %.3f}\n", smoke ? "true" : "false", (long long)task.n_val,
+            R.acc_init, R.acc_before, R.acc_after, R.t_setup, R.t_sft, R.t_grpo, R.t_eval, R.t_total);
+    if (fclose(f) != 0) die("cannot write %s", rp);
+    free(rp);
+    grpo_config_free(&c);
+    for (int i = 0; i < n; i++) free(ov[i]);
+    free(init), free(data), free(sft), free(grpo), free(sft_file), free(train_file), free(val_file);
+    if (res) *res = R;
+}

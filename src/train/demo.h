@@ -1,0 +1,59 @@
+// The built-in demo behind `grpo train` with no arguments: everything generated from a seed, no
+// download; about 1.5 minutes on two idle CPU cores, under 3 on one.
+//
+//   task       sort 4-7 distinct digits: "Sort 3140" -> "0134"; the reward is an exact match.
+//   tokenizer  a small byte-level BPE tokenizer.json (256 byte tokens, merges for "Sort", three
+//              special tokens) in Qwen2's layout, read by the same loader as Qwen's own.
+//   model      a tiny Qwen2 (0.8M parameters), Hugging Face's random initialisation.
+//   warm-up    SFT on demonstrations from a careless teacher: in DEMO_CARELESS of its answers it
+//              leaves the 0 out ("Sort 3140" -> "134"). Imitating it, the model learns to sort but
+//              greedily drops the 0 too, so held-out accuracy is about the share of lists without one.
+//   GRPO       the reward only says whether the whole answer is right; the policy finds out that
+//              the answers keeping the 0 are the ones rewarded and stops dropping it.
+// Accuracy is greedy pass@1 on held-out digit sets: no list with the same digits, in any order,
+// is in the SFT or GRPO data, so the answers themselves were never seen in training.
+#pragma once
+#include <stdint.h>
+
+#include "model/qwen2.h"
+
+#define DEMO_CARELESS 0.6
+
+typedef struct {
+    int len_min, len_max;           // digits per list
+    int64_t n_train, n_val, n_sft;  // GRPO prompts, held-out prompts, SFT demonstrations
+    double careless;                // share of SFT demonstrations that drop the 0
+} DemoTask;
+
+void demo_task_defaults(DemoTask *t);
+
+// DIR/tokenizer.json + DIR/tokenizer_config.json (eos <|endoftext|>, no chat template, so prompts
+// are used raw). Returns the number of token ids.
+int demo_write_tokenizer(const char *dir);
+// The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64).
+void demo_model_config(Qwen2Config *c, int n_ids);
+// A complete model directory: tokenizer files, config.json and initialised f32 weights.
+void demo_write_model(const char *dir, uint64_t seed);
+
+// "Sort 3140" and its answer "0134" for the n digits d; careless: the teacher's answer ("134").
+// buf must hold 32 bytes.
+void demo_prompt(char *buf, const int *d, int n);
+void demo_answer(char *buf, const int *d, int n, int careless);
+
+// DIR/val.jsonl and DIR/train.jsonl {"prompt", "answer"}, DIR/sft.jsonl {"prompt", "completion"}.
+// Every val line has its own digit set, and no train or sft line uses one of those sets.
+void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t);
+
+// Greedy pass@1 (exact match) of the model in model_dir on a {"prompt", "answer"} file.
+double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_new_tokens);
+
+typedef struct {
+    double acc_init, acc_before, acc_after;  // held-out accuracy: random model, after SFT, after GRPO
+    double t_setup, t_sft, t_grpo, t_eval, t_total;  // seconds
+} DemoResult;
+
+// The whole demo in DIR, generated from `seed` (created; its subdirectories init/, data/, sft/, grpo/ are overwritten):
+// tokenizer + model + data, SFT, held-out accuracy, GRPO, held-out accuracy, and a summary on
+// stderr. smoke: the same pipeline shortened to seconds (for tests). overrides: `grpo train`
+// dotted keys applied on top of the demo's GRPO settings.
+void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res);
