@@ -42,6 +42,10 @@ int cmd_sft(int argc, char **argv) {
         {"--save-every", "N", "write a checkpoint every N steps (0: only the final model)", "0", 0},
         {"--keep", "K", "keep the newest K checkpoints", "2", 0},
         {"--resume", NULL, "continue from the newest checkpoint in --out", NULL, 0},
+        {"--zero", "0|1|2", "under mpirun: ZeRO stage (1: shard the Adam moments, 2: also reduce-scatter gradients)", "0", 0},
+        {"--topk-ratio", "R", "top-k gradient compression: fraction of entries each rank sends per step (0: off)", "0", 0},
+        {"--dist-timeout", "S", "under mpirun: seconds a collective may wait before the job ends (0: forever)", "600", 0},
+        {"--pin-cpu", "none|block", "under mpirun: bind each rank to its block of CPUs", "none", 0},
     };
     CliSpec spec = {"grpo sft --model DIR --data FILE.jsonl --out DIR2 [options]",
                     "Fine-tunes on prompt/completion pairs. The loss of a step is the mean of -log p over all\n"
@@ -71,6 +75,9 @@ int cmd_sft(int argc, char **argv) {
         .resume = cli_str(&spec, "--resume") != NULL,
         .recompute = cli_str(&spec, "--recompute") != NULL,
         .shuffle = cli_str(&spec, "--no-shuffle") == NULL,
+        .zero = (int)cli_int(&spec, "--zero", 0, 2),
+        .topk_ratio = cli_double(&spec, "--topk-ratio", 0, 1),
+        .dist_timeout_s = cli_double(&spec, "--dist-timeout", 0, 1e9),
     };
     c.micro_batch_size = cli_str(&spec, "--micro-batch-size") ? cli_int(&spec, "--micro-batch-size", 1, c.batch_size)
                                                               : c.batch_size;
@@ -81,6 +88,9 @@ int cmd_sft(int argc, char **argv) {
         die("option --lr-schedule: \"%s\" is not constant, linear or cosine", cli_str(&spec, "--lr-schedule"));
     c.precision = parse_dtype("--precision", cli_str(&spec, "--precision"), "fp32", "bf16", "fp16");
     c.save_dtype = parse_dtype("--save-dtype", cli_str(&spec, "--save-dtype"), "f32", "bf16", NULL);
+    const char *pin = cli_str(&spec, "--pin-cpu");
+    if (strcmp(pin, "none") && strcmp(pin, "block")) die("option --pin-cpu: \"%s\" is not none or block", pin);
+    c.pin_cpu = strcmp(pin, "block") == 0;
     sft_run(&c);
     return 0;
 }

@@ -7,3 +7,5 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_report(int argc, char **argv);

@@ -32,7 +32,8 @@ void rollout_sample_free(RolloutSample *s) {
 }
 
 static void seq_seed(Seq *q, const RolloutConfig *cfg, const RolloutPrompt *p, int index) {
-    uint64_t key[3] = {p->has_seed ? p->seed : cfg->seed, p->has_seed ? 0 : (uint64_t)index + 1, (uint64_t)q->sample};
+    int64_t i = cfg->seed_index ? cfg->seed_index[index] : index;
+    uint64_t key[3] = {p->has_seed ? p->seed : cfg->seed, p->has_seed ? 0 : (uint64_t)i + 1, (uint64_t)q->sample};
     rng_init(&q->rng, hash_bytes(key, sizeof key));
 }
 

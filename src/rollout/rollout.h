@@ -14,6 +14,8 @@
 typedef struct {
     SamplerConfig sampler;
     uint64_t seed;
+    const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
+                                // one rank's share of a batch samples what one process would
     const int32_t *stop_ids;  // end the sample (the id is kept as its last token)
     int n_stop_ids;
     const char *const *stop_strings;  // end the sample once its text contains one (needs a tokenizer)

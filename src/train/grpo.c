@@ -55,7 +55,9 @@ typedef struct {
 } UpdateWs;
 
 typedef struct {
-    const GrpoSettings *s;
+    const GrpoSettings *s;  // this rank's share: train_batch_size and mini_batch_size divided by the ranks
+    Comm comm;
+    int64_t P_global;       // prompts per step over all ranks
     Trainer tr;
     Qwen2 ref;
     int has_ref;
@@ -102,16 +104,18 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
     u->micro = micro;
 }
 
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, GrpoMemPlan *p) {
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
     Qwen2Weights w;
-    size_t slab = qwen2_views(c, NULL, &w) * 4;
+    size_t slab = qwen2_views(c, NULL, &w) * 4, shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
+    int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
+    int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = slab, .compute = s->precision != DTYPE_F32 ? slab : 0, .grads = slab, .moments = 2 * slab,
-        .reference = s->loss.kl_coef > 0 ? slab : 0,
-        .rollout = rollout_workspace_bytes(c, s->train_batch_size * s->G, max_seq_len(s), prefill),
-        .update = update_ws_bytes(c, s->micro_batch_size, max_seq_len(s), s->recompute),
-        .offloaded = s->offload_optimizer ? 2 * slab : 0,
+        .policy = slab, .compute = s->precision != DTYPE_F32 ? slab : 0, .moments = 2 * shard,
+        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0), .reference = s->loss.kl_coef > 0 ? slab : 0,
+        .rollout = rollout_workspace_bytes(c, seqs, max_seq_len(s), prefill),
+        .update = update_ws_bytes(c, micro, max_seq_len(s), s->recompute),
+        .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
     p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference;
@@ -119,9 +123,10 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, GrpoMemPlan *
     p->sum = p->fixed + p->rollout + p->update;
 }
 
-// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace.
-static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, int n, int G, float temperature,
-                     RolloutSample *out) {
+// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
+// prompt i is seeded as the batch's prompt pos[i].
+static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
+                     float temperature, RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
     for (int i = 0; i < n; i++)
@@ -129,7 +134,7 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
                         .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
-                        .workspace = &r->workspace};
+                        .workspace = &r->workspace, .seed_index = pos};
     rc.sampler.temperature = temperature;
     RolloutStats st;
     rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
@@ -182,25 +187,27 @@ static void score_kept(const Qwen2 *m, const Rollout *ro, UpdateWs *u, float *ou
     }
 }
 
-// Greedy pass@1 on the validation prompts.
+// Greedy pass@1 on the validation prompts (each rank scores its contiguous share).
 static double validate(Run *r) {
     const Qwen2 *m = trainer_weights(&r->tr);
-    int64_t n = r->val.n, correct = 0;
-    int64_t *idx = xmalloc((size_t)n * sizeof *idx);
-    for (int64_t i = 0; i < n; i++) idx[i] = i;
-    RolloutSample *out = xcalloc((size_t)n, sizeof *out);
-    generate(r, m, &r->val, idx, (int)n, 1, 0.0f, out);
+    int64_t v0 = r->val.n * r->comm.rank / r->comm.size, n = r->val.n * (r->comm.rank + 1) / r->comm.size - v0;
+    double correct = 0;
+    int64_t *idx = xmalloc((size_t)(n + 1) * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = v0 + i;
+    RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
+    if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
         char *text = response_text(&out[i]);
         RewardDetail det;
-        reward_score(&r->rewards, r->val.prompt[i], text, r->val.answer[i], &det);
+        reward_score(&r->rewards, r->val.prompt[v0 + i], text, r->val.answer[v0 + i], &det);
         correct += det.correct == 1;
         free(text);
         rollout_sample_free(&out[i]);
     }
     free(out);
     free(idx);
-    return (double)correct / (double)n;
+    comm_allreduce_f64(&r->comm, &correct, 1, COMM_SUM, "validation counts");
+    return correct / (double)r->val.n;
 }
 
 static void rollout_free(Rollout *ro) {
@@ -259,27 +266,28 @@ static void select_kept(const GrpoSettings *s, Rollout *ro) {
 }
 
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
-// Returns the KL metric: mean per response, then over responses.
+// Returns the sum over responses of each one's mean KL (the metric divides by the responses).
 static double kl_into_reward(const GrpoSettings *s, Rollout *ro) {
-    double mean = 0.0;
+    double sum = 0.0;
     for (int64_t k = 0; k < ro->n_kept; k++) {
         double kl = 0.0;
         int64_t len = ro->resp_off[k + 1] - ro->resp_off[k];
         for (int64_t t = ro->resp_off[k]; t < ro->resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, ro->old_logp[t], ro->ref_logp[t], NULL);
         ro->reward[ro->kept[k]] -= (float)(s->loss.kl_coef * kl);
-        mean += kl / (double)len / (double)ro->n_kept;
+        sum += kl / (double)len;
     }
-    return mean;
+    return sum;
 }
 
-// One mini-batch's gradient, micro-batch by micro-batch, into the trainer's gradient slab.
-static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m0, int64_t m1, int on_policy,
-                                 UpdateWs *u, GrpoLossStats *total) {
+// One mini-batch's gradient, micro-batch by micro-batch, into the trainer's gradient slab. Its loss
+// is normalised by the whole mini-batch over all ranks (n_tok tokens, n_seq responses), so that the
+// ranks' gradients add up to the single-process one.
+static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m0, int64_t m1, double n_tok,
+                                 double n_seq, int on_policy, UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
     GrpoLossConfig lc = s->loss;
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
     int bonus = lc.entropy_coeff != 0.0;
-    double n_tok = (double)(ro->resp_off[m1] - ro->resp_off[m0]);  // 0: every response masked; a zero-gradient step
     for (int64_t a = m0; a < m1 && n_tok > 0; a += u->micro) {
         int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = ro->resp_off[a], t1 = ro->resp_off[b];
         pack(ro, a, b, u);
@@ -290,9 +298,10 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m
         if (on_policy) memcpy(ro->old_logp + t0, ro->logp + t0, (size_t)(t1 - t0) * 4);
         GrpoLossStats st;
         grpo_loss(&lc, ro->logp, ro->old_logp, r->has_ref ? ro->ref_logp : NULL, ro->ent, ro->kept_adv + a,
-                  ro->resp_off + a, (int)(b - a), n_tok, (double)(m1 - m0), ro->dlogp, bonus ? ro->dent : NULL, &st);
+                  ro->resp_off + a, (int)(b - a), n_tok, n_seq, ro->dlogp, bonus ? ro->dent : NULL, &st);
         grpo_loss_stats_add(total, &st);
-        float scale = (float)r->tr.scaler.scale;
+        // The trainer averages the ranks' gradients: each contributes its share times the rank count.
+        float scale = (float)(r->tr.scaler.scale * r->comm.size);
         for (int64_t t = t0; t < t1; t++) ro->dlogp[t] *= scale;
         for (int64_t t = t0; bonus && t < t1; t++) ro->dent[t] *= scale;
         memset(u->drows, 0, (size_t)u->seq_off[b - a] * 4);
@@ -314,8 +323,11 @@ static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st
     st->lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps, it);
     for (int64_t e = 0; e < s->ppo_epochs; e++)
         for (int64_t mb = 0; mb < ro->n_mini; mb++) {
+            int64_t m0 = ro->mb_start[mb], m1 = ro->mb_start[mb + 1];
+            double tot[2] = {(double)(ro->resp_off[m1] - ro->resp_off[m0]), (double)(m1 - m0)};  // 0 tokens: a zero-gradient step
+            comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
             const Qwen2 *cm = trainer_begin_step(&r->tr);
-            accumulate_minibatch(r, cm, ro, ro->mb_start[mb], ro->mb_start[mb + 1], !need_old, u, &st->loss);
+            accumulate_minibatch(r, cm, ro, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
             double norm = trainer_apply(&r->tr, st->lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
             else st->norm_sum += norm, st->n_updates++;
@@ -325,42 +337,54 @@ static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st
         }
 }
 
+// Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
+enum { M_REWARD, M_REWARD_SQ, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
+       M_KL_REWARD, M_N };
+
 static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
     const GrpoSettings *s = r->s;
-    int64_t step = r->tr.st.iteration;
-    double rmean = 0, rvar = 0, rlen = 0;
-    for (int64_t i = 0; i < ro->n_samples; i++) rmean += ro->reward[i], rlen += ro->samples[i].n;
-    rmean /= (double)ro->n_samples;
-    for (int64_t i = 0; i < ro->n_samples; i++) rvar += (ro->reward[i] - rmean) * (ro->reward[i] - rmean);
+    double sum[M_N] = {0}, mx[3] = {(double)st->resp_max, st->loss.ratio_max, -st->loss.ratio_min};
+    for (int64_t i = 0; i < ro->n_samples; i++)
+        sum[M_REWARD] += ro->reward[i], sum[M_REWARD_SQ] += (double)ro->reward[i] * ro->reward[i], sum[M_LEN] += ro->samples[i].n;
+    sum[M_TRUNC] = (double)st->n_trunc, sum[M_ACC] = (double)st->n_acc, sum[M_CORRECT] = (double)st->n_correct;
+    sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)ro->n_kept, sum[M_RESP] = (double)ro->n_resp;
+    sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
+    sum[M_KL_REWARD] = st->kl_reward;
+    comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
+    comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
+    if (r->comm.rank != 0) return;
+
+    double n = (double)(ro->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n;
+    double rstd = sqrt(fmax(0.0, sum[M_REWARD_SQ] / n - rmean * rmean));
     double upd = (double)(s->ppo_epochs * (ro->n_mini ? ro->n_mini : 1));
-    double kl = s->use_kl_in_reward ? st->kl_reward : st->loss.kl / upd, acc = st->n_acc ? (double)st->n_correct / (double)st->n_acc : NAN;
+    double kl = s->use_kl_in_reward ? (sum[M_KEPT] ? sum[M_KL_REWARD] / sum[M_KEPT] : 0.0) : sum[M_KL] / upd;
+    double acc = sum[M_ACC] ? sum[M_CORRECT] / sum[M_ACC] : NAN;
     double t_ref = st->t_ref ? st->t_ref - st->t_rew : 0.0, t_old = st->t_old ? st->t_old - (st->t_ref ? st->t_ref : st->t_rew) : 0.0;
     double t_upd = st->t_end - (st->t_old ? st->t_old : st->t_ref ? st->t_ref : st->t_rew), dt = st->t_end - st->t0;
+    double tok_s = sum[M_TOKENS] / r->comm.size / dt;  // per process (device)
     FILE *f = r->metrics;
-    fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)step, rmean,
-            sqrt(rvar / (double)ro->n_samples));
+    fprintf(f, "{\"step\": %lld, \"reward_mean\": %.6g, \"reward_std\": %.6g, \"accuracy\": ", (long long)r->tr.st.iteration,
+            rmean, rstd);
     json_write_number(f, acc);
     fprintf(f, ", \"kl\": ");
     json_write_number(f, r->has_ref ? kl : NAN);
     fprintf(f, ", \"entropy\": ");
-    json_write_number(f, ro->n_resp ? st->loss.entropy / upd : NAN);
-    fprintf(f, ", \"pg_loss\": %.6g, \"clip_frac\": %.6g, \"ratio_min\": ", st->loss.pg_loss / upd, st->loss.clip_frac / upd);
-    json_write_number(f, st->loss.ratio_min);
+    json_write_number(f, sum[M_RESP] ? sum[M_ENT] / upd : NAN);
+    fprintf(f, ", \"pg_loss\": %.6g, \"clip_frac\": %.6g, \"ratio_min\": ", sum[M_PG] / upd, sum[M_CLIP] / upd);
+    json_write_number(f, -mx[2]);
     fprintf(f, ", \"ratio_max\": ");
-    json_write_number(f, st->loss.ratio_max);
-    fprintf(f, ", \"response_length_mean\": %.6g, \"response_length_max\": %lld, \"truncated_frac\": %.6g, \"kept\": %lld, "
-            "\"grad_norm\": ", rlen / (double)ro->n_samples, (long long)st->resp_max,
-            (double)st->n_trunc / (double)ro->n_samples, (long long)ro->n_kept);
+    json_write_number(f, mx[1]);
+    fprintf(f, ", \"response_length_mean\": %.6g, \"response_length_max\": %.0f, \"truncated_frac\": %.6g, \"kept\": %.0f, "
+            "\"grad_norm\": ", rlen, mx[0], sum[M_TRUNC] / n, sum[M_KEPT]);
     json_write_number(f, st->n_updates ? st->norm_sum / (double)st->n_updates : NAN);
     fprintf(f, ", \"lr\": %.6g, \"time_offload_s\": %.4f, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, "
             "\"time_reference_s\": %.4f, \"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, "
             "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f}\n", st->lr, st->t_offload - st->t0,
-            st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt, (double)st->tokens_total / dt,
-            st->rss_rollout, rss_gib("VmHWM:"));
+            st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt, tok_s, st->rss_rollout,
+            rss_gib("VmHWM:"));
     if (fflush(f) != 0) die("cannot write metrics.jsonl");
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
-            (long long)step, (long long)r->steps, rmean, acc, kl, st->loss.clip_frac / upd, rlen / (double)ro->n_samples,
-            (double)st->tokens_total / dt, dt);
+            (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }
 
 static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
@@ -391,8 +415,13 @@ static void grpo_step(Run *r, Stream *stream) {
     int64_t P = s->train_batch_size, it = r->tr.st.iteration;
     StepStats st = {.t0 = time_now()};
     Rollout ro = {.n_samples = P * s->G};
-    int64_t *idx = xmalloc((size_t)P * sizeof *idx);
-    for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, it * P + i);
+    int64_t *idx = xmalloc((size_t)P * sizeof *idx), *pos = xmalloc((size_t)P * sizeof *pos);
+    for (int64_t i = 0; i < P; i++) {
+        // This rank's share of every mini-batch: local prompt i is the step's prompt pos[i].
+        int64_t mini = s->mini_batch_size / s->G;  // this rank's prompts per mini-batch
+        pos[i] = i / mini * mini * r->comm.size + r->comm.rank * mini + i % mini;
+        idx[i] = stream_at(stream, it * r->P_global + pos[i]);
+    }
 
     // 0. the Adam moments leave memory until the update needs them (actor.offload_optimizer)
     trainer_offload(&r->tr);
@@ -400,13 +429,17 @@ static void grpo_step(Run *r, Stream *stream) {
     // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
     const Qwen2 *policy = trainer_weights(&r->tr);
     ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
-    generate(r, policy, &r->train, idx, (int)P, s->G, s->sampler.temperature, ro.samples);
+    generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, ro.samples);
     st.rss_rollout = rss_gib("VmRSS:");
     st.t_roll = time_now();
     // 2. rewards, and which samples enter the loss
     score_rewards(r, idx, &ro, &st);
     select_kept(s, &ro);
     st.t_rew = time_now();
+    // Dynamic sampling can leave ranks with different numbers of mini-batches: all take the largest.
+    double n_mini = (double)ro.n_mini;
+    comm_allreduce_f64(&r->comm, &n_mini, 1, COMM_MAX, "mini-batch count");
+    for (; ro.n_mini < (int64_t)n_mini; ro.n_mini++) ro.mb_start[ro.n_mini + 1] = ro.n_kept;
 
     // 3. reference log-probs (frozen initial policy); old log-probs before any update when needed.
     // From here on the workspace holds training activations.
@@ -429,6 +462,7 @@ static void grpo_step(Run *r, Stream *stream) {
     if (r->dump) dump_samples(r, &ro, idx);
     rollout_free(&ro);
     free(idx);
+    free(pos);
 }
 
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
@@ -453,6 +487,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
         .resume = c->trainer.resume, .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
+        .dist_timeout_s = c->dist.timeout_s, .zero = (int)c->dist.zero, .pin_cpu = c->dist.pin_cpu,
+        .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
     // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
@@ -512,7 +548,8 @@ static void save_config(const GrpoSettings *s) {
     free(text);
 }
 
-static void print_plan(const GrpoMemPlan *p) {
+static void print_plan(const GrpoMemPlan *p, const Comm *comm) {
+    if (comm->size > 1) fprintf(stderr, "grpo train: memory plan per process of %d:\n", comm->size);
     fprintf(stderr, "grpo train: memory plan (GiB): policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s"
             " + reference %.2f + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)\n",
             (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB, (double)p->moments / GIB,
@@ -520,10 +557,35 @@ static void print_plan(const GrpoMemPlan *p) {
             (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
 }
 
-void grpo_run(const GrpoSettings *s) {
-    Run r = {.s = s};
-    if (!s->model_dir || !s->train_file) die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
+// This rank's share of the settings: its prompts per step and responses per mini-batch.
+static GrpoSettings rank_share(const GrpoSettings *s, const Comm *comm) {
+    GrpoSettings l = *s;
+    int64_t N = comm->size, mini_prompts = s->mini_batch_size / s->G;
+    if (s->train_batch_size % N || mini_prompts % N)
+        die("under mpirun -np %lld, data.train_batch_size (%lld) and the mini-batch (%lld prompts) must be multiples of "
+            "the rank count: a prompt's group never spans ranks", (long long)N, (long long)s->train_batch_size,
+            (long long)mini_prompts);
+    if (N > 1 && s->train_batch_size % mini_prompts)
+        die("under mpirun, data.train_batch_size (%lld) must be a multiple of actor.mini_batch_size (%lld)",
+            (long long)s->train_batch_size, (long long)mini_prompts);
+    if (N > 1 && s->dump_samples) die("trainer.dump_samples needs a single process (each rank holds only its samples)");
+    l.train_batch_size /= N;
+    l.mini_batch_size /= N;
+    if (l.micro_batch_size > l.mini_batch_size) l.micro_batch_size = l.mini_batch_size;
+    return l;
+}
+
+void grpo_run(const GrpoSettings *global) {
+    if (!global->model_dir || !global->train_file)
+        die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
+    Run r = {.P_global = global->train_batch_size};
+    comm_init(&r.comm, global->dist_timeout_s);
+    comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
+    GrpoSettings local = rank_share(global, &r.comm);
+    const GrpoSettings *s = r.s = &local;
+    int lead = r.comm.rank == 0;  // prints and writes files
     trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window);
+    trainer_set_dist(&r.tr, &r.comm, s->zero, s->topk_ratio);
     const Qwen2Config *c = &r.tr.master.cfg;
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
@@ -535,7 +597,7 @@ void grpo_run(const GrpoSettings *s) {
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
-    int64_t steps = s->steps ? s->steps : s->epochs * ((r.train.n + s->train_batch_size - 1) / s->train_batch_size);
+    int64_t steps = s->steps ? s->steps : s->epochs * ((r.train.n + r.P_global - 1) / r.P_global);
     r.steps = steps;
     r.n_stop = qwen2_stop_ids(s->model_dir, r.stop_ids, 15);
     int dup = r.tok.eos_id < 0;
@@ -548,7 +610,7 @@ void grpo_run(const GrpoSettings *s) {
         round_to_dtype(r.ref.params, r.tr.master.params, r.ref.n_params, s->ref_dtype);
     }
     r.tr.st.seed = s->seed;
-    r.tr.st.batch_size = s->train_batch_size;
+    r.tr.st.batch_size = r.P_global;
     r.tr.st.data_lines = r.train.n;
     r.tr.st.shuffle = s->shuffle;
 
@@ -559,48 +621,56 @@ void grpo_run(const GrpoSettings *s) {
     if (s->resume) {
         if (!ckpt) die("trainer.resume: %s holds no checkpoint-* directory", s->out_dir);
         trainer_load(&r.tr, ckpt);
-        if (r.tr.st.batch_size != s->train_batch_size || r.tr.st.data_lines != r.train.n || r.tr.st.seed != s->seed ||
+        if (r.tr.st.batch_size != r.P_global || r.tr.st.data_lines != r.train.n || r.tr.st.seed != s->seed ||
             r.tr.st.shuffle != s->shuffle)
             die("%s: the checkpoint was made with another train_batch_size, seed, shuffle or data file", ckpt);
-        metrics_truncate(mp, r.tr.st.iteration);
-        fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r.tr.st.iteration);
+        if (lead) metrics_truncate(mp, r.tr.st.iteration);
+        if (lead) fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r.tr.st.iteration);
     } else if (ckpt) {
         die("%s already holds checkpoints (%s); set trainer.resume=true or choose another trainer.out_dir", s->out_dir, ckpt);
     }
     free(ckpt);
-    save_config(s);
-    if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing", mp);
-    if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing", dp);
+    if (lead) {
+        save_config(s);
+        if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing", mp);
+        if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing", dp);
+    }
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
-    grpo_memory_plan(s, c, &r.plan);
+    grpo_memory_plan(global, c, r.comm.size, &r.plan);
     arena_init(&r.workspace, r.plan.workspace);
     if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
-    print_plan(&r.plan);
+    if (lead) print_plan(&r.plan, &r.comm);
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
-    fprintf(stderr, "grpo train: %lld prompts x %d samples per step, %lld steps, %.1fM parameters, reference %s\n",
-            (long long)s->train_batch_size, s->G, (long long)steps, (double)r.tr.n / 1e6,
-            r.has_ref ? dtype_name(s->ref_dtype) : "not needed (no KL)");
-    if (r.has_val && s->val_before_train && !s->resume)
-        fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", validate(&r));
+    if (lead)
+        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld steps, %.1fM parameters, "
+                "reference %s\n", (long long)r.P_global, s->G, r.comm.size, r.comm.size > 1 ? "es" : "", (long long)steps,
+                (double)r.tr.n / 1e6, r.has_ref ? dtype_name(s->ref_dtype) : "not needed (no KL)");
+    if (r.has_val && s->val_before_train && !s->resume) {
+        double acc = validate(&r);
+        if (lead) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
+    }
     while (r.tr.st.iteration < steps) {
         grpo_step(&r, &stream);
         if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0) {
             double acc = validate(&r);
-            fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
-            fprintf(r.metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)r.tr.st.iteration, acc);
-            if (fflush(r.metrics) != 0) die("cannot write %s", mp);
+            if (lead) {
+                fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
+                fprintf(r.metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)r.tr.st.iteration, acc);
+                if (fflush(r.metrics) != 0) die("cannot write %s", mp);
+            }
         }
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
     }
-    copy_model_extras(s->model_dir, s->out_dir);
-    qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
-    checkpoint_prune(s->out_dir, s->keep);
-    fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
-            (double)r.plan.peak / GIB);
-
-    if (fclose(r.metrics) != 0) die("cannot write %s", mp);
+    if (lead) {
+        copy_model_extras(s->model_dir, s->out_dir);
+        qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
+        checkpoint_prune(s->out_dir, s->keep);
+        fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
+                (double)r.plan.peak / GIB);
+        if (fclose(r.metrics) != 0) die("cannot write %s", mp);
+    }
     if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
     free(mp), free(dp);
     stream_free(&stream);
@@ -611,4 +681,5 @@ void grpo_run(const GrpoSettings *s) {
     if (r.has_val) prompt_data_free(&r.val);
     tokenizer_free(&r.tok);
     trainer_free(&r.tr);
+    comm_finalize(&r.comm);
 }

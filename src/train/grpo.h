@@ -44,6 +44,9 @@ typedef struct {
     int resume;
     const char *const *stop;     // rollout stop strings
     int n_stop;
+    double dist_timeout_s;       // data parallel under mpirun (dist.*, compression.*)
+    int zero, pin_cpu;
+    double topk_ratio;           // 0: dense all-reduce
 } GrpoSettings;
 
 // The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
@@ -54,11 +57,15 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
 // KV cache (+ decode activations) during rollout and the training activations during scoring and
 // the update, so the peak is fixed + max(rollout, update), not fixed + rollout + update.
 typedef struct {
-    size_t policy, compute, grads, moments, reference;  // fixed slabs (compute: the bf16/fp16 copy; 0 in f32)
+    size_t policy, compute, grads, moments, reference;  // fixed slabs (compute: the bf16/fp16 copy; 0 in f32;
+                                                         // grads include ZeRO-2's shard buffer)
     size_t rollout, update;  // the workspace's two uses, at the configured batch and length limits
     size_t workspace;        // max(rollout, update)
     size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update
     size_t offloaded;        // moments held in a file-backed mapping during rollout (actor.offload_optimizer)
 } GrpoMemPlan;
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, GrpoMemPlan *p);
+// Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments.
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p);
+// The run; under `mpirun -np N` every rank calls it: rank r takes the r-th N-th of each step's prompts
+// (and of each mini-batch), gradients are averaged over the ranks, rank 0 alone prints and writes files.
 void grpo_run(const GrpoSettings *s);

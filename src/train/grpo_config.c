@@ -208,6 +208,17 @@ static const ConfigKey KEYS[] = {
           "append every response (prompt, response, reward, advantage) to trainer.out_dir/samples.jsonl"),
     KINT("trainer.max_skips", trainer.max_skips, "5", 1, INT32_MAX,
          "stop after this many consecutive steps skipped for a non-finite loss or gradient"),
+
+    KFLOAT("dist.timeout_s", dist.timeout_s, "600", 0, BIG,
+           "under mpirun: a collective that waits longer ends the job on every rank, naming it (0: wait forever)"),
+    KINT("dist.zero", dist.zero, "0", 0, 2,
+         "ZeRO stage: 1 shards the Adam moments and their update over the ranks, 2 also reduce-scatters gradients"),
+    KENUM("dist.pin_cpu", dist.pin_cpu, "none", "none|block",
+          "block: bind each rank to its block of this machine's CPUs (launch with mpirun --bind-to none)"),
+    KENUM("compression.type", compression.type, "none", "none|topk",
+          "topk: each rank sends only its largest gradient entries, keeping the rest for the next step"),
+    KFLOAT_POS("compression.ratio", compression.ratio, "0.01", 1,
+               "topk: the fraction of gradient entries each rank sends per step (1: all, the dense result)"),
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 

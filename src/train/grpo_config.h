@@ -109,6 +109,20 @@ typedef struct {
     int64_t max_skips;
 } GrpoTrainerConfig;
 
+typedef enum { GRPO_PIN_NONE, GRPO_PIN_BLOCK } GrpoPinCpu;
+typedef enum { GRPO_COMPRESSION_NONE, GRPO_COMPRESSION_TOPK } GrpoCompression;
+
+typedef struct {
+    double timeout_s;
+    int64_t zero;
+    int pin_cpu;  // GrpoPinCpu
+} GrpoDistConfig;
+
+typedef struct {
+    int type;  // GrpoCompression
+    double ratio;
+} GrpoCompressionConfig;
+
 typedef struct {
     GrpoDataConfig data;
     GrpoModelConfig model;
@@ -117,6 +131,8 @@ typedef struct {
     GrpoAlgorithmConfig algorithm;
     GrpoActorConfig actor;
     GrpoTrainerConfig trainer;
+    GrpoDistConfig dist;
+    GrpoCompressionConfig compression;
 } GrpoConfig;
 
 // Every key at its default. The strings are heap copies: free with grpo_config_free.

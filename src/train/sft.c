@@ -74,13 +74,21 @@ static void write_metrics(FILE *f, const char *path, int64_t step, double loss, 
 }
 
 void sft_run(const SftConfig *cfg) {
+    Comm comm;
+    comm_init(&comm, cfg->dist_timeout_s);
+    comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
+    int lead = comm.rank == 0;  // prints and writes files
     Trainer tr;
     trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window);
+    trainer_set_dist(&tr, &comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr.master.cfg;
     SftData data;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
     sft_data_load(&data, cfg->data_path, cfg->model_dir, c, max_length);
-    int64_t B = cfg->batch_size, b = cfg->micro_batch_size;
+    int64_t B = cfg->batch_size, b = cfg->micro_batch_size, N = comm.size;
+    // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
+    if (B % (N * b)) die("under mpirun -np %lld, --batch-size %lld must be a multiple of ranks x --micro-batch-size (%lld)",
+                         (long long)N, (long long)B, (long long)(N * b));
     int64_t steps = cfg->steps ? cfg->steps : (data.n + B - 1) / B;
     tr.st.seed = cfg->seed;
     tr.st.batch_size = B;
@@ -98,8 +106,8 @@ void sft_run(const SftConfig *cfg) {
         trainer_load(&tr, ckpt);
         if (tr.st.batch_size != B || tr.st.data_lines != data.n || tr.st.seed != cfg->seed || tr.st.shuffle != cfg->shuffle)
             die("%s: the checkpoint was made with another --batch-size, --seed, --no-shuffle or data file", ckpt);
-        metrics_truncate(metrics_path, tr.st.step);
-        fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)tr.st.step);
+        if (lead) metrics_truncate(metrics_path, tr.st.step);
+        if (lead) fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)tr.st.step);
     } else if (ckpt) {
         die("%s already holds checkpoints (%s); pass --resume to continue or choose another --out", cfg->out_dir, ckpt);
     }
@@ -115,12 +123,13 @@ void sft_run(const SftConfig *cfg) {
     float *logp = arena_alloc(&arena, (size_t)max_tokens * 4), *dlogp = arena_alloc(&arena, (size_t)max_tokens * 4);
     int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);
 
-    FILE *metrics = fopen(metrics_path, cfg->resume ? "a" : "w");
-    if (!metrics) die("cannot open %s for writing", metrics_path);
+    FILE *metrics = lead ? fopen(metrics_path, cfg->resume ? "a" : "w") : NULL;
+    if (lead && !metrics) die("cannot open %s for writing", metrics_path);
     Stream stream;
     stream_init(&stream, data.n, cfg->seed, cfg->shuffle);
     int64_t *batch = xmalloc((size_t)B * 8);
-    fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld steps of %lld (micro-batches of %lld), "
+    if (lead)
+        fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld steps of %lld (micro-batches of %lld), "
             "%.1fM parameters, workspace %.1f MiB\n", (long long)data.n, (long long)data.n_truncated,
             (long long)max_length, (long long)steps, (long long)B, (long long)b, (double)tr.n / 1e6,
             (double)arena.size / 1048576.0);
@@ -135,10 +144,11 @@ void sft_run(const SftConfig *cfg) {
             n_target += data.len[batch[i]] - data.prompt_len[batch[i]];
             n_tok += data.len[batch[i]];
         }
-        // Loss = mean over the batch's completion tokens: each token weighs 1/n_target in every micro-batch.
-        float w = (float)(-tr.scaler.scale / (double)n_target);
+        // Loss = mean over the batch's completion tokens: each token weighs 1/n_target in every micro-batch,
+        // times the rank count, as the trainer averages the ranks' gradients.
+        float w = (float)(-tr.scaler.scale * (double)N / (double)n_target);
         const Qwen2 *cm = trainer_begin_step(&tr);
-        for (int64_t mb = 0; mb < B; mb += b) {
+        for (int64_t mb = comm.rank * (B / N); mb < (comm.rank + 1) * (B / N); mb += b) {
             pack(&data, batch + mb, b, w, tokens, targets, dlogp, seq_off);
             qwen2_train_forward_fused(cm, tr.grads, tokens, targets, seq_off, (int)b, dlogp, &act, logp);
             for (int64_t j = 0; j < b; j++) {
@@ -149,37 +159,42 @@ void sft_run(const SftConfig *cfg) {
             }
             qwen2_backward(cm, tr.grads, dlogp, NULL, &act);
         }
-        loss /= (double)n_target;
+        double red[2] = {loss, (double)bad};  // a non-finite sample on any rank skips the step on all
+        comm_allreduce_f64(&comm, &red[0], 1, COMM_SUM, "the loss");
+        comm_allreduce_f64(&comm, &red[1], 1, COMM_MAX, "the skip-step flag");
+        loss = red[0] / (double)n_target, bad = (int64_t)red[1];
         double scale = tr.scaler.scale, norm = trainer_apply(&tr, lr, bad < 0);
-        if (bad >= 0)
+        if (bad >= 0 && lead)
             fprintf(stderr, "grpo: warning: step %lld: the loss of sample %s:%lld is not finite; step skipped\n",
                     (long long)step, data.path, (long long)data.line[bad]);
-        else if (!isfinite(norm))
+        else if (!isfinite(norm) && lead)
             fprintf(stderr, "grpo: warning: step %lld: non-finite gradients (loss scale %g); step skipped\n",
                     (long long)step, scale);
 
         double now = time_now();
         tok_total += (double)n_tok;
-        write_metrics(metrics, metrics_path, step, loss, norm, lr, n_target, scale, now - t0);
         char eta[32];
         fmt_duration(eta, sizeof eta, (now - t_start) / (double)(step - first_step) * (double)(steps - step));
-        fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
+        if (lead) write_metrics(metrics, metrics_path, step, loss, norm, lr, n_target, scale, now - t0);
+        if (lead) fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
                 (long long)step, (long long)steps, loss, norm, lr, tok_total / (now - t_start), eta);
         if (tr.st.skips_in_row >= cfg->max_skips)
             die("%lld consecutive steps skipped for non-finite loss or gradients (last: step %lld, loss scale %g); "
                 "see the warnings above", (long long)tr.st.skips_in_row, (long long)step, scale);
         if (cfg->save_every && step % cfg->save_every == 0) trainer_save(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir, cfg->keep);
     }
-    copy_model_extras(cfg->model_dir, cfg->out_dir);
-    qwen2_save(&tr.master, cfg->out_dir, cfg->save_dtype);
-    checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
-    fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
-
-    if (fclose(metrics) != 0) die("cannot write %s", metrics_path);
+    if (lead) {
+        copy_model_extras(cfg->model_dir, cfg->out_dir);
+        qwen2_save(&tr.master, cfg->out_dir, cfg->save_dtype);
+        checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
+        fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
+        if (fclose(metrics) != 0) die("cannot write %s", metrics_path);
+    }
     free(metrics_path);
     free(batch);
     stream_free(&stream);
     arena_free(&arena);
     trainer_free(&tr);
     sft_data_free(&data);
+    comm_finalize(&comm);
 }

@@ -18,6 +18,11 @@ typedef struct {
     double loss_scale;            // fp16: initial scale
     int64_t loss_scale_window;    // fp16: clean steps before the scale doubles; 0 = static
     int resume, recompute, shuffle;
+    double dist_timeout_s;        // under mpirun: see grpo train's dist.* and compression.* keys
+    int zero, pin_cpu;            // pin_cpu: 1 = "block"
+    double topk_ratio;            // 0: dense all-reduce
 } SftConfig;
 
+// Under `mpirun -np N` every rank calls it: rank r trains on the r-th N-th of every batch, gradients
+// are averaged over the ranks, rank 0 alone prints and writes files.
 void sft_run(const SftConfig *cfg);

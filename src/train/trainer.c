@@ -11,6 +11,9 @@
 
 #include "base/util.h"
 
+// Elements of the moments this rank keeps: the whole slab, or its ZeRO shard.
+static size_t n_moments(const Trainer *t) { return t->hi - t->lo; }
+
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
                   int64_t loss_scale_window) {
     memset(t, 0, sizeof *t);
@@ -28,10 +31,57 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     qwen2_tensors(&t->master, t->tensors);
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
+    t->hi = t->n;
+}
+
+void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
+    if (t->offloaded) die("internal: trainer_set_dist after trainer_offload_init");
+    if (topk_ratio > 0 && zero > 0) die("compression.type topk needs dist.zero 0 (it replaces the all-reduce ZeRO shards)");
+    t->comm = comm->size > 1 ? comm : NULL;
+    t->zero = t->comm ? zero : 0;
+    if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
+    if (!t->zero) return;
+    comm_shard(t->n, comm->rank, comm->size, &t->lo, &t->hi);
+    free(t->m);
+    free(t->v);
+    t->m = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);  // moments of this rank's shard only
+    t->v = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);
+    if (zero == 2) t->gshard = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);
+}
+
+// The gradient's mean over the ranks; returns where this rank's part of it is ([lo, hi) of grads,
+// the whole slab unless ZeRO-2) and whether the step must be skipped on every rank.
+static int average_gradients(Trainer *t, int loss_finite) {
+    if (t->zero == 2) {
+        comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
+        memcpy(t->grads + t->lo, t->gshard, n_moments(t) * 4);
+    } else if (t->topk.ratio > 0) {
+        Comm single = {.rank = 0, .size = 1};
+        topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
+    } else if (t->comm) {
+        comm_allreduce_mean(t->comm, t->grads, t->n, "gradients");
+    }
+    float *g = t->grads + t->lo;
+    size_t n = n_moments(t);
+    // fp16 gradients: values past 65504 become inf, as they would in an fp16 buffer.
+    if (t->precision == DTYPE_F16) round_to_dtype(g, g, n, DTYPE_F16);
+    double bad = !loss_finite || !grad_all_finite(g, n);
+    // Whole averaged gradients are the same bits on every rank; a shard or a local loss is not.
+    if (t->comm) comm_allreduce_f64(t->comm, &bad, 1, COMM_MAX, "the skip-step flag");
+    return bad != 0;
+}
+
+// Global L2 norm of the averaged gradient (sum of the shards' squares under ZeRO-2).
+static double global_norm(Trainer *t) {
+    if (t->zero != 2) return grad_norm(t->grads, t->n);
+    double ss = grad_norm(t->grads + t->lo, n_moments(t));
+    ss *= ss;
+    comm_allreduce_f64(t->comm, &ss, 1, COMM_SUM, "the gradient norm");
+    return sqrt(ss);
 }
 
 void trainer_offload_init(Trainer *t, const char *dir) {
-    size_t bytes = 2 * t->n * 4;
+    size_t nm = n_moments(t), bytes = 2 * nm * 4;
     char *path = path_join(dir, ".optimizer-offload-XXXXXX");
     int fd = mkstemp(path);
     if (fd < 0) die("%s: cannot create the optimizer offload file: %s", path, strerror(errno));
@@ -41,11 +91,11 @@ void trainer_offload_init(Trainer *t, const char *dir) {
     if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
     float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
-    memcpy(map, t->m, t->n * 4);
-    memcpy(map + t->n, t->v, t->n * 4);
+    memcpy(map, t->m, nm * 4);
+    memcpy(map + nm, t->v, nm * 4);
     free(t->m);
     free(t->v);
-    t->m = map, t->v = map + t->n;
+    t->m = map, t->v = map + nm;
     t->offload_fd = fd;
     t->offloaded = 1;
     free(path);
@@ -53,7 +103,7 @@ void trainer_offload_init(Trainer *t, const char *dir) {
 
 void trainer_offload(Trainer *t) {
     if (!t->offloaded) return;
-    size_t bytes = 2 * t->n * 4;
+    size_t bytes = 2 * n_moments(t) * 4;
     if (msync(t->m, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
     if (madvise(t->m, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
     // Clean pages now; also drop them from the page cache, so the memory is really free for rollout.
@@ -64,12 +114,14 @@ void trainer_offload(Trainer *t) {
 void trainer_free(Trainer *t) {
     free(t->grads);
     if (t->offloaded) {
-        if (munmap(t->m, 2 * t->n * 4) != 0 || close(t->offload_fd) != 0) die("closing the optimizer offload file");
+        if (munmap(t->m, 2 * n_moments(t) * 4) != 0 || close(t->offload_fd) != 0) die("closing the optimizer offload file");
     } else {
         free(t->m);
         free(t->v);
     }
     free(t->tensors);
+    free(t->gshard);
+    if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
     qwen2_free(&t->master);
     memset(t, 0, sizeof *t);
@@ -87,27 +139,30 @@ const Qwen2 *trainer_weights(Trainer *t) {
 }
 
 double trainer_apply(Trainer *t, double lr, int loss_finite) {
-    // fp16 gradients: values past 65504 become inf, as they would in an fp16 buffer.
-    if (t->precision == DTYPE_F16) round_to_dtype(t->grads, t->grads, t->n, DTYPE_F16);
-    int overflow = !loss_finite || !grad_all_finite(t->grads, t->n);
+    int overflow = average_gradients(t, loss_finite);
     double norm = NAN;
     t->st.step++;
     if (overflow) {
         t->st.skips_in_row++;
     } else {
-        if (t->scaler.scale != 1.0) grad_scale(t->grads, t->n, (float)(1.0 / t->scaler.scale));
-        norm = grad_norm(t->grads, t->n);
-        if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) grad_scale(t->grads, t->n, (float)(t->clip / (norm + 1e-6)));
+        float *g = t->grads + t->lo;  // only this rank's shard is needed (and, under ZeRO-2, valid)
+        if (t->scaler.scale != 1.0) grad_scale(g, n_moments(t), (float)(1.0 / t->scaler.scale));
+        norm = global_norm(t);
+        if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) grad_scale(g, n_moments(t), (float)(t->clip / (norm + 1e-6)));
         AdamW o = t->adam;
         o.lr = lr;
         t->st.adam_t++;
         t->st.skips_in_row = 0;
         for (int i = 0; i < t->n_tensors; i++) {  // Hugging Face Trainer's groups: no decay for biases and norms
             const Qwen2Tensor *x = &t->tensors[i];
-            size_t off = (size_t)(x->data - t->master.params), numel = (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
+            size_t off = (size_t)(x->data - t->master.params), end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
+            size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             double wd = strstr(x->name, "bias") || strstr(x->name, "norm") ? 0.0 : o.weight_decay;
-            adamw_update(&o, t->master.params + off, t->grads + off, t->m + off, t->v + off, numel, wd, t->st.adam_t);
+            if (a < b)
+                adamw_update(&o, t->master.params + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
+                             t->st.adam_t);
         }
+        if (t->zero) comm_allgather(t->comm, t->master.params + t->lo, t->master.params, t->n, "parameters (ZeRO all-gather)");
     }
     loss_scaler_update(&t->scaler, overflow);
     t->st.loss_scale = t->scaler.scale;
@@ -116,11 +171,28 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
 }
 
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
-    checkpoint_save(out, &t->master, t->m, t->v, save_dtype, model_dir, &t->st, keep);
+    const float *m = t->m, *v = t->v;
+    float *full = NULL;
+    if (t->zero) {  // the moments' shards, gathered (every rank takes part; rank 0 writes)
+        full = xmalloc(2 * t->n * 4);
+        comm_allgather(t->comm, t->m, full, t->n, "optimizer moments (checkpoint)");
+        comm_allgather(t->comm, t->v, full + t->n, t->n, "optimizer moments (checkpoint)");
+        m = full, v = full + t->n;
+    }
+    if (!t->comm || t->comm->rank == 0) checkpoint_save(out, &t->master, m, v, save_dtype, model_dir, &t->st, keep);
+    free(full);
 }
 
 void trainer_load(Trainer *t, const char *dir) {
-    checkpoint_load(dir, &t->master, t->m, t->v, &t->st);
+    if (t->zero) {  // read the whole moments, keep this rank's shard
+        float *full = xmalloc(2 * t->n * 4);
+        checkpoint_load(dir, &t->master, full, full + t->n, &t->st);
+        memcpy(t->m, full + t->lo, n_moments(t) * 4);
+        memcpy(t->v, full + t->n + t->lo, n_moments(t) * 4);
+        free(full);
+    } else {
+        checkpoint_load(dir, &t->master, t->m, t->v, &t->st);
+    }
     if (t->precision != DTYPE_F16) t->st.loss_scale = 1.0;
     t->scaler.scale = t->st.loss_scale;
     t->scaler.good = t->st.good_steps;

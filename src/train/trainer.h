@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "dist/comm.h"
+#include "dist/topk.h"
 #include "model/qwen2.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
@@ -26,11 +28,23 @@ typedef struct {
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
     int offloaded, offload_fd;  // m and v live in a file-backed mapping (trainer_offload_init)
+    // Data parallelism (trainer_set_dist): gradients are averaged over comm's ranks before the step.
+    Comm *comm;            // NULL: one process
+    int zero;              // 0: full moments on every rank; 1: each rank keeps and updates only its
+                           // shard [lo, hi) of the moments and parameters, then the parameters are
+                           // all-gathered; 2: as 1, and gradients are reduce-scattered, not all-reduced
+    size_t lo, hi;         // this rank's shard of the slab ([0, n) without ZeRO); m, v hold hi - lo
+    float *gshard;         // ZeRO-2: the reduce-scattered gradient shard
+    TopK topk;             // compression.type topk (ratio 0: off)
 } Trainer;
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
                   int64_t loss_scale_window);
 void trainer_free(Trainer *t);
+// Makes the trainer one of comm's ranks: ZeRO stage 0, 1 or 2 (see Trainer.zero) and top-k gradient
+// compression with error feedback at topk_ratio (0: off; only with ZeRO 0). Before trainer_load and
+// trainer_offload_init. With comm->size 1 only the compression applies (to one rank's gradient).
+void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio);
 // Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
 // trainer_offload can give their memory back while they are not needed (GRPO's rollout).
 void trainer_offload_init(Trainer *t, const char *dir);
@@ -41,9 +55,12 @@ void trainer_offload(Trainer *t);
 const Qwen2 *trainer_weights(Trainer *t);
 // trainer_weights, with the gradients zeroed for a new step.
 const Qwen2 *trainer_begin_step(Trainer *t);
-// Ends a step (st.step += 1): skips it when the loss or any gradient is not finite, else unscales,
-// clips and applies AdamW at lr. Returns the pre-clip gradient norm, NAN for a skipped step.
+// Ends a step (st.step += 1): averages the gradients over the ranks, skips the step when the loss
+// (on any rank) or any gradient is not finite, else unscales, clips and applies AdamW at lr.
+// Returns the pre-clip gradient norm, NAN for a skipped step. Collective: every rank calls it.
 double trainer_apply(Trainer *t, double lr, int loss_finite);
+// Collective; rank 0 writes (ZeRO moments are gathered to it first), so a checkpoint's files are those
+// of a single-process run.
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Restores weights, moments and st from a checkpoint directory.
 void trainer_load(Trainer *t, const char *dir);

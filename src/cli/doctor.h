@@ -1,0 +1,44 @@
+// grpo doctor's checks: each one PASS / WARN / FAIL with what it saw, what it wants and the command
+// that fixes it. System files are read under a root prefix so tests can feed a fake /sys and /proc.
+#pragma once
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+
+typedef enum { DOCTOR_PASS, DOCTOR_WARN, DOCTOR_FAIL } DoctorStatus;
+
+typedef struct {
+    char *id;           // stable key: "thp", "nofile", "pcie:0000:01:00.0", "gpu:0", ...
+    DoctorStatus status;
+    char *observed, *recommended, *fix;  // fix: "" when there is nothing to do
+    cJSON *values;      // the raw values behind `observed` (bytes, counts; null = unknown/unlimited)
+} DoctorCheck;
+
+typedef struct {
+    const char *root;   // "" or a directory standing in for / when reading /sys and /proc
+    DoctorCheck *checks;
+    int n;
+    int cpus_allowed;   // filled by doctor_check_cpus, used by the thread check
+    int numa_nodes;
+} Doctor;
+
+// printf into a fresh buffer.
+char *doctor_fmt(const char *fmt, ...) GRPO_PRINTF(1, 2);
+// Appends a check; takes ownership of `observed` (from doctor_fmt) and `values`.
+void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended,
+                const char *fix, cJSON *values);
+// Text of ROOT/path with trailing whitespace removed (malloc'd), or NULL when it cannot be read.
+char *doctor_read(const Doctor *d, const char *path);
+// "%.1f GiB"
+char *doctor_gib(double bytes);
+
+// System checks (doctor_sys.c), in the order they are reported.
+void doctor_check_cpus(Doctor *d);  // cores, affinity, NUMA nodes (sets cpus_allowed, numa_nodes)
+void doctor_check_thp(Doctor *d);
+void doctor_check_numa_balancing(Doctor *d);
+void doctor_check_limits(Doctor *d);
+void doctor_check_cpu_features(Doctor *d);
+void doctor_check_threads(Doctor *d, int ranks);
+void doctor_check_mpi(Doctor *d, int ranks);
+void doctor_check_pcie(Doctor *d);
+void doctor_check_gpus(Doctor *d);

@@ -1,0 +1,452 @@
+// grpo doctor's system checks: kernel settings, limits, CPU, threads, MPI, PCIe links and GPUs.
+// Everything under /sys and /proc is read through doctor_read, so a fake root exercises every branch.
+#define _GNU_SOURCE  // RLIMIT_MEMLOCK
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/doctor.h"
+
+#define MAX_CPUS 8192
+
+// Parses a kernel CPU list ("0-3,8,10-11") into flags; the number of CPUs, or -1 when malformed.
+static int cpulist_parse(const char *s, unsigned char *set) {
+    int n = 0;
+    memset(set, 0, MAX_CPUS);
+    while (*s == ' ' || *s == '\t') s++;
+    while (*s && *s != '\n') {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s || a < 0 || a >= MAX_CPUS) return -1;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || b < a || b >= MAX_CPUS) return -1;
+        }
+        for (long i = a; i <= b; i++) n += !set[i], set[i] = 1;
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end && *end != '\n') return -1;
+    }
+    return n;
+}
+
+void doctor_check_cpus(Doctor *d) {
+    unsigned char *online = xmalloc(MAX_CPUS), *allowed = xmalloc(MAX_CPUS), *node = xmalloc(MAX_CPUS);
+    char *on_text = doctor_read(d, "/sys/devices/system/cpu/online"), *status = doctor_read(d, "/proc/self/status");
+    char *nodes_text = doctor_read(d, "/sys/devices/system/node/online");
+    int n_online = on_text ? cpulist_parse(on_text, online) : -1;
+    const char *al = status ? strstr(status, "Cpus_allowed_list:") : NULL;
+    int n_allowed = al ? cpulist_parse(al + strlen("Cpus_allowed_list:"), allowed) : -1;
+    if (n_allowed < 0) n_allowed = n_online, memcpy(allowed, online, MAX_CPUS);
+    // Nodes that hold at least one CPU this process may run on: more than one means memory traffic
+    // crosses the interconnect unless each rank is bound to a node.
+    int n_nodes = nodes_text ? cpulist_parse(nodes_text, node) : -1, spanned = 0;
+    if (n_nodes < 1) n_nodes = 1;
+    for (int i = 0; nodes_text && n_nodes > 1 && i < MAX_CPUS; i++) {
+        if (!node[i]) continue;
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", i);
+        char *cl = doctor_read(d, path);
+        unsigned char *cpus = xmalloc(MAX_CPUS);
+        int hit = 0;
+        if (cl && cpulist_parse(cl, cpus) >= 0)
+            for (int c = 0; c < MAX_CPUS && !hit; c++) hit = cpus[c] && allowed[c];
+        spanned += hit;
+        free(cpus);
+        free(cl);
+    }
+    if (n_nodes == 1) spanned = 1;
+    d->cpus_allowed = n_allowed > 0 ? n_allowed : 1;
+    d->numa_nodes = n_nodes;
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddNumberToObject(v, "cpus_online", n_online);
+    cJSON_AddNumberToObject(v, "cpus_allowed", n_allowed);
+    cJSON_AddNumberToObject(v, "numa_nodes", n_nodes);
+    cJSON_AddNumberToObject(v, "nodes_spanned", spanned);
+    if (n_online < 1)
+        doctor_add(d, "cpus", DOCTOR_WARN, doctor_fmt("cannot read %s/sys/devices/system/cpu/online", d->root),
+                   "a readable sysfs", "mount sysfs (mount -t sysfs sysfs /sys)", v);
+    else if (spanned > 1)
+        doctor_add(d, "cpus", DOCTOR_WARN,
+                   doctor_fmt("%d CPUs online, %d allowed, spanning %d of %d NUMA nodes", n_online, n_allowed, spanned, n_nodes),
+                   "each rank bound to one NUMA node",
+                   "numactl --cpunodebind=0 --membind=0 grpo ... (MPI: mpirun --map-by numa --bind-to numa)", v);
+    else
+        doctor_add(d, "cpus", DOCTOR_PASS,
+                   doctor_fmt("%d CPUs online, %d allowed, %d NUMA node%s", n_online, n_allowed, n_nodes, n_nodes > 1 ? "s" : ""),
+                   "each rank bound to one NUMA node", "", v);
+    free(on_text);
+    free(status);
+    free(nodes_text);
+    free(online);
+    free(allowed);
+    free(node);
+}
+
+void doctor_check_thp(Doctor *d) {
+    char *t = doctor_read(d, "/sys/kernel/mm/transparent_hugepage/enabled");
+    const char *fix = "echo never > /sys/kernel/mm/transparent_hugepage/enabled", *want = "never (or madvise)";
+    char mode[32] = "";
+    const char *lb = t ? strchr(t, '[') : NULL, *rb = lb ? strchr(lb, ']') : NULL;
+    if (rb && rb - lb - 1 < (long)sizeof mode) memcpy(mode, lb + 1, (size_t)(rb - lb - 1)), mode[rb - lb - 1] = 0;
+    cJSON *v = cJSON_CreateObject();
+    if (mode[0]) cJSON_AddStringToObject(v, "mode", mode);
+    else cJSON_AddNullToObject(v, "mode");
+    if (!t) doctor_add(d, "thp", DOCTOR_PASS, doctor_fmt("not available (kernel without THP)"), want, "", v);
+    else if (!mode[0]) doctor_add(d, "thp", DOCTOR_WARN, doctor_fmt("unreadable: \"%s\"", t), want, fix, v);
+    else if (strcmp(mode, "always") == 0)  // khugepaged stalls and memory bloat on large pinned slabs
+        doctor_add(d, "thp", DOCTOR_WARN, doctor_fmt("%s", mode), want, fix, v);
+    else doctor_add(d, "thp", DOCTOR_PASS, doctor_fmt("%s", mode), want, "", v);
+    free(t);
+}
+
+void doctor_check_numa_balancing(Doctor *d) {
+    char *t = doctor_read(d, "/proc/sys/kernel/numa_balancing");
+    const char *fix = "sysctl -w kernel.numa_balancing=0", *want = "0";
+    char *end = NULL;
+    long x = t ? strtol(t, &end, 10) : 0;
+    cJSON *v = cJSON_CreateObject();
+    if (t && end != t && !*end) cJSON_AddNumberToObject(v, "numa_balancing", (double)x);
+    else cJSON_AddNullToObject(v, "numa_balancing");
+    cJSON_AddNumberToObject(v, "numa_nodes", d->numa_nodes);
+    if (!t) doctor_add(d, "numa_balancing", DOCTOR_PASS, doctor_fmt("not available"), want, "", v);
+    else if (end == t || *end) doctor_add(d, "numa_balancing", DOCTOR_WARN, doctor_fmt("unreadable: \"%s\"", t), want, fix, v);
+    else if (x != 0 && d->numa_nodes > 1)  // page migration scans fight the explicit per-node binding
+        doctor_add(d, "numa_balancing", DOCTOR_WARN, doctor_fmt("%ld with %d NUMA nodes", x, d->numa_nodes), want, fix, v);
+    else doctor_add(d, "numa_balancing", DOCTOR_PASS, doctor_fmt("%ld with %d NUMA node%s", x, d->numa_nodes,
+                                                                 d->numa_nodes > 1 ? "s" : ""), want, "", v);
+    free(t);
+}
+
+// One limit from the root's proc/self/limits text, else from getrlimit. -1 = unlimited.
+static const char *limit_get(const Doctor *d, const char *text, const char *label, int res, double *soft, double *hard) {
+    const char *p = text ? strstr(text, label) : NULL;
+    if (d->root[0] && p) {
+        char a[32], b[32];
+        if (sscanf(p + strlen(label), "%31s %31s", a, b) != 2) die("%s/proc/self/limits: malformed \"%s\" line", d->root, label);
+        char *ea, *eb;
+        *soft = strcmp(a, "unlimited") == 0 ? -1 : strtod(a, &ea);
+        *hard = strcmp(b, "unlimited") == 0 ? -1 : strtod(b, &eb);
+        if ((*soft >= 0 && *ea) || (*hard >= 0 && *eb)) die("%s/proc/self/limits: malformed \"%s\" line", d->root, label);
+        return "proc/self/limits";
+    }
+    struct rlimit rl;
+    if (getrlimit(res, &rl) != 0) die("getrlimit failed");
+    *soft = rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur;
+    *hard = rl.rlim_max == RLIM_INFINITY ? -1 : (double)rl.rlim_max;
+    return "getrlimit";
+}
+
+static cJSON *limit_values(double soft, double hard, const char *source) {
+    cJSON *v = cJSON_CreateObject();
+    if (soft < 0) cJSON_AddNullToObject(v, "soft");
+    else cJSON_AddNumberToObject(v, "soft", soft);
+    if (hard < 0) cJSON_AddNullToObject(v, "hard");
+    else cJSON_AddNumberToObject(v, "hard", hard);
+    cJSON_AddStringToObject(v, "source", source);
+    return v;
+}
+
+static char *limit_text(double x) { return x < 0 ? doctor_fmt("unlimited") : doctor_fmt("%.0f", x); }
+
+void doctor_check_limits(Doctor *d) {
+    char *text = d->root[0] ? doctor_read(d, "/proc/self/limits") : NULL;
+    double soft, hard;
+    const char *src = limit_get(d, text, "Max open files", RLIMIT_NOFILE, &soft, &hard);
+    char *s = limit_text(soft), *h = limit_text(hard);
+    // MPI opens sockets per peer and checkpoints open shards: 1024 runs out at scale, below it sooner.
+    DoctorStatus st = soft < 0 || soft >= 1048576 ? DOCTOR_PASS : soft < 1024 ? DOCTOR_FAIL : DOCTOR_WARN;
+    doctor_add(d, "nofile", st, doctor_fmt("soft %s, hard %s", s, h), "1048576",
+               st == DOCTOR_PASS ? "" : "ulimit -n 1048576 (hard limit: \"* - nofile 1048576\" in /etc/security/limits.conf)",
+               limit_values(soft, hard, src));
+    free(s), free(h);
+    src = limit_get(d, text, "Max locked memory", RLIMIT_MEMLOCK, &soft, &hard);
+    s = limit_text(soft), h = limit_text(hard);
+    // RDMA transports pin their buffers; a small limit makes registration fail or fall back.
+    st = soft < 0 ? DOCTOR_PASS : DOCTOR_WARN;
+    doctor_add(d, "memlock", st, doctor_fmt("soft %s, hard %s", s, h), "unlimited",
+               st == DOCTOR_PASS ? "" : "ulimit -l unlimited (hard limit: \"* - memlock unlimited\" in /etc/security/limits.conf)",
+               limit_values(soft, hard, src));
+    free(s), free(h);
+    free(text);
+}
+
+// Value of the first "key<tabs>: value" line of /proc/cpuinfo, or NULL.
+static char *cpuinfo_field(const char *text, const char *key) {
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        size_t k = strlen(key);
+        if (strncmp(p, key, k) != 0 || (p[k] != '\t' && p[k] != ' ' && p[k] != ':')) continue;
+        const char *c = strchr(p, ':'), *e = strchr(p, '\n');
+        if (!c || (e && c > e)) continue;
+        c++;
+        while (*c == ' ') c++;
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        char *r = xmalloc(n + 1);
+        memcpy(r, c, n), r[n] = 0;
+        return r;
+    }
+    return NULL;
+}
+
+static int has_word(const char *list, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+// The vector features this binary was compiled for (-march=native takes the build host's).
+static const struct {
+    const char *flag;
+    int built;
+} features[] = {
+#ifdef __AVX2__
+    {"avx2", 1},
+#else
+    {"avx2", 0},
+#endif
+#ifdef __FMA__
+    {"fma", 1},
+#else
+    {"fma", 0},
+#endif
+#ifdef __AVX512F__
+    {"avx512f", 1},
+#else
+    {"avx512f", 0},
+#endif
+#ifdef __AVX512BF16__
+    {"avx512_bf16", 1},
+#else
+    {"avx512_bf16", 0},
+#endif
+};
+
+void doctor_check_cpu_features(Doctor *d) {
+    char *info = doctor_read(d, "/proc/cpuinfo");
+    char *model = info ? cpuinfo_field(info, "model name") : NULL, *flags = info ? cpuinfo_field(info, "flags") : NULL;
+    cJSON *v = cJSON_CreateObject(), *cpu = cJSON_AddArrayToObject(v, "cpu_features"),
+          *built = cJSON_AddArrayToObject(v, "build_features");
+    if (model) cJSON_AddStringToObject(v, "model", model);
+    else cJSON_AddNullToObject(v, "model");
+    Buf missing = {0}, unused = {0}, have = {0};
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
+        int on_cpu = flags && has_word(flags, features[i].flag);
+        if (on_cpu) cJSON_AddItemToArray(cpu, cJSON_CreateString(features[i].flag));
+        if (features[i].built) cJSON_AddItemToArray(built, cJSON_CreateString(features[i].flag));
+        Buf *b = features[i].built && !on_cpu ? &missing : !features[i].built && on_cpu ? &unused : &have;
+        if (features[i].built || on_cpu) buf_append(b, " ", 1), buf_append(b, features[i].flag, strlen(features[i].flag));
+    }
+    const char *m = model ? model : "unknown CPU";
+    if (!flags)
+        doctor_add(d, "cpu", DOCTOR_WARN, doctor_fmt("%s; no flags line in %s/proc/cpuinfo", m, d->root),
+                   "a CPU with the features the build uses", "", v);
+    else if (missing.len)  // the binary would stop with SIGILL in the first vector loop
+        doctor_add(d, "cpu", DOCTOR_FAIL, doctor_fmt("%s lacks%s, which the build uses", m, missing.data),
+                   "the features the build uses", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
+    else if (unused.len)
+        doctor_add(d, "cpu", DOCTOR_WARN, doctor_fmt("%s has%s, which the build does not use", m, unused.data),
+                   "a build for this CPU", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
+    else
+        doctor_add(d, "cpu", DOCTOR_PASS, doctor_fmt("%s;%s", m, have.len ? have.data : " no AVX2/AVX-512"),
+                   "a build for this CPU", "", v);
+    buf_free(&missing), buf_free(&unused), buf_free(&have);
+    free(model), free(flags), free(info);
+}
+
+// Leading positive integer of an OpenMP-style thread count ("8" or "8,2"); 0 when unset, -1 when malformed.
+static long env_threads(const char *name) {
+    const char *s = getenv(name);
+    if (!s) return 0;
+    char *end;
+    long x = strtol(s, &end, 10);
+    return end == s || x < 1 || (*end && *end != ',') ? -1 : x;
+}
+
+void doctor_check_threads(Doctor *d, int ranks) {
+    long omp = env_threads("OMP_NUM_THREADS"), blas = env_threads("OPENBLAS_NUM_THREADS");
+    long per_rank = omp > 0 ? omp : d->cpus_allowed;  // OpenMP's default: every CPU of the affinity mask
+    long total = per_rank * ranks;
+    cJSON *v = cJSON_CreateObject();
+    if (omp > 0) cJSON_AddNumberToObject(v, "omp_num_threads", (double)omp);
+    else cJSON_AddNullToObject(v, "omp_num_threads");
+    if (blas > 0) cJSON_AddNumberToObject(v, "openblas_num_threads", (double)blas);
+    else cJSON_AddNullToObject(v, "openblas_num_threads");
+    cJSON_AddNumberToObject(v, "ranks", ranks);
+    cJSON_AddNumberToObject(v, "threads_per_rank", (double)per_rank);
+    cJSON_AddNumberToObject(v, "cpus_allowed", d->cpus_allowed);
+    char *obs = doctor_fmt("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, %d rank%s x %ld threads on %d CPUs",
+                           getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)",
+                           getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", ranks,
+                           ranks > 1 ? "s" : "", per_rank, d->cpus_allowed);
+    char *fix = doctor_fmt("export OMP_NUM_THREADS=%d", d->cpus_allowed / ranks > 0 ? d->cpus_allowed / ranks : 1);
+    const char *want = "ranks x OMP_NUM_THREADS <= allowed CPUs";
+    if (omp < 0 || blas < 0)
+        doctor_add(d, "threads", DOCTOR_FAIL, obs, "positive integers", "unset it or export a positive integer", v);
+    else if (total > d->cpus_allowed || blas > d->cpus_allowed)  // oversubscribed cores stall at every barrier
+        doctor_add(d, "threads", DOCTOR_WARN, obs, want, fix, v);
+    else doctor_add(d, "threads", DOCTOR_PASS, obs, want, "", v);
+    free(fix);
+}
+
+void doctor_check_mpi(Doctor *d, int ranks) {
+    const char *path_env = getenv("PATH");
+    char *found = NULL, *version = NULL;
+    for (const char *p = path_env ? path_env : ""; !found && *p;) {
+        size_t n = strcspn(p, ":");
+        char *dir = xmalloc(n + 1);
+        memcpy(dir, p, n), dir[n] = 0;
+        char *cand = path_join(n ? dir : ".", "mpirun");
+        if (access(cand, X_OK) == 0) found = cand;
+        else free(cand);
+        free(dir);
+        p += n + (p[n] == ':');
+    }
+    if (found && !strchr(found, '\'')) {
+        char *cmd = doctor_fmt("'%s' --version 2>/dev/null", found), line[256] = "";
+        FILE *f = popen(cmd, "r");
+        if (f && fgets(line, sizeof line, f)) line[strcspn(line, "\r\n")] = 0, version = xstrdup(line);
+        while (f && fgets(line, sizeof line, f)) {}  // drain so the child does not die of SIGPIPE
+        if (f) pclose(f);
+        free(cmd);
+    }
+    cJSON *v = cJSON_CreateObject();
+    if (found) cJSON_AddStringToObject(v, "path", found);
+    else cJSON_AddNullToObject(v, "path");
+    if (version) cJSON_AddStringToObject(v, "version", version);
+    else cJSON_AddNullToObject(v, "version");
+    cJSON_AddNumberToObject(v, "ranks", ranks);
+    const char *want = ranks > 1 ? "mpirun on PATH" : "mpirun on PATH for more than one rank";
+    if (found)
+        doctor_add(d, "mpi", DOCTOR_PASS, doctor_fmt("%s (%s)", found, version ? version : "version unknown"), want, "", v);
+    else
+        doctor_add(d, "mpi", ranks > 1 ? DOCTOR_WARN : DOCTOR_PASS, doctor_fmt("none (no mpirun on PATH)"), want,
+                   ranks > 1 ? "apt-get install openmpi-bin libopenmpi-dev" : "", v);
+    free(found), free(version);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// One check per display (class 0x03) or processing accelerator (0x12) device: link as trained vs capable.
+static void pcie_device(Doctor *d, const char *name) {
+    char path[512], *f[7];
+    static const char *const files[7] = {"class", "vendor", "device", "current_link_width", "max_link_width",
+                                         "current_link_speed", "max_link_speed"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/%s", name, files[i]);
+        f[i] = doctor_read(d, path);
+    }
+    unsigned long cls = f[0] ? strtoul(f[0], NULL, 16) : 0;
+    if ((cls >> 16) == 0x03 || (cls >> 16) == 0x12) {
+        double cw = f[3] ? atof(f[3]) : 0, mw = f[4] ? atof(f[4]) : 0, cs = f[5] ? atof(f[5]) : 0, ms = f[6] ? atof(f[6]) : 0;
+        cJSON *v = cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "class", f[0]);
+        cJSON_AddStringToObject(v, "vendor", f[1] ? f[1] : "");
+        cJSON_AddStringToObject(v, "device", f[2] ? f[2] : "");
+        cJSON_AddNumberToObject(v, "current_width", cw);
+        cJSON_AddNumberToObject(v, "max_width", mw);
+        cJSON_AddNumberToObject(v, "current_speed_gts", cs);
+        cJSON_AddNumberToObject(v, "max_speed_gts", ms);
+        char *id = doctor_fmt("pcie:%s", name);
+        char *obs = doctor_fmt("%s %s:%s x%g at %g GT/s of x%g at %g GT/s", name, f[1] ? f[1] : "?", f[2] ? f[2] : "?",
+                               cw, cs, mw, ms);
+        if (cw <= 0 || mw <= 0)
+            doctor_add(d, id, DOCTOR_PASS, obs, "current = maximum", "", v);  // virtual functions report no link
+        else if (cw < mw || cs < ms)  // e.g. a firmware mismatch leaving an x16 card at x8
+            doctor_add(d, id, DOCTOR_WARN, obs, "current = maximum (idle GPUs may lower the speed; check under load)",
+                       "reseat the card or fix slot/BIOS/firmware settings; compare LnkCap and LnkSta in lspci -vv", v);
+        else doctor_add(d, id, DOCTOR_PASS, obs, "current = maximum", "", v);
+        free(id);
+    }
+    for (int i = 0; i < 7; i++) free(f[i]);
+}
+
+void doctor_check_pcie(Doctor *d) {
+    char *dir = doctor_fmt("%s/sys/bus/pci/devices", d->root);
+    DIR *dp = opendir(dir);
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        if (e->d_name[0] == '.') continue;
+        names = xrealloc(names, (n + 1) * sizeof *names);
+        names[n++] = xstrdup(e->d_name);
+    }
+    if (dp) closedir(dp);
+    if (n) qsort(names, n, sizeof *names, cmp_str);
+    int before = d->n;
+    for (size_t i = 0; i < n; i++) pcie_device(d, names[i]), free(names[i]);
+    free(names);
+    if (d->n == before) doctor_add(d, "pcie", DOCTOR_PASS, doctor_fmt("no display or accelerator devices in %s", dir),
+                                   "current = maximum", "", cJSON_CreateObject());
+    free(dir);
+}
+
+// NVML through dlopen: no build or run dependency on the NVIDIA driver. Types as in nvml.h.
+typedef struct {
+    unsigned long long total, free, used;
+} NvmlMemory;
+
+void doctor_check_gpus(Doctor *d) {
+    const char *lib = getenv("GRPO_DOCTOR_NVML") ? getenv("GRPO_DOCTOR_NVML") : "libnvidia-ml.so.1";
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cJSON *v = cJSON_CreateObject();
+    if (!h) {
+        cJSON_AddNumberToObject(v, "count", 0);
+        doctor_add(d, "gpu", DOCTOR_PASS, doctor_fmt("none (%s not found)", lib), "", "", v);
+        return;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*shutdown)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
+    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
+    int (*handle)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*name)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))dlsym(h, "nvmlDeviceGetName");
+    int (*mem)(void *, NvmlMemory *) = (int (*)(void *, NvmlMemory *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+    int (*temp)(void *, int, unsigned *) = (int (*)(void *, int, unsigned *))dlsym(h, "nvmlDeviceGetTemperature");
+    int (*ecc)(void *, int, int, unsigned long long *) =
+        (int (*)(void *, int, int, unsigned long long *))dlsym(h, "nvmlDeviceGetTotalEccErrors");
+    unsigned n = 0;
+    int rc = init && shutdown && count && handle && name && mem ? init() : -1;
+    if (rc != 0 || count(&n) != 0) {  // a library without a working driver: the GPUs are unusable
+        cJSON_AddNullToObject(v, "count");
+        doctor_add(d, "gpu", DOCTOR_FAIL, doctor_fmt("%s loaded but NVML does not start (code %d)", lib, rc),
+                   "a working NVIDIA driver", "check nvidia-smi; reinstall the driver matching the kernel module", v);
+        if (rc == 0) shutdown();
+        dlclose(h);
+        return;
+    }
+    cJSON_AddNumberToObject(v, "count", n);
+    doctor_add(d, "gpu", DOCTOR_PASS, doctor_fmt("%u NVIDIA GPU%s", n, n == 1 ? "" : "s"), "", "", v);
+    for (unsigned i = 0; i < n; i++) {
+        void *dev = NULL;
+        char nm[96] = "?";
+        NvmlMemory m = {0};
+        unsigned t = 0;
+        unsigned long long errs = 0;
+        int ok = handle(i, &dev) == 0 && mem(dev, &m) == 0, has_t = ok && temp && temp(dev, 0, &t) == 0,
+            has_ecc = ok && ecc && ecc(dev, 1 /* uncorrected */, 0 /* volatile: since boot */, &errs) == 0;
+        if (ok) name(dev, nm, sizeof nm);
+        nm[sizeof nm - 1] = 0;
+        cJSON *g = cJSON_CreateObject();
+        cJSON_AddStringToObject(g, "name", nm);
+        cJSON_AddNumberToObject(g, "memory_total_bytes", (double)m.total);
+        cJSON_AddNumberToObject(g, "memory_used_bytes", (double)m.used);
+        if (has_t) cJSON_AddNumberToObject(g, "temperature_c", t);
+        else cJSON_AddNullToObject(g, "temperature_c");
+        if (has_ecc) cJSON_AddNumberToObject(g, "ecc_uncorrected", (double)errs);
+        else cJSON_AddNullToObject(g, "ecc_uncorrected");
+        char *id = doctor_fmt("gpu:%u", i), *tot = doctor_gib((double)m.total), *used = doctor_gib((double)m.used);
+        char *obs = doctor_fmt("%s, %s used of %s, %u C, %llu uncorrected ECC errors", nm, used, tot, t, errs);
+        char *fix = doctor_fmt("nvidia-smi -q -i %u", i);
+        if (!ok) doctor_add(d, id, DOCTOR_FAIL, obs, "a device NVML can query", fix, g);
+        else if (errs > 0 || (has_t && t >= 85))  // failing memory or a cooling problem
+            doctor_add(d, id, DOCTOR_WARN, obs, "no uncorrected ECC errors, below 85 C", fix, g);
+        else doctor_add(d, id, DOCTOR_PASS, obs, "no uncorrected ECC errors, below 85 C", "", g);
+        free(id), free(tot), free(used), free(fix);
+    }
+    shutdown();
+    dlclose(h);
+}
