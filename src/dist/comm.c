@@ -59,7 +59,7 @@ static void check(const Comm *c, int rc, const char *what, const char *call) {
     comm_abort(c, "%s: %s failed: %s (a rank has probably died)", what, call, err);
 }
 
-static int launched(void) {
+int comm_launched(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
@@ -69,7 +69,7 @@ void comm_init(Comm *c, double timeout_s) {
     c->local_size = 1;
     c->timeout_s = timeout_s;
     c->bucket_floats = COMM_BUCKET_FLOATS;
-    if (!launched()) return;
+    if (!comm_launched()) return;
     // Open MPI's nonblocking all-reduce picks, by default, an algorithm that measured 2-4x slower on
     // large buckets than Rabenseifner's (recursive-halving reduce-scatter + all-gather; libnbc falls
     // back to its ring where that does not apply). Each sum is formed on one rank and copied to the

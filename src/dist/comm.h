@@ -43,6 +43,8 @@ typedef struct {
 // default nonblocking all-reduce measured 2-4x slower on 16 MiB buckets.
 // timeout_s: see Comm.timeout_s (the `dist.timeout_s` setting, 600 by default).
 void comm_init(Comm *c, double timeout_s);
+// 1 when a launcher started this process (the environment comm_init looks at).
+int comm_launched(void);
 // Finalises MPI if comm_init initialised it, after a barrier under the timeout (MPI_Finalize has
 // none). Every rank must call it.
 void comm_finalize(Comm *c);

@@ -8,6 +8,7 @@
 #include "base/json.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "dist/comm.h"
 #include "rl/reward.h"
 #include "rollout/rollout.h"
 #include "text/tokenizer.h"
@@ -278,6 +279,8 @@ static char *str_printf(const char *fmt, ...) {
 }
 
 void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res) {
+    // Its ranks would write the same files, and SFT then GRPO would initialise MPI twice.
+    if (comm_launched()) die("the built-in demo runs in one process: start it without mpirun");
     DemoResult R = {0};
     double t0 = time_now();
     DemoTask task;

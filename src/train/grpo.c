@@ -112,7 +112,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, Gr
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
         .policy = slab, .compute = s->precision != DTYPE_F32 ? slab : 0, .moments = 2 * shard,
-        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0), .reference = s->loss.kl_coef > 0 ? slab : 0,
+        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0), .reference = s->loss.kl_coef > 0 ? slab : 0,
         .rollout = rollout_workspace_bytes(c, seqs, max_seq_len(s), prefill),
         .update = update_ws_bytes(c, micro, max_seq_len(s), s->recompute),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
@@ -281,7 +281,8 @@ static double kl_into_reward(const GrpoSettings *s, Rollout *ro) {
 
 // One mini-batch's gradient, micro-batch by micro-batch, into the trainer's gradient slab. Its loss
 // is normalised by the whole mini-batch over all ranks (n_tok tokens, n_seq responses), so that the
-// ranks' gradients add up to the single-process one.
+// ranks' gradients add up to the single-process one (with dynamic sampling the ranks drop flat groups
+// on their own, so mini-batches after the first may hold other samples than in one process).
 static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m0, int64_t m1, double n_tok,
                                  double n_seq, int on_policy, UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
@@ -338,24 +339,26 @@ static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st
 }
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
-enum { M_REWARD, M_REWARD_SQ, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
+enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
        M_KL_REWARD, M_N };
 
 static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
     const GrpoSettings *s = r->s;
     double sum[M_N] = {0}, mx[3] = {(double)st->resp_max, st->loss.ratio_max, -st->loss.ratio_min};
     for (int64_t i = 0; i < ro->n_samples; i++)
-        sum[M_REWARD] += ro->reward[i], sum[M_REWARD_SQ] += (double)ro->reward[i] * ro->reward[i], sum[M_LEN] += ro->samples[i].n;
+        sum[M_REWARD] += ro->reward[i], sum[M_LEN] += ro->samples[i].n;
     sum[M_TRUNC] = (double)st->n_trunc, sum[M_ACC] = (double)st->n_acc, sum[M_CORRECT] = (double)st->n_correct;
     sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)ro->n_kept, sum[M_RESP] = (double)ro->n_resp;
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
     sum[M_KL_REWARD] = st->kl_reward;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
+    double n = (double)(ro->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
+    for (int64_t i = 0; i < ro->n_samples; i++) rvar += (ro->reward[i] - rmean) * (ro->reward[i] - rmean);
+    comm_allreduce_f64(&r->comm, &rvar, 1, COMM_SUM, "metrics");  // two passes: exact 0 for equal rewards
     if (r->comm.rank != 0) return;
 
-    double n = (double)(ro->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n;
-    double rstd = sqrt(fmax(0.0, sum[M_REWARD_SQ] / n - rmean * rmean));
+    double rstd = sqrt(rvar / n);
     double upd = (double)(s->ppo_epochs * (ro->n_mini ? ro->n_mini : 1));
     double kl = s->use_kl_in_reward ? (sum[M_KEPT] ? sum[M_KL_REWARD] / sum[M_KEPT] : 0.0) : sum[M_KL] / upd;
     double acc = sum[M_ACC] ? sum[M_CORRECT] / sum[M_ACC] : NAN;
@@ -663,6 +666,7 @@ void grpo_run(const GrpoSettings *global) {
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
     }
+    comm_finalize(&r.comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {
         copy_model_extras(s->model_dir, s->out_dir);
         qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
@@ -681,5 +685,4 @@ void grpo_run(const GrpoSettings *global) {
     if (r.has_val) prompt_data_free(&r.val);
     tokenizer_free(&r.tok);
     trainer_free(&r.tr);
-    comm_finalize(&r.comm);
 }

@@ -58,7 +58,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
 // the update, so the peak is fixed + max(rollout, update), not fixed + rollout + update.
 typedef struct {
     size_t policy, compute, grads, moments, reference;  // fixed slabs (compute: the bf16/fp16 copy; 0 in f32;
-                                                         // grads include ZeRO-2's shard buffer)
+                                                         // grads include ZeRO-2's shard buffer and
+                                                         // top-k's residual)
     size_t rollout, update;  // the workspace's two uses, at the configured batch and length limits
     size_t workspace;        // max(rollout, update)
     size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update

@@ -183,6 +183,7 @@ void sft_run(const SftConfig *cfg) {
                 "see the warnings above", (long long)tr.st.skips_in_row, (long long)step, scale);
         if (cfg->save_every && step % cfg->save_every == 0) trainer_save(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir, cfg->keep);
     }
+    comm_finalize(&comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {
         copy_model_extras(cfg->model_dir, cfg->out_dir);
         qwen2_save(&tr.master, cfg->out_dir, cfg->save_dtype);
@@ -196,5 +197,4 @@ void sft_run(const SftConfig *cfg) {
     arena_free(&arena);
     trainer_free(&tr);
     sft_data_free(&data);
-    comm_finalize(&comm);
 }

@@ -1,4 +1,4 @@
-#define _DEFAULT_SOURCE  // madvise, mkstemp, posix_fadvise
+#define _GNU_SOURCE  // madvise, mkostemp, posix_fadvise
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -56,6 +56,10 @@ static int average_gradients(Trainer *t, int loss_finite) {
         comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
         memcpy(t->grads + t->lo, t->gshard, n_moments(t) * 4);
     } else if (t->topk.ratio > 0) {
+        // The residual is in units of the loss scale it was made at: follow fp16's scale changes.
+        if (t->topk_scale > 0 && t->topk_scale != t->scaler.scale && t->topk.residual)
+            grad_scale(t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));
+        t->topk_scale = t->scaler.scale;
         Comm single = {.rank = 0, .size = 1};
         topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
     } else if (t->comm) {
@@ -68,12 +72,20 @@ static int average_gradients(Trainer *t, int loss_finite) {
     double bad = !loss_finite || !grad_all_finite(g, n);
     // Whole averaged gradients are the same bits on every rank; a shard or a local loss is not.
     if (t->comm) comm_allreduce_f64(t->comm, &bad, 1, COMM_MAX, "the skip-step flag");
+    // A skipped step's residual may hold the infinities nobody sent: start error feedback afresh.
+    if (bad && t->topk.residual) memset(t->topk.residual, 0, t->n * 4);
     return bad != 0;
 }
 
-// Global L2 norm of the averaged gradient (sum of the shards' squares under ZeRO-2).
+// Global L2 norm of the averaged gradient, the same bits on every rank (the sum's last bits depend on
+// the thread count, which ranks need not share): rank 0's, or the sum of the shards' squares under ZeRO.
 static double global_norm(Trainer *t) {
-    if (t->zero != 2) return grad_norm(t->grads, t->n);
+    if (!t->comm) return grad_norm(t->grads, t->n);
+    if (!t->zero) {
+        double norm = grad_norm(t->grads, t->n);
+        comm_bcast(t->comm, &norm, sizeof norm, 0, "the gradient norm");
+        return norm;
+    }
     double ss = grad_norm(t->grads + t->lo, n_moments(t));
     ss *= ss;
     comm_allreduce_f64(t->comm, &ss, 1, COMM_SUM, "the gradient norm");
@@ -83,7 +95,7 @@ static double global_norm(Trainer *t) {
 void trainer_offload_init(Trainer *t, const char *dir) {
     size_t nm = n_moments(t), bytes = 2 * nm * 4;
     char *path = path_join(dir, ".optimizer-offload-XXXXXX");
-    int fd = mkstemp(path);
+    int fd = mkostemp(path, O_CLOEXEC);  // not inherited by reward programs
     if (fd < 0) die("%s: cannot create the optimizer offload file: %s", path, strerror(errno));
     if (unlink(path) != 0) die("%s: cannot unlink: %s", path, strerror(errno));  // nothing left behind, even on a crash
     // Reserve the blocks now: a full disk is an error here, not a SIGBUS in the middle of AdamW.
@@ -173,10 +185,17 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
     const float *m = t->m, *v = t->v;
     float *full = NULL;
-    if (t->zero) {  // the moments' shards, gathered (every rank takes part; rank 0 writes)
-        full = xmalloc(2 * t->n * 4);
-        comm_allgather(t->comm, t->m, full, t->n, "optimizer moments (checkpoint)");
-        comm_allgather(t->comm, t->v, full + t->n, t->n, "optimizer moments (checkpoint)");
+    if (t->zero) {  // the moments' shards, sent to rank 0 one rank at a time (only rank 0 holds them all)
+        size_t lo, hi, most = t->n / (size_t)t->comm->size + 1;
+        float *buf = xmalloc(2 * most * 4);
+        if (t->comm->rank == 0) full = xmalloc(2 * t->n * 4);
+        for (int r = 0; r < t->comm->size; r++) {
+            comm_shard(t->n, r, t->comm->size, &lo, &hi);
+            if (r == t->comm->rank) memcpy(buf, t->m, (hi - lo) * 4), memcpy(buf + (hi - lo), t->v, (hi - lo) * 4);
+            comm_bcast(t->comm, buf, 2 * (hi - lo) * 4, r, "optimizer moments (checkpoint)");
+            if (full) memcpy(full + lo, buf, (hi - lo) * 4), memcpy(full + t->n + lo, buf + (hi - lo), (hi - lo) * 4);
+        }
+        free(buf);
         m = full, v = full + t->n;
     }
     if (!t->comm || t->comm->rank == 0) checkpoint_save(out, &t->master, m, v, save_dtype, model_dir, &t->st, keep);

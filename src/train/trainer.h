@@ -35,7 +35,8 @@ typedef struct {
                            // all-gathered; 2: as 1, and gradients are reduce-scattered, not all-reduced
     size_t lo, hi;         // this rank's shard of the slab ([0, n) without ZeRO); m, v hold hi - lo
     float *gshard;         // ZeRO-2: the reduce-scattered gradient shard
-    TopK topk;             // compression.type topk (ratio 0: off)
+    TopK topk;             // compression.type topk (ratio 0: off); its residual is not checkpointed
+    double topk_scale;     // the loss scale topk.residual was made at
 } Trainer;
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
@@ -60,7 +61,7 @@ const Qwen2 *trainer_begin_step(Trainer *t);
 // Returns the pre-clip gradient norm, NAN for a skipped step. Collective: every rank calls it.
 double trainer_apply(Trainer *t, double lr, int loss_finite);
 // Collective; rank 0 writes (ZeRO moments are gathered to it first), so a checkpoint's files are those
-// of a single-process run.
+// of a single-process run. Loading reads the whole moments on every rank, then keeps its shard.
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Restores weights, moments and st from a checkpoint directory.
 void trainer_load(Trainer *t, const char *dir);

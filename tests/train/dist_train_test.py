@@ -4,7 +4,7 @@
 usage: /usr/bin/python3 tests/train/dist_train_test.py --grpo PATH --tokenizer tokenizer.json --tmp DIR
 
 Checks (weights compared per tensor as max|a - b| / max|a|, read here with numpy):
-  grpo / sft   -np 2 with ZeRO 0, 1 and 2 ends within 1e-5 of -np 1 with the same global batch after 3
+  grpo / sft   -np 2 with ZeRO 0, 1 and 2 (SFT also in fp16 with loss scaling) ends within 1e-5 of -np 1 with the same global batch after 3
                steps (GRPO: 4 prompts x 2 samples, mini-batches of 2 prompts, 2 epochs, KL k3; the same
                rollouts, so the same per-step rewards); the weights moved far more than the tolerance.
   top-k        compression.ratio 1 ("keep everything") gives the uncompressed run's bytes; ratio 0.05
@@ -175,6 +175,20 @@ def main():
             continue
         d, k = worst_diff(s1, load(out))
         check(f"sft/np2-zero{zero} == np1 after 3 steps", d <= TOL, f"max rel {d:.1e} ({k})")
+
+    # fp16 with a loss scale: every rank must unscale, check and clip the same way (ZeRO shards too)
+    run(s + ["--out", T("s1h"), "--precision", "fp16"], env=env)
+    for zero in (1, 2):
+        out = T(f"s2z{zero}h")
+        run(s + ["--out", out, "--zero", str(zero), "--precision", "fp16"], 2, env)
+        d, k = worst_diff(load(T("s1h")), load(out))
+        n1 = [m["grad_norm"] for m in map(json.loads, open(T("s1h", "metrics.jsonl")))]
+        n2 = [m["grad_norm"] for m in map(json.loads, open(os.path.join(out, "metrics.jsonl")))]
+        close = all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(n1, n2))
+        # The fp16 compute copy rounds to 11 significant bits: a master-weight difference at the
+        # float32 noise level can flip one fp16 rounding, so weights agree to fp16's resolution.
+        check(f"sft/np2-zero{zero}-fp16 == np1 fp16 (grad norms 1e-5, weights 2^-11)", d <= 2 ** -11 and close,
+              f"max rel {d:.1e} ({k}); grad norms {n2} vs {n1}")
 
     # ---- top-k: ratio 1 reproduces the dense run; a sparse ratio still trains
     run(s + ["--out", T("s2k1"), "--topk-ratio", "1"], 2, env)
