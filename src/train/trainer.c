@@ -49,8 +49,8 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     if (zero == 2) t->gshard = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);
 }
 
-// The gradient's mean over the ranks; returns where this rank's part of it is ([lo, hi) of grads,
-// the whole slab unless ZeRO-2) and whether the step must be skipped on every rank.
+// Leaves the gradient's mean over the ranks in this rank's part of the slab ([lo, hi): the whole
+// slab unless ZeRO-2, where only the shard is valid afterwards); returns 1 when every rank must skip.
 static int average_gradients(Trainer *t, int loss_finite) {
     if (t->zero == 2) {
         comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
