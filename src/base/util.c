@@ -49,6 +49,19 @@ void *xrealloc_at(void *p, size_t size, const char *file, int line) {
     return q;
 }
 
+char *xprintf(const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) die("internal: bad format \"%s\"", fmt);
+    char *s = xmalloc((size_t)n + 1);
+    vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return s;
+}
+
 char *xstrdup_at(const char *s, const char *file, int line) {
     size_t n = strlen(s) + 1;
     char *p = xmalloc_at(n, file, line);

@@ -22,6 +22,8 @@ char *xstrdup_at(const char *s, const char *file, int line);
 #define xcalloc(n, size) xcalloc_at((n), (size), __FILE__, __LINE__)
 #define xrealloc(p, size) xrealloc_at((p), (size), __FILE__, __LINE__)
 #define xstrdup(s) xstrdup_at((s), __FILE__, __LINE__)
+// printf into a fresh malloc'd string.
+char *xprintf(const char *fmt, ...) GRPO_PRINTF(1, 2);
 
 // Growable byte buffer, always NUL-terminated after `len` bytes once anything was appended.
 typedef struct {

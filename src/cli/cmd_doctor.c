@@ -2,7 +2,6 @@
 // ulimits, CPU features and affinity, threads, memory and disk for a config, MPI, PCIe link widths,
 // GPUs), each check PASS / WARN / FAIL with the value seen, the value wanted and the fixing command.
 #define _GNU_SOURCE
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +17,7 @@
 
 static const char *const status_names[] = {"PASS", "WARN", "FAIL"};
 
-char *doctor_fmt(const char *fmt, ...) {
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) die("internal: bad format \"%s\"", fmt);
-    char *s = xmalloc((size_t)n + 1);
-    vsnprintf(s, (size_t)n + 1, fmt, ap2);
-    va_end(ap2);
-    return s;
-}
-
-char *doctor_gib(double bytes) { return doctor_fmt("%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+char *doctor_gib(double bytes) { return xprintf("%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
 void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended, const char *fix,
                 cJSON *values) {
@@ -40,7 +26,7 @@ void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, cons
 }
 
 char *doctor_read(const Doctor *d, const char *path) {
-    char *full = doctor_fmt("%s%s", d->root, path);
+    char *full = xprintf("%s%s", d->root, path);
     FILE *f = fopen(full, "rb");
     free(full);
     if (!f) return NULL;
@@ -87,20 +73,20 @@ static void check_memory(Doctor *d, const DoctorPlan *p, int has_config) {
     char *a = doctor_gib(avail), *t = doctor_gib(total), *need = doctor_gib((double)p->plan.peak);
     const char *fix = "lower data.train_batch_size, rollout.n or the length limits, or set actor.recompute=true";
     if (total < 0 || avail < 0)
-        doctor_add(d, "memory", DOCTOR_WARN, doctor_fmt("no MemTotal/MemAvailable in %s/proc/meminfo", d->root),
+        doctor_add(d, "memory", DOCTOR_WARN, xprintf("no MemTotal/MemAvailable in %s/proc/meminfo", d->root),
                    "a readable procfs", "mount procfs (mount -t proc proc /proc)", v);
     else if (has_config && !p->have)
-        doctor_add(d, "memory", DOCTOR_WARN, doctor_fmt("%s available of %s; cannot size the run: %s", a, t, p->why),
+        doctor_add(d, "memory", DOCTOR_WARN, xprintf("%s available of %s; cannot size the run: %s", a, t, p->why),
                    "needed <= available", "set model.path to a Hugging Face model directory", v);
     else if (!p->have)
-        doctor_add(d, "memory", DOCTOR_PASS, doctor_fmt("%s available of %s (no --config to size)", a, t),
+        doctor_add(d, "memory", DOCTOR_PASS, xprintf("%s available of %s (no --config to size)", a, t),
                    "needed <= available", "", v);
     else if ((double)p->plan.peak > avail)
-        doctor_add(d, "memory", DOCTOR_FAIL, doctor_fmt("%s needed, %s available of %s", need, a, t), "needed <= available", fix, v);
+        doctor_add(d, "memory", DOCTOR_FAIL, xprintf("%s needed, %s available of %s", need, a, t), "needed <= available", fix, v);
     else if ((double)p->plan.peak > 0.8 * avail)  // page cache, MPI buffers and the allocator need the rest
-        doctor_add(d, "memory", DOCTOR_WARN, doctor_fmt("%s needed, %s available of %s", need, a, t),
+        doctor_add(d, "memory", DOCTOR_WARN, xprintf("%s needed, %s available of %s", need, a, t),
                    "needed <= 80% of available", fix, v);
-    else doctor_add(d, "memory", DOCTOR_PASS, doctor_fmt("%s needed, %s available of %s", need, a, t),
+    else doctor_add(d, "memory", DOCTOR_PASS, xprintf("%s needed, %s available of %s", need, a, t),
                     "needed <= 80% of available", "", v);
     free(a), free(t), free(need);
 }
@@ -132,15 +118,15 @@ static void check_disk(Doctor *d, const DoctorPlan *p, const char *dir) {
     } else {
         cJSON_AddNullToObject(v, "needed_bytes");
     }
-    char *f = doctor_gib(free_b), *n = doctor_gib(need), *fix = doctor_fmt("free space under %s, or lower trainer.keep", path);
+    char *f = doctor_gib(free_b), *n = doctor_gib(need), *fix = xprintf("free space under %s, or lower trainer.keep", path);
     if (!p->have)
-        doctor_add(d, "disk", free_b < 1073741824.0 ? DOCTOR_WARN : DOCTOR_PASS, doctor_fmt("%s free in %s", f, path),
+        doctor_add(d, "disk", free_b < 1073741824.0 ? DOCTOR_WARN : DOCTOR_PASS, xprintf("%s free in %s", f, path),
                    "at least 1 GiB free (with --config: room for keep+1 checkpoints)", free_b < 1073741824.0 ? fix : "", v);
     else if (free_b < need)
-        doctor_add(d, "disk", DOCTOR_FAIL, doctor_fmt("%s free in %s, %s needed", f, path, n), "free >= needed", fix, v);
+        doctor_add(d, "disk", DOCTOR_FAIL, xprintf("%s free in %s, %s needed", f, path, n), "free >= needed", fix, v);
     else if (free_b < 2 * need)  // logs, samples and other runs grow too
-        doctor_add(d, "disk", DOCTOR_WARN, doctor_fmt("%s free in %s, %s needed", f, path, n), "free >= 2 x needed", fix, v);
-    else doctor_add(d, "disk", DOCTOR_PASS, doctor_fmt("%s free in %s, %s needed", f, path, n), "free >= 2 x needed", "", v);
+        doctor_add(d, "disk", DOCTOR_WARN, xprintf("%s free in %s, %s needed", f, path, n), "free >= 2 x needed", fix, v);
+    else doctor_add(d, "disk", DOCTOR_PASS, xprintf("%s free in %s, %s needed", f, path, n), "free >= 2 x needed", "", v);
     free(path), free(f), free(n), free(fix);
 }
 

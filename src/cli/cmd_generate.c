@@ -212,17 +212,10 @@ int cmd_generate(int argc, char **argv) {
         ids = xcalloc(1, sizeof *ids);
         prompts[0].max_new_tokens = max_new;
         snprintf(where, sizeof where, "prompt");
-        Tokenizer *t = need_tok(&g, where, "a text prompt");
-        if (t->has_chat_template && !cli_str(&spec, "--raw")) {
-            ChatMessage msg = {"user", text.data ? text.data : "", text.len};
-            Buf rendered = {0};
-            int bad;
-            chat_render(t, &msg, 1, 1, &rendered, &bad);
-            encode_text(&g, rendered.data, rendered.len, &ids[0], where);
-            buf_free(&rendered);
-        } else {
-            encode_text(&g, text.data ? text.data : "", text.len, &ids[0], where);
-        }
+        size_t bad;
+        if (chat_encode_prompt(need_tok(&g, where, "a text prompt"), text.data ? text.data : "", text.len,
+                               !cli_str(&spec, "--raw"), &ids[0], &bad) != 0)
+            die("%s: invalid UTF-8 at byte %zu", where, bad);
         buf_free(&text);
         n_prompts = 1;
     }

@@ -22,9 +22,7 @@ typedef struct {
     int numa_nodes;
 } Doctor;
 
-// printf into a fresh buffer.
-char *doctor_fmt(const char *fmt, ...) GRPO_PRINTF(1, 2);
-// Appends a check; takes ownership of `observed` (from doctor_fmt) and `values`.
+// Appends a check; takes ownership of `observed` (malloc'd, e.g. by xprintf) and `values`.
 void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended,
                 const char *fix, cJSON *values);
 // Text of ROOT/path with trailing whitespace removed (malloc'd), or NULL when it cannot be read.

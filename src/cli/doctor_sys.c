@@ -68,16 +68,16 @@ void doctor_check_cpus(Doctor *d) {
     cJSON_AddNumberToObject(v, "numa_nodes", n_nodes);
     cJSON_AddNumberToObject(v, "nodes_spanned", spanned);
     if (n_online < 1)
-        doctor_add(d, "cpus", DOCTOR_WARN, doctor_fmt("cannot read %s/sys/devices/system/cpu/online", d->root),
+        doctor_add(d, "cpus", DOCTOR_WARN, xprintf("cannot read %s/sys/devices/system/cpu/online", d->root),
                    "a readable sysfs", "mount sysfs (mount -t sysfs sysfs /sys)", v);
     else if (spanned > 1)
         doctor_add(d, "cpus", DOCTOR_WARN,
-                   doctor_fmt("%d CPUs online, %d allowed, spanning %d of %d NUMA nodes", n_online, n_allowed, spanned, n_nodes),
+                   xprintf("%d CPUs online, %d allowed, spanning %d of %d NUMA nodes", n_online, n_allowed, spanned, n_nodes),
                    "each rank bound to one NUMA node",
                    "numactl --cpunodebind=0 --membind=0 grpo ... (MPI: mpirun --map-by numa --bind-to numa)", v);
     else
         doctor_add(d, "cpus", DOCTOR_PASS,
-                   doctor_fmt("%d CPUs online, %d allowed, %d NUMA node%s", n_online, n_allowed, n_nodes, n_nodes > 1 ? "s" : ""),
+                   xprintf("%d CPUs online, %d allowed, %d NUMA node%s", n_online, n_allowed, n_nodes, n_nodes > 1 ? "s" : ""),
                    "each rank bound to one NUMA node", "", v);
     free(on_text);
     free(status);
@@ -96,11 +96,11 @@ void doctor_check_thp(Doctor *d) {
     cJSON *v = cJSON_CreateObject();
     if (mode[0]) cJSON_AddStringToObject(v, "mode", mode);
     else cJSON_AddNullToObject(v, "mode");
-    if (!t) doctor_add(d, "thp", DOCTOR_PASS, doctor_fmt("not available (kernel without THP)"), want, "", v);
-    else if (!mode[0]) doctor_add(d, "thp", DOCTOR_WARN, doctor_fmt("unreadable: \"%s\"", t), want, fix, v);
+    if (!t) doctor_add(d, "thp", DOCTOR_PASS, xprintf("not available (kernel without THP)"), want, "", v);
+    else if (!mode[0]) doctor_add(d, "thp", DOCTOR_WARN, xprintf("unreadable: \"%s\"", t), want, fix, v);
     else if (strcmp(mode, "always") == 0)  // khugepaged stalls and memory bloat on large pinned slabs
-        doctor_add(d, "thp", DOCTOR_WARN, doctor_fmt("%s", mode), want, fix, v);
-    else doctor_add(d, "thp", DOCTOR_PASS, doctor_fmt("%s", mode), want, "", v);
+        doctor_add(d, "thp", DOCTOR_WARN, xprintf("%s", mode), want, fix, v);
+    else doctor_add(d, "thp", DOCTOR_PASS, xprintf("%s", mode), want, "", v);
     free(t);
 }
 
@@ -113,11 +113,11 @@ void doctor_check_numa_balancing(Doctor *d) {
     if (t && end != t && !*end) cJSON_AddNumberToObject(v, "numa_balancing", (double)x);
     else cJSON_AddNullToObject(v, "numa_balancing");
     cJSON_AddNumberToObject(v, "numa_nodes", d->numa_nodes);
-    if (!t) doctor_add(d, "numa_balancing", DOCTOR_PASS, doctor_fmt("not available"), want, "", v);
-    else if (end == t || *end) doctor_add(d, "numa_balancing", DOCTOR_WARN, doctor_fmt("unreadable: \"%s\"", t), want, fix, v);
+    if (!t) doctor_add(d, "numa_balancing", DOCTOR_PASS, xprintf("not available"), want, "", v);
+    else if (end == t || *end) doctor_add(d, "numa_balancing", DOCTOR_WARN, xprintf("unreadable: \"%s\"", t), want, fix, v);
     else if (x != 0 && d->numa_nodes > 1)  // page migration scans fight the explicit per-node binding
-        doctor_add(d, "numa_balancing", DOCTOR_WARN, doctor_fmt("%ld with %d NUMA nodes", x, d->numa_nodes), want, fix, v);
-    else doctor_add(d, "numa_balancing", DOCTOR_PASS, doctor_fmt("%ld with %d NUMA node%s", x, d->numa_nodes,
+        doctor_add(d, "numa_balancing", DOCTOR_WARN, xprintf("%ld with %d NUMA nodes", x, d->numa_nodes), want, fix, v);
+    else doctor_add(d, "numa_balancing", DOCTOR_PASS, xprintf("%ld with %d NUMA node%s", x, d->numa_nodes,
                                                                  d->numa_nodes > 1 ? "s" : ""), want, "", v);
     free(t);
 }
@@ -151,7 +151,7 @@ static cJSON *limit_values(double soft, double hard, const char *source) {
     return v;
 }
 
-static char *limit_text(double x) { return x < 0 ? doctor_fmt("unlimited") : doctor_fmt("%.0f", x); }
+static char *limit_text(double x) { return x < 0 ? xprintf("unlimited") : xprintf("%.0f", x); }
 
 void doctor_check_limits(Doctor *d) {
     char *text = d->root[0] ? doctor_read(d, "/proc/self/limits") : NULL;
@@ -160,7 +160,7 @@ void doctor_check_limits(Doctor *d) {
     char *s = limit_text(soft), *h = limit_text(hard);
     // MPI opens sockets per peer and checkpoints open shards: 1024 runs out at scale, below it sooner.
     DoctorStatus st = soft < 0 || soft >= 1048576 ? DOCTOR_PASS : soft < 1024 ? DOCTOR_FAIL : DOCTOR_WARN;
-    doctor_add(d, "nofile", st, doctor_fmt("soft %s, hard %s", s, h), "1048576",
+    doctor_add(d, "nofile", st, xprintf("soft %s, hard %s", s, h), "1048576",
                st == DOCTOR_PASS ? "" : "ulimit -n 1048576 (hard limit: \"* - nofile 1048576\" in /etc/security/limits.conf)",
                limit_values(soft, hard, src));
     free(s), free(h);
@@ -168,7 +168,7 @@ void doctor_check_limits(Doctor *d) {
     s = limit_text(soft), h = limit_text(hard);
     // RDMA transports pin their buffers; a small limit makes registration fail or fall back.
     st = soft < 0 ? DOCTOR_PASS : DOCTOR_WARN;
-    doctor_add(d, "memlock", st, doctor_fmt("soft %s, hard %s", s, h), "unlimited",
+    doctor_add(d, "memlock", st, xprintf("soft %s, hard %s", s, h), "unlimited",
                st == DOCTOR_PASS ? "" : "ulimit -l unlimited (hard limit: \"* - memlock unlimited\" in /etc/security/limits.conf)",
                limit_values(soft, hard, src));
     free(s), free(h);
@@ -243,16 +243,16 @@ void doctor_check_cpu_features(Doctor *d) {
     }
     const char *m = model ? model : "unknown CPU";
     if (!flags)
-        doctor_add(d, "cpu", DOCTOR_WARN, doctor_fmt("%s; no flags line in %s/proc/cpuinfo", m, d->root),
+        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s; no flags line in %s/proc/cpuinfo", m, d->root),
                    "a CPU with the features the build uses", "", v);
     else if (missing.len)  // the binary would stop with SIGILL in the first vector loop
-        doctor_add(d, "cpu", DOCTOR_FAIL, doctor_fmt("%s lacks%s, which the build uses", m, missing.data),
+        doctor_add(d, "cpu", DOCTOR_FAIL, xprintf("%s lacks%s, which the build uses", m, missing.data),
                    "the features the build uses", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
     else if (unused.len)
-        doctor_add(d, "cpu", DOCTOR_WARN, doctor_fmt("%s has%s, which the build does not use", m, unused.data),
+        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s has%s, which the build does not use", m, unused.data),
                    "a build for this CPU", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
     else
-        doctor_add(d, "cpu", DOCTOR_PASS, doctor_fmt("%s;%s", m, have.len ? have.data : " no AVX2/AVX-512"),
+        doctor_add(d, "cpu", DOCTOR_PASS, xprintf("%s;%s", m, have.len ? have.data : " no AVX2/AVX-512"),
                    "a build for this CPU", "", v);
     buf_free(&missing), buf_free(&unused), buf_free(&have);
     free(model), free(flags), free(info);
@@ -279,11 +279,11 @@ void doctor_check_threads(Doctor *d, int ranks) {
     cJSON_AddNumberToObject(v, "ranks", ranks);
     cJSON_AddNumberToObject(v, "threads_per_rank", (double)per_rank);
     cJSON_AddNumberToObject(v, "cpus_allowed", d->cpus_allowed);
-    char *obs = doctor_fmt("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, %d rank%s x %ld threads on %d CPUs",
+    char *obs = xprintf("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, %d rank%s x %ld threads on %d CPUs",
                            getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)",
                            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", ranks,
                            ranks > 1 ? "s" : "", per_rank, d->cpus_allowed);
-    char *fix = doctor_fmt("export OMP_NUM_THREADS=%d", d->cpus_allowed / ranks > 0 ? d->cpus_allowed / ranks : 1);
+    char *fix = xprintf("export OMP_NUM_THREADS=%d", d->cpus_allowed / ranks > 0 ? d->cpus_allowed / ranks : 1);
     const char *want = "ranks x OMP_NUM_THREADS <= allowed CPUs";
     if (omp < 0 || blas < 0)
         doctor_add(d, "threads", DOCTOR_FAIL, obs, "positive integers", "unset it or export a positive integer", v);
@@ -307,7 +307,7 @@ void doctor_check_mpi(Doctor *d, int ranks) {
         p += n + (p[n] == ':');
     }
     if (found && !strchr(found, '\'')) {
-        char *cmd = doctor_fmt("'%s' --version 2>/dev/null", found), line[256] = "";
+        char *cmd = xprintf("'%s' --version 2>/dev/null", found), line[256] = "";
         FILE *f = popen(cmd, "r");
         if (f && fgets(line, sizeof line, f)) line[strcspn(line, "\r\n")] = 0, version = xstrdup(line);
         while (f && fgets(line, sizeof line, f)) {}  // drain so the child does not die of SIGPIPE
@@ -322,9 +322,9 @@ void doctor_check_mpi(Doctor *d, int ranks) {
     cJSON_AddNumberToObject(v, "ranks", ranks);
     const char *want = ranks > 1 ? "mpirun on PATH" : "mpirun on PATH for more than one rank";
     if (found)
-        doctor_add(d, "mpi", DOCTOR_PASS, doctor_fmt("%s (%s)", found, version ? version : "version unknown"), want, "", v);
+        doctor_add(d, "mpi", DOCTOR_PASS, xprintf("%s (%s)", found, version ? version : "version unknown"), want, "", v);
     else
-        doctor_add(d, "mpi", ranks > 1 ? DOCTOR_WARN : DOCTOR_PASS, doctor_fmt("none (no mpirun on PATH)"), want,
+        doctor_add(d, "mpi", ranks > 1 ? DOCTOR_WARN : DOCTOR_PASS, xprintf("none (no mpirun on PATH)"), want,
                    ranks > 1 ? "apt-get install openmpi-bin libopenmpi-dev" : "", v);
     free(found), free(version);
 }
@@ -351,8 +351,8 @@ static void pcie_device(Doctor *d, const char *name) {
         cJSON_AddNumberToObject(v, "max_width", mw);
         cJSON_AddNumberToObject(v, "current_speed_gts", cs);
         cJSON_AddNumberToObject(v, "max_speed_gts", ms);
-        char *id = doctor_fmt("pcie:%s", name);
-        char *obs = doctor_fmt("%s %s:%s x%g at %g GT/s of x%g at %g GT/s", name, f[1] ? f[1] : "?", f[2] ? f[2] : "?",
+        char *id = xprintf("pcie:%s", name);
+        char *obs = xprintf("%s %s:%s x%g at %g GT/s of x%g at %g GT/s", name, f[1] ? f[1] : "?", f[2] ? f[2] : "?",
                                cw, cs, mw, ms);
         if (cw <= 0 || mw <= 0)
             doctor_add(d, id, DOCTOR_PASS, obs, "current = maximum", "", v);  // virtual functions report no link
@@ -366,7 +366,7 @@ static void pcie_device(Doctor *d, const char *name) {
 }
 
 void doctor_check_pcie(Doctor *d) {
-    char *dir = doctor_fmt("%s/sys/bus/pci/devices", d->root);
+    char *dir = xprintf("%s/sys/bus/pci/devices", d->root);
     DIR *dp = opendir(dir);
     char **names = NULL;
     size_t n = 0;
@@ -380,7 +380,7 @@ void doctor_check_pcie(Doctor *d) {
     int before = d->n;
     for (size_t i = 0; i < n; i++) pcie_device(d, names[i]), free(names[i]);
     free(names);
-    if (d->n == before) doctor_add(d, "pcie", DOCTOR_PASS, doctor_fmt("no display or accelerator devices in %s", dir),
+    if (d->n == before) doctor_add(d, "pcie", DOCTOR_PASS, xprintf("no display or accelerator devices in %s", dir),
                                    "current = maximum", "", cJSON_CreateObject());
     free(dir);
 }
@@ -396,7 +396,7 @@ void doctor_check_gpus(Doctor *d) {
     cJSON *v = cJSON_CreateObject();
     if (!h) {
         cJSON_AddNumberToObject(v, "count", 0);
-        doctor_add(d, "gpu", DOCTOR_PASS, doctor_fmt("none (%s not found)", lib), "", "", v);
+        doctor_add(d, "gpu", DOCTOR_PASS, xprintf("none (%s not found)", lib), "", "", v);
         return;
     }
     int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
@@ -412,14 +412,14 @@ void doctor_check_gpus(Doctor *d) {
     int rc = init && shutdown && count && handle && name && mem ? init() : -1;
     if (rc != 0 || count(&n) != 0) {  // a library without a working driver: the GPUs are unusable
         cJSON_AddNullToObject(v, "count");
-        doctor_add(d, "gpu", DOCTOR_FAIL, doctor_fmt("%s loaded but NVML does not start (code %d)", lib, rc),
+        doctor_add(d, "gpu", DOCTOR_FAIL, xprintf("%s loaded but NVML does not start (code %d)", lib, rc),
                    "a working NVIDIA driver", "check nvidia-smi; reinstall the driver matching the kernel module", v);
         if (rc == 0) shutdown();
         dlclose(h);
         return;
     }
     cJSON_AddNumberToObject(v, "count", n);
-    doctor_add(d, "gpu", DOCTOR_PASS, doctor_fmt("%u NVIDIA GPU%s", n, n == 1 ? "" : "s"), "", "", v);
+    doctor_add(d, "gpu", DOCTOR_PASS, xprintf("%u NVIDIA GPU%s", n, n == 1 ? "" : "s"), "", "", v);
     for (unsigned i = 0; i < n; i++) {
         void *dev = NULL;
         char nm[96] = "?";
@@ -438,9 +438,9 @@ void doctor_check_gpus(Doctor *d) {
         else cJSON_AddNullToObject(g, "temperature_c");
         if (has_ecc) cJSON_AddNumberToObject(g, "ecc_uncorrected", (double)errs);
         else cJSON_AddNullToObject(g, "ecc_uncorrected");
-        char *id = doctor_fmt("gpu:%u", i), *tot = doctor_gib((double)m.total), *used = doctor_gib((double)m.used);
-        char *obs = doctor_fmt("%s, %s used of %s, %u C, %llu uncorrected ECC errors", nm, used, tot, t, errs);
-        char *fix = doctor_fmt("nvidia-smi -q -i %u", i);
+        char *id = xprintf("gpu:%u", i), *tot = doctor_gib((double)m.total), *used = doctor_gib((double)m.used);
+        char *obs = xprintf("%s, %s used of %s, %u C, %llu uncorrected ECC errors", nm, used, tot, t, errs);
+        char *fix = xprintf("nvidia-smi -q -i %u", i);
         if (!ok) doctor_add(d, id, DOCTOR_FAIL, obs, "a device NVML can query", fix, g);
         else if (errs > 0 || (has_t && t >= 85))  // failing memory or a cooling problem
             doctor_add(d, id, DOCTOR_WARN, obs, "no uncorrected ECC errors, below 85 C", fix, g);

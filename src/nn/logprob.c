@@ -5,6 +5,22 @@
 
 size_t logprob_scratch_floats(int64_t V) { return (size_t)LOGPROB_CHUNK * (size_t)V; }
 
+// sum_j e^(z_j - mx) and, when sz is wanted (the entropy), sum_j e^(z_j - mx) (z_j - mx).
+static void row_sums(const float *z, int64_t V, float mx, double *sum, double *sz) {
+    double s = 0.0, w = 0.0;
+    if (sz) {
+        for (int64_t j = 0; j < V; j++) {
+            float e = expf(z[j] - mx);
+            s += e;
+            w += (double)e * (double)(z[j] - mx);
+        }
+        *sz = w;
+    } else {
+        for (int64_t j = 0; j < V; j++) s += expf(z[j] - mx);
+    }
+    *sum = s;
+}
+
 void logprob_forward(float *out, float *ent, const float *h, const float *W, const int32_t *targets, int64_t N,
                      int64_t C, int64_t V, float *scratch) {
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
@@ -23,11 +39,7 @@ void logprob_forward(float *out, float *ent, const float *h, const float *W, con
             float mx = logits[0];
             for (int64_t j = 1; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
             double sum = 0.0, sz = 0.0;
-            for (int64_t j = 0; j < V; j++) {
-                float e = expf(logits[j] - mx);
-                sum += e;
-                sz += (double)e * (double)(logits[j] - mx);
-            }
+            row_sums(logits, V, mx, &sum, ent ? &sz : NULL);
             out[i0 + r] = (float)((double)(logits[t] - mx) - log(sum));
             if (ent) ent[i0 + r] = (float)(log(sum) - sz / sum);  // H = lse - sum_j p_j z_j
         }
@@ -54,11 +66,7 @@ void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, cons
             float mx = g[0];
             for (int64_t j = 1; j < V; j++) mx = g[j] > mx ? g[j] : mx;
             double sum = 0.0, sz = 0.0;
-            for (int64_t j = 0; j < V; j++) {
-                float e = expf(g[j] - mx);
-                sum += e;
-                sz += (double)e * (double)(g[j] - mx);
-            }
+            row_sums(g, V, mx, &sum, de != 0.0f ? &sz : NULL);
             if (out) out[i0 + r] = (float)((double)(g[t] - mx) - log(sum));
             float inv = (float)(1.0 / sum), lse = (float)log(sum), H = (float)(log(sum) - sz / sum);
             if (de == 0.0f) {

@@ -24,6 +24,13 @@ static void sample_init(RolloutSample *s, int cap) {
     s->logprobs = xmalloc((size_t)cap * sizeof *s->logprobs);
 }
 
+char *rollout_sample_text(const RolloutSample *s) {
+    char *t = xmalloc((size_t)s->text_end + 1);
+    memcpy(t, s->text.data ? s->text.data : "", (size_t)s->text_end);
+    t[s->text_end] = '\0';
+    return t;
+}
+
 void rollout_sample_free(RolloutSample *s) {
     free(s->tokens);
     free(s->logprobs);

@@ -65,3 +65,5 @@ typedef void (*RolloutTokenFn)(void *user, int prompt, int sample, int32_t token
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user);
 void rollout_sample_free(RolloutSample *s);
+// The sample's text up to a stop string as a NUL-terminated copy (malloc'd), what rewards score.
+char *rollout_sample_text(const RolloutSample *s);

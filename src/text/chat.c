@@ -44,3 +44,14 @@ void chat_render_json(const Tokenizer *t, const cJSON *msgs, uint32_t nul_sentin
     for (i = 0; i < n; i++) free((char *)m[i].content);
     free(m);
 }
+
+int chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, IdList *ids, size_t *bad_offset) {
+    if (!chat || !t->has_chat_template) return tokenizer_encode(t, text, n, ids, bad_offset);
+    ChatMessage msg = {"user", text, n};
+    Buf b = {0};
+    int bad;
+    chat_render(t, &msg, 1, 1, &b, &bad);  // "user" is a known role: no error
+    int rc = tokenizer_encode(t, b.data ? b.data : "", b.len, ids, bad_offset);
+    buf_free(&b);
+    return rc;
+}

@@ -21,3 +21,7 @@ int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, int add_gene
 // json_parse_line). Dies naming `where` when the tokenizer has no chat template or a message is bad.
 void chat_render_json(const Tokenizer *t, const cJSON *msgs, uint32_t nul_sentinel, int add_generation_prompt,
                       Buf *out, const char *where);
+// Tokenizes a prompt, appending to ids: as a user turn of t's chat template followed by the
+// assistant prompt when `chat` is set and t has a template, else as it is. Returns 0, or -1 for
+// invalid UTF-8 (*bad_offset: the byte, in the rendered text).
+int chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, IdList *ids, size_t *bad_offset);

@@ -1,6 +1,5 @@
 #include "train/demo.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,9 +248,7 @@ double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_n
     rollout_generate(&m, &tok, &rc, p, (int)d.n, 1, out, &st, NULL, NULL);
     int64_t correct = 0;
     for (int64_t i = 0; i < d.n; i++) {
-        char *text = xmalloc((size_t)out[i].text_end + 1);
-        memcpy(text, out[i].text.data ? out[i].text.data : "", (size_t)out[i].text_end);
-        text[out[i].text_end] = '\0';
+        char *text = rollout_sample_text(&out[i]);
         correct += reward_exact_match(text, d.answer[i]);
         free(text);
         rollout_sample_free(&out[i]);
@@ -263,19 +260,6 @@ double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_n
     tokenizer_free(&tok);
     qwen2_free(&m);
     return acc;
-}
-
-static char *str_printf(const char *fmt, ...) GRPO_PRINTF(1, 2);
-static char *str_printf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
 }
 
 void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res) {
@@ -315,7 +299,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n
     // The demo's GRPO settings, as `grpo train` keys; the caller's overrides go on top.
     char *ov[24];
     int n = 0;
-#define OV(...) ov[n++] = str_printf(__VA_ARGS__)
+#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
     OV("model.path=%s", sft);
     OV("data.train_file=%s", train_file);
     OV("data.val_file=%s", val_file);

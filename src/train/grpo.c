@@ -141,13 +141,6 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
     free(p);
 }
 
-static char *response_text(const RolloutSample *x) {
-    char *t = xmalloc((size_t)x->text_end + 1);
-    memcpy(t, x->text.data ? x->text.data : "", (size_t)x->text_end);
-    t[x->text_end] = '\0';
-    return t;
-}
-
 // Packs kept samples [a, b) into the workspace's batch: tokens, targets (the response tokens, each
 // predicted from the row before it), seq_off. Returns the number of rows.
 static int64_t pack(const Rollout *ro, int64_t a, int64_t b, UpdateWs *u) {
@@ -197,7 +190,7 @@ static double validate(Run *r) {
     RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
     if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
-        char *text = response_text(&out[i]);
+        char *text = rollout_sample_text(&out[i]);
         RewardDetail det;
         reward_score(&r->rewards, r->val.prompt[v0 + i], text, r->val.answer[v0 + i], &det);
         correct += det.correct == 1;
@@ -228,7 +221,7 @@ static void score_rewards(Run *r, const int64_t *idx, Rollout *ro, StepStats *st
         const RolloutSample *x = &ro->samples[i];
         ro->prompt_ids[i] = r->train.ids[p];
         ro->prompt_len[i] = r->train.len[p];
-        char *text = response_text(x);
+        char *text = rollout_sample_text(x);
         RewardDetail det;
         double rw = reward_score(&r->rewards, r->train.prompt[p], text, r->train.answer[p], &det);
         free(text);
@@ -394,7 +387,7 @@ static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
     FILE *f = r->dump;
     for (int64_t i = 0; i < ro->n_samples; i++) {
         int64_t p = idx[i / r->s->G];
-        char *text = response_text(&ro->samples[i]);
+        char *text = rollout_sample_text(&ro->samples[i]);
         fprintf(f, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)r->tr.st.iteration,
                 (long long)p, (long long)(i % r->s->G));
         json_write_string(f, r->train.prompt[p], strlen(r->train.prompt[p]));

@@ -34,17 +34,9 @@ void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, c
         if (!cJSON_IsObject(root)) die("%s:%lld: not a JSON object", path, (long long)line);
         char *prompt = field_text(cJSON_GetObjectItemCaseSensitive(root, prompt_key), nul, path, line, prompt_key);
         char *answer = field_text(cJSON_GetObjectItemCaseSensitive(root, answer_key), nul, path, line, answer_key);
-        Buf text = {0};
-        if (chat_template && tok->has_chat_template) {
-            ChatMessage msg = {"user", prompt, strlen(prompt)};
-            int bad;
-            chat_render(tok, &msg, 1, 1, &text, &bad);
-        } else {
-            buf_append(&text, prompt, strlen(prompt));
-        }
         IdList ids = {0};
         size_t bad_offset;
-        if (tokenizer_encode(tok, text.data ? text.data : "", text.len, &ids, &bad_offset) != 0)
+        if (chat_encode_prompt(tok, prompt, strlen(prompt), chat_template, &ids, &bad_offset) != 0)
             die("%s:%lld: \"%s\" is not valid UTF-8", path, (long long)line, prompt_key);
         if (ids.n == 0) die("%s:%lld: the prompt is empty", path, (long long)line);
         if ((int64_t)ids.n > max_prompt_length)
@@ -63,7 +55,6 @@ void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, c
         d->ids[d->n] = ids.ids;
         d->len[d->n] = (int64_t)ids.n;
         d->line[d->n++] = line;
-        buf_free(&text);
         cJSON_Delete(root);
     }
     if (ferror(f)) die("cannot read data file %s", path);

@@ -41,20 +41,10 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
         free(tj);
         L->tok_loaded = 1;
     }
-    size_t n;
+    size_t n, bad_offset;
     char *text = json_string_bytes(item, L->nul, &n);
-    Buf b = {0};
-    if (chat && L->tok.has_chat_template) {
-        ChatMessage msg = {"user", text, n};
-        int bad;
-        chat_render(&L->tok, &msg, 1, 1, &b, &bad);
-    } else {
-        buf_append(&b, text, n);
-    }
-    size_t bad_offset;
-    if (tokenizer_encode(&L->tok, b.data ? b.data : "", b.len, out, &bad_offset) != 0)
+    if (chat_encode_prompt(&L->tok, text, n, chat, out, &bad_offset) != 0)
         die("%s:%lld: \"%s\" is not valid UTF-8 (byte %zu)", L->path, (long long)L->line, key, bad_offset);
-    buf_free(&b);
     free(text);
 }
 

