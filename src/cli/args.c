@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/qwen2.h"
 
 static CliOpt *find(const CliSpec *spec, const char *name) {
     for (int i = 0; i < spec->n; i++)
@@ -80,3 +81,11 @@ double cli_double(const CliSpec *spec, const char *name, double lo, double hi) {
 }
 
 const CliOpt *cli_opt(const CliSpec *spec, const char *name) { return find(spec, name); }
+
+DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
+    const char *s = cli_str(spec, "--dtype");
+    if (!s) return qwen2_file_dtype(model_dir);
+    if (strcmp(s, "f32") == 0) return DTYPE_F32;
+    if (strcmp(s, "bf16") == 0) return DTYPE_BF16;
+    die("option --dtype: \"%s\" is not f32 or bf16", s);
+}

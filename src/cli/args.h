@@ -2,6 +2,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "base/dtype.h"
+
 typedef struct {
     const char *name;     // "--model"
     const char *metavar;  // "DIR"; NULL for a flag
@@ -31,3 +33,6 @@ const char *cli_str(const CliSpec *spec, const char *name);
 int64_t cli_int(const CliSpec *spec, const char *name, int64_t lo, int64_t hi);
 double cli_double(const CliSpec *spec, const char *name, double lo, double hi);
 const CliOpt *cli_opt(const CliSpec *spec, const char *name);
+// The weights' dtype from option --dtype (f32 or bf16); without it, the checkpoint's in model_dir
+// (qwen2_file_dtype). Dies naming the option on any other value.
+DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);

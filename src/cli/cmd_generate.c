@@ -130,6 +130,8 @@ int cmd_generate(int argc, char **argv) {
         {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
         {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
+        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)",
+         NULL, 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
@@ -162,7 +164,7 @@ int cmd_generate(int argc, char **argv) {
 
     const char *dir = cli_str(&spec, "--model");
     Qwen2 m;
-    qwen2_load(&m, dir);
+    qwen2_load(&m, dir, cli_weights_dtype(&spec, dir));
     Gen g = {.m = &m};
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);

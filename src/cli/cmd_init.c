@@ -63,7 +63,7 @@ int cmd_init(int argc, char **argv) {
     free(weights);
 
     Qwen2 m;
-    qwen2_build(&m, &c);
+    qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, seed);
     if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
     qwen2_save(&m, out, dtype);

@@ -46,8 +46,8 @@ static void score_flush(Scorer *s, Batch *b) {
     if (N > s->acts.max_tokens) {  // grow the workspace for an unusually long sequence
         arena_free(&s->arena);
         free(s->out);
-        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, N, N));
-        qwen2_acts_init(&s->acts, &s->m->cfg, N, N, &s->arena);
+        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, s->m->dtype, N, N));
+        qwen2_acts_init(&s->acts, &s->m->cfg, s->m->dtype, N, N, &s->arena);
         s->out = xmalloc((size_t)N * sizeof(float));
     }
     double t0 = time_now();
@@ -96,9 +96,11 @@ int cmd_score(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory (config.json + safetensors)", NULL, 1},
         {"--batch-tokens", "N", "pack input lines into forward passes of about N tokens", "2048", 0},
+        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)",
+         NULL, 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
-    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] < in.jsonl > out.jsonl",
+    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] < in.jsonl > out.jsonl",
                     "Reads lines {\"tokens\": [int, ...]} and writes one line {\"logprobs\": [float, ...]} per input\n"
                     "with n-1 entries: entry i-1 is log p(tokens[i] | tokens[0..i-1]).",
                     opts, sizeof opts / sizeof opts[0]};
@@ -107,10 +109,11 @@ int cmd_score(int argc, char **argv) {
 
     double t0 = time_now();
     Qwen2 m;
-    qwen2_load(&m, cli_str(&spec, "--model"));
+    const char *dir = cli_str(&spec, "--model");
+    qwen2_load(&m, dir, cli_weights_dtype(&spec, dir));
     Scorer s = {.m = &m};
-    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, batch_tokens, batch_tokens));
-    qwen2_acts_init(&s.acts, &m.cfg, batch_tokens, batch_tokens, &s.arena);
+    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, m.dtype, batch_tokens, batch_tokens));
+    qwen2_acts_init(&s.acts, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
     s.out = xmalloc((size_t)batch_tokens * sizeof(float));
     double load_seconds = time_now() - t0;
 
@@ -131,9 +134,9 @@ int cmd_score(int argc, char **argv) {
     if (cli_str(&spec, "--stats")) {
         fprintf(stderr,
                 "{\"sequences\": %lld, \"tokens\": %lld, \"load_seconds\": %.3f, \"forward_seconds\": %.3f, "
-                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu, \"batch_seconds\": [",
+                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu, \"dtype\": \"%s\", \"batch_seconds\": [",
                 (long long)s.seqs_done, (long long)s.tokens_done, load_seconds, s.seconds,
-                s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params);
+                s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params, dtype_name(m.dtype));
         for (int i = 0; i < s.n_batches; i++) fprintf(stderr, i ? ", %.4f" : "%.4f", s.batch_seconds[i]);
         fprintf(stderr, "]}\n");
     }

@@ -197,32 +197,33 @@ static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
 
 static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->cols : 1); }
 
-static void weight_fields(Qwen2Weights *w, float **f[N_KINDS]) {
-    float **list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv,
+static void layout_fields(Qwen2Layout *w, size_t *f[N_KINDS]) {
+    size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv,
                              &w->wo, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head};
     memcpy(f, list, sizeof list);
 }
 
-size_t qwen2_views(const Qwen2Config *c, float *slab, Qwen2Weights *w) {
+size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w) {
     KindSpec k[N_KINDS];
     kind_specs(c, k);
-    float **f[N_KINDS];
-    weight_fields(w, f);
+    size_t *f[N_KINDS];
+    layout_fields(w, f);
     size_t total = 0;
     for (int i = 0; i < N_KINDS; i++) {
-        *f[i] = slab ? slab + total : NULL;
+        *f[i] = total;
         total += (size_t)kind_numel(&k[i]) * (k[i].per_layer ? (size_t)c->layers : 1);
     }
     if (c->tied) w->lm_head = w->embed;
     return total;
 }
 
-void qwen2_build(Qwen2 *m, const Qwen2Config *c) {
+void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype) {
+    if (dtype != DTYPE_F32 && dtype != DTYPE_BF16) die("internal: a %s model slab", dtype_name(dtype));
     memset(m, 0, sizeof *m);
     m->cfg = *c;
-    m->n_params = qwen2_views(c, NULL, &m->w);
-    m->params = xcalloc(m->n_params, sizeof(float));
-    qwen2_views(c, m->params, &m->w);
+    m->dtype = dtype;
+    m->n_params = qwen2_layout(c, &m->w);
+    m->params = xcalloc(m->n_params, dtype_size(dtype));
 }
 
 void qwen2_free(Qwen2 *m) {
@@ -233,9 +234,10 @@ void qwen2_free(Qwen2 *m) {
 int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
     KindSpec k[N_KINDS];
     kind_specs(&m->cfg, k);
-    Qwen2Weights w = m->w;
-    float **f[N_KINDS];
-    weight_fields(&w, f);
+    Qwen2Layout w;
+    qwen2_layout(&m->cfg, &w);
+    size_t *f[N_KINDS];
+    layout_fields(&w, f);
     int n = 0;
     for (int i = 0; i < N_KINDS; i++) {
         int64_t numel = kind_numel(&k[i]);
@@ -247,7 +249,8 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
             t->ndim = k[i].cols ? 2 : 1;
             t->shape[0] = k[i].rows;
             t->shape[1] = k[i].cols;
-            t->data = m->params ? *f[i] + l * numel : NULL;  // no slab yet: names and shapes only
+            t->off = *f[i] + (size_t)(l * numel);
+            t->data = m->params && m->dtype == DTYPE_F32 ? (float *)m->params + t->off : NULL;
         }
     }
     return n;
@@ -268,7 +271,7 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (len < n) snprintf(buf + len, n - len, "]");
 }
 
-void qwen2_load(Qwen2 *m, const char *dir) {
+void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
     Qwen2Config c;
     qwen2_config_load(&c, dir);
     HfWeights hw;
@@ -294,15 +297,40 @@ void qwen2_load(Qwen2 *m, const char *dir) {
         if (st->dtype == DTYPE_OTHER)
             die("%s: tensor \"%s\" has dtype %s (supported: F32, BF16, F16)", file, ts[i].name, st->dtype_name);
     }
-    qwen2_build(m, &c);
+    qwen2_build(m, &c, dtype);
     qwen2_tensors(m, ts);
-    for (int i = 0; i < n; i++) dtype_to_f32(src[i]->dtype, src[i]->data, ts[i].data, (size_t)src[i]->numel);
+    float *tmp = NULL;
+    for (int i = 0; i < n; i++) {
+        size_t numel = (size_t)src[i]->numel;
+        void *dst = (char *)m->params + ts[i].off * dtype_size(dtype);
+        if (dtype == src[i]->dtype) {  // bf16 into bf16: as stored
+            memcpy(dst, src[i]->data, numel * dtype_size(dtype));
+        } else if (dtype == DTYPE_F32) {
+            dtype_to_f32(src[i]->dtype, src[i]->data, dst, numel);
+        } else {  // through fp32, then rounded once
+            tmp = xrealloc(tmp, numel * sizeof *tmp);
+            dtype_to_f32(src[i]->dtype, src[i]->data, tmp, numel);
+            dtype_from_f32(dtype, tmp, dst, numel);
+        }
+    }
+    free(tmp);
     free(src);
     free(ts);
     hf_weights_close(&hw);
 }
 
+DType qwen2_file_dtype(const char *dir) {
+    HfWeights hw;
+    hf_weights_open(&hw, dir);
+    const char *file = NULL;
+    const StTensor *st = hf_weights_find(&hw, "model.embed_tokens.weight", &file);
+    DType d = st && st->dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    hf_weights_close(&hw);
+    return d;
+}
+
 void qwen2_init_random(Qwen2 *m, uint64_t seed) {
+    if (m->dtype != DTYPE_F32) die("internal: qwen2_init_random on a %s slab", dtype_name(m->dtype));
     Rng rng;
     rng_init(&rng, seed);
     int n;
@@ -318,6 +346,7 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed) {
 }
 
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
+    if (m->dtype != DTYPE_F32) die("internal: qwen2_save of a %s slab", dtype_name(m->dtype));
     int n;
     Qwen2Tensor *ts = tensor_list(m, &n);
     StWriteTensor *ws = xmalloc((size_t)n * sizeof *ws);
@@ -337,13 +366,15 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
 // forward
 
 // Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, int64_t max_keys, char *base) {
+static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_keys, char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
-    size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab), off = 0;
+    size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
+    int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
 #define TAKE(field, count) \
     (a->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
     TAKE(x, N * C);
     TAKE(xn, N * C);
+    TAKE(in16, (in16 + 1) / 2);
     TAKE(q, N * Q);
     TAKE(k, N * KV);
     TAKE(v, N * KV);
@@ -360,14 +391,16 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, int64_t N, int64_t
     return off;
 }
 
-size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_keys) {
+size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys) {
     Qwen2Acts a;
-    return acts_layout(&a, c, max_tokens, max_keys, NULL);
+    return acts_layout(&a, c, dtype, max_tokens, max_keys, NULL);
 }
 
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, int64_t max_keys, Arena *arena) {
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
+                     Arena *arena) {
     a->max_tokens = max_tokens;
-    acts_layout(a, c, max_tokens, max_keys, arena_alloc(arena, qwen2_acts_bytes(c, max_tokens, max_keys)));
+    acts_layout(a, c, dtype, max_tokens, max_keys,
+                arena_alloc(arena, qwen2_acts_bytes(c, dtype, max_tokens, max_keys)));
 }
 
 size_t qwen2_kv_bytes_per_token(const Qwen2Config *c) { return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * 4; }
@@ -392,15 +425,23 @@ void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n) {
     }
 }
 
+const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf) {
+    if (m->dtype == DTYPE_F32) return x;
+    dtype_from_f32(m->dtype, x, buf, (size_t)n);
+    return buf;
+}
+
 // The halves of a transformer block shared by prefill and decode, over N rows of a.
 static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
+    const Qwen2Layout *w = &m->w;
+    DType dt = m->dtype;
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
-    rmsnorm_forward(a->xn, a->x, w->ln1 + l * C, N, C, c->eps);
-    matmul_forward(a->q, a->xn, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
-    matmul_forward(a->k, a->xn, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
-    matmul_forward(a->v, a->xn, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
+    rmsnorm_forward(a->xn, a->x, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
+    matmul_forward(a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
+    matmul_forward(a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
+    matmul_forward(a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
     rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
     rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
 }
@@ -408,15 +449,18 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
 // a->att (attention output) -> o_proj + residual, then the MLP + residual.
 static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
+    const Qwen2Layout *w = &m->w;
+    DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
-    matmul_forward(a->proj, a->att, w->wo + l * C * Q, NULL, N, Q, C);
+    matmul_forward(a->proj, qwen2_operand(m, a->att, N * Q, a->in16), qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
     residual_forward(a->x, a->proj, N * C);
-    rmsnorm_forward(a->xn, a->x, w->ln2 + l * C, N, C, c->eps);
-    matmul_forward(a->gate, a->xn, w->wgate + l * I * C, NULL, N, C, I);
-    matmul_forward(a->up, a->xn, w->wup + l * I * C, NULL, N, C, I);
+    rmsnorm_forward(a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
+    matmul_forward(a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
+    matmul_forward(a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
     swiglu_forward(a->gate, a->gate, a->up, N * I);
-    matmul_forward(a->proj, a->gate, w->wdown + l * C * I, NULL, N, I, C);
+    const void *h = qwen2_operand(m, a->gate, N * I, a->in16);
+    matmul_forward(a->proj, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
     residual_forward(a->x, a->proj, N * C);
 }
 
@@ -428,7 +472,7 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
 
-    embedding_forward(a->x, tokens, m->w.embed, N, c->hidden);
+    embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, N, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
         qkv_block(m, l, N, a);
         for (int b = 0; kv && b < B; b++) {  // the prompt's keys and values start its cache slot
@@ -440,7 +484,7 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
                           a->scratch);
         out_mlp_block(m, l, N, a);
     }
-    rmsnorm_forward(a->xn, a->x, m->w.norm, N, c->hidden, c->eps);
+    rmsnorm_forward(a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, N, c->hidden, c->eps);
 }
 
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
@@ -449,7 +493,8 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             a->targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
-    logprob_forward(out, NULL, a->xn, m->w.lm_head, a->targets, N, m->cfg.hidden, m->cfg.vocab, a->scratch);
+    logprob_forward(out, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->targets, N, m->cfg.hidden, m->cfg.vocab,
+                    a->scratch);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
@@ -460,7 +505,7 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
     memcpy(a->pos, pos, (size_t)B * sizeof *pos);
     for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
 
-    embedding_forward(a->x, tokens, m->w.embed, B, c->hidden);
+    embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, B, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
         qkv_block(m, l, B, a);
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
@@ -473,8 +518,14 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
                                  (int)c->head_dim, a->scratch);
         out_mlp_block(m, l, B, a);
     }
-    rmsnorm_forward(a->xn, a->x, m->w.norm, B, c->hidden, c->eps);
-    matmul_forward(logits, a->xn, m->w.lm_head, NULL, B, c->hidden, c->vocab);
+    rmsnorm_forward(a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);
+    qwen2_logits(m, a->xn, B, a, logits);
+}
+
+void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits) {
+    const Qwen2Config *c = &m->cfg;
+    const void *x = qwen2_operand(m, h, B * c->hidden, a->in16);
+    matmul_forward(logits, x, qwen2_at(m, m->w.lm_head), NULL, m->dtype, B, c->hidden, c->vocab);
 }
 
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.

@@ -1,4 +1,4 @@
-// Qwen2 (Qwen2ForCausalLM): config, one fp32 parameter slab with named views, HF load/save,
+// Qwen2 (Qwen2ForCausalLM): config, one parameter slab (fp32 or bf16) with named offsets, HF load/save,
 // and the forward pass over a packed batch of sequences.
 #pragma once
 #include <stddef.h>
@@ -16,35 +16,46 @@ typedef struct {
     double init_std;      // initializer_range, used by qwen2_init_random
 } Qwen2Config;
 
-// Views into the slab; per-layer tensors are stacked over layers: layer l of wq is wq + l*(H*D*C).
-// The field order is the slab order.
+// Element offsets of the tensors in any slab with the parameter layout (weights of any dtype, fp32
+// gradients, Adam moments); per-layer tensors are stacked over layers: layer l of wq starts at
+// wq + l*(H*D*C). The field order is the slab order.
 typedef struct {
-    float *embed;        // (V, C)
-    float *ln1;          // (L, C)
-    float *wq, *bq;      // (L, H*D, C), (L, H*D)
-    float *wk, *bk;      // (L, KVH*D, C), (L, KVH*D)
-    float *wv, *bv;      // (L, KVH*D, C), (L, KVH*D)
-    float *wo;           // (L, C, H*D)
-    float *ln2;          // (L, C)
-    float *wgate, *wup;  // (L, I, C)
-    float *wdown;        // (L, C, I)
-    float *norm;         // (C)
-    float *lm_head;      // (V, C); points at embed when tied
-} Qwen2Weights;
+    size_t embed;        // (V, C)
+    size_t ln1;          // (L, C)
+    size_t wq, bq;       // (L, H*D, C), (L, H*D)
+    size_t wk, bk;       // (L, KVH*D, C), (L, KVH*D)
+    size_t wv, bv;       // (L, KVH*D, C), (L, KVH*D)
+    size_t wo;           // (L, C, H*D)
+    size_t ln2;          // (L, C)
+    size_t wgate, wup;   // (L, I, C)
+    size_t wdown;        // (L, C, I)
+    size_t norm;         // (C)
+    size_t lm_head;      // (V, C); equals embed when tied
+} Qwen2Layout;
 
 typedef struct {
     Qwen2Config cfg;
-    float *params;  // the slab
+    DType dtype;     // of the slab: DTYPE_F32 (master weights), or DTYPE_BF16 (2 bytes a parameter)
+    void *params;    // the slab: n_params elements of dtype
     size_t n_params;
-    Qwen2Weights w;
+    Qwen2Layout w;
 } Qwen2;
 
-// One tensor as Hugging Face names it, viewing the slab.
+// n floats of x as m's projections read them: x itself (F32 models), or rounded to bf16 into buf.
+const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf);
+
+// Element `off` of m's slab (an offset from m->w plus an index), in m's dtype.
+static inline const void *qwen2_at(const Qwen2 *m, size_t off) {
+    return (const char *)m->params + off * dtype_size(m->dtype);
+}
+
+// One tensor as Hugging Face names it, in the slab.
 typedef struct {
     char name[80];
     int ndim;
     int64_t shape[2];
-    float *data;
+    size_t off;   // element offset in the slab
+    float *data;  // the tensor in an F32 slab; NULL in a 16-bit one
 } Qwen2Tensor;
 
 // Reads DIR/config.json; dies naming the file and key on anything unsupported or missing.
@@ -55,18 +66,21 @@ const char *qwen2_preset_names(void);
 // Dies naming `where` when sizes are inconsistent.
 void qwen2_config_check(const Qwen2Config *c, const char *where);
 
-void qwen2_build(Qwen2 *m, const Qwen2Config *c);  // zeroed slab
-// Points w's fields into `slab` (the parameter layout; a gradient or moment slab has the same);
-// returns the slab's length in floats. slab may be NULL to only count.
-size_t qwen2_views(const Qwen2Config *c, float *slab, Qwen2Weights *w);
+void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype);  // zeroed slab of DTYPE_F32 or DTYPE_BF16
+// Fills the offsets of the parameter layout; returns the slab's length in elements.
+size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w);
 void qwen2_free(Qwen2 *m);
 // The HF tensors of the model, in slab order; returns their count. `out` may be NULL.
 int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
 
-void qwen2_load(Qwen2 *m, const char *dir);
-// HF's initialisation: N(0, init_std) matrices, zero biases, unit norms.
+// Loads DIR's weights into a slab of `dtype` (DTYPE_F32 or DTYPE_BF16), converting from the files' dtype.
+void qwen2_load(Qwen2 *m, const char *dir, DType dtype);
+// The dtype a checkpoint computes in by default: BF16 when its weights are stored in BF16, else F32
+// (F16 files widen to fp32: the CPU has no fast fp16 products).
+DType qwen2_file_dtype(const char *dir);
+// HF's initialisation: N(0, init_std) matrices, zero biases, unit norms. F32 models.
 void qwen2_init_random(Qwen2 *m, uint64_t seed);
-// config.json + model.safetensors (F32 or BF16), each written atomically.
+// config.json + model.safetensors (F32 or BF16), each written atomically. F32 models.
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype);
 
 // Workspace for a forward pass over at most max_tokens packed rows.
@@ -74,6 +88,7 @@ typedef struct {
     int64_t max_tokens;
     float *x;       // (N, C) residual stream
     float *xn;      // (N, C) normed input of the current block; the final norm's output at the end
+    void *in16;     // (N, max(C, I)) bf16 models: a projection's input rounded to bf16
     float *q;       // (N, H*D)
     float *k, *v;   // (N, KVH*D)
     float *att;     // (N, H*D)
@@ -87,8 +102,10 @@ typedef struct {
 } Qwen2Acts;
 
 // max_keys: the longest sequence (prefill) or cache (decode) attention will see.
-size_t qwen2_acts_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_keys);
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, int64_t max_tokens, int64_t max_keys, Arena *arena);
+// dtype: the weights' (bf16 models need their projections' inputs rounded).
+size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys);
+void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
+                     Arena *arena);
 
 // KV cache for generation: the keys (after RoPE) and values of n_slots sequences of up to
 // max_len positions each, per layer.
@@ -111,6 +128,8 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
 // positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V).
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
                        int B, Qwen2Acts *a, float *logits);
+// logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
+void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits);
 // Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
 int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each sequence's last row.
@@ -138,19 +157,21 @@ typedef struct {
     float *hsel;  // (n_sel, C) its rows that have targets: the logprob head never sees the others
     // Backward scratch.
     float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
+    void *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
 } Qwen2Train;
 
 // max_seq: the longest sequence in any batch.
-size_t qwen2_train_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute);
-void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute,
-                      Arena *arena);
+// dtype: the weights' the passes will read.
+size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq, int recompute);
+void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+                      int recompute, Arena *arena);
 // The per-token loss interface. tokens (N) packed by seq_off (B+1); targets (N): the token whose
 // log-prob row i yields, -1 for none. logp (N) = log p(targets[i] | tokens[..i] of its sequence), 0 where none.
 // entropy (N), may be NULL: the entropy of row i's next-token distribution where it has a target, 0 elsewhere.
 void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
                          int B, Qwen2Train *t, float *logp, float *entropy);
-// grads (m's slab layout) += d(sum_i dlogp[i] * logp[i] + dent[i] * entropy[i]) / d(parameters), for the
-// last forward's batch; dent may be NULL.
+// grads (m's slab layout, fp32) += d(sum_i dlogp[i] * logp[i] + dent[i] * entropy[i]) / d(parameters), for
+// the last forward's batch; dent may be NULL.
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t);
 // For losses whose dlogp is known before the forward (SFT: -1/n per target token): the forward
 // and the head's backward in one pass over the vocabulary, saving the logits' recompute.

@@ -6,10 +6,12 @@
 #include "nn/ops.h"
 
 // Lays out the training workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, int64_t N, int64_t max_seq, int recompute, char *base) {
+static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_seq, int recompute,
+                           char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
-    size_t att = attention_backward_scratch_floats(max_seq), lp = logprob_scratch_floats(c->vocab), off = 0;
+    size_t att = attention_backward_scratch_floats(max_seq), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
+    int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
 #define TAKE(field, count) \
     (t->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
     TAKE(tokens, N);
@@ -41,24 +43,26 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, int64_t N, int64
     TAKE(dup, N * I);
     TAKE(dsel, N * C);
     TAKE(scratch, att > lp ? att : lp);
+    TAKE(in16, (in16 + 1) / 2);
+    TAKE(dout16, (in16 + 1) / 2);
 #undef TAKE
     return off;
 }
 
-size_t qwen2_train_bytes(const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute) {
+size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq, int recompute) {
     Qwen2Train t;
-    return train_layout(&t, c, max_tokens, max_seq, recompute, NULL);
+    return train_layout(&t, c, dtype, max_tokens, max_seq, recompute, NULL);
 }
 
-void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, int64_t max_tokens, int64_t max_seq, int recompute,
-                      Arena *arena) {
+void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+                      int recompute, Arena *arena) {
     memset(t, 0, sizeof *t);
     t->max_tokens = max_tokens;
     t->max_seq = max_seq;
     t->recompute = recompute;
     t->logit_scale = 1.0f;
-    train_layout(t, c, max_tokens, max_seq, recompute,
-                 arena_alloc(arena, qwen2_train_bytes(c, max_tokens, max_seq, recompute)));
+    train_layout(t, c, dtype, max_tokens, max_seq, recompute,
+                 arena_alloc(arena, qwen2_train_bytes(c, dtype, max_tokens, max_seq, recompute)));
 }
 
 // Saved activations of layer l: one set per layer, or the single set that recompute reuses.
@@ -79,24 +83,29 @@ static LayerActs layer_acts(const Qwen2Config *c, const Qwen2Train *t, int64_t l
 
 static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
+    const Qwen2Layout *w = &m->w;
+    DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
     LayerActs a = layer_acts(c, t, l);
-    rmsnorm_forward(a.xn1, a.xin, w->ln1 + l * C, N, C, c->eps);
-    matmul_forward(a.q, a.xn1, w->wq + l * Q * C, w->bq + l * Q, N, C, Q);
-    matmul_forward(a.k, a.xn1, w->wk + l * KV * C, w->bk + l * KV, N, C, KV);
-    matmul_forward(a.v, a.xn1, w->wv + l * KV * C, w->bv + l * KV, N, C, KV);
+    rmsnorm_forward(a.xn1, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    const void *x = qwen2_operand(m, a.xn1, N * C, t->in16);
+    matmul_forward(a.q, x, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
+    matmul_forward(a.k, x, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
+    matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
     rope_forward(a.q, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
     rope_forward(a.k, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
     attention_forward(a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads, (int)c->kv_heads, (int)D,
                       t->scratch);
-    matmul_forward(a.xmid, a.att, w->wo + l * C * Q, NULL, N, Q, C);
+    x = qwen2_operand(m, a.att, N * Q, t->in16);
+    matmul_forward(a.xmid, x, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
     residual_forward(a.xmid, a.xin, N * C);
-    rmsnorm_forward(a.xn2, a.xmid, w->ln2 + l * C, N, C, c->eps);
-    matmul_forward(a.gate, a.xn2, w->wgate + l * I * C, NULL, N, C, I);
-    matmul_forward(a.up, a.xn2, w->wup + l * I * C, NULL, N, C, I);
+    rmsnorm_forward(a.xn2, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    x = qwen2_operand(m, a.xn2, N * C, t->in16);
+    matmul_forward(a.gate, x, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
+    matmul_forward(a.up, x, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
     swiglu_forward(t->h, a.gate, a.up, N * I);
-    matmul_forward(a.xout, t->h, w->wdown + l * C * I, NULL, N, I, C);
+    x = qwen2_operand(m, t->h, N * I, t->in16);
+    matmul_forward(a.xout, x, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
     residual_forward(a.xout, a.xmid, N * C);
 }
 
@@ -126,9 +135,9 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
         }
     }
 
-    embedding_forward(t->xin, tokens, m->w.embed, N, C);
+    embedding_forward(t->xin, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
     for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
-    rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
+    rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     for (int64_t i = 0; i < t->n_sel; i++)
         for (int64_t j = 0; j < C; j++) t->hsel[i * C + j] = t->xf[t->sel[i] * C + j] * t->logit_scale;
@@ -144,76 +153,84 @@ void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *t
                          int B, Qwen2Train *t, float *logp, float *entropy) {
     forward_body(m, tokens, targets, seq_off, B, t);
     float *lp = t->h, *ent = entropy ? t->dup : NULL;  // backward scratch, free until backward runs
-    logprob_forward(lp, ent, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
+    logprob_forward(lp, ent, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel, m->cfg.hidden,
+                    m->cfg.vocab, t->scratch);
     scatter_logp(t, lp, logp);
     if (entropy) scatter_logp(t, ent, entropy);
 }
 
-// The head's backward: dlogp, dent (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient.
-// With lp (n_sel) it also writes the head's forward output.
-static void head_backward(const Qwen2 *m, const Qwen2Weights *g, const float *dlogp, const float *dent, Qwen2Train *t,
+// The head's backward: dlogp, dent (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient
+// in grads. With lp (n_sel) it also writes the head's forward output.
+static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t,
                           float *lp) {
     float *dlp = t->dgate, *de = dent ? t->dup : NULL;  // free until the last layer's backward
     for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
     for (int64_t i = 0; de && i < t->n_sel; i++) de[i] = dent[t->sel[i]];
     memset(t->dsel, 0, (size_t)(t->n_sel * m->cfg.hidden) * 4);
-    logprob_backward(t->dsel, g->lm_head, lp, dlp, de, t->hsel, m->w.lm_head, t->sel_target, t->n_sel, m->cfg.hidden,
-                     m->cfg.vocab, t->scratch);
+    logprob_backward(t->dsel, grads + m->w.lm_head, lp, dlp, de, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype,
+                     t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
 }
 
 void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *tokens, const int32_t *targets,
                                const int64_t *seq_off, int B, const float *dlogp, Qwen2Train *t, float *logp) {
     forward_body(m, tokens, targets, seq_off, B, t);
-    Qwen2Weights g;
-    qwen2_views(&m->cfg, grads, &g);
     float *lp = t->h;
-    head_backward(m, &g, dlogp, NULL, t, lp);
+    head_backward(m, grads, dlogp, NULL, t, lp);
     scatter_logp(t, lp, logp);
     t->head_done = 1;
 }
 
+// The backward of one projection: dout (N, OC) fp32 and its input x (N, C) fp32 are rounded to m's
+// dtype here (x as the forward rounded it); dinp (N, C) +=, the weight's and bias's gradients in grads +=.
+static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *dinp, size_t wo, size_t bo, int has_bias,
+                          const float *dout, const float *x, int64_t C, int64_t OC) {
+    int64_t N = t->N;
+    const void *d = qwen2_operand(m, dout, N * OC, t->dout16), *in = qwen2_operand(m, x, N * C, t->in16);
+    matmul_backward(dinp, grads + wo, has_bias ? grads + bo : NULL, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
+}
+
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
-static void layer_backward(const Qwen2 *m, const Qwen2Weights *g, int64_t l, Qwen2Train *t) {
+static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *t) {
     const Qwen2Config *c = &m->cfg;
-    const Qwen2Weights *w = &m->w;
+    const Qwen2Layout *w = &m->w;
+    DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
     if (t->recompute) layer_forward(m, l, t);
     LayerActs a = layer_acts(c, t, l);
     // MLP: x_out = xmid + down(silu(gate) * up)
     swiglu_forward(t->h, a.gate, a.up, N * I);
     memset(t->dgate, 0, (size_t)(N * I) * 4);
-    matmul_backward(t->dgate, g->wdown + l * C * I, NULL, t->dx, t->h, w->wdown + l * C * I, N, I, C);
+    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, t->h, I, C);
     swiglu_backward(t->dgate, t->dup, t->dgate, a.gate, a.up, N * I);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    matmul_backward(t->dxn, g->wgate + l * I * C, NULL, t->dgate, a.xn2, w->wgate + l * I * C, N, C, I);
-    matmul_backward(t->dxn, g->wup + l * I * C, NULL, t->dup, a.xn2, w->wup + l * I * C, N, C, I);
-    rmsnorm_backward(t->dx, g->ln2 + l * C, t->dxn, a.xmid, w->ln2 + l * C, N, C, c->eps);
+    proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, a.xn2, C, I);
+    proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, a.xn2, C, I);
+    rmsnorm_backward(t->dx, grads + w->ln2 + l * C, t->dxn, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     memset(t->datt, 0, (size_t)(N * Q) * 4);
-    matmul_backward(t->datt, g->wo + l * C * Q, NULL, t->dx, a.att, w->wo + l * C * Q, N, Q, C);
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, a.att, Q, C);
     attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
                        (int)c->kv_heads, (int)D, t->scratch);
     rope_backward(t->dq, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
     rope_backward(t->dk, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    matmul_backward(t->dxn, g->wq + l * Q * C, g->bq + l * Q, t->dq, a.xn1, w->wq + l * Q * C, N, C, Q);
-    matmul_backward(t->dxn, g->wk + l * KV * C, g->bk + l * KV, t->dk, a.xn1, w->wk + l * KV * C, N, C, KV);
-    matmul_backward(t->dxn, g->wv + l * KV * C, g->bv + l * KV, t->dv, a.xn1, w->wv + l * KV * C, N, C, KV);
-    rmsnorm_backward(t->dx, g->ln1 + l * C, t->dxn, a.xin, w->ln1 + l * C, N, C, c->eps);
+    proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, 1, t->dq, a.xn1, C, Q);
+    proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, 1, t->dk, a.xn1, C, KV);
+    proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, 1, t->dv, a.xn1, C, KV);
+    rmsnorm_backward(t->dx, grads + w->ln1 + l * C, t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {
     const Qwen2Config *c = &m->cfg;
     int64_t N = t->N, C = c->hidden;
-    Qwen2Weights g;
-    qwen2_views(c, grads, &g);
-    if (!t->head_done) head_backward(m, &g, dlogp, dent, t, NULL);
+    if (!t->head_done) head_backward(m, grads, dlogp, dent, t, NULL);
     t->head_done = 0;
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     for (int64_t i = 0; i < t->n_sel; i++)
         for (int64_t j = 0; j < C; j++) t->dxn[t->sel[i] * C + j] = t->dsel[i * C + j] * t->logit_scale;
     memset(t->dx, 0, (size_t)(N * C) * 4);
-    rmsnorm_backward(t->dx, g.norm, t->dxn, t->xin + c->layers * t->max_tokens * C, m->w.norm, N, C, c->eps);
-    for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, &g, l, t);
-    embedding_backward(g.embed, t->dx, t->tokens, N, C);
+    rmsnorm_backward(t->dx, grads + m->w.norm, t->dxn, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm),
+                     m->dtype, N, C, c->eps);
+    for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
+    embedding_backward(grads + m->w.embed, t->dx, t->tokens, N, C);
 }

@@ -1,7 +1,7 @@
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 
+#include "nn/gemm.h"
 #include "nn/ops.h"
 
 // Softmax of each of `rows` rows of n floats, in place; returns the last row's log-sum-exp.
@@ -31,7 +31,6 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     float scale = 1.0f / sqrtf((float)D);
     int64_t max_T = 0;
     for (int b = 0; b < B; b++) max_T = seq_off[b + 1] - seq_off[b] > max_T ? seq_off[b + 1] - seq_off[b] : max_T;
-    // sgemm inside the parallel region runs single-threaded (OpenBLAS built for OpenMP).
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
@@ -43,15 +42,13 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
             float *oh = out + r0 * qs + (int64_t)h * D;
             for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
                 int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale, qh + i0 * qs,
-                            (blasint)qs, kh, (blasint)kvs, 0.0f, S, (blasint)nk);
+                gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kh, kvs, 0, S, nk);
                 for (int64_t r = 0; r < bs; r++) {  // query i0+r sees keys 0..i0+r
                     float l = softmax_rows(S + r * nk, 1, i0 + r + 1, nk);
                     if (lse) lse[(r0 + i0 + r) * H + h] = l;
                     for (int64_t j = i0 + r + 1; j < nk; j++) S[r * nk + j] = 0.0f;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, 1.0f, S,
-                            (blasint)nk, vh, (blasint)kvs, 0.0f, oh + i0 * qs, (blasint)qs);
+                gemm_f32_local(0, 0, bs, D, nk, 1.0f, S, nk, vh, kvs, 0, oh + i0 * qs, qs);
             }
         }
     }
@@ -86,10 +83,8 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 float *dqh = dq + r0 * qs + (int64_t)h * D;
                 for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
                     int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, scale,
-                                qh + i0 * qs, (blasint)qs, kg, (blasint)kvs, 0.0f, S, (blasint)nk);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)bs, (blasint)nk, D, 1.0f,
-                                doh + i0 * qs, (blasint)qs, vg, (blasint)kvs, 0.0f, dP, (blasint)nk);
+                    gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kg, kvs, 0, S, nk);
+                    gemm_f32_local(0, 1, bs, nk, D, 1.0f, doh + i0 * qs, qs, vg, kvs, 0, dP, nk);
                     for (int64_t r = 0; r < bs; r++) {
                         float *s = S + r * nk, *dp = dP + r * nk;
                         float l = lse[(r0 + i0 + r) * H + h], di = 0.0f;
@@ -100,12 +95,9 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                             dp[j] = p * (dp[j] - di);
                         }
                     }
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)nk, D, (blasint)bs, 1.0f, S,
-                                (blasint)nk, doh + i0 * qs, (blasint)qs, 1.0f, dvg, (blasint)kvs);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)bs, D, (blasint)nk, scale, dP,
-                                (blasint)nk, kg, (blasint)kvs, 0.0f, dqh + i0 * qs, (blasint)qs);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)nk, D, (blasint)bs, scale, dP,
-                                (blasint)nk, qh + i0 * qs, (blasint)qs, 1.0f, dkg, (blasint)kvs);
+                    gemm_f32_local(1, 0, nk, D, bs, 1.0f, S, nk, doh + i0 * qs, qs, 1, dvg, kvs);
+                    gemm_f32_local(0, 0, bs, D, nk, scale, dP, nk, kg, kvs, 0, dqh + i0 * qs, qs);
+                    gemm_f32_local(1, 0, nk, D, bs, scale, dP, nk, qh + i0 * qs, qs, 1, dkg, kvs);
                 }
             }
         }
@@ -120,7 +112,7 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
     float scale = 1.0f / sqrtf((float)D);
     int32_t max_n = 0;
     for (int b = 0; b < B; b++) max_n = n_keys[b] > max_n ? n_keys[b] : max_n;
-    // The query heads of one kv head form a (group x D) matrix against the same keys: one sgemm each way.
+    // The query heads of one kv head form a (group x D) matrix against the same keys: one product each way.
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < KVH; g++) {
@@ -128,11 +120,9 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
             int64_t n = n_keys[b];
             const float *qg = q + b * qs + (int64_t)g * group * D;
             const float *kg = k_cache + kv_off[b] + (int64_t)g * D, *vg = v_cache + kv_off[b] + (int64_t)g * D;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group, (blasint)n, D, scale, qg, D, kg, (blasint)kvs,
-                        0.0f, S, (blasint)n);
+            gemm_f32_local(0, 1, group, n, D, scale, qg, D, kg, kvs, 0, S, n);
             softmax_rows(S, group, n, n);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, group, D, (blasint)n, 1.0f, S, (blasint)n, vg,
-                        (blasint)kvs, 0.0f, out + b * qs + (int64_t)g * group * D, D);
+            gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, vg, kvs, 0, out + b * qs + (int64_t)g * group * D, D);
         }
     }
 }

@@ -1,9 +1,21 @@
-#include <cblas.h>
 #include <math.h>
 
+#include "nn/gemm.h"
 #include "nn/ops.h"
 
-size_t logprob_scratch_floats(int64_t V) { return (size_t)LOGPROB_CHUNK * (size_t)V; }
+// The chunk's logits (fp32), then with bf16 weights the chunk's input rows and logit gradients in bf16.
+size_t logprob_scratch_floats(int64_t V, int64_t C, DType wt) {
+    size_t logits = (size_t)LOGPROB_CHUNK * (size_t)V;
+    return wt == DTYPE_BF16 ? logits + (size_t)LOGPROB_CHUNK * (size_t)(C + V) / 2 + 1 : logits;
+}
+
+// The chunk's rows of h as the head's weights store them: h itself, or rounded to bf16 in scratch.
+static const void *head_input(const float *h, int64_t rows, int64_t C, int64_t V, DType wt, float *scratch) {
+    if (wt != DTYPE_BF16) return h;
+    uint16_t *h16 = (uint16_t *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);
+    dtype_from_f32(DTYPE_BF16, h, h16, (size_t)(rows * C));
+    return h16;
+}
 
 // sum_j e^(z_j - mx) and, when sz is wanted (the entropy), sum_j e^(z_j - mx) (z_j - mx).
 static void row_sums(const float *z, int64_t V, float mx, double *sum, double *sz) {
@@ -21,12 +33,12 @@ static void row_sums(const float *z, int64_t V, float mx, double *sum, double *s
     *sum = s;
 }
 
-void logprob_forward(float *out, float *ent, const float *h, const float *W, const int32_t *targets, int64_t N,
-                     int64_t C, int64_t V, float *scratch) {
+void logprob_forward(float *out, float *ent, const float *h, const void *W, DType wt, const int32_t *targets,
+                     int64_t N, int64_t C, int64_t V, float *scratch) {
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)V, (blasint)C, 1.0f, h + i0 * C,
-                    (blasint)C, W, (blasint)C, 0.0f, scratch, (blasint)V);
+        const void *x = head_input(h + i0 * C, rows, C, V, wt, scratch);
+        gemm(wt, 0, 1, rows, V, C, 1.0f, x, C, W, C, NULL, 0, scratch, V);
 #pragma omp parallel for
         for (int64_t r = 0; r < rows; r++) {
             int32_t t = targets[i0 + r];
@@ -47,11 +59,12 @@ void logprob_forward(float *out, float *ent, const float *h, const float *W, con
 }
 
 void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *dent, const float *h,
-                      const float *W, const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
+                      const void *W, DType wt, const int32_t *targets, int64_t N, int64_t C, int64_t V,
+                      float *scratch) {
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)V, (blasint)C, 1.0f, h + i0 * C,
-                    (blasint)C, W, (blasint)C, 0.0f, scratch, (blasint)V);
+        const void *x = head_input(h + i0 * C, rows, C, V, wt, scratch);
+        gemm(wt, 0, 1, rows, V, C, 1.0f, x, C, W, C, NULL, 0, scratch, V);
         // logits -> d(loss)/d(logits) = dlogp * (onehot(target) - p) - dent * p * (log p + H)
 #pragma omp parallel for
         for (int64_t r = 0; r < rows; r++) {
@@ -79,9 +92,13 @@ void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, cons
             }
             g[t] += d;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows, (blasint)C, (blasint)V, 1.0f, scratch,
-                    (blasint)V, W, (blasint)C, 1.0f, dh + i0 * C, (blasint)C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)V, (blasint)C, (blasint)rows, 1.0f, scratch,
-                    (blasint)V, h + i0 * C, (blasint)C, 1.0f, dW, (blasint)C);
+        const void *g = scratch;
+        if (wt == DTYPE_BF16) {  // after the bf16 input rows
+            uint16_t *g16 = (uint16_t *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V) + (size_t)LOGPROB_CHUNK * (size_t)C;
+            dtype_from_f32(DTYPE_BF16, scratch, g16, (size_t)(rows * V));
+            g = g16;
+        }
+        gemm(wt, 0, 0, rows, C, V, 1.0f, g, V, W, C, NULL, 1, dh + i0 * C, C);
+        gemm(wt, 1, 0, V, C, rows, 1.0f, g, V, x, C, NULL, 1, dW, C);
     }
 }

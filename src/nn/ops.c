@@ -1,87 +1,97 @@
 #include "nn/ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-void embedding_forward(float *out, const int32_t *tokens, const float *table, int64_t N, int64_t C) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < N; i++) memcpy(out + i * C, table + (int64_t)tokens[i] * C, (size_t)C * sizeof(float));
+#include "nn/gemm.h"
+
+// Loops over fewer elements than this run on one thread: splitting them costs more in waking and
+// joining threads than it saves, and on a busy machine every join can wait for a descheduled thread.
+#define PAR_MIN 32768
+#define PAR_IF(n) if ((n) >= PAR_MIN)
+
+void embedding_forward(float *out, const int32_t *tokens, const void *table, DType wt, int64_t N, int64_t C) {
+#pragma omp parallel for PAR_IF(N * C)
+    for (int64_t i = 0; i < N; i++) dtype_to_f32(wt, (const char *)table + (size_t)tokens[i] * C * dtype_size(wt),
+                                                  out + i * C, (size_t)C);
 }
 
-void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for
+void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for PAR_IF(N * C)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C;
         float *o = out + i * C;
         double ss = 0.0;
         for (int64_t j = 0; j < C; j++) ss += (double)x[j] * x[j];
         float rstd = (float)(1.0 / sqrt(ss / (double)C + eps));
-        for (int64_t j = 0; j < C; j++) o[j] = x[j] * rstd * weight[j];
+        for (int64_t j = 0; j < C; j++) o[j] = x[j] * rstd * dtype_get(weight, wt, (size_t)j);
     }
 }
 
 // Few rows (decoding a small batch) are memory-bound: read each weight row once and apply it to
-// every input row from cache, instead of sgemm packing the whole weight matrix on every call.
-// GCC/Clang vector types keep four rows' partial sums in registers.
+// every input row from cache, instead of a GEMM packing the whole weight matrix on every call.
+// GCC/Clang vector types keep four rows' partial sums in registers; bf16 operands widen to fp32 there.
 #define SKINNY_MAX_ROWS 16
 typedef float v8f __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
 
-static inline v8f load8(const float *p) {
+static inline v8f load8(const void *p, int bf16, int64_t i) {
     v8f v;
-    memcpy(&v, p, sizeof v);
+    if (bf16) {
+        v8h h;
+        memcpy(&h, (const uint16_t *)p + i, sizeof h);
+        v8u u = __builtin_convertvector(h, v8u) << 16;
+        memcpy(&v, &u, sizeof v);
+    } else {
+        memcpy(&v, (const float *)p + i, sizeof v);
+    }
     return v;
 }
 
 static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
-static void matmul_skinny(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                          int64_t OC) {
+// bf16 is a compile-time constant at each call, so each dtype gets its own inner loop.
+static inline __attribute__((always_inline)) void skinny(float *out, const void *inp, const void *weight,
+                                                         const void *bias, int bf16, int64_t N, int64_t C, int64_t OC) {
+    DType dt = bf16 ? DTYPE_BF16 : DTYPE_F32;
+    size_t es = dtype_size(dt);
     int64_t c8 = C & ~(int64_t)7;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) PAR_IF(OC * C)
     for (int64_t o = 0; o < OC; o++) {
-        const float *w = weight + o * C;
+        const void *w = (const char *)weight + (size_t)(o * C) * es;
         for (int64_t b0 = 0; b0 < N; b0 += 4) {  // four input rows per pass over the weight row
             int64_t nb = N - b0 < 4 ? N - b0 : 4;
-            const float *x[4];
-            for (int b = 0; b < 4; b++) x[b] = inp + (b0 + (b < nb ? b : 0)) * C;
+            const void *x[4];
+            for (int b = 0; b < 4; b++) x[b] = (const char *)inp + (size_t)((b0 + (b < nb ? b : 0)) * C) * es;
             v8f a[4] = {{0}};
             for (int64_t c = 0; c < c8; c += 8) {
-                v8f wv = load8(w + c);
-                for (int b = 0; b < 4; b++) a[b] += load8(x[b] + c) * wv;
+                v8f wv = load8(w, bf16, c);
+                for (int b = 0; b < 4; b++) a[b] += load8(x[b], bf16, c) * wv;
             }
             for (int64_t b = 0; b < nb; b++) {
                 float sum = hsum8(a[b]);
-                for (int64_t c = c8; c < C; c++) sum += x[b][c] * w[c];
-                out[(b0 + b) * OC + o] = sum + (bias ? bias[o] : 0.0f);
+                for (int64_t c = c8; c < C; c++) sum += dtype_get(x[b], dt, (size_t)c) * dtype_get(w, dt, (size_t)c);
+                out[(b0 + b) * OC + o] = sum + (bias ? dtype_get(bias, dt, (size_t)o) : 0.0f);
             }
         }
     }
 }
 
-void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+void matmul_forward(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                     int64_t OC) {
-    if (N == 1) {  // a single row: OpenBLAS's gemv streams the weights at memory bandwidth
-        if (bias) memcpy(out, bias, (size_t)OC * sizeof(float));
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)OC, (blasint)C, 1.0f, weight, (blasint)C, inp, 1,
-                    bias ? 1.0f : 0.0f, out, 1);
-        return;
+    if (N <= SKINNY_MAX_ROWS && dt == DTYPE_BF16) {
+        skinny(out, inp, weight, bias, 1, N, C, OC);
+    } else if (N <= SKINNY_MAX_ROWS) {
+        skinny(out, inp, weight, bias, 0, N, C, OC);
+    } else {
+        gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
     }
-    if (N <= SKINNY_MAX_ROWS) {
-        matmul_skinny(out, inp, weight, bias, N, C, OC);
-        return;
-    }
-    if (bias) {
-#pragma omp parallel for
-        for (int64_t i = 0; i < N; i++) memcpy(out + i * OC, bias, (size_t)OC * sizeof(float));
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)N, (blasint)OC, (blasint)C, 1.0f, inp, (blasint)C,
-                weight, (blasint)C, bias ? 1.0f : 0.0f, out, (blasint)OC);
 }
 
 void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {
     int half = D / 2;
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(N * n_heads * D)
     for (int64_t i = 0; i < N; i++) {
         for (int j = 0; j < half; j++) {
             // Angles in double: HF uses fp32 here, and long positions lose digits there.
@@ -98,7 +108,7 @@ void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, d
 }
 
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -106,7 +116,7 @@ void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
 }
 
 void residual_forward(float *x, const float *y, int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
@@ -115,7 +125,7 @@ void residual_forward(float *x, const float *y, int64_t n) {
 
 void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C) {
     // Rows may repeat a token: parallel over columns so no two threads add into the same float.
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(N * C)
     for (int64_t j0 = 0; j0 < C; j0 += 16) {
         int64_t j1 = j0 + 16 < C ? j0 + 16 : C;
         for (int64_t i = 0; i < N; i++) {
@@ -126,21 +136,21 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
     }
 }
 
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int64_t N,
-                      int64_t C, float eps) {
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
+                      int64_t N, int64_t C, float eps) {
     // y = x * r * w with r = rsqrt(mean(x^2) + eps):  dx = r * (dy*w) - x * r^3 * mean(dy*w*x)
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(N * C)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C, *dy = dout + i * C;
         double ss = 0.0, dot = 0.0;
         for (int64_t j = 0; j < C; j++) {
             ss += (double)x[j] * x[j];
-            dot += (double)dy[j] * weight[j] * x[j];
+            dot += (double)dy[j] * dtype_get(weight, wt, (size_t)j) * x[j];
         }
         double r = 1.0 / sqrt(ss / (double)C + eps);
         float a = (float)r, b = (float)(r * r * r * dot / (double)C);
         float *dx = dinp + i * C;
-        for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * weight[j] - b * x[j];
+        for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * dtype_get(weight, wt, (size_t)j) - b * x[j];
     }
     // dweight sums over rows, in row order (deterministic); cheap next to the matmuls around it.
     for (int64_t i = 0; i < N; i++) {
@@ -152,26 +162,23 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
     }
 }
 
-void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int64_t N, int64_t C, int64_t OC) {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)N, (blasint)C, (blasint)OC, 1.0f, dout,
-                    (blasint)OC, weight, (blasint)C, 1.0f, dinp, (blasint)C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)OC, (blasint)C, (blasint)N, 1.0f, dout, (blasint)OC,
-                inp, (blasint)C, 1.0f, dweight, (blasint)C);
+void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight,
+                     DType dt, int64_t N, int64_t C, int64_t OC) {
+    if (dinp) gemm(dt, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, NULL, 1, dinp, C);
+    gemm(dt, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, NULL, 1, dweight, C);
     if (dbias) {
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(N * OC)
         for (int64_t o0 = 0; o0 < OC; o0 += 64) {
             int64_t o1 = o0 + 64 < OC ? o0 + 64 : OC;
             for (int64_t i = 0; i < N; i++)
-                for (int64_t o = o0; o < o1; o++) dbias[o] += dout[i * OC + o];
+                for (int64_t o = o0; o < o1; o++) dbias[o] += dtype_get(dout, dt, (size_t)(i * OC + o));
         }
     }
 }
 
 void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {
     int half = D / 2;
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(N * n_heads * D)
     for (int64_t i = 0; i < N; i++) {
         for (int j = 0; j < half; j++) {
             double angle = (double)pos[i] * pow(theta, -2.0 * j / D);
@@ -187,7 +194,7 @@ void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D,
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), d = dout[i];
         dup[i] = d * g * sig;

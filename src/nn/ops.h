@@ -4,28 +4,34 @@
 // seq_off[b]..seq_off[b+1] are the rows of sequence b, seq_off[0] = 0.
 // Each *_backward takes the forward's inputs and d(loss)/d(out) and, llm.c style, ADDS into the
 // gradients of parameters (dweight, dbias, dtable, dW); input gradients are added too unless said otherwise.
+// Parameters (`const void *` with a DType `wt`) are stored as the model stores them: DTYPE_F32 or
+// DTYPE_BF16. Activations and gradients are fp32, except a projection's operands (matmul_*), which
+// come in its weights' dtype: the caller rounds them (dtype_from_f32), once for all projections of
+// one input. Products accumulate in fp32.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dtype.h"
+
 // out (N,C) = table[tokens[i]] ; table (V,C)
-void embedding_forward(float *out, const int32_t *tokens, const float *table, int64_t N, int64_t C);
+void embedding_forward(float *out, const int32_t *tokens, const void *table, DType wt, int64_t N, int64_t C);
 // dtable (V,C) += dout (N,C) scattered to the rows of tokens
 void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C);
 
 // out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C)
-void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N, int64_t C, float eps);
+void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps);
 // dinp (N,C) +=, dweight (C) += ; the norm is recomputed from inp
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, int64_t N,
-                      int64_t C, float eps);
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
+                      int64_t N, int64_t C, float eps);
 
-// out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) ; bias may be NULL
-void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+// out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) ; bias may be NULL; inp, weight and bias are all `dt`
+void matmul_forward(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                     int64_t OC);
 // dinp (N,C) += dout (N,OC) @ weight ; dweight (OC,C) += dout^T @ inp ; dbias (OC) += column sums of dout.
-// dinp and dbias may be NULL.
-void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int64_t N, int64_t C, int64_t OC);
+// dout, inp and weight are all `dt`; dinp and dbias may be NULL.
+void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight,
+                     DType dt, int64_t N, int64_t C, int64_t OC);
 
 // x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2);
 // pos (N) is each row's position within its sequence.
@@ -64,15 +70,17 @@ void residual_forward(float *x, const float *y, int64_t n);
 
 // out (N): log softmax(h @ W^T)[targets[i]] for rows with targets[i] >= 0, 0 elsewhere.
 // ent (N), may be NULL: the entropy -sum_j p_j log p_j of those rows' distributions, 0 elsewhere.
-// h (N,C), W (V,C). Logits exist only LOGPROB_CHUNK rows at a time: scratch holds
-// logprob_scratch_floats(V) floats, never (N,V).
-#define LOGPROB_CHUNK 256  // rows; sgemm against the 152k-row LM head is ~40% faster at 256 than at 64
-size_t logprob_scratch_floats(int64_t V);
-void logprob_forward(float *out, float *ent, const float *h, const float *W, const int32_t *targets, int64_t N,
-                     int64_t C, int64_t V, float *scratch);
+// h (N,C) fp32, W (V,C) `wt`; with bf16 weights h's rows are rounded to bf16 for the product.
+// Logits exist only LOGPROB_CHUNK rows at a time: scratch holds logprob_scratch_floats(V, C, wt) floats,
+// never (N,V).
+#define LOGPROB_CHUNK 256  // rows; the product with the 152k-row LM head is ~40% faster at 256 than at 64
+size_t logprob_scratch_floats(int64_t V, int64_t C, DType wt);
+void logprob_forward(float *out, float *ent, const float *h, const void *W, DType wt, const int32_t *targets,
+                     int64_t N, int64_t C, int64_t V, float *scratch);
 // Backward of sum_i dlogp[i] * out[i] + dent[i] * ent[i] (dent may be NULL): dh (N,C) +=, dW (V,C) += ;
-// logits are recomputed chunk by chunk.
+// logits are recomputed chunk by chunk; with bf16 weights d(loss)/d(logits) is rounded to bf16 for both products.
 // out (N), may be NULL: also writes logprob_forward's output, for callers that know dlogp before
 // the forward (SFT) and so need only one pass over the vocabulary.
 void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, const float *dent, const float *h,
-                      const float *W, const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);
+                      const void *W, DType wt, const int32_t *targets, int64_t N, int64_t C, int64_t V,
+                      float *scratch);

@@ -68,10 +68,12 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
     if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
 }
 
-size_t rollout_workspace_bytes(const Qwen2Config *c, int64_t n_slots, int64_t slot_len, int64_t prefill_rows) {
+size_t rollout_workspace_bytes(const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
+                               int64_t prefill_rows) {
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
-    return (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c) + qwen2_acts_bytes(c, act_rows, slot_len) +
-           (size_t)n_slots * (size_t)c->vocab * 4 + 4 * 64;  // 64-byte alignment of KV, activations, logits
+    return (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c) +
+           qwen2_acts_bytes(c, dtype, act_rows, slot_len) + (size_t)n_slots * (size_t)c->vocab * 4 +
+           4 * 64;  // 64-byte alignment of KV, activations, logits
 }
 
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
@@ -91,7 +93,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     if (cfg->workspace) {
         for (int64_t hi = (int64_t)n_prompts * G; fit < hi;) {  // the largest count whose workspace fits
             int64_t mid = (fit + hi + 1) / 2;
-            if (rollout_workspace_bytes(c, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
+            if (rollout_workspace_bytes(c, m->dtype, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
             else hi = mid - 1;
         }
     } else {
@@ -109,11 +111,11 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
     size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token, logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
     if (cfg->workspace) arena_reset(arena);
-    else arena_init(arena, rollout_workspace_bytes(c, n_slots, slot_len, prefill_rows));
+    else arena_init(arena, rollout_workspace_bytes(c, m->dtype, n_slots, slot_len, prefill_rows));
     Qwen2KV kv;
     Qwen2Acts acts;
     qwen2_kv_init(&kv, c, n_slots, slot_len, arena);
-    qwen2_acts_init(&acts, c, act_rows, slot_len, arena);
+    qwen2_acts_init(&acts, c, m->dtype, act_rows, slot_len, arena);
     float *logits = arena_alloc(arena, logit_bytes);
     stats->kv_bytes = kv_bytes;
     stats->kv_bytes_per_token = per_token;
@@ -156,7 +158,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
             qwen2_forward(m, tokens, seq_off, B, &acts, &kv, slots);
             for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
                 memcpy(acts.proj + b * c->hidden, acts.xn + (seq_off[b + 1] - 1) * c->hidden, (size_t)c->hidden * 4);
-            matmul_forward(logits, acts.proj, m->w.lm_head, NULL, B, c->hidden, c->vocab);
+            qwen2_logits(m, acts.proj, B, &acts, logits);
             for (int b = 0; b < B; b++)
                 for (int j = 0; j < step; j++) {
                     Seq *q = &seqs[row_seq[b] + j];

@@ -90,12 +90,12 @@ static void write_optimizer(const char *dir, const Qwen2 *master, const float *m
     StWriteTensor *ws = xcalloc((size_t)n * 3, sizeof *ws);
     char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names);
     const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
-    const float *base[3] = {m, v, master->params};
+    const float *base[3] = {m, v, master->params};  // master: an F32 model
     int k = 0;
     for (int j = 0; j < (with_master ? 3 : 2); j++)
         for (int i = 0; i < n; i++, k++) {
             snprintf(names[k], sizeof names[k], "%s.%s", prefix[j], ts[i].name);
-            ws[k] = (StWriteTensor){.name = names[k], .ndim = ts[i].ndim, .data = base[j] + (ts[i].data - master->params)};
+            ws[k] = (StWriteTensor){.name = names[k], .ndim = ts[i].ndim, .data = base[j] + ts[i].off};
             memcpy(ws[k].shape, ts[i].shape, sizeof ts[i].shape);
         }
     char *path = path_join(dir, "optimizer.safetensors");
@@ -173,7 +173,7 @@ static void read_moments(const SafeTensors *st, const char *prefix, const Qwen2T
 
 void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s) {
     Qwen2 saved;
-    qwen2_load(&saved, dir);
+    qwen2_load(&saved, dir, DTYPE_F32);
     if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
         saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers || saved.cfg.tied != master->cfg.tied)
         die("%s: the checkpoint's model has a different shape from --model", dir);
@@ -190,7 +190,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainSt
     snprintf(first, sizeof first, "master.%s", ts[0].name);
     int with_master = safetensors_find(&st, first) != NULL;
     for (int i = 0; i < n; i++) {
-        size_t off = (size_t)(ts[i].data - master->params);
+        size_t off = ts[i].off;
         read_moments(&st, "exp_avg", &ts[i], m + off);
         read_moments(&st, "exp_avg_sq", &ts[i], v + off);
         if (with_master) read_moments(&st, "master", &ts[i], ts[i].data);

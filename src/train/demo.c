@@ -143,7 +143,7 @@ void demo_write_model(const char *dir, uint64_t seed) {
     c.bos_id = c.eos_id = tok.eos_id;  // generation stops at config.json's eos_token_id
     tokenizer_free(&tok);
     Qwen2 m;
-    qwen2_build(&m, &c);
+    qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, seed);
     qwen2_save(&m, dir, DTYPE_F32);
     qwen2_free(&m);
@@ -228,7 +228,7 @@ void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
 
 double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_new_tokens) {
     Qwen2 m;
-    qwen2_load(&m, model_dir);
+    qwen2_load(&m, model_dir, DTYPE_F32);
     Tokenizer tok;
     tokenizer_load(&tok, model_dir);
     PromptData d;

@@ -87,15 +87,22 @@ static double rss_gib(const char *key) {
 
 static int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length + s->max_response_length; }
 
-static size_t update_ws_bytes(const Qwen2Config *c, int64_t micro, int64_t max_seq, int recompute) {
+// The update workspace serves the policy's compute copy and the reference: sized for 16-bit weights
+// when either is stored in 16 bits (a bf16-sized workspace serves fp32 weights too).
+static DType update_ws_dtype(const GrpoSettings *s) {
+    return compute_storage(s->precision) == DTYPE_BF16 || compute_storage(s->ref_dtype) == DTYPE_BF16 ? DTYPE_BF16
+                                                                                                     : DTYPE_F32;
+}
+
+static size_t update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, int64_t micro, int64_t max_seq) {
     int64_t rows = micro * max_seq;
-    return qwen2_train_bytes(c, rows, max_seq, recompute) + (size_t)rows * 24 + (size_t)(micro + 1) * 8 + 8 * 64;
+    return qwen2_train_bytes(c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 + (size_t)(micro + 1) * 8 + 8 * 64;
 }
 
 static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a) {
     int64_t micro = s->micro_batch_size, max_seq = max_seq_len(s), rows = micro * max_seq;
     arena_reset(a);
-    qwen2_train_init(&u->act, c, rows, max_seq, s->recompute, a);
+    qwen2_train_init(&u->act, c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
     u->act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
     u->tokens = arena_alloc(a, (size_t)rows * 4), u->targets = arena_alloc(a, (size_t)rows * 4);
     u->rows = arena_alloc(a, (size_t)rows * 4), u->drows = arena_alloc(a, (size_t)rows * 4);
@@ -105,16 +112,16 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
 }
 
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
-    Qwen2Weights w;
-    size_t slab = qwen2_views(c, NULL, &w) * 4, shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    Qwen2Layout w;
+    size_t n = qwen2_layout(c, &w), slab = n * 4, shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
     int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = slab, .compute = s->precision != DTYPE_F32 ? slab : 0, .moments = 2 * shard,
-        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0), .reference = s->loss.kl_coef > 0 ? slab : 0,
-        .rollout = rollout_workspace_bytes(c, seqs, max_seq_len(s), prefill),
-        .update = update_ws_bytes(c, micro, max_seq_len(s), s->recompute),
+        .policy = slab, .compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0, .moments = 2 * shard,
+        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0), .reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0,
+        .rollout = rollout_workspace_bytes(c, compute_storage(s->precision), seqs, max_seq_len(s), prefill),
+        .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
@@ -602,8 +609,8 @@ void grpo_run(const GrpoSettings *global) {
     reward_set_init(&r.rewards, s->rewards, s->n_rewards);
     // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
     if ((r.has_ref = s->loss.kl_coef > 0)) {
-        qwen2_build(&r.ref, c);
-        round_to_dtype(r.ref.params, r.tr.master.params, r.ref.n_params, s->ref_dtype);
+        qwen2_build(&r.ref, c, compute_storage(s->ref_dtype));
+        compute_copy_round(&r.ref, &r.tr.master, s->ref_dtype);
     }
     r.tr.st.seed = s->seed;
     r.tr.st.batch_size = r.P_global;

@@ -116,9 +116,10 @@ void sft_run(const SftConfig *cfg) {
     // One workspace for the activations of the largest micro-batch.
     int64_t max_tokens = max_micro_tokens(&data, b), max_seq = max_micro_tokens(&data, 1);
     Arena arena;
-    arena_init(&arena, qwen2_train_bytes(c, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
+    DType wdt = compute_storage(cfg->precision);
+    arena_init(&arena, qwen2_train_bytes(c, wdt, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
     Qwen2Train act;
-    qwen2_train_init(&act, c, max_tokens, max_seq, cfg->recompute, &arena);
+    qwen2_train_init(&act, c, wdt, max_tokens, max_seq, cfg->recompute, &arena);
     int32_t *tokens = arena_alloc(&arena, (size_t)max_tokens * 4), *targets = arena_alloc(&arena, (size_t)max_tokens * 4);
     float *logp = arena_alloc(&arena, (size_t)max_tokens * 4), *dlogp = arena_alloc(&arena, (size_t)max_tokens * 4);
     int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);

@@ -20,8 +20,8 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     t->adam = adam;
     t->clip = clip;
     t->precision = precision;
-    qwen2_load(&t->master, model_dir);
-    if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg);
+    qwen2_load(&t->master, model_dir, DTYPE_F32);
+    if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg, compute_storage(precision));
     t->n = t->master.n_params;
     t->grads = xcalloc(t->n, 4);
     t->m = xcalloc(t->n, 4);
@@ -140,6 +140,13 @@ void trainer_free(Trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
+DType compute_storage(DType precision) { return precision == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32; }
+
+void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
+    if (dst->dtype == DTYPE_BF16) dtype_from_f32(DTYPE_BF16, master->params, dst->params, master->n_params);
+    else round_to_dtype(dst->params, master->params, master->n_params, precision);
+}
+
 const Qwen2 *trainer_begin_step(Trainer *t) {
     memset(t->grads, 0, t->n * 4);
     return trainer_weights(t);
@@ -147,7 +154,7 @@ const Qwen2 *trainer_begin_step(Trainer *t) {
 
 const Qwen2 *trainer_weights(Trainer *t) {
     if (t->precision == DTYPE_F32) return &t->master;
-    if (t->compute_stale) round_to_dtype(t->compute.params, t->master.params, t->n, t->precision);
+    if (t->compute_stale) compute_copy_round(&t->compute, &t->master, t->precision);
     t->compute_stale = 0;
     return &t->compute;
 }
@@ -169,14 +176,15 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         t->st.skips_in_row = 0;
         for (int i = 0; i < t->n_tensors; i++) {  // Hugging Face Trainer's groups: no decay for biases and norms
             const Qwen2Tensor *x = &t->tensors[i];
-            size_t off = (size_t)(x->data - t->master.params), end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
+            size_t off = x->off, end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             double wd = strstr(x->name, "bias") || strstr(x->name, "norm") ? 0.0 : o.weight_decay;
             if (a < b)
-                adamw_update(&o, t->master.params + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
+                adamw_update(&o, (float *)t->master.params + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
                              t->st.adam_t);
         }
-        if (t->zero) comm_allgather(t->comm, t->master.params + t->lo, t->master.params, t->n, "parameters (ZeRO all-gather)");
+        if (t->zero)
+            comm_allgather(t->comm, (float *)t->master.params + t->lo, t->master.params, t->n, "parameters (ZeRO all-gather)");
         t->compute_stale = 1;
     }
     loss_scaler_update(&t->scaler, overflow);

@@ -53,6 +53,11 @@ void trainer_offload_init(Trainer *t, const char *dir);
 // Writes the moments to their file and drops them from memory and the page cache; the next AdamW
 // reads them back on first touch. No-op without trainer_offload_init.
 void trainer_offload(Trainer *t);
+// A compute copy of precision p (F32, BF16 or F16) is stored as compute_storage(p): bf16 in 2 bytes a
+// parameter; fp16 values in fp32 (the CPU has no fast fp16 products), rounded to fp16.
+DType compute_storage(DType precision);
+// dst (built with compute_storage(precision)) = master's fp32 weights rounded to precision.
+void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
 const Qwen2 *trainer_weights(Trainer *t);
 // trainer_weights, with the gradients zeroed for a new step.

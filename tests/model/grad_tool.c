@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
         else die("grad_tool: unknown option %s", argv[i]);
     }
     Qwen2 m;
-    qwen2_load(&m, argv[1]);
+    qwen2_load(&m, argv[1], DTYPE_F32);
     cJSON *root = json_load_file(argv[2]);
     int B = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "tokens"));
     int64_t *seq_off = xcalloc((size_t)B + 1, sizeof *seq_off), max_seq = 1;
@@ -63,9 +63,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n1; i++) dent[seq_off[b] + i] = (float)cJSON_GetArrayItem(de, i)->valuedouble;
     }
     Arena arena;
-    arena_init(&arena, qwen2_train_bytes(&m.cfg, N, max_seq, recompute));
+    arena_init(&arena, qwen2_train_bytes(&m.cfg, m.dtype, N, max_seq, recompute));
     Qwen2Train t;
-    qwen2_train_init(&t, &m.cfg, N, max_seq, recompute, &arena);
+    qwen2_train_init(&t, &m.cfg, m.dtype, N, max_seq, recompute, &arena);
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "logit_scale");
     if (ls) t.logit_scale = (float)ls->valuedouble;
     float *grads = xcalloc(m.n_params, sizeof(float));
@@ -74,8 +74,8 @@ int main(int argc, char **argv) {
     else qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp, has_dent ? ent : NULL);
     qwen2_backward(&m, grads, dlogp, dent, &t);
 
-    Qwen2 gm = {.cfg = m.cfg, .params = grads, .n_params = m.n_params};
-    qwen2_views(&m.cfg, grads, &gm.w);
+    Qwen2 gm = {.cfg = m.cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m.n_params};
+    qwen2_layout(&m.cfg, &gm.w);
     int n = qwen2_tensors(&gm, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
     qwen2_tensors(&gm, ts);

@@ -150,7 +150,7 @@ typedef struct {
 
 static double emb_loss(void *p) {
     EmbCtx *c = p;
-    embedding_forward(c->out, c->tokens, c->table, c->N, c->C);
+    embedding_forward(c->out, c->tokens, c->table, DTYPE_F32, c->N, c->C);
     return dot_d(c->r, c->out, c->N * c->C);
 }
 
@@ -178,7 +178,7 @@ typedef struct {
 
 static double rms_loss(void *p) {
     RmsCtx *c = p;
-    rmsnorm_forward(c->out, c->inp, c->w, c->N, c->C, c->eps);
+    rmsnorm_forward(c->out, c->inp, c->w, DTYPE_F32, c->N, c->C, c->eps);
     return dot_d(c->r, c->out, c->N * c->C);
 }
 
@@ -189,11 +189,11 @@ static void test_rmsnorm(int64_t N, int64_t C, float eps) {
     for (int64_t j = 0; j < C; j++) c.w[j] += 1.0f;
     for (int64_t j = 0; j < C; j++) c.inp[2 * C + j] *= 0.1f;  // a small-norm row
     float *dx = fnew(N * C), *dw = fnew(C);
-    rmsnorm_backward(dx, dw, c.r, c.inp, c.w, N, C, eps);
+    rmsnorm_backward(dx, dw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps);
     fd_check(op, "dinp", rms_loss, &c, c.inp, dx, N * C, 1e-3f, 1 << 30);
     fd_check(op, "dweight", rms_loss, &c, c.w, dw, C, 1e-2f, 1 << 30);
     float *px = frandn(N * C, 1.0f), *pw = frandn(C, 1.0f), *ax = fcopy(px, N * C), *aw = fcopy(pw, C);
-    rmsnorm_backward(ax, aw, c.r, c.inp, c.w, N, C, eps);
+    rmsnorm_backward(ax, aw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps);
     acc_check(op, "dinp", ax, px, dx, N * C);
     acc_check(op, "dweight", aw, pw, dw, C);
     free(c.out), free(c.inp), free(c.w), free(c.r), free(dx), free(dw), free(px), free(pw), free(ax), free(aw);
@@ -208,7 +208,7 @@ typedef struct {
 
 static double mm_loss(void *p) {
     MmCtx *c = p;
-    matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    matmul_forward(c->out, c->inp, c->w, c->b, DTYPE_F32, c->N, c->C, c->OC);
     return dot_d(c->r, c->out, c->N * c->OC);
 }
 
@@ -219,19 +219,19 @@ static void test_matmul(int64_t N, int64_t C, int64_t OC, int bias) {
     MmCtx c = {fnew(N * OC), frandn(N * C, 1.0f), frandn(OC * C, 0.3f), bias ? frandn(OC, 0.3f) : NULL,
                frandn(N * OC, 1.0f), N, C, OC};
     float *dx = fnew(N * C), *dw = fnew(OC * C), *db = bias ? fnew(OC) : NULL;
-    matmul_backward(dx, dw, db, c.r, c.inp, c.w, N, C, OC);
+    matmul_backward(dx, dw, db, c.r, c.inp, c.w, DTYPE_F32, N, C, OC);
     fd_check(op, "dinp", mm_loss, &c, c.inp, dx, N * C, 0.25f, 1 << 30);
     fd_check(op, "dweight", mm_loss, &c, c.w, dw, OC * C, 0.25f, 1 << 30);
     if (bias) fd_check(op, "dbias", mm_loss, &c, c.b, db, OC, 0.25f, 1 << 30);
     float *px = frandn(N * C, 1.0f), *pw = frandn(OC * C, 1.0f), *pb = frandn(OC, 1.0f);
     float *ax = fcopy(px, N * C), *aw = fcopy(pw, OC * C), *ab = fcopy(pb, OC);
-    matmul_backward(ax, aw, bias ? ab : NULL, c.r, c.inp, c.w, N, C, OC);
+    matmul_backward(ax, aw, bias ? ab : NULL, c.r, c.inp, c.w, DTYPE_F32, N, C, OC);
     acc_check(op, "dinp", ax, px, dx, N * C);
     acc_check(op, "dweight", aw, pw, dw, OC * C);
     if (bias) acc_check(op, "dbias", ab, pb, db, OC);
     // dinp and dbias may be NULL: dweight alone, same values
     float *w2 = fnew(OC * C);
-    matmul_backward(NULL, w2, NULL, c.r, c.inp, c.w, N, C, OC);
+    matmul_backward(NULL, w2, NULL, c.r, c.inp, c.w, DTYPE_F32, N, C, OC);
     double e = 0.0;
     for (int64_t i = 0; i < OC * C; i++) e = fmax(e, fabs((double)w2[i] - dw[i]));
     report(op, "dweight w/ NULL dinp,dbias", e / fmax(maxabs(dw, OC * C), 1e-30), ACC_TOL, "");
@@ -381,7 +381,7 @@ typedef struct {
 
 static double lp_loss(void *p) {
     LpCtx *c = p;
-    logprob_forward(c->out, c->re ? c->ent : NULL, c->h, c->W, c->targets, c->N, c->C, c->V, c->scratch);
+    logprob_forward(c->out, c->re ? c->ent : NULL, c->h, c->W, DTYPE_F32, c->targets, c->N, c->C, c->V, c->scratch);
     return dot_d(c->r, c->out, c->N) + (c->re ? dot_d(c->re, c->ent, c->N) : 0.0);
 }
 
@@ -394,9 +394,9 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     targets[N - 1] = (int32_t)V - 1;
     // dlogp non-zero everywhere, also on target -1 rows (those must get no gradient)
     LpCtx c = {fnew(N), frandn(N * C, 1.0f), frandn(V * C, 0.5f), frandn(N, 1.0f),
-               fnew((int64_t)logprob_scratch_floats(V)), targets, N, C, V};
+               fnew((int64_t)logprob_scratch_floats(V, C, DTYPE_F32)), targets, N, C, V};
     float *dh = fnew(N * C), *dW = fnew(V * C);
-    logprob_backward(dh, dW, NULL, c.r, NULL, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(dh, dW, NULL, c.r, NULL, c.h, c.W, DTYPE_F32, targets, N, C, V, c.scratch);
     fd_check(op, "dh", lp_loss, &c, c.h, dh, N * C, 1e-2f, max_samples);
     fd_check(op, "dW", lp_loss, &c, c.W, dW, V * C, 1e-2f, max_samples);
     double z = 0.0;
@@ -404,7 +404,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
         if (targets[i] < 0)
             for (int64_t j = 0; j < C; j++) z = fmax(z, fabs(dh[i * C + j]));
     report(op, "dh = 0 on target -1 rows", z, 0.0, "");
-    logprob_forward(c.out, NULL, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_forward(c.out, NULL, c.h, c.W, DTYPE_F32, targets, N, C, V, c.scratch);
     z = 0.0;
     for (int64_t i = 0; i < N; i++)
         if (targets[i] < 0) z = fmax(z, fabs(c.out[i]));
@@ -412,7 +412,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     float *ph = frandn(N * C, 1.0f), *pW = frandn(V * C, 1.0f), *ah = fcopy(ph, N * C), *aW = fcopy(pW, V * C);
     // The fused form (out given) writes the forward's logprobs and the same gradients.
     float *fused = fnew(N);
-    logprob_backward(ah, aW, fused, c.r, NULL, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(ah, aW, fused, c.r, NULL, c.h, c.W, DTYPE_F32, targets, N, C, V, c.scratch);
     z = 0.0;
     for (int64_t i = 0; i < N; i++) z = fmax(z, fabs(fused[i] - c.out[i]));
     report(op, "fused out == logprob_forward", z, 0.0, "");
@@ -424,7 +424,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     snprintf(op2, sizeof op2, "logprob+entropy N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
     c.re = frandn(N, 1.0f), c.ent = fnew(N);
     float *eh = fnew(N * C), *eW = fnew(V * C);
-    logprob_backward(eh, eW, NULL, c.r, c.re, c.h, c.W, targets, N, C, V, c.scratch);
+    logprob_backward(eh, eW, NULL, c.r, c.re, c.h, c.W, DTYPE_F32, targets, N, C, V, c.scratch);
     fd_check(op2, "dh", lp_loss, &c, c.h, eh, N * C, 1e-2f, max_samples);
     fd_check(op2, "dW", lp_loss, &c, c.W, eW, V * C, 1e-2f, max_samples);
     z = 0.0;

@@ -202,8 +202,9 @@ def _dtype(d):
     return {"float64": torch.float64, "float32": torch.float32}.get(d, d)
 
 
-def load_model(model_dir, compute_dtype=torch.float64):
-    """Load config + weights, converting all weights to compute_dtype."""
+def load_model(model_dir, compute_dtype=torch.float64, bf16=False):
+    """Load config + weights, converting all weights to compute_dtype. bf16: a bf16 model as grpo.c's
+    `--dtype bf16` computes it: weights rounded to bf16, every projection's operands too (see linear)."""
     dt = _dtype(compute_dtype)
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -215,9 +216,10 @@ def load_model(model_dir, compute_dtype=torch.float64):
             raise ValueError(f"missing tensor {name}")
         if tuple(raw[name].shape) != shape:
             raise ValueError(f"{name}: shape {tuple(raw[name].shape)} != expected {shape}")
-    w = {n: raw.pop(n).to(dt) for n in shapes}  # pop: free each raw tensor as we go
+    w = {n: raw.pop(n) for n in shapes}  # pop: free each raw tensor as we go
+    w = {n: (t.to(torch.bfloat16) if bf16 else t).to(dt) for n, t in w.items()}
     m = Model()
-    m.cfg, m.dtype = cfg, dt
+    m.cfg, m.dtype, m.bf16 = cfg, dt, bf16
     m.C, m.H, m.KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     m.D, m.eps, m.theta = m.C // m.H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     m.V = cfg["vocab_size"]
@@ -238,6 +240,38 @@ def load_model(model_dir, compute_dtype=torch.float64):
 
 
 # ----------------------------------------------------------------- forward
+
+def round_bf16(t):
+    """t rounded to the nearest bf16 (ties to even), kept in t's dtype."""
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """x @ w^T + b as a bf16 GEMM with fp32 accumulation computes it: x is rounded to bf16 in the forward
+    and d(loss)/d(output) in the backward, so every product sees bf16 operands (w is bf16 already);
+    the bias gradient sums the rounded output gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr = round_bf16(x)
+        ctx.save_for_backward(xr, w)
+        ctx.has_bias = b is not None
+        y = xr @ w.t()
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, w = ctx.saved_tensors
+        d = round_bf16(dy)
+        return d @ w, d.t() @ xr, d.sum(0) if ctx.has_bias else None
+
+
+def linear(m, x, w, b=None):
+    """A projection of model m: F.linear, or its bf16-operand form when m computes in bf16."""
+    if getattr(m, "bf16", False):
+        return _Bf16Linear.apply(x, w, b)
+    return F.linear(x, w, b)
+
 
 def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
@@ -264,9 +298,9 @@ def hidden_states(m, ids):
     x = m.embed[ids]
     for L in m.layers:
         h = rms_norm(x, L["ln1"], m.eps)
-        q = F.linear(h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)    # (H, T, D)
-        k = F.linear(h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)  # (KVH, T, D)
-        v = F.linear(h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
+        q = linear(m, h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)    # (H, T, D)
+        k = linear(m, h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)  # (KVH, T, D)
+        v = linear(m, h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # GQA: q head h uses kv head h // (H/KVH), i.e. each kv head repeated consecutively
@@ -275,15 +309,15 @@ def hidden_states(m, ids):
         s = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(D))
         s = s.masked_fill(mask, float("-inf"))
         a = torch.softmax(s, -1) @ v                                        # (H, T, D)
-        x = x + F.linear(a.transpose(0, 1).reshape(T, H * D), L["wo"])
+        x = x + linear(m, a.transpose(0, 1).reshape(T, H * D), L["wo"])
         h = rms_norm(x, L["ln2"], m.eps)
-        x = x + F.linear(F.silu(F.linear(h, L["wg"])) * F.linear(h, L["wu"]), L["wd"])
+        x = x + linear(m, F.silu(linear(m, h, L["wg"])) * linear(m, h, L["wu"]), L["wd"])
     return rms_norm(x, m.norm, m.eps)
 
 
 def logits(m, tokens):
     with torch.no_grad():
-        return hidden_states(m, torch.tensor(tokens, dtype=torch.long)) @ m.lm_head.t()
+        return linear(m, hidden_states(m, torch.tensor(tokens, dtype=torch.long)), m.lm_head)
 
 
 def score(m, seqs):

@@ -144,7 +144,7 @@ def main():
          "data.max_response_length=6", "rollout.n=2", "data.train_batch_size=4", "actor.mini_batch_size=2",
          "actor.ppo_epochs=2", "actor.micro_batch_size=2", "trainer.steps=3", "trainer.val_before_train=false", "actor.lr=1e-3",
          "actor.adam_eps=1e-5", "actor.kl_loss_coef=0.05", "trainer.seed=3", "reward.gsm8k.weight=0",
-         "reward.format.weight=1", "reward.format.regex=.*[aeiou].*"]
+         "reward.format.weight=1", "reward.format.regex=.*[aeiou].*[aeiou].*[aeiou].*"]
     run(g + ["trainer.out_dir=" + T("g1")], env=env)
     w1 = load(T("g1"))
     r1 = [m["reward_mean"] for m in map(json.loads, open(T("g1", "metrics.jsonl")))]

@@ -53,7 +53,9 @@ off-policy) and rope_theta 1e4 (sft_parity.py's reason), and qwen-tiny gets rand
 biases (a zero-initialised bias is ~lr after one step, so the relative measure would see only
 Adam's eps region). `--spread` prints torch fp32-vs-fp64 for every case (always for k3-token-mean):
 about 1e-6, a tenth of the tolerance; perturbing kl coef by 10%, clip_ratio_c, agg mode or advantage
-eps moves the weights by 3e-5 .. 3e-2.
+eps moves the weights by 3e-5 .. 3e-2. Where a case's torch fp32 replay is itself that far from its fp64
+replay (qwen-tiny: 1.1e-5; the order of fp32 sums alone decides), grpo passes when it is no further from
+the fp64 replay than torch's fp32 replay is.
 Prints one line per check and finally `N passed, M failed`; exit 0 iff all pass.
 """
 import argparse
@@ -533,14 +535,21 @@ def c_case(name):
     moved = max(rel(want_w[k], init[k]) for k in want_w)
     detail = f"max rel {r:.2e} ({worst}); by kind {per_group_diff(g['weights'], want_w)}; weights moved {moved:.1e}; " \
              f"grpo {g['secs']:.2f}s, torch {t_peer:.2f}s"
-    if name == "k3-token-mean" or SPREAD:  # the fp32 noise floor: torch fp32 vs fp64 on the same rollout
+    ok = r <= WEIGHT_TOL
+    if name == "k3-token-mean" or SPREAD or not ok:  # the fp32 noise floor: torch fp32 vs fp64 on the same rollout
         w64, _ = replay(model_dir, c, samples, stop_ids, torch.float64)
-        detail += f"; torch fp32-vs-fp64 {weights_diff(w64, {k: v.double() for k, v in want_w.items()})[0]:.1e}"
-    if r > WEIGHT_TOL:  # name the grpo.c behaviour that explains the difference, if one does
+        spread = weights_diff(w64, {k: v.double() for k, v in want_w.items()})[0]
+        detail += f"; torch fp32-vs-fp64 {spread:.1e}"
+        if not ok:  # a case whose fp32 rounding alone reaches the tolerance: grpo must be as close to the
+            # exact (fp64) replay as torch's own fp32 replay is
+            exact = weights_diff(w64, {k: v.double() for k, v in g["weights"].items()})[0]
+            ok = exact <= spread
+            detail += f"; grpo-vs-fp64 {exact:.1e}"
+    if not ok:  # name the grpo.c behaviour that explains the difference, if one does
         for v in ("train-T1", "lr-per-update", "kept-only"):
             rv = weights_diff(g["weights"], replay(model_dir, c, samples, stop_ids, variant=v)[0])[0]
             detail += f"; torch variant {v}: {rv:.1e}"
-    check(f"{name}/weights-vs-torch", r <= WEIGHT_TOL and moved > 100 * WEIGHT_TOL, detail)
+    check(f"{name}/weights-vs-torch", ok and moved > 100 * WEIGHT_TOL, detail)
 
     # metrics vs the peer: grpo reports per step the mean over updates of grad_norm / pg_loss / clip_frac /
     # KL (loss) and the min / max ratio over all updates

@@ -17,7 +17,8 @@ get_{constant,linear,cosine}_schedule_with_warmup. Checks:
                (max|a-b| / max|b|), metrics loss / grad_norm / lr / tokens per step
   accum        micro-batch sizes 1, 2, 4 of the same run give the same weights (1e-5 relative)
   traj20       20 steps, lr 3e-3, linear + warmup 3: the loss per step (1e-4 relative)
-  bf16         --precision bf16 vs torch computing with master.to(bfloat16).float() (1e-5 relative)
+  bf16         --precision bf16 vs torch computing with master.to(bfloat16) and bf16 operands in every
+               projection, forward and backward (qwen2_ref.linear) (1e-5 relative)
   savebf16     --save-dtype bf16 = bf16 rounding of the f32 run's weights, config says bfloat16
   text         {"prompt","completion"} lines == the JS tokenizer's ChatML ids, bit for bit
 Prints one line per check and finally `N passed, M failed`; exit 0 iff all pass.
@@ -109,9 +110,10 @@ def write_jsonl(path, samples, blank_after=None):
 class TorchQwen:
     """Differentiable Qwen2 whose math is qwen2_ref.hidden_states; params keyed by HF name."""
 
-    def __init__(self, model_dir, dtype=torch.float32):
+    def __init__(self, model_dir, dtype=torch.float32, bf16=False):
         self.base = ref.load_model(model_dir, dtype)  # validates names/shapes, gives the config
         self.dtype = dtype
+        self.bf16 = bf16  # projections with bf16 operands (qwen2_ref.linear); weights are rounded by the caller
         cfg = self.base.cfg
         self.tied = bool(cfg["tie_word_embeddings"])
         raw = ref.load_weights(model_dir)
@@ -123,7 +125,7 @@ class TorchQwen:
         b, m = self.base, ref.Model()
         for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V"):
             setattr(m, k, getattr(b, k))
-        m.dtype = self.dtype
+        m.dtype, m.bf16 = self.dtype, self.bf16
         m.embed = w["model.embed_tokens.weight"]
         m.norm = w["model.norm.weight"]
         m.lm_head = m.embed if self.tied else w["lm_head.weight"]  # tied: the same tensor, grads add up
@@ -146,7 +148,7 @@ class TorchQwen:
         P = len(sample["prompt_ids"])
         assert P >= 1, "a completion token needs a prefix"
         h = ref.hidden_states(m, torch.tensor(seq[:-1], dtype=torch.long))[P - 1:]  # rows predicting seq[P:]
-        lp = torch.log_softmax(h @ m.lm_head.t(), -1)
+        lp = torch.log_softmax(ref.linear(m, h, m.lm_head), -1)
         return lp.gather(1, torch.tensor(seq[P:], dtype=torch.long)[:, None])[:, 0]
 
     def nll_sum(self, w, samples):
@@ -179,7 +181,7 @@ def decay_groups(names):
 
 def torch_sft(model_dir, samples, cfg, precision="fp32", dtype=torch.float32):
     """The reference trainer. Returns ({HF name: final weight}, [per-step metrics])."""
-    R = TorchQwen(model_dir, dtype)
+    R = TorchQwen(model_dir, dtype, bf16=precision == "bf16")
     P = R.params
     dn, nn_ = decay_groups(R.names)
     opt = torch.optim.AdamW([{"params": [P[n] for n in dn], "weight_decay": cfg["wd"]},
@@ -311,7 +313,7 @@ def diagnose(got_w, model_dir, samples, cfg, precision="fp32"):
 
 
 def _variant_sft(model_dir, samples, cfg, v, precision):
-    R = TorchQwen(model_dir)
+    R = TorchQwen(model_dir, bf16=precision == "bf16")
     P = R.params
     dn, nn_ = decay_groups(R.names)
     if v.get("alldecay"):
