@@ -370,6 +370,58 @@ static void test_swiglu(void) {
     free(c.out), free(c.gate), free(c.up), free(c.r), free(dg), free(du), free(ag), free(au);
 }
 
+// ------------------------------------------------------------------------------ bf16 projections
+
+// n random bf16 values (normal * scale, rounded) and their fp32 values.
+static uint16_t *bf16_randn(int64_t n, float scale, float **as_f32) {
+    uint16_t *h = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    float *f = frandn(n, scale);
+    for (int64_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i] = f32_to_bf16(f[i]));
+    *as_f32 = f;
+    return h;
+}
+
+// The bf16 forward and backward against sums in double of the same bf16 operands: only the fp32
+// accumulation may differ (the skinny AVX512-BF16 kernel for N <= 16, oneDNN above).
+static void test_matmul_bf16(int64_t N, int64_t C, int64_t OC, int bias) {
+    char op[64];
+    snprintf(op, sizeof op, "matmul bf16 N%lld C%lld OC%lld %s", (long long)N, (long long)C, (long long)OC,
+             bias ? "bias" : "nobias");
+    float *x, *w, *b, *dy;
+    uint16_t *x16 = bf16_randn(N * C, 1.0f, &x), *w16 = bf16_randn(OC * C, 0.3f, &w);
+    uint16_t *b16 = bf16_randn(OC, 0.3f, &b), *dy16 = bf16_randn(N * OC, 1.0f, &dy);
+    float *out = fnew(N * OC), *dx = fnew(N * C), *dw = fnew(OC * C), *db = fnew(OC);
+    matmul_forward(out, x16, w16, bias ? b16 : NULL, DTYPE_BF16, N, C, OC);
+    matmul_backward(dx, dw, bias ? db : NULL, dy16, x16, w16, DTYPE_BF16, N, C, OC);
+    double e[4] = {0}, m[4] = {0};
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t o = 0; o < OC; o++) {
+            double r = bias ? b[o] : 0.0;
+            for (int64_t c = 0; c < C; c++) r += (double)x[i * C + c] * w[o * C + c];
+            e[0] = fmax(e[0], fabs(out[i * OC + o] - r)), m[0] = fmax(m[0], fabs(r));
+        }
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t c = 0; c < C; c++) {
+            double r = 0.0;
+            for (int64_t o = 0; o < OC; o++) r += (double)dy[i * OC + o] * w[o * C + c];
+            e[1] = fmax(e[1], fabs(dx[i * C + c] - r)), m[1] = fmax(m[1], fabs(r));
+        }
+    for (int64_t o = 0; o < OC; o++) {
+        double rb = 0.0;
+        for (int64_t c = 0; c < C; c++) {
+            double r = 0.0;
+            for (int64_t i = 0; i < N; i++) r += (double)dy[i * OC + o] * x[i * C + c];
+            e[2] = fmax(e[2], fabs(dw[o * C + c] - r)), m[2] = fmax(m[2], fabs(r));
+        }
+        for (int64_t i = 0; i < N; i++) rb += dy[i * OC + o];
+        e[3] = fmax(e[3], fabs(db[o] - (bias ? rb : 0.0))), m[3] = fmax(m[3], fabs(rb));
+    }
+    const char *what[4] = {"out", "dinp", "dweight", "dbias"};
+    for (int k = 0; k < (bias ? 4 : 3); k++) report(op, what[k], e[k] / fmax(m[k], 1e-30), ACC_TOL, "vs double");
+    free(x), free(w), free(b), free(dy), free(x16), free(w16), free(b16), free(dy16);
+    free(out), free(dx), free(dw), free(db);
+}
+
 // --------------------------------------------------------------------------------------- logprob
 
 typedef struct {
@@ -446,6 +498,11 @@ int main(void) {
     test_matmul(16, 24, 10, 0);  // skinny, no bias
     test_matmul(37, 19, 23, 1);  // sgemm path
     test_matmul(40, 33, 70, 0);
+    test_matmul_bf16(1, 100, 23, 1);  // skinny: a 64-block, a 32-block and a tail; OC not a multiple of 4
+    test_matmul_bf16(5, 70, 9, 1);    // skinny, two row groups
+    test_matmul_bf16(16, 64, 37, 0);  // skinny, four row groups
+    test_matmul_bf16(37, 40, 23, 1);  // oneDNN
+    test_matmul_bf16(300, 96, 130, 1);
     test_rope(1e4);
     test_rope(1e6);
     const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};
