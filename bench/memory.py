@@ -4,6 +4,7 @@ offloading the Adam moments (actor.offload_optimizer) saves during rollout.
 
 usage: /usr/bin/python3 bench/memory.py [--grpo build/grpo] [--preset qwen2.5-0.5b] [--steps 2]
            [--prompts 2] [--n 4] [--max-response 32] [--kl-coef 0.001] [--threads 2]
+           [--precision fp32|bf16|fp16] [--ref-dtype f32|bf16]
 
 It makes a model of the preset's shape (`grpo init`, random weights, the real Qwen tokenizer) and a few
 prompts, then runs `grpo train` twice with the same settings, without and with actor.offload_optimizer.
@@ -46,6 +47,8 @@ def main():
     ap.add_argument("--max-response", type=int, default=32)
     ap.add_argument("--kl-coef", type=float, default=0.001)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", help="actor.precision: bf16 adds a 2-byte compute copy")
+    ap.add_argument("--ref-dtype", default="f32", help="model.ref_dtype: bf16 holds the reference in 2 bytes")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="grpo-bench-memory-")
     model = os.path.join(tmp, "model")
@@ -58,9 +61,11 @@ def main():
     base = [a.grpo, "train", "model.path=" + model, "data.train_file=" + data, "data.max_prompt_length=64",
             f"data.max_response_length={a.max_response}", f"data.train_batch_size={a.prompts}", f"rollout.n={a.n}",
             f"trainer.steps={a.steps}", "trainer.val_before_train=false", "reward.gsm8k.method=flexible",
-            f"actor.kl_loss_coef={a.kl_coef}", f"actor.use_kl_loss={'true' if a.kl_coef > 0 else 'false'}"]
+            f"actor.kl_loss_coef={a.kl_coef}", f"actor.use_kl_loss={'true' if a.kl_coef > 0 else 'false'}",
+            f"actor.precision={a.precision}", f"model.ref_dtype={a.ref_dtype}"]
     print(f"model {a.preset}, {a.prompts} prompts x {a.n} samples, responses <= {a.max_response} tokens, "
-          f"KL coef {a.kl_coef}, {a.steps} steps, {a.threads} threads")
+          f"KL coef {a.kl_coef}, {a.steps} steps, {a.threads} threads, precision {a.precision}, "
+          f"reference {a.ref_dtype}")
     res = {}
     for offload in (False, True):
         out = os.path.join(tmp, "run-offload" if offload else "run")

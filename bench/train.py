@@ -30,12 +30,12 @@ forward is not counted):
       B*(T-P) positions that predict a completion token, 1.7% of F fewer at T=256, P=16.
   Attention: per layer and sequence the causal forward has T*(T+1)/2 query-key pairs per query head, each
       2*D FLOPs in Q K^T and 2*D in A V: 4*H*D*T*(T+1)/2; times 3 for forward + backward.
-MFU = achieved FLOP/s / the sgemm ceiling: cblas_sgemm (row-major C[M,N] = A[M,K] B[N,K]^T, the shape of a
-Linear) of the OpenBLAS that grpo links (openblas-openmp), --threads threads, median of --sgemm-reps calls,
+MFU = achieved FLOP/s / the fp32 matmul ceiling: oneDNN's fp32 matmul (row-major C[M,N] = A[M,K] B[N,K]^T, the
+shape of a Linear) as grpo links it (build/ceiling), --threads threads, median of --sgemm-reps calls,
 measured in a separate process at the start and at the end of the run; the higher of the two is used.
 Peak RSS: each run is a separate child process and its own ru_maxrss comes from wait4() (maxima of
 different runs never mix); it includes loading the model (and grpo's final save).
-OPENBLAS_CORETYPE is passed through unchanged (the README's figures use Haswell).
+PyTorch's fp32 matmuls go through libblas.so.3: `scripts/deps.sh --bench` installs OpenBLAS for it.
 Not a test: nothing runs it automatically.
 """
 import argparse
@@ -51,7 +51,6 @@ import time
 
 sys.dont_write_bytecode = True
 here = os.path.dirname(os.path.abspath(__file__))
-OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"  # what build/grpo links
 
 
 # ----------------------------------------------------------------- child processes
@@ -72,42 +71,15 @@ def tail(path, n=15):
         return "".join(f.readlines()[-n:])
 
 
-def sgemm_worker(M, N, K, reps):
-    """Runs in its own process (OMP_NUM_THREADS set by the parent, no torch loaded): prints GFLOP/s list."""
-    import array
-    import ctypes
-    blas = ctypes.CDLL(OPENBLAS)
-    P = ctypes.c_void_p
-    I = ctypes.c_int
-    blas.cblas_sgemm.argtypes = [I, I, I, I, I, I, ctypes.c_float, P, I, P, I, ctypes.c_float, P, I]
-    blas.cblas_sgemm.restype = None
-    pat = [0.5, -0.25, 0.125, 1.0, -0.75, 0.375, -0.0625]
-
-    def buf(n):
-        a = array.array("f", pat) * (n // len(pat) + 1)
-        return a, a.buffer_info()[0]
-
-    bufs = [buf(M * K), buf(N * K), buf(M * N)]  # the arrays stay referenced while their addresses are used
-    pa, pb, pc = (addr for _, addr in bufs)
-    ROW, NOTRANS, TRANS = 101, 111, 112
-    out = []
-    for i in range(reps + 2):  # 2 warm-up calls (thread start-up, page faults)
-        t0 = time.perf_counter()
-        blas.cblas_sgemm(ROW, NOTRANS, TRANS, M, N, K, 1.0, pa, K, pb, K, 0.0, pc, N)
-        dt = time.perf_counter() - t0
-        if i >= 2:
-            out.append(2.0 * M * N * K / dt / 1e9)
-    print(json.dumps({"gflops": out}))
-
-
 def measure_sgemm(a, env, tmp, tag):
+    """The fp32 matmul ceiling of the oneDNN that grpo links: build/ceiling, beside the grpo binary."""
     log = os.path.join(tmp, f"sgemm-{tag}.log")
     M, N, K = a.sgemm
-    rc, _, _ = run_child([sys.executable, os.path.abspath(__file__), "--sgemm-worker", str(M), str(N), str(K),
-                          "--sgemm-reps", str(a.sgemm_reps)], env, log)
+    tool = os.path.join(os.path.dirname(os.path.abspath(a.grpo)), "ceiling")
+    rc, _, _ = run_child([tool, "gemm", "f32", str(M), str(N), str(K), str(a.sgemm_reps)], env, log)
     if rc != 0:
         sys.exit(f"sgemm measurement failed:\n{tail(log)}")
-    return statistics.median(json.loads(tail(log, 1))["gflops"])
+    return json.loads(tail(log, 1))["gflops"]
 
 
 # ----------------------------------------------------------------- PyTorch peer (own process)
@@ -240,12 +212,9 @@ def main():
     ap.add_argument("--skip-recompute", action="store_true", help="no `grpo sft --recompute` run")
     ap.add_argument("--sgemm", type=int, nargs=3, default=[2048, 4864, 896], metavar=("M", "N", "K"))
     ap.add_argument("--sgemm-reps", type=int, default=10)
-    ap.add_argument("--sgemm-worker", type=int, nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.sgemm_worker:
-        return sgemm_worker(*a.sgemm_worker, a.sgemm_reps)
     a.micro_batch_size = a.micro_batch_size or a.batch_size
     if a.torch_worker:
         return torch_worker(a)
@@ -341,8 +310,8 @@ def main():
               + (f"; grpo --recompute / PyTorch: {tps['grpo --recompute'] / t:.2f}" if not a.skip_recompute else ""))
     print(f"FLOPs per step: {flops / 1e12:.3f} TFLOP = 6*N*B*T + 6*L*H*D*B*T*(T+1), N = {N / 1e6:.1f} M "
           f"matmul weights (incl. the LM head), B*T = {B * T}")
-    print(f"sgemm ceiling ({M_}x{N_}x{K_}, NN^T, {a.threads} threads, {os.path.basename(OPENBLAS)} "
-          f"openblas-openmp, median of {a.sgemm_reps}): {ceil0:.1f} GFLOP/s at the start, {ceil1:.1f} at the "
+    print(f"fp32 matmul ceiling ({M_}x{N_}x{K_}, NN^T, {a.threads} threads, oneDNN, median of {a.sgemm_reps}): "
+          f"{ceil0:.1f} GFLOP/s at the start, {ceil1:.1f} at the "
           f"end; MFU uses {ceiling:.1f}")
     print("step s = median over timed steps (first step of each run excluded); "
           "peak RSS per process (wait4), incl. model load and grpo's final save")

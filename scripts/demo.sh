@@ -5,7 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh build >/dev/null
-# libgomp spin-waits between parallel regions by default; on a shared or busy 2-core machine that
-# makes the small demo model many times slower. Passive waiting costs nothing measurable when idle.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 exec ./build/grpo train "$@"

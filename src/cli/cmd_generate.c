@@ -130,8 +130,8 @@ int cmd_generate(int argc, char **argv) {
         {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
         {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
-        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)",
-         NULL, 0},
+        {"--dtype", "f32|bf16",
+         "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",

@@ -96,8 +96,8 @@ int cmd_score(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory (config.json + safetensors)", NULL, 1},
         {"--batch-tokens", "N", "pack input lines into forward passes of about N tokens", "2048", 0},
-        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)",
-         NULL, 0},
+        {"--dtype", "f32|bf16",
+         "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
     CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] < in.jsonl > out.jsonl",
@@ -134,9 +134,11 @@ int cmd_score(int argc, char **argv) {
     if (cli_str(&spec, "--stats")) {
         fprintf(stderr,
                 "{\"sequences\": %lld, \"tokens\": %lld, \"load_seconds\": %.3f, \"forward_seconds\": %.3f, "
-                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu, \"dtype\": \"%s\", \"batch_seconds\": [",
+                "\"tokens_per_second\": %.1f, \"workspace_bytes\": %zu, \"parameters\": %zu, \"dtype\": \"%s\", "
+                "\"batch_seconds\": [",
                 (long long)s.seqs_done, (long long)s.tokens_done, load_seconds, s.seconds,
-                s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params, dtype_name(m.dtype));
+                s.seconds > 0 ? (double)s.tokens_done / s.seconds : 0.0, s.arena.size, m.n_params,
+                dtype_name(m.dtype));
         for (int i = 0; i < s.n_batches; i++) fprintf(stderr, i ? ", %.4f" : "%.4f", s.batch_seconds[i]);
         fprintf(stderr, "]}\n");
     }

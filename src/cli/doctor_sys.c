@@ -268,26 +268,23 @@ static long env_threads(const char *name) {
 }
 
 void doctor_check_threads(Doctor *d, int ranks) {
-    long omp = env_threads("OMP_NUM_THREADS"), blas = env_threads("OPENBLAS_NUM_THREADS");
+    long omp = env_threads("OMP_NUM_THREADS");  // oneDNN's GEMMs run on the same OpenMP threads
     long per_rank = omp > 0 ? omp : d->cpus_allowed;  // OpenMP's default: every CPU of the affinity mask
     long total = per_rank * ranks;
     cJSON *v = cJSON_CreateObject();
     if (omp > 0) cJSON_AddNumberToObject(v, "omp_num_threads", (double)omp);
     else cJSON_AddNullToObject(v, "omp_num_threads");
-    if (blas > 0) cJSON_AddNumberToObject(v, "openblas_num_threads", (double)blas);
-    else cJSON_AddNullToObject(v, "openblas_num_threads");
     cJSON_AddNumberToObject(v, "ranks", ranks);
     cJSON_AddNumberToObject(v, "threads_per_rank", (double)per_rank);
     cJSON_AddNumberToObject(v, "cpus_allowed", d->cpus_allowed);
-    char *obs = xprintf("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s, %d rank%s x %ld threads on %d CPUs",
-                           getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(unset)",
-                           getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", ranks,
-                           ranks > 1 ? "s" : "", per_rank, d->cpus_allowed);
+    const char *env = getenv("OMP_NUM_THREADS");
+    char *obs = xprintf("OMP_NUM_THREADS=%s, %d rank%s x %ld threads on %d CPUs", env ? env : "(unset)", ranks,
+                        ranks > 1 ? "s" : "", per_rank, d->cpus_allowed);
     char *fix = xprintf("export OMP_NUM_THREADS=%d", d->cpus_allowed / ranks > 0 ? d->cpus_allowed / ranks : 1);
     const char *want = "ranks x OMP_NUM_THREADS <= allowed CPUs";
-    if (omp < 0 || blas < 0)
+    if (omp < 0)
         doctor_add(d, "threads", DOCTOR_FAIL, obs, "positive integers", "unset it or export a positive integer", v);
-    else if (total > d->cpus_allowed || blas > d->cpus_allowed)  // oversubscribed cores stall at every barrier
+    else if (total > d->cpus_allowed)  // oversubscribed cores stall at every barrier
         doctor_add(d, "threads", DOCTOR_WARN, obs, want, fix, v);
     else doctor_add(d, "threads", DOCTOR_PASS, obs, want, "", v);
     free(fix);

@@ -366,7 +366,8 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
 // forward
 
 // Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_keys, char *base) {
+static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_keys,
+                          char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
@@ -388,6 +389,7 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     TAKE(kv_off, 2 * N);  // int64
     TAKE(n_keys, N);
 #undef TAKE
+    if (!in16) a->in16 = NULL;  // F32 weights: none
     return off;
 }
 
@@ -452,7 +454,8 @@ static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
-    matmul_forward(a->proj, qwen2_operand(m, a->att, N * Q, a->in16), qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
+    matmul_forward(a->proj, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
     residual_forward(a->x, a->proj, N * C);
     rmsnorm_forward(a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
@@ -469,6 +472,7 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
     const Qwen2Config *c = &m->cfg;
     int64_t N = seq_off[B], KV = c->kv_heads * c->head_dim;
     if (N > a->max_tokens) die("internal: forward over %lld tokens, workspace holds %lld", (long long)N, (long long)a->max_tokens);
+    if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
 
@@ -502,6 +506,7 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
     const Qwen2Config *c = &m->cfg;
     int64_t KV = c->kv_heads * c->head_dim;
     if (B > a->max_tokens) die("internal: decode batch of %d, workspace holds %lld", B, (long long)a->max_tokens);
+    if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
     memcpy(a->pos, pos, (size_t)B * sizeof *pos);
     for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
 

@@ -46,6 +46,7 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int
     TAKE(in16, (in16 + 1) / 2);
     TAKE(dout16, (in16 + 1) / 2);
 #undef TAKE
+    if (!in16) t->in16 = t->dout16 = NULL;  // F32 weights: none
     return off;
 }
 
@@ -116,6 +117,7 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     int64_t N = seq_off[B], C = c->hidden;
     if (N > t->max_tokens) die("internal: training forward over %lld tokens, workspace holds %lld", (long long)N,
                                (long long)t->max_tokens);
+    if (m->dtype != DTYPE_F32 && !t->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
     t->N = N;
     t->B = B;
     t->head_done = 0;

@@ -11,9 +11,9 @@
 #define PAR_IF(n) if ((n) >= PAR_MIN)
 
 void embedding_forward(float *out, const int32_t *tokens, const void *table, DType wt, int64_t N, int64_t C) {
+    size_t row = (size_t)C * dtype_size(wt);  // bytes
 #pragma omp parallel for PAR_IF(N * C)
-    for (int64_t i = 0; i < N; i++) dtype_to_f32(wt, (const char *)table + (size_t)tokens[i] * C * dtype_size(wt),
-                                                  out + i * C, (size_t)C);
+    for (int64_t i = 0; i < N; i++) dtype_to_f32(wt, (const char *)table + (size_t)tokens[i] * row, out + i * C, (size_t)C);
 }
 
 void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps) {

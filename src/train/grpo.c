@@ -90,13 +90,14 @@ static int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length 
 // The update workspace serves the policy's compute copy and the reference: sized for 16-bit weights
 // when either is stored in 16 bits (a bf16-sized workspace serves fp32 weights too).
 static DType update_ws_dtype(const GrpoSettings *s) {
-    return compute_storage(s->precision) == DTYPE_BF16 || compute_storage(s->ref_dtype) == DTYPE_BF16 ? DTYPE_BF16
-                                                                                                     : DTYPE_F32;
+    int bf16 = compute_storage(s->precision) == DTYPE_BF16 || compute_storage(s->ref_dtype) == DTYPE_BF16;
+    return bf16 ? DTYPE_BF16 : DTYPE_F32;
 }
 
 static size_t update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, int64_t micro, int64_t max_seq) {
     int64_t rows = micro * max_seq;
-    return qwen2_train_bytes(c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 + (size_t)(micro + 1) * 8 + 8 * 64;
+    return qwen2_train_bytes(c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 +
+           (size_t)(micro + 1) * 8 + 8 * 64;
 }
 
 static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a) {
@@ -113,13 +114,16 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
 
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
     Qwen2Layout w;
-    size_t n = qwen2_layout(c, &w), slab = n * 4, shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    size_t n = qwen2_layout(c, &w), slab = n * 4;
+    size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
+    size_t reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0;
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
     int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = slab, .compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0, .moments = 2 * shard,
-        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0), .reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0,
+        .policy = slab, .compute = compute, .moments = 2 * shard, .reference = reference,
+        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
         .rollout = rollout_workspace_bytes(c, compute_storage(s->precision), seqs, max_seq_len(s), prefill),
         .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,

@@ -83,7 +83,7 @@ static const ConfigKey KEYS[] = {
         "model.path", model.path,
         "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); required"),
     KENUM("model.ref_dtype", model.ref_dtype, "f32", "f32|bf16",
-          "storage of the frozen reference weights; bf16 halves them"),
+          "storage of the frozen reference weights; bf16 halves them (and scores in bf16)"),
 
     KINT("rollout.n", rollout.n, "8", 2, INT32_MAX,
          "responses sampled per prompt: the group size G (MindSpeed-RL: n_samples_per_prompt)"),

@@ -73,7 +73,6 @@ def make_root(name, thp="always madvise [never]", numa_bal="0", nodes=None, allo
 def doctor(*args, env=None, expect_json=True):
     e = dict(os.environ)
     e.pop("OMP_NUM_THREADS", None)
-    e.pop("OPENBLAS_NUM_THREADS", None)
     e["GRPO_DOCTOR_NVML"] = T("no-nvml.so")
     e.update(env or {})
     p = subprocess.run([a.grpo, "doctor"] + list(args), capture_output=True, text=True, env=e, timeout=60)
@@ -162,7 +161,6 @@ root = make_root("threads")  # 8 allowed CPUs
 for label, env, ranks, want in [("unset, 1 rank", {}, 1, "PASS"), ("unset, 2 ranks", {}, 2, "WARN"),
                                 ("OMP 4 x 2 ranks", {"OMP_NUM_THREADS": "4"}, 2, "PASS"),
                                 ("OMP 16 on 8 CPUs", {"OMP_NUM_THREADS": "16"}, 1, "WARN"),
-                                ("OPENBLAS 32 on 8 CPUs", {"OPENBLAS_NUM_THREADS": "32"}, 1, "WARN"),
                                 ("OMP garbage", {"OMP_NUM_THREADS": "lots"}, 1, "FAIL")]:
     p, got = doctor("--json", "--root", root, "--ranks", str(ranks), env=env)
     t = got.get("threads", {})
