@@ -182,12 +182,12 @@ void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *toke
     t->head_done = 1;
 }
 
-// The backward of one projection: dout (N, OC) fp32 and its input x (N, C) fp32 are rounded to m's
-// dtype here (x as the forward rounded it); dinp (N, C) +=, the weight's and bias's gradients in grads +=.
+// The backward of one projection: dout (N, OC) fp32 is rounded to m's dtype here; in (N, C) is its input
+// as the forward multiplied it (qwen2_operand). dinp (N, C) +=, the weight's and bias's gradients in grads +=.
 static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *dinp, size_t wo, size_t bo, int has_bias,
-                          const float *dout, const float *x, int64_t C, int64_t OC) {
+                          const float *dout, const void *in, int64_t C, int64_t OC) {
     int64_t N = t->N;
-    const void *d = qwen2_operand(m, dout, N * OC, t->dout16), *in = qwen2_operand(m, x, N * C, t->in16);
+    const void *d = qwen2_operand(m, dout, N * OC, t->dout16);
     matmul_backward(dinp, grads + wo, has_bias ? grads + bo : NULL, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
 }
 
@@ -202,23 +202,26 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     // MLP: x_out = xmid + down(silu(gate) * up)
     swiglu_forward(t->h, a.gate, a.up, N * I);
     memset(t->dgate, 0, (size_t)(N * I) * 4);
-    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, t->h, I, C);
+    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, qwen2_operand(m, t->h, N * I, t->in16),
+                  I, C);
     swiglu_backward(t->dgate, t->dup, t->dgate, a.gate, a.up, N * I);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, a.xn2, C, I);
-    proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, a.xn2, C, I);
+    const void *x = qwen2_operand(m, a.xn2, N * C, t->in16);  // gate and up share their input
+    proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
+    proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, x, C, I);
     rmsnorm_backward(t->dx, grads + w->ln2 + l * C, t->dxn, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     memset(t->datt, 0, (size_t)(N * Q) * 4);
-    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, a.att, Q, C);
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a.att, N * Q, t->in16), Q, C);
     attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
                        (int)c->kv_heads, (int)D, t->scratch);
     rope_backward(t->dq, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
     rope_backward(t->dk, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, 1, t->dq, a.xn1, C, Q);
-    proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, 1, t->dk, a.xn1, C, KV);
-    proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, 1, t->dv, a.xn1, C, KV);
+    x = qwen2_operand(m, a.xn1, N * C, t->in16);  // q, k and v share theirs
+    proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, 1, t->dq, x, C, Q);
+    proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, 1, t->dk, x, C, KV);
+    proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, 1, t->dv, x, C, KV);
     rmsnorm_backward(t->dx, grads + w->ln1 + l * C, t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
