@@ -82,10 +82,16 @@ double cli_double(const CliSpec *spec, const char *name, double lo, double hi) {
 
 const CliOpt *cli_opt(const CliSpec *spec, const char *name) { return find(spec, name); }
 
+DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const char *bf16, const char *f16) {
+    const char *s = cli_str(spec, name);
+    if (strcmp(s, f32) == 0) return DTYPE_F32;
+    if (strcmp(s, bf16) == 0) return DTYPE_BF16;
+    if (f16 && strcmp(s, f16) == 0) return DTYPE_F16;
+    if (f16) die("option %s: \"%s\" is not %s, %s or %s", name, s, f32, bf16, f16);
+    die("option %s: \"%s\" is not %s or %s", name, s, f32, bf16);
+}
+
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
-    const char *s = cli_str(spec, "--dtype");
-    if (!s) return qwen2_file_dtype(model_dir);
-    if (strcmp(s, "f32") == 0) return DTYPE_F32;
-    if (strcmp(s, "bf16") == 0) return DTYPE_BF16;
-    die("option --dtype: \"%s\" is not f32 or bf16", s);
+    if (!cli_str(spec, "--dtype")) return qwen2_file_dtype(model_dir);
+    return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }

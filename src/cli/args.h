@@ -33,6 +33,9 @@ const char *cli_str(const CliSpec *spec, const char *name);
 int64_t cli_int(const CliSpec *spec, const char *name, int64_t lo, int64_t hi);
 double cli_double(const CliSpec *spec, const char *name, double lo, double hi);
 const CliOpt *cli_opt(const CliSpec *spec, const char *name);
+// A dtype option's value among the spellings given for F32, BF16 and F16 (f16 may be NULL: not offered);
+// dies naming the option on any other value. The option must have a value (a default or given).
+DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const char *bf16, const char *f16);
 // The weights' dtype from option --dtype (f32 or bf16); without it, the checkpoint's in model_dir
-// (qwen2_file_dtype). Dies naming the option on any other value.
+// (qwen2_file_dtype).
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);

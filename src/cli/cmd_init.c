@@ -46,12 +46,9 @@ int cmd_init(int argc, char **argv) {
                     "zero biases, unit norms) as config.json + model.safetensors.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
-    const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset"), *dt = cli_str(&spec, "--dtype");
+    const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset");
     uint64_t seed = (uint64_t)cli_int(&spec, "--seed", 0, INT64_MAX);
-    DType dtype;
-    if (strcmp(dt, "f32") == 0) dtype = DTYPE_F32;
-    else if (strcmp(dt, "bf16") == 0) dtype = DTYPE_BF16;
-    else die("option --dtype: \"%s\" is not f32 or bf16", dt);
+    DType dtype = cli_dtype(&spec, "--dtype", "f32", "bf16", NULL);
     Qwen2Config c;
     if (!qwen2_config_preset(&c, preset)) die("option --preset: unknown preset \"%s\" (known: %s)", preset, qwen2_preset_names());
 
@@ -67,7 +64,8 @@ int cmd_init(int argc, char **argv) {
     qwen2_init_random(&m, seed);
     if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
     qwen2_save(&m, out, dtype);
-    fprintf(stderr, "grpo init: wrote %s (%s, %.1fM parameters, %s)\n", out, preset, (double)m.n_params / 1e6, dt);
+    fprintf(stderr, "grpo init: wrote %s (%s, %.1fM parameters, %s)\n", out, preset, (double)m.n_params / 1e6,
+            cli_str(&spec, "--dtype"));
     qwen2_free(&m);
     return 0;
 }

@@ -7,13 +7,6 @@
 #include "cli/commands.h"
 #include "train/sft.h"
 
-static DType parse_dtype(const char *opt, const char *s, const char *a, const char *b, const char *c) {
-    if (strcmp(s, a) == 0) return DTYPE_F32;
-    if (strcmp(s, b) == 0) return DTYPE_BF16;
-    if (c && strcmp(s, c) == 0) return DTYPE_F16;
-    die("option %s: \"%s\" is not %s, %s%s%s", opt, s, a, b, c ? " or " : "", c ? c : "");
-}
-
 int cmd_sft(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory to start from", NULL, 1},
@@ -86,8 +79,8 @@ int cmd_sft(int argc, char **argv) {
             (long long)c.batch_size);
     if (!lr_schedule_parse(cli_str(&spec, "--lr-schedule"), &c.schedule))
         die("option --lr-schedule: \"%s\" is not constant, linear or cosine", cli_str(&spec, "--lr-schedule"));
-    c.precision = parse_dtype("--precision", cli_str(&spec, "--precision"), "fp32", "bf16", "fp16");
-    c.save_dtype = parse_dtype("--save-dtype", cli_str(&spec, "--save-dtype"), "f32", "bf16", NULL);
+    c.precision = cli_dtype(&spec, "--precision", "fp32", "bf16", "fp16");
+    c.save_dtype = cli_dtype(&spec, "--save-dtype", "f32", "bf16", NULL);
     const char *pin = cli_str(&spec, "--pin-cpu");
     if (strcmp(pin, "none") && strcmp(pin, "block")) die("option --pin-cpu: \"%s\" is not none or block", pin);
     c.pin_cpu = strcmp(pin, "block") == 0;
