@@ -13,3 +13,11 @@ void arena_free(Arena *a);
 // 64-byte aligned; dies (naming the request and the capacity) when the block is exhausted.
 void *arena_alloc(Arena *a, size_t bytes);
 void arena_reset(Arena *a);
+
+// Workspace layouts: the next field at base + *off (NULL when base is NULL: only measuring), after which
+// *off moves past its bytes, rounded up to 64.
+static inline void *layout_take(char *base, size_t *off, size_t bytes) {
+    void *p = base ? base + *off : NULL;
+    *off += (bytes + 63) & ~(size_t)63;
+    return p;
+}

@@ -371,8 +371,7 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
-#define TAKE(field, count) \
-    (a->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
+#define TAKE(field, count) (a->field = layout_take(base, &off, (size_t)(count) * 4))
     TAKE(x, N * C);
     TAKE(xn, N * C);
     TAKE(in16, (in16 + 1) / 2);
@@ -385,6 +384,7 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     TAKE(up, N * I);
     TAKE(scratch, att > lp ? att : lp);
     TAKE(pos, N);
+    TAKE(rope, N * c->head_dim);
     TAKE(targets, N);
     TAKE(kv_off, 2 * N);  // int64
     TAKE(n_keys, N);
@@ -444,8 +444,8 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     matmul_forward(a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
     matmul_forward(a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
     matmul_forward(a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
-    rope_forward(a->q, a->pos, N, (int)c->heads, (int)D, c->rope_theta);
-    rope_forward(a->k, a->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+    rope_forward(a->q, a->rope, N, (int)c->heads, (int)D);
+    rope_forward(a->k, a->rope, N, (int)c->kv_heads, (int)D);
 }
 
 // a->att (attention output) -> o_proj + residual, then the MLP + residual.
@@ -475,6 +475,7 @@ void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off
     if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
+    rope_table(a->rope, a->pos, N, (int)c->head_dim, c->rope_theta);
 
     embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, N, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
@@ -508,6 +509,7 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
     if (B > a->max_tokens) die("internal: decode batch of %d, workspace holds %lld", B, (long long)a->max_tokens);
     if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
     memcpy(a->pos, pos, (size_t)B * sizeof *pos);
+    rope_table(a->rope, a->pos, B, (int)c->head_dim, c->rope_theta);
     for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
 
     embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, B, c->hidden);

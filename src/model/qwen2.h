@@ -96,6 +96,7 @@ typedef struct {
     float *gate, *up;  // (N, I)
     float *scratch;    // attention / logprob-head scratch
     int32_t *pos;      // (N) position within its sequence
+    float *rope;       // (N, D) RoPE's cosines and sines for those positions
     int32_t *targets;  // (N) next token, -1 at each sequence's last row
     int64_t *kv_off;   // (N) decode: where each row's cache slot starts
     int32_t *n_keys;   // (N) decode: how many cached positions each row attends to
@@ -147,6 +148,7 @@ typedef struct {
     int64_t N, n_sel;
     int B;
     int32_t *tokens, *pos;
+    float *rope;  // (max_tokens, D) RoPE's cosines and sines for pos
     int64_t *seq_off;
     int64_t *sel;         // (N) rows that have a target, in order
     int32_t *sel_target;  // (N) their targets

@@ -12,10 +12,10 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int
     int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
     size_t att = attention_backward_scratch_floats(max_seq), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
-#define TAKE(field, count) \
-    (t->field = base ? (void *)(base + off) : NULL, off += ((size_t)(count) * 4 + 63) & ~(size_t)63)
+#define TAKE(field, count) (t->field = layout_take(base, &off, (size_t)(count) * 4))
     TAKE(tokens, N);
     TAKE(pos, N);
+    TAKE(rope, N * c->head_dim);
     TAKE(seq_off, 2 * (N + 1));  // int64
     TAKE(sel, 2 * N);            // int64
     TAKE(sel_target, N);
@@ -93,8 +93,8 @@ static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
     matmul_forward(a.q, x, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
     matmul_forward(a.k, x, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
     matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
-    rope_forward(a.q, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
-    rope_forward(a.k, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+    rope_forward(a.q, t->rope, N, (int)c->heads, (int)D);
+    rope_forward(a.k, t->rope, N, (int)c->kv_heads, (int)D);
     attention_forward(a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads, (int)c->kv_heads, (int)D,
                       t->scratch);
     x = qwen2_operand(m, a.att, N * Q, t->in16);
@@ -137,6 +137,7 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
         }
     }
 
+    rope_table(t->rope, t->pos, N, (int)c->head_dim, c->rope_theta);
     embedding_forward(t->xin, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
     for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
     rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
@@ -215,8 +216,8 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a.att, N * Q, t->in16), Q, C);
     attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
                        (int)c->kv_heads, (int)D, t->scratch);
-    rope_backward(t->dq, t->pos, N, (int)c->heads, (int)D, c->rope_theta);
-    rope_backward(t->dk, t->pos, N, (int)c->kv_heads, (int)D, c->rope_theta);
+    rope_backward(t->dq, t->rope, N, (int)c->heads, (int)D);
+    rope_backward(t->dk, t->rope, N, (int)c->kv_heads, (int)D);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     x = qwen2_operand(m, a.xn1, N * C, t->in16);  // q, k and v share theirs
     proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, 1, t->dq, x, C, Q);

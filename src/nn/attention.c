@@ -1,6 +1,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/ops.h"
 
@@ -8,9 +9,7 @@
 static float softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
     float lse = 0.0f;
     for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * ld, mx = row[0], sum = 0.0f;
-        for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int64_t j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
+        float *row = s + r * ld, mx = row_max(row, n), sum = (float)row_exp_sum(row, row, n, mx, 1.0f);
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < n; j++) row[j] *= inv;
         lse = mx + logf(sum);
@@ -90,7 +89,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         float l = lse[(r0 + i0 + r) * H + h], di = 0.0f;
                         for (int d = 0; d < D; d++) di += doh[(i0 + r) * qs + d] * oh[(i0 + r) * qs + d];
                         for (int64_t j = 0; j < nk; j++) {
-                            float p = j <= i0 + r ? expf(s[j] - l) : 0.0f;
+                            float p = j <= i0 + r ? exp_approx(s[j] - l) : 0.0f;
                             s[j] = p;
                             dp[j] = p * (dp[j] - di);
                         }

@@ -1,5 +1,6 @@
 #include <math.h>
 
+#include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/ops.h"
 
@@ -19,18 +20,28 @@ static const void *head_input(const float *h, int64_t rows, int64_t C, int64_t V
 
 // sum_j e^(z_j - mx) and, when sz is wanted (the entropy), sum_j e^(z_j - mx) (z_j - mx).
 static void row_sums(const float *z, int64_t V, float mx, double *sum, double *sz) {
-    double s = 0.0, w = 0.0;
-    if (sz) {
-        for (int64_t j = 0; j < V; j++) {
-            float e = expf(z[j] - mx);
-            s += e;
-            w += (double)e * (double)(z[j] - mx);
-        }
-        *sz = w;
-    } else {
-        for (int64_t j = 0; j < V; j++) s += expf(z[j] - mx);
+    if (!sz) {
+        *sum = row_exp_sum(NULL, z, V, mx, 1.0f);
+        return;
     }
-    *sum = s;
+    double s[VMATH_LANES] = {0}, w[VMATH_LANES] = {0};
+    int64_t j = 0;
+    for (; j + VMATH_LANES <= V; j += VMATH_LANES)
+        for (int l = 0; l < VMATH_LANES; l++) {
+            float d = z[j + l] - mx, e = exp_approx(d);
+            s[l] += e;
+            w[l] += (double)e * (double)d;
+        }
+    for (int l = 0; j + l < V; l++) {
+        float d = z[j + l] - mx, e = exp_approx(d);
+        s[l] += e;
+        w[l] += (double)e * (double)d;
+    }
+    *sum = *sz = 0.0;
+    for (int l = 0; l < VMATH_LANES; l++) {
+        *sum += s[l];
+        *sz += w[l];
+    }
 }
 
 void logprob_forward(float *out, float *ent, const float *h, const void *W, DType wt, const int32_t *targets,
@@ -48,8 +59,7 @@ void logprob_forward(float *out, float *ent, const float *h, const void *W, DTyp
                 continue;
             }
             const float *logits = scratch + r * V;
-            float mx = logits[0];
-            for (int64_t j = 1; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+            float mx = row_max(logits, V);
             double sum = 0.0, sz = 0.0;
             row_sums(logits, V, mx, &sum, ent ? &sz : NULL);
             out[i0 + r] = (float)((double)(logits[t] - mx) - log(sum));
@@ -76,17 +86,16 @@ void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, cons
                 for (int64_t j = 0; j < V; j++) g[j] = 0.0f;
                 continue;
             }
-            float mx = g[0];
-            for (int64_t j = 1; j < V; j++) mx = g[j] > mx ? g[j] : mx;
+            float mx = row_max(g, V);
             double sum = 0.0, sz = 0.0;
             row_sums(g, V, mx, &sum, de != 0.0f ? &sz : NULL);
             if (out) out[i0 + r] = (float)((double)(g[t] - mx) - log(sum));
             float inv = (float)(1.0 / sum), lse = (float)log(sum), H = (float)(log(sum) - sz / sum);
             if (de == 0.0f) {
-                for (int64_t j = 0; j < V; j++) g[j] = -d * expf(g[j] - mx) * inv;
+                for (int64_t j = 0; j < V; j++) g[j] = -d * exp_approx(g[j] - mx) * inv;
             } else {
                 for (int64_t j = 0; j < V; j++) {
-                    float lp = g[j] - mx - lse, p = expf(g[j] - mx) * inv;
+                    float lp = g[j] - mx - lse, p = exp_approx(g[j] - mx) * inv;
                     g[j] = -d * p - de * p * (lp + H);
                 }
             }

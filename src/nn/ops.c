@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/vmath.h"
 #include "nn/gemm.h"
 
 // Loops over fewer elements than this run on one thread: splitting them costs more in waking and
@@ -133,29 +134,42 @@ void matmul_forward(float *out, const void *inp, const void *weight, const void 
     }
 }
 
-void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {
+void rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta) {
     int half = D / 2;
-#pragma omp parallel for PAR_IF(N * n_heads * D)
-    for (int64_t i = 0; i < N; i++) {
+#pragma omp parallel for PAR_IF(N * D * 16)
+    for (int64_t i = 0; i < N; i++)
         for (int j = 0; j < half; j++) {
             // Angles in double: HF uses fp32 here, and long positions lose digits there.
             double angle = (double)pos[i] * pow(theta, -2.0 * j / D);
-            float c = (float)cos(angle), s = (float)sin(angle);
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + i * (int64_t)n_heads * D + (int64_t)h * D;
-                float a = v[j], b = v[j + half];
-                v[j] = a * c - b * s;
-                v[j + half] = b * c + a * s;
+            cs[i * D + j] = (float)cos(angle);
+            cs[i * D + half + j] = (float)sin(angle);
+        }
+}
+
+// Rotates each pair (v[j], v[j + D/2]) of every head of every row by its angle; sign -1: the inverse.
+static void rope_rotate(float *x, const float *cs, int64_t N, int n_heads, int D, float sign) {
+    int half = D / 2;
+#pragma omp parallel for PAR_IF(N * n_heads * D)
+    for (int64_t i = 0; i < N; i++) {
+        const float *c = cs + i * D, *s = c + half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + i * (int64_t)n_heads * D + (int64_t)h * D;
+            for (int j = 0; j < half; j++) {
+                float a = v[j], b = v[j + half], sj = sign * s[j];
+                v[j] = a * c[j] - b * sj;
+                v[j + half] = b * c[j] + a * sj;
             }
         }
     }
 }
 
+void rope_forward(float *x, const float *cs, int64_t N, int n_heads, int D) { rope_rotate(x, cs, N, n_heads, D, 1.0f); }
+
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = g / (1.0f + exp_approx(-g)) * up[i];
     }
 }
 
@@ -220,27 +234,14 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout
     }
 }
 
-void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D, double theta) {
-    int half = D / 2;
-#pragma omp parallel for PAR_IF(N * n_heads * D)
-    for (int64_t i = 0; i < N; i++) {
-        for (int j = 0; j < half; j++) {
-            double angle = (double)pos[i] * pow(theta, -2.0 * j / D);
-            float c = (float)cos(angle), s = (float)sin(angle);
-            for (int h = 0; h < n_heads; h++) {  // transpose of the forward rotation
-                float *v = dx + i * (int64_t)n_heads * D + (int64_t)h * D;
-                float a = v[j], b = v[j + half];
-                v[j] = a * c + b * s;
-                v[j + half] = b * c - a * s;
-            }
-        }
-    }
+void rope_backward(float *dx, const float *cs, int64_t N, int n_heads, int D) {
+    rope_rotate(dx, cs, N, n_heads, D, -1.0f);  // the transpose of a rotation is its inverse
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
-        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), d = dout[i];
+        float g = gate[i], sig = 1.0f / (1.0f + exp_approx(-g)), d = dout[i];
         dup[i] = d * g * sig;
         dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
     }

@@ -33,11 +33,13 @@ void matmul_forward(float *out, const void *inp, const void *weight, const void 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight,
                      DType dt, int64_t N, int64_t C, int64_t OC);
 
-// x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2);
-// pos (N) is each row's position within its sequence.
-void rope_forward(float *x, const int32_t *pos, int64_t N, int n_heads, int D, double theta);
+// cs (N, D) overwritten with RoPE's rotation for each row: the cosines of its D/2 angles, then their sines;
+// pos (N) is each row's position within its sequence. One table serves every layer's q and k.
+void rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta);
+// x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2); cs from rope_table.
+void rope_forward(float *x, const float *cs, int64_t N, int n_heads, int D);
 // dx (N, n_heads*D) in place: d(loss)/d(rope input) from d(loss)/d(rope output) (the inverse rotation)
-void rope_backward(float *dx, const int32_t *pos, int64_t N, int n_heads, int D, double theta);
+void rope_backward(float *dx, const float *cs, int64_t N, int n_heads, int D);
 
 // out (N, H*D): causal attention within each sequence; q (N, H*D), k and v (N, KVH*D);
 // query head h reads kv head h / (H/KVH). scratch: attention_scratch_floats(max_T) floats.

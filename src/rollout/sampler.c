@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/vmath.h"
+
 // Candidates in descending probability, ties by ascending id, so truncation is deterministic.
 static int before(const float *prob, int32_t x, int32_t y) { return prob[x] > prob[y] || (prob[x] == prob[y] && x < y); }
 
@@ -37,26 +39,46 @@ static int64_t top_k_ids(const float *prob, int64_t V, int64_t k, int32_t *idx) 
 
 static double next_unit(Rng *rng) { return (double)(rng_next_u64(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
+// The first i whose running sum of prob[0..i] passes u: a block's sum decides whether the draw falls in
+// it, then the block is walked one by one (its last nonzero entry if rounding keeps the walk below u).
+static int64_t draw(const float *prob, int64_t V, double u) {
+    enum { BLOCK = 256 };
+    double c = 0.0;
+    for (int64_t b = 0; b < V; b += BLOCK) {
+        int64_t n = V - b < BLOCK ? V - b : BLOCK;
+        float lane[VMATH_LANES] = {0};
+        int64_t i = 0;
+        for (; i + VMATH_LANES <= n; i += VMATH_LANES)
+            for (int l = 0; l < VMATH_LANES; l++) lane[l] += prob[b + i + l];
+        for (int l = 0; i + l < n; l++) lane[l] += prob[b + i + l];
+        double bs = 0.0;
+        for (int l = 0; l < VMATH_LANES; l++) bs += lane[l];
+        if (c + bs <= u && b + n < V) {
+            c += bs;
+            continue;
+        }
+        int64_t last = b + n - 1;
+        for (i = 0; i < n; i++) {
+            if (prob[b + i] > 0.0f) last = b + i;
+            if ((c += prob[b + i]) > u) return b + i;
+        }
+        return last;
+    }
+    return V - 1;
+}
+
 int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, Rng *rng, SamplerScratch *s,
                        float *logprob) {
-    float T = sc->temperature > 0 ? sc->temperature : 1.0f, mx = logits[0];
+    float T = sc->temperature > 0 ? sc->temperature : 1.0f, mx = row_max(logits, V);
     int64_t arg = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (logits[i] > mx) mx = logits[i], arg = i;  // strict: the lowest id wins ties
-    double sum = 0.0;
-    for (int64_t i = 0; i < V; i++) sum += s->prob[i] = expf((logits[i] - mx) / T);
+    while (arg + 1 < V && logits[arg] != mx) arg++;  // the lowest id wins ties
+    double sum = row_exp_sum(s->prob, logits, V, mx, 1.0f / T);
     double log_sum = log(sum);
     int32_t id;
     if (sc->temperature <= 0) {
         id = (int32_t)arg;
     } else if (sc->top_k <= 0 && sc->top_p >= 1.0f) {
-        double u = next_unit(rng) * sum, c = 0.0;
-        id = (int32_t)(V - 1);
-        for (int64_t i = 0; i < V; i++)
-            if ((c += s->prob[i]) > u) {
-                id = (int32_t)i;
-                break;
-            }
+        id = (int32_t)draw(s->prob, V, next_unit(rng) * sum);
     } else {
         int64_t n = 0;
         if (sc->top_k > 0) {

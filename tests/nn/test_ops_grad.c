@@ -22,6 +22,7 @@
 
 #include "base/rng.h"
 #include "base/util.h"
+#include "base/vmath.h"
 #include "nn/ops.h"
 
 #define FD_TOL 2e-3
@@ -242,18 +243,16 @@ static void test_matmul(int64_t N, int64_t C, int64_t OC, int bias) {
 // ------------------------------------------------------------------------------------------ rope
 
 typedef struct {
-    float *x, *tmp, *r;
-    int32_t *pos;
+    float *x, *tmp, *r, *cs;
     int64_t N;
     int H, D;
-    double theta;
 } RopeCtx;
 
 static double rope_loss(void *p) {
     RopeCtx *c = p;
     int64_t n = c->N * c->H * c->D;
     memcpy(c->tmp, c->x, (size_t)n * sizeof(float));
-    rope_forward(c->tmp, c->pos, c->N, c->H, c->D, c->theta);
+    rope_forward(c->tmp, c->cs, c->N, c->H, c->D);
     return dot_d(c->r, c->tmp, n);
 }
 
@@ -262,11 +261,12 @@ static void test_rope(double theta) {
     snprintf(op, sizeof op, "rope N7 H3 D8 theta%g", theta);
     int32_t pos[7] = {0, 1, 2, 7, 0, 1000, 131};
     int64_t N = 7, n = N * 3 * 8;
-    RopeCtx c = {frandn(n, 1.0f), fnew(n), frandn(n, 1.0f), pos, N, 3, 8, theta};
+    RopeCtx c = {frandn(n, 1.0f), fnew(n), frandn(n, 1.0f), fnew(N * 8), N, 3, 8};
+    rope_table(c.cs, pos, N, 8, theta);
     float *dx = fcopy(c.r, n);  // in place: dout -> dinp
-    rope_backward(dx, pos, N, 3, 8, theta);
+    rope_backward(dx, c.cs, N, 3, 8);
     fd_check(op, "dx (in place)", rope_loss, &c, c.x, dx, n, 0.25f, 1 << 30);
-    free(c.x), free(c.tmp), free(c.r), free(dx);
+    free(c.x), free(c.tmp), free(c.r), free(c.cs), free(dx);
 }
 
 // ------------------------------------------------------------------------------------- attention
@@ -488,8 +488,54 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
     free(ph), free(pW), free(ah), free(aW);
 }
 
+// --------------------------------------------------------------------------------- row math
+
+// exp_approx (under every softmax, sigmoid and log-prob) against libm's exp in double, in ulps of the
+// correctly rounded float (its polynomial is within 1); row_max and row_exp_sum against serial loops.
+static void test_vmath(void) {
+    double worst = 0.0, at = 0.0;
+    for (int64_t i = 0; i <= 4000000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 4000000.0f;
+        double want = exp((double)x);
+        float wf = (float)want;
+        double ulp = (double)nextafterf(wf, INFINITY) - (double)wf, err = fabs((double)exp_approx(x) - want) / ulp;
+        if (err > worst) worst = err, at = x;
+    }
+    char detail[64];
+    snprintf(detail, sizeof detail, "worst at x = %.6g", at);
+    report("exp_approx", "ulps on [-87, 88] vs exp()", worst, 2.0, detail);
+    float edge_x[] = {0.0f, -INFINITY, -100.0f, INFINITY, 100.0f}, edge_want[] = {1.0f, 0.0f, 0.0f, INFINITY, INFINITY};
+    int bad = isnan(exp_approx(NAN)) ? 0 : 1;
+    for (int i = 0; i < 5; i++) bad += exp_approx(edge_x[i]) != edge_want[i];
+    report("exp_approx", "1 at 0, 0 / inf / NaN at the ends", bad, 0.0, "");
+
+    int64_t lens[] = {1, 7, 16, 17, 151936};
+    double max_err = 0.0, sum_err = 0.0;
+    for (int t = 0; t < 5; t++) {
+        int64_t n = lens[t];
+        float *x = frandn(n, 4.0f), *e = fnew(n);
+        x[n / 2] = NAN;  // ignored by the max, as a serial x > mx loop ignores it
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        float got = row_max(x, n);
+        max_err = fmax(max_err, n > 1 ? fabs((double)got - mx) : (isnan(got) ? 0.0 : 1.0));
+        x[n / 2] = 0.0f;
+        mx = row_max(x, n);
+        double s = row_exp_sum(e, x, n, mx, 0.7f), want = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            want += exp((double)((x[i] - mx) * 0.7f));  // the float argument: only exp's error remains
+            max_err = fmax(max_err, e[i] != exp_approx((x[i] - mx) * 0.7f));
+        }
+        sum_err = fmax(sum_err, fabs(s - want) / want);
+        free(x), free(e);
+    }
+    report("row_max, row_exp_sum", "max (and stored e^x) exact", max_err, 0.0, "");
+    report("row_exp_sum", "sum vs double, relative", sum_err, 1.2e-7, "");  // 1 ulp a term at most
+}
+
 int main(void) {
     rng_init(&g_rng, 1234);
+    test_vmath();
     test_embedding();
     test_rmsnorm(5, 37, 1e-5f);
     test_rmsnorm(3, 16, 1e-6f);
