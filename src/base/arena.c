@@ -9,6 +9,7 @@ void arena_init(Arena *a, size_t bytes) {
     a->base = aligned_alloc(64, a->size ? a->size : 64);
     if (!a->base) die("out of memory allocating a %zu-byte workspace", bytes);
     a->used = a->peak = 0;
+    a->on_device = 0;
 }
 
 void arena_free(Arena *a) {

@@ -6,6 +6,7 @@
 typedef struct {
     char *base;
     size_t size, used, peak;
+    int on_device;  // base is a device's memory (backend_arena_init), not the host's
 } Arena;
 
 void arena_init(Arena *a, size_t bytes);

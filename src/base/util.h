@@ -11,8 +11,14 @@
 #define GRPO_PRINTF(a, b)
 #endif
 
+#ifdef __cplusplus  // the CUDA backend's .cu files
+#define GRPO_NORETURN [[noreturn]]
+#else
+#define GRPO_NORETURN _Noreturn
+#endif
+
 // Prints "grpo: error: <message>" on one line and exits with status 1.
-_Noreturn void die(const char *fmt, ...) GRPO_PRINTF(1, 2);
+GRPO_NORETURN void die(const char *fmt, ...) GRPO_PRINTF(1, 2);
 
 void *xmalloc_at(size_t size, const char *file, int line);
 void *xcalloc_at(size_t n, size_t size, const char *file, int line);

@@ -95,3 +95,14 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     if (!cli_str(spec, "--dtype")) return qwen2_file_dtype(model_dir);
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
+
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m) {
+    const char *dev = cli_str(spec, "--device");
+    const Backend *be = backend_open(dev ? dev : "cpu", "--device");
+    DType dt = be->on_device ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
+    if (be->on_device && cli_str(spec, "--dtype") && cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16)
+        die("--dtype f32: --device %s computes in bf16 (fp32 weights run on the CPU)", dev);
+    qwen2_load(m, model_dir, dt);
+    qwen2_to_backend(m, be);
+    return be;
+}

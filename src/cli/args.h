@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "model/qwen2.h"
 
 typedef struct {
     const char *name;     // "--model"
@@ -39,3 +40,6 @@ DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const ch
 // The weights' dtype from option --dtype (f32 or bf16); without it, the checkpoint's in model_dir
 // (qwen2_file_dtype).
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
+// Loads model_dir onto the backend option --device names (default cpu): bf16 on a GPU, else as
+// cli_weights_dtype says. Returns the backend (backend_close it after qwen2_free).
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m);

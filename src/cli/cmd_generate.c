@@ -132,6 +132,7 @@ int cmd_generate(int argc, char **argv) {
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
         {"--dtype", "f32|bf16",
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
+        {"--device", "cpu|cuda[:N]", "where the model runs (a GPU computes in bf16)", "cpu", 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
@@ -164,7 +165,7 @@ int cmd_generate(int argc, char **argv) {
 
     const char *dir = cli_str(&spec, "--model");
     Qwen2 m;
-    qwen2_load(&m, dir, cli_weights_dtype(&spec, dir));
+    const Backend *be = cli_load_model(&spec, dir, &m);
     Gen g = {.m = &m};
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
@@ -280,5 +281,6 @@ int cmd_generate(int argc, char **argv) {
     free((void *)stop->values);
     if (g.has_tok) tokenizer_free(&g.tok);
     qwen2_free(&m);
+    backend_close(be);
     return 0;
 }

@@ -44,9 +44,10 @@ static void score_flush(Scorer *s, Batch *b) {
     if (b->B == 0) return;
     int64_t N = b->seq_off[b->B];
     if (N > s->acts.max_tokens) {  // grow the workspace for an unusually long sequence
-        arena_free(&s->arena);
+        qwen2_acts_free(&s->acts);
+        backend_arena_free(s->m->be, &s->arena);
         free(s->out);
-        arena_init(&s->arena, qwen2_acts_bytes(&s->m->cfg, s->m->dtype, N, N));
+        backend_arena_init(s->m->be, &s->arena, qwen2_acts_bytes(&s->m->cfg, s->m->dtype, N, N));
         qwen2_acts_init(&s->acts, &s->m->cfg, s->m->dtype, N, N, &s->arena);
         s->out = xmalloc((size_t)N * sizeof(float));
     }
@@ -98,9 +99,11 @@ int cmd_score(int argc, char **argv) {
         {"--batch-tokens", "N", "pack input lines into forward passes of about N tokens", "2048", 0},
         {"--dtype", "f32|bf16",
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
+        {"--device", "cpu|cuda[:N]", "where the forward runs (a GPU computes in bf16)", "cpu", 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
-    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] < in.jsonl > out.jsonl",
+    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] [--device cpu|cuda[:N]]"
+                    " < in.jsonl > out.jsonl",
                     "Reads lines {\"tokens\": [int, ...]} and writes one line {\"logprobs\": [float, ...]} per input\n"
                     "with n-1 entries: entry i-1 is log p(tokens[i] | tokens[0..i-1]).",
                     opts, sizeof opts / sizeof opts[0]};
@@ -110,9 +113,9 @@ int cmd_score(int argc, char **argv) {
     double t0 = time_now();
     Qwen2 m;
     const char *dir = cli_str(&spec, "--model");
-    qwen2_load(&m, dir, cli_weights_dtype(&spec, dir));
+    const Backend *be = cli_load_model(&spec, dir, &m);
     Scorer s = {.m = &m};
-    arena_init(&s.arena, qwen2_acts_bytes(&m.cfg, m.dtype, batch_tokens, batch_tokens));
+    backend_arena_init(be, &s.arena, qwen2_acts_bytes(&m.cfg, m.dtype, batch_tokens, batch_tokens));
     qwen2_acts_init(&s.acts, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
     s.out = xmalloc((size_t)batch_tokens * sizeof(float));
     double load_seconds = time_now() - t0;
@@ -148,7 +151,9 @@ int cmd_score(int argc, char **argv) {
     free(b.tokens);
     free(b.seq_off);
     free(s.out);
-    arena_free(&s.arena);
+    qwen2_acts_free(&s.acts);
+    backend_arena_free(be, &s.arena);
     qwen2_free(&m);
+    backend_close(be);
     return 0;
 }

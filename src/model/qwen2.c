@@ -109,6 +109,15 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     // Defaults below are Qwen2Config's own, so a config that omits them means what it means in HF.
     c->max_pos = json_get_int_or(root, "max_position_embeddings", 32768, path);
     c->rope_theta = json_get_number_or(root, "rope_theta", 10000.0, path);
+    // transformers 5 writes rope_parameters {rope_type, rope_theta} instead of rope_theta / rope_scaling
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp)) die("%s: rope_parameters must be an object", path);
+        const char *type = json_str(rp, "rope_type");
+        if (type && strcmp(type, "default") != 0)
+            die("%s: rope_parameters.rope_type \"%s\" is unsupported (only default)", path, type);
+        c->rope_theta = json_get_number_or(rp, "rope_theta", c->rope_theta, path);
+    }
     c->eps = (float)json_get_number_or(root, "rms_norm_eps", 1e-6, path);
     c->tied = json_get_bool_or(root, "tie_word_embeddings", 0, path);
     c->init_std = json_get_number_or(root, "initializer_range", 0.02, path);
@@ -223,12 +232,24 @@ void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype) {
     m->cfg = *c;
     m->dtype = dtype;
     m->n_params = qwen2_layout(c, &m->w);
+    m->be = backend_cpu();
     m->params = xcalloc(m->n_params, dtype_size(dtype));
 }
 
 void qwen2_free(Qwen2 *m) {
-    free(m->params);
+    if (m->be && m->be->on_device) m->be->free(m->be, m->params);
+    else free(m->params);
     memset(m, 0, sizeof *m);
+}
+
+void qwen2_to_backend(Qwen2 *m, const Backend *be) {
+    if (!be->on_device || be == m->be) return;
+    size_t bytes = m->n_params * dtype_size(m->dtype);
+    void *dev = be->alloc(be, bytes);
+    be->upload(be, dev, m->params, bytes);
+    free(m->params);
+    m->params = dev;
+    m->be = be;
 }
 
 int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
@@ -365,6 +386,22 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
 // ---------------------------------------------------------------------------------------------
 // forward
 
+// The batch metadata block of N rows: tokens, pos, targets, n_keys (int32), then seq_off (N+1),
+// kv_off, kv_dst (int64), from `base` (NULL: only measure); returns its size in bytes.
+static size_t meta_layout(Qwen2Meta *b, int64_t N, char *base) {
+    size_t off = 0;
+#define TAKE(field, count) (b->field = layout_take(base, &off, (size_t)(count) * sizeof *b->field))
+    TAKE(tokens, N);
+    TAKE(pos, N);
+    TAKE(targets, N);
+    TAKE(n_keys, N);
+    TAKE(seq_off, N + 1);
+    TAKE(kv_off, N);
+    TAKE(kv_dst, N);
+#undef TAKE
+    return off;
+}
+
 // Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
 static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_keys,
                           char *base) {
@@ -383,12 +420,10 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     TAKE(gate, N * I);
     TAKE(up, N * I);
     TAKE(scratch, att > lp ? att : lp);
-    TAKE(pos, N);
     TAKE(rope, N * c->head_dim);
-    TAKE(targets, N);
-    TAKE(kv_off, 2 * N);  // int64
-    TAKE(n_keys, N);
 #undef TAKE
+    a->meta_bytes = meta_layout(&a->dev, N, base ? base + off : NULL);
+    off += a->meta_bytes;
     if (!in16) a->in16 = NULL;  // F32 weights: none
     return off;
 }
@@ -400,9 +435,25 @@ size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, i
 
 void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
                      Arena *arena) {
+    memset(a, 0, sizeof *a);
     a->max_tokens = max_tokens;
     acts_layout(a, c, dtype, max_tokens, max_keys,
                 arena_alloc(arena, qwen2_acts_bytes(c, dtype, max_tokens, max_keys)));
+    a->host = a->dev;
+    if (arena->on_device) {  // the host fills its own copy, uploaded once per forward
+        a->host_block = xmalloc(a->meta_bytes);
+        meta_layout(&a->host, max_tokens, a->host_block);
+    }
+}
+
+void qwen2_acts_free(Qwen2Acts *a) {
+    free(a->host_block);
+    a->host_block = NULL;
+}
+
+// The host's metadata to the device (nothing to do on the CPU, where they are the same memory).
+static void meta_upload(const Qwen2 *m, Qwen2Acts *a) {
+    if (a->host_block) m->be->upload(m->be, a->dev.tokens, a->host_block, a->meta_bytes);
 }
 
 size_t qwen2_kv_bytes_per_token(const Qwen2Config *c) { return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * 4; }
@@ -420,119 +471,148 @@ static int64_t kv_offset(const Qwen2KV *kv, int64_t layer, int slot) {
     return ((layer * kv->n_slots + slot) * kv->max_len) * kv->row;
 }
 
-void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n) {
-    for (int64_t l = 0; l < layers; l++) {
-        memcpy(kv->k + kv_offset(kv, l, dst), kv->k + kv_offset(kv, l, src), (size_t)(n * kv->row) * 4);
-        memcpy(kv->v + kv_offset(kv, l, dst), kv->v + kv_offset(kv, l, src), (size_t)(n * kv->row) * 4);
+void qwen2_kv_copy(const Qwen2 *m, Qwen2KV *kv, int dst, int src, int64_t n) {
+    size_t bytes = (size_t)(n * kv->row) * 4;
+    for (int64_t l = 0; l < m->cfg.layers; l++) {
+        m->be->copy(m->be, kv->k + kv_offset(kv, l, dst), kv->k + kv_offset(kv, l, src), bytes);
+        m->be->copy(m->be, kv->v + kv_offset(kv, l, dst), kv->v + kv_offset(kv, l, src), bytes);
     }
 }
 
 const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf) {
     if (m->dtype == DTYPE_F32) return x;
-    dtype_from_f32(m->dtype, x, buf, (size_t)n);
+    m->be->round_operand(m->be, m->dtype, x, buf, n);
     return buf;
 }
 
 // The halves of a transformer block shared by prefill and decode, over N rows of a.
 static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+    const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
-    rmsnorm_forward(a->xn, a->x, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
-    matmul_forward(a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
-    matmul_forward(a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
-    matmul_forward(a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
-    rope_forward(a->q, a->rope, N, (int)c->heads, (int)D);
-    rope_forward(a->k, a->rope, N, (int)c->kv_heads, (int)D);
+    be->matmul_forward(be, a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
+    be->matmul_forward(be, a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
+    be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
+    be->rope_forward(be, a->q, a->rope, N, (int)c->heads, (int)D);
+    be->rope_forward(be, a->k, a->rope, N, (int)c->kv_heads, (int)D);
 }
 
 // a->att (attention output) -> o_proj + residual, then the MLP + residual.
 static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+    const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
     const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
-    matmul_forward(a->proj, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
-    residual_forward(a->x, a->proj, N * C);
-    rmsnorm_forward(a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    be->matmul_forward(be, a->proj, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    be->residual_forward(be, a->x, a->proj, N * C);
+    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
-    matmul_forward(a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
-    matmul_forward(a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
-    swiglu_forward(a->gate, a->gate, a->up, N * I);
+    be->matmul_forward(be, a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
+    be->matmul_forward(be, a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
+    be->swiglu_forward(be, a->gate, a->gate, a->up, N * I);
     const void *h = qwen2_operand(m, a->gate, N * I, a->in16);
-    matmul_forward(a->proj, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
-    residual_forward(a->x, a->proj, N * C);
+    be->matmul_forward(be, a->proj, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
+    be->residual_forward(be, a->x, a->proj, N * C);
+}
+
+static void check_workspace(const Qwen2 *m, const Qwen2Acts *a, int64_t N, const char *what) {
+    if (N > a->max_tokens) die("internal: %s of %lld rows, workspace holds %lld", what, (long long)N, (long long)a->max_tokens);
+    if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
+}
+
+// The forward over the batch batch_fill put in a->host: positions, the upload, then every layer.
+static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int32_t *slots) {
+    const Backend *be = m->be;
+    const Qwen2Config *c = &m->cfg;
+    const Qwen2Meta *h = &a->host;
+    int64_t N = h->seq_off[B], KV = c->kv_heads * c->head_dim;
+    for (int b = 0; b < B; b++)
+        for (int64_t i = h->seq_off[b]; i < h->seq_off[b + 1]; i++) h->pos[i] = (int32_t)(i - h->seq_off[b]);
+    meta_upload(m, a);
+    be->rope_table(be, a->rope, a->dev.pos, N, (int)c->head_dim, c->rope_theta);
+    be->embedding_forward(be, a->x, a->dev.tokens, qwen2_at(m, m->w.embed), m->dtype, N, c->hidden);
+    for (int64_t l = 0; l < c->layers; l++) {
+        qkv_block(m, l, N, a);
+        for (int b = 0; kv && b < B; b++) {  // the prompt's keys and values start its cache slot
+            size_t bytes = (size_t)((h->seq_off[b + 1] - h->seq_off[b]) * KV) * 4;
+            be->copy(be, kv->k + kv_offset(kv, l, slots[b]), a->k + h->seq_off[b] * KV, bytes);
+            be->copy(be, kv->v + kv_offset(kv, l, slots[b]), a->v + h->seq_off[b] * KV, bytes);
+        }
+        be->attention_forward(be, a->att, a->q, a->k, a->v, a->dev.seq_off, B, N, (int)c->heads, (int)c->kv_heads,
+                              (int)c->head_dim, a->scratch);
+        out_mlp_block(m, l, N, a);
+    }
+    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, N, c->hidden, c->eps);
+}
+
+// The batch's tokens and sequence offsets into a's host metadata.
+static void batch_fill(const Qwen2 *m, Qwen2Acts *a, const int32_t *tokens, const int64_t *seq_off, int B) {
+    int64_t N = seq_off[B];
+    check_workspace(m, a, N, "forward");
+    memcpy(a->host.tokens, tokens, (size_t)N * sizeof *tokens);
+    memcpy(a->host.seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
 }
 
 void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
                    const int32_t *slots) {
-    const Qwen2Config *c = &m->cfg;
-    int64_t N = seq_off[B], KV = c->kv_heads * c->head_dim;
-    if (N > a->max_tokens) die("internal: forward over %lld tokens, workspace holds %lld", (long long)N, (long long)a->max_tokens);
-    if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
-    for (int b = 0; b < B; b++)
-        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) a->pos[i] = (int32_t)(i - seq_off[b]);
-    rope_table(a->rope, a->pos, N, (int)c->head_dim, c->rope_theta);
-
-    embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, N, c->hidden);
-    for (int64_t l = 0; l < c->layers; l++) {
-        qkv_block(m, l, N, a);
-        for (int b = 0; kv && b < B; b++) {  // the prompt's keys and values start its cache slot
-            size_t bytes = (size_t)((seq_off[b + 1] - seq_off[b]) * KV) * 4;
-            memcpy(kv->k + kv_offset(kv, l, slots[b]), a->k + seq_off[b] * KV, bytes);
-            memcpy(kv->v + kv_offset(kv, l, slots[b]), a->v + seq_off[b] * KV, bytes);
-        }
-        attention_forward(a->att, NULL, a->q, a->k, a->v, seq_off, B, (int)c->heads, (int)c->kv_heads, (int)c->head_dim,
-                          a->scratch);
-        out_mlp_block(m, l, N, a);
-    }
-    rmsnorm_forward(a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, N, c->hidden, c->eps);
+    batch_fill(m, a, tokens, seq_off, B);
+    forward(m, B, a, kv, slots);
 }
 
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
+    const Backend *be = m->be;
     int64_t N = seq_off[B];
-    qwen2_forward(m, tokens, seq_off, B, a, NULL, NULL);
+    batch_fill(m, a, tokens, seq_off, B);
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
-            a->targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
-    logprob_forward(out, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->targets, N, m->cfg.hidden, m->cfg.vocab,
-                    a->scratch);
+            a->host.targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
+    forward(m, B, a, NULL, NULL);
+    // The log-probs land in a->proj (free by now), then come to the host.
+    be->logprob_forward(be, a->proj, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, m->cfg.hidden,
+                        m->cfg.vocab, a->scratch);
+    be->download(be, out, a->proj, (size_t)N * sizeof *out);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
                        int B, Qwen2Acts *a, float *logits) {
+    const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     int64_t KV = c->kv_heads * c->head_dim;
-    if (B > a->max_tokens) die("internal: decode batch of %d, workspace holds %lld", B, (long long)a->max_tokens);
-    if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
-    memcpy(a->pos, pos, (size_t)B * sizeof *pos);
-    rope_table(a->rope, a->pos, B, (int)c->head_dim, c->rope_theta);
-    for (int b = 0; b < B; b++) a->n_keys[b] = pos[b] + 1;
-
-    embedding_forward(a->x, tokens, qwen2_at(m, m->w.embed), m->dtype, B, c->hidden);
+    check_workspace(m, a, B, "decode batch");
+    Qwen2Meta *h = &a->host;
+    memcpy(h->tokens, tokens, (size_t)B * sizeof *tokens);
+    memcpy(h->pos, pos, (size_t)B * sizeof *pos);
+    for (int b = 0; b < B; b++) {  // offsets within a layer's cache: the slot, and the new position in it
+        h->n_keys[b] = pos[b] + 1;
+        h->kv_off[b] = kv_offset(kv, 0, slots[b]);
+        h->kv_dst[b] = h->kv_off[b] + pos[b] * KV;
+    }
+    meta_upload(m, a);
+    be->rope_table(be, a->rope, a->dev.pos, B, (int)c->head_dim, c->rope_theta);
+    be->embedding_forward(be, a->x, a->dev.tokens, qwen2_at(m, m->w.embed), m->dtype, B, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
         qkv_block(m, l, B, a);
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
-        for (int b = 0; b < B; b++) {  // append the new key/value, then attend over the whole slot
-            a->kv_off[b] = kv_offset(kv, l, slots[b]) - kv_offset(kv, l, 0);
-            memcpy(k0 + a->kv_off[b] + pos[b] * KV, a->k + b * KV, (size_t)KV * 4);
-            memcpy(v0 + a->kv_off[b] + pos[b] * KV, a->v + b * KV, (size_t)KV * 4);
-        }
-        attention_decode_forward(a->att, a->q, k0, v0, a->kv_off, a->n_keys, B, (int)c->heads, (int)c->kv_heads,
-                                 (int)c->head_dim, a->scratch);
+        // append the new key/value, then attend over the whole slot
+        be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, B, KV);
+        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, B, (int)c->heads,
+                                     (int)c->kv_heads, (int)c->head_dim, a->scratch);
         out_mlp_block(m, l, B, a);
     }
-    rmsnorm_forward(a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);
+    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);
     qwen2_logits(m, a->xn, B, a, logits);
 }
 
 void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits) {
     const Qwen2Config *c = &m->cfg;
     const void *x = qwen2_operand(m, h, B * c->hidden, a->in16);
-    matmul_forward(logits, x, qwen2_at(m, m->w.lm_head), NULL, m->dtype, B, c->hidden, c->vocab);
+    m->be->matmul_forward(m->be, logits, x, qwen2_at(m, m->w.lm_head), NULL, m->dtype, B, c->hidden, c->vocab);
 }
 
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.

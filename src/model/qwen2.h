@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/arena.h"
 #include "base/dtype.h"
 
@@ -35,8 +36,9 @@ typedef struct {
 
 typedef struct {
     Qwen2Config cfg;
+    const Backend *be;  // where the slab lives and what runs the forward (the CPU unless moved)
     DType dtype;     // of the slab: DTYPE_F32 (master weights), or DTYPE_BF16 (2 bytes a parameter)
-    void *params;    // the slab: n_params elements of dtype
+    void *params;    // the slab: n_params elements of dtype, in be's memory
     size_t n_params;
     Qwen2Layout w;
 } Qwen2;
@@ -70,6 +72,8 @@ void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype);  // zeroed slab o
 // Fills the offsets of the parameter layout; returns the slab's length in elements.
 size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w);
 void qwen2_free(Qwen2 *m);
+// Moves m's slab into be's memory (the host copy is freed); m's forward then runs on be.
+void qwen2_to_backend(Qwen2 *m, const Backend *be);
 // The HF tensors of the model, in slab order; returns their count. `out` may be NULL.
 int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
 
@@ -83,7 +87,18 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed);
 // config.json + model.safetensors (F32 or BF16), each written atomically. F32 models.
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype);
 
-// Workspace for a forward pass over at most max_tokens packed rows.
+// A forward's batch metadata: filled on the host, uploaded in one copy per forward.
+typedef struct {
+    int32_t *tokens;   // (N)
+    int32_t *pos;      // (N) position within its sequence
+    int32_t *targets;  // (N) next token, -1 at each sequence's last row
+    int32_t *n_keys;   // (N) decode: how many cached positions each row attends to
+    int64_t *seq_off;  // (B+1) packed sequence offsets
+    int64_t *kv_off;   // (N) decode: where each row's cache slot starts within a layer's cache
+    int64_t *kv_dst;   // (N) decode: where its new key and value go
+} Qwen2Meta;
+
+// Workspace for a forward pass over at most max_tokens packed rows, in the backend's memory.
 typedef struct {
     int64_t max_tokens;
     float *x;       // (N, C) residual stream
@@ -95,11 +110,11 @@ typedef struct {
     float *proj;    // (N, C)
     float *gate, *up;  // (N, I)
     float *scratch;    // attention / logprob-head scratch
-    int32_t *pos;      // (N) position within its sequence
-    float *rope;       // (N, D) RoPE's cosines and sines for those positions
-    int32_t *targets;  // (N) next token, -1 at each sequence's last row
-    int64_t *kv_off;   // (N) decode: where each row's cache slot starts
-    int32_t *n_keys;   // (N) decode: how many cached positions each row attends to
+    float *rope;       // (N, D) RoPE's cosines and sines for the rows' positions
+    Qwen2Meta dev;     // the metadata where the ops read it
+    Qwen2Meta host;    // the host's copy (the same memory on the CPU)
+    void *host_block;  // malloc'd host copy when the workspace is on a device
+    size_t meta_bytes;
 } Qwen2Acts;
 
 // max_keys: the longest sequence (prefill) or cache (decode) attention will see.
@@ -107,6 +122,7 @@ typedef struct {
 size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys);
 void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
                      Arena *arena);
+void qwen2_acts_free(Qwen2Acts *a);  // the host copy of the metadata (the arena holds the rest)
 
 // KV cache for generation: the keys (after RoPE) and values of n_slots sequences of up to
 // max_len positions each, per layer.
@@ -119,21 +135,23 @@ typedef struct {
 size_t qwen2_kv_bytes_per_token(const Qwen2Config *c);
 void qwen2_kv_init(Qwen2KV *kv, const Qwen2Config *c, int n_slots, int64_t max_len, Arena *arena);
 // Copies positions [0, n) of slot src into slot dst in every layer (G samples sharing a prompt).
-void qwen2_kv_copy(Qwen2KV *kv, int64_t layers, int dst, int src, int64_t n);
+void qwen2_kv_copy(const Qwen2 *m, Qwen2KV *kv, int dst, int src, int64_t n);
 
 // tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
 // With kv, sequence b's keys and values also go to cache slot slots[b], positions 0..len-1.
 void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
                    const int32_t *slots);
 // One new token per sequence: tokens[b] at position pos[b] of cache slot slots[b] (which holds
-// positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V).
+// positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V) (in be's memory).
+// tokens, slots, pos, seq_off: host arrays.
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
                        int B, Qwen2Acts *a, float *logits);
 // logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
 void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits);
 // Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
 int qwen2_stop_ids(const char *dir, int32_t *out, int max);
-// out (N): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each sequence's last row.
+// out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each
+// sequence's last row.
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
 
 // ---------------------------------------------------------------------------------------------

@@ -68,6 +68,11 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
     if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
 }
 
+// A token's uniform draw: one from its sequence's RNG when sampling, none when greedy.
+static double draw_unit(const RolloutConfig *cfg, Seq *q) {
+    return cfg->sampler.temperature > 0 ? sampler_unit(&q->rng) : 0.0;
+}
+
 size_t rollout_workspace_bytes(const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows) {
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
@@ -111,7 +116,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
     size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token, logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
     if (cfg->workspace) arena_reset(arena);
-    else arena_init(arena, rollout_workspace_bytes(c, m->dtype, n_slots, slot_len, prefill_rows));
+    else backend_arena_init(m->be, arena, rollout_workspace_bytes(c, m->dtype, n_slots, slot_len, prefill_rows));
     Qwen2KV kv;
     Qwen2Acts acts;
     qwen2_kv_init(&kv, c, n_slots, slot_len, arena);
@@ -126,6 +131,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     int64_t *seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *seq_off);
     int *row_seq = xmalloc((size_t)act_rows * sizeof *row_seq);  // prefill batch entry -> first Seq it feeds
     float *lps = xmalloc((size_t)n_slots * sizeof *lps);
+    double *u = xmalloc((size_t)n_slots * sizeof *u);  // each row's uniform draw from its sequence's RNG
     int n_threads = omp_get_max_threads();
     SamplerScratch *scr = xmalloc((size_t)n_threads * sizeof *scr);
     for (int t = 0; t < n_threads; t++)
@@ -157,14 +163,17 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
             }
             qwen2_forward(m, tokens, seq_off, B, &acts, &kv, slots);
             for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
-                memcpy(acts.proj + b * c->hidden, acts.xn + (seq_off[b + 1] - 1) * c->hidden, (size_t)c->hidden * 4);
+                m->be->copy(m->be, acts.proj + b * c->hidden, acts.xn + (seq_off[b + 1] - 1) * c->hidden,
+                            (size_t)c->hidden * 4);
             qwen2_logits(m, acts.proj, B, &acts, logits);
             for (int b = 0; b < B; b++)
                 for (int j = 0; j < step; j++) {
                     Seq *q = &seqs[row_seq[b] + j];
-                    if (j > 0) qwen2_kv_copy(&kv, c->layers, q->slot, seqs[row_seq[b]].slot, prompts[q->prompt].n);
+                    if (j > 0) qwen2_kv_copy(m, &kv, q->slot, seqs[row_seq[b]].slot, prompts[q->prompt].n);
                     float lp;
-                    int32_t id = sampler_sample(&cfg->sampler, logits + (int64_t)b * c->vocab, c->vocab, &q->rng, &scr[0], &lp);
+                    int32_t id;
+                    u[0] = draw_unit(cfg, q);
+                    m->be->sample(m->be, &cfg->sampler, logits + (int64_t)b * c->vocab, 1, c->vocab, u, scr, &id, &lp);
                     seq_record(q, id, lp, tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
                 }
         }
@@ -182,11 +191,8 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
                 }
             if (B == 0) break;
             qwen2_decode_step(m, &kv, tokens, slots, pos, B, &acts, logits);
-            // Sampling touches only each sequence's own RNG: rows run in parallel, results are the same.
-#pragma omp parallel for schedule(dynamic)
-            for (int b = 0; b < B; b++)
-                tokens[b] = sampler_sample(&cfg->sampler, logits + (int64_t)b * c->vocab, c->vocab, &seqs[row_seq[b]].rng,
-                                           &scr[omp_get_thread_num()], &lps[b]);
+            for (int b = 0; b < B; b++) u[b] = draw_unit(cfg, &seqs[row_seq[b]]);
+            m->be->sample(m->be, &cfg->sampler, logits, B, c->vocab, u, scr, tokens, lps);
             for (int b = 0; b < B; b++) {
                 Seq *q = &seqs[row_seq[b]];
                 seq_record(q, tokens[b], lps[b], tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
@@ -200,6 +206,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
         free(scr[t].idx);
     }
     free(scr);
+    free(u);
     free(lps);
     free(row_seq);
     free(seq_off);
@@ -207,5 +214,6 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     free(slots);
     free(tokens);
     free(seqs);
-    if (!cfg->workspace) arena_free(arena);
+    qwen2_acts_free(&acts);
+    if (!cfg->workspace) backend_arena_free(m->be, arena);
 }

@@ -6,7 +6,7 @@
 
 #include "base/arena.h"
 #include "model/qwen2.h"
-#include "rollout/sampler.h"
+#include "nn/sampler.h"
 #include "text/tokenizer.h"
 
 #define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default

@@ -8,7 +8,7 @@
 #include "model/qwen2.h"
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
-#include "rollout/sampler.h"
+#include "nn/sampler.h"
 #include "train/grpo_config.h"
 #include "train/optim.h"
 

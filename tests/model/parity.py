@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -134,6 +135,22 @@ def main():
         name, kw = CASES[1]
         return compare(grpo, os.path.join(a.tmp, name), batch(kw["seed"], kw["vocab"]), ["--batch-tokens", "50"])
     case("batch-tokens-50", small_batches)
+
+    # transformers 5 writes RoPE's base as rope_parameters {rope_type, rope_theta}: the same model with its
+    # config in that form scores as the rope_theta form does (which the case above holds to the reference).
+    def rope_parameters():
+        name, kw = "f32-theta1e6-eps1e-5", dict(CASES)["f32-theta1e6-eps1e-5"]
+        src, d = os.path.join(a.tmp, name), os.path.join(a.tmp, "rope-parameters")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        lines = "".join(json.dumps({"tokens": s}) + "\n" for s in batch(kw["seed"], kw["vocab"]))
+        return run_grpo(grpo, ["score", "--model", d], lines) == run_grpo(grpo, ["score", "--model", src], lines)
+    case("config-rope-parameters", rope_parameters)
 
     # grpo's own writer, read back by the independent Python reader
     for tag, extra, st in [("f32", [], "F32"), ("bf16", ["--dtype", "bf16"], "BF16")]:

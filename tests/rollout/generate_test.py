@@ -41,12 +41,15 @@ MODELS = {
                seed=13, vocab=300, tied=False),
 }
 GRPO = TMP = None
+DEVICE = None  # --device: every generate and score runs there (a GPU computes in bf16, and so does the reference)
 DIRS = {}  # model name -> directory
 
 
 # ------------------------------------------------------------------ running grpo
 
 def grpo(args, stdin="", env=None):
+    if DEVICE and args and args[0] in ("generate", "score"):
+        args = list(args) + ["--device", DEVICE]
     return subprocess.run([GRPO] + [str(a) for a in args], input=stdin, capture_output=True, text=True,
                           encoding="utf-8", env=env, timeout=900)
 
@@ -133,13 +136,14 @@ _models = {}
 
 def refm(d):
     if d not in _models:
-        _models[d] = ref.load_model(d, torch.float64)
+        _models[d] = ref.load_model(d, torch.float64, bf16=DEVICE is not None)
     return _models[d]
 
 
 def last_logits(m, ids):
     with torch.no_grad():
-        return ref.hidden_states(m, torch.tensor(ids, dtype=torch.long))[-1] @ m.lm_head.t()
+        h = ref.hidden_states(m, torch.tensor(ids, dtype=torch.long))[-1]
+        return (ref.round_bf16(h) if DEVICE else h) @ m.lm_head.t()  # a bf16 model rounds the head's input
 
 
 def argmax_low(z):
@@ -564,13 +568,14 @@ def make_models():
 
 
 def main():
-    global GRPO, TMP
+    global GRPO, TMP, DEVICE
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--only", nargs="+", choices=list(GROUPS), help="run only these groups")
+    ap.add_argument("--device", help="run generate and score with --device DEVICE (e.g. cuda)")
     a = ap.parse_args()
-    GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
+    GRPO, TMP, DEVICE = os.path.abspath(a.grpo), os.path.abspath(a.tmp), a.device
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(1)  # the reference's small matmuls gain nothing from threads; leave cores to grpo
     results = []

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE  // qsort_r
-#include "rollout/sampler.h"
+#include "nn/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ static int64_t top_k_ids(const float *prob, int64_t V, int64_t k, int32_t *idx) 
     return n;
 }
 
-static double next_unit(Rng *rng) { return (double)(rng_next_u64(rng) >> 11) * (1.0 / 9007199254740992.0); }
+double sampler_unit(Rng *rng) { return (double)(rng_next_u64(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
 // The first i whose running sum of prob[0..i] passes u: a block's sum decides whether the draw falls in
 // it, then the block is walked one by one (its last nonzero entry if rounding keeps the walk below u).
@@ -67,7 +67,7 @@ static int64_t draw(const float *prob, int64_t V, double u) {
     return V - 1;
 }
 
-int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, Rng *rng, SamplerScratch *s,
+int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, double u, SamplerScratch *s,
                        float *logprob) {
     float T = sc->temperature > 0 ? sc->temperature : 1.0f, mx = row_max(logits, V);
     int64_t arg = 0;
@@ -78,7 +78,7 @@ int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, 
     if (sc->temperature <= 0) {
         id = (int32_t)arg;
     } else if (sc->top_k <= 0 && sc->top_p >= 1.0f) {
-        id = (int32_t)draw(s->prob, V, next_unit(rng) * sum);
+        id = (int32_t)draw(s->prob, V, u * sum);
     } else {
         int64_t n = 0;
         if (sc->top_k > 0) {
@@ -99,7 +99,8 @@ int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, 
             for (kept = 0.0; k < n && kept < want;) kept += s->prob[s->idx[k++]];
             n = k;
         }
-        double u = next_unit(rng) * kept, c = 0.0;
+        double c = 0.0;
+        u *= kept;
         id = s->idx[n - 1];
         for (int64_t k = 0; k < n; k++)
             if ((c += s->prob[s->idx[k]]) > u) {

@@ -16,8 +16,11 @@ typedef struct {
     int32_t *idx;   // (V)
 } SamplerScratch;
 
-// Samples from logits (V) and returns the id; *logprob = log p(id) under softmax(logits / T)
-// before top-k/top-p truncation (under softmax(logits) when greedy), which is the
+// The uniform draw in [0, 1) a token takes from its sequence's RNG (one per token when T > 0, none
+// when greedy): drawn by the caller, so the sampler can run where the logits are.
+double sampler_unit(Rng *rng);
+// Samples from logits (V) with uniform draw u and returns the id; *logprob = log p(id) under
+// softmax(logits / T) before top-k/top-p truncation (under softmax(logits) when greedy), which is the
 // probability GRPO's importance ratio needs.
-int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, Rng *rng, SamplerScratch *s,
+int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, double u, SamplerScratch *s,
                        float *logprob);

@@ -1,0 +1,96 @@
+#define _DEFAULT_SOURCE  // readlink
+#include "backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+#ifdef GRPO_CUDA
+#include <dlfcn.h>
+#include <unistd.h>
+
+// The CUDA backend module: next to the executable (an installed grpo), else where the build made it.
+static void *cuda_module(char *err, size_t n) {
+    char path[4096];
+    ssize_t len = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (len > 0) {
+        path[len] = '\0';
+        char *slash = strrchr(path, '/');
+        if (slash) {
+            strcpy(slash + 1, "libgrpo_cuda.so");
+            void *h = access(path, R_OK) == 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+            if (h) return h;
+        }
+    }
+    void *h = dlopen(GRPO_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(err, n, "%s", dlerror());
+    return h;
+}
+
+static void *cuda_symbol(const char *name, const char *what) {
+    char err[512] = "";
+    void *h = cuda_module(err, sizeof err);
+    if (!h) die("%s cuda: cannot load the CUDA backend (%s)", what, err);
+    void *f = dlsym(h, name);
+    if (!f) die("%s cuda: the CUDA backend module has no %s", what, name);
+    return f;
+}
+#endif
+
+int backend_cuda_devices(void) {
+#ifdef GRPO_CUDA
+    char err[512];
+    void *h = cuda_module(err, sizeof err);
+    int (*count)(void) = h ? (int (*)(void))dlsym(h, "cuda_device_count") : NULL;
+    return count ? count() : 0;
+#else
+    return 0;
+#endif
+}
+
+const Backend *backend_open(const char *spec, const char *what) {
+    if (!strcmp(spec, "cpu")) return backend_cpu();
+    if (strncmp(spec, "cuda", 4) || (spec[4] && spec[4] != ':'))
+        die("%s: unknown device '%s' (cpu, cuda or cuda:N)", what, spec);
+    int ordinal = 0;
+    if (spec[4] == ':') {
+        char *end;
+        long n = strtol(spec + 5, &end, 10);
+        if (end == spec + 5 || *end || n < 0 || n > 1024) die("%s: '%s' is not cuda:N with a GPU number N", what, spec);
+        ordinal = (int)n;
+    }
+#ifdef GRPO_CUDA
+    const Backend *(*open)(int, const char *) = (const Backend *(*)(int, const char *))cuda_symbol("cuda_backend_open", what);
+    return open(ordinal, what);
+#else
+    (void)ordinal;
+    die("%s %s: this grpo was built without CUDA (nvcc was not found when it was built); use --device cpu", what,
+        spec);
+#endif
+}
+
+void backend_close(const Backend *be) {
+    if (be) be->close(be);
+}
+
+void backend_arena_init(const Backend *be, Arena *a, size_t bytes) {
+    if (!be->on_device) {
+        arena_init(a, bytes);
+        return;
+    }
+    a->size = (bytes + 63) & ~(size_t)63;
+    a->base = be->alloc(be, a->size);
+    a->used = a->peak = 0;
+    a->on_device = 1;
+}
+
+void backend_arena_free(const Backend *be, Arena *a) {
+    if (!be->on_device) {
+        arena_free(a);
+        return;
+    }
+    be->free(be, a->base);
+    a->base = NULL;
+    a->size = a->used = 0;
+}

@@ -1,0 +1,68 @@
+// The backend seam: where a model's memory lives and what runs its ops. The model and rollout code is
+// written once against this table; the CPU backend runs nn/ops.h on host memory, the CUDA backend
+// (src/cuda/) runs kernels and cuBLASLt on device memory. Every op keeps nn/ops.h's contract (shapes,
+// adds vs overwrites); pointers are the backend's memory unless a comment says host.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "base/dtype.h"
+#include "nn/sampler.h"
+
+typedef struct Backend Backend;
+struct Backend {
+    const char *name;  // "cpu", "cuda:0"
+    int on_device;     // memory is not host memory (upload/download needed)
+    void *ctx;         // the backend's own state (CUDA: stream, cuBLASLt handle, scratch)
+
+    // Memory: alloc'd bytes are zeroed, 64-byte aligned; alloc dies naming the size when out of memory.
+    void *(*alloc)(const Backend *be, size_t bytes);
+    void (*free)(const Backend *be, void *p);
+    void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);  // waits for the ops before
+    void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+
+    // Ops (nn/ops.h). round_operand: x (n) rounded into dst in dtype dt (a projection's input).
+    void (*round_operand)(const Backend *be, DType dt, const float *x, void *dst, int64_t n);
+    void (*embedding_forward)(const Backend *be, float *out, const int32_t *tokens, const void *table, DType wt,
+                              int64_t N, int64_t C);
+    void (*rmsnorm_forward)(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
+                            int64_t C, float eps);
+    void (*matmul_forward)(const Backend *be, float *out, const void *inp, const void *weight, const void *bias,
+                           DType dt, int64_t N, int64_t C, int64_t OC);
+    void (*rope_table)(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta);
+    void (*rope_forward)(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D);
+    void (*swiglu_forward)(const Backend *be, float *out, const float *gate, const float *up, int64_t n);
+    void (*residual_forward)(const Backend *be, float *x, const float *y, int64_t n);
+    // Causal attention of packed sequences (nn/ops.h attention_forward, no log-sum-exp kept); N = seq_off[B]
+    // (seq_off is in the backend's memory, N is known on the host).
+    void (*attention_forward)(const Backend *be, float *out, const float *q, const float *k, const float *v,
+                              const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch);
+    void (*attention_decode_forward)(const Backend *be, float *out, const float *q, const float *k_cache,
+                                     const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
+                                     int KVH, int D, float *scratch);
+    // Row b of k and v (B, row) to k_cache / v_cache at element offset dst[b] (decode's new positions).
+    void (*kv_append)(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                      const int64_t *dst, int B, int64_t row);
+    void (*logprob_forward)(const Backend *be, float *out, const float *h, const void *W, DType wt,
+                            const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);
+    // One token for each of B rows of logits (B, V) as sampler_sample does, with u[b] its uniform draw
+    // (host; unused when greedy); ids and logprobs (B) land in host memory. scr: the CPU's per-thread scratch.
+    void (*sample)(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
+                   const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs);
+    void (*close)(const Backend *be);
+};
+
+// The CPU backend (host memory, nn/ops.h): a constant, nothing to close.
+const Backend *backend_cpu(void);
+// "cpu", "cuda" or "cuda:N". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
+// unknown, the build has no CUDA, or no such GPU is visible.
+const Backend *backend_open(const char *spec, const char *what);
+void backend_close(const Backend *be);
+// How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU.
+int backend_cuda_devices(void);
+
+// An arena of `bytes` in be's memory; backend_arena_free releases it.
+void backend_arena_init(const Backend *be, Arena *a, size_t bytes);
+void backend_arena_free(const Backend *be, Arena *a);

@@ -1,0 +1,135 @@
+// The CPU backend: host memory and nn/ops.h, the numbers every parity test pins down.
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/util.h"
+#include "nn/ops.h"
+
+static void *cpu_alloc(const Backend *be, size_t bytes) {
+    (void)be;
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p) die("out of memory allocating %zu bytes", bytes);
+    memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(const Backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_round_operand(const Backend *be, DType dt, const float *x, void *dst, int64_t n) {
+    (void)be;
+    dtype_from_f32(dt, x, dst, (size_t)n);
+}
+
+static void cpu_embedding(const Backend *be, float *out, const int32_t *tokens, const void *table, DType wt, int64_t N,
+                          int64_t C) {
+    (void)be;
+    embedding_forward(out, tokens, table, wt, N, C);
+}
+
+static void cpu_rmsnorm(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
+                        int64_t C, float eps) {
+    (void)be;
+    rmsnorm_forward(out, inp, weight, wt, N, C, eps);
+}
+
+static void cpu_matmul(const Backend *be, float *out, const void *inp, const void *weight, const void *bias, DType dt,
+                       int64_t N, int64_t C, int64_t OC) {
+    (void)be;
+    matmul_forward(out, inp, weight, bias, dt, N, C, OC);
+}
+
+static void cpu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta) {
+    (void)be;
+    rope_table(cs, pos, N, D, theta);
+}
+
+static void cpu_rope(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D) {
+    (void)be;
+    rope_forward(x, cs, N, n_heads, D);
+}
+
+static void cpu_swiglu(const Backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    (void)be;
+    swiglu_forward(out, gate, up, n);
+}
+
+static void cpu_residual(const Backend *be, float *x, const float *y, int64_t n) {
+    (void)be;
+    residual_forward(x, y, n);
+}
+
+static void cpu_attention(const Backend *be, float *out, const float *q, const float *k, const float *v,
+                          const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+    (void)be;
+    (void)N;
+    attention_forward(out, NULL, q, k, v, seq_off, B, H, KVH, D, scratch);
+}
+
+static void cpu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
+                                 const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
+                                 int KVH, int D, float *scratch) {
+    (void)be;
+    attention_decode_forward(out, q, k_cache, v_cache, kv_off, n_keys, B, H, KVH, D, scratch);
+}
+
+static void cpu_kv_append(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                          const int64_t *dst, int B, int64_t row) {
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        memcpy(k_cache + dst[b], k + b * row, (size_t)row * sizeof *k);
+        memcpy(v_cache + dst[b], v + b * row, (size_t)row * sizeof *v);
+    }
+}
+
+static void cpu_logprob(const Backend *be, float *out, const float *h, const void *W, DType wt, const int32_t *targets,
+                        int64_t N, int64_t C, int64_t V, float *scratch) {
+    (void)be;
+    logprob_forward(out, NULL, h, W, wt, targets, N, C, V, scratch);
+}
+
+static void cpu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
+                       const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs) {
+    (void)be;
+    // Each row reads only its own logits and draw: rows run in parallel, results are the same.
+#pragma omp parallel for schedule(dynamic) if (B > 1)
+    for (int b = 0; b < B; b++)
+        ids[b] = sampler_sample(sc, logits + (int64_t)b * V, V, u[b], &scr[omp_get_thread_num()], &logprobs[b]);
+}
+
+static void cpu_close(const Backend *be) { (void)be; }
+
+static const Backend cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .round_operand = cpu_round_operand,
+    .embedding_forward = cpu_embedding,
+    .rmsnorm_forward = cpu_rmsnorm,
+    .matmul_forward = cpu_matmul,
+    .rope_table = cpu_rope_table,
+    .rope_forward = cpu_rope,
+    .swiglu_forward = cpu_swiglu,
+    .residual_forward = cpu_residual,
+    .attention_forward = cpu_attention,
+    .attention_decode_forward = cpu_attention_decode,
+    .kv_append = cpu_kv_append,
+    .logprob_forward = cpu_logprob,
+    .sample = cpu_sample,
+    .close = cpu_close,
+};
+
+const Backend *backend_cpu(void) { return &cpu; }

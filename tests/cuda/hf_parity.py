@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""`grpo --device cuda` against Hugging Face transformers' own Qwen2ForCausalLM on the same GPU.
+
+usage: python3 tests/cuda/hf_parity.py --grpo build/grpo --tmp DIR [--shapes tiny qwen2.5-0.5b qwen2.5-7b]
+
+Needs torch with CUDA and transformers (the device machine's python3); without them it prints SKIPPED and
+exits 77. For each shape, a random model made by transformers itself (its own initialisation, std 0.02,
+random biases and norms so nothing is trivially 0 or 1) is saved in bf16 safetensors; then:
+  score   B sequences of T random tokens through `grpo score --device cuda`, HF in bf16 and HF in fp32 (the
+          same bf16-valued weights, upcast). Our bf16 error against HF fp32 must be no worse than HF bf16's
+          own error against HF fp32, in mean and in max abs over all log-probs.
+  greedy  `grpo generate --device cuda --temperature 0` against HF's greedy decoding in fp32: tokens agree
+          until the first step where fp32's two best logits are closer than the bf16 error measured above
+          (a near-tie, where either pick is right); after it, nothing is compared.
+One line per check (PASS/FAIL), then "N passed, N failed"; exit 1 on any failure.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+try:
+    import torch
+    import transformers
+except ImportError as e:
+    print(f"SKIPPED: {e}")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIPPED: torch sees no CUDA GPU")
+    sys.exit(77)
+
+SHAPES = {
+    "tiny": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+
+
+def make_model(d, shape, seed):
+    """A transformers-made random model saved to d in bf16; returns the bf16 model on the GPU."""
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, rope_theta=1e6,
+                                   rms_norm_eps=1e-6, use_sliding_window=False)
+    with torch.device("cuda"):
+        m = transformers.Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.02)
+            elif "norm" in name:
+                p.normal_(1.0, 0.1)
+    m = m.to(torch.bfloat16).eval()
+    m.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:  # rope_theta in both forms, for any reader
+        c = json.load(f)
+    c.setdefault("rope_theta", 1e6)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f)
+    return m
+
+
+def hf_logprobs(m, ids):
+    with torch.no_grad():
+        z = m(input_ids=ids).logits.float()
+    return torch.log_softmax(z, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+
+
+def run(grpo, args, stdin):
+    p = subprocess.run([grpo] + args, input=stdin, capture_output=True, text=True, timeout=1200)
+    if p.returncode != 0:
+        raise RuntimeError(f"grpo {' '.join(args[:3])} exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--new", type=int, default=32)
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name()}")
+    results = []
+
+    def check(ok, name, detail=""):
+        results.append(bool(ok))
+        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""), flush=True)
+
+    for si, shape in enumerate(a.shapes):
+        d = os.path.join(a.tmp, shape)
+        try:
+            m16 = make_model(d, shape, 100 + si)
+            m32 = transformers.Qwen2ForCausalLM.from_pretrained(d, dtype=torch.float32).cuda().eval()
+            g = torch.Generator().manual_seed(si)
+            ids = torch.randint(0, SHAPES[shape]["vocab_size"], (a.batch, a.seq), generator=g).cuda()
+            want = hf_logprobs(m32, ids)
+            hf16 = hf_logprobs(m16, ids)
+            lines = "".join(json.dumps({"tokens": r}) + "\n" for r in ids.tolist())
+            out = run(a.grpo, ["score", "--model", d, "--device", "cuda"], lines)
+            ours = torch.tensor([json.loads(l)["logprobs"] for l in out.splitlines() if l.strip()]).cuda()
+            e_ours, e_hf = (ours - want).abs(), (hf16 - want).abs()
+            detail = (f"vs HF fp32: ours mean {e_ours.mean():.2e} max {e_ours.max():.2e}; HF bf16 mean "
+                      f"{e_hf.mean():.2e} max {e_hf.max():.2e}")
+            check(e_ours.mean() <= e_hf.mean() and e_ours.max() <= e_hf.max(), f"{shape}: score", detail)
+
+            # greedy, prompt = the first 64 tokens of each sequence
+            prompts = ids[:, :64]
+            gen = run(a.grpo, ["generate", "--model", d, "--device", "cuda", "--jsonl", "--temperature", "0",
+                               "--max-new-tokens", str(a.new)],
+                      "".join(json.dumps({"tokens": r}) + "\n" for r in prompts.tolist()))
+            recs = sorted((json.loads(l) for l in gen.splitlines() if l.strip()), key=lambda r: r["index"])
+            tie = float(e_hf.max()) * 2  # logits closer than bf16 noise can go either way
+            agree, worst = 0, ""
+            for r, p in zip(recs, prompts):
+                seq = p.tolist()
+                for t in r["tokens"]:
+                    with torch.no_grad():
+                        z = m32(input_ids=torch.tensor([seq]).cuda()).logits[0, -1].float()
+                    top2 = torch.topk(z, 2)
+                    if t != int(top2.indices[0]):
+                        gap = float(top2.values[0] - top2.values[1])
+                        if gap > tie:
+                            worst = f"seq {r['index']} step {len(seq) - 64}: {t} vs {int(top2.indices[0])}, gap {gap:.3f}"
+                        break
+                    agree += 1
+                    seq.append(t)
+            check(not worst, f"{shape}: greedy == HF fp32 greedy until a near-tie",
+                  worst or f"{agree} tokens agreed before the first near-tie or the end")
+            del m16, m32
+            torch.cuda.empty_cache()
+        except Exception as e:  # one broken shape must not hide the others
+            check(False, f"{shape}: {type(e).__name__}", str(e)[:400])
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
