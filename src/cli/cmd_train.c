@@ -12,13 +12,15 @@ static void usage(FILE *f) {
     fprintf(f, "usage: grpo train [--config FILE.yaml] [section.key=value ...] [--print-config]\n\n"
                "GRPO, fully colocated: rollout on the policy's own weights, rule or program rewards, group\n"
                "advantages, clipped-ratio update with KL, AdamW. Every key, its default and meaning: the\n"
-               "configuration table in README.md (grpo train --print-config shows the resolved values).\n");
+               "configuration table in README.md (grpo train --print-config shows the resolved values).\n\n"
+               "With no arguments, or --demo: the built-in demo in runs/demo (--demo-smoke: shortened to\n"
+               "seconds; --demo-qwen3: its model Qwen3-shaped).\n");
 }
 
 int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
-    int n = 0, print = 0, demo = argc == 1, smoke = 0;  // no arguments: the built-in demo
+    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0;  // no arguments: the built-in demo
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -29,6 +31,8 @@ int cmd_train(int argc, char **argv) {
             config = argv[++i];
         } else if (strcmp(argv[i], "--demo") == 0 || strcmp(argv[i], "--demo-smoke") == 0) {
             demo = 1, smoke = argv[i][6] != '\0';
+        } else if (strcmp(argv[i], "--demo-qwen3") == 0) {
+            demo = 1, qwen3 = 1;
         } else if (strcmp(argv[i], "--print-config") == 0) {
             print = 1;
         } else if (strncmp(argv[i], "--", 2) == 0) {
@@ -39,7 +43,7 @@ int cmd_train(int argc, char **argv) {
     }
     if (demo) {
         if (config || print) die("--demo runs the built-in demo; it takes no --config or --print-config");
-        demo_run("runs/demo", 0, smoke, overrides, n, NULL);
+        demo_run("runs/demo", 0, smoke, qwen3, overrides, n, NULL);
         free(overrides);
         return 0;
     }

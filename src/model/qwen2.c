@@ -20,12 +20,18 @@ static const struct {
     const char *name;
     Qwen2Config c;
 } presets[] = {
-    // vocab, hidden, inter, layers, heads, kv_heads, head_dim, max_pos, theta, eps, tied, bos, eos, init_std
-    {"tiny", {151936, 64, 176, 2, 4, 2, 16, 2048, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
-    {"qwen2.5-0.5b", {151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
-    {"qwen2.5-1.5b", {151936, 1536, 8960, 28, 12, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
-    {"qwen2.5-3b", {151936, 2048, 11008, 36, 16, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02}},
-    {"qwen2.5-7b", {152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6f, 0, 151643, 151645, 0.02}},
+    // vocab, hidden, inter, layers, heads, kv_heads, head_dim, max_pos, theta, eps, tied, bos, eos, init_std,
+    // attn_bias, qk_norm
+    {"tiny", {151936, 64, 176, 2, 4, 2, 16, 2048, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 1, 0}},
+    {"qwen2.5-0.5b", {151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 1, 0}},
+    {"qwen2.5-1.5b", {151936, 1536, 8960, 28, 12, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 1, 0}},
+    {"qwen2.5-3b", {151936, 2048, 11008, 36, 16, 2, 128, 32768, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 1, 0}},
+    {"qwen2.5-7b", {152064, 3584, 18944, 28, 28, 4, 128, 32768, 1e6, 1e-6f, 0, 151643, 151645, 0.02, 1, 0}},
+    {"qwen3-tiny", {151936, 64, 176, 2, 4, 2, 32, 2048, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 0, 1}},
+    {"qwen3-0.6b", {151936, 1024, 3072, 28, 16, 8, 128, 40960, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 0, 1}},
+    {"qwen3-1.7b", {151936, 2048, 6144, 28, 16, 8, 128, 40960, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 0, 1}},
+    {"qwen3-4b", {151936, 2560, 9728, 36, 32, 8, 128, 40960, 1e6, 1e-6f, 1, 151643, 151645, 0.02, 0, 1}},
+    {"qwen3-8b", {151936, 4096, 12288, 36, 32, 8, 128, 40960, 1e6, 1e-6f, 0, 151643, 151645, 0.02, 0, 1}},
 };
 
 int qwen2_config_preset(Qwen2Config *c, const char *name) {
@@ -37,7 +43,10 @@ int qwen2_config_preset(Qwen2Config *c, const char *name) {
     return 0;
 }
 
-const char *qwen2_preset_names(void) { return "tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b"; }
+const char *qwen2_preset_names(void) {
+    return "tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, "
+           "qwen3-tiny, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b";
+}
 
 void qwen2_config_check(const Qwen2Config *c, const char *where) {
     // Bounds far above any real Qwen2 keep every size product below 2^63.
@@ -45,18 +54,15 @@ void qwen2_config_check(const Qwen2Config *c, const char *where) {
         {"vocab_size", c->vocab, INT32_MAX},          {"hidden_size", c->hidden, 1 << 20},
         {"intermediate_size", c->inter, 1 << 22},     {"num_hidden_layers", c->layers, 1 << 12},
         {"num_attention_heads", c->heads, 1 << 12},   {"num_key_value_heads", c->kv_heads, 1 << 12},
-        {"max_position_embeddings", c->max_pos, 1 << 24},
+        {"max_position_embeddings", c->max_pos, 1 << 24}, {"head_dim", c->head_dim, 1 << 12},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].v < 1 || sizes[i].v > sizes[i].max)
             die("%s: %s = %lld is outside [1, %lld]", where, sizes[i].key, (long long)sizes[i].v, (long long)sizes[i].max);
-    if (c->hidden % c->heads) die("%s: hidden_size %lld is not a multiple of num_attention_heads %lld", where,
-                                  (long long)c->hidden, (long long)c->heads);
     if (c->heads % c->kv_heads)
         die("%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", where, (long long)c->heads,
             (long long)c->kv_heads);
     if (c->heads / c->kv_heads > 128) die("%s: more than 128 query heads per key/value head is unsupported", where);
-    if (c->head_dim * c->heads != c->hidden) die("%s: head dimension must be hidden_size / num_attention_heads", where);
     if (c->head_dim % 2) die("%s: head dimension %lld must be even for RoPE", where, (long long)c->head_dim);
     if (!(c->rope_theta > 0) || !(c->eps > 0)) die("%s: rope_theta and rms_norm_eps must be positive", where);
 }
@@ -84,13 +90,18 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *model_type = json_str(root, "model_type");
+    int qwen3;
     if (cJSON_IsArray(arch)) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
         const char *name = cJSON_IsString(a0) ? a0->valuestring : "?";
-        if (strcmp(name, "Qwen2ForCausalLM") != 0)
-            die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM)", path, name);
-    } else if (!model_type || strcmp(model_type, "qwen2") != 0) {
-        die("%s: unknown architecture: model_type \"%s\" (supported: qwen2)", path, model_type ? model_type : "");
+        qwen3 = strcmp(name, "Qwen3ForCausalLM") == 0;
+        if (!qwen3 && strcmp(name, "Qwen2ForCausalLM") != 0)
+            die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM, Qwen3ForCausalLM)", path, name);
+    } else {
+        qwen3 = model_type && strcmp(model_type, "qwen3") == 0;
+        if (!qwen3 && (!model_type || strcmp(model_type, "qwen2") != 0))
+            die("%s: unknown architecture: model_type \"%s\" (supported: qwen2, qwen3)", path,
+                model_type ? model_type : "");
     }
     if (json_get_bool_or(root, "use_sliding_window", 0, path))
         die("%s: sliding-window attention (use_sliding_window: true) is unsupported", path);
@@ -125,7 +136,18 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     c->eos_id = token_id_or(root, "eos_token_id", path);
     c->head_dim = c->heads > 0 ? c->hidden / c->heads : 0;
     int64_t hd = json_get_int_or(root, "head_dim", c->head_dim, path);
-    if (hd != c->head_dim) die("%s: head_dim %lld != hidden_size / num_attention_heads is unsupported", path, (long long)hd);
+    if (qwen3) {  // Qwen3: its own head_dim, q/k norms, biases only with attention_bias
+        c->head_dim = hd;
+        c->qk_norm = 1;
+        c->attn_bias = json_get_bool_or(root, "attention_bias", 0, path);
+    } else {
+        if (c->heads > 0 && c->hidden % c->heads)
+            die("%s: hidden_size %lld is not a multiple of num_attention_heads %lld", path, (long long)c->hidden,
+                (long long)c->heads);
+        if (hd != c->head_dim)
+            die("%s: head_dim %lld != hidden_size / num_attention_heads is unsupported for qwen2", path, (long long)hd);
+        c->attn_bias = 1;
+    }
     qwen2_config_check(c, path);
     cJSON_Delete(root);
     free(path);
@@ -134,9 +156,13 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
 static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
     cJSON *r = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!r || !arch) die("out of memory");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen2ForCausalLM"));
+    cJSON_AddItemToArray(arch, cJSON_CreateString(c->qk_norm ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"));
     cJSON_AddItemToObject(r, "architectures", arch);
-    cJSON_AddStringToObject(r, "model_type", "qwen2");
+    cJSON_AddStringToObject(r, "model_type", c->qk_norm ? "qwen3" : "qwen2");
+    if (c->qk_norm) {
+        cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
+        cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
+    }
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab);
     cJSON_AddNumberToObject(r, "hidden_size", (double)c->hidden);
@@ -180,20 +206,24 @@ typedef struct {
     int64_t rows, cols;  // cols 0: a vector
 } KindSpec;
 
-enum { N_KINDS = 15 };
+enum { N_KINDS = 17 };
 
+// Kinds with 0 rows (biases without attn_bias, q/k norms without qk_norm, a tied head) have no storage.
 static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
-    int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter, V = c->vocab;
+    int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter, V = c->vocab;
+    int64_t bias = c->attn_bias ? 1 : 0, norm = c->qk_norm ? D : 0;
     const KindSpec specs[N_KINDS] = {
         {"model.embed_tokens.weight", 0, V, C},
         {"model.layers.%d.input_layernorm.weight", 1, C, 0},
         {"model.layers.%d.self_attn.q_proj.weight", 1, Q, C},
-        {"model.layers.%d.self_attn.q_proj.bias", 1, Q, 0},
+        {"model.layers.%d.self_attn.q_proj.bias", 1, bias * Q, 0},
         {"model.layers.%d.self_attn.k_proj.weight", 1, KV, C},
-        {"model.layers.%d.self_attn.k_proj.bias", 1, KV, 0},
+        {"model.layers.%d.self_attn.k_proj.bias", 1, bias * KV, 0},
         {"model.layers.%d.self_attn.v_proj.weight", 1, KV, C},
-        {"model.layers.%d.self_attn.v_proj.bias", 1, KV, 0},
+        {"model.layers.%d.self_attn.v_proj.bias", 1, bias * KV, 0},
         {"model.layers.%d.self_attn.o_proj.weight", 1, C, Q},
+        {"model.layers.%d.self_attn.q_norm.weight", 1, norm, 0},
+        {"model.layers.%d.self_attn.k_norm.weight", 1, norm, 0},
         {"model.layers.%d.post_attention_layernorm.weight", 1, C, 0},
         {"model.layers.%d.mlp.gate_proj.weight", 1, I, C},
         {"model.layers.%d.mlp.up_proj.weight", 1, I, C},
@@ -207,8 +237,8 @@ static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
 static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->cols : 1); }
 
 static void layout_fields(Qwen2Layout *w, size_t *f[N_KINDS]) {
-    size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv,
-                             &w->wo, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head};
+    size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv, &w->wo,
+                             &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head};
     memcpy(f, list, sizeof list);
 }
 
@@ -494,9 +524,13 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
     be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
-    be->matmul_forward(be, a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
-    be->matmul_forward(be, a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
-    be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
+    be->matmul_forward(be, a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
+    be->matmul_forward(be, a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
+    be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
+    if (c->qk_norm) {  // each head's query and key: rows of D (in place)
+        be->rmsnorm_forward(be, a->q, a->q, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
+        be->rmsnorm_forward(be, a->k, a->k, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
+    }
     be->rope_forward(be, a->q, a->rope, N, (int)c->heads, (int)D);
     be->rope_forward(be, a->k, a->rope, N, (int)c->kv_heads, (int)D);
 }

@@ -1,5 +1,6 @@
-// Qwen2 (Qwen2ForCausalLM): config, one parameter slab (fp32 or bf16) with named offsets, HF load/save,
-// and the forward pass over a packed batch of sequences.
+// Qwen2 (Qwen2ForCausalLM) and dense Qwen3 (Qwen3ForCausalLM, the same block with RMSNorm over each
+// head's queries and keys before RoPE, no q/k/v biases, head_dim its own): config, one parameter slab
+// (fp32 or bf16) with named offsets, HF load/save, and the forward pass over a packed batch of sequences.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,8 @@ typedef struct {
     int tied;             // lm_head shares embed_tokens
     int64_t bos_id, eos_id;  // -1 when the config names none
     double init_std;      // initializer_range, used by qwen2_init_random
+    int attn_bias;        // q/k/v projections have biases (Qwen2: always; Qwen3: attention_bias)
+    int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
 } Qwen2Config;
 
 // Element offsets of the tensors in any slab with the parameter layout (weights of any dtype, fp32
@@ -27,6 +30,7 @@ typedef struct {
     size_t wk, bk;       // (L, KVH*D, C), (L, KVH*D)
     size_t wv, bv;       // (L, KVH*D, C), (L, KVH*D)
     size_t wo;           // (L, C, H*D)
+    size_t qnorm, knorm; // (L, D) each; empty without qk_norm (like the biases without attn_bias)
     size_t ln2;          // (L, C)
     size_t wgate, wup;   // (L, I, C)
     size_t wdown;        // (L, C, I)
@@ -50,6 +54,9 @@ const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf);
 static inline const void *qwen2_at(const Qwen2 *m, size_t off) {
     return (const char *)m->params + off * dtype_size(m->dtype);
 }
+
+// A q/k/v bias at `off`, or NULL for a model without them (Qwen3).
+static inline const void *qwen2_bias(const Qwen2 *m, size_t off) { return m->cfg.attn_bias ? qwen2_at(m, off) : NULL; }
 
 // One tensor as Hugging Face names it, in the slab.
 typedef struct {
@@ -173,10 +180,12 @@ typedef struct {
     float *xin;           // (L+1, max_tokens, C): the residual stream entering each layer; [L] enters the final norm
     // Per layer (L of each; one with recompute), each (max_tokens, width):
     float *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
+    float *qr, *kr;  // qk_norm: the projections before their norm (none without qk_norm)
     float *xf;    // (N, C) final norm output
     float *hsel;  // (n_sel, C) its rows that have targets: the logprob head never sees the others
     // Backward scratch.
     float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
+    float *dqr, *dkr;  // qk_norm: gradients of the projections before their norm
     void *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
 } Qwen2Train;
 

@@ -25,6 +25,10 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int
     TAKE(k, Lk * N * KV);
     TAKE(v, Lk * N * KV);
     TAKE(att, Lk * N * Q);
+    TAKE(qr, c->qk_norm ? Lk * N * Q : 0);
+    TAKE(kr, c->qk_norm ? Lk * N * KV : 0);
+    TAKE(dqr, c->qk_norm ? N * Q : 0);
+    TAKE(dkr, c->qk_norm ? N * KV : 0);
     TAKE(lse, Lk * N * c->heads);
     TAKE(xmid, Lk * N * C);
     TAKE(xn2, Lk * N * C);
@@ -69,6 +73,7 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t 
 // Saved activations of layer l: one set per layer, or the single set that recompute reuses.
 typedef struct {
     float *xin, *xout, *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
+    float *qr, *kr;  // the q/k projections before their norm: q and k themselves without qk_norm
 } LayerActs;
 
 static LayerActs layer_acts(const Qwen2Config *c, const Qwen2Train *t, int64_t l) {
@@ -79,6 +84,7 @@ static LayerActs layer_acts(const Qwen2Config *c, const Qwen2Train *t, int64_t l
         .xn1 = t->xn1 + s * M * C, .q = t->q + s * M * Q, .k = t->k + s * M * KV, .v = t->v + s * M * KV,
         .att = t->att + s * M * Q, .lse = t->lse + s * M * c->heads, .xmid = t->xmid + s * M * C,
         .xn2 = t->xn2 + s * M * C, .gate = t->gate + s * M * I, .up = t->up + s * M * I,
+        .qr = (c->qk_norm ? t->qr : t->q) + s * M * Q, .kr = (c->qk_norm ? t->kr : t->k) + s * M * KV,
     };
 }
 
@@ -90,9 +96,13 @@ static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
     LayerActs a = layer_acts(c, t, l);
     rmsnorm_forward(a.xn1, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
     const void *x = qwen2_operand(m, a.xn1, N * C, t->in16);
-    matmul_forward(a.q, x, qwen2_at(m, w->wq + l * Q * C), qwen2_at(m, w->bq + l * Q), dt, N, C, Q);
-    matmul_forward(a.k, x, qwen2_at(m, w->wk + l * KV * C), qwen2_at(m, w->bk + l * KV), dt, N, C, KV);
-    matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_at(m, w->bv + l * KV), dt, N, C, KV);
+    matmul_forward(a.qr, x, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
+    matmul_forward(a.kr, x, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
+    matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
+    if (c->qk_norm) {  // each head's query and key, rows of D
+        rmsnorm_forward(a.q, a.qr, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
+        rmsnorm_forward(a.k, a.kr, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
+    }
     rope_forward(a.q, t->rope, N, (int)c->heads, (int)D);
     rope_forward(a.k, t->rope, N, (int)c->kv_heads, (int)D);
     attention_forward(a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads, (int)c->kv_heads, (int)D,
@@ -218,11 +228,23 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
                        (int)c->kv_heads, (int)D, t->scratch);
     rope_backward(t->dq, t->rope, N, (int)c->heads, (int)D);
     rope_backward(t->dk, t->rope, N, (int)c->kv_heads, (int)D);
+    float *dq = t->dq, *dk = t->dk;  // d(loss)/d(the projections' outputs)
+    if (c->qk_norm) {
+        memset(t->dqr, 0, (size_t)(N * Q) * 4);
+        memset(t->dkr, 0, (size_t)(N * KV) * 4);
+        rmsnorm_backward(t->dqr, grads + w->qnorm + l * D, t->dq, a.qr, qwen2_at(m, w->qnorm + l * D), dt,
+                         N * c->heads, D, c->eps);
+        rmsnorm_backward(t->dkr, grads + w->knorm + l * D, t->dk, a.kr, qwen2_at(m, w->knorm + l * D), dt,
+                         N * c->kv_heads, D, c->eps);
+        dq = t->dqr;
+        dk = t->dkr;
+    }
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     x = qwen2_operand(m, a.xn1, N * C, t->in16);  // q, k and v share theirs
-    proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, 1, t->dq, x, C, Q);
-    proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, 1, t->dk, x, C, KV);
-    proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, 1, t->dv, x, C, KV);
+    int bias = c->attn_bias;
+    proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, bias, dq, x, C, Q);
+    proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, bias, dk, x, C, KV);
+    proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, bias, t->dv, x, C, KV);
     rmsnorm_backward(t->dx, grads + w->ln1 + l * C, t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 

@@ -19,7 +19,7 @@ void embedding_forward(float *out, const int32_t *tokens, const void *table, DTy
 // dtable (V,C) += dout (N,C) scattered to the rows of tokens
 void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C);
 
-// out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C)
+// out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C); out may be inp
 void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps);
 // dinp (N,C) +=, dweight (C) += ; the norm is recomputed from inp
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,

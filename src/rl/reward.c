@@ -490,10 +490,11 @@ void reward_spec_defaults(RewardSpec *spec, RewardKind kind) {
     spec->grace_s = 2;
 }
 
-static const char *const KEYS_GSM8K[] = {"weight", "name", "method", "score", "format_score", "clip_chars", NULL};
-static const char *const KEYS_BOXED[] = {"weight", "name", "score", "format_score", NULL};
+static const char *const KEYS_GSM8K[] = {"weight", "name", "method", "score", "format_score", "clip_chars",
+                                         "strip_think", NULL};
+static const char *const KEYS_BOXED[] = {"weight", "name", "score", "format_score", "strip_think", NULL};
 static const char *const KEYS_FORMAT[] = {"weight", "name", "pattern", "dotall", NULL};
-static const char *const KEYS_EXACT[] = {"weight", "name", NULL};
+static const char *const KEYS_EXACT[] = {"weight", "name", "strip_think", NULL};
 static const char *const KEYS_PROGRAM[] = {"weight", "name", "command", "timeout", "grace", NULL};
 
 const char *const *reward_spec_keys(RewardKind kind) {
@@ -535,12 +536,14 @@ int reward_spec_set(RewardSpec *spec, const char *key, const char *value, char *
             return -1;
         }
         spec->flexible = strcmp(value, "flexible") == 0;
-    } else if (!strcmp(key, "dotall")) {
+    } else if (!strcmp(key, "dotall") || !strcmp(key, "strip_think")) {
         if (strcmp(value, "true") && strcmp(value, "false")) {
-            snprintf(err, err_len, "dotall must be true or false, not \"%s\"", value);
+            snprintf(err, err_len, "%s must be true or false, not \"%s\"", key, value);
             return -1;
         }
-        spec->dotall = strcmp(value, "true") == 0;
+        int on = strcmp(value, "true") == 0;
+        if (!strcmp(key, "dotall")) spec->dotall = on;
+        else spec->strip_think = on;
     } else if (!strcmp(key, "clip_chars")) {
         if (!parse_double(value, &x) || x < 0 || x != floor(x) || x > 1e15) {
             snprintf(err, err_len, "clip_chars must be an integer >= 0, not \"%s\"", value);
@@ -871,10 +874,18 @@ static int format_matches(const RewardItem *it, const char *response) {
     return rc >= 0;
 }
 
+const char *reward_after_think(const char *response) {
+    const char *close = NULL;
+    for (const char *p = strstr(response, "</think>"); p; p = strstr(p + 1, "</think>")) close = p;
+    if (close) return close + strlen("</think>");
+    return strstr(response, "<think>") ? "" : response;
+}
+
 // One spec's unweighted value; *correct is 1/0 for the correctness kinds, left alone otherwise.
 static double item_score(const RewardItem *it, const char *prompt, const char *response, const char *answer,
                          int *correct, int *program_failed) {
     const RewardSpec *s = &it->spec;
+    if (s->strip_think) response = reward_after_think(response);
     switch (s->kind) {
     case REWARD_GSM8K: {
         char *got = gsm8k_extract_solution(response, s->flexible, s->clip_chars);

@@ -49,6 +49,8 @@ typedef struct {
     // gsm8k, boxed (verl's compute_score arguments)
     double score;         // value of a correct answer [1]
     double format_score;  // value when an answer was found but is wrong [0]; no answer scores 0
+    // gsm8k, boxed, exact: score only what follows the reasoning of a thinking model (reward_after_think)
+    int strip_think;      // [0]
     // gsm8k
     int flexible;         // 0: strict, the last "#### n" [default]; 1: flexible, the last number
     int64_t clip_chars;   // search only the last N characters (verl >= 0.4 clips to 300) [0: all]
@@ -62,9 +64,14 @@ typedef struct {
 } RewardSpec;
 
 void reward_spec_defaults(RewardSpec *spec, RewardKind kind);
+// The answer of a thinking model's response (Qwen3, DeepSeek-R1): what follows the last "</think>"; the
+// empty string when a "<think>" was never closed (the reasoning ran out of tokens: no answer); the whole
+// response when it has neither tag. A pointer into response (or to a static "").
+const char *reward_after_think(const char *response);
 // Sets one parameter from its text form, as config files and `key=value` overrides give them.
-// Keys: weight, name; gsm8k: method (strict|flexible), score, format_score, clip_chars; boxed: score,
-// format_score; format: pattern, dotall (true|false); program: command, timeout, grace.
+// Keys: weight, name; gsm8k: method (strict|flexible), score, format_score, clip_chars, strip_think; boxed:
+// score, format_score, strip_think; exact: strip_think; format: pattern, dotall (true|false); program:
+// command, timeout, grace. strip_think and dotall take true|false.
 // Returns 1 when set, 0 when `key` is not a key of this kind, -1 when `value` is malformed (a
 // message goes to err). String values are stored as the pointer `value` (borrowed, see above).
 int reward_spec_set(RewardSpec *spec, const char *key, const char *value, char *err, size_t err_len);

@@ -1,7 +1,11 @@
-// Qwen2.5's ChatML chat template, rendered natively (no Jinja):
+// Qwen's ChatML chat templates, rendered natively (no Jinja):
 //   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
-// When the conversation does not open with a system message, the template's default system
-// prompt (Qwen2.5-Instruct: "You are Qwen, created by Alibaba Cloud. ...") comes first.
+// Qwen2.5: when the conversation does not open with a system message, the template's default system
+// prompt ("You are Qwen, created by Alibaba Cloud. ...") comes first.
+// Qwen3 (a template with enable_thinking): assistant turns after the last user turn keep their reasoning
+// as <think>\nreasoning\n</think>\n\n before the answer (the last one always gets the block), earlier
+// ones lose it; reasoning is the message's reasoning_content, else what content holds before </think>;
+// with t->no_thinking the assistant prompt ends in an empty think block, as enable_thinking=false.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -12,7 +16,9 @@
 typedef struct {
     const char *role;  // "system", "user" or "assistant"
     const char *content;
-    size_t content_len;  // content may hold NUL bytes
+    size_t content_len;     // content may hold NUL bytes
+    const char *reasoning;  // reasoning_content, NULL when the message has none
+    size_t reasoning_len;
 } ChatMessage;
 
 // Appends the rendering to out. Returns -1 (and *bad = the message's index) for an unknown role.

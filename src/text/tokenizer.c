@@ -244,6 +244,7 @@ static void load_config(Tokenizer *t, const char *path) {
         if (!strstr(tpl->valuestring, "<|im_start|>")) die("%s: chat_template is not ChatML (<|im_start|>); unsupported", path);
         t->has_chat_template = 1;
         if (strstr(tpl->valuestring, QWEN25_DEFAULT_SYSTEM)) t->default_system = xstrdup(QWEN25_DEFAULT_SYSTEM);
+        t->thinking = strstr(tpl->valuestring, "enable_thinking") != NULL;  // Qwen3's
     }
     cJSON_Delete(cfg);
 }

@@ -36,6 +36,8 @@ typedef struct {
     int32_t eos_id, pad_id;
     int has_chat_template;
     char *default_system;  // system prompt the template inserts when the conversation has none
+    int thinking;          // Qwen3's template: <think> blocks, enable_thinking
+    int no_thinking;       // set by the caller: enable_thinking=false (an empty think block opens the answer)
     char *path;
 } Tokenizer;
 

@@ -128,18 +128,18 @@ int demo_write_tokenizer(const char *dir) {
     return first_special + (int)N_SPECIALS;
 }
 
-void demo_model_config(Qwen2Config *c, int n_ids) {
+void demo_model_config(Qwen2Config *c, int n_ids, int qwen3) {
     *c = (Qwen2Config){.vocab = (n_ids + 63) / 64 * 64, .hidden = 128, .inter = 384, .layers = 4, .heads = 4,
                        .kv_heads = 2, .head_dim = 32, .max_pos = 64, .rope_theta = 10000.0, .eps = 1e-6f, .tied = 1,
-                       .bos_id = -1, .eos_id = -1, .init_std = 0.02};
+                       .bos_id = -1, .eos_id = -1, .init_std = 0.02, .attn_bias = !qwen3, .qk_norm = qwen3};
 }
 
-void demo_write_model(const char *dir, uint64_t seed) {
+void demo_write_model(const char *dir, uint64_t seed, int qwen3) {
     int n_ids = demo_write_tokenizer(dir);
     Tokenizer tok;
     tokenizer_load(&tok, dir);
     Qwen2Config c;
-    demo_model_config(&c, n_ids);
+    demo_model_config(&c, n_ids, qwen3);
     c.bos_id = c.eos_id = tok.eos_id;  // generation stops at config.json's eos_token_id
     tokenizer_free(&tok);
     Qwen2 m;
@@ -262,7 +262,8 @@ double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_n
     return acc;
 }
 
-void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res) {
+void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
+              DemoResult *res) {
     // Its ranks would write the same files, and SFT then GRPO would initialise MPI twice.
     if (comm_launched()) die("the built-in demo runs in one process: start it without mpirun");
     DemoResult R = {0};
@@ -273,8 +274,8 @@ void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n
     char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl");
     char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
     fprintf(stderr, "grpo demo: sort 4-7 distinct digits (\"Sort 3140\" -> \"0134\"), reward = exact match; "
-            "a tiny Qwen2 and a byte-level BPE tokenizer generated in %s\n", dir);
-    demo_write_model(init, seed);
+            "a tiny %s and a byte-level BPE tokenizer generated in %s\n", qwen3 ? "Qwen3" : "Qwen2", dir);
+    demo_write_model(init, seed, qwen3);
     demo_write_data(data, seed, &task);
     R.t_setup = time_now() - t0;
 

@@ -30,10 +30,11 @@ void demo_task_defaults(DemoTask *t);
 // DIR/tokenizer.json + DIR/tokenizer_config.json (eos <|endoftext|>, no chat template, so prompts
 // are used raw). Returns the number of token ids.
 int demo_write_tokenizer(const char *dir);
-// The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64).
-void demo_model_config(Qwen2Config *c, int n_ids);
+// The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64); qwen3: with
+// Qwen3's q/k norms and no q/k/v biases.
+void demo_model_config(Qwen2Config *c, int n_ids, int qwen3);
 // A complete model directory: tokenizer files, config.json and initialised f32 weights.
-void demo_write_model(const char *dir, uint64_t seed);
+void demo_write_model(const char *dir, uint64_t seed, int qwen3);
 
 // "Sort 3140" and its answer "0134" for the n digits d; careless: the teacher's answer ("134").
 // buf must hold 32 bytes.
@@ -54,6 +55,8 @@ typedef struct {
 
 // The whole demo in DIR, generated from `seed` (created; its subdirectories init/, data/, sft/, grpo/ are overwritten):
 // tokenizer + model + data, SFT, held-out accuracy, GRPO, held-out accuracy, and a summary on
-// stderr. smoke: the same pipeline shortened to seconds (for tests). overrides: `grpo train`
-// dotted keys applied on top of the demo's GRPO settings.
-void demo_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res);
+// stderr. smoke: the same pipeline shortened to seconds (for tests). qwen3: the model is Qwen3-shaped (q/k
+// norms, no q/k/v biases) instead of Qwen2. overrides: `grpo train` dotted keys applied on top of the demo's
+// GRPO settings.
+void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
+              DemoResult *res);

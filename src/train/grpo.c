@@ -477,7 +477,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     *s = (GrpoSettings){
         .config = c, .model_dir = c->model.path, .train_file = c->data.train_file, .val_file = c->data.val_file,
         .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
-        .chat_template = c->data.chat_template, .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
+        .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
+        .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
         .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
         .norm_adv_by_std = c->algorithm.norm_adv_by_std, .dynamic_sampling = c->algorithm.dynamic_sampling,
@@ -509,11 +510,13 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         reward_spec_defaults(sp, REWARD_GSM8K);
         sp->weight = rc->gsm8k.weight, sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
         sp->flexible = rc->gsm8k.method == GRPO_GSM8K_FLEXIBLE, sp->clip_chars = rc->gsm8k.clip_chars;
+        sp->strip_think = rc->strip_think;
         sp++;
     }
     if (rc->boxed.weight != 0) {
         reward_spec_defaults(sp, REWARD_BOXED);
         sp->weight = rc->boxed.weight, sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
+        sp->strip_think = rc->strip_think;
         sp++;
     }
     if (rc->format.weight != 0) {
@@ -524,6 +527,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     if (rc->exact.weight != 0) {
         reward_spec_defaults(sp, REWARD_EXACT);
         sp->weight = rc->exact.weight;
+        sp->strip_think = rc->strip_think;
         sp++;
     }
     if (rc->program.weight != 0) {
@@ -597,6 +601,7 @@ void grpo_run(const GrpoSettings *global) {
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
     tokenizer_load(&r.tok, tj);
+    r.tok.no_thinking = !s->enable_thinking;
     free(tj);
     prompt_data_load(&r.train, s->train_file, s->prompt_key, s->answer_key, &r.tok, s->chat_template, s->max_prompt_length);
     if ((r.has_val = s->val_file != NULL))

@@ -17,6 +17,7 @@ typedef struct {
     const char *model_dir, *train_file, *val_file, *out_dir;
     const char *prompt_key, *answer_key;
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
+    int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block
     int64_t train_batch_size;    // prompts per step
     int G;                       // samples per prompt (rollout.n)
     int64_t max_prompt_length, max_response_length;

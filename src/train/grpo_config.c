@@ -68,6 +68,9 @@ static const ConfigKey KEYS[] = {
     KSTR("data.answer_key", data.answer_key, "answer", "field holding the ground truth the rewards compare with"),
     KBOOL("data.chat_template", data.chat_template, "true",
           "render each prompt as one user turn with the tokenizer's chat template; false: the raw text"),
+    KBOOL("data.enable_thinking", data.enable_thinking, "true",
+          "Qwen3 chat templates: false renders the assistant prompt with an empty think block (no reasoning); "
+          "others ignore it"),
     KINT("data.train_batch_size", data.train_batch_size, "8", 1, INT32_MAX,
          "prompts per step; each is sampled rollout.n times"),
     KINT("data.max_prompt_length", data.max_prompt_length, "512", 1, INT32_MAX,
@@ -132,6 +135,9 @@ static const ConfigKey KEYS[] = {
          "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
     KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,
            "the penalty at the length limit; it grows linearly from 0 at the buffer's start"),
+    KBOOL("reward.strip_think", reward.strip_think, "false",
+          "thinking models: gsm8k, boxed and exact score only what follows the last </think> "
+          "(nothing when a <think> is never closed)"),
 
     KBOOL("algorithm.norm_adv_by_std", algorithm.norm_adv_by_std, "true",
           "A = (r - mean) / (std + 1e-6) within each group; false: A = r - mean (Dr. GRPO)"),

@@ -28,7 +28,7 @@ typedef enum {
 // null means "automatic" (trainer.steps, actor.mini_batch_size, ...) hold 0 for null.
 typedef struct {
     char *train_file, *val_file, *prompt_key, *answer_key;
-    int chat_template, shuffle;
+    int chat_template, enable_thinking, shuffle;
     int64_t train_batch_size, max_prompt_length, max_response_length, epochs, val_max_samples;
 } GrpoDataConfig;
 
@@ -72,6 +72,7 @@ typedef struct {
         int64_t len;  // 0: off
         double penalty_factor;
     } overlong_buffer;
+    int strip_think;  // gsm8k, boxed, exact score what follows the last </think>
 } GrpoRewardConfig;
 
 typedef struct {

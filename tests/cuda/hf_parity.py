@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """`grpo --device cuda` against Hugging Face transformers' own Qwen2ForCausalLM on the same GPU.
 
-usage: python3 tests/cuda/hf_parity.py --grpo build/grpo --tmp DIR [--shapes tiny qwen2.5-0.5b qwen2.5-7b]
+usage: python3 tests/cuda/hf_parity.py --grpo build/grpo --tmp DIR [--shapes tiny qwen2.5-0.5b qwen2.5-7b ...]
 
 Needs torch with CUDA and transformers (the device machine's python3); without them it prints SKIPPED and
-exits 77. For each shape, a random model made by transformers itself (its own initialisation, std 0.02,
+exits 77. For each shape (Qwen2, and Qwen3 through Qwen3ForCausalLM), a random model made by transformers itself (its own initialisation, std 0.02,
 random biases and norms so nothing is trivially 0 or 1) is saved in bf16 safetensors; then:
   score   B sequences of T random tokens through `grpo score --device cuda`, HF in bf16 and HF in fp32 (the
           same bf16-valued weights, upcast). Our bf16 error against HF fp32 must be no worse than HF bf16's
@@ -37,16 +37,26 @@ SHAPES = {
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    # Qwen3 (transformers' Qwen3ForCausalLM: q/k norms, no q/k/v biases, head_dim its own)
+    "qwen3-tiny": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=64, vocab_size=1000, tie_word_embeddings=False),
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
 }
+
+
+def model_class(shape):
+    return transformers.Qwen3ForCausalLM if shape.startswith("qwen3") else transformers.Qwen2ForCausalLM
 
 
 def make_model(d, shape, seed):
     """A transformers-made random model saved to d in bf16; returns the bf16 model on the GPU."""
     torch.manual_seed(seed)
-    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, rope_theta=1e6,
-                                   rms_norm_eps=1e-6, use_sliding_window=False)
+    config_class = transformers.Qwen3Config if shape.startswith("qwen3") else transformers.Qwen2Config
+    cfg = config_class(**SHAPES[shape], max_position_embeddings=4096, rope_theta=1e6, rms_norm_eps=1e-6,
+                       use_sliding_window=False)
     with torch.device("cuda"):
-        m = transformers.Qwen2ForCausalLM(cfg)
+        m = model_class(shape)(cfg)
     with torch.no_grad():
         for name, p in m.named_parameters():
             if name.endswith("bias"):
@@ -96,7 +106,7 @@ def main():
         d = os.path.join(a.tmp, shape)
         try:
             m16 = make_model(d, shape, 100 + si)
-            m32 = transformers.Qwen2ForCausalLM.from_pretrained(d, dtype=torch.float32).cuda().eval()
+            m32 = model_class(shape).from_pretrained(d, dtype=torch.float32).cuda().eval()
             g = torch.Generator().manual_seed(si)
             ids = torch.randint(0, SHAPES[shape]["vocab_size"], (a.batch, a.seq), generator=g).cuda()
             want = hf_logprobs(m32, ids)

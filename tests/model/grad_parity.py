@@ -42,6 +42,11 @@ LENGTHS = [33, 1, 140, 5, 129, 2, 17]
 
 T = dict(layers=2, intermediate=88)
 CASES = [
+    # Qwen3: q/k norms, no biases, head_dim not hidden/heads (H*D = 96 != 64)
+    ("qwen3-tied-gqa2-d24", dict(T, seed=205, hidden=64, heads=4, kv_heads=2, vocab=400, tied=True, arch="qwen3",
+                                 head_dim=24)),
+    ("qwen3-untied-gqa4-d32", dict(T, seed=206, hidden=48, heads=8, kv_heads=2, vocab=350, tied=False,
+                                   arch="qwen3", head_dim=32, rope_theta=1e6)),
     ("untied-mha-h32", dict(T, seed=201, hidden=32, heads=4, kv_heads=4, vocab=300, tied=False)),
     ("tied-gqa2-h64", dict(T, seed=202, hidden=64, heads=4, kv_heads=2, vocab=512, tied=True)),
     ("untied-mqa4-h64", dict(T, seed=203, hidden=64, heads=4, kv_heads=1, vocab=600, tied=False)),
@@ -76,8 +81,8 @@ def rope(x, D, theta):
 
 def seq_logits(P, cfg, toks):
     """Logits (T, V) of one sequence, positions from 0."""
-    C, H, KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D, eps, theta = C // H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, eps, theta = ref.head_dim(cfg), cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     n = len(toks)
     ids = torch.tensor(toks, dtype=torch.long)
     causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -85,9 +90,13 @@ def seq_logits(P, cfg, toks):
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
-        q = (h @ P[p + "self_attn.q_proj.weight"].t() + P[p + "self_attn.q_proj.bias"]).view(n, H, D)
-        k = (h @ P[p + "self_attn.k_proj.weight"].t() + P[p + "self_attn.k_proj.bias"]).view(n, KVH, D)
-        v = (h @ P[p + "self_attn.v_proj.weight"].t() + P[p + "self_attn.v_proj.bias"]).view(n, KVH, D)
+        zero = torch.zeros((), dtype=torch.float64)  # no q/k/v biases (Qwen3)
+        q = (h @ P[p + "self_attn.q_proj.weight"].t() + P.get(p + "self_attn.q_proj.bias", zero)).view(n, H, D)
+        k = (h @ P[p + "self_attn.k_proj.weight"].t() + P.get(p + "self_attn.k_proj.bias", zero)).view(n, KVH, D)
+        v = (h @ P[p + "self_attn.v_proj.weight"].t() + P.get(p + "self_attn.v_proj.bias", zero)).view(n, KVH, D)
+        if p + "self_attn.q_norm.weight" in P:  # Qwen3: RMSNorm over each head, before RoPE
+            q = rmsnorm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, P[p + "self_attn.k_norm.weight"], eps)
         q, k = rope(q, D, theta), rope(k, D, theta)
         heads = []
         for hh in range(H):
@@ -210,7 +219,7 @@ def diagnose(n, gc, gt, cfg):
     if gc.dim() == 2 and gc.shape[0] == gc.shape[1]:
         hints.append(f"transposed rel {rel_err(gc.t(), gt):.1e}")
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = cfg["hidden_size"] // H
+    D = ref.head_dim(cfg)
     nh = H if ".q_proj." in n or ".o_proj." in n else KVH if (".k_proj." in n or ".v_proj." in n) else 0
     if nh:
         scale = max(float(gt.abs().max()), TINY)

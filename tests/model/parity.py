@@ -30,6 +30,13 @@ CASES = [
     ("f16-untied-mqa", dict(T, seed=104, heads=4, kv_heads=1, vocab=777, tied=False, dtype="f16")),
     ("bf16-untied-gqa2-3shards", dict(T, seed=105, layers=3, heads=8, kv_heads=4, vocab=640, tied=False, dtype="bf16", shards=3)),
     ("f32-theta1e6-eps1e-5", dict(T, seed=106, heads=4, kv_heads=2, vocab=400, tied=True, dtype="f32", rope_theta=1e6, eps=1e-5)),
+    # Qwen3: q/k norms, no q/k/v biases, head_dim its own (H*D != hidden)
+    ("qwen3-f32-tied-gqa2-d24", dict(T, seed=107, heads=4, kv_heads=2, vocab=500, tied=True, dtype="f32",
+                                     arch="qwen3", head_dim=24, rope_theta=1e6)),
+    ("qwen3-bf16-untied-gqa4-d32", dict(T, seed=108, layers=3, heads=8, kv_heads=2, vocab=600, tied=False,
+                                        dtype="bf16", arch="qwen3", head_dim=32)),
+    ("qwen3-f32-untied-mha-d16", dict(T, seed=109, heads=4, kv_heads=4, vocab=300, tied=False, dtype="f32",
+                                      arch="qwen3")),
 ]
 
 
@@ -115,7 +122,7 @@ def main():
     # same rounding points: grpo's mean |diff| to the float64 bf16 reference must be within 2x of torch's,
     # and far below what the rounding itself moves (which a run without bf16 rounding would show).
     for name, extra in [("bf16-tied-gqa2", []), ("bf16-untied-gqa2-3shards", []),
-                        ("f32-untied-gqa4", ["--dtype", "bf16"])]:
+                        ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", [])]:
         def bf16_case(name=name, extra=extra):
             d, kw = os.path.join(a.tmp, name), dict(CASES)[name]
             seqs = batch(kw["seed"], kw["vocab"])

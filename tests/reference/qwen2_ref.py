@@ -118,19 +118,39 @@ def load_weights(model_dir):
 
 # ----------------------------------------------------------------- model files
 
+def is_qwen3(cfg):
+    return cfg.get("model_type") == "qwen3"
+
+
+def head_dim(cfg):
+    """Qwen3 states head_dim; Qwen2's is hidden_size / num_attention_heads."""
+    if is_qwen3(cfg):
+        return cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    return cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def has_bias(cfg):
+    """Qwen2's q/k/v projections have biases; Qwen3's only with attention_bias."""
+    return not is_qwen3(cfg) or cfg.get("attention_bias", False)
+
+
 def expected_shapes(cfg):
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = C // H
+    D = head_dim(cfg)
     s = {"model.embed_tokens.weight": (V, C)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        s[p + "input_layernorm.weight"] = (C,)
+        for n, rows in (("q", H * D), ("k", KVH * D), ("v", KVH * D)):
+            s[p + f"self_attn.{n}_proj.weight"] = (rows, C)
+            if has_bias(cfg):
+                s[p + f"self_attn.{n}_proj.bias"] = (rows,)
+        s[p + "self_attn.o_proj.weight"] = (C, H * D)
+        if is_qwen3(cfg):  # RMSNorm over each head's query and key
+            s[p + "self_attn.q_norm.weight"] = (D,)
+            s[p + "self_attn.k_norm.weight"] = (D,)
         s.update({
-            p + "input_layernorm.weight": (C,),
-            p + "self_attn.q_proj.weight": (H * D, C), p + "self_attn.q_proj.bias": (H * D,),
-            p + "self_attn.k_proj.weight": (KVH * D, C), p + "self_attn.k_proj.bias": (KVH * D,),
-            p + "self_attn.v_proj.weight": (KVH * D, C), p + "self_attn.v_proj.bias": (KVH * D,),
-            p + "self_attn.o_proj.weight": (C, H * D),
             p + "post_attention_layernorm.weight": (C,),
             p + "mlp.gate_proj.weight": (I, C), p + "mlp.up_proj.weight": (I, C),
             p + "mlp.down_proj.weight": (C, I),
@@ -142,12 +162,15 @@ def expected_shapes(cfg):
 
 
 def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, vocab, tied,
-               dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512):
-    """Write a random Qwen2 model dir; returns {name: tensor as stored} for round-trip checks."""
-    assert hidden % heads == 0 and heads % kv_heads == 0 and (hidden // heads) % 2 == 0
+               dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512, arch="qwen2", head_dim=None):
+    """Write a random Qwen2 (arch "qwen2") or Qwen3 (arch "qwen3": head_dim its own, default
+    hidden/heads) model dir; returns {name: tensor as stored} for round-trip checks."""
+    D = head_dim or hidden // heads
+    assert heads % kv_heads == 0 and D % 2 == 0 and (arch == "qwen3" or D * heads == hidden)
     sdt = SHORT_DTYPES[dtype]
     cfg = {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+        "architectures": ["Qwen3ForCausalLM" if arch == "qwen3" else "Qwen2ForCausalLM"], "model_type": arch,
+        "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "rms_norm_eps": eps,
         "rope_theta": rope_theta, "vocab_size": vocab, "tie_word_embeddings": bool(tied),
@@ -156,6 +179,8 @@ def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, voc
         "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
         "bos_token_id": vocab - 1, "eos_token_id": vocab - 1,
     }
+    if arch == "qwen3":
+        cfg.update({"head_dim": D, "attention_bias": False})
     g = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in expected_shapes(cfg).items():
@@ -221,22 +246,29 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False):
     m = Model()
     m.cfg, m.dtype, m.bf16 = cfg, dt, bf16
     m.C, m.H, m.KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    m.D, m.eps, m.theta = m.C // m.H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    m.D, m.eps, m.theta = head_dim(cfg), cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     m.V = cfg["vocab_size"]
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    m.layers = []
+    m.layers = layer_dicts(cfg, w)
+    return m
+
+
+def layer_dicts(cfg, w):
+    """Per layer, its tensors under short keys from w (HF name -> tensor); None for a bias or q/k norm the
+    model has not."""
+    layers = []
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        m.layers.append({k: w[p + n] for k, n in [
+        layers.append({k: w.get(p + n) for k, n in [
             ("ln1", "input_layernorm.weight"), ("ln2", "post_attention_layernorm.weight"),
             ("wq", "self_attn.q_proj.weight"), ("bq", "self_attn.q_proj.bias"),
             ("wk", "self_attn.k_proj.weight"), ("bk", "self_attn.k_proj.bias"),
             ("wv", "self_attn.v_proj.weight"), ("bv", "self_attn.v_proj.bias"),
-            ("wo", "self_attn.o_proj.weight"), ("wg", "mlp.gate_proj.weight"),
-            ("wu", "mlp.up_proj.weight"), ("wd", "mlp.down_proj.weight")]})
-    return m
+            ("wo", "self_attn.o_proj.weight"), ("qn", "self_attn.q_norm.weight"), ("kn", "self_attn.k_norm.weight"),
+            ("wg", "mlp.gate_proj.weight"), ("wu", "mlp.up_proj.weight"), ("wd", "mlp.down_proj.weight")]})
+    return layers
 
 
 # ----------------------------------------------------------------- forward
@@ -298,8 +330,11 @@ def hidden_states(m, ids):
     x = m.embed[ids]
     for L in m.layers:
         h = rms_norm(x, L["ln1"], m.eps)
-        q = linear(m, h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)    # (H, T, D)
-        k = linear(m, h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)  # (KVH, T, D)
+        q = linear(m, h, L["wq"], L["bq"]).view(T, H, D)
+        k = linear(m, h, L["wk"], L["bk"]).view(T, KVH, D)
+        if L["qn"] is not None:  # Qwen3: each head's query and key normed over D, before RoPE
+            q, k = rms_norm(q, L["qn"], m.eps), rms_norm(k, L["kn"], m.eps)
+        q, k = q.transpose(0, 1), k.transpose(0, 1)                          # (H, T, D), (KVH, T, D)
         v = linear(m, h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin

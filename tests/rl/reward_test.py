@@ -710,6 +710,64 @@ def test_exact(rng, n):
     compare("exact: trimmed equality", cases, expect, ["score", "values", "correct"])
 
 
+def after_think(r):
+    """What a thinking model answered: after the last </think>; nothing while a <think> is unclosed."""
+    if "</think>" in r:
+        return r.split("</think>")[-1]
+    return "" if "<think>" in r else r
+
+
+def think_wrap(rng, resp):
+    """resp behind a reasoning block holding decoy answers, or one of the odd shapes around it."""
+    decoy = rng.choice(["#### 99999", "\\boxed{-7}", "so 12345", "#### 1\n\\boxed{1}", ""])
+    shape = rng.randrange(6)
+    if shape == 0:
+        return resp  # no tags at all
+    if shape == 1:
+        return "<think>" + rand_text(rng, 3) + decoy + "</think>\n\n" + resp
+    if shape == 2:
+        return "<think>\n" + decoy + "\n</think>" + rand_text(rng, 2) + "</think>" + resp  # two closes
+    if shape == 3:
+        return "<think>" + decoy + resp  # unclosed: the reasoning ran out of tokens
+    if shape == 4:
+        return decoy + "</think>" + resp  # a close without an open
+    return resp + "<think>" + decoy  # an answer, then reasoning that never closes
+
+
+def test_think(rng, n):
+    """strip_think: gsm8k, boxed and exact score what follows the reasoning (peer: after_think + the scorers)."""
+    cases, expect = [], []
+    for i in range(n):
+        kind = ("gsm8k", "boxed", "exact")[i % 3]
+        if kind == "gsm8k":
+            resp, gt = gsm8k_case(rng)
+        elif kind == "boxed":
+            resp, gt = boxed_case(rng)
+        else:
+            gt = rand_text(rng, rng.randint(1, 4))
+            resp = gt if rng.random() < 0.6 else rand_text(rng, 3)
+        resp = think_wrap(rng, resp)
+        tail = after_think(resp)
+        if kind == "gsm8k":
+            v, ok = gsm8k_reward(tail, gt)[:2]
+        elif kind == "boxed":
+            v, ok = boxed_reward(tail, gt)[:2]
+        else:
+            v = exact_reward(tail, gt)
+            ok = v == 1
+        cases.append(dict(kind=kind, params=dict(strip_think=True), response=resp, answer=gt))
+        expect.append(dict(score=v, values=[v], correct=int(ok)))
+    outs = compare("strip_think: gsm8k/boxed/exact after the last </think> vs the peers", cases, expect,
+                   ["score", "values", "correct"])
+    if outs:
+        # the decoys matter: without strip_think some of the same responses score differently
+        plain = [dict(c, params={}) for c in cases]
+        outs2, rc, err, _ = run_tool(plain)
+        differ = sum(a["score"] != b["score"] for a, b in zip(outs, outs2 or []))
+        check("strip_think: the reasoning's decoy answers change some scores when not stripped", differ > n // 20,
+              f"{differ} of {n} differ" + (f"; {err}" if rc else ""))
+
+
 def test_sum(rng, n):
     specs = [dict(kind="gsm8k", weight=0.7, params=dict(method="flexible")),
              dict(kind="format", weight=0.3, params=dict(pattern=".*####.*")),
@@ -936,7 +994,8 @@ def main():
     rng = random.Random(a.seed)
     groups = dict(gsm8k=lambda: test_gsm8k(rng, a.n), boxed=lambda: test_boxed(rng, a.n),
                   format=lambda: test_format(rng, a.n // 4), exact=lambda: test_exact(rng, a.n // 10),
-                  sum=lambda: test_sum(rng, a.n // 10), program=lambda: test_program(rng), errors=test_errors)
+                  sum=lambda: test_sum(rng, a.n // 10), think=lambda: test_think(rng, a.n // 10),
+                  program=lambda: test_program(rng), errors=test_errors)
     t0 = time.time()
     for name, fn in groups.items():
         if not a.only or name in a.only:

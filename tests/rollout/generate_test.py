@@ -35,6 +35,7 @@ TINY = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, max_pos=
 MODELS = {
     "untied": dict(TINY, seed=11, vocab=300, tied=False),
     "tied": dict(TINY, seed=12, vocab=257, tied=True),
+    "qwen3": dict(TINY, seed=15, vocab=280, tied=True, arch="qwen3", head_dim=24),  # q/k norms in the KV cache path
     # 8 layers x 4 KV heads x 64 dims x (K,V) x fp32 = 16 KiB per token, so whole-MiB --kv-cache-mb
     # budgets are fine-grained enough to force waves on a handful of short sequences
     "kv": dict(hidden=256, layers=8, heads=4, kv_heads=4, intermediate=512, max_pos=512, dtype="f32",
@@ -282,7 +283,7 @@ def g_reference(check):
 
 def g_greedy(check):
     """1. temperature 0 == token-by-token argmax of the float64 reference; logprobs under T=1."""
-    for name in ("untied", "tied", "twin-rows"):
+    for name in ("untied", "tied", "twin-rows", "qwen3"):
         d = DIRS[name]
         m, eos = refm(d), eos_ids(d)
         prompts = rand_prompts(len(name), [1, 3, 17, 40, 70], m.V)
@@ -309,15 +310,16 @@ def g_greedy(check):
 
 def g_score(check):
     """2. the KV-cache decode's logprobs at T=1 are the full forward's (`grpo score`)."""
-    d = DIRS["untied"]
-    prompts = rand_prompts(2, [5, 60, 130], refm(d).V)
-    recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 1, "--seed", 1, "--n", 3,
-                       "--max-new-tokens", 40)
-    seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
-    worst = max(abs(a - b) for r, s in zip(recs, grpo_score(d, seqs))
-                for a, b in zip(r["logprobs"], s[len(prompts[r["index"]]) - 1:]))
-    check(worst <= TOL, "sampled logprobs == `grpo score` of prompt+tokens",
-          f"max diff {worst:.2e} over {sum(len(r['tokens']) for r in recs)} tokens")
+    for name in ("untied", "qwen3"):
+        d = DIRS[name]
+        prompts = rand_prompts(2, [5, 60, 130], refm(d).V)
+        recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 1, "--seed", 1, "--n", 3,
+                           "--max-new-tokens", 40)
+        seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
+        worst = max(abs(a - b) for r, s in zip(recs, grpo_score(d, seqs))
+                    for a, b in zip(r["logprobs"], s[len(prompts[r["index"]]) - 1:]))
+        check(worst <= TOL, f"sampled logprobs == `grpo score` of prompt+tokens [{name}]",
+              f"max diff {worst:.2e} over {sum(len(r['tokens']) for r in recs)} tokens")
 
 
 def first_tokens(d, prompt, *opts):

@@ -4,6 +4,10 @@
 //   node js_tok.mjs encode               {"text": s}                  -> {"ids": [...]}
 //   node js_tok.mjs decode               {"ids": [...]}               -> {"text": s}
 //   node js_tok.mjs chat TEMPLATE_FILE   {"messages": [...], "add_generation_prompt": b} -> {"text": s}
+//   node js_tok.mjs jinja TEMPLATE_FILE  the same, plus "enable_thinking", rendered by @huggingface/jinja (the
+//                                        engine of transformers.js 3+: Qwen3's template needs it) with the
+//                                        variables transformers passes (messages, add_generation_prompt, the
+//                                        special tokens, extra keyword arguments)
 //   node js_tok.mjs bench FILE [REPEATS] -> one line {"bytes", "median_seconds", "mb_per_s", "tokens"}
 //
 // The tokenizer is built from the package's models/tokenizer.json and
@@ -12,6 +16,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Template } from "@huggingface/jinja";
 import { TokenizerLoader } from "@lenml/tokenizers";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -50,6 +55,21 @@ if (mode === "encode") {
       chat_template,
       add_generation_prompt: !!o.add_generation_prompt,
       tokenize: false,
+      // a template variable, as transformers passes extra keyword arguments (Qwen3: enable_thinking)
+      ...("enable_thinking" in o ? { enable_thinking: o.enable_thinking } : {}),
+    }),
+  }));
+} else if (mode === "jinja") {
+  const template = new Template(readFileSync(arg, "utf8"));
+  const config = JSON.parse(readFileSync(join(models, "tokenizer_config.json"), "utf8"));
+  const special = {};
+  for (const k of ["bos_token", "eos_token", "unk_token", "pad_token"]) if (typeof config[k] === "string") special[k] = config[k];
+  mapLines((o) => ({
+    text: template.render({
+      messages: o.messages,
+      add_generation_prompt: !!o.add_generation_prompt,
+      ...special,
+      ...("enable_thinking" in o ? { enable_thinking: o.enable_thinking } : {}),
     }),
   }));
 } else if (mode === "bench") {
@@ -67,6 +87,6 @@ if (mode === "encode") {
   const bytes = Buffer.byteLength(text, "utf8");
   console.log(JSON.stringify({ bytes, median_seconds: median, mb_per_s: bytes / 1e6 / median, tokens }));
 } else {
-  console.error("usage: node js_tok.mjs encode|decode|chat TEMPLATE|bench FILE [REPEATS]");
+  console.error("usage: node js_tok.mjs encode|decode|chat TEMPLATE|jinja TEMPLATE|bench FILE [REPEATS]");
   process.exit(2);
 }

