@@ -28,6 +28,8 @@ static void *cuda_module(char *err, size_t n) {
     return h;
 }
 
+typedef const Backend *(*CudaOpenFn)(int ordinal, const char *what);
+
 static void *cuda_symbol(const char *name, const char *what) {
     char err[512] = "";
     void *h = cuda_module(err, sizeof err);
@@ -57,11 +59,12 @@ const Backend *backend_open(const char *spec, const char *what) {
     if (spec[4] == ':') {
         char *end;
         long n = strtol(spec + 5, &end, 10);
-        if (end == spec + 5 || *end || n < 0 || n > 1024) die("%s: '%s' is not cuda:N with a GPU number N", what, spec);
+        if (end == spec + 5 || *end || n < 0 || n > 1024)
+            die("%s: '%s' is not cuda:N with a GPU number N", what, spec);
         ordinal = (int)n;
     }
 #ifdef GRPO_CUDA
-    const Backend *(*open)(int, const char *) = (const Backend *(*)(int, const char *))cuda_symbol("cuda_backend_open", what);
+    CudaOpenFn open = (CudaOpenFn)cuda_symbol("cuda_backend_open", what);
     return open(ordinal, what);
 #else
     (void)ordinal;

@@ -171,7 +171,8 @@ __device__ int64_t block_argmax(float v, int64_t idx) {
 // ---------------------------------------------------------------------------------------------
 // element-wise ops
 
-#define FOR_EACH(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define FOR_EACH(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void k_round_bf16(const float *x, __nv_bfloat16 *y, int64_t n) {
     FOR_EACH(i, n) y[i] = __float2bfloat16_rn(x[i]);
@@ -439,8 +440,9 @@ __global__ void k_attend(float *out, const float *q, const float *k, const float
     for (int r = 0; r < D / 32; r++) out[i * qs + (int64_t)h * D + lane + 32 * r] = acc[r] / l;
 }
 
-static void attend(const Backend *be, float *out, const float *q, const float *k, const float *v, const int64_t *seq_off,
-                   int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H, int KVH, int D) {
+static void attend(const Backend *be, float *out, const float *q, const float *k, const float *v,
+                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H,
+                   int KVH, int D) {
     if (D % 32 || D > ATT_DMAX || H % KVH || H / KVH > ATT_GMAX)
         die("%s: attention with head_dim %d and %d query heads per kv head is not supported (head_dim a multiple "
             "of 32 up to %d, at most %d heads per kv head)", be->name, D, KVH ? H / KVH : 0, ATT_DMAX, ATT_GMAX);
@@ -643,8 +645,10 @@ const Backend *cuda_backend_open(int ordinal, const char *what) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
-        die("%s cuda:%d: no CUDA GPU is visible (%s)", what, ordinal, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    if (ordinal >= n) die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
+        die("%s cuda:%d: no CUDA GPU is visible (%s)", what, ordinal,
+            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (ordinal >= n)
+        die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
     CK(cudaSetDevice(ordinal));
     Cuda *c = (Cuda *)xcalloc(1, sizeof *c);
     snprintf(c->name, sizeof c->name, "cuda:%d", ordinal);
