@@ -149,3 +149,14 @@ int json_get_bool_or(const cJSON *obj, const char *key, int fallback, const char
     if (!cJSON_IsBool(it)) die("%s: key \"%s\" must be true or false", where, key);
     return cJSON_IsTrue(it);
 }
+
+void json_save_file(const char *path, const cJSON *root) {
+    char *text = cJSON_Print(root);
+    if (!text) die("out of memory");
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, text, strlen(text));
+    atomic_file_write(&af, "\n", 1);
+    atomic_file_commit(&af);
+    free(text);
+}

@@ -19,6 +19,8 @@ void json_write_string(FILE *f, const char *s, size_t n);
 void json_write_number(FILE *f, double x);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON.
 cJSON *json_load_file(const char *path);
+// Writes root, pretty-printed, to path atomically (base/util's AtomicFile).
+void json_save_file(const char *path, const cJSON *root);
 // Required integer / number; `where` names the file for the error message.
 int64_t json_get_int(const cJSON *obj, const char *key, const char *where);
 double json_get_number(const cJSON *obj, const char *key, const char *where);

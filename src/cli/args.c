@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L  // strtok_r
 #include "cli/args.h"
 
 #include <errno.h>
@@ -96,13 +97,43 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m) {
-    const char *dev = cli_str(spec, "--device");
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora) {
+    const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter");
+    if (adapter && dev && strcmp(dev, "cpu") != 0) die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);
     const Backend *be = backend_open(dev ? dev : "cpu", "--device");
     DType dt = be->on_device ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
     if (be->on_device && cli_str(spec, "--dtype") && cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16)
         die("--dtype f32: --device %s computes in bf16 (fp32 weights run on the CPU)", dev);
     qwen2_load(m, model_dir, dt);
     qwen2_to_backend(m, be);
+    memset(lora, 0, sizeof *lora);
+    if (adapter) {
+        lora_load(lora, &m->cfg, adapter);
+        lora_attach(m, lora);
+    }
     return be;
+}
+
+TrainerLora cli_lora(const CliSpec *spec, uint64_t seed) {
+    TrainerLora lo = {.spec = {.rank = cli_int(spec, "--lora-rank", 0, 65536), .alpha = cli_double(spec, "--lora-alpha",
+                                                                                                   -1e6, 1e6)},
+                      .base_dtype = cli_dtype(spec, "--lora-base-dtype", "f32", "bf16", NULL),
+                      .adapter = cli_str(spec, "--adapter"), .seed = seed};
+    if (lo.spec.alpha == 0) die("option --lora-alpha: must not be 0");
+    char *list = xstrdup(cli_str(spec, "--lora-targets")), *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
+        if (!lora_targets_add(&lo.spec.targets, name))
+            die("option --lora-targets: unknown module \"%s\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                "down_proj or all-linear)", name);
+    free(list);
+    if (!lo.spec.targets) die("option --lora-targets: no module named");
+    if (lo.adapter) {  // the adapter's own config decides; an explicit rank must agree with it
+        LoraSpec file;
+        lora_read_spec(&file, lo.adapter);
+        if (lo.spec.rank && lo.spec.rank != file.rank)
+            die("option --lora-rank %lld: --adapter %s has r = %lld", (long long)lo.spec.rank, lo.adapter,
+                (long long)file.rank);
+        lo.spec = file;
+    }
+    return lo;
 }

@@ -3,7 +3,9 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
+#include "train/trainer.h"
 
 typedef struct {
     const char *name;     // "--model"
@@ -42,4 +44,9 @@ DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const ch
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
 // Loads model_dir onto the backend option --device names (default cpu): bf16 on a GPU, else as
 // cli_weights_dtype says. Returns the backend (backend_close it after qwen2_free).
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m);
+// Loads --model onto --device in --dtype; with --adapter (when the spec has it) the PEFT LoRA adapter
+// into *lora, attached to m (free it with lora_free; lora->params is NULL without one).
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora);
+// The LoRA options of a training command (--lora-rank, --lora-alpha, --lora-targets, --lora-base-dtype,
+// --adapter); rank 0 and no adapter: full fine-tuning.
+TrainerLora cli_lora(const CliSpec *spec, uint64_t seed);

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/doctor.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 #include "train/grpo.h"
 
@@ -55,8 +56,10 @@ static double meminfo_bytes(const char *text, const char *key) {
 typedef struct {
     int have;           // a config whose model could be sized
     const char *why;    // otherwise, why not (for the WARN)
-    GrpoMemPlan plan;
+    GrpoMemPlan plan;   // of one process (its peak times the ranks: this machine's)
+    char *plan_text;    // grpo_plan_text of one process (malloc'd)
     size_t checkpoint;  // bytes of one checkpoint directory
+    size_t result;      // bytes of the final model (or adapter)
     int64_t keep;
     const char *out_dir;
 } DoctorPlan;
@@ -70,7 +73,13 @@ static void check_memory(Doctor *d, const DoctorPlan *p, int has_config) {
     cJSON_AddNumberToObject(v, "mem_available_bytes", avail);
     if (p->have) cJSON_AddNumberToObject(v, "needed_bytes", (double)p->plan.peak);
     else cJSON_AddNullToObject(v, "needed_bytes");
+    if (p->have) cJSON_AddStringToObject(v, "plan_gib", p->plan_text);  // per process, as grpo train prints it
     char *a = doctor_gib(avail), *t = doctor_gib(total), *need = doctor_gib((double)p->plan.peak);
+    if (p->have) {  // the plan's parts, so a user sees what to shrink
+        char *with_plan = xprintf("%s [per process, GiB: %s]", need, p->plan_text);
+        free(need);
+        need = with_plan;
+    }
     const char *fix = "lower data.train_batch_size, rollout.n or the length limits, or set actor.recompute=true";
     if (total < 0 || avail < 0)
         doctor_add(d, "memory", DOCTOR_WARN, xprintf("no MemTotal/MemAvailable in %s/proc/meminfo", d->root),
@@ -106,7 +115,7 @@ static void check_disk(Doctor *d, const DoctorPlan *p, const char *dir) {
     if (statvfs(path, &fs) != 0) die("cannot stat the file system of %s", path);
     double free_b = (double)fs.f_bavail * (double)fs.f_frsize, total_b = (double)fs.f_blocks * (double)fs.f_frsize;
     // keep + 1 checkpoints exist while a new one is written and before the oldest is pruned, plus the final model.
-    double need = p->have ? (double)p->checkpoint * (double)(p->keep + 1) + (double)p->plan.policy : -1;
+    double need = p->have ? (double)p->checkpoint * (double)(p->keep + 1) + (double)p->result : -1;
     cJSON *v = cJSON_CreateObject();
     cJSON_AddStringToObject(v, "path", path);
     cJSON_AddNumberToObject(v, "free_bytes", free_b);
@@ -151,11 +160,17 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
     Qwen2Config mc;
     qwen2_config_load(&mc, s.model_dir);
     grpo_memory_plan(&s, &mc, ranks, &p->plan);
+    p->plan_text = grpo_plan_text(&p->plan);
     p->plan.peak *= (size_t)ranks;  // every rank of this machine holds its own plan
     // The model in save_dtype, Adam's two moments (whole, also under ZeRO), and fp32 master weights
-    // when the model file is not f32.
+    // when the model file is not f32; with LoRA the fp32 adapters and their two moments.
     size_t params = p->plan.policy / sizeof(float);
     p->checkpoint = params * dtype_size(s.save_dtype) + 2 * p->plan.policy + (s.save_dtype == DTYPE_F32 ? 0 : p->plan.policy);
+    p->result = p->plan.policy;
+    if (grpo_has_lora(&s)) {
+        p->result = lora_params(&mc, &s.lora.spec) * sizeof(float);
+        p->checkpoint = 3 * p->result;
+    }
     p->have = 1;
 }
 
@@ -256,5 +271,6 @@ int cmd_doctor(int argc, char **argv) {
     free(d.checks);
     free(spec.args);
     if (config) grpo_config_free(&c);
+    free(plan.plan_text);
     return failed ? 1 : 0;
 }

@@ -134,6 +134,7 @@ int cmd_generate(int argc, char **argv) {
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
         {"--dtype", "f32|bf16",
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
+        {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
         {"--device", "cpu|cuda[:N]", "where the model runs (a GPU computes in bf16)", "cpu", 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
@@ -167,7 +168,8 @@ int cmd_generate(int argc, char **argv) {
 
     const char *dir = cli_str(&spec, "--model");
     Qwen2 m;
-    const Backend *be = cli_load_model(&spec, dir, &m);
+    Lora lora;
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora);
     Gen g = {.m = &m};
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
@@ -284,6 +286,7 @@ int cmd_generate(int argc, char **argv) {
     free((void *)stop->values);
     if (g.has_tok) tokenizer_free(&g.tok);
     qwen2_free(&m);
+    lora_free(&lora);
     backend_close(be);
     return 0;
 }

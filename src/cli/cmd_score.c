@@ -99,6 +99,7 @@ int cmd_score(int argc, char **argv) {
         {"--batch-tokens", "N", "pack input lines into forward passes of about N tokens", "2048", 0},
         {"--dtype", "f32|bf16",
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
+        {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
         {"--device", "cpu|cuda[:N]", "where the forward runs (a GPU computes in bf16)", "cpu", 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
@@ -112,8 +113,9 @@ int cmd_score(int argc, char **argv) {
 
     double t0 = time_now();
     Qwen2 m;
+    Lora lora;
     const char *dir = cli_str(&spec, "--model");
-    const Backend *be = cli_load_model(&spec, dir, &m);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora);
     Scorer s = {.m = &m};
     backend_arena_init(be, &s.arena, qwen2_acts_bytes(&m.cfg, m.dtype, batch_tokens, batch_tokens));
     qwen2_acts_init(&s.acts, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
@@ -154,6 +156,7 @@ int cmd_score(int argc, char **argv) {
     qwen2_acts_free(&s.acts);
     backend_arena_free(be, &s.arena);
     qwen2_free(&m);
+    lora_free(&lora);
     backend_close(be);
     return 0;
 }

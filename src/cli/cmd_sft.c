@@ -39,6 +39,13 @@ int cmd_sft(int argc, char **argv) {
         {"--topk-ratio", "R", "top-k gradient compression: fraction of entries each rank sends per step (0: off)", "0", 0},
         {"--dist-timeout", "S", "under mpirun: seconds a collective may wait before the job ends (0: forever)", "600", 0},
         {"--pin-cpu", "none|block", "under mpirun: bind each rank to its block of CPUs", "none", 0},
+        {"--lora-rank", "R", "train LoRA adapters of rank R on a frozen base (0: full fine-tuning)", "0", 0},
+        {"--lora-alpha", "A", "LoRA: the adapters' output is scaled by A / R", "16", 0},
+        {"--lora-targets", "LIST", "LoRA: comma-separated projections (q_proj,...,down_proj or q,k,v,o,gate,up,down)",
+         "all-linear", 0},
+        {"--lora-base-dtype", "f32|bf16", "LoRA: storage of the frozen base", "bf16", 0},
+        {"--adapter", "DIR", "continue training this PEFT LoRA adapter (its adapter_config.json sets R, A and targets)",
+         NULL, 0},
     };
     CliSpec spec = {"grpo sft --model DIR --data FILE.jsonl --out DIR2 [options]",
                     "Fine-tunes on prompt/completion pairs. The loss of a step is the mean of -log p over all\n"
@@ -84,6 +91,9 @@ int cmd_sft(int argc, char **argv) {
     const char *pin = cli_str(&spec, "--pin-cpu");
     if (strcmp(pin, "none") && strcmp(pin, "block")) die("option --pin-cpu: \"%s\" is not none or block", pin);
     c.pin_cpu = strcmp(pin, "block") == 0;
+    c.lora = cli_lora(&spec, c.seed);
+    if ((c.lora.spec.rank || c.lora.adapter) && c.precision != DTYPE_F32)
+        die("option --precision: LoRA trains fp32 adapters on a base stored as --lora-base-dtype says; leave it fp32");
     sft_run(&c);
     return 0;
 }

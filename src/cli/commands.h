@@ -9,3 +9,4 @@ int cmd_sft(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_merge(int argc, char **argv);

@@ -20,6 +20,7 @@ static const struct {
     {"score", cmd_score, "per-token log-probabilities of token sequences (JSONL in, JSONL out)"},
     {"generate", cmd_generate, "sample continuations: batched KV-cache decoding, temperature/top-k/top-p"},
     {"sft", cmd_sft, "supervised fine-tuning: AdamW, accumulation, clipping, mixed precision, checkpoints"},
+    {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base: a plain Hugging Face model"},
     {"tokenize", cmd_tokenize, "text <-> token ids with a Hugging Face tokenizer.json, ChatML rendering"},
     {"doctor", cmd_doctor, "system preflight: THP, NUMA, ulimits, CPU, threads, memory, disk, MPI, PCIe links, GPUs"},
     {"report", cmd_report, "one self-contained HTML file with the charts, config and samples of a run"},

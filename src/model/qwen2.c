@@ -11,6 +11,7 @@
 #include "base/util.h"
 #include "io/hf_weights.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 #include "nn/ops.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -184,16 +185,9 @@ static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
     cJSON_AddStringToObject(r, "torch_dtype", dtype == DTYPE_BF16 ? "bfloat16" : "float32");
-    char *text = cJSON_Print(r);
-    if (!text) die("out of memory");
     char *path = path_join(dir, "config.json");
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    atomic_file_write(&af, text, strlen(text));
-    atomic_file_write(&af, "\n", 1);
-    atomic_file_commit(&af);
+    json_save_file(path, r);
     free(path);
-    free(text);
     cJSON_Delete(r);
 }
 
@@ -451,6 +445,7 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     TAKE(up, N * I);
     TAKE(scratch, att > lp ? att : lp);
     TAKE(rope, N * c->head_dim);
+    TAKE(lora_u, N * c->lora_rank);
 #undef TAKE
     a->meta_bytes = meta_layout(&a->dev, N, base ? base + off : NULL);
     off += a->meta_bytes;
@@ -527,6 +522,9 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     be->matmul_forward(be, a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
     be->matmul_forward(be, a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
     be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
+    lora_forward(m->lora, LORA_Q, l, a->xn, N, a->q, a->lora_u);
+    lora_forward(m->lora, LORA_K, l, a->xn, N, a->k, a->lora_u);
+    lora_forward(m->lora, LORA_V, l, a->xn, N, a->v, a->lora_u);
     if (c->qk_norm) {  // each head's query and key: rows of D (in place)
         be->rmsnorm_forward(be, a->q, a->q, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
         be->rmsnorm_forward(be, a->k, a->k, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
@@ -544,14 +542,18 @@ static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
     const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
     be->matmul_forward(be, a->proj, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    lora_forward(m->lora, LORA_O, l, a->att, N, a->proj, a->lora_u);
     be->residual_forward(be, a->x, a->proj, N * C);
     be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
     be->matmul_forward(be, a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
     be->matmul_forward(be, a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
+    lora_forward(m->lora, LORA_GATE, l, a->xn, N, a->gate, a->lora_u);
+    lora_forward(m->lora, LORA_UP, l, a->xn, N, a->up, a->lora_u);
     be->swiglu_forward(be, a->gate, a->gate, a->up, N * I);
     const void *h = qwen2_operand(m, a->gate, N * I, a->in16);
     be->matmul_forward(be, a->proj, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
+    lora_forward(m->lora, LORA_DOWN, l, a->gate, N, a->proj, a->lora_u);
     be->residual_forward(be, a->x, a->proj, N * C);
 }
 

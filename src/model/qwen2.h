@@ -18,7 +18,11 @@ typedef struct {
     double init_std;      // initializer_range, used by qwen2_init_random
     int attn_bias;        // q/k/v projections have biases (Qwen2: always; Qwen3: attention_bias)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
+    int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
+                          // workspaces leave room for (0: none; set by lora_attach)
 } Qwen2Config;
+
+typedef struct Lora Lora;  // model/lora.h
 
 // Element offsets of the tensors in any slab with the parameter layout (weights of any dtype, fp32
 // gradients, Adam moments); per-layer tensors are stacked over layers: layer l of wq starts at
@@ -45,6 +49,7 @@ typedef struct {
     void *params;    // the slab: n_params elements of dtype, in be's memory
     size_t n_params;
     Qwen2Layout w;
+    const Lora *lora;  // LoRA adapters every pass adds (NULL: none); the base is then frozen
 } Qwen2;
 
 // n floats of x as m's projections read them: x itself (F32 models), or rounded to bf16 into buf.
@@ -118,6 +123,7 @@ typedef struct {
     float *gate, *up;  // (N, I)
     float *scratch;    // attention / logprob-head scratch
     float *rope;       // (N, D) RoPE's cosines and sines for the rows' positions
+    float *lora_u;     // (N, lora_rank) the adapters' x A^T
     Qwen2Meta dev;     // the metadata where the ops read it
     Qwen2Meta host;    // the host's copy (the same memory on the CPU)
     void *host_block;  // malloc'd host copy when the workspace is on a device
@@ -187,6 +193,7 @@ typedef struct {
     float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
     float *dqr, *dkr;  // qk_norm: gradients of the projections before their norm
     void *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
+    float *lora_u, *lora_du;  // (N, lora_rank) LoRA scratch
 } Qwen2Train;
 
 // max_seq: the longest sequence in any batch.
@@ -199,8 +206,9 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t 
 // entropy (N), may be NULL: the entropy of row i's next-token distribution where it has a target, 0 elsewhere.
 void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
                          int B, Qwen2Train *t, float *logp, float *entropy);
-// grads (m's slab layout, fp32) += d(sum_i dlogp[i] * logp[i] + dent[i] * entropy[i]) / d(parameters), for
-// the last forward's batch; dent may be NULL.
+// grads (fp32) += d(sum_i dlogp[i] * logp[i] + dent[i] * entropy[i]) / d(parameters), for the last
+// forward's batch; dent may be NULL. The parameters are m's slab (grads in its layout), or with LoRA
+// adapters attached only the adapters (grads in their layout; the base gets no gradient).
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t);
 // For losses whose dlogp is known before the forward (SFT: -1/n per target token): the forward
 // and the head's backward in one pass over the vocabulary, saving the logits' recompute.

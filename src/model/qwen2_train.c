@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 #include "nn/ops.h"
 
@@ -49,6 +50,8 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int
     TAKE(scratch, att > lp ? att : lp);
     TAKE(in16, (in16 + 1) / 2);
     TAKE(dout16, (in16 + 1) / 2);
+    TAKE(lora_u, N * c->lora_rank);
+    TAKE(lora_du, N * c->lora_rank);
 #undef TAKE
     if (!in16) t->in16 = t->dout16 = NULL;  // F32 weights: none
     return off;
@@ -99,6 +102,9 @@ static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
     matmul_forward(a.qr, x, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
     matmul_forward(a.kr, x, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
     matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
+    lora_forward(m->lora, LORA_Q, l, a.xn1, N, a.qr, t->lora_u);
+    lora_forward(m->lora, LORA_K, l, a.xn1, N, a.kr, t->lora_u);
+    lora_forward(m->lora, LORA_V, l, a.xn1, N, a.v, t->lora_u);
     if (c->qk_norm) {  // each head's query and key, rows of D
         rmsnorm_forward(a.q, a.qr, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
         rmsnorm_forward(a.k, a.kr, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
@@ -109,14 +115,18 @@ static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
                       t->scratch);
     x = qwen2_operand(m, a.att, N * Q, t->in16);
     matmul_forward(a.xmid, x, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    lora_forward(m->lora, LORA_O, l, a.att, N, a.xmid, t->lora_u);
     residual_forward(a.xmid, a.xin, N * C);
     rmsnorm_forward(a.xn2, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     x = qwen2_operand(m, a.xn2, N * C, t->in16);
     matmul_forward(a.gate, x, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
     matmul_forward(a.up, x, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
+    lora_forward(m->lora, LORA_GATE, l, a.xn2, N, a.gate, t->lora_u);
+    lora_forward(m->lora, LORA_UP, l, a.xn2, N, a.up, t->lora_u);
     swiglu_forward(t->h, a.gate, a.up, N * I);
     x = qwen2_operand(m, t->h, N * I, t->in16);
     matmul_forward(a.xout, x, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
+    lora_forward(m->lora, LORA_DOWN, l, t->h, N, a.xout, t->lora_u);
     residual_forward(a.xout, a.xmid, N * C);
 }
 
@@ -172,6 +182,10 @@ void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     if (entropy) scatter_logp(t, ent, entropy);
 }
 
+// The base's gradient at slab offset `off`, or NULL when the base is frozen (adapters attached: grads
+// then holds the adapters' gradients).
+static float *base_grad(const Qwen2 *m, float *grads, size_t off) { return m->lora ? NULL : grads + off; }
+
 // The head's backward: dlogp, dent (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient
 // in grads. With lp (n_sel) it also writes the head's forward output.
 static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t,
@@ -180,7 +194,7 @@ static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, cons
     for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
     for (int64_t i = 0; de && i < t->n_sel; i++) de[i] = dent[t->sel[i]];
     memset(t->dsel, 0, (size_t)(t->n_sel * m->cfg.hidden) * 4);
-    logprob_backward(t->dsel, grads + m->w.lm_head, lp, dlp, de, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype,
+    logprob_backward(t->dsel, base_grad(m, grads, m->w.lm_head), lp, dlp, de, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype,
                      t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
 }
 
@@ -199,7 +213,8 @@ static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *di
                           const float *dout, const void *in, int64_t C, int64_t OC) {
     int64_t N = t->N;
     const void *d = qwen2_operand(m, dout, N * OC, t->dout16);
-    matmul_backward(dinp, grads + wo, has_bias ? grads + bo : NULL, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
+    float *db = has_bias ? base_grad(m, grads, bo) : NULL;
+    matmul_backward(dinp, base_grad(m, grads, wo), db, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
 }
 
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
@@ -215,15 +230,19 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     memset(t->dgate, 0, (size_t)(N * I) * 4);
     proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, qwen2_operand(m, t->h, N * I, t->in16),
                   I, C);
+    lora_backward(m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
     swiglu_backward(t->dgate, t->dup, t->dgate, a.gate, a.up, N * I);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
     const void *x = qwen2_operand(m, a.xn2, N * C, t->in16);  // gate and up share their input
     proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
     proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, x, C, I);
-    rmsnorm_backward(t->dx, grads + w->ln2 + l * C, t->dxn, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    lora_backward(m->lora, grads, LORA_GATE, l, a.xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_UP, l, a.xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
+    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     memset(t->datt, 0, (size_t)(N * Q) * 4);
     proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a.att, N * Q, t->in16), Q, C);
+    lora_backward(m->lora, grads, LORA_O, l, a.att, t->dx, N, t->datt, t->lora_u, t->lora_du);
     attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
                        (int)c->kv_heads, (int)D, t->scratch);
     rope_backward(t->dq, t->rope, N, (int)c->heads, (int)D);
@@ -232,9 +251,9 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     if (c->qk_norm) {
         memset(t->dqr, 0, (size_t)(N * Q) * 4);
         memset(t->dkr, 0, (size_t)(N * KV) * 4);
-        rmsnorm_backward(t->dqr, grads + w->qnorm + l * D, t->dq, a.qr, qwen2_at(m, w->qnorm + l * D), dt,
+        rmsnorm_backward(t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a.qr, qwen2_at(m, w->qnorm + l * D), dt,
                          N * c->heads, D, c->eps);
-        rmsnorm_backward(t->dkr, grads + w->knorm + l * D, t->dk, a.kr, qwen2_at(m, w->knorm + l * D), dt,
+        rmsnorm_backward(t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a.kr, qwen2_at(m, w->knorm + l * D), dt,
                          N * c->kv_heads, D, c->eps);
         dq = t->dqr;
         dk = t->dkr;
@@ -245,7 +264,10 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, bias, dq, x, C, Q);
     proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, bias, dk, x, C, KV);
     proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, bias, t->dv, x, C, KV);
-    rmsnorm_backward(t->dx, grads + w->ln1 + l * C, t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    lora_backward(m->lora, grads, LORA_Q, l, a.xn1, dq, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_K, l, a.xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_V, l, a.xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
+    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {
@@ -257,8 +279,8 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const floa
     for (int64_t i = 0; i < t->n_sel; i++)
         for (int64_t j = 0; j < C; j++) t->dxn[t->sel[i] * C + j] = t->dsel[i * C + j] * t->logit_scale;
     memset(t->dx, 0, (size_t)(N * C) * 4);
-    rmsnorm_backward(t->dx, grads + m->w.norm, t->dxn, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm),
+    rmsnorm_backward(t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm),
                      m->dtype, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
-    embedding_backward(grads + m->w.embed, t->dx, t->tokens, N, C);
+    if (!m->lora) embedding_backward(grads + m->w.embed, t->dx, t->tokens, N, C);
 }

@@ -108,6 +108,6 @@ void logprob_backward(float *dh, float *dW, float *out, const float *dlogp, cons
             g = g16;
         }
         gemm(wt, 0, 0, rows, C, V, 1.0f, g, V, W, C, NULL, 1, dh + i0 * C, C);
-        gemm(wt, 1, 0, V, C, rows, 1.0f, g, V, x, C, NULL, 1, dW, C);
+        if (dW) gemm(wt, 1, 0, V, C, rows, 1.0f, g, V, x, C, NULL, 1, dW, C);
     }
 }

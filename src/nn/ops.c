@@ -211,7 +211,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
         for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * dtype_get(weight, wt, (size_t)j) - b * x[j];
     }
     // dweight sums over rows, in row order (deterministic); cheap next to the matmuls around it.
-    for (int64_t i = 0; i < N; i++) {
+    for (int64_t i = 0; dweight && i < N; i++) {
         const float *x = inp + i * C, *dy = dout + i * C;
         double ss = 0.0;
         for (int64_t j = 0; j < C; j++) ss += (double)x[j] * x[j];
@@ -223,7 +223,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight,
                      DType dt, int64_t N, int64_t C, int64_t OC) {
     if (dinp) gemm(dt, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, NULL, 1, dinp, C);
-    gemm(dt, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, NULL, 1, dweight, C);
+    if (dweight) gemm(dt, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, NULL, 1, dweight, C);
     if (dbias) {
 #pragma omp parallel for PAR_IF(N * OC)
         for (int64_t o0 = 0; o0 < OC; o0 += 64) {

@@ -21,7 +21,7 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
 
 // out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C); out may be inp
 void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps);
-// dinp (N,C) +=, dweight (C) += ; the norm is recomputed from inp
+// dinp (N,C) +=, dweight (C) += (may be NULL: a frozen weight); the norm is recomputed from inp
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
                       int64_t N, int64_t C, float eps);
 
@@ -29,7 +29,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 void matmul_forward(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                     int64_t OC);
 // dinp (N,C) += dout (N,OC) @ weight ; dweight (OC,C) += dout^T @ inp ; dbias (OC) += column sums of dout.
-// dout, inp and weight are all `dt`; dinp and dbias may be NULL.
+// dout, inp and weight are all `dt`; dinp, dweight and dbias may be NULL (dweight: a frozen weight).
 void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout, const void *inp, const void *weight,
                      DType dt, int64_t N, int64_t C, int64_t OC);
 
@@ -79,7 +79,8 @@ void residual_forward(float *x, const float *y, int64_t n);
 size_t logprob_scratch_floats(int64_t V, int64_t C, DType wt);
 void logprob_forward(float *out, float *ent, const float *h, const void *W, DType wt, const int32_t *targets,
                      int64_t N, int64_t C, int64_t V, float *scratch);
-// Backward of sum_i dlogp[i] * out[i] + dent[i] * ent[i] (dent may be NULL): dh (N,C) +=, dW (V,C) += ;
+// Backward of sum_i dlogp[i] * out[i] + dent[i] * ent[i] (dent may be NULL): dh (N,C) +=, dW (V,C) += (dW
+// may be NULL: a frozen head);
 // logits are recomputed chunk by chunk; with bf16 weights d(loss)/d(logits) is rounded to bf16 for both products.
 // out (N), may be NULL: also writes logprob_forward's output, for callers that know dlogp before
 // the forward (SFT) and so need only one pass over the vocabulary.

@@ -12,6 +12,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 
 void copy_model_extras(const char *from_dir, const char *to_dir) {
     static const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
@@ -49,17 +50,6 @@ static char *step_dir(const char *out, const char *fmt, int64_t step) {
     return path_join(out, name);
 }
 
-static void write_json(const char *path, cJSON *root) {
-    char *text = cJSON_Print(root);
-    if (!text) die("out of memory");
-    AtomicFile af;
-    atomic_file_open(&af, path);
-    atomic_file_write(&af, text, strlen(text));
-    atomic_file_write(&af, "\n", 1);
-    atomic_file_commit(&af);
-    free(text);
-}
-
 static void write_state(const char *dir, const TrainState *s) {
     cJSON *r = cJSON_CreateObject();
     if (!r) die("out of memory");
@@ -76,19 +66,28 @@ static void write_state(const char *dir, const TrainState *s) {
     cJSON_AddNumberToObject(r, "data_lines", (double)s->data_lines);
     cJSON_AddBoolToObject(r, "shuffle", s->shuffle);
     char *path = path_join(dir, "trainer_state.json");
-    write_json(path, r);
+    json_save_file(path, r);
     free(path);
     cJSON_Delete(r);
 }
 
+// The trained tensors: the model's, or the adapters' (PEFT names) with LoRA. Free the array.
+static Qwen2Tensor *trained_tensors(const Qwen2 *master, const Lora *lora, int *n) {
+    *n = lora ? lora_tensors(lora, NULL) : qwen2_tensors(master, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
+    if (lora) lora_tensors(lora, ts);
+    else qwen2_tensors(master, ts);
+    return ts;
+}
+
 // optimizer.safetensors: "exp_avg.<name>", "exp_avg_sq.<name>" and, when the model file is not
-// fp32, "master.<name>" for each tensor of the model.
-static void write_optimizer(const char *dir, const Qwen2 *master, const float *m, const float *v, int with_master) {
-    int n = qwen2_tensors(master, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
-    qwen2_tensors(master, ts);
-    StWriteTensor *ws = xcalloc((size_t)n * 3, sizeof *ws);
-    char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names);
+// fp32, "master.<name>" for each trained tensor.
+static void write_optimizer(const char *dir, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+                            int with_master) {
+    int n;
+    Qwen2Tensor *ts = trained_tensors(master, lora, &n);
+    StWriteTensor *ws = xcalloc((size_t)n * 3 + 1, sizeof *ws);
+    char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names + 1);
     const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
     const float *base[3] = {m, v, master->params};  // master: an F32 model
     int k = 0;
@@ -135,15 +134,16 @@ void checkpoint_prune(const char *out, int64_t keep) {
     free(steps);
 }
 
-void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
-                     const char *model_dir, const TrainState *s, int64_t keep) {
+void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+                     DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep) {
     char *tmp = step_dir(out, ".checkpoint-%lld.tmp", s->step), *final = step_dir(out, "checkpoint-%lld", s->step);
     if (file_exists(tmp)) dir_remove_flat(tmp);  // left by a run killed mid-save
     dir_create(tmp);
     copy_model_extras(model_dir, tmp);
-    write_optimizer(tmp, master, m, v, save_dtype != DTYPE_F32);
+    write_optimizer(tmp, master, lora, m, v, !lora && save_dtype != DTYPE_F32);
     write_state(tmp, s);
-    qwen2_save(master, tmp, save_dtype);
+    if (lora) lora_save(lora, tmp, model_dir);  // fp32, as trained
+    else qwen2_save(master, tmp, save_dtype);
     dir_fsync(tmp);
     if (file_exists(final)) remove_checkpoint(out, s->step);  // the same step, saved by an earlier attempt
     if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
@@ -171,24 +171,39 @@ static void read_moments(const SafeTensors *st, const char *prefix, const Qwen2T
     memcpy(dst, x->data, (size_t)numel * 4);
 }
 
-void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s) {
-    Qwen2 saved;
-    qwen2_load(&saved, dir, DTYPE_F32);
-    if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
-        saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers || saved.cfg.tied != master->cfg.tied)
-        die("%s: the checkpoint's model has a different shape from --model", dir);
-    memcpy(master->params, saved.params, master->n_params * 4);
-    qwen2_free(&saved);
+// The checkpoint's adapters into lora, which must have their rank, alpha and targets.
+static void load_adapter(const char *dir, const Qwen2 *master, Lora *lora) {
+    Lora saved;
+    lora_load(&saved, &master->cfg, dir);
+    if (saved.spec.rank != lora->spec.rank || saved.spec.alpha != lora->spec.alpha ||
+        saved.spec.targets != lora->spec.targets)
+        die("%s: the checkpoint's adapters have another r, lora_alpha or target_modules than this run's", dir);
+    memcpy(lora->params, saved.params, lora->n * 4);
+    lora_free(&saved);
+}
+
+void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s) {
+    if (lora) {
+        load_adapter(dir, master, lora);
+    } else {
+        Qwen2 saved;
+        qwen2_load(&saved, dir, DTYPE_F32);
+        if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
+            saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
+            saved.cfg.tied != master->cfg.tied)
+            die("%s: the checkpoint's model has a different shape from --model", dir);
+        memcpy(master->params, saved.params, master->n_params * 4);
+        qwen2_free(&saved);
+    }
 
     char *path = path_join(dir, "optimizer.safetensors");
     SafeTensors st;
     safetensors_open(&st, path);
-    int n = qwen2_tensors(master, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
-    qwen2_tensors(master, ts);
+    int n;
+    Qwen2Tensor *ts = trained_tensors(master, lora, &n);
     char first[128];
     snprintf(first, sizeof first, "master.%s", ts[0].name);
-    int with_master = safetensors_find(&st, first) != NULL;
+    int with_master = !lora && safetensors_find(&st, first) != NULL;
     for (int i = 0; i < n; i++) {
         size_t off = ts[i].off;
         read_moments(&st, "exp_avg", &ts[i], m + off);

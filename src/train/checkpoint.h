@@ -1,5 +1,5 @@
 // Training checkpoints: OUT/checkpoint-<step>/ holds the model as a Hugging Face directory
-// (config.json, model.safetensors, tokenizer files) plus optimizer.safetensors (Adam moments,
+// (config.json, model.safetensors, tokenizer files; with LoRA the PEFT adapter files instead) plus optimizer.safetensors (Adam moments,
 // and the fp32 master weights when the model file is bf16) and trainer_state.json.
 // Written into OUT/.checkpoint-<step>.tmp, fsync'd, then renamed: a crash leaves the previous
 // checkpoints intact and at worst a .tmp (or .del) directory, which the next save removes.
@@ -22,14 +22,16 @@ typedef struct {
     int shuffle;
 } TrainState;
 
-void checkpoint_save(const char *out, const Qwen2 *master, const float *m, const float *v, DType save_dtype,
-                     const char *model_dir, const TrainState *s, int64_t keep);
+// lora: NULL, or the adapters being trained (with master their frozen base): the checkpoint then holds
+// the PEFT adapter files instead of the model, and the moments are the adapters'.
+void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+                     DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep);
 // Deletes all but the newest `keep` checkpoints.
 void checkpoint_prune(const char *out, int64_t keep);
 // The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.
 char *checkpoint_latest(const char *out);
 // Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.
-void checkpoint_load(const char *dir, Qwen2 *master, float *m, float *v, TrainState *s);
+void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s);
 // Copies tokenizer and generation files of a model directory into another.
 void copy_model_extras(const char *from_dir, const char *to_dir);
 // On resume: drops the records of metrics.jsonl at `path` whose "step" is past `step` (about to be redone).

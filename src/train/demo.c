@@ -8,6 +8,7 @@
 #include "base/rng.h"
 #include "base/util.h"
 #include "dist/comm.h"
+#include "model/lora.h"
 #include "rl/reward.h"
 #include "rollout/rollout.h"
 #include "text/tokenizer.h"
@@ -226,9 +227,14 @@ void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
 // ---------------------------------------------------------------------------------------------
 // evaluation and the whole run
 
-double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_new_tokens) {
+double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens) {
     Qwen2 m;
     qwen2_load(&m, model_dir, DTYPE_F32);
+    Lora lora = {0};
+    if (adapter) {
+        lora_load(&lora, &m.cfg, adapter);
+        lora_attach(&m, &lora);
+    }
     Tokenizer tok;
     tokenizer_load(&tok, model_dir);
     PromptData d;
@@ -259,6 +265,7 @@ double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_n
     prompt_data_free(&d);
     tokenizer_free(&tok);
     qwen2_free(&m);
+    lora_free(&lora);
     return acc;
 }
 
@@ -280,7 +287,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     R.t_setup = time_now() - t0;
 
     double t = time_now();
-    R.acc_init = demo_accuracy(init, val_file, DEMO_MAX_RESPONSE);
+    R.acc_init = demo_accuracy(init, NULL, val_file, DEMO_MAX_RESPONSE);
     R.t_eval += time_now() - t;
     fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers drop "
             "the 0)\n", (long long)task.n_sft, 100.0 * task.careless);
@@ -293,7 +300,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     sft_run(&sc);
     R.t_sft = time_now() - t;
     t = time_now();
-    R.acc_before = demo_accuracy(sft, val_file, DEMO_MAX_RESPONSE);
+    R.acc_before = demo_accuracy(sft, NULL, val_file, DEMO_MAX_RESPONSE);
     R.t_eval += time_now() - t;
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
 
@@ -330,7 +337,8 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     grpo_run(&s);
     R.t_grpo = time_now() - t;
     t = time_now();
-    R.acc_after = demo_accuracy(c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE);
+    if (grpo_has_lora(&s)) R.acc_after = demo_accuracy(sft, c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE);
+    else R.acc_after = demo_accuracy(c.trainer.out_dir, NULL, val_file, DEMO_MAX_RESPONSE);
     R.t_eval += time_now() - t;
     R.t_total = time_now() - t0;
     fprintf(stderr, "grpo demo: held-out accuracy (greedy, %lld digit sets never trained on): random init %.1f%%, "

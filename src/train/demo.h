@@ -45,8 +45,9 @@ void demo_answer(char *buf, const int *d, int n, int careless);
 // Every val line has its own digit set, and no train or sft line uses one of those sets.
 void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t);
 
-// Greedy pass@1 (exact match) of the model in model_dir on a {"prompt", "answer"} file.
-double demo_accuracy(const char *model_dir, const char *data_file, int64_t max_new_tokens);
+// Greedy pass@1 (exact match) of the model in model_dir (with a PEFT LoRA adapter, or NULL) on a
+// {"prompt", "answer"} file.
+double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens);
 
 typedef struct {
     double acc_init, acc_before, acc_after;  // held-out accuracy: random model, after SFT, after GRPO

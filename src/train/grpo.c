@@ -10,6 +10,7 @@
 #include "base/hash.h"
 #include "base/json.h"
 #include "base/util.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 #include "rollout/rollout.h"
 #include "train/checkpoint.h"
@@ -89,7 +90,10 @@ static int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length 
 
 // The update workspace serves the policy's compute copy and the reference: sized for 16-bit weights
 // when either is stored in 16 bits (a bf16-sized workspace serves fp32 weights too).
+int grpo_has_lora(const GrpoSettings *s) { return s->lora.spec.rank > 0 || s->lora.adapter; }
+
 static DType update_ws_dtype(const GrpoSettings *s) {
+    if (grpo_has_lora(s)) return s->lora.base_dtype;  // the one set of weights: the base (adapters are fp32)
     int bf16 = compute_storage(s->precision) == DTYPE_BF16 || compute_storage(s->ref_dtype) == DTYPE_BF16;
     return bf16 ? DTYPE_BF16 : DTYPE_F32;
 }
@@ -112,19 +116,29 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
     u->micro = micro;
 }
 
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
+    Qwen2Config cfg = *model;
+    const Qwen2Config *c = &cfg;
     Qwen2Layout w;
-    size_t n = qwen2_layout(c, &w), slab = n * 4;
-    size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab;
     size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
     size_t reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0;
+    DType rollout_dt = compute_storage(s->precision);
+    if (grpo_has_lora(s)) {  // a frozen base (no gradients, moments or copies) + fp32 adapters; the reference is the base
+        cfg.lora_rank = s->lora.spec.rank;
+        slab = lora_params(c, &s->lora.spec) * 4;
+        policy = n * dtype_size(s->lora.base_dtype) + slab;
+        compute = reference = 0;
+        rollout_dt = s->lora.base_dtype;
+    }
+    size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
     int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = slab, .compute = compute, .moments = 2 * shard, .reference = reference,
+        .policy = policy, .compute = compute, .moments = 2 * shard, .reference = reference,
         .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
-        .rollout = rollout_workspace_bytes(c, compute_storage(s->precision), seqs, max_seq_len(s), prefill),
+        .rollout = rollout_workspace_bytes(c, rollout_dt, seqs, max_seq_len(s), prefill),
         .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
@@ -472,6 +486,27 @@ static void grpo_step(Run *r, Stream *stream) {
     free(pos);
 }
 
+// actor.lora.* and model.adapter: the adapter's own adapter_config.json decides r, alpha and the targets;
+// the keys, when set, must agree with it.
+static void resolve_lora(GrpoSettings *s, const GrpoConfig *c) {
+    const GrpoActorConfig *a = &c->actor;
+    TrainerLora *lo = &s->lora;
+    *lo = (TrainerLora){.spec = {a->lora.rank, a->lora.alpha, 0}, .base_dtype = a->lora.base_dtype,
+                        .adapter = c->model.adapter, .seed = c->trainer.seed};
+    for (int i = 0; i < a->lora.target_modules.n; i++) lora_targets_add(&lo->spec.targets, a->lora.target_modules.items[i]);
+    if (!lo->spec.targets) lora_targets_add(&lo->spec.targets, "all-linear");
+    if (!lo->adapter) return;
+    LoraSpec file;
+    lora_read_spec(&file, lo->adapter);
+    if (a->lora.rank && a->lora.rank != file.rank)
+        die("actor.lora.rank %lld: model.adapter %s has r = %lld", (long long)a->lora.rank, lo->adapter,
+            (long long)file.rank);
+    if (a->lora.target_modules.n && lo->spec.targets != file.targets)
+        die("actor.lora.target_modules: model.adapter %s adapts other modules (its adapter_config.json decides)",
+            lo->adapter);
+    lo->spec = file;
+}
+
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     const GrpoActorConfig *a = &c->actor;
     *s = (GrpoSettings){
@@ -499,6 +534,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
+    resolve_lora(s, c);
     // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
     s->loss = (GrpoLossConfig){a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
                                a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
@@ -559,13 +595,20 @@ static void save_config(const GrpoSettings *s) {
     free(text);
 }
 
+char *grpo_plan_text(const GrpoMemPlan *p) {
+    return xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f + "
+                   "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
+                   (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB, (double)p->moments / GIB,
+                   p->offloaded ? " (offloaded during rollout)" : "", (double)p->reference / GIB,
+                   (double)p->workspace / GIB, (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
+                   (double)p->sum / GIB);
+}
+
 static void print_plan(const GrpoMemPlan *p, const Comm *comm) {
     if (comm->size > 1) fprintf(stderr, "grpo train: memory plan per process of %d:\n", comm->size);
-    fprintf(stderr, "grpo train: memory plan (GiB): policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s"
-            " + reference %.2f + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)\n",
-            (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB, (double)p->moments / GIB,
-            p->offloaded ? " (offloaded during rollout)" : "", (double)p->reference / GIB, (double)p->workspace / GIB,
-            (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
+    char *text = grpo_plan_text(p);
+    fprintf(stderr, "grpo train: memory plan (GiB): %s\n", text);
+    free(text);
 }
 
 // This rank's share of the settings: its prompts per step and responses per mini-batch.
@@ -595,7 +638,8 @@ void grpo_run(const GrpoSettings *global) {
     GrpoSettings local = rank_share(global, &r.comm);
     const GrpoSettings *s = r.s = &local;
     int lead = r.comm.rank == 0;  // prints and writes files
-    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window);
+    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
+                 &s->lora);
     trainer_set_dist(&r.tr, &r.comm, s->zero, s->topk_ratio);
     const Qwen2Config *c = &r.tr.master.cfg;
     char *tj = path_join(s->model_dir, "tokenizer.json");
@@ -617,7 +661,10 @@ void grpo_run(const GrpoSettings *global) {
     if (!dup) r.stop_ids[r.n_stop++] = r.tok.eos_id;
     reward_set_init(&r.rewards, s->rewards, s->n_rewards);
     // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
-    if ((r.has_ref = s->loss.kl_coef > 0)) {
+    // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
+    if ((r.has_ref = s->loss.kl_coef > 0) && r.tr.has_lora) {
+        r.ref = trainer_base(&r.tr);
+    } else if (r.has_ref) {
         qwen2_build(&r.ref, c, compute_storage(s->ref_dtype));
         compute_copy_round(&r.ref, &r.tr.master, s->ref_dtype);
     }
@@ -654,10 +701,12 @@ void grpo_run(const GrpoSettings *global) {
     if (lead) print_plan(&r.plan, &r.comm);
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
+    const char *ref = "not needed (no KL)";
+    if (r.has_ref) ref = r.tr.has_lora ? "the base with the adapters off (no copy)" : dtype_name(s->ref_dtype);
     if (lead)
-        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld steps, %.1fM parameters, "
+        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld steps, %.1fM %sparameters, "
                 "reference %s\n", (long long)r.P_global, s->G, r.comm.size, r.comm.size > 1 ? "es" : "", (long long)steps,
-                (double)r.tr.n / 1e6, r.has_ref ? dtype_name(s->ref_dtype) : "not needed (no KL)");
+                (double)r.tr.n / 1e6, r.tr.has_lora ? "trained LoRA " : "", ref);
     if (r.has_val && s->val_before_train && !s->resume) {
         double acc = validate(&r);
         if (lead) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
@@ -678,7 +727,7 @@ void grpo_run(const GrpoSettings *global) {
     comm_finalize(&r.comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {
         copy_model_extras(s->model_dir, s->out_dir);
-        qwen2_save(&r.tr.master, s->out_dir, s->save_dtype);
+        trainer_save_result(&r.tr, s->out_dir, s->save_dtype, s->model_dir);
         checkpoint_prune(s->out_dir, s->keep);
         fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
                 (double)r.plan.peak / GIB);
@@ -687,7 +736,7 @@ void grpo_run(const GrpoSettings *global) {
     if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
     free(mp), free(dp);
     stream_free(&stream);
-    if (r.has_ref) qwen2_free(&r.ref);
+    if (r.has_ref && !r.tr.has_lora) qwen2_free(&r.ref);
     arena_free(&r.workspace);
     reward_set_free(&r.rewards);
     prompt_data_free(&r.train);

@@ -11,6 +11,7 @@
 #include "nn/sampler.h"
 #include "train/grpo_config.h"
 #include "train/optim.h"
+#include "train/trainer.h"
 
 typedef struct {
     const GrpoConfig *config;    // what was resolved (saved to OUT/config.yaml)
@@ -48,11 +49,14 @@ typedef struct {
     double dist_timeout_s;       // data parallel under mpirun (dist.*, compression.*)
     int zero, pin_cpu;
     double topk_ratio;           // 0: dense all-reduce
+    TrainerLora lora;            // actor.lora.*, model.adapter (rank 0, no adapter: full fine-tuning)
 } GrpoSettings;
 
 // The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
 // in sequences, reward specs, which KL goes where). Points into c, which must outlive s.
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
+// LoRA is on (actor.lora.rank > 0 or model.adapter).
+int grpo_has_lora(const GrpoSettings *s);
 
 // The run's memory plan, in bytes. Fixed slabs live for the whole run; one workspace arena is the
 // KV cache (+ decode activations) during rollout and the training activations during scoring and
@@ -60,7 +64,9 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c);
 typedef struct {
     size_t policy, compute, grads, moments, reference;  // fixed slabs (compute: the bf16/fp16 copy; 0 in f32;
                                                          // grads include ZeRO-2's shard buffer and
-                                                         // top-k's residual)
+                                                         // top-k's residual; LoRA: policy is the frozen
+                                                         // base + adapters, the rest the adapters', and
+                                                         // the reference 0: the base, adapters off)
     size_t rollout, update;  // the workspace's two uses, at the configured batch and length limits
     size_t workspace;        // max(rollout, update)
     size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update
@@ -68,6 +74,8 @@ typedef struct {
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments.
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p);
+// The plan in GiB as one line: "policy 0.92 + compute copy ... -> peak 10.55 (not shared: 10.74)" (malloc'd).
+char *grpo_plan_text(const GrpoMemPlan *p);
 // The run; under `mpirun -np N` every rank calls it: rank r takes the r-th N-th of each step's prompts
 // (and of each mini-batch), gradients are averaged over the ranks, rank 0 alone prints and writes files.
 void grpo_run(const GrpoSettings *s);

@@ -9,6 +9,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "base/yaml.h"
+#include "model/lora.h"
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST } KeyType;
 
@@ -86,7 +87,11 @@ static const ConfigKey KEYS[] = {
         "model.path", model.path,
         "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); required"),
     KENUM("model.ref_dtype", model.ref_dtype, "f32", "f32|bf16",
-          "storage of the frozen reference weights; bf16 halves them (and scores in bf16)"),
+          "storage of the frozen reference weights; bf16 halves them (and scores in bf16). With LoRA there is no "
+          "copy: the reference is the base with the adapters off"),
+    KSTR_NULL("model.adapter", model.adapter,
+              "PEFT LoRA adapter directory to continue training from (turns LoRA on; its adapter_config.json sets "
+              "r, lora_alpha and target_modules)"),
 
     KINT("rollout.n", rollout.n, "8", 2, INT32_MAX,
          "responses sampled per prompt: the group size G (MindSpeed-RL: n_samples_per_prompt)"),
@@ -196,6 +201,17 @@ static const ConfigKey KEYS[] = {
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
           "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout"),
+    KINT("actor.lora.rank", actor.lora.rank, "0", 0, 65536,
+         "LoRA rank r (0: full fine-tuning). The base is frozen and only the adapters train; the output directory "
+         "holds a PEFT adapter (adapter_config.json, adapter_model.safetensors)"),
+    KFLOAT("actor.lora.alpha", actor.lora.alpha, "16", -1e6, 1e6, "lora_alpha: the adapters' output is scaled by alpha / r"),
+    KFLOAT("actor.lora.dropout", actor.lora.dropout, "0", 0, 0.999,
+           "lora_dropout on the adapters' input; only 0 is supported"),
+    KLIST("actor.lora.target_modules", actor.lora.target_modules,
+          "projections to adapt: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or q, k, ...), or "
+          "all-linear; empty: all-linear"),
+    KENUM("actor.lora.base_dtype", actor.lora.base_dtype, "bf16", "f32|bf16",
+          "storage of the frozen base under LoRA: bf16 is 2 bytes a parameter (the adapters are fp32)"),
 
     KINT_NULL("trainer.steps", trainer.steps, 1, INT32_MAX,
               "GRPO steps (null: data.epochs passes over the training prompts)"),
@@ -584,6 +600,21 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
     if (c->reward.program.weight != 0 && !c->reward.program.command)
         CONFLICT("reward.program.weight", "reward.program.command",
                  "reward.program is on but reward.program.command is null");
+    int lora = a->lora.rank > 0 || c->model.adapter;
+    if (lora && a->precision != DTYPE_F32)
+        CONFLICT("actor.precision", "actor.lora.rank",
+                 "actor.precision must be fp32 with LoRA: the adapters train in fp32 and the frozen base is stored "
+                 "as actor.lora.base_dtype says");
+    if (lora && a->lora.dropout != 0)
+        CONFLICT("actor.lora.dropout", "", "actor.lora.dropout %g: only 0 is supported (no dropout on the adapters' "
+                 "input yet)", a->lora.dropout);
+    if (a->lora.alpha == 0) CONFLICT("actor.lora.alpha", "", "actor.lora.alpha must not be 0");
+    unsigned targets = 0;
+    for (int i = 0; i < a->lora.target_modules.n; i++)
+        if (!lora_targets_add(&targets, a->lora.target_modules.items[i]))
+            CONFLICT("actor.lora.target_modules", "", "actor.lora.target_modules: unknown module \"%s\" (q_proj, "
+                     "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or all-linear)",
+                     a->lora.target_modules.items[i]);
     const GrpoRewardConfig *r = &c->reward;
     if (r->gsm8k.weight == 0 && r->boxed.weight == 0 && r->format.weight == 0 && r->exact.weight == 0 &&
         r->program.weight == 0)

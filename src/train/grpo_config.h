@@ -35,6 +35,7 @@ typedef struct {
 typedef struct {
     char *path;
     DType ref_dtype;  // DTYPE_F32 or DTYPE_BF16
+    char *adapter;    // PEFT LoRA adapter to continue from (NULL: none)
 } GrpoModelConfig;
 
 typedef struct {
@@ -96,6 +97,12 @@ typedef struct {
     double loss_scale;
     int64_t loss_scale_window;
     int recompute, offload_optimizer;
+    struct {
+        int64_t rank;  // 0: off
+        double alpha, dropout;
+        GrpoStrList target_modules;  // empty: all-linear
+        DType base_dtype;            // DTYPE_F32 or DTYPE_BF16
+    } lora;
 } GrpoActorConfig;
 
 typedef struct {

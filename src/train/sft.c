@@ -79,7 +79,8 @@ void sft_run(const SftConfig *cfg) {
     comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
     int lead = comm.rank == 0;  // prints and writes files
     Trainer tr;
-    trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window);
+    trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
+                 &cfg->lora);
     trainer_set_dist(&tr, &comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr.master.cfg;
     SftData data;
@@ -116,7 +117,7 @@ void sft_run(const SftConfig *cfg) {
     // One workspace for the activations of the largest micro-batch.
     int64_t max_tokens = max_micro_tokens(&data, b), max_seq = max_micro_tokens(&data, 1);
     Arena arena;
-    DType wdt = compute_storage(cfg->precision);
+    DType wdt = tr.has_lora ? tr.master.dtype : compute_storage(cfg->precision);
     arena_init(&arena, qwen2_train_bytes(c, wdt, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
     Qwen2Train act;
     qwen2_train_init(&act, c, wdt, max_tokens, max_seq, cfg->recompute, &arena);
@@ -187,7 +188,7 @@ void sft_run(const SftConfig *cfg) {
     comm_finalize(&comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {
         copy_model_extras(cfg->model_dir, cfg->out_dir);
-        qwen2_save(&tr.master, cfg->out_dir, cfg->save_dtype);
+        trainer_save_result(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir);
         checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
         fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
         if (fclose(metrics) != 0) die("cannot write %s", metrics_path);

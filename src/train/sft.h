@@ -5,6 +5,7 @@
 
 #include "base/dtype.h"
 #include "train/optim.h"
+#include "train/trainer.h"
 
 typedef struct {
     const char *model_dir, *data_path, *out_dir;
@@ -21,6 +22,7 @@ typedef struct {
     double dist_timeout_s;        // under mpirun: see grpo train's dist.* and compression.* keys
     int zero, pin_cpu;            // pin_cpu: 1 = "block"
     double topk_ratio;            // 0: dense all-reduce
+    TrainerLora lora;             // rank 0 and no adapter: full fine-tuning
 } SftConfig;
 
 // Under `mpirun -np N` every rank calls it: rank r trains on the r-th N-th of every batch, gradients

@@ -15,20 +15,34 @@
 static size_t n_moments(const Trainer *t) { return t->hi - t->lo; }
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window) {
+                  int64_t loss_scale_window, const TrainerLora *lora) {
     memset(t, 0, sizeof *t);
     t->adam = adam;
     t->clip = clip;
     t->precision = precision;
-    qwen2_load(&t->master, model_dir, DTYPE_F32);
-    if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg, compute_storage(precision));
-    t->n = t->master.n_params;
+    t->has_lora = lora && (lora->spec.rank > 0 || lora->adapter);
+    if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
+    qwen2_load(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);
+    if (t->has_lora) {
+        if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
+        else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
+        lora_attach(&t->master, &t->lora);
+        t->w = t->lora.params;
+        t->n = t->lora.n;
+        t->n_tensors = lora_tensors(&t->lora, NULL);
+        t->tensors = xmalloc((size_t)t->n_tensors * sizeof *t->tensors);
+        lora_tensors(&t->lora, t->tensors);
+    } else {
+        if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg, compute_storage(precision));
+        t->w = t->master.params;
+        t->n = t->master.n_params;
+        t->n_tensors = qwen2_tensors(&t->master, NULL);
+        t->tensors = xmalloc((size_t)t->n_tensors * sizeof *t->tensors);
+        qwen2_tensors(&t->master, t->tensors);
+    }
     t->grads = xcalloc(t->n, 4);
     t->m = xcalloc(t->n, 4);
     t->v = xcalloc(t->n, 4);
-    t->n_tensors = qwen2_tensors(&t->master, NULL);
-    t->tensors = xmalloc((size_t)t->n_tensors * sizeof *t->tensors);
-    qwen2_tensors(&t->master, t->tensors);
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
     t->hi = t->n;
@@ -136,6 +150,7 @@ void trainer_free(Trainer *t) {
     free(t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
+    if (t->has_lora) lora_free(&t->lora);
     qwen2_free(&t->master);
     memset(t, 0, sizeof *t);
 }
@@ -145,6 +160,12 @@ DType compute_storage(DType precision) { return precision == DTYPE_BF16 ? DTYPE_
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
     if (dst->dtype == DTYPE_BF16) dtype_from_f32(DTYPE_BF16, master->params, dst->params, master->n_params);
     else round_to_dtype(dst->params, master->params, master->n_params, precision);
+}
+
+Qwen2 trainer_base(const Trainer *t) {
+    Qwen2 base = t->master;
+    base.lora = NULL;
+    return base;
 }
 
 const Qwen2 *trainer_begin_step(Trainer *t) {
@@ -180,11 +201,11 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             double wd = strstr(x->name, "bias") || strstr(x->name, "norm") ? 0.0 : o.weight_decay;
             if (a < b)
-                adamw_update(&o, (float *)t->master.params + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
+                adamw_update(&o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
                              t->st.adam_t);
         }
         if (t->zero)
-            comm_allgather(t->comm, (float *)t->master.params + t->lo, t->master.params, t->n, "parameters (ZeRO all-gather)");
+            comm_allgather(t->comm, t->w + t->lo, t->w, t->n, "parameters (ZeRO all-gather)");
         t->compute_stale = 1;
     }
     loss_scaler_update(&t->scaler, overflow);
@@ -209,22 +230,28 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
         free(buf);
         m = full, v = full + t->n;
     }
-    if (!t->comm || t->comm->rank == 0) checkpoint_save(out, &t->master, m, v, save_dtype, model_dir, &t->st, keep);
+    if (!t->comm || t->comm->rank == 0)
+        checkpoint_save(out, &t->master, t->has_lora ? &t->lora : NULL, m, v, save_dtype, model_dir, &t->st, keep);
     free(full);
 }
 
 void trainer_load(Trainer *t, const char *dir) {
     if (t->zero) {  // read the whole moments, keep this rank's shard
         float *full = xmalloc(2 * t->n * 4);
-        checkpoint_load(dir, &t->master, full, full + t->n, &t->st);
+        checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, full, full + t->n, &t->st);
         memcpy(t->m, full + t->lo, n_moments(t) * 4);
         memcpy(t->v, full + t->n + t->lo, n_moments(t) * 4);
         free(full);
     } else {
-        checkpoint_load(dir, &t->master, t->m, t->v, &t->st);
+        checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, t->m, t->v, &t->st);
     }
     if (t->precision != DTYPE_F16) t->st.loss_scale = 1.0;
     t->scaler.scale = t->st.loss_scale;
     t->scaler.good = t->st.good_steps;
     t->compute_stale = 1;
+}
+
+void trainer_save_result(const Trainer *t, const char *dir, DType save_dtype, const char *model_dir) {
+    if (t->has_lora) lora_save(&t->lora, dir, model_dir);
+    else qwen2_save(&t->master, dir, save_dtype);
 }

@@ -12,19 +12,32 @@
 #include "base/dtype.h"
 #include "dist/comm.h"
 #include "dist/topk.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+
+// LoRA training (TrainerLora.spec.rank > 0 or an adapter to start from): the base is loaded frozen in
+// base_dtype and the adapters are what the optimiser trains.
+typedef struct {
+    LoraSpec spec;        // rank 0 and no adapter: full fine-tuning
+    DType base_dtype;     // the frozen base's storage: DTYPE_F32 or DTYPE_BF16
+    const char *adapter;  // start from this PEFT adapter directory (its adapter_config.json sets spec), or NULL
+    uint64_t seed;        // of A's initialisation
+} TrainerLora;
 
 typedef struct {
     AdamW adam;
     double clip;      // 0: off
     DType precision;  // compute copy: F32 (none), BF16 or F16
-    Qwen2 master, compute;
+    Qwen2 master, compute;  // with LoRA, master is the frozen base with the adapters attached
     int compute_stale;     // the master changed since compute was last rounded from it
-    float *grads, *m, *v;
-    size_t n;
-    Qwen2Tensor *tensors;  // the slab's tensors: AdamW's weight-decay groups
+    int has_lora;
+    Lora lora;             // the adapters (has_lora)
+    float *w;              // the trained fp32 slab: master's weights, or the adapters
+    float *grads, *m, *v;  // w's layout
+    size_t n;              // elements of w
+    Qwen2Tensor *tensors;  // w's tensors: AdamW's weight-decay groups, checkpoint names
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
@@ -40,8 +53,9 @@ typedef struct {
     double topk_scale;     // the loss scale topk.residual was made at
 } Trainer;
 
+// lora: NULL or rank 0 without an adapter for full fine-tuning (precision must be F32 with LoRA).
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window);
+                  int64_t loss_scale_window, const TrainerLora *lora);
 void trainer_free(Trainer *t);
 // Makes the trainer one of comm's ranks: ZeRO stage 0, 1 or 2 (see Trainer.zero) and top-k gradient
 // compression with error feedback at topk_ratio (0: off; only with ZeRO 0). Before trainer_load and
@@ -60,6 +74,8 @@ DType compute_storage(DType precision);
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
 const Qwen2 *trainer_weights(Trainer *t);
+// The base with any adapters switched off (GRPO's reference under LoRA): a view of master's weights.
+Qwen2 trainer_base(const Trainer *t);
 // trainer_weights, with the gradients zeroed for a new step.
 const Qwen2 *trainer_begin_step(Trainer *t);
 // Ends a step (st.step += 1): averages the gradients over the ranks, skips the step when the loss
@@ -71,3 +87,6 @@ double trainer_apply(Trainer *t, double lr, int loss_finite);
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Restores weights, moments and st from a checkpoint directory.
 void trainer_load(Trainer *t, const char *dir);
+// The trained result into dir: a Hugging Face model (weights in save_dtype), or with LoRA the PEFT
+// adapter files (fp32). Tokenizer files are the caller's (copy_model_extras).
+void trainer_save_result(const Trainer *t, const char *dir, DType save_dtype, const char *model_dir);

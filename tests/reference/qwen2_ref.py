@@ -4,12 +4,14 @@
 Used to check grpo.c numerically: it has its own safetensors reader/writer,
 a HF-style model-directory loader, a random tiny-model generator and a
 scorer that returns per-token log-probabilities.  Only torch + numpy.
+Optional LoRA (PEFT's lora.Linear: y = x W^T + b + (alpha/r) (x A^T) B^T on the targeted projections;
+adapter dirs in PEFT's adapter_config.json + adapter_model.safetensors form): see "LoRA" below.
 
 CLI:
   qwen2_ref.py make-model --out DIR --seed S --hidden C --layers L --heads H
         --kv-heads KVH --intermediate I --vocab V [--tied] [--dtype f32|bf16|f16]
         [--shards N] [--rope-theta X] [--eps X] [--max-pos N]
-  qwen2_ref.py score --model DIR [--dtype float64|float32]
+  qwen2_ref.py score --model DIR [--dtype float64|float32] [--adapter LORA_DIR]
         stdin: JSONL {"tokens": [...]}   stdout: JSONL {"logprobs": [...]}
   qwen2_ref.py self-check
 """
@@ -227,9 +229,10 @@ def _dtype(d):
     return {"float64": torch.float64, "float32": torch.float32}.get(d, d)
 
 
-def load_model(model_dir, compute_dtype=torch.float64, bf16=False):
+def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None):
     """Load config + weights, converting all weights to compute_dtype. bf16: a bf16 model as grpo.c's
-    `--dtype bf16` computes it: weights rounded to bf16, every projection's operands too (see linear)."""
+    `--dtype bf16` computes it: weights rounded to bf16, every projection's operands too (see linear).
+    adapter: a PEFT LoRA dir applied on top (its A, B in compute_dtype, never rounded; see attach_lora)."""
     dt = _dtype(compute_dtype)
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -252,6 +255,9 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False):
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     m.layers = layer_dicts(cfg, w)
+    if adapter is not None:
+        acfg, tensors = load_lora(adapter, cfg)
+        attach_lora(m, tensors, acfg["lora_alpha"] / acfg["r"])
     return m
 
 
@@ -269,6 +275,131 @@ def layer_dicts(cfg, w):
             ("wo", "self_attn.o_proj.weight"), ("qn", "self_attn.q_norm.weight"), ("kn", "self_attn.k_norm.weight"),
             ("wg", "mlp.gate_proj.weight"), ("wu", "mlp.up_proj.weight"), ("wd", "mlp.down_proj.weight")]})
     return layers
+
+
+# ----------------------------------------------------------------- LoRA (PEFT)
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+def lora_targets(spec):
+    """PEFT module names, in LORA_TARGETS order, from "all-linear", a comma list or a list of PEFT or
+    short names (q, k, v, o, gate, up, down)."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = set()
+    for t in (x.strip() for x in items):
+        if t == "all-linear":
+            out.update(LORA_TARGETS)
+        elif t in LORA_TARGETS or t + "_proj" in LORA_TARGETS:
+            out.add(t if t in LORA_TARGETS else t + "_proj")
+        else:
+            raise ValueError(f"unknown LoRA target module {t!r}")
+    return [t for t in LORA_TARGETS if t in out]
+
+
+def lora_module(layer, target):
+    """The PEFT-saved name of layer `layer`'s projection `target` (without .lora_A.weight)."""
+    return f"base_model.model.model.layers.{layer}.{'mlp' if target in LORA_MLP else 'self_attn'}.{target}"
+
+
+def lora_dims(cfg, target):
+    """(out, in) of a projection's weight."""
+    C, I, D = cfg["hidden_size"], cfg["intermediate_size"], head_dim(cfg)
+    H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    return {"q_proj": (H * D, C), "k_proj": (KVH * D, C), "v_proj": (KVH * D, C), "o_proj": (C, H * D),
+            "gate_proj": (I, C), "up_proj": (I, C), "down_proj": (C, I)}[target]
+
+
+def lora_shapes(cfg, r, targets):
+    """{PEFT tensor name: shape}: A (r, in) and B (out, r) for every layer and target."""
+    s = {}
+    for layer in range(cfg["num_hidden_layers"]):
+        for t in lora_targets(targets):
+            o, i = lora_dims(cfg, t)
+            s[lora_module(layer, t) + ".lora_A.weight"] = (r, i)
+            s[lora_module(layer, t) + ".lora_B.weight"] = (o, r)
+    return s
+
+
+def make_lora(cfg, r, targets, seed, b_std=0.05):
+    """Random float32 adapter tensors: A as PEFT inits it (kaiming_uniform_ with a=sqrt(5), i.e.
+    U(-1/sqrt(in), 1/sqrt(in))); B ~ b_std * N(0, 1) instead of PEFT's zeros, so that every gradient is
+    non-trivial (with B = 0 the gradient of A is zero)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in lora_shapes(cfg, r, targets).items():
+        if name.endswith("lora_A.weight"):
+            out[name] = (2 * torch.rand(shape, generator=g, dtype=torch.float64) - 1) / math.sqrt(shape[1])
+        else:
+            out[name] = b_std * torch.randn(shape, generator=g, dtype=torch.float64)
+        out[name] = out[name].float()
+    return out
+
+
+def lora_config(r, alpha, targets, base=""):
+    """adapter_config.json as PEFT's LoraConfig.save_pretrained writes it (the fields that matter)."""
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base, "r": r,
+            "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": lora_targets(targets), "bias": "none",
+            "fan_in_fan_out": False, "use_rslora": False, "use_dora": False, "modules_to_save": None,
+            "init_lora_weights": True, "inference_mode": True}
+
+
+def save_lora(d, tensors, r, alpha, targets, base="", config=None):
+    """Write a PEFT adapter dir: adapter_config.json (config overrides the fields of lora_config) and
+    adapter_model.safetensors."""
+    os.makedirs(d, exist_ok=True)
+    cfg = lora_config(r, alpha, targets, base)
+    cfg.update(config or {})
+    with open(os.path.join(d, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(d, "adapter_model.safetensors"), tensors, {"format": "pt"})
+
+
+def load_lora(d, cfg=None):
+    """(adapter_config dict, {PEFT name: tensor as stored}) of a PEFT adapter dir; with the model's cfg the
+    names and shapes must be exactly the targeted ones."""
+    with open(os.path.join(d, "adapter_config.json")) as f:
+        acfg = json.load(f)
+    if acfg.get("peft_type") != "LORA" or acfg.get("use_dora") or acfg.get("use_rslora"):
+        raise ValueError(f"{d}: not a plain LoRA adapter")
+    tensors = load_safetensors(os.path.join(d, "adapter_model.safetensors"))
+    if cfg is not None:
+        want = lora_shapes(cfg, acfg["r"], acfg["target_modules"])
+        got = {n: tuple(t.shape) for n, t in tensors.items()}
+        if got != want:
+            raise ValueError(f"{d}: adapter tensors differ from {len(want)} expected: "
+                             f"{sorted(set(got.items()) ^ set(want.items()))[:4]}")
+    return acfg, tensors
+
+
+def lora_pairs(names):
+    """{(layer, target): (A name, B name)} of a set of PEFT tensor names."""
+    out = {}
+    for n in names:
+        if n.endswith(".lora_A.weight"):
+            mod = n[:-len(".lora_A.weight")]
+            layer = int(mod.split(".layers.")[1].split(".")[0])
+            out[(layer, mod.rsplit(".", 1)[1])] = (n, mod + ".lora_B.weight")
+    return out
+
+
+def attach_lora(m, tensors, scale):
+    """Give model m the adapter {PEFT name: tensor}: A and B cast to m's compute dtype (a tensor already
+    in it, e.g. an nn.Parameter being trained, is used as it is)."""
+    m.lora = {k: (tensors[a].to(m.dtype), tensors[b].to(m.dtype)) for k, (a, b) in lora_pairs(tensors).items()}
+    m.lora_scale = scale
+    return m
+
+
+def merge_lora(weights, tensors, scale):
+    """HF weights {name: tensor} with W + scale * B @ A (computed in float64, returned float64) for each
+    adapted projection; the other tensors are returned as they are."""
+    out = dict(weights)
+    for (layer, t), (a, b) in lora_pairs(tensors).items():
+        w = f"model.layers.{layer}.{'mlp' if t in LORA_MLP else 'self_attn'}.{t}.weight"
+        out[w] = weights[w].double() + scale * (tensors[b].double() @ tensors[a].double())
+    return out
 
 
 # ----------------------------------------------------------------- forward
@@ -322,20 +453,33 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], -1)
 
 
+def proj(m, li, target, x, w, b=None):
+    """Projection `target` (a PEFT module name, e.g. "q_proj") of layer li: linear(), plus the LoRA branch
+    when m carries an adapter for it (m.lora[(li, target)] = (A, B), m.lora_scale). The branch is PEFT's
+    lora_B(lora_A(x)) * scaling, in m's compute dtype from the unrounded input x (a bf16 model rounds only
+    the base product's operands)."""
+    y = linear(m, x, w, b)
+    ab = getattr(m, "lora", None) and m.lora.get((li, target))
+    if ab:
+        A, B = ab
+        y = y + ((x @ A.t()) @ B.t()) * m.lora_scale
+    return y
+
+
 def hidden_states(m, ids):
     """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
     cos, sin = rope_cos_sin(T, D, m.theta, m.dtype)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = future
     x = m.embed[ids]
-    for L in m.layers:
+    for li, L in enumerate(m.layers):
         h = rms_norm(x, L["ln1"], m.eps)
-        q = linear(m, h, L["wq"], L["bq"]).view(T, H, D)
-        k = linear(m, h, L["wk"], L["bk"]).view(T, KVH, D)
+        q = proj(m, li, "q_proj", h, L["wq"], L["bq"]).view(T, H, D)
+        k = proj(m, li, "k_proj", h, L["wk"], L["bk"]).view(T, KVH, D)
         if L["qn"] is not None:  # Qwen3: each head's query and key normed over D, before RoPE
             q, k = rms_norm(q, L["qn"], m.eps), rms_norm(k, L["kn"], m.eps)
         q, k = q.transpose(0, 1), k.transpose(0, 1)                          # (H, T, D), (KVH, T, D)
-        v = linear(m, h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
+        v = proj(m, li, "v_proj", h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # GQA: q head h uses kv head h // (H/KVH), i.e. each kv head repeated consecutively
@@ -344,9 +488,10 @@ def hidden_states(m, ids):
         s = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(D))
         s = s.masked_fill(mask, float("-inf"))
         a = torch.softmax(s, -1) @ v                                        # (H, T, D)
-        x = x + linear(m, a.transpose(0, 1).reshape(T, H * D), L["wo"])
+        x = x + proj(m, li, "o_proj", a.transpose(0, 1).reshape(T, H * D), L["wo"])
         h = rms_norm(x, L["ln2"], m.eps)
-        x = x + linear(m, F.silu(linear(m, h, L["wg"])) * linear(m, h, L["wu"]), L["wd"])
+        g, u = proj(m, li, "gate_proj", h, L["wg"]), proj(m, li, "up_proj", h, L["wu"])
+        x = x + proj(m, li, "down_proj", F.silu(g) * u, L["wd"])
     return rms_norm(x, m.norm, m.eps)
 
 
@@ -514,6 +659,7 @@ def main(argv=None):
     sc = sub.add_parser("score")
     sc.add_argument("--model", required=True)
     sc.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    sc.add_argument("--adapter", help="a PEFT LoRA adapter dir applied on top of the model")
     sub.add_parser("self-check")
     a = ap.parse_args(argv)
 
@@ -521,7 +667,7 @@ def main(argv=None):
         make_model(a.out, a.seed, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab,
                    a.tied, a.dtype, a.shards, a.rope_theta, a.eps, a.max_pos)
     elif a.cmd == "score":
-        m = load_model(a.model, a.dtype)
+        m = load_model(a.model, a.dtype, adapter=a.adapter)
         for line in sys.stdin:
             if line.strip():
                 lp = score(m, [json.loads(line)["tokens"]])[0]

@@ -447,6 +447,10 @@ for trial in range(6):
                  "reward.gsm8k.weight": 1.0})
     if vals["actor.use_kl_loss"]:
         vals["algorithm.use_kl_in_reward"] = False
+    vals["actor.lora.dropout"] = 0.0  # the only value the loader accepts
+    vals["actor.lora.target_modules"] = rng.choice([[], ["q_proj", "v_proj"], ["all-linear"], ["down", "up"]])
+    if vals["actor.lora.rank"] > 0 or vals["model.adapter"] is not None:
+        vals["actor.precision"] = "fp32"  # LoRA trains fp32 adapters
     if vals["reward.program.weight"] != 0 and vals["reward.program.command"] is None:
         vals["reward.program.command"] = "./score"
     for style in ("block", "flow", "overrides"):
@@ -617,6 +621,12 @@ conflicts = [
     ("overlong_len", None, ["reward.overlong_buffer.len=256"], "data.max_response_length 256"),
     ("program_without_command", "reward:\n  program: {weight: 1}\n", [], "reward.program.command is null"),
     ("no_reward", None, ["reward.gsm8k.weight=0"], "every reward weight is 0"),
+    ("lora_precision", "actor:\n  precision: bf16\n  lora: {rank: 8}\n", [], "conflict_lora_precision.yaml:2: ",
+     "actor.precision must be fp32 with LoRA"),
+    ("lora_dropout", None, ["actor.lora.rank=8", "actor.lora.dropout=0.05"], 'override "actor.lora.dropout=0.05"',
+     "only 0 is supported"),
+    ("lora_target", None, ["actor.lora.target_modules=[q_proj, lm_head]"], "actor.lora.target_modules",
+     'unknown module "lm_head"'),
 ]
 for name, text, ovs, *needles in conflicts:
     check_error("conflict_" + name, text, ovs, *needles)

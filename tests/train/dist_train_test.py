@@ -176,6 +176,27 @@ def main():
         d, k = worst_diff(s1, load(out))
         check(f"sft/np2-zero{zero} == np1 after 3 steps", d <= TOL, f"max rel {d:.1e} ({k})")
 
+    # ---- LoRA: the adapters' slab is what is all-reduced, ZeRO-sharded and top-k compressed
+    ad = "adapter_model.safetensors"
+    lg = g + ["actor.lora.rank=4", "actor.lora.alpha=8", "actor.lora.base_dtype=f32"]
+    run(lg + ["trainer.out_dir=" + T("lg1")], env=env)
+    lw1 = load(T("lg1"), ad)
+    moved = max(float(np.abs(v).max()) for k, v in lw1.items() if "lora_B" in k)  # B starts at zero
+    for zero in (0, 2):
+        out = T(f"lg2z{zero}")
+        run(lg + ["trainer.out_dir=" + out, f"dist.zero={zero}"], 2, env)
+        d, k = worst_diff(lw1, load(out, ad))
+        check(f"grpo-lora/np2-zero{zero} == np1 after 3 steps", d <= TOL and moved > 100 * TOL,
+              f"max rel {d:.1e} ({k}); B moved to {moved:.1e}")
+    ls = s + ["--lora-rank", "4", "--lora-base-dtype", "f32"]
+    run(ls + ["--out", T("ls1")], env=env)
+    for zero, extra in ((1, []), (0, ["--topk-ratio", "1"])):
+        out = T(f"ls2z{zero}{len(extra)}")
+        run(ls + ["--out", out, "--zero", str(zero)] + extra, 2, env)
+        d, k = worst_diff(load(T("ls1"), ad), load(out, ad))
+        check(f"sft-lora/np2-zero{zero}{' topk 1' if extra else ''} == np1 after 3 steps", d <= TOL,
+              f"max rel {d:.1e} ({k})")
+
     # fp16 with a loss scale: every rank must unscale, check and clip the same way (ZeRO shards too)
     run(s + ["--out", T("s1h"), "--precision", "fp16"], env=env)
     for zero in (1, 2):

@@ -56,6 +56,13 @@ about 1e-6, a tenth of the tolerance; perturbing kl coef by 10%, clip_ratio_c, a
 eps moves the weights by 3e-5 .. 3e-2. Where a case's torch fp32 replay is itself that far from its fp64
 replay (qwen-tiny: 1.1e-5; the order of fp32 sums alone decides), grpo passes when it is no further from
 the fp64 replay than torch's fp32 replay is.
+LoRA (cases lora-*, `--only lora` runs them all): actor.lora.rank / alpha / target_modules with
+actor.lora.base_dtype=f32 and model.adapter = an adapter written here with random non-zero A and B (so
+every gradient is non-trivial and the policy differs from the base from step 1). The peer (LoraPeer)
+trains only A and B (qwen2_ref.attach_lora on the frozen base; AdamW decays every LoRA tensor; clipping
+over the adapters) and takes the reference log-probs from the base with the adapters off, so the KL term
+is non-zero at step 1. OUT/adapter_model.safetensors is held to the peer's adapters with the same 1e-5
+criterion; OUT holds adapter_config.json and no model.safetensors.
 Prints one line per check and finally `N passed, M failed`; exit 0 iff all pass.
 """
 import argparse
@@ -196,7 +203,7 @@ PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
 BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
-            entropy=0.0)
+            entropy=0.0, lora=None)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -227,7 +234,18 @@ CASES = {
     "verl-temperature-0.7": dict(temperature=0.7, steps=1),
     "verl-lr-schedule-per-step": dict(schedule="cosine", warmup=1, steps=3, mini=2, kl_loss=None),
     "verl-mask-truncated-minibatches": dict(mask_truncated=True, mini=2, micro=2, steps=1, kl_loss=None),
+    # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
+    # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
+    # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
+    # 1.1e-5 and 1.8e-6 from the fp64 replay in that one element (all others < 1e-8 absolute)
+    "lora-k3": dict(lora=dict(r=4, alpha=8, targets=list(ref.LORA_TARGETS), seed=41), kl_loss=("k3", 0.3), lr=1e-3,
+                    eps=1e-4),
+    # off-policy (2 mini-batches: old log-probs from the pre-update adapters), untied GQA, q and v only; k2, whose
+    # gradient depends on the reference (k1's does not)
+    "lora-untied-q-v-mini2": dict(model="small-untied", mini=2, kl_loss=("k2", 0.2), lr=1e-3, eps=1e-4,
+                                  lora=dict(r=8, alpha=16, targets=["q_proj", "v_proj"], seed=42)),
 }
+LORA_CASES = [n for n in CASES if CASES[n].get("lora")]
 
 
 def case_cfg(name):
@@ -261,6 +279,11 @@ def grpo_overrides(c, model_dir, data, out):
         o["actor.kl_loss_type"], o["actor.kl_loss_coef"] = c["kl_loss"]
     if c["kl_reward"]:
         o["algorithm.kl_penalty"], o["algorithm.kl_coef"] = c["kl_reward"]
+    if c["lora"]:
+        lo = c["lora"]
+        o.update({"actor.lora.rank": lo["r"], "actor.lora.alpha": lo["alpha"],
+                  "actor.lora.target_modules": "[" + ",".join(lo["targets"]) + "]", "actor.lora.base_dtype": "f32",
+                  "model.adapter": lo["dir"]})
     return [f"{k}={v}" for k, v in o.items()]
 
 
@@ -280,8 +303,10 @@ def run_grpo(name, c, model_dir, data):
     dt = time.time() - t0
     if p.returncode != 0:
         raise RuntimeError(f"`grpo train` exited {p.returncode}: {p.stderr.strip()[-800:]}")
+    weights = (ref.load_safetensors(os.path.join(out, "adapter_model.safetensors")) if c["lora"]
+               else ref.load_weights(out))
     return dict(out=out, stderr=p.stderr, secs=dt, metrics=read_jsonl_bytes(os.path.join(out, "metrics.jsonl")),
-                samples=read_jsonl_bytes(os.path.join(out, "samples.jsonl")), weights=ref.load_weights(out))
+                samples=read_jsonl_bytes(os.path.join(out, "samples.jsonl")), weights=weights)
 
 
 # ------------------------------------------------------------------ the peer: verl's GRPO in torch
@@ -310,10 +335,9 @@ def grpo_advantages(scores, G, norm_std, eps=1e-6):
 class Peer:
     def __init__(self, model_dir, c, dtype=torch.float32, variant=None):
         self.c, self.dtype = c, dtype
-        self.R = TorchQwen(model_dir, dtype)
-        self.P = self.R.params
-        self.ref = {k: v.detach().clone() for k, v in self.P.items()}
-        dn, nd = decay_groups(self.R.names)
+        self.variant = variant
+        self.make_params(model_dir)
+        dn, nd = decay_groups(self.names)
         self.opt = torch.optim.AdamW([{"params": [self.P[n] for n in dn], "weight_decay": c["wd"]},
                                       {"params": [self.P[n] for n in nd], "weight_decay": 0.0}],
                                      lr=c["lr"], betas=(0.9, 0.999), eps=c["eps"])
@@ -322,16 +346,26 @@ class Peer:
         #   lr-per-update  the schedule advances per optimiser update over steps x epochs x mini-batches
         #   train-T1       training log-probs at temperature 1 whatever rollout.temperature is
         #   kept-only      truncated responses dropped before mini-batching (mask_truncated)
-        self.variant = variant
+        #   ref-init-adapter  (LoRA) the KL reference = base + the initial adapters, not the bare base
         self.per_update = variant == "lr-per-update"
         total = c["steps"] * (c["epochs"] * (c["P"] // (c["mini"] or c["P"])) if self.per_update else 1)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(c["schedule"], total, c["warmup"]))
-        self.params = [self.P[n] for n in self.R.names]
+        self.params = [self.P[n] for n in self.names]
+
+    def make_params(self, model_dir):
+        """self.P: the trained tensors {name: nn.Parameter} (names self.names); self.ref: the reference's."""
+        self.R = TorchQwen(model_dir, self.dtype)
+        self.P, self.names = self.R.params, self.R.names
+        self.ref = {k: v.detach().clone() for k, v in self.P.items()}
+
+    def model(self, w):
+        """The qwen2_ref model that w (self.P or self.ref) gives."""
+        return self.R.view(w)
 
     def logprobs(self, w, s, entropy=False):
         """log_softmax(logits / T) of each response token given prompt + earlier response tokens;
         entropy: also the entropy of each of those distributions (verl's entropy_from_logits)."""
-        m = self.R.view(w)
+        m = self.model(w)
         seq = s["prompt_ids"] + s["response_ids"]
         n_p = len(s["prompt_ids"])
         h = ref.hidden_states(m, torch.tensor(seq[:-1], dtype=torch.long))[n_p - 1:]
@@ -412,11 +446,31 @@ class Peer:
                     n_truncated=sum(truncated))
 
     def weights(self):
-        return {k: self.P[k].detach().clone() for k in self.R.names}
+        return {k: self.P[k].detach().clone() for k in self.names}
+
+
+class LoraPeer(Peer):
+    """Only the adapters train: the base is frozen, every adapter tensor decays (no "bias"/"norm" in its PEFT
+    name), clipping is over the adapters, and the reference is the base with the adapters off."""
+
+    def make_params(self, model_dir):
+        lo = self.c["lora"]
+        self.R = TorchQwen(model_dir, self.dtype)
+        self.base = {k: v.detach() for k, v in self.R.params.items()}
+        self.names = list(lo["init"])
+        self.P = {n: torch.nn.Parameter(lo["init"][n].to(self.dtype).clone()) for n in self.names}
+        self.ref = {}  # the base alone
+        if self.variant == "ref-init-adapter":
+            self.ref = {n: t.to(self.dtype) for n, t in lo["init"].items()}
+        self.scale = lo["alpha"] / lo["r"]
+
+    def model(self, w):
+        m = self.R.view(self.base)
+        return ref.attach_lora(m, w, self.scale) if w else m
 
 
 def replay(model_dir, c, samples, stop_ids, dtype=torch.float32, variant=None):
-    peer = Peer(model_dir, c, dtype, variant)
+    peer = (LoraPeer if c["lora"] else Peer)(model_dir, c, dtype, variant)
     steps = []
     for s in range(1, c["steps"] + 1):
         batch = [x for x in samples if x["step"] == s]
@@ -484,6 +538,13 @@ RUNS = {}
 def c_case(name):
     c = case_cfg(name)
     model_dir, stop_ids = MODELS[c["model"]]
+    if c["lora"]:  # the initial adapter: random non-zero A and B (qwen2_ref.make_lora)
+        lo = dict(c["lora"], dir=os.path.join(TMP, "adapter-init-" + name))
+        shutil.rmtree(lo["dir"], ignore_errors=True)
+        mcfg = json.load(open(os.path.join(model_dir, "config.json")))
+        lo["init"] = ref.make_lora(mcfg, lo["r"], lo["targets"], lo["seed"])
+        ref.save_lora(lo["dir"], lo["init"], lo["r"], lo["alpha"], lo["targets"], base=model_dir)
+        c["lora"] = lo
     g = run_grpo(name, c, model_dir, DATA)
     RUNS[name] = (c, g)
     samples = g["samples"]
@@ -531,12 +592,13 @@ def c_case(name):
 
     # weights
     r, worst = weights_diff(g["weights"], want_w)
-    init = ref.load_weights(model_dir)
+    init = c["lora"]["init"] if c["lora"] else ref.load_weights(model_dir)
     moved = max(rel(want_w[k], init[k]) for k in want_w)
     detail = f"max rel {r:.2e} ({worst}); by kind {per_group_diff(g['weights'], want_w)}; weights moved {moved:.1e}; " \
              f"grpo {g['secs']:.2f}s, torch {t_peer:.2f}s"
     ok = r <= WEIGHT_TOL
-    if name == "k3-token-mean" or SPREAD or not ok:  # the fp32 noise floor: torch fp32 vs fp64 on the same rollout
+    # the fp32 noise floor: torch fp32 vs fp64 on the same rollout
+    if name == "k3-token-mean" or c["lora"] or SPREAD or not ok:
         w64, _ = replay(model_dir, c, samples, stop_ids, torch.float64)
         spread = weights_diff(w64, {k: v.double() for k, v in want_w.items()})[0]
         detail += f"; torch fp32-vs-fp64 {spread:.1e}"
@@ -546,10 +608,12 @@ def c_case(name):
             ok = exact <= spread
             detail += f"; grpo-vs-fp64 {exact:.1e}"
     if not ok:  # name the grpo.c behaviour that explains the difference, if one does
-        for v in ("train-T1", "lr-per-update", "kept-only"):
+        for v in ("train-T1", "lr-per-update", "kept-only") + (("ref-init-adapter",) if c["lora"] else ()):
             rv = weights_diff(g["weights"], replay(model_dir, c, samples, stop_ids, variant=v)[0])[0]
             detail += f"; torch variant {v}: {rv:.1e}"
     check(f"{name}/weights-vs-torch", ok and moved > 100 * WEIGHT_TOL, detail)
+    if c["lora"]:
+        c_lora_outputs(name, c, g, steps)
 
     # metrics vs the peer: grpo reports per step the mean over updates of grad_norm / pg_loss / clip_frac /
     # KL (loss) and the min / max ratio over all updates
@@ -589,6 +653,24 @@ def c_case(name):
               + (f", dual clip holds {cfl:.3f} of the tokens at most (torch)" if c["clip_c"] else ""))
 
 
+def c_lora_outputs(name, c, g, steps):
+    """LoRA: the output dir is a PEFT adapter; the KL to the bare base is non-zero from step 1."""
+    lo, out = c["lora"], g["out"]
+    acfg = json.load(open(os.path.join(out, "adapter_config.json")))
+    files = sorted(os.listdir(out))
+    check(f"{name}/output-is-a-peft-adapter",
+          acfg.get("peft_type") == "LORA" and acfg.get("r") == lo["r"] and acfg.get("lora_alpha") == lo["alpha"]
+          and sorted(acfg.get("target_modules") or []) == sorted(lo["targets"]) and "model.safetensors" not in files
+          and all(t.dtype == torch.float32 for t in g["weights"].values()),
+          f"r {acfg.get('r')}, lora_alpha {acfg.get('lora_alpha')}, target_modules {acfg.get('target_modules')}; "
+          f"files {files}")
+    kl_g = g["metrics"][0].get("kl")
+    kl_t = sum(u["kl"] for u in steps[0]["ups"]) / len(steps[0]["ups"])
+    check(f"{name}/kl-to-the-bare-base-nonzero-at-step-1", isinstance(kl_g, (int, float)) and kl_g > 1e-4
+          and kl_t > 1e-4, f"step 1 kl: grpo {kl_g!r}, torch {kl_t:.3e} (the reference with the adapters on would "
+          f"give 0 on-policy)")
+
+
 def c_metrics():
     """The issue's invariants, from runs made by the cases above."""
     c, g = RUNS["k3-token-mean"]
@@ -624,7 +706,8 @@ def main():
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--tokenizer", default=QWEN_TOK, help="the real Qwen tokenizer.json (qwen-tiny case)")
-    ap.add_argument("--only", nargs="*", help="cases / groups to run: " + " ".join(GROUPS))
+    ap.add_argument("--only", nargs="*",
+                    help="cases / groups to run: " + " ".join(GROUPS) + " lora (= the lora-* cases)")
     ap.add_argument("--skip", nargs="*", default=[], help="cases / groups not to run")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1: these tensors are tiny, and threads only add contention)")
@@ -637,6 +720,8 @@ def main():
     t0 = time.time()
     group("setup", lambda: setup(os.path.abspath(a.tokenizer)))
     want = set(a.only or GROUPS) - set(a.skip)
+    if "lora" in want:
+        want |= set(LORA_CASES)
     if "metrics" in want:
         want |= {"k3-token-mean", "no-kl", "kl-in-reward-k3"}
     for name in CASES:
