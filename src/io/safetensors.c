@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE  // madvise (with POSIX.1-2008)
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -186,4 +186,11 @@ void safetensors_write(const char *path, const StWriteTensor *tensors, int n, DT
     }
     free(buf);
     atomic_file_commit(&af);
+}
+
+void safetensors_release(const StTensor *t) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)t->data / page * page, hi = (uintptr_t)t->data + t->nbytes;
+    if (t->nbytes && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        die("cannot release the pages of tensor \"%s\": %s", t->name, strerror(errno));
 }

@@ -357,6 +357,7 @@ void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
             dtype_to_f32(src[i]->dtype, src[i]->data, tmp, numel);
             dtype_from_f32(dtype, tmp, dst, numel);
         }
+        safetensors_release(src[i]);
     }
     free(tmp);
     free(src);

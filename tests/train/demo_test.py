@@ -29,22 +29,18 @@ import shutil
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import harness  # noqa: E402
+
 NODE_MODULES = os.path.join(HERE, "..", "text", "node_modules")
 DEMO_DIR = os.path.join("runs", "demo")  # where `grpo train` puts the demo, relative to its working directory
 GRPO = TMP = None
-passed = failed = 0
 
 
 def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-    sys.stdout.flush()
+    harness.check(name, ok, "" if ok else detail)  # this script's details explain failures only
 
 
 def read_jsonl(path):
@@ -278,8 +274,7 @@ def main():
             res = check_learning(p, demo, 20.0, "full")
             if res:
                 check(f"full: total time {res['time_total_s']:.0f} s <= 600 s", res["time_total_s"] <= 600)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(harness.summary())
 
 
 if __name__ == "__main__":

@@ -35,17 +35,12 @@ import time
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from harness import check, summary  # noqa: E402
+
 TOL = 1e-5
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none"]
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print(("PASS " if ok else "FAIL ") + name + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
 
 
 def load(d, name="model.safetensors"):
@@ -256,8 +251,7 @@ def main():
         said = [l.strip() for l in err.splitlines() if "signal 9" in l or "rank 1/2" in l]
         check("failure/SIGKILL rank 1: exit non-zero within timeout + 15 s, saying which rank died", rc != 0
               and secs <= 20 and said, f"exit {rc} after {secs:.1f} s; {said[:1]}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())
 
 
 if __name__ == "__main__":

@@ -72,7 +72,6 @@ import shutil
 import subprocess
 import sys
 import time
-import traceback
 
 sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,6 +79,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
+from harness import check, group, summary  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "rl"))
 from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
@@ -98,24 +98,6 @@ SEED = 3
 
 GRPO = TMP = None
 SPREAD = False
-RESULTS = []
-
-
-def check(name, ok, detail=""):
-    RESULTS.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
-
-
-def group(name, fn):
-    """Run one group of checks; an exception fails the group and the rest still run."""
-    t0 = time.time()
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        check(name, False, f"{type(e).__name__}: {str(e)[:1500]} @ {traceback.format_exc().splitlines()[-3][:200]}")
-    print(f"----  {name}: {time.time() - t0:.1f}s")
-    sys.stdout.flush()
 
 
 # ------------------------------------------------------------------ fixtures
@@ -729,9 +711,7 @@ def main():
             group(name, lambda n=name: c_case(n))
     if "metrics" in want:
         group("metrics", c_metrics)
-    passed = sum(RESULTS)
-    print(f"{passed} passed, {len(RESULTS) - passed} failed  ({time.time() - t0:.1f}s)")
-    return 0 if RESULTS and passed == len(RESULTS) else 1
+    return summary(t0)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import time
-import traceback
 
 sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,6 +47,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
+from harness import check, group, summary  # noqa: E402
 from sft_parity import decay_groups, lr_lambda, make_data, metrics_diff, rel, sft_args, write_jsonl  # noqa: E402
 
 # Tolerances.
@@ -82,25 +82,7 @@ SFT = dict(steps=3, lr=1e-2, batch=4, micro=2, clip=0.5, wd=0.1, warmup=0, sched
 BF16_SFT = dict(SFT, lr=1e-3)
 
 GRPO = TMP = None
-RESULTS = []
 DIRS, DATA, INITS = {}, {}, {}
-
-
-def check(name, ok, detail=""):
-    RESULTS.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
-
-
-def group(name, fn):
-    """Run one group of checks; an exception fails the group and the rest still run."""
-    t0 = time.time()
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        check(name, False, f"{type(e).__name__}: {str(e)[:1500]} @ {traceback.format_exc().splitlines()[-3][:200]}")
-    print(f"----  {name}: {time.time() - t0:.1f}s")
-    sys.stdout.flush()
 
 
 # ------------------------------------------------------------------ running grpo
@@ -839,9 +821,7 @@ def main():
         if a.only and name not in a.only:
             continue
         group(name, fn)
-    passed = sum(RESULTS)
-    print(f"{passed} passed, {len(RESULTS) - passed} failed  ({time.time() - t0:.1f}s)")
-    return 0 if RESULTS and passed == len(RESULTS) else 1
+    return summary(t0)
 
 
 if __name__ == "__main__":

