@@ -142,7 +142,8 @@ def run_mode(a, mode, m, tmp):
 
 
 def report(a, m, res):
-    params = sum(t.numel() for t in [m.embed, m.norm] + [x for L in m.layers for x in L.values()])
+    tensors = [m.embed, m.norm] + [x for L in m.layers for x in L.values()]
+    params = sum(t.numel() for t in tensors if t is not None)  # None: Qwen3's q/k norms in a Qwen2
     head = 0 if m.lm_head is m.embed else m.lm_head.numel()
     weights = params + head  # what decode reads per step (each weight once)
     f512 = flops_per_token(m, 512)

@@ -2,12 +2,15 @@
 """GRPO memory benchmark: the run's memory plan against what the process really holds, and what
 offloading the Adam moments (actor.offload_optimizer) saves during rollout.
 
-usage: /usr/bin/python3 bench/memory.py [--grpo build/grpo] [--preset qwen2.5-0.5b] [--steps 2]
+usage: /usr/bin/python3 bench/memory.py [--grpo build/grpo] [--preset qwen2.5-0.5b | --model DIR] [--steps 2]
            [--prompts 2] [--n 4] [--max-response 32] [--kl-coef 0.001] [--threads 2]
-           [--precision fp32|bf16|fp16] [--ref-dtype f32|bf16]
+           [--precision fp32|bf16|fp16] [--ref-dtype f32|bf16] [--lora-rank R [--lora-base-dtype bf16|f32]]
+           [--offload both|on|off] [--set KEY=VALUE ...]
 
 It makes a model of the preset's shape (`grpo init`, random weights, the real Qwen tokenizer) and a few
-prompts, then runs `grpo train` twice with the same settings, without and with actor.offload_optimizer.
+prompts (--model: an existing model directory with a tokenizer instead, e.g. bench/make_qwen7b.py's), then
+runs `grpo train` twice with the same settings, without and with actor.offload_optimizer (--offload).
+--lora-rank trains LoRA adapters (all-linear, alpha 2R) on a frozen base; --set adds any other key.
 Printed per run:
   plan       the startup line of grpo train: fixed slabs (policy, gradients, moments, reference) and the
              one workspace = max(rollout, update) -> planned peak, and the sum it would be unshared;
@@ -49,10 +52,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", default="fp32", help="actor.precision: bf16 adds a 2-byte compute copy")
     ap.add_argument("--ref-dtype", default="f32", help="model.ref_dtype: bf16 holds the reference in 2 bytes")
+    ap.add_argument("--model", help="use this model directory (with tokenizer.json) instead of grpo init --preset")
+    ap.add_argument("--lora-rank", type=int, default=0, help="actor.lora.rank (0: full fine-tuning)")
+    ap.add_argument("--lora-base-dtype", default="bf16", help="actor.lora.base_dtype")
+    ap.add_argument("--offload", default="both", choices=["both", "on", "off"])
+    ap.add_argument("--set", nargs="*", default=[], help="more grpo train overrides, KEY=VALUE")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="grpo-bench-memory-")
-    model = os.path.join(tmp, "model")
-    run([a.grpo, "init", "--out", model, "--preset", a.preset, "--tokenizer", QWEN_TOK])
+    model = a.model or os.path.join(tmp, "model")
+    if not a.model:
+        run([a.grpo, "init", "--out", model, "--preset", a.preset, "--tokenizer", QWEN_TOK])
     data = os.path.join(tmp, "data.jsonl")
     with open(data, "w") as f:
         for i in range(a.prompts * a.steps):
@@ -62,12 +71,15 @@ def main():
             f"data.max_response_length={a.max_response}", f"data.train_batch_size={a.prompts}", f"rollout.n={a.n}",
             f"trainer.steps={a.steps}", "trainer.val_before_train=false", "reward.gsm8k.method=flexible",
             f"actor.kl_loss_coef={a.kl_coef}", f"actor.use_kl_loss={'true' if a.kl_coef > 0 else 'false'}",
-            f"actor.precision={a.precision}", f"model.ref_dtype={a.ref_dtype}"]
-    print(f"model {a.preset}, {a.prompts} prompts x {a.n} samples, responses <= {a.max_response} tokens, "
+            f"actor.precision={a.precision}", f"model.ref_dtype={a.ref_dtype}"] + a.set
+    if a.lora_rank:
+        base += [f"actor.lora.rank={a.lora_rank}", f"actor.lora.alpha={2 * a.lora_rank}",
+                 f"actor.lora.base_dtype={a.lora_base_dtype}"]
+    print(f"model {a.model or a.preset}, {a.prompts} prompts x {a.n} samples, responses <= {a.max_response} tokens, "
           f"KL coef {a.kl_coef}, {a.steps} steps, {a.threads} threads, precision {a.precision}, "
-          f"reference {a.ref_dtype}")
+          f"reference {a.ref_dtype}, LoRA rank {a.lora_rank or 'off'}{' ' + ' '.join(a.set) if a.set else ''}")
     res = {}
-    for offload in (False, True):
+    for offload in {"both": (False, True), "on": (True,), "off": (False,)}[a.offload]:
         out = os.path.join(tmp, "run-offload" if offload else "run")
         p = run(base + ["trainer.out_dir=" + out, f"actor.offload_optimizer={'true' if offload else 'false'}"], env)
         plan = next(l for l in p.stderr.splitlines() if "memory plan" in l)
@@ -79,6 +91,8 @@ def main():
               f"(planned peak {nums.get('peak')} GiB, unshared sum {nums.get('not shared:')} GiB); last step: "
               f"offload {m['time_offload_s']:.2f} s, rollout {m['time_rollout_s']:.2f} s, "
               f"update {m['time_update_s']:.2f} s")
+    if len(res) < 2:
+        return
     saved = res[False]["rss_rollout_gib"] - res[True]["rss_rollout_gib"]
     print(f"\noffload saves {saved:.2f} GiB of resident memory during rollout; it costs "
           f"{res[True]['time_offload_s']:.2f} s to write the moments out and "

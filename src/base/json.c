@@ -8,6 +8,37 @@
 
 #include "base/util.h"
 
+typedef struct {
+    cJSON *item;
+    size_t index;
+} Member;
+
+static int cmp_member(const void *a, const void *b) {
+    const Member *x = a, *y = b;
+    int c = strcmp(x->item->string, y->item->string);
+    if (c) return c;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+// Python's json and Hugging Face keep the last of an object's duplicate keys, cJSON's lookups find the
+// first: drop all but the last of each name, in every object (sorted, so n log n for a hostile header).
+static void keep_last_duplicates(cJSON *node) {
+    size_t n = 0;
+    for (cJSON *c = node->child; c; c = c->next) {
+        keep_last_duplicates(c);
+        n++;
+    }
+    if (!cJSON_IsObject(node) || n < 2) return;
+    Member *m = xmalloc(n * sizeof *m);
+    n = 0;
+    for (cJSON *c = node->child; c; c = c->next, n++) m[n] = (Member){c, n};
+    qsort(m, n, sizeof *m, cmp_member);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (strcmp(m[i].item->string, m[i + 1].item->string) == 0)
+            cJSON_Delete(cJSON_DetachItemViaPointer(node, m[i].item));
+    free(m);
+}
+
 cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -32,7 +63,11 @@ static void utf8_of_bmp(uint32_t c, unsigned char out[3]) {
 
 cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
     *nul_sentinel = 0;
-    if (!memmem(line, len, "\\u0000", 6)) return json_parse_exact(line, len, NULL);
+    if (!memmem(line, len, "\\u0000", 6)) {
+        cJSON *root = json_parse_exact(line, len, NULL);
+        if (root) keep_last_duplicates(root);
+        return root;
+    }
     // Pick U+FDD0..U+FDEF whose hex digits appear nowhere in the line (so neither raw nor escaped).
     char hex[9];
     for (uint32_t c = 0xFDD0; c <= 0xFDEF && !*nul_sentinel; c++) {
@@ -55,6 +90,7 @@ cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
     }
     cJSON *root = json_parse_exact(copy, len, NULL);
     free(copy);
+    if (root) keep_last_duplicates(root);
     return root;
 }
 
@@ -102,6 +138,7 @@ cJSON *json_load_file(const char *path) {
     cJSON *root = json_parse_exact(text, len, &off);
     free(text);
     if (!root) die("%s: malformed JSON near byte %zu", path, off);
+    keep_last_duplicates(root);
     return root;
 }
 

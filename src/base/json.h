@@ -17,7 +17,9 @@ char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len);
 void json_write_string(FILE *f, const char *s, size_t n);
 // Writes a number with 9 significant digits (float round trip), or null when it is not finite.
 void json_write_number(FILE *f, double x);
-// Parses a JSON file; dies with the path and byte offset on malformed JSON.
+// Parses a JSON file; dies with the path and byte offset on malformed JSON. Here and in json_parse_line
+// an object's duplicate keys keep the last value, as Python and Hugging Face do (json_parse_exact keeps
+// them all, for callers that refuse duplicates).
 cJSON *json_load_file(const char *path);
 // Writes root, pretty-printed, to path atomically (base/util's AtomicFile).
 void json_save_file(const char *path, const cJSON *root);

@@ -2,6 +2,8 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <dirent.h>
 #include <libgen.h>
@@ -218,3 +220,26 @@ double time_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static atomic_int stop_received;  // lock-free, so safe in a handler
+
+static void on_stop_signal(int sig) {
+    // Any thread may take a signal, two at once: the exchange tells the first from the second, which
+    // ends the process by the signal's default action.
+    if (atomic_exchange(&stop_received, sig) != 0) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+void stop_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;  // reads and writes carry on; the loops look at the flag between steps
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0)
+        die("cannot install the SIGINT/SIGTERM handlers: %s", strerror(errno));
+}
+
+int stop_signal(void) { return atomic_load(&stop_received); }

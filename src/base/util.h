@@ -66,3 +66,9 @@ void atomic_file_commit(AtomicFile *af);
 
 // Monotonic clock in seconds.
 double time_now(void);
+
+// SIGINT and SIGTERM ask a training loop to stop after its current step (checkpoint, then exit); a
+// second one ends the process at once. The signal is the one piece of process-wide state here: a
+// handler can reach nothing else.
+void stop_signals_install(void);
+int stop_signal(void);  // the first SIGINT/SIGTERM received, 0 if none

@@ -9,7 +9,9 @@
 
 // Nesting and size limits: configs are small, and aliases can otherwise expand a few lines into
 // billions of keys, or loop (an alias to its own ancestor).
-enum { YAML_MAX_DEPTH = 64, YAML_MAX_ENTRIES = 10000 };
+// Merges ("<<: [*a, *a, ...]") can also fan out exponentially while adding no new key, so the pairs
+// visited are counted too.
+enum { YAML_MAX_DEPTH = 64, YAML_MAX_ENTRIES = 10000, YAML_MAX_WORK = 1000000 };
 
 typedef struct {
     YamlDoc *d;
@@ -17,6 +19,7 @@ typedef struct {
     const char *name;  // the file's path, or what the value came from (`override "k=v"`)
     int is_file;
     int first;  // the first entry of this load: duplicates are looked for from here on
+    long work;  // mapping pairs visited, merges included
 } Flatten;
 
 typedef struct {
@@ -86,6 +89,8 @@ static void mapping_pairs(Flatten *f, yaml_node_t *map, const char *prefix, Pair
         flatten_die(f, map, "nesting deeper than %d levels (a recursive alias?)", YAML_MAX_DEPTH);
     PairList merges = {0};
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        if (++f->work > YAML_MAX_WORK)
+            flatten_die(f, map, "aliases and merges expand past %d keys (a YAML bomb?)", YAML_MAX_WORK);
         yaml_node_t *k = yaml_document_get_node(f->doc, p->key), *v = yaml_document_get_node(f->doc, p->value);
         if (is_merge_key(k)) {
             pairs_push(&merges, k, v);
@@ -205,15 +210,43 @@ static _Noreturn void parser_die(const yaml_parser_t *p, const char *text, const
     die("%s: %s%s at column %zu%s", name, problem, value, col + 1 + (size_t)col_offset, context);
 }
 
+// The line (1-based) where flow collections ([ and {) outside quotes and comments first nest deeper than
+// `limit`, or 0. libyaml's parser slows down badly on deep flow nesting (100,000 "[" take 20 s) before
+// our own depth limit could see it.
+static int flow_too_deep(const char *text, size_t len, int limit) {
+    int depth = 0, line = 1;
+    char quote = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        line += c == '\n';
+        if (quote) {
+            if (c == '\\' && quote == '"' && i + 1 < len) i++;
+            else if (c == quote) quote = 0;
+        } else if (c == '"' || c == '\'') {
+            quote = c;
+        } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) {
+            while (i + 1 < len && text[i + 1] != '\n') i++;
+        } else if ((c == '[' || c == '{') && ++depth > limit) {
+            return line;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 // Parses text as exactly one YAML document and flattens its root under `prefix`.
 static void load(YamlDoc *d, const char *text, size_t len, const char *prefix, const char *name, int is_file,
                  int col_offset) {
+    int deep = flow_too_deep(text, len, YAML_MAX_DEPTH);
+    if (deep && is_file) die("%s:%d: nesting deeper than %d levels of [ ] or { }", name, deep, YAML_MAX_DEPTH);
+    if (deep) die("%s: nesting deeper than %d levels of [ ] or { }", name, YAML_MAX_DEPTH);
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) die("%s: out of memory parsing YAML", name);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_document_t doc;
     if (!yaml_parser_load(&parser, &doc)) parser_die(&parser, text, name, is_file, col_offset);
-    Flatten f = {d, &doc, name, is_file, d->n};
+    Flatten f = {d, &doc, name, is_file, d->n, 0};
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root) {
         // A second document would be silently ignored by many readers: refuse it.

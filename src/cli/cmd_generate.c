@@ -102,7 +102,10 @@ static void print_sample_jsonl(const Gen *g, const RolloutSample *s, int index, 
         buf_free(&text);
     }
     fputs(", \"logprobs\": [", stdout);
-    for (int i = 0; i < s->n; i++) printf(i ? ", %.9g" : "%.9g", (double)s->logprobs[i]);
+    for (int i = 0; i < s->n; i++) {
+        if (i) fputs(", ", stdout);
+        json_write_number(stdout, s->logprobs[i]);  // null when not finite: still JSON
+    }
     printf("], \"finish_reason\": \"%s\"}\n", s->finish == FINISH_STOP ? "stop" : "length");
 }
 

@@ -59,8 +59,10 @@ static void score_flush(Scorer *s, Batch *b) {
     s->batch_seconds[s->n_batches++] = dt;
     for (int i = 0; i < b->B; i++) {
         fputs("{\"logprobs\": [", stdout);
-        for (int64_t j = b->seq_off[i]; j + 1 < b->seq_off[i + 1]; j++)
-            printf(j > b->seq_off[i] ? ", %.9g" : "%.9g", (double)s->out[j]);
+        for (int64_t j = b->seq_off[i]; j + 1 < b->seq_off[i + 1]; j++) {
+            if (j > b->seq_off[i]) fputs(", ", stdout);
+            json_write_number(stdout, s->out[j]);  // a non-finite log-prob (a broken model) is null: still JSON
+        }
         fputs("]}\n", stdout);
     }
     if (fflush(stdout) != 0) die("cannot write to standard output");

@@ -18,7 +18,12 @@
 static int cmp_by_offset(const void *a, const void *b) {
     const StTensor *x = *(const StTensor *const *)a, *y = *(const StTensor *const *)b;
     const char *px = x->data, *py = y->data;
-    return (px > py) - (px < py);
+    if (px != py) return (px > py) - (px < py);
+    return (x->nbytes > y->nbytes) - (x->nbytes < y->nbytes);  // empty tensors before one at the same offset
+}
+
+static int cmp_by_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
 }
 
 // Fills t from one header entry; dies naming file and tensor on any inconsistency.
@@ -97,21 +102,32 @@ void safetensors_open(SafeTensors *st, const char *path) {
     }
     cJSON_Delete(root);
 
-    // Duplicate names make a file ambiguous; overlapping regions mean it is corrupt (or malicious).
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (strcmp(st->tensors[i].name, st->tensors[j].name) == 0)
-                die("%s: tensor \"%s\" appears twice in the header", path, st->tensors[i].name);
-    StTensor **order = xmalloc((size_t)n * sizeof *order);
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (st->tensors[i].nbytes) order[m++] = &st->tensors[i];  // empty tensors occupy nothing
-    qsort(order, (size_t)m, sizeof *order, cmp_by_offset);
-    for (int i = 1; i < m; i++) {
-        const StTensor *a = order[i - 1], *b = order[i];
-        if ((const char *)a->data + a->nbytes > (const char *)b->data)
-            die("%s: tensors \"%s\" and \"%s\" have overlapping data_offsets", path, a->name, b->name);
+    // Duplicate names make a file ambiguous: sorted by name, duplicates are neighbours (n log n: a header
+    // may list 100,000s of entries).
+    StTensor **order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
+    for (int i = 0; i < n; i++) order[i] = &st->tensors[i];
+    qsort(order, (size_t)n, sizeof *order, cmp_by_name);
+    for (int i = 1; i < n; i++)
+        if (strcmp(order[i - 1]->name, order[i]->name) == 0)
+            die("%s: tensor \"%s\" appears twice in the header", path, order[i]->name);
+    // As the format requires, the tensors tile the data exactly: each starts where the one before it
+    // ends, from 0 to the end of the file. A gap, an overlap or trailing bytes mean a corrupt file
+    // (a header length off by one shifts every tensor and shows up here).
+    qsort(order, (size_t)n, sizeof *order, cmp_by_offset);
+    size_t end = 0;
+    for (int i = 0; i < n; i++) {
+        size_t begin = (size_t)((const char *)order[i]->data - data);
+        if (begin < end)
+            die("%s: tensors \"%s\" and \"%s\" have overlapping data_offsets", path, order[i - 1]->name,
+                order[i]->name);
+        if (begin > end)
+            die("%s: tensor \"%s\" starts at byte %zu of the data, leaving a gap after byte %zu (the tensors "
+                "must tile the data)", path, order[i]->name, begin, end);
+        end = begin + order[i]->nbytes;
     }
+    if (end != data_size)
+        die("%s: %zu bytes after the last tensor's data (the data is %zu bytes, the tensors cover %zu)", path,
+            data_size - end, data_size, end);
     free(order);
 }
 

@@ -68,9 +68,12 @@ void qwen2_config_check(const Qwen2Config *c, const char *where) {
     if (!(c->rope_theta > 0) || !(c->eps > 0)) die("%s: rope_theta and rms_norm_eps must be positive", where);
 }
 
-static const char *json_str(const cJSON *obj, const char *key) {
+// A string key, NULL when absent or null; any other type dies naming the key.
+static const char *json_str(const cJSON *obj, const char *key, const char *where) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(it) ? it->valuestring : NULL;
+    if (!it || cJSON_IsNull(it)) return NULL;
+    if (!cJSON_IsString(it)) die("%s: key \"%s\" must be a string", where, key);
+    return it->valuestring;
 }
 
 // eos_token_id may be an int or a list of ints; we keep the first.
@@ -90,7 +93,7 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     cJSON *root = json_load_file(path);
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const char *model_type = json_str(root, "model_type");
+    const char *model_type = json_str(root, "model_type", path);
     int qwen3;
     if (cJSON_IsArray(arch)) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
@@ -106,7 +109,7 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     }
     if (json_get_bool_or(root, "use_sliding_window", 0, path))
         die("%s: sliding-window attention (use_sliding_window: true) is unsupported", path);
-    const char *act = json_str(root, "hidden_act");
+    const char *act = json_str(root, "hidden_act", path);
     if (act && strcmp(act, "silu") != 0) die("%s: hidden_act \"%s\" is unsupported (only silu)", path, act);
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (scaling && !cJSON_IsNull(scaling)) die("%s: rope_scaling is unsupported", path);
@@ -125,7 +128,7 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     if (rp && !cJSON_IsNull(rp)) {
         if (!cJSON_IsObject(rp)) die("%s: rope_parameters must be an object", path);
-        const char *type = json_str(rp, "rope_type");
+        const char *type = json_str(rp, "rope_type", path);
         if (type && strcmp(type, "default") != 0)
             die("%s: rope_parameters.rope_type \"%s\" is unsupported (only default)", path, type);
         c->rope_theta = json_get_number_or(rp, "rope_theta", c->rope_theta, path);

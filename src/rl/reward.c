@@ -950,3 +950,9 @@ void reward_set_free(RewardSet *set) {
     }
     memset(set, 0, sizeof *set);
 }
+
+const char *reward_last_error(const RewardSet *set) {
+    for (int i = 0; i < set->n; i++)
+        if (set->items[i].program && set->items[i].program->last_error[0]) return set->items[i].program->last_error;
+    return "another rank's program";
+}

@@ -138,6 +138,8 @@ typedef struct {
     int program_failures;  // program calls in this score that failed
 } RewardDetail;
 
+// Why the set's reward program last failed ("another rank's program" when this one never did).
+const char *reward_last_error(const RewardSet *set);
 // Copies the specs, compiles format regexes and starts programs. Dies (one line, naming the spec)
 // on a bad spec: unknown kind, non-finite weight, regex that does not compile, program without command.
 void reward_set_init(RewardSet *set, const RewardSpec *specs, int n);

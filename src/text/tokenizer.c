@@ -193,10 +193,14 @@ static void load_added(Tokenizer *t, const cJSON *added, const char *path) {
         int64_t id;
         if (!content || !*content || !json_as_int(cJSON_GetObjectItemCaseSensitive(e, "id"), 0, t->n_ids - 1, &id))
             die("%s: added_tokens[%d] needs a non-empty \"content\" and a valid \"id\"", path, i);
-        static const char *flags[] = {"lstrip", "rstrip", "single_word", "normalized"};
-        for (int f = 0; f < 4; f++)
-            if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flags[f])))
+        static const char *flags[] = {"lstrip", "rstrip", "single_word", "normalized", "special"};
+        for (int f = 0; f < 5; f++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(e, flags[f]);
+            if (x && !cJSON_IsBool(x) && !cJSON_IsNull(x))
+                die("%s: added token \"%s\": \"%s\" must be true or false", path, content, flags[f]);
+            if (f < 4 && cJSON_IsTrue(x))
                 die("%s: added token \"%s\": \"%s\": true is unsupported", path, content, flags[f]);
+        }
         t->added[i] = (AddedToken){xstrdup(content), strlen(content), (int32_t)id,
                                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"))};
         t->added_first[(unsigned char)content[0]] = 1;
@@ -204,13 +208,19 @@ static void load_added(Tokenizer *t, const cJSON *added, const char *path) {
     }
 }
 
-// Largest id + 1 over vocab and added tokens, so id arrays can be sized before filling.
-static int32_t count_ids(const cJSON *vocab, const cJSON *added) {
-    int64_t max = -1, id;
-    for (const cJSON *e = vocab ? vocab->child : NULL; e; e = e->next)
+// Largest id + 1 over vocab and added tokens, so id arrays can be sized before filling. Ids are dense in
+// real tokenizers: one far past the number of entries would size those arrays by an attacker's number
+// (id 2^31-2: 16 GB), so the largest id must stay below 2 x entries + 1024 and 2^24.
+static int32_t count_ids(const cJSON *vocab, const cJSON *added, const char *path) {
+    int64_t max = -1, id, entries = 0;
+    for (const cJSON *e = vocab ? vocab->child : NULL; e; e = e->next, entries++)
         if (json_as_int(e, 0, INT32_MAX - 1, &id) && id > max) max = id;
-    for (const cJSON *e = added ? added->child : NULL; e; e = e->next)
+    for (const cJSON *e = added ? added->child : NULL; e; e = e->next, entries++)
         if (json_as_int(cJSON_GetObjectItemCaseSensitive(e, "id"), 0, INT32_MAX - 1, &id) && id > max) max = id;
+    int64_t cap = 2 * entries + 1024 < (1 << 24) ? 2 * entries + 1024 : 1 << 24;
+    if (max >= cap)
+        die("%s: token id %lld is far past the %lld vocab and added entries (ids must be dense, below %lld)", path,
+            (long long)max, (long long)entries, (long long)cap);
     return (int32_t)(max + 1);
 }
 
@@ -274,7 +284,7 @@ void tokenizer_load(Tokenizer *t, const char *path) {
     if (!is_type(dec, "ByteLevel")) die("%s: unsupported decoder (supported: ByteLevel)", p);
     const char *pattern = split_pattern(pre, p);
 
-    t->n_ids = count_ids(cJSON_GetObjectItemCaseSensitive(model, "vocab"), added);
+    t->n_ids = count_ids(cJSON_GetObjectItemCaseSensitive(model, "vocab"), added, p);
     t->id_bytes = xcalloc((size_t)t->n_ids + 1, sizeof *t->id_bytes);
     t->id_len = xcalloc((size_t)t->n_ids + 1, sizeof *t->id_len);
     load_model(t, model, p);

@@ -71,8 +71,7 @@ static void write_state(const char *dir, const TrainState *s) {
     cJSON_Delete(r);
 }
 
-// The trained tensors: the model's, or the adapters' (PEFT names) with LoRA. Free the array.
-static Qwen2Tensor *trained_tensors(const Qwen2 *master, const Lora *lora, int *n) {
+Qwen2Tensor *checkpoint_tensors(const Qwen2 *master, const Lora *lora, int *n) {
     *n = lora ? lora_tensors(lora, NULL) : qwen2_tensors(master, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
     if (lora) lora_tensors(lora, ts);
@@ -85,7 +84,7 @@ static Qwen2Tensor *trained_tensors(const Qwen2 *master, const Lora *lora, int *
 static void write_optimizer(const char *dir, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
                             int with_master) {
     int n;
-    Qwen2Tensor *ts = trained_tensors(master, lora, &n);
+    Qwen2Tensor *ts = checkpoint_tensors(master, lora, &n);
     StWriteTensor *ws = xcalloc((size_t)n * 3 + 1, sizeof *ws);
     char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names + 1);
     const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
@@ -200,7 +199,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
     SafeTensors st;
     safetensors_open(&st, path);
     int n;
-    Qwen2Tensor *ts = trained_tensors(master, lora, &n);
+    Qwen2Tensor *ts = checkpoint_tensors(master, lora, &n);
     char first[128];
     snprintf(first, sizeof first, "master.%s", ts[0].name);
     int with_master = !lora && safetensors_find(&st, first) != NULL;

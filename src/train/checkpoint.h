@@ -26,6 +26,8 @@ typedef struct {
 // the PEFT adapter files instead of the model, and the moments are the adapters'.
 void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
                      DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep);
+// The trained tensors (malloc'd; *n their count): master's, or with LoRA the adapters' (PEFT names).
+Qwen2Tensor *checkpoint_tensors(const Qwen2 *master, const Lora *lora, int *n);
 // Deletes all but the newest `keep` checkpoints.
 void checkpoint_prune(const char *out, int64_t keep);
 // The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.

@@ -1,6 +1,7 @@
 #define _XOPEN_SOURCE 700
 #include "train/grpo.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ typedef struct {
     double t0, t_offload, t_roll, t_rew, t_ref, t_old, t_end;  // phase end times (t_ref, t_old 0: skipped)
     double rss_rollout;  // resident memory at the end of rollout (GiB)
     int64_t n_trunc, resp_max, tokens_total, n_acc, n_correct, n_updates;
+    int64_t reward_failures;  // reward program calls that failed (scored 0)
     double kl_reward, norm_sum, lr;
     GrpoLossStats loss;
 } StepStats;
@@ -88,10 +90,10 @@ static double rss_gib(const char *key) {
 
 static int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length + s->max_response_length; }
 
-// The update workspace serves the policy's compute copy and the reference: sized for 16-bit weights
-// when either is stored in 16 bits (a bf16-sized workspace serves fp32 weights too).
 int grpo_has_lora(const GrpoSettings *s) { return s->lora.spec.rank > 0 || s->lora.adapter; }
 
+// The update workspace serves the policy's compute copy and the reference: sized for 16-bit weights
+// when either is stored in 16 bits (a bf16-sized workspace serves fp32 weights too).
 static DType update_ws_dtype(const GrpoSettings *s) {
     if (grpo_has_lora(s)) return s->lora.base_dtype;  // the one set of weights: the base (adapters are fp32)
     int bf16 = compute_storage(s->precision) == DTYPE_BF16 || compute_storage(s->ref_dtype) == DTYPE_BF16;
@@ -124,7 +126,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
     size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
     size_t reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0;
     DType rollout_dt = compute_storage(s->precision);
-    if (grpo_has_lora(s)) {  // a frozen base (no gradients, moments or copies) + fp32 adapters; the reference is the base
+    if (grpo_has_lora(s)) {  // a frozen base (no gradients, moments, copies; it is the reference) + fp32 adapters
         cfg.lora_rank = s->lora.spec.rank;
         slab = lora_params(c, &s->lora.spec) * 4;
         policy = n * dtype_size(s->lora.base_dtype) + slab;
@@ -256,6 +258,7 @@ static void score_rewards(Run *r, const int64_t *idx, Rollout *ro, StepStats *st
         ro->correct[i] = det.correct;
         st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
         st->n_trunc += x->finish == FINISH_LENGTH;
+        st->reward_failures += det.program_failures;
         st->resp_max = x->n > st->resp_max ? x->n : st->resp_max;
         st->tokens_total += ro->prompt_len[i] + x->n;
     }
@@ -358,7 +361,7 @@ static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
-       M_KL_REWARD, M_N };
+       M_KL_REWARD, M_REWARD_FAIL, M_N };
 
 static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
     const GrpoSettings *s = r->s;
@@ -368,7 +371,7 @@ static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
     sum[M_TRUNC] = (double)st->n_trunc, sum[M_ACC] = (double)st->n_acc, sum[M_CORRECT] = (double)st->n_correct;
     sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)ro->n_kept, sum[M_RESP] = (double)ro->n_resp;
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
-    sum[M_KL_REWARD] = st->kl_reward;
+    sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
     double n = (double)(ro->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
@@ -400,10 +403,14 @@ static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
     json_write_number(f, st->n_updates ? st->norm_sum / (double)st->n_updates : NAN);
     fprintf(f, ", \"lr\": %.6g, \"time_offload_s\": %.4f, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, "
             "\"time_reference_s\": %.4f, \"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, "
-            "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f}\n", st->lr, st->t_offload - st->t0,
-            st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt, tok_s, st->rss_rollout,
-            rss_gib("VmHWM:"));
-    if (fflush(f) != 0) die("cannot write metrics.jsonl");
+            "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f}\n",
+            st->lr, st->t_offload - st->t0, st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt,
+            tok_s, st->rss_rollout, rss_gib("VmHWM:"), sum[M_REWARD_FAIL]);
+    if (fflush(f) != 0 || ferror(f)) die("%s/metrics.jsonl: cannot write: %s", s->out_dir, strerror(errno));
+    if (sum[M_REWARD_FAIL] > 0)  // they scored 0: say so, not only in the metrics
+        fprintf(stderr, "grpo: warning: step %lld: %.0f reward program call%s failed and scored 0 (last: %s)\n",
+                (long long)r->tr.st.iteration, sum[M_REWARD_FAIL], sum[M_REWARD_FAIL] == 1 ? "" : "s",
+                reward_last_error(&r->rewards));
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
             (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }
@@ -493,7 +500,8 @@ static void resolve_lora(GrpoSettings *s, const GrpoConfig *c) {
     TrainerLora *lo = &s->lora;
     *lo = (TrainerLora){.spec = {a->lora.rank, a->lora.alpha, 0}, .base_dtype = a->lora.base_dtype,
                         .adapter = c->model.adapter, .seed = c->trainer.seed};
-    for (int i = 0; i < a->lora.target_modules.n; i++) lora_targets_add(&lo->spec.targets, a->lora.target_modules.items[i]);
+    for (int i = 0; i < a->lora.target_modules.n; i++)
+        lora_targets_add(&lo->spec.targets, a->lora.target_modules.items[i]);  // checked by grpo_config_load
     if (!lo->spec.targets) lora_targets_add(&lo->spec.targets, "all-linear");
     if (!lo->adapter) return;
     LoraSpec file;
@@ -635,6 +643,7 @@ void grpo_run(const GrpoSettings *global) {
     Run r = {.P_global = global->train_batch_size};
     comm_init(&r.comm, global->dist_timeout_s);
     comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
+    stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     GrpoSettings local = rank_share(global, &r.comm);
     const GrpoSettings *s = r.s = &local;
     int lead = r.comm.rank == 0;  // prints and writes files
@@ -723,6 +732,16 @@ void grpo_run(const GrpoSettings *global) {
         }
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
+        int sig = r.tr.st.iteration < steps ? trainer_stop_signal(&r.tr) : 0;
+        if (sig) {
+            trainer_save_on_signal(&r.tr, sig, r.tr.st.iteration, "grpo train", "trainer.resume=true", s->out_dir,
+                                   s->save_dtype, s->model_dir, s->keep);
+            if (lead && fclose(r.metrics) != 0) die("cannot write %s", mp);
+            if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
+            reward_set_free(&r.rewards);  // ends the reward program
+            comm_finalize(&r.comm);
+            exit(128 + sig);
+        }
     }
     comm_finalize(&r.comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {

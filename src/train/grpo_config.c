@@ -641,7 +641,9 @@ void grpo_config_load(GrpoConfig *c, const char *yaml_path, char **overrides, in
     }
     for (int i = 0; i < n_overrides; i++) {
         char desc[1100];
-        snprintf(desc, sizeof desc, "override \"%s\"", overrides[i]);
+        // Quoted in every message about it: a long one (a hostile value) is cut so the reason stays visible.
+        int cut = strlen(overrides[i]) > 300;
+        snprintf(desc, sizeof desc, "override \"%.300s%s\"", overrides[i], cut ? "..." : "");
         const char *eq = strchr(overrides[i], '=');
         if (!eq) die("%s: expected dotted.key=value", desc);
         if (eq == overrides[i]) die("%s: no key before \"=\"", desc);

@@ -1,6 +1,7 @@
 #define _XOPEN_SOURCE 700  // realpath
 #include "train/sft.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,13 @@
 #include "train/sft_data.h"
 #include "train/stream.h"
 
-// The largest packed micro-batch any step can form: the sum of the b longest samples.
+// The largest packed micro-batch any step can form: the sum of the b longest samples (with repeats).
 static int64_t max_micro_tokens(const SftData *d, int64_t b) {
-    int64_t *top = xcalloc((size_t)b, sizeof *top), sum = 0;
-    for (int64_t i = 0; i < d->n; i++) {
-        int64_t x = d->len[i];
+    // b consecutive samples of the stream touch at most (b-1)/n + 2 epochs, so a sample can be in a
+    // micro-batch that many times (a batch larger than the data set, or one across an epoch's end).
+    int64_t *top = xcalloc((size_t)b, sizeof *top), sum = 0, repeats = (b - 1) / d->n + 2;
+    for (int64_t i = 0; i < d->n * repeats; i++) {
+        int64_t x = d->len[i % d->n];
         for (int64_t j = 0; j < b; j++)
             if (x > top[j]) {
                 int64_t t = top[j];
@@ -70,13 +73,14 @@ static void write_metrics(FILE *f, const char *path, int64_t step, double loss, 
     json_write_number(f, norm);
     fprintf(f, ", \"lr\": %.9g, \"tokens\": %lld, \"loss_scale\": %.9g, \"skipped\": %s, \"elapsed_s\": %.4f}\n", lr,
             (long long)tokens, scale, isfinite(norm) ? "false" : "true", seconds);
-    if (fflush(f) != 0) die("cannot write %s", path);
+    if (fflush(f) != 0 || ferror(f)) die("cannot write %s: %s", path, strerror(errno));
 }
 
 void sft_run(const SftConfig *cfg) {
     Comm comm;
     comm_init(&comm, cfg->dist_timeout_s);
     comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
+    stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     int lead = comm.rank == 0;  // prints and writes files
     Trainer tr;
     trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
@@ -184,6 +188,14 @@ void sft_run(const SftConfig *cfg) {
             die("%lld consecutive steps skipped for non-finite loss or gradients (last: step %lld, loss scale %g); "
                 "see the warnings above", (long long)tr.st.skips_in_row, (long long)step, scale);
         if (cfg->save_every && step % cfg->save_every == 0) trainer_save(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir, cfg->keep);
+        int sig = tr.st.step < steps ? trainer_stop_signal(&tr) : 0;
+        if (sig) {
+            trainer_save_on_signal(&tr, sig, tr.st.step, "grpo sft", "--resume", cfg->out_dir, cfg->save_dtype,
+                                   cfg->model_dir, cfg->keep);
+            if (lead && fclose(metrics) != 0) die("cannot write %s", metrics_path);
+            comm_finalize(&comm);
+            exit(128 + sig);
+        }
     }
     comm_finalize(&comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {

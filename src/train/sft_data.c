@@ -78,6 +78,7 @@ void sft_data_load(SftData *d, const char *path, const char *model_dir, const Qw
             encode_text(&L, p, "prompt", 1, &ids);
             plen = (int64_t)ids.n;
             encode_text(&L, comp, "completion", 0, &ids);
+            if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)L.line);
             int32_t eos = L.tok.eos_id >= 0 ? L.tok.eos_id : (int32_t)c->eos_id;
             if (eos < 0) die("%s: no eos token in tokenizer_config.json or config.json to end completions", model_dir);
             idlist_push(&ids, eos);

@@ -2,6 +2,8 @@
 #include "train/trainer.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,17 +31,12 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
         lora_attach(&t->master, &t->lora);
         t->w = t->lora.params;
         t->n = t->lora.n;
-        t->n_tensors = lora_tensors(&t->lora, NULL);
-        t->tensors = xmalloc((size_t)t->n_tensors * sizeof *t->tensors);
-        lora_tensors(&t->lora, t->tensors);
     } else {
         if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg, compute_storage(precision));
         t->w = t->master.params;
         t->n = t->master.n_params;
-        t->n_tensors = qwen2_tensors(&t->master, NULL);
-        t->tensors = xmalloc((size_t)t->n_tensors * sizeof *t->tensors);
-        qwen2_tensors(&t->master, t->tensors);
     }
+    t->tensors = checkpoint_tensors(&t->master, t->has_lora ? &t->lora : NULL, &t->n_tensors);
     t->grads = xcalloc(t->n, 4);
     t->m = xcalloc(t->n, 4);
     t->v = xcalloc(t->n, 4);
@@ -254,4 +251,19 @@ void trainer_load(Trainer *t, const char *dir) {
 void trainer_save_result(const Trainer *t, const char *dir, DType save_dtype, const char *model_dir) {
     if (t->has_lora) lora_save(&t->lora, dir, model_dir);
     else qwen2_save(&t->master, dir, save_dtype);
+}
+
+int trainer_stop_signal(Trainer *t) {
+    double sig = stop_signal();
+    if (t->comm) comm_allreduce_f64(t->comm, &sig, 1, COMM_MAX, "the stop-signal flag");
+    return (int)sig;
+}
+
+void trainer_save_on_signal(const Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
+                            const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
+    trainer_save(t, out, save_dtype, model_dir, keep);
+    if (!t->comm || t->comm->rank == 0)
+        fprintf(stderr, "%s: %s: stopped after step %lld and wrote %s/checkpoint-%lld; run the same command with %s "
+                "to continue\n", cmd, sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step, out,
+                (long long)t->st.step, resume);
 }

@@ -82,6 +82,14 @@ const Qwen2 *trainer_begin_step(Trainer *t);
 // (on any rank) or any gradient is not finite, else unscales, clips and applies AdamW at lr.
 // Returns the pre-clip gradient norm, NAN for a skipped step. Collective: every rank calls it.
 double trainer_apply(Trainer *t, double lr, int loss_finite);
+// Collective, once per step: the SIGINT/SIGTERM any rank received (stop_signal), 0 if none, so every
+// rank stops after the same step.
+int trainer_stop_signal(Trainer *t);
+// After signal sig: a checkpoint of the step just finished (trainer_save), and on rank 0 a line saying
+// where it is and how to go on (`step`: the loop's count of steps done; `resume`: the option that
+// continues). Collective.
+void trainer_save_on_signal(const Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
+                            const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Collective; rank 0 writes (ZeRO moments are gathered to it first), so a checkpoint's files are those
 // of a single-process run. Loading reads the whole moments on every rank, then keeps its shard.
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);

@@ -171,6 +171,38 @@ def stale_copy(tensor, into):
     return m
 
 
+def header_len_minus_one(d):
+    """The header padded with spaces, its length field one short: every tensor shifts by one byte."""
+    path = os.path.join(d, ST)
+    h, data = st_read(path)
+    text = (json.dumps(h) + " " * 8).encode()
+    with open(path, "wb") as f:
+        f.write((len(text) - 1).to_bytes(8, "little") + text + data)
+
+
+def gap_before_last(d):
+    """4 unused bytes before the last tensor's data (its offsets moved past them)."""
+    path = os.path.join(d, ST)
+    h, data = st_read(path)
+    last = max((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][0])
+    b, e = h[last]["data_offsets"]
+    h[last]["data_offsets"] = [b + 4, e + 4]
+    st_write(path, h, data[:b] + bytes(4) + data[b:])
+
+
+def empty_entries(n):  # n zero-size tensors at offset 0 (a valid file, which must load quickly)
+    return header(lambda h: json.dumps(dict(h, **{f"e{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+                                                  for i in range(n)})))
+
+
+def config_text(fn):  # rewrite config.json's text: fn(text) -> text
+    def m(d):
+        path = os.path.join(d, CFG)
+        text = open(path).read()
+        open(path, "w").write(fn(text))
+    return m
+
+
 SD = "{d}/" + ST
 CASES = [
     # --- safetensors container
@@ -200,6 +232,13 @@ CASES = [
     load("st-duplicate-name", duplicate_key(LN1, True), SD, LN1, "twice"),
     load("st-duplicate-name-same-offsets", duplicate_key(LN1, False), SD, LN1, ("twice", "overlapping")),
     load("st-header-trailing-garbage", header(lambda h: json.dumps(h) + " garbage"), SD, "JSON"),
+    # a hostile-input run's findings: a 10 MB header of 150,000 empty entries took 32 s (a quadratic
+    # duplicate check); a header length off by one shifted every tensor and was accepted; so were
+    # bytes after the data
+    load("st-150000-empty-entries", empty_entries(150000), same_ok=True),
+    load("st-header-len-off-by-one", header_len_minus_one, SD, "after the last tensor"),
+    load("st-trailing-bytes", raw_bytes(lambda b: b + bytes(16)), SD, "16 bytes after the last tensor"),
+    load("st-gap-between-tensors", gap_before_last, SD, "gap"),
     load("st-name-with-newline",
          header(lambda h: h.__setitem__("bad\nname", {"dtype": "X", "shape": [], "data_offsets": [0, 0]})), SD, "bad"),
     # --- model directory
@@ -252,6 +291,12 @@ CASES = [
          "{d}/" + CFG, "head_dim"),
     load("cfg-rope_scaling", cfg(rope_scaling={"type": "linear", "factor": 2.0}), "{d}/" + CFG, "rope_scaling"),
     load("cfg-hidden_act-gelu", cfg(hidden_act="gelu"), "{d}/" + CFG, '"gelu"'),
+    load("cfg-hidden_act-number", cfg(hidden_act=3.0), "{d}/" + CFG, '"hidden_act"', "string"),
+    # duplicate keys: the last wins, as in Python and Hugging Face (here a wrong vocab_size, which the
+    # weights then refuse; with the first winning it loaded silently)
+    load("cfg-duplicate-key-last-wins", config_text(lambda t: t.replace("{", '{"vocab_size": 999, ', 1)
+                                                    .replace('"vocab_size": 100', '"vocab_size": 100, "vocab_size": 101')),
+         SD, "model.embed_tokens.weight", "[101, 32]"),
     load("cfg-rope_theta-negative", cfg(rope_theta=-1), "{d}/" + CFG, "rope_theta"),
     load("cfg-eos-not-id", cfg(eos_token_id="</s>"), "{d}/" + CFG, '"eos_token_id"'),
     load("cfg-vocab-mismatch-weights", cfg(vocab_size=101), SD, "model.embed_tokens.weight", "[100, 32]", "[101, 32]"),
@@ -305,7 +350,9 @@ ENV = dict(os.environ, ASAN_OPTIONS=":".join(filter(None, ASAN)))
 
 
 def run(grpo, argv, stdin_text):
-    return subprocess.run([grpo] + argv, input=stdin_text, capture_output=True, text=True, timeout=120,
+    # Every case is a tiny model (an ASan run takes well under a second): 20 s is a hang, like the 32 s
+    # header parse was.
+    return subprocess.run([grpo] + argv, input=stdin_text, capture_output=True, text=True, timeout=20,
                           errors="replace", env=ENV)
 
 

@@ -65,6 +65,14 @@ def main():
         ("merge-unknown-token", variant("merge", lambda t: t["model"]["merges"].insert(0, ["zzqx", "qqzz"])), [], b"x",
          ["merge 0", "missing from the vocab"]),
         ("added-lstrip", variant("lstrip", setk(["added_tokens", 0, "lstrip"], True)), [], b"x", ["<|endoftext|>", "lstrip"]),
+        # a hostile-input run: one id of 2^31-2 sized the id arrays by it (16.8 GB, 92 s); a string where a flag
+        # belongs passed silently
+        ("added-id-2^31-2", variant("hugeid", setk(["added_tokens", 0, "id"], 2147483646)), [], b"x",
+         ["tokenizer.json", "2147483646", "dense"]),
+        ("vocab-id-2^31-2", variant("hugevocabid", setk(["model", "vocab", "!"], 2147483646)), [], b"x",
+         ["tokenizer.json", "2147483646", "dense"]),
+        ("added-special-not-bool", variant("special", setk(["added_tokens", 0, "special"], 319)), [], b"x",
+         ["<|endoftext|>", '"special"', "true or false"]),
         ("decoder-other", variant("decoder", setk(["decoder"], {"type": "WordPiece"})), [], b"x", ["unsupported decoder"]),
         ("plain-invalid-utf8", base, [], b"ok \xff\xfe", ["stdin", "invalid UTF-8 at byte 3"]),
         ("jsonl-invalid-utf8", base, ["--jsonl"], b'{"text": "a"}\n{"text": "b\xc3("}\n', ["stdin line 2", "invalid UTF-8"]),
@@ -86,7 +94,8 @@ def main():
     ]
     passed = failed = 0
     for name, tok, extra, stdin, words in cases:
-        p = subprocess.run([a.grpo, "tokenize", "--tokenizer", tok, *extra], input=stdin, capture_output=True)
+        p = subprocess.run([a.grpo, "tokenize", "--tokenizer", tok, *extra], input=stdin, capture_output=True,
+                           timeout=60)  # a hang is a failure (the huge-id case ran 92 s)
         err = p.stderr.decode("utf-8", "replace")
         lines = err.splitlines()
         why = None

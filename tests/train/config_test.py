@@ -628,6 +628,16 @@ conflicts = [
     ("lora_target", None, ["actor.lora.target_modules=[q_proj, lm_head]"], "actor.lora.target_modules",
      'unknown module "lm_head"'),
 ]
+# A hostile-input run: merge keys fanning out over 10 levels took 28 s (YAML's "billion laughs"), and
+# 100,000 "[" took 21 s inside libyaml before any depth limit applied.
+BOMB = "m0: &m0 {a: 1}\n" + "".join(f"m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 10)}]}}\n" for i in range(1, 11))
+conflicts += [
+    ("yaml_merge_bomb", BOMB, [], "YAML bomb"),
+    ("yaml_deep_flow", "actor: " + "[" * 100000 + "\n", [], "conflict_yaml_deep_flow.yaml:1: ",
+     "nesting deeper than 64"),
+    ("yaml_deep_flow_override", None, ["actor.lr=" + "[" * 100000], 'override "actor.lr=[[[', '[[[..."',
+     "nesting deeper than 64"),
+]
 for name, text, ovs, *needles in conflicts:
     check_error("conflict_" + name, text, ovs, *needles)
 

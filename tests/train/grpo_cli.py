@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -98,5 +99,26 @@ print(("PASS" if same else "FAIL") + f"  actor.offload_optimizer=true (resumed) 
       f"{wc == wa}); files left: {left}; rss_rollout_gib {[m['rss_rollout_gib'] for m in ms]}")
 passed += same
 failed += not same
+# SIGTERM after the first step: a checkpoint of the finished step (save_every 0 writes none otherwise), a
+# message naming trainer.resume=true, exit 143; resuming then gives the uninterrupted run's bytes.
+sig_run = [x for x in run if not x.startswith("trainer.save_every")] + ["trainer.out_dir=" + T("rs")]
+p = subprocess.Popen([a.grpo, "train"] + sig_run, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+err = []
+for line in p.stderr:
+    err.append(line)
+    if "step 1/" in line:
+        p.send_signal(signal.SIGTERM)
+        break
+err += p.stderr.readlines()
+rc = p.wait(timeout=600)
+msg = next((l.strip() for l in err if "SIGTERM: stopped after step" in l), "")
+ck = sorted(f for f in os.listdir(T("rs")) if f.startswith("checkpoint-"))
+r2 = subprocess.run([a.grpo, "train"] + sig_run + ["trainer.resume=true"], capture_output=True, text=True)
+ws = open(T("rs", "model.safetensors"), "rb").read() if r2.returncode == 0 else b""
+ok = rc == 143 and "trainer.resume=true" in msg and len(ck) == 1 and ck[0] in msg and ws == wa
+print(("PASS" if ok else "FAIL") + f"  SIGTERM: checkpoint {ck}, exit {rc}, message {msg!r}; resumed == uninterrupted "
+      f"(weights bytes {ws == wa}; resume exit {r2.returncode})")
+passed += ok
+failed += not ok
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -730,7 +730,60 @@ def g_errors(check):
         check(why is None, f"error: {label}", (why + ": " if why else "") + tail(p, 220))
 
 
-GROUPS = {"resume": g_resume, "kill": g_kill, "overflow": g_overflow, "nan": g_nan, "errors": g_errors}
+def g_signal(check):
+    """SIGTERM/SIGINT during training: a checkpoint of the step just finished, a message saying how to go
+    on, exit 128 + signal; --resume then ends with the uninterrupted run's bytes. A second signal ends the
+    process at once. Also: a batch larger than the data set trains (it once died on an internal error)."""
+    d, V = M["small"], SMALL["vocab"]
+    data = write_lines(os.path.join(TMP, "sig.jsonl"), rand_data(3, 9, V))
+    opts = ["--steps", 400, "--batch-size", 2, "--lr", 1e-3, "--no-shuffle"]
+    A = os.path.join(TMP, "sig-uninterrupted")
+    shutil.rmtree(A, ignore_errors=True)
+    ok_sft(d, data, A, *opts)
+    for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        B = os.path.join(TMP, "sig-" + name)
+        shutil.rmtree(B, ignore_errors=True)
+        p = subprocess.Popen([GRPO, "sft", "--model", d, "--data", data, "--out", B, *map(str, opts)],
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        err = []
+        for line in p.stderr:  # the first step is done: the loop is running
+            err.append(line)
+            if "step 1/" in line:
+                p.send_signal(sig)
+                break
+        err += p.stderr.readlines()
+        rc = p.wait(timeout=300)
+        msg = next((l for l in err if f"{name}: stopped after step" in l), "")
+        k = ckpts(B)
+        check(rc == 128 + sig and "--resume" in msg and len(k) == 1 and f"checkpoint-{k[0]}" in msg and
+              not os.path.exists(os.path.join(B, "model.safetensors")),
+              f"{name}: checkpoint of the finished step, a message, exit {128 + sig}",
+              f"exit {rc}, checkpoints {k}, message {msg.strip()!r}")
+        p2 = sft(d, data, B, *opts, "--resume")
+        ok, detail = (False, f"resume exit {p2.returncode}: {tail(p2)}") if p2.returncode else \
+            same_model(os.path.join(A, "model.safetensors"), os.path.join(B, "model.safetensors"))
+        check(ok, f"{name}: --resume == uninterrupted (model.safetensors bytes)", detail)
+    B = os.path.join(TMP, "sig-twice")
+    shutil.rmtree(B, ignore_errors=True)
+    p = subprocess.Popen([GRPO, "sft", "--model", d, "--data", data, "--out", B, *map(str, opts)],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in p.stderr:
+        if "step 1/" in line:  # two different signals: pending together, both delivered (two SIGINTs may merge)
+            p.send_signal(signal.SIGINT)
+            p.send_signal(signal.SIGTERM)
+            break
+    p.stderr.read()
+    rc = p.wait(timeout=300)
+    check(rc in (-signal.SIGINT, -signal.SIGTERM), "a second signal ends the process at once",
+          f"exit {rc} (want killed by SIGINT or SIGTERM)")
+    big = os.path.join(TMP, "sig-big-batch")
+    shutil.rmtree(big, ignore_errors=True)
+    p = sft(d, data, big, "--steps", 3, "--batch-size", 20, "--micro-batch-size", 20)
+    check(p.returncode == 0, "a batch larger than the data set (20 of 9 samples) trains", tail(p))
+
+
+GROUPS = {"resume": g_resume, "kill": g_kill, "overflow": g_overflow, "nan": g_nan, "errors": g_errors,
+          "signal": g_signal}
 
 
 def make_models(need):
