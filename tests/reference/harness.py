@@ -24,6 +24,16 @@ def group(name, fn):
     sys.stdout.flush()
 
 
+def run_groups(setup, groups, only=None):
+    """setup(), then each (name, fn) of groups (pairs, or a dict) that `only` (None: all) names; the summary."""
+    t0 = time.time()
+    group("setup", setup)
+    for name, fn in (groups.items() if isinstance(groups, dict) else groups):
+        if not only or name in only:
+            group(name, fn)
+    return summary(t0)
+
+
 def summary(t0=None):
     """Print `N passed, M failed` (and the seconds since t0); 0 iff at least one check ran and all passed, else 1."""
     passed = sum(ok for _, ok in RESULTS)

@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
-from harness import check, group, summary  # noqa: E402
+from harness import check, run_groups  # noqa: E402
 from sft_parity import decay_groups, lr_lambda, make_data, metrics_diff, rel, sft_args, write_jsonl  # noqa: E402
 
 # Tolerances.
@@ -815,13 +815,7 @@ def main():
     GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(a.threads)
-    t0 = time.time()
-    group("setup", setup)
-    for name, fn in GROUPS.items():
-        if a.only and name not in a.only:
-            continue
-        group(name, fn)
-    return summary(t0)
+    return run_groups(setup, GROUPS, a.only)
 
 
 if __name__ == "__main__":

