@@ -99,6 +99,19 @@ print(("PASS" if same else "FAIL") + f"  actor.offload_optimizer=true (resumed) 
       f"{wc == wa}); files left: {left}; rss_rollout_gib {[m['rss_rollout_gib'] for m in ms]}")
 passed += same
 failed += not same
+# LoRA with offloaded moments: resumed from checkpoint-1 == 3 uninterrupted steps (the adapter's bytes).
+lora = run + ["actor.lora.rank=4", "actor.lora.alpha=8", "actor.offload_optimizer=true"]
+subprocess.run([a.grpo, "train"] + lora + ["trainer.out_dir=" + T("la")], check=True, capture_output=True)
+subprocess.run([a.grpo, "train"] + lora + ["trainer.out_dir=" + T("lb"), "trainer.steps=1"], check=True,
+               capture_output=True)
+subprocess.run([a.grpo, "train"] + lora + ["trainer.out_dir=" + T("lb"), "trainer.resume=true"], check=True,
+               capture_output=True)
+la, lb = (open(os.path.join(d, "adapter_model.safetensors"), "rb").read() for d in (T("la"), T("lb")))
+same = la == lb and not os.path.exists(T("la", "model.safetensors"))
+print(("PASS" if same else "FAIL") + f"  LoRA + offload: resume from checkpoint-1 == 3 uninterrupted steps (adapter "
+      f"bytes {la == lb})")
+passed += same
+failed += not same
 # SIGTERM after the first step: a checkpoint of the finished step (save_every 0 writes none otherwise), a
 # message naming trainer.resume=true, exit 143; resuming then gives the uninterrupted run's bytes.
 sig_run = [x for x in run if not x.startswith("trainer.save_every")] + ["trainer.out_dir=" + T("rs")]
