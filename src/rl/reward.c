@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -488,6 +489,7 @@ void reward_spec_defaults(RewardSpec *spec, RewardKind kind) {
     spec->dotall = 1;
     spec->timeout_s = 10;
     spec->grace_s = 2;
+    spec->memory_mb = 16384;  // a scorer past 16 GiB of data is a runaway; its allocations fail, it scores 0
 }
 
 static const char *const KEYS_GSM8K[] = {"weight", "name", "method", "score", "format_score", "clip_chars",
@@ -495,7 +497,7 @@ static const char *const KEYS_GSM8K[] = {"weight", "name", "method", "score", "f
 static const char *const KEYS_BOXED[] = {"weight", "name", "score", "format_score", "strip_think", NULL};
 static const char *const KEYS_FORMAT[] = {"weight", "name", "pattern", "dotall", NULL};
 static const char *const KEYS_EXACT[] = {"weight", "name", "strip_think", NULL};
-static const char *const KEYS_PROGRAM[] = {"weight", "name", "command", "timeout", "grace", NULL};
+static const char *const KEYS_PROGRAM[] = {"weight", "name", "command", "timeout", "grace", "memory_mb", NULL};
 
 const char *const *reward_spec_keys(RewardKind kind) {
     switch (kind) {
@@ -555,7 +557,8 @@ int reward_spec_set(RewardSpec *spec, const char *key, const char *value, char *
             snprintf(err, err_len, "%s must be a finite number, not \"%s\"", key, value);
             return -1;
         }
-        if ((!strcmp(key, "timeout") && x <= 0) || (!strcmp(key, "grace") && x < 0)) {
+        if ((!strcmp(key, "timeout") && x <= 0) || (!strcmp(key, "grace") && x < 0) ||
+            (!strcmp(key, "memory_mb") && x < 0)) {
             snprintf(err, err_len, "%s must be %s 0 seconds, not %s", key, strcmp(key, "grace") ? ">" : ">=", value);
             return -1;
         }
@@ -563,6 +566,7 @@ int reward_spec_set(RewardSpec *spec, const char *key, const char *value, char *
         else if (!strcmp(key, "score")) spec->score = x;
         else if (!strcmp(key, "format_score")) spec->format_score = x;
         else if (!strcmp(key, "timeout")) spec->timeout_s = x;
+        else if (!strcmp(key, "memory_mb")) spec->memory_mb = x;
         else spec->grace_s = x;
     }
     return 1;
@@ -600,10 +604,13 @@ static int program_start(RewardProgram *p) {
         close(sv[1]);
         return 0;
     }
+    rlim_t mem = (rlim_t)(p->memory_mb * 1048576.0);
+    struct rlimit data = {mem, mem};
     pid_t pid = fork();
     if (pid == 0) {
         // Only async-signal-safe calls between fork and exec (the parent may run OpenMP threads).
         setpgid(0, 0);
+        if (mem > 0 && setrlimit(RLIMIT_DATA, &data) != 0) _exit(126);  // plain system calls
         if (dup2(sv[1], 0) < 0 || dup2(pfd[1], 1) < 0) _exit(127);
         struct sigaction dfl;
         memset(&dfl, 0, sizeof dfl);
@@ -634,11 +641,12 @@ static int program_start(RewardProgram *p) {
     return 1;
 }
 
-void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s) {
+void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s, double memory_mb) {
     memset(p, 0, sizeof *p);
     p->command = xstrdup(command);
     p->timeout_s = timeout_s;
     p->grace_s = grace_s;
+    p->memory_mb = memory_mb;
     p->fd_request = p->fd_reply = -1;
     program_start(p);
 }
@@ -861,7 +869,7 @@ void reward_set_init(RewardSet *set, const RewardSpec *specs, int n) {
             it->command = xstrdup(specs[i].command);
             s->command = it->command;
             it->program = xmalloc(sizeof *it->program);
-            reward_program_init(it->program, it->command, s->timeout_s, s->grace_s);
+            reward_program_init(it->program, it->command, s->timeout_s, s->grace_s, s->memory_mb);
         }
         set->n = i + 1;
     }

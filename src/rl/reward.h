@@ -61,6 +61,7 @@ typedef struct {
     const char *command;  // run with /bin/sh -c
     double timeout_s;     // per call, covering a restart, the write and the reply [10]
     double grace_s;       // at shutdown: time to exit after stdin closes, then SIGKILL [2]
+    double memory_mb;     // the program's data-memory limit (RLIMIT_DATA), MiB; 0: none [16384]
 } RewardSpec;
 
 void reward_spec_defaults(RewardSpec *spec, RewardKind kind);
@@ -93,6 +94,7 @@ const char *const *reward_spec_keys(RewardKind kind);
 typedef struct {
     char *command;
     double timeout_s, grace_s;
+    double memory_mb;     // RLIMIT_DATA of the program (0: none)
     pid_t pid;            // 0 when not running
     int fd_request;       // our end of the child's stdin (socket)
     int fd_reply;         // read end of the child's stdout (pipe)
@@ -107,7 +109,7 @@ typedef struct {
 } RewardProgram;
 
 // Starts the program; a start that fails is reported by the first call, not here.
-void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s);
+void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s, double memory_mb);
 // The program's reward, or 0 on any failure (*ok = 0; counters updated). ok may be NULL.
 double reward_program_call(RewardProgram *p, const char *prompt, const char *response, const char *answer, int *ok);
 // Clean shutdown: closes the program's stdin, waits up to grace_s for it to exit, then SIGKILLs its

@@ -578,6 +578,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         reward_spec_defaults(sp, REWARD_PROGRAM);
         sp->weight = rc->program.weight, sp->command = rc->program.command;
         sp->timeout_s = rc->program.timeout_s, sp->grace_s = rc->program.grace_s;
+        sp->memory_mb = rc->program.memory_mb;
         sp++;
     }
     s->n_rewards = (int)(sp - s->rewards);

@@ -136,6 +136,9 @@ static const ConfigKey KEYS[] = {
                "scorer is restarted"),
     KFLOAT("reward.program.grace_s", reward.program.grace_s, "2.0", 0, 3600,
            "at the end, seconds the scorer has to exit after its input closes, before it is killed"),
+    KFLOAT("reward.program.memory_mb", reward.program.memory_mb, "16384", 0, 1e9,
+           "the scorer's data-memory limit (RLIMIT_DATA) in MiB: past it its allocations fail, so a runaway "
+           "scorer scores 0 instead of taking the machine's memory (0: no limit)"),
     KINT("reward.overlong_buffer.len", reward.overlong_buffer.len, "0", 0, INT32_MAX,
          "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
     KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,

@@ -66,7 +66,7 @@ typedef struct {
         double weight;
     } exact;
     struct {
-        double weight, timeout_s, grace_s;
+        double weight, timeout_s, grace_s, memory_mb;
         char *command;
     } program;
     struct {

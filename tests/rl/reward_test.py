@@ -926,6 +926,16 @@ def test_program(rng):
           rc == 0 and [o["program_failures"] for o in outs] == [1] * 5 and outs[2]["restarts"] == 2
           and outs[4]["failures"] == 2, f"rc {rc} {[o.get('last_error') for o in outs]}")
 
+    # --- memory_mb: a scorer whose allocation passes its data limit fails that call (scored 0, counted);
+    # the same scorer under the default limit scores. (Its limit is RLIMIT_DATA, set before exec.)
+    hog = (f"{sys.executable} -c \"import sys, json; b = bytearray(256 << 20); "
+           f"[print(json.dumps({{'reward': 1.0}}), flush=True) for _ in sys.stdin]\"")
+    outs, rc, err, _ = run_tool(program_cases(dict(command=hog, timeout=5, memory_mb=64), ["a", "b"]) +
+                                program_cases(dict(command=hog + " # default", timeout=5), ["a", "b"]))
+    got = [(o.get("score"), o.get("program_failures")) for o in outs]
+    check("program memory_mb: past its data limit it scores 0 and is counted; under the default it scores",
+          rc == 0 and got == [(0.0, 1), (0.0, 1), (1.0, 0), (1.0, 0)], f"rc {rc} {got} {err[-300:]}")
+
     # --- weighted sum with a program
     specs = [dict(kind="program", weight=0.5, params=prog(tag="sum")), dict(kind="gsm8k", weight=2.0)]
     cases = [dict(specs=specs, prompt="q", response=r, answer="7") for r in ["#### 7", "#### 8", "no"]]
