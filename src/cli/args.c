@@ -99,7 +99,8 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
 
 const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter");
-    if (adapter && dev && strcmp(dev, "cpu") != 0) die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);
+    if (adapter && dev && strcmp(dev, "cpu") != 0)
+        die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);
     const Backend *be = backend_open(dev ? dev : "cpu", "--device");
     DType dt = be->on_device ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
     if (be->on_device && cli_str(spec, "--dtype") && cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16)
@@ -115,8 +116,8 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
 }
 
 TrainerLora cli_lora(const CliSpec *spec, uint64_t seed) {
-    TrainerLora lo = {.spec = {.rank = cli_int(spec, "--lora-rank", 0, 65536), .alpha = cli_double(spec, "--lora-alpha",
-                                                                                                   -1e6, 1e6)},
+    LoraSpec ls = {.rank = cli_int(spec, "--lora-rank", 0, 65536), .alpha = cli_double(spec, "--lora-alpha", -1e6, 1e6)};
+    TrainerLora lo = {.spec = ls,
                       .base_dtype = cli_dtype(spec, "--lora-base-dtype", "f32", "bf16", NULL),
                       .adapter = cli_str(spec, "--adapter"), .seed = seed};
     if (lo.spec.alpha == 0) die("option --lora-alpha: must not be 0");
@@ -127,13 +128,6 @@ TrainerLora cli_lora(const CliSpec *spec, uint64_t seed) {
                 "down_proj or all-linear)", name);
     free(list);
     if (!lo.spec.targets) die("option --lora-targets: no module named");
-    if (lo.adapter) {  // the adapter's own config decides; an explicit rank must agree with it
-        LoraSpec file;
-        lora_read_spec(&file, lo.adapter);
-        if (lo.spec.rank && lo.spec.rank != file.rank)
-            die("option --lora-rank %lld: --adapter %s has r = %lld", (long long)lo.spec.rank, lo.adapter,
-                (long long)file.rank);
-        lo.spec = file;
-    }
+    if (lo.adapter) lora_spec_from_adapter(&lo.spec, lo.adapter, "option --lora-rank", 0, "");
     return lo;
 }

@@ -190,6 +190,17 @@ void lora_read_spec(LoraSpec *spec, const char *dir) {
     free(cp);
 }
 
+void lora_spec_from_adapter(LoraSpec *spec, const char *adapter, const char *rank_key, int targets_given,
+                            const char *targets_key) {
+    LoraSpec file;
+    lora_read_spec(&file, adapter);
+    if (spec->rank && spec->rank != file.rank)
+        die("%s %lld: adapter %s has r = %lld", rank_key, (long long)spec->rank, adapter, (long long)file.rank);
+    if (targets_given && spec->targets != file.targets)
+        die("%s: adapter %s adapts other modules (its adapter_config.json decides)", targets_key, adapter);
+    *spec = file;
+}
+
 void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
     char *wp = path_join(dir, "adapter_model.safetensors");
     LoraSpec spec;

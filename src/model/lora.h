@@ -42,6 +42,10 @@ void lora_free(Lora *lo);
 size_t lora_params(const Qwen2Config *c, const LoraSpec *spec);
 // spec from DIR/adapter_config.json; dies naming the file and key on what grpo cannot run.
 void lora_read_spec(LoraSpec *spec, const char *dir);
+// Continuing from an adapter: its adapter_config.json replaces *spec. What the user set must agree with it:
+// a rank (> 0) named by rank_key, and the targets named by targets_key when targets_given.
+void lora_spec_from_adapter(LoraSpec *spec, const char *adapter, const char *rank_key, int targets_given,
+                            const char *targets_key);
 // The adapter tensors with PEFT's names (base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight,
 // ...), in slab order; returns their count. `out` may be NULL.
 int lora_tensors(const Lora *lo, Qwen2Tensor *out);

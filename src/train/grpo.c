@@ -503,16 +503,9 @@ static void resolve_lora(GrpoSettings *s, const GrpoConfig *c) {
     for (int i = 0; i < a->lora.target_modules.n; i++)
         lora_targets_add(&lo->spec.targets, a->lora.target_modules.items[i]);  // checked by grpo_config_load
     if (!lo->spec.targets) lora_targets_add(&lo->spec.targets, "all-linear");
-    if (!lo->adapter) return;
-    LoraSpec file;
-    lora_read_spec(&file, lo->adapter);
-    if (a->lora.rank && a->lora.rank != file.rank)
-        die("actor.lora.rank %lld: model.adapter %s has r = %lld", (long long)a->lora.rank, lo->adapter,
-            (long long)file.rank);
-    if (a->lora.target_modules.n && lo->spec.targets != file.targets)
-        die("actor.lora.target_modules: model.adapter %s adapts other modules (its adapter_config.json decides)",
-            lo->adapter);
-    lo->spec = file;
+    if (lo->adapter)
+        lora_spec_from_adapter(&lo->spec, lo->adapter, "actor.lora.rank", a->lora.target_modules.n > 0,
+                               "actor.lora.target_modules");
 }
 
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
