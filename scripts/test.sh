@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The test suite: a release build and an ASan+UBSan build, each running every test under ctest.
+# The test suite: a release build and an ASan+UBSan build, each running every test under ctest, then the
+# fuzz build (clang, libFuzzer + ASan + UBSan): each harness replays its corpus and fuzzes for 10 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test || exit 1
 passed=0 failed=0 skipped=0
-for variant in release asan; do
+for variant in release asan fuzz; do
   dir=build-test-$variant
   args=()
   [ $variant = asan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_SANITIZE=ON)
+  [ $variant = fuzz ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_FUZZ=ON -DCMAKE_C_COMPILER=clang)
   if ! scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
     cat "$dir.log"
     echo "build ($variant) failed"

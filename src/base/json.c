@@ -132,9 +132,9 @@ void json_write_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
 }
 
-cJSON *json_load_file(const char *path) {
+cJSON *json_load_file(const char *path, size_t max) {
     size_t len, off;
-    char *text = file_read_all(path, &len);
+    char *text = file_read_all(path, max, &len);
     cJSON *root = json_parse_exact(text, len, &off);
     free(text);
     if (!root) die("%s: malformed JSON near byte %zu", path, off);

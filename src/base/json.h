@@ -20,7 +20,7 @@ void json_write_number(FILE *f, double x);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON. Here and in json_parse_line
 // an object's duplicate keys keep the last value, as Python and Hugging Face do (json_parse_exact keeps
 // them all, for callers that refuse duplicates).
-cJSON *json_load_file(const char *path);
+cJSON *json_load_file(const char *path, size_t max);  // max: file_read_all's cap
 // Writes root, pretty-printed, to path atomically (base/util's AtomicFile).
 void json_save_file(const char *path, const cJSON *root);
 // Required integer / number; `where` names the file for the error message.

@@ -20,6 +20,9 @@ void die(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+#ifdef GRPO_FUZZ
+    fuzz_on_die(msg);  // a refused input is no finding: back to the harness (tests/fuzz/fuzz.c)
+#endif
     fflush(stdout);
     // Names from files may hold control characters: escape them so the error stays one line.
     fputs("grpo: error: ", stderr);
@@ -49,6 +52,35 @@ void *xrealloc_at(void *p, size_t size, const char *file, int line) {
     void *q = realloc(p, size ? size : 1);
     if (!q) die("out of memory reallocating %zu bytes (%s:%d)", size, file, line);
     return q;
+}
+
+long line_read(FILE *f, char **line, size_t *cap, const char *name, int64_t lineno) {
+    size_t n = 0;
+    int c = EOF;
+    while ((c = getc(f)) != EOF) {
+        if (n + 2 > *cap) {  // room for this byte and the NUL
+            if (n + 1 > LINE_MAX_BYTES)
+                die("%s:%lld: line longer than %zu MiB", name, (long long)lineno, LINE_MAX_BYTES >> 20);
+            *cap = *cap ? 2 * *cap : 256;
+            if (*cap > LINE_MAX_BYTES + 2) *cap = LINE_MAX_BYTES + 2;
+            *line = xrealloc(*line, *cap);
+        }
+        (*line)[n++] = (char)c;
+        if (c == '\n') break;
+    }
+    if (ferror(f)) die("cannot read %s: %s", name, strerror(errno));
+    if (n == 0) return -1;
+    (*line)[n] = 0;
+    return (long)n;
+}
+
+void file_flush(FILE *f, const char *path) {
+    if (fflush(f) != 0 || ferror(f)) die("cannot write %s: %s", path, strerror(errno ? errno : EIO));
+}
+
+void file_close(FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) die("cannot write %s: %s", path, strerror(errno ? errno : EIO));
 }
 
 char *xprintf(const char *fmt, ...) {
@@ -89,15 +121,22 @@ void buf_free(Buf *b) {
     b->len = b->cap = 0;
 }
 
-char *file_read_all(const char *path, size_t *len_out) {
+static void too_big(const char *path, size_t max) {
+    die("%s is larger than %zu MiB, the limit for a file of its kind", path, max >> 20);
+}
+
+char *file_read_all(const char *path, size_t max, size_t *len_out) {
     FILE *f = fopen(path, "rb");
     if (!f) die("cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uintmax_t)st.st_size > max) too_big(path, max);
     size_t cap = 1 << 16, len = 0;
     char *buf = xmalloc(cap);
     for (;;) {
         if (len + 1 >= cap) buf = xrealloc(buf, cap *= 2);
         size_t got = fread(buf + len, 1, cap - len - 1, f);
         len += got;
+        if (len > max) too_big(path, max);  // not a regular file, or it grew
         if (got == 0) break;
     }
     if (ferror(f)) die("cannot read %s: %s", path, strerror(errno));
@@ -136,7 +175,7 @@ void dir_remove_flat(const char *path) {
 
 void file_copy(const char *from, const char *to) {
     size_t n;
-    char *data = file_read_all(from, &n);
+    char *data = file_read_all(from, SIZE_MAX, &n);  // files already read and checked by their loaders
     AtomicFile af;
     atomic_file_open(&af, to);
     atomic_file_write(&af, data, n);
@@ -229,6 +268,12 @@ static void on_stop_signal(int sig) {
     if (atomic_exchange(&stop_received, sig) != 0) {
         signal(sig, SIG_DFL);
         raise(sig);
+    }
+    static const char on_int[] = "grpo: SIGINT: stopping after this step, with a checkpoint (again: stop now)\n";
+    static const char on_term[] = "grpo: SIGTERM: stopping after this step, with a checkpoint (again: stop now)\n";
+    const char *msg = sig == SIGINT ? on_int : on_term;
+    size_t len = sig == SIGINT ? sizeof on_int - 1 : sizeof on_term - 1;
+    if (write(STDERR_FILENO, msg, len) < 0) {  // async-signal-safe; nothing to do if stderr is gone
     }
 }
 

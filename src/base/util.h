@@ -19,6 +19,9 @@
 
 // Prints "grpo: error: <message>" on one line and exits with status 1.
 GRPO_NORETURN void die(const char *fmt, ...) GRPO_PRINTF(1, 2);
+#ifdef GRPO_FUZZ
+GRPO_NORETURN void fuzz_on_die(const char *msg);  // defined by the fuzz harnesses (tests/fuzz/fuzz.c)
+#endif
 
 void *xmalloc_at(size_t size, const char *file, int line);
 void *xcalloc_at(size_t n, size_t size, const char *file, int line);
@@ -39,8 +42,24 @@ typedef struct {
 void buf_append(Buf *b, const void *data, size_t n);
 void buf_free(Buf *b);
 
+// fflush / fclose of a file being written, dying with "cannot write PATH: <reason>" (a full disk, a quota)
+// when a write into it failed.
+void file_flush(FILE *f, const char *path);
+void file_close(FILE *f, const char *path);
+
 // Reads a whole file into a NUL-terminated buffer; dies naming the path on failure.
-char *file_read_all(const char *path, size_t *len_out);
+// Dies too when the file holds more than `max` bytes: each kind of input has a cap (FILE_MAX_* here and
+// in the readers), so a hostile file cannot make us allocate without bound.
+char *file_read_all(const char *path, size_t max, size_t *len_out);
+#define FILE_MAX_CONFIG ((size_t)1 << 20)  // a YAML training config
+#define FILE_MAX_JSON ((size_t)16 << 20)   // config.json, tokenizer_config.json, index.json and the like
+#define FILE_MAX_METRICS ((size_t)1 << 30) // a run's metrics.jsonl (grpo report, resume)
+
+// One line of a JSONL file or stream, newline included, NUL-terminated in *line (grown as needed; free it);
+// returns its length, or -1 at the end. A line past LINE_MAX_BYTES dies naming name:lineno: no data set
+// line, prompt or token list needs more, and its parse takes about 40 times its size.
+#define LINE_MAX_BYTES ((size_t)8 << 20)
+long line_read(FILE *f, char **line, size_t *cap, const char *name, int64_t lineno);
 int file_exists(const char *path);
 // mkdir -p: creates `path` and missing parents; dies naming the path when that fails.
 void dir_create(const char *path);

@@ -282,7 +282,7 @@ static void load(YamlDoc *d, const char *text, size_t len, const char *prefix, c
 
 void yaml_doc_load_file(YamlDoc *d, const char *path) {
     size_t len;
-    char *text = file_read_all(path, &len);
+    char *text = file_read_all(path, FILE_MAX_CONFIG, &len);
     load(d, text, len, "", path, 1, 0);
     free(text);
 }

@@ -197,7 +197,7 @@ int cmd_generate(int argc, char **argv) {
     if (jsonl) {
         char *line = NULL;
         size_t line_cap = 0;
-        while (getline(&line, &line_cap, stdin) >= 0) {
+        while (line_read(stdin, &line, &line_cap, "stdin", n_prompts + 1) >= 0) {
             if (n_prompts == cap) {
                 cap = cap ? 2 * cap : 16;
                 prompts = xrealloc(prompts, (size_t)cap * sizeof *prompts);

@@ -63,7 +63,7 @@ static void derive_sft_rate(ReportMetrics *m) {
 
 static void metrics_load(ReportMetrics *m, const char *path) {
     size_t len;
-    char *text = file_read_all(path, &len);
+    char *text = file_read_all(path, FILE_MAX_METRICS, &len);
     int64_t lineno = 0, cap = 0, prev = -1;
     *m = (ReportMetrics){0};
     for (size_t at = 0; at < len;) {
@@ -137,8 +137,8 @@ static void samples_load(Samples *ss, const char *path) {
     char *line = NULL, where[512];
     size_t cap = 0;
     int64_t lineno = 0, prev = -1;
-    ssize_t got;
-    while ((got = getline(&line, &cap, f)) > 0) {
+    long got;
+    while ((got = line_read(f, &line, &cap, path, lineno + 1)) > 0) {
         lineno++;
         if (line[got - 1] != '\n') break;  // a partial last line of a run in progress
         if (strspn(line, " \t\r\n") == (size_t)got) continue;
@@ -248,7 +248,7 @@ static int write_report(FILE *f, const char *run, const ReportMetrics *m, const 
     fputs("</div>\n<h2>Config</h2>\n", f);
     if (config_path) {
         size_t len;
-        char *text = file_read_all(config_path, &len);
+        char *text = file_read_all(config_path, FILE_MAX_CONFIG, &len);
         fputs("<pre class=\"config\">", f);
         report_escape(f, text, len);
         fputs("</pre>\n", f);

@@ -129,7 +129,7 @@ int cmd_score(int argc, char **argv) {
     size_t line_cap = 0;
     int32_t *ids = NULL;
     int64_t ids_cap = 0, lineno = 0;
-    while (getline(&line, &line_cap, stdin) >= 0) {
+    while (line_read(stdin, &line, &line_cap, "stdin", lineno + 1) >= 0) {
         lineno++;
         int64_t n = parse_line(line, lineno, &m.cfg, &ids, &ids_cap);
         if (b.B && b.seq_off[b.B] + n > batch_tokens) score_flush(&s, &b);

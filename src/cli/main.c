@@ -1,5 +1,6 @@
 // grpo: GRPO post-training for Qwen2-family models. Dispatches to one subcommand.
 #define _POSIX_C_SOURCE 200809L  // setenv
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,9 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     omp_wait_default(argv);
+    // Past a file-size limit (ulimit -f, a quota of sorts) a write then fails with EFBIG and is reported
+    // like a full disk, naming the file; the default action of SIGXFSZ would kill us mid-write.
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

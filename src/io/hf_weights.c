@@ -25,7 +25,7 @@ void hf_weights_open(HfWeights *w, const char *dir) {
         free(index);
         return;
     }
-    cJSON *root = json_load_file(index);
+    cJSON *root = json_load_file(index, FILE_MAX_JSON);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map)) die("%s: missing object \"weight_map\"", index);
     int n_entries = cJSON_GetArraySize(map);

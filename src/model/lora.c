@@ -146,7 +146,7 @@ void lora_save(const Lora *lo, const char *dir, const char *base_model) {
 
 // adapter_config.json -> spec; dies naming the key on what grpo cannot run.
 static void read_config(LoraSpec *spec, const char *path) {
-    cJSON *r = json_load_file(path);
+    cJSON *r = json_load_file(path, FILE_MAX_JSON);
     if (!cJSON_IsObject(r)) die("%s: not a JSON object", path);
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(r, "peft_type");
     if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA") != 0)

@@ -90,7 +90,7 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) die("model directory %s does not exist", dir);
     char *path = path_join(dir, "config.json");
-    cJSON *root = json_load_file(path);
+    cJSON *root = json_load_file(path, FILE_MAX_JSON);
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *model_type = json_str(root, "model_type", path);
@@ -658,7 +658,7 @@ void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.
 static int add_eos_ids(const char *path, int32_t *out, int n, int max) {
     if (!file_exists(path)) return n;
-    cJSON *root = json_load_file(path);
+    cJSON *root = json_load_file(path, FILE_MAX_JSON);
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
     const cJSON *first = cJSON_IsArray(it) ? it->child : it;
     for (const cJSON *e = first; e; e = cJSON_IsArray(it) ? e->next : NULL) {

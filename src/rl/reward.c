@@ -2,6 +2,7 @@
 #include "rl/reward.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -578,7 +580,56 @@ static void program_fail(RewardProgram *p, const char *fmt, const char *detail) 
     snprintf(p->last_error, sizeof p->last_error, fmt, detail);
 }
 
-// Kills the program's process group and reaps it.
+// This process's children, from /proc (a process reparented to us has no other record). At most max.
+static int children_of_self(pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    pid_t self = getpid();
+    int n = 0;
+    for (struct dirent *e; n < max && (e = readdir(d));) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;  // gone meanwhile
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        const char *name_end = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+        char state;
+        int ppid;
+        if (name_end && sscanf(name_end + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+            out[n++] = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static int known_child(const RewardProgram *p, pid_t pid) {
+    for (int i = 0; i < p->n_known; i++)
+        if (p->known[i] == pid) return 1;
+    return 0;
+}
+
+// Kills and reaps what the program left behind: our children other than those we had before it. Each
+// killed one's own children are reparented to us in turn, so repeat until a scan finds none.
+static void program_kill_strays(RewardProgram *p) {
+    if (p->n_known < 0) return;
+    for (int round = 0; round < 1000; round++) {
+        pid_t kids[256];
+        int n = children_of_self(kids, 256), found = 0;
+        for (int i = 0; i < n; i++) {
+            if (known_child(p, kids[i])) continue;
+            kill(kids[i], SIGKILL);
+            while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR) {
+            }
+            found++;
+        }
+        if (!found) return;
+    }
+}
+
+// Kills the program's process group and reaps it, then whatever it left behind.
 static void program_kill(RewardProgram *p) {
     if (p->pid <= 0) return;
     if (p->fd_request >= 0) close(p->fd_request);
@@ -590,6 +641,7 @@ static void program_kill(RewardProgram *p) {
     }
     p->pid = 0;
     p->n_pending = 0;
+    program_kill_strays(p);
 }
 
 static int program_start(RewardProgram *p) {
@@ -606,10 +658,13 @@ static int program_start(RewardProgram *p) {
     }
     rlim_t mem = (rlim_t)(p->memory_mb * 1048576.0);
     struct rlimit data = {mem, mem};
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         // Only async-signal-safe calls between fork and exec (the parent may run OpenMP threads).
         setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);  // we died before the line above
         if (mem > 0 && setrlimit(RLIMIT_DATA, &data) != 0) _exit(126);  // plain system calls
         if (dup2(sv[1], 0) < 0 || dup2(pfd[1], 1) < 0) _exit(127);
         struct sigaction dfl;
@@ -648,6 +703,10 @@ void reward_program_init(RewardProgram *p, const char *command, double timeout_s
     p->grace_s = grace_s;
     p->memory_mb = memory_mb;
     p->fd_request = p->fd_reply = -1;
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int max = (int)(sizeof p->known / sizeof p->known[0]);
+    p->n_known = children_of_self(p->known, max);
+    if (p->n_known == max) p->n_known = -1;  // more children than we can remember: leave strays alone
     program_start(p);
 }
 

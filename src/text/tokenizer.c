@@ -237,7 +237,7 @@ static int32_t config_token(const Tokenizer *t, const cJSON *cfg, const char *ke
 #define QWEN25_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 static void load_config(Tokenizer *t, const char *path) {
-    cJSON *cfg = json_load_file(path);
+    cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
     if (!cJSON_IsObject(cfg)) die("%s: not a JSON object", path);
     t->eos_id = config_token(t, cfg, "eos_token", path);
     t->pad_id = config_token(t, cfg, "pad_token", path);
@@ -271,7 +271,7 @@ void tokenizer_load(Tokenizer *t, const char *path) {
         if (!dir) die("out of memory");
     }
     t->path = S_ISDIR(sb.st_mode) ? path_join(path, "tokenizer.json") : xstrdup(path);
-    cJSON *root = json_load_file(t->path);
+    cJSON *root = json_load_file(t->path, TOKENIZER_MAX_FILE);
     const char *p = t->path;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");

@@ -41,6 +41,10 @@ typedef struct {
     char *path;
 } Tokenizer;
 
+// The largest tokenizer.json read: public ones hold up to about 35 MB (Gemma 3's); parsing one of this size can take
+// about 28 times its size in the worst case (measured: 1.8 GB).
+#define TOKENIZER_MAX_FILE ((size_t)64 << 20)
+
 // PATH is a tokenizer.json or a directory holding one; tokenizer_config.json beside it is read
 // when present. Dies with a one-line error naming the file on anything unsupported or malformed.
 void tokenizer_load(Tokenizer *t, const char *path);

@@ -214,7 +214,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
     free(path);
 
     path = path_join(dir, "trainer_state.json");
-    cJSON *r = json_load_file(path);
+    cJSON *r = json_load_file(path, FILE_MAX_JSON);
     if (!cJSON_IsObject(r)) die("%s: not a JSON object", path);
     s->step = json_get_int(r, "global_step", path);
     s->adam_t = json_get_int(r, "adam_step", path);
@@ -237,7 +237,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
 // On resume: drop the records of steps after the checkpoint (they are about to be redone).
 void metrics_truncate(const char *path, int64_t step) {
     if (!file_exists(path)) return;
-    char *text = file_read_all(path, NULL), *line = text;
+    char *text = file_read_all(path, FILE_MAX_METRICS, NULL), *line = text;
     AtomicFile af;
     atomic_file_open(&af, path);
     while (*line) {

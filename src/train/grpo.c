@@ -71,6 +71,7 @@ typedef struct {
     int32_t stop_ids[16];
     int n_stop;
     FILE *metrics, *dump;
+    char *metrics_path, *dump_path;  // OUT/metrics.jsonl, OUT/samples.jsonl
     int64_t steps;
     Arena workspace;  // rollout: KV cache; scoring and update: UpdateWs
     GrpoMemPlan plan;
@@ -406,7 +407,7 @@ static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
             "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f}\n",
             st->lr, st->t_offload - st->t0, st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt,
             tok_s, st->rss_rollout, rss_gib("VmHWM:"), sum[M_REWARD_FAIL]);
-    if (fflush(f) != 0 || ferror(f)) die("%s/metrics.jsonl: cannot write: %s", s->out_dir, strerror(errno));
+    file_flush(f, r->metrics_path);
     if (sum[M_REWARD_FAIL] > 0)  // they scored 0: say so, not only in the metrics
         fprintf(stderr, "grpo: warning: step %lld: %.0f reward program call%s failed and scored 0 (last: %s)\n",
                 (long long)r->tr.st.iteration, sum[M_REWARD_FAIL], sum[M_REWARD_FAIL] == 1 ? "" : "s",
@@ -433,7 +434,7 @@ static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
                 (double)ro->adv[i], ro->correct[i]);
         free(text);
     }
-    if (fflush(f) != 0) die("cannot write samples.jsonl");
+    file_flush(f, r->dump_path);
 }
 
 // One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
@@ -678,7 +679,9 @@ void grpo_run(const GrpoSettings *global) {
 
     if (s->resume && !file_exists(s->out_dir)) die("trainer.resume: %s does not exist, so there is no checkpoint", s->out_dir);
     dir_create(s->out_dir);
-    char *mp = path_join(s->out_dir, "metrics.jsonl"), *dp = path_join(s->out_dir, "samples.jsonl");
+    r.metrics_path = path_join(s->out_dir, "metrics.jsonl");
+    r.dump_path = path_join(s->out_dir, "samples.jsonl");
+    const char *mp = r.metrics_path, *dp = r.dump_path;
     char *ckpt = checkpoint_latest(s->out_dir);
     if (s->resume) {
         if (!ckpt) die("trainer.resume: %s holds no checkpoint-* directory", s->out_dir);
@@ -694,8 +697,8 @@ void grpo_run(const GrpoSettings *global) {
     free(ckpt);
     if (lead) {
         save_config(s);
-        if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing", mp);
-        if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing", dp);
+        if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing: %s", mp, strerror(errno));
+        if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing: %s", dp, strerror(errno));
     }
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
     grpo_memory_plan(global, c, r.comm.size, &r.plan);
@@ -721,7 +724,7 @@ void grpo_run(const GrpoSettings *global) {
             if (lead) {
                 fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
                 fprintf(r.metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)r.tr.st.iteration, acc);
-                if (fflush(r.metrics) != 0) die("cannot write %s", mp);
+                file_flush(r.metrics, mp);
             }
         }
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
@@ -730,8 +733,8 @@ void grpo_run(const GrpoSettings *global) {
         if (sig) {
             trainer_save_on_signal(&r.tr, sig, r.tr.st.iteration, "grpo train", "trainer.resume=true", s->out_dir,
                                    s->save_dtype, s->model_dir, s->keep);
-            if (lead && fclose(r.metrics) != 0) die("cannot write %s", mp);
-            if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
+            if (lead) file_close(r.metrics, mp);
+            if (r.dump) file_close(r.dump, dp);
             reward_set_free(&r.rewards);  // ends the reward program
             comm_finalize(&r.comm);
             exit(128 + sig);
@@ -744,10 +747,11 @@ void grpo_run(const GrpoSettings *global) {
         checkpoint_prune(s->out_dir, s->keep);
         fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
                 (double)r.plan.peak / GIB);
-        if (fclose(r.metrics) != 0) die("cannot write %s", mp);
+        file_close(r.metrics, mp);
     }
-    if (r.dump && fclose(r.dump) != 0) die("cannot write %s", dp);
-    free(mp), free(dp);
+    if (r.dump) file_close(r.dump, dp);
+    free(r.metrics_path);
+    free(r.dump_path);
     stream_free(&stream);
     if (r.has_ref && !r.tr.has_lora) qwen2_free(&r.ref);
     arena_free(&r.workspace);

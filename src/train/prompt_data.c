@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L  // getline
+#define _POSIX_C_SOURCE 200809L
 #include "train/prompt_data.h"
 
 #include <stdio.h>
@@ -27,7 +27,7 @@ void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, c
     if (!f) die("cannot open data file %s", path);
     char *buf = NULL;
     size_t cap = 0, n_cap = 0;
-    for (int64_t line = 1; getline(&buf, &cap, f) >= 0; line++) {
+    for (int64_t line = 1; line_read(f, &buf, &cap, path, line) >= 0; line++) {
         if (strspn(buf, " \t\r\n") == strlen(buf)) continue;
         uint32_t nul;
         cJSON *root = json_parse_line(buf, strlen(buf), &nul);

@@ -73,7 +73,7 @@ static void write_metrics(FILE *f, const char *path, int64_t step, double loss, 
     json_write_number(f, norm);
     fprintf(f, ", \"lr\": %.9g, \"tokens\": %lld, \"loss_scale\": %.9g, \"skipped\": %s, \"elapsed_s\": %.4f}\n", lr,
             (long long)tokens, scale, isfinite(norm) ? "false" : "true", seconds);
-    if (fflush(f) != 0 || ferror(f)) die("cannot write %s: %s", path, strerror(errno));
+    file_flush(f, path);
 }
 
 void sft_run(const SftConfig *cfg) {
@@ -130,7 +130,7 @@ void sft_run(const SftConfig *cfg) {
     int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);
 
     FILE *metrics = lead ? fopen(metrics_path, cfg->resume ? "a" : "w") : NULL;
-    if (lead && !metrics) die("cannot open %s for writing", metrics_path);
+    if (lead && !metrics) die("cannot open %s for writing: %s", metrics_path, strerror(errno));
     Stream stream;
     stream_init(&stream, data.n, cfg->seed, cfg->shuffle);
     int64_t *batch = xmalloc((size_t)B * 8);
@@ -192,7 +192,7 @@ void sft_run(const SftConfig *cfg) {
         if (sig) {
             trainer_save_on_signal(&tr, sig, tr.st.step, "grpo sft", "--resume", cfg->out_dir, cfg->save_dtype,
                                    cfg->model_dir, cfg->keep);
-            if (lead && fclose(metrics) != 0) die("cannot write %s", metrics_path);
+            if (lead) file_close(metrics, metrics_path);
             comm_finalize(&comm);
             exit(128 + sig);
         }
@@ -203,7 +203,7 @@ void sft_run(const SftConfig *cfg) {
         trainer_save_result(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir);
         checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
         fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
-        if (fclose(metrics) != 0) die("cannot write %s", metrics_path);
+        file_close(metrics, metrics_path);
     }
     free(metrics_path);
     free(batch);

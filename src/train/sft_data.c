@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L  // getline
+#define _POSIX_C_SOURCE 200809L
 #include "train/sft_data.h"
 
 #include <stdio.h>
@@ -56,7 +56,7 @@ void sft_data_load(SftData *d, const char *path, const char *model_dir, const Qw
     Loader L = {.path = path, .model_dir = model_dir};
     char *line = NULL;
     size_t cap = 0, n_cap = 0;
-    while (getline(&line, &cap, f) >= 0) {
+    while (line_read(f, &line, &cap, path, L.line + 1) >= 0) {
         L.line++;
         if (strspn(line, " \t\r\n") == strlen(line)) continue;  // blank line
         cJSON *root = json_parse_line(line, strlen(line), &L.nul);

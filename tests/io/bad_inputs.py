@@ -319,6 +319,15 @@ CASES = [
     stdin("score-id-huge", ['{"tokens": [1, 1e300]}'], "stdin line 1", "token 1"),
     stdin("score-too-long", [GOOD.strip(), json.dumps({"tokens": [1] * 513})], "stdin line 2", "513",
           "max_position_embeddings 512"),
+    # --- size caps (README "Hostile inputs"): refused before the expensive parse
+    load("cap-config-json-over-16MiB", write(CFG, '{"pad": "' + "x" * (16 << 20) + '"}'), "{d}/" + CFG, "16 MiB"),
+    load("cap-safetensors-header-over-16MiB", header(lambda h: json.dumps(h) + " " * (16 << 20)), "{d}/" + ST,
+         "16 MiB"),
+    stdin("cap-stdin-line-over-8MiB", ['{"tokens": [' + " " * (8 << 20) + "1]}"], "stdin:1", "8 MiB"),
+    Case("cap-tokenizer-json-over-64MiB", "f32-tied", write("tokenizer.json", "{}" + " " * (64 << 20)),
+         ["tokenize", "--tokenizer", "{d}/tokenizer.json"], "", ("{d}/tokenizer.json", "64 MiB"), True),
+    Case("cap-yaml-config-over-1MiB", "f32-tied", write("big.yaml", "#" * (1 << 20) + "\n"),
+         ["train", "--config", "{d}/big.yaml", "--print-config"], "", ("{d}/big.yaml", "1 MiB"), True),
     # --- command line
     cli("cli-unknown-command", ["frobnicate"], '"frobnicate"', "unknown command"),
     cli("cli-unknown-option", ["score", "--model", "{d}", "--frob"], '"--frob"', base="f32-tied"),

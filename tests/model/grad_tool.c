@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
     }
     Qwen2 m;
     qwen2_load(&m, argv[1], DTYPE_F32);
-    cJSON *root = json_load_file(argv[2]);
+    cJSON *root = json_load_file(argv[2], SIZE_MAX);
     int B = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "tokens"));
     int64_t *seq_off = xcalloc((size_t)B + 1, sizeof *seq_off), max_seq = 1;
     for (int b = 0; b < B; b++) {

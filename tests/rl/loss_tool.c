@@ -237,7 +237,7 @@ static void run_parse(FILE *f, const cJSON *c) {
 
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: loss_tool IN.json OUT.json");
-    cJSON *root = json_load_file(argv[1]);
+    cJSON *root = json_load_file(argv[1], SIZE_MAX);
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
     if (!cJSON_IsArray(cases)) die("%s: \"cases\" is not a list", argv[1]);
     FILE *f = fopen(argv[2], "w");

@@ -968,6 +968,45 @@ def test_program(rng):
           f"pids {pids} alive {left} (tool {dt:.2f} s)")
     check("program shutdown: the tool did not wait for leftovers", dt < 10, f"{dt:.2f} s")
 
+    # --- leftovers out of the process group's reach: a child in a session of its own (setsid), and one
+    # more level below a setsid'd shell. Killed at each restart and at shutdown; the tool's stderr (a
+    # pipe here, read to EOF by run_tool, as `| tee` would) is not held open by them.
+    os.remove(pidfile)
+    daemon = dict(command=f"setsid sleep 300 & echo $! >> {pidfile}; setsid sh -c 'sleep 300 & echo $! >> {pidfile}; "
+              f"wait' & {sys.executable} {SCORER} --mode crash --n 1", timeout=5, grace=0.2)
+    outs, rc, err, dt = run_tool(program_cases(daemon, ["a", "b", "c"]) + [dict(op="free")], timeout=60)
+    time.sleep(0.2)
+    pids = [int(x) for x in open(pidfile).read().split()] if os.path.exists(pidfile) else []
+    left = [p for p in pids if alive(p)]
+    check("program leftovers in their own session (setsid, two levels): killed at restart and shutdown, stderr "
+          "not held", rc == 0 and len(outs) == 4 and len(pids) == 4 and not left and dt < 10,
+          f"rc {rc}, pids {pids} alive {left}, {dt:.2f} s {err[-200:]}")
+
+    # --- floods and a program that never reads: each call scores 0 within its timeout, counted, no hang
+    floods = [("yes", "reply"), ("cat /dev/zero", "1 MiB"), ("yes 'x' | tr -d '\\n'", "1 MiB"), ("exec sleep 300", "")]
+    for cmd, what in floods:
+        t0 = time.time()
+        outs, rc, err, dt = run_tool(program_cases(dict(command=cmd, timeout=1, grace=0.2), ["a", "é" * 3_000_000, "c"])
+                                     + [dict(op="free")], timeout=60)
+        calls = [o for o in outs if "score" in o]
+        check(f"program flood/no reader `{cmd}`: every call 0 and counted, within its timeout",
+              rc == 0 and len(calls) == 3 and all(o["score"] == 0.0 and o["program_failures"] == 1 for o in calls)
+              and calls[-1]["failures"] == 3 and dt < 3 * 1 + 5 and what in calls[0]["last_error"],
+              f"rc {rc} {[o.get('last_error') for o in calls]} {dt:.2f} s {err[-200:]}")
+
+    # --- grpo itself dies (SIGKILL: no cleanup at all): its scorer goes with it (PR_SET_PDEATHSIG)
+    os.remove(pidfile)
+    p = subprocess.Popen([TOOL], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p.stdin.write(json.dumps(program_cases(prog(pidfile=pidfile), ["a"])[0]).encode() + b"\n")
+    p.stdin.flush()
+    first = p.stdout.readline()
+    p.kill()
+    p.wait()
+    time.sleep(0.3)
+    pids = [int(x) for x in open(pidfile).read().split()] if os.path.exists(pidfile) else []
+    check("program: a killed grpo leaves no scorer running", first and len(pids) == 1 and not alive(pids[0]),
+          f"pids {pids} alive {[q for q in pids if alive(q)]}")
+
 
 def test_errors():
     bad = [(dict(kind="format", params=dict(pattern="(")), "does not compile"),

@@ -754,11 +754,12 @@ def g_signal(check):
         err += p.stderr.readlines()
         rc = p.wait(timeout=300)
         msg = next((l for l in err if f"{name}: stopped after step" in l), "")
+        said = any(f"grpo: {name}: stopping after this step" in l for l in err)  # from the handler, at once
         k = ckpts(B)
-        check(rc == 128 + sig and "--resume" in msg and len(k) == 1 and f"checkpoint-{k[0]}" in msg and
+        check(rc == 128 + sig and said and "--resume" in msg and len(k) == 1 and f"checkpoint-{k[0]}" in msg and
               not os.path.exists(os.path.join(B, "model.safetensors")),
-              f"{name}: checkpoint of the finished step, a message, exit {128 + sig}",
-              f"exit {rc}, checkpoints {k}, message {msg.strip()!r}")
+              f"{name}: said at once, then a checkpoint of the finished step, a message, exit {128 + sig}",
+              f"exit {rc}, said {said}, checkpoints {k}, message {msg.strip()!r}")
         p2 = sft(d, data, B, *opts, "--resume")
         ok, detail = (False, f"resume exit {p2.returncode}: {tail(p2)}") if p2.returncode else \
             same_model(os.path.join(A, "model.safetensors"), os.path.join(B, "model.safetensors"))

