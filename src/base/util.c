@@ -269,8 +269,10 @@ static void on_stop_signal(int sig) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
-    static const char on_int[] = "grpo: SIGINT: stopping after this step, with a checkpoint (again: stop now)\n";
-    static const char on_term[] = "grpo: SIGTERM: stopping after this step, with a checkpoint (again: stop now)\n";
+    static const char on_int[] = "grpo: SIGINT: stopping after this step, with a checkpoint "
+                                 "(a second one stops at once)\n";
+    static const char on_term[] = "grpo: SIGTERM: stopping after this step, with a checkpoint "
+                                  "(a second one stops at once)\n";
     const char *msg = sig == SIGINT ? on_int : on_term;
     size_t len = sig == SIGINT ? sizeof on_int - 1 : sizeof on_term - 1;
     if (write(STDERR_FILENO, msg, len) < 0) {  // async-signal-safe; nothing to do if stderr is gone

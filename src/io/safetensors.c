@@ -87,7 +87,8 @@ void safetensors_open(SafeTensors *st, const char *path) {
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
     if (hlen > size - 8) die("%s: header length %llu is larger than the file (%zu bytes)", path, (unsigned long long)hlen, size);
     if (hlen > ST_MAX_HEADER)
-        die("%s: header length %llu exceeds this loader's %u MiB limit", path, (unsigned long long)hlen, ST_MAX_HEADER >> 20);
+        die("%s: header length %llu exceeds this loader's %u MiB limit", path, (unsigned long long)hlen,
+            ST_MAX_HEADER >> 20);
     const char *hdr = (const char *)p + 8;
     cJSON *root = json_parse_exact(hdr, (size_t)hlen, NULL);
     if (!root || !cJSON_IsObject(root)) die("%s: header is not a valid JSON object", path);

@@ -41,8 +41,8 @@ typedef struct {
     char *path;
 } Tokenizer;
 
-// The largest tokenizer.json read: public ones hold up to about 35 MB (Gemma 3's); parsing one of this size can take
-// about 28 times its size in the worst case (measured: 1.8 GB).
+// The largest tokenizer.json read: public ones hold up to about 35 MB (Gemma 3's); parsing a hostile one of
+// this size can take about 28 times its size (measured: 1.8 GB, bench/hostile_memory.py).
 #define TOKENIZER_MAX_FILE ((size_t)64 << 20)
 
 // PATH is a tokenizer.json or a directory holding one; tokenizer_config.json beside it is read

@@ -697,8 +697,10 @@ void grpo_run(const GrpoSettings *global) {
     free(ckpt);
     if (lead) {
         save_config(s);
-        if (!(r.metrics = fopen(mp, s->resume ? "a" : "w"))) die("cannot open %s for writing: %s", mp, strerror(errno));
-        if (s->dump_samples && !(r.dump = fopen(dp, s->resume ? "a" : "w"))) die("cannot open %s for writing: %s", dp, strerror(errno));
+        const char *mode = s->resume ? "a" : "w";
+        if (!(r.metrics = fopen(mp, mode))) die("cannot open %s for writing: %s", mp, strerror(errno));
+        if (s->dump_samples && !(r.dump = fopen(dp, mode)))
+            die("cannot open %s for writing: %s", dp, strerror(errno));
     }
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
     grpo_memory_plan(global, c, r.comm.size, &r.plan);

@@ -12,6 +12,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <sanitizer/allocator_interface.h>
+#include <sanitizer/common_interface_defs.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,12 +22,13 @@
 #include <unistd.h>
 
 void fuzz_fail(const char *fmt, ...) {
+    char msg[512] = "fuzz: ";
     va_list ap;
     va_start(ap, fmt);
-    fputs("fuzz: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg + 6, sizeof msg - 6, fmt, ap);
     va_end(ap);
+    // To the sanitizers' report descriptor: libFuzzer's -close_fd_mask closes stderr but keeps that one.
+    __sanitizer_report_error_summary(msg);
     abort();
 }
 
@@ -47,7 +49,9 @@ static uint32_t gen = 1;
 static volatile int armed;
 static pthread_t main_thread;
 
-static size_t slot_of(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> 43) & (HEAP_CAP - 1); }
+static size_t slot_of(uintptr_t p) {
+    return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> 43) & (HEAP_CAP - 1);  // Fibonacci hashing
+}
 static int slot_empty(const Slot *s) { return s->gen != gen || s->p == 0; }
 
 static void heap_add(uintptr_t p) {
@@ -268,11 +272,17 @@ const char *fuzz_model(void) {
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}\"}";
     char *path = path_join(model, "tokenizer_config.json");
     FILE *f = fopen(path, "w");
-    if (!f || fwrite(cfg, 1, sizeof cfg - 1, f) != sizeof cfg - 1 || fclose(f) != 0) fuzz_fail("cannot write %s", path);
+    if (!f || fwrite(cfg, 1, sizeof cfg - 1, f) != sizeof cfg - 1 || fclose(f) != 0)
+        fuzz_fail("cannot write %s", path);
     free(path);
     Qwen2Config c;
     demo_model_config(&c, n_ids, 0);
-    c.hidden = 16, c.inter = 32, c.layers = 1, c.heads = 2, c.kv_heads = 1, c.head_dim = 8;
+    c.hidden = 16;
+    c.inter = 32;
+    c.layers = 1;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.head_dim = 8;
     Qwen2 m;
     qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, 1);
@@ -303,4 +313,11 @@ void fuzz_init(void) {
     if (!mkdtemp(dir)) fuzz_fail("cannot make a directory %s", dir);
     atexit(remove_dir);
     if (!__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free)) fuzz_fail("no sanitizer malloc hooks");
+}
+
+// The harnesses that need nothing more; the others define their own (a strong symbol wins).
+__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    fuzz_init();
+    return 0;
 }

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Once per process, from LLVMFuzzerInitialize: one thread, stdout to /dev/null, a private directory.
+// Once per process, from LLVMFuzzerInitialize (fuzz.c's own unless the harness has one): one thread, stdout
+// to /dev/null, a private directory.
 void fuzz_init(void);
 
 // Runs body(data, size, ctx). Returns 1 when it finished, 0 when grpo refused the input (die).

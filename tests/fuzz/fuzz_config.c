@@ -25,12 +25,6 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     grpo_config_free(&c);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *parts[2];
     size_t lens[2];

@@ -23,8 +23,8 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
         text[size] = 0;
         utf8proc_uint8_t *nfc = memchr(data, 0, size) ? NULL : utf8proc_NFC((const utf8proc_uint8_t *)text);
         if (nfc && (out.len != strlen((char *)nfc) || memcmp(out.data, nfc, out.len) != 0))
-            fuzz_fail("decode(encode(text)) is not NFC(text): %zu bytes in, %zu tokens, %zu bytes out", size, ids.n,
-                      out.len);
+            fuzz_fail("decode(encode(text)) is not NFC(text): %zu bytes in, %zu tokens, %zu bytes out", size,
+                      ids.n, out.len);
         free(nfc);
         free(text);
     } else if (bad >= size) {

@@ -16,12 +16,6 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     qwen2_stop_ids(fuzz_dir(), stop, 16);
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *parts[2];
     size_t lens[2];

@@ -22,7 +22,8 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     IdList ids = {0};
     size_t bad = 0;
     Buf out = {0};
-    if (tokenizer_encode(&t, in->text, in->n_text, &ids, &bad) == 0) tokenizer_decode(&t, ids.ids, ids.n, &out, &bad);
+    if (tokenizer_encode(&t, in->text, in->n_text, &ids, &bad) == 0)
+        tokenizer_decode(&t, ids.ids, ids.n, &out, &bad);
     ids.n = 0;
     chat_encode_prompt(&t, in->text, in->n_text, 1, &ids, &bad);
     out.len = 0;
@@ -30,12 +31,6 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     buf_free(&out);
     free(ids.ids);
     tokenizer_free(&t);
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    fuzz_init();
-    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -654,6 +654,15 @@ def g_errors(check):
         os.makedirs(e)
         return e
 
+    # a model with a tokenizer for text lines: the fuzz seeds' small BPE tokenizer (tests/fuzz/make_seeds.py)
+    tm = os.path.join(TMP, "err-model-tokenizer")
+    ref.make_model(tm, seed=23, tied=True, **dict(SMALL, vocab=320))
+    seeds = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "tokenizer")
+    seed = open(os.path.join(seeds, sorted(f for f in os.listdir(seeds) if f.startswith("seed-"))[0]), "rb").read()
+    open(os.path.join(tm, "tokenizer.json"), "wb").write(seed.split(b"\n=====\n")[0])
+    open(os.path.join(tm, "tokenizer_config.json"), "w").write('{"eos_token": "<|endoftext|>"}')
+    text = {"prompt": "hi", "completion": "there"}
+
     S = ["sft", "--model", d, "--data", data, "--out", out]
     cases = [  # (label, argv or callable(dir) -> argv, regex the error line must match)
         ("missing --model", ["sft", "--data", data, "--out", out], r"--model"),
@@ -675,6 +684,8 @@ def g_errors(check):
         ("text line 2, model dir without tokenizer.json",
          D("err-text", [good, {"prompt": "hi", "completion": "there"}], model=nt),
          r"err-text\.jsonl:2\b|tokenizer\.json"),
+        ("text line 2 with an empty completion", D("err-text-empty", [text, dict(text, completion="")], model=tm),
+         r"err-text-empty\.jsonl:2\b.*completion is empty"),
         ("--batch-size 3 --micro-batch-size 2", S + ["--batch-size", 3, "--micro-batch-size", 2],
          r"--micro-batch-size|--batch-size"),
         ("--lr -1", S + ["--lr", -1], r"--lr"),
