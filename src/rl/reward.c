@@ -810,9 +810,20 @@ static int program_read_line(RewardProgram *p, double deadline, char **line, siz
         }
         int left = ms_left(deadline);
         if (left == 0) return -1;
+        // Waits in slices: a program that died while something it started holds its stdout gives no EOF,
+        // so look whether it is still there (without reaping it) between slices.
         struct pollfd pf = {.fd = p->fd_reply, .events = POLLIN};
-        if (poll(&pf, 1, left) < 0 && errno != EINTR) {
+        int got = poll(&pf, 1, left < 100 ? left : 100);
+        if (got < 0 && errno != EINTR) {
             program_fail(p, "poll failed: %s", strerror(errno));
+            return 0;
+        }
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        int exited = got == 0 && waitid(P_PID, (id_t)p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                     info.si_pid == p->pid;
+        if (exited) {
+            program_fail(p, "the program exited%s (something it started still holds its stdout)", "");
             return 0;
         }
     }
