@@ -89,7 +89,7 @@ typedef struct {
     size_t len[RES_CAP];  // mappings: their length
     int n;
 } ResList;
-static ResList files, dirs, fds, maps;
+static ResList files, dirs, fds, maps, regexes;
 
 static void res_add(ResList *l, void *p, size_t len) {
     if (!tracking()) return;
@@ -120,6 +120,10 @@ int __real_mkstemp(char *tmpl);
 int __real_close(int fd);
 void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __real_munmap(void *addr, size_t len);
+// PCRE2 keeps JIT-compiled code in executable memory of its own, which only pcre2_code_free returns.
+void *__real_pcre2_compile_8(const unsigned char *pattern, size_t len, uint32_t options, int *err, size_t *off,
+                             void *ctx);
+void __real_pcre2_code_free_8(void *code);
 
 FILE *__wrap_fopen(const char *path, const char *mode) {
     FILE *f = __real_fopen(path, mode);
@@ -182,6 +186,16 @@ int __wrap_munmap(void *addr, size_t len) {
     res_remove(&maps, addr);
     return __real_munmap(addr, len);
 }
+void *__wrap_pcre2_compile_8(const unsigned char *pattern, size_t len, uint32_t options, int *err, size_t *off,
+                             void *ctx) {
+    void *code = __real_pcre2_compile_8(pattern, len, options, err, off, ctx);
+    if (code) res_add(&regexes, code, 0);
+    return code;
+}
+void __wrap_pcre2_code_free_8(void *code) {
+    res_remove(&regexes, code);
+    __real_pcre2_code_free_8(code);
+}
 
 // After a refused input: close what it opened, then free what it allocated.
 static void release_all(void) {
@@ -190,6 +204,7 @@ static void release_all(void) {
     while (dirs.n) __wrap_closedir(dirs.p[dirs.n - 1]);
     while (fds.n) __wrap_close((int)(intptr_t)fds.p[fds.n - 1] - 1);
     while (maps.n) __wrap_munmap(maps.p[maps.n - 1], maps.len[maps.n - 1]);
+    while (regexes.n) __wrap_pcre2_code_free_8(regexes.p[regexes.n - 1]);
     for (size_t i = 0; i < n_log; i++) {
         Slot *s = heap_find(heap_log[i]);
         if (s) free((void *)heap_log[i]);  // the free hook marks it gone
@@ -215,7 +230,7 @@ int fuzz_run(FuzzBody body, const uint8_t *data, size_t size, void *ctx) {
     gen++;
     n_log = 0;
     n_used = 0;
-    files.n = dirs.n = fds.n = maps.n = 0;
+    files.n = dirs.n = fds.n = maps.n = regexes.n = 0;
     armed = 1;
     if (setjmp(back)) {
         release_all();

@@ -4,8 +4,9 @@
 // fuzz_on_die() instead, which jumps back into fuzz_run(); fuzz_run then releases what the refused input
 // left behind, so the next input starts clean and a leak report means a real leak:
 //   - heap blocks allocated while the body ran (the sanitizer's malloc/free hooks keep the list),
-//   - FILEs, directories, descriptors and mappings opened while it ran (the linker wraps fopen, fdopen,
-//     open_memstream, fclose, opendir, closedir, open, mkstemp, close, mmap and munmap: -Wl,--wrap).
+//   - FILEs, directories, descriptors, mappings and compiled regexes made while it ran (the linker wraps
+//     fopen, fdopen, open_memstream, fclose, opendir, closedir, open, mkstemp, close, mmap, munmap,
+//     pcre2_compile and pcre2_code_free: -Wl,--wrap).
 // Only the main thread is tracked; harnesses run grpo with one thread (fuzz_init sets OMP_NUM_THREADS).
 #pragma once
 #include <stddef.h>

@@ -10,6 +10,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -132,6 +133,51 @@ for resp, ans in [("The answer is\n#### 72", "72"), ("so \\boxed{\\frac{1}{2}}",
                   ("<think>long", "\\boxed{3}"), ("\\boxed{x^2+ 1} \\fbox{2}", "x^2+1"), ("0134", "0134"),
                   ("#### -3.0", "-3"), ("\\boxed{\\text{(A)} 0.5}", "\\dfrac{1}{2}"), ("\\boxed{10\\%}", "10")]:
     add("reward", resp, ans)
+
+# ---------------------------------------------------------------- dictionaries (libFuzzer's -dict)
+# The words each parser looks for: the identifier-like string literals of its source files, plus the
+# syntax of its format. Mutations that insert them reach the keys' own checks much sooner.
+JSON = ['"', "{", "}", "[", "]", ":", ",", "null", "true", "false", "\\u0000", "\\ud800", "1e999", "-0",
+        "0.5", "4294967296", "9007199254740993"]
+YAML = [": ", "- ", "&a ", "*a", "<<: ", "[", "]", "{", "}", "!!str ", "---\n", "...\n", "\n  ", "'", '"', "~",
+        ".inf", ".nan", "0x1F", "1e-5", "yes", "off"]
+TEXT = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "\r\n", "\u00e9", "e\u0301",
+        "\ufffd", "\U0001F600", "\u4e2d", "  ", "'s", "123"]
+LATEX = ["####", "\\boxed{", "\\fbox{", "\\frac", "\\dfrac", "\\tfrac", "\\text{", "\\sqrt", "\\%", "$",
+         "^\\circ", "^{\\circ}", "\\!", "\\left(", "\\right)", "\\{", "\\}", "<answer>", "</answer>",
+         "<think>", "</think>", "0.5", "1/2", "-", ",", " .", "\\mbox{", "\\;", "\\ "]
+DICT_SOURCES = {
+    "safetensors": (["src/io/safetensors.c", "src/base/dtype.c", "src/model/qwen2.c"], JSON),
+    "hf_config": (["src/model/qwen2.c"], JSON),
+    "tokenizer": (["src/text/tokenizer.c", "src/text/chat.c"], JSON + TEXT),
+    "encode": ([], TEXT),
+    "config": (["src/train/grpo_config.c", "src/rl/reward.c"], YAML),
+    "score": (["src/cli/cmd_score.c"], JSON),
+    "generate": (["src/cli/cmd_generate.c", "src/text/chat.c"], JSON + TEXT),
+    "sft_data": (["src/train/sft_data.c", "src/text/chat.c"], JSON + TEXT),
+    "prompt_data": (["src/train/prompt_data.c", "src/text/chat.c"], JSON + TEXT),
+    "report": (["src/cli/cmd_report.c", "src/cli/report.h"], JSON + YAML),
+    "reward": (["src/rl/reward.c"], LATEX),
+}
+
+
+def dict_entry(word):
+    out = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else
+                  "".join(f"\\x{b:02X}" for b in c.encode()) for c in word)
+    return f'"{out}"'
+
+
+os.makedirs(os.path.join(HERE, "dict"), exist_ok=True)
+for harness, (sources, syntax) in DICT_SOURCES.items():
+    words = set(syntax)
+    for src in sources:
+        text = open(os.path.join(ROOT, src), encoding="utf-8").read()
+        words |= set(re.findall(r'"([A-Za-z_][A-Za-z0-9_.]{1,40})"', text))
+    if harness == "config":  # overrides: dotted.key=
+        words |= {w + "=" for w in words if "." in w}
+    with open(os.path.join(HERE, "dict", harness + ".dict"), "w") as f:
+        f.write("# written by make_seeds.py: string literals of the parser's sources, and its format's syntax\n")
+        f.write("".join(dict_entry(w) + "\n" for w in sorted(words)))
 
 for harness, inputs in seeds.items():
     d = os.path.join(HERE, "corpus", harness)

@@ -9,6 +9,8 @@ bin=$1 corpus=$2 seconds=$3
 # fuzzer's and the sanitizers' reports still print.
 opts=(-timeout=10 -rss_limit_mb=2048 -close_fd_mask=3 -print_final_stats=1)
 name=$(basename "$bin")
+dict=$(dirname "$(dirname "$corpus")")/dict/$(basename "$corpus").dict  # corpus/<h> -> dict/<h>.dict
+[ -f "$dict" ] && opts+=(-dict="$dict")
 if ! "$bin" "${opts[@]}" -runs=0 "$corpus" 2>"$name.replay.log"; then
   cat "$name.replay.log"
   echo "fuzz: replaying $corpus failed"
