@@ -57,7 +57,7 @@ char *file_read_all(const char *path, size_t max, size_t *len_out);
 
 // One line of a JSONL file or stream, newline included, NUL-terminated in *line (grown as needed; free it);
 // returns its length, or -1 at the end. A line past LINE_MAX_BYTES dies naming name:lineno: no data set
-// line, prompt or token list needs more, and its parse takes about 40 times its size.
+// line, prompt or token list needs more, and its parse can take about 45 times its size.
 #define LINE_MAX_BYTES ((size_t)8 << 20)
 long line_read(FILE *f, char **line, size_t *cap, const char *name, int64_t lineno);
 int file_exists(const char *path);

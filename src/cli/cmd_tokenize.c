@@ -139,7 +139,8 @@ int cmd_tokenize(int argc, char **argv) {
         char *line = NULL;
         size_t cap = 0;
         int64_t lineno = 0;
-        while (line_read(stdin, &line, &cap, "stdin", lineno + 1) >= 0) jsonl_line(&s, line, ++lineno, decode);
+        while (line_read(stdin, &line, &cap, "stdin", lineno + 1) >= 0)
+            jsonl_line(&s, line, ++lineno, decode);
         if (ferror(stdin)) die("cannot read standard input");
         free(line);
     } else {

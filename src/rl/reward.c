@@ -703,7 +703,7 @@ void reward_program_init(RewardProgram *p, const char *command, double timeout_s
     p->grace_s = grace_s;
     p->memory_mb = memory_mb;
     p->fd_request = p->fd_reply = -1;
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);  // if refused (not Linux 3.4+), leftovers go to init as before
     int max = (int)(sizeof p->known / sizeof p->known[0]);
     p->n_known = children_of_self(p->known, max);
     if (p->n_known == max) p->n_known = -1;  // more children than we can remember: leave strays alone

@@ -111,10 +111,10 @@ typedef struct {
 } RewardProgram;
 
 // Starts the program; a start that fails is reported by the first call, not here. This process becomes a
-// child subreaper (prctl): whatever the program leaves running when it is killed or exits (a
-// background job, a daemon, a child in a session of its own via setsid) is reparented to us and killed
-// with it. The program itself gets SIGKILL when we die (PR_SET_PDEATHSIG), so an error exit of grpo leaves no
-// scorer behind; only what it moved out of its process group can outlive such an exit.
+// child subreaper (prctl): whatever the program leaves running when it is killed or exits (a background
+// job, a daemon, a child in a session of its own via setsid) is reparented to us and killed with it. The
+// program itself gets SIGKILL when we die (PR_SET_PDEATHSIG), so an error exit of grpo leaves no scorer
+// behind; only what it moved out of its process group can outlive such an exit.
 void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s, double memory_mb);
 // The program's reward, or 0 on any failure (*ok = 0; counters updated). ok may be NULL.
 double reward_program_call(RewardProgram *p, const char *prompt, const char *response, const char *answer, int *ok);
