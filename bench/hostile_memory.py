@@ -105,7 +105,7 @@ def config(size):
 def yaml(size):
     p = T(f"cfg{size}.yaml")
     with open(p, "w") as f:
-        f.write("x: [" + ",".join(["[]"] * ((size - 6) // 3)) + "]\n")
+        f.write("x: " + arrays(size - 4) + "\n")
     return p
 
 
