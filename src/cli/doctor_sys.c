@@ -9,7 +9,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "cli/doctor.h"
+#include "nn/gemm.h"
 
 #define MAX_CPUS 8192
 
@@ -199,33 +201,13 @@ static int has_word(const char *list, const char *w) {
     return 0;
 }
 
-// The vector features this binary was compiled for (-march=native takes the build host's).
-static const struct {
-    const char *flag;
-    int built;
-} features[] = {
-#ifdef __AVX2__
-    {"avx2", 1},
-#else
-    {"avx2", 0},
-#endif
-#ifdef __FMA__
-    {"fma", 1},
-#else
-    {"fma", 0},
-#endif
-#ifdef __AVX512F__
-    {"avx512f", 1},
-#else
-    {"avx512f", 0},
-#endif
-#ifdef __AVX512BF16__
-    {"avx512_bf16", 1},
-#else
-    {"avx512_bf16", 0},
-#endif
-};
+// The vector features worth showing, as /proc/cpuinfo names them: the floor's and each level's.
+static const char *const shown_features[] = {"avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe", "avx512f",
+                                             "avx512dq", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16",
+                                             "amx_tile"};
 
+// The CPU's flags (of --root's /proc/cpuinfo) against the features the build uses, and what this process
+// runs: its instruction-set level (base/cpu.h, capped by GRPO_CPU_ISA) and what bf16 products run on.
 void doctor_check_cpu_features(Doctor *d) {
     char *info = doctor_read(d, "/proc/cpuinfo");
     char *model = info ? cpuinfo_field(info, "model name") : NULL, *flags = info ? cpuinfo_field(info, "flags") : NULL;
@@ -233,28 +215,43 @@ void doctor_check_cpu_features(Doctor *d) {
           *built = cJSON_AddArrayToObject(v, "build_features");
     if (model) cJSON_AddStringToObject(v, "model", model);
     else cJSON_AddNullToObject(v, "model");
-    Buf missing = {0}, unused = {0}, have = {0};
-    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
-        int on_cpu = flags && has_word(flags, features[i].flag);
-        if (on_cpu) cJSON_AddItemToArray(cpu, cJSON_CreateString(features[i].flag));
-        if (features[i].built) cJSON_AddItemToArray(built, cJSON_CreateString(features[i].flag));
-        Buf *b = features[i].built && !on_cpu ? &missing : !features[i].built && on_cpu ? &unused : &have;
-        if (features[i].built || on_cpu) buf_append(b, " ", 1), buf_append(b, features[i].flag, strlen(features[i].flag));
+    for (size_t i = 0; flags && i < sizeof shown_features / sizeof shown_features[0]; i++)
+        if (has_word(flags, shown_features[i])) cJSON_AddItemToArray(cpu, cJSON_CreateString(shown_features[i]));
+    Buf missing = {0};
+    char *words = xstrdup(cpu_build_features), *save = NULL;
+    for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        cJSON_AddItemToArray(built, cJSON_CreateString(w));
+        if (flags && !has_word(flags, w)) buf_append(&missing, " ", 1), buf_append(&missing, w, strlen(w));
     }
+    free(words);
+    const CpuLevel *lv = cpu_level();
+    int native = gemm_bf16_native();
+    cJSON_AddStringToObject(v, "isa_level", cpu_isa_name(lv->level));
+    cJSON_AddStringToObject(v, "isa_machine", cpu_isa_name(lv->machine));
+    if (lv->cap) cJSON_AddStringToObject(v, "isa_cap", lv->cap);
+    else cJSON_AddNullToObject(v, "isa_cap");
+    cJSON_AddStringToObject(v, "onednn_isa", gemm_onednn_isa());
+    cJSON_AddStringToObject(v, "bf16_matmul", native ? "onednn" : "widened");
+    cJSON_AddStringToObject(v, "bf16_decode", lv->level >= CPU_ISA_AVX512_BF16 ? "avx512_bf16" : "avx2");
+    char *runs = xprintf("kernels %s, oneDNN %s; bf16 %s, decode %s", cpu_isa_name(lv->level), gemm_onednn_isa(),
+                         native ? "on oneDNN's bf16 matmul" : "widened to fp32 in cache-sized tiles",
+                         lv->level >= CPU_ISA_AVX512_BF16 ? "AVX512-BF16 dot products" : "AVX2 widening in registers");
     const char *m = model ? model : "unknown CPU";
     if (!flags)
-        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s; no flags line in %s/proc/cpuinfo", m, d->root),
+        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s; no flags line in %s/proc/cpuinfo; %s", m, d->root, runs),
                    "a CPU with the features the build uses", "", v);
-    else if (missing.len)  // the binary would stop with SIGILL in the first vector loop
+    else if (missing.len)  // the binary refuses to start there (base/cpu.c)
         doctor_add(d, "cpu", DOCTOR_FAIL, xprintf("%s lacks%s, which the build uses", m, missing.data),
-                   "the features the build uses", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
-    else if (unused.len)
-        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s has%s, which the build does not use", m, unused.data),
-                   "a build for this CPU", "rebuild on this machine: scripts/build.sh (GRPO_NATIVE=ON)", v);
+                   "the features the build uses (x86-64-v3: AVX2 + FMA)",
+                   "a CPU with AVX2 and FMA, or a build for this one: scripts/build.sh build -DGRPO_NATIVE=ON", v);
+    else if (lv->level < lv->machine)
+        doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s; %s caps this CPU's %s; %s", m, lv->cap,
+                                                  cpu_isa_name(lv->machine), runs),
+                   "the CPU's best level", "unset GRPO_CPU_ISA ONEDNN_MAX_CPU_ISA DNNL_MAX_CPU_ISA", v);
     else
-        doctor_add(d, "cpu", DOCTOR_PASS, xprintf("%s;%s", m, have.len ? have.data : " no AVX2/AVX-512"),
-                   "a build for this CPU", "", v);
-    buf_free(&missing), buf_free(&unused), buf_free(&have);
+        doctor_add(d, "cpu", DOCTOR_PASS, xprintf("%s; %s", m, runs), "the CPU's best level", "", v);
+    free(runs);
+    buf_free(&missing);
     free(model), free(flags), free(info);
 }
 

@@ -208,9 +208,10 @@ void safetensors_write(const char *path, const StWriteTensor *tensors, int n, DT
     atomic_file_commit(&af);
 }
 
-void safetensors_release(const StTensor *t) {
+void safetensors_release(const StTensor *t, size_t bytes) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)t->data / page * page, hi = (uintptr_t)t->data + t->nbytes;
-    if (t->nbytes && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+    uintptr_t lo = (uintptr_t)t->data / page * page, hi = (uintptr_t)t->data + bytes;
+    if (bytes < t->nbytes) hi = hi / page * page;  // the page of the next byte is still to be read
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
         die("cannot release the pages of tensor \"%s\": %s", t->name, strerror(errno));
 }

@@ -32,9 +32,10 @@ typedef struct {
 void safetensors_open(SafeTensors *st, const char *path);
 void safetensors_close(SafeTensors *st);
 const StTensor *safetensors_find(const SafeTensors *st, const char *name);
-// Drops the pages of t's data from this process's memory once it has been copied out (a later read
-// maps them from the file again), so a loader holds one copy of the weights, not two.
-void safetensors_release(const StTensor *t);
+// Drops the pages of t's first `bytes` bytes of data from this process's memory once they have been
+// copied out (a later read maps them from the file again), so a loader holds one copy of the weights, not
+// two; pages that hold later bytes too stay.
+void safetensors_release(const StTensor *t, size_t bytes);
 
 // A tensor to write: fp32 data, stored as `dtype` (F32 or BF16).
 typedef struct {

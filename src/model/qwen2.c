@@ -347,20 +347,26 @@ void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
     }
     qwen2_build(m, &c, dtype);
     qwen2_tensors(m, ts);
-    float *tmp = NULL;
+    // A chunk at a time, each chunk's file pages dropped once copied: the file's pages never add more
+    // than a chunk to the slab, whatever the tensor's size (the embedding of Qwen2.5 is 0.5 GB in F32).
+    enum { LOAD_CHUNK = 1 << 20 };  // elements
+    float *tmp = xmalloc(LOAD_CHUNK * sizeof *tmp);
     for (int i = 0; i < n; i++) {
-        size_t numel = (size_t)src[i]->numel;
-        void *dst = (char *)m->params + ts[i].off * dtype_size(dtype);
-        if (dtype == src[i]->dtype) {  // bf16 into bf16: as stored
-            memcpy(dst, src[i]->data, numel * dtype_size(dtype));
-        } else if (dtype == DTYPE_F32) {
-            dtype_to_f32(src[i]->dtype, src[i]->data, dst, numel);
-        } else {  // through fp32, then rounded once
-            tmp = xrealloc(tmp, numel * sizeof *tmp);
-            dtype_to_f32(src[i]->dtype, src[i]->data, tmp, numel);
-            dtype_from_f32(dtype, tmp, dst, numel);
+        size_t numel = (size_t)src[i]->numel, es = dtype_size(src[i]->dtype);
+        for (size_t j = 0; j < numel; j += LOAD_CHUNK) {
+            size_t k = numel - j < LOAD_CHUNK ? numel - j : LOAD_CHUNK;
+            const char *from = (const char *)src[i]->data + j * es;
+            void *dst = (char *)m->params + (ts[i].off + j) * dtype_size(dtype);
+            if (dtype == src[i]->dtype) {  // bf16 into bf16: as stored
+                memcpy(dst, from, k * es);
+            } else if (dtype == DTYPE_F32) {
+                dtype_to_f32(src[i]->dtype, from, dst, k);
+            } else {  // through fp32, then rounded once
+                dtype_to_f32(src[i]->dtype, from, tmp, k);
+                dtype_from_f32(dtype, tmp, dst, k);
+            }
+            safetensors_release(src[i], (j + k) * es);
         }
-        safetensors_release(src[i]);
     }
     free(tmp);
     free(src);

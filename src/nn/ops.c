@@ -5,6 +5,7 @@
 
 #include "base/vmath.h"
 #include "nn/gemm.h"
+#include "nn/skinny.h"
 
 // Loops over fewer elements than this run on one thread: splitting them costs more in waking and
 // joining threads than it saves, and on a busy machine every join can wait for a descheduled thread.
@@ -29,109 +30,10 @@ void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt,
     }
 }
 
-// Few rows (decoding a small batch) are memory-bound: read each weight row once and apply it to
-// every input row from cache, instead of a GEMM packing the whole weight matrix on every call.
-// GCC/Clang vector types keep four rows' partial sums in registers; bf16 operands widen to fp32 there.
-#define SKINNY_MAX_ROWS 16
-typedef float v8f __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-
-static inline v8f load8(const void *p, int bf16, int64_t i) {
-    v8f v;
-    if (bf16) {
-        v8h h;
-        memcpy(&h, (const uint16_t *)p + i, sizeof h);
-        v8u u = __builtin_convertvector(h, v8u) << 16;
-        memcpy(&v, &u, sizeof v);
-    } else {
-        memcpy(&v, (const float *)p + i, sizeof v);
-    }
-    return v;
-}
-
-static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
-
-// Output column o of N <= SKINNY_MAX_ROWS rows. bf16 is a literal at each call site, so each dtype gets
-// its own vectorised inner loop (OpenMP outlines the parallel loop before inlining, so the constant must
-// reach this function from inside it).
-static inline __attribute__((always_inline)) void skinny_column(float *out, const void *inp, const void *weight,
-                                                                const void *bias, int bf16, int64_t o, int64_t N,
-                                                                int64_t C, int64_t OC) {
-    DType dt = bf16 ? DTYPE_BF16 : DTYPE_F32;
-    size_t es = dtype_size(dt);
-    int64_t c8 = C & ~(int64_t)7;
-    const void *w = (const char *)weight + (size_t)(o * C) * es;
-    for (int64_t b0 = 0; b0 < N; b0 += 4) {  // four input rows per pass over the weight row
-        int64_t nb = N - b0 < 4 ? N - b0 : 4;
-        const void *x[4];
-        for (int b = 0; b < 4; b++) x[b] = (const char *)inp + (size_t)((b0 + (b < nb ? b : 0)) * C) * es;
-        v8f a[4] = {{0}};
-        for (int64_t c = 0; c < c8; c += 8) {
-            v8f wv = load8(w, bf16, c);
-            for (int b = 0; b < 4; b++) a[b] += load8(x[b], bf16, c) * wv;
-        }
-        for (int64_t b = 0; b < nb; b++) {
-            float sum = hsum8(a[b]);
-            for (int64_t c = c8; c < C; c++) sum += dtype_get(x[b], dt, (size_t)c) * dtype_get(w, dt, (size_t)c);
-            out[(b0 + b) * OC + o] = sum + (bias ? dtype_get(bias, dt, (size_t)o) : 0.0f);
-        }
-    }
-}
-
-#ifdef __AVX512BF16__
-#include <immintrin.h>
-
-// The skinny product for bf16 on CPUs with AVX512-BF16, for output columns o0..o0+3 (those < OC): the
-// dot-product instruction multiplies 32 bf16 pairs and adds them into 16 fp32 sums, so nothing is
-// widened first, and four weight rows stream at once (one row alone stays below memory bandwidth).
-static void skinny_block_bf16(float *out, const uint16_t *inp, const uint16_t *weight, const uint16_t *bias,
-                              int64_t o0, int64_t N, int64_t C, int64_t OC) {
-    int64_t no = OC - o0 < 4 ? OC - o0 : 4, c32 = C & ~(int64_t)31;
-    const uint16_t *w[4];
-    for (int j = 0; j < 4; j++) w[j] = weight + (o0 + (j < no ? j : 0)) * C;
-    for (int64_t b0 = 0; b0 < N; b0 += 4) {
-        int64_t nb = N - b0 < 4 ? N - b0 : 4;
-        const uint16_t *x = inp + b0 * C;
-        __m512 a[4][4];
-        for (int b = 0; b < 4; b++)
-            for (int j = 0; j < 4; j++) a[b][j] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < c32; c += 32) {
-            __m512bh wv[4];
-            for (int j = 0; j < 4; j++) wv[j] = (__m512bh)_mm512_loadu_si512(w[j] + c);
-            for (int64_t b = 0; b < nb; b++) {
-                __m512bh xv = (__m512bh)_mm512_loadu_si512(x + b * C + c);
-                for (int j = 0; j < 4; j++) a[b][j] = _mm512_dpbf16_ps(a[b][j], wv[j], xv);
-            }
-        }
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t j = 0; j < no; j++) {
-                float sum = _mm512_reduce_add_ps(a[b][j]);
-                for (int64_t c = c32; c < C; c++) sum += bf16_to_f32(x[b * C + c]) * bf16_to_f32(w[j][c]);
-                out[(b0 + b) * OC + o0 + j] = sum + (bias ? bf16_to_f32(bias[o0 + j]) : 0.0f);
-            }
-    }
-}
-#endif
-
 void matmul_forward(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                     int64_t OC) {
-    if (N > SKINNY_MAX_ROWS) {
-        gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
-        return;
-    }
-#ifdef __AVX512BF16__
-    if (dt == DTYPE_BF16) {
-#pragma omp parallel for schedule(static) PAR_IF(OC * C)
-        for (int64_t o = 0; o < OC; o += 4) skinny_block_bf16(out, inp, weight, bias, o, N, C, OC);
-        return;
-    }
-#endif
-#pragma omp parallel for schedule(static) PAR_IF(OC * C)
-    for (int64_t o = 0; o < OC; o++) {
-        if (dt == DTYPE_BF16) skinny_column(out, inp, weight, bias, 1, o, N, C, OC);
-        else skinny_column(out, inp, weight, bias, 0, o, N, C, OC);
-    }
+    if (N <= SKINNY_MAX_ROWS) matmul_skinny(out, inp, weight, bias, dt, N, C, OC);
+    else gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
 }
 
 void rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta) {
