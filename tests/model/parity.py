@@ -120,7 +120,10 @@ def main():
     # operands rounded to bf16). fp32-vs-fp64 differences flip an occasional rounding, and a flip moves the
     # later logprobs of its sequence by up to ~1e-2, so the yardstick is PyTorch's own fp32 run with the
     # same rounding points: grpo's mean |diff| to the float64 bf16 reference must be within 2x of torch's,
-    # and far below what the rounding itself moves (which a run without bf16 rounding would show).
+    # and nearer torch's than what the rounding itself moves (what a run without bf16 rounding would show):
+    # below the midpoint of the two. (Flips differ with the summation order, so an AVX2 run and an
+    # AVX512-BF16 run land at different points of the same spread: 1.2e-3 and 2.0e-3 in the qwen3 case,
+    # where torch's is 1.8e-3 and the unrounded run's 4.5e-3.)
     for name, extra in [("bf16-tied-gqa2", []), ("bf16-untied-gqa2-3shards", []),
                         ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", [])]:
         def bf16_case(name=name, extra=extra):
@@ -134,7 +137,7 @@ def main():
             e_grpo, e_torch, e_exact = mean_abs(got, want), mean_abs(torch32, want), mean_abs(exact, want)
             print(f"      {name}: mean |logprob diff| to the bf16 reference: grpo {e_grpo:.2e}, torch fp32 "
                   f"{e_torch:.2e}, unrounded (fp64) {e_exact:.2e}; max grpo {mean_abs(got, want, max):.2e}")
-            return e_grpo <= 2 * e_torch + 1e-6 and e_grpo <= e_exact / 3
+            return e_grpo <= 2 * e_torch + 1e-6 and e_grpo < (e_torch + e_exact) / 2
         case(name + "-compute-bf16" + ("-flag" if extra else ""), bf16_case)
 
     # Tiny batches: many forward passes, and the workspace grows for the 100- and 300-token lines.

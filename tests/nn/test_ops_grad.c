@@ -20,9 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/rng.h"
 #include "base/util.h"
 #include "base/vmath.h"
+#include "nn/gemm.h"
 #include "nn/ops.h"
 
 #define FD_TOL 2e-3
@@ -382,7 +384,8 @@ static uint16_t *bf16_randn(int64_t n, float scale, float **as_f32) {
 }
 
 // The bf16 forward and backward against sums in double of the same bf16 operands: only the fp32
-// accumulation may differ (the skinny AVX512-BF16 kernel for N <= 16, oneDNN above).
+// accumulation may differ (the skinny kernel of the CPU level for N <= 16; above, oneDNN's bf16 matmul, or
+// below AVX-512 fp32 products of widened tiles).
 static void test_matmul_bf16(int64_t N, int64_t C, int64_t OC, int bias) {
     char op[64];
     snprintf(op, sizeof op, "matmul bf16 N%lld C%lld OC%lld %s", (long long)N, (long long)C, (long long)OC,
@@ -534,6 +537,9 @@ static void test_vmath(void) {
 }
 
 int main(void) {
+    const CpuLevel *cpu = cpu_level();
+    printf("test_ops_grad: CPU level %s%s%s, bf16 products %s\n", cpu_isa_name(cpu->level), cpu->cap ? " by " : "",
+           cpu->cap ? cpu->cap : "", gemm_bf16_native() ? "on oneDNN's bf16 matmul" : "widened to fp32");
     rng_init(&g_rng, 1234);
     test_vmath();
     test_embedding();
@@ -549,6 +555,7 @@ int main(void) {
     test_matmul_bf16(16, 64, 37, 0);  // skinny, four row groups
     test_matmul_bf16(37, 40, 23, 1);  // oneDNN
     test_matmul_bf16(300, 96, 130, 1);
+    test_matmul_bf16(600, 1100, 300, 1);  // widened: row tiles, inner blocks of 512 in every product
     test_rope(1e4);
     test_rope(1e6);
     const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};

@@ -125,8 +125,8 @@ def by_key(recs):
     return {(r["index"], r["sample"]): r["tokens"] for r in recs}
 
 
-def grpo_score(d, seqs):
-    out = ok_run(["score", "--model", d], jsonl({"tokens": s} for s in seqs)).stdout
+def grpo_score(d, seqs, *opts):
+    out = ok_run(["score", "--model", d, *opts], jsonl({"tokens": s} for s in seqs)).stdout
     return [json.loads(l)["logprobs"] for l in out.splitlines() if l.strip()]
 
 
@@ -553,8 +553,48 @@ def g_errors(check):
     check(recs == [] and st["samples"] == 0, "empty input: no output, exit 0", str(st))
 
 
+def g_bf16(check):
+    """7. --dtype bf16 on the CPU (this level's decode kernel, bf16 products native or widened) against the
+    float64 reference with the same rounding points. fp32 sums flip an occasional bf16 rounding, whose effect
+    runs on through the sequence, so the yardstick is PyTorch fp32 with the same rounding points: greedy picks
+    within its logit spread of the reference's best, mean |logprob diff| within 2x its own and below the
+    midpoint to the unrounded model's, and the KV decode's logprobs as near `grpo score --dtype bf16`'s."""
+    for name in ("untied", "qwen3"):
+        d = DIRS[name]
+        m64, m32 = ref.load_model(d, torch.float64, bf16=True), ref.load_model(d, torch.float32, bf16=True)
+        exact = ref.load_model(d, torch.float64)
+        prompts = rand_prompts(21, [3, 17, 40, 64], m64.V)
+        recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 0, "--max-new-tokens", 24,
+                           "--dtype", "bf16")
+        seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
+        got = [r["logprobs"] for r in recs]
+        gaps, spread, want, torch32, unrounded = [], 0.0, [], [], []
+        for p, r, s in zip(prompts, recs, seqs):
+            z64, z32, zx = (ref.logits(m, s[:-1])[len(p) - 1:] for m in (m64, m32, exact))
+            t = torch.tensor(r["tokens"])
+            gaps += (z64.max(-1).values - z64.gather(1, t[:, None])[:, 0]).tolist()
+            spread = max(spread, float((z32.double() - z64).abs().max()))
+            for z, out in ((z64, want), (z32.double(), torch32), (zx, unrounded)):
+                out.append((z.gather(1, t[:, None])[:, 0] - torch.logsumexp(z, -1)).tolist())
+        e_grpo, e_torch, e_exact = mean_abs(got, want), mean_abs(torch32, want), mean_abs(unrounded, want)
+        check(max(gaps) <= 2 * spread, f"bf16 greedy picks within 2x torch fp32's logit spread [{name}]",
+              f"largest gap to the reference's best {max(gaps):.2e}, spread {spread:.2e}")
+        check(e_grpo <= 2 * e_torch + 1e-6 and e_grpo < (e_torch + e_exact) / 2,
+              f"bf16 decode logprobs vs the float64 bf16 reference [{name}]",
+              f"mean |diff| grpo {e_grpo:.2e}, torch fp32 {e_torch:.2e}, unrounded {e_exact:.2e}")
+        scored = [s[len(p) - 1:] for p, s in zip(prompts, grpo_score(d, seqs, "--dtype", "bf16"))]
+        e_score = mean_abs(got, scored)
+        check(e_score <= 2 * e_torch + 1e-6, f"bf16 decode logprobs == `grpo score --dtype bf16`'s [{name}]",
+              f"mean |diff| {e_score:.2e} (torch fp32's to the reference {e_torch:.2e})")
+
+
+def mean_abs(a, b):
+    flat = [abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)]
+    return sum(flat) / len(flat)
+
+
 GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,
-          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors}
+          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors, "bf16": g_bf16}
 
 
 def make_models():
