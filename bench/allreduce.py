@@ -14,7 +14,7 @@ for top-k; 0 with one rank, which makes no MPI call at all). Top-k time includes
 error-feedback residual update. With one rank the "all-reduce" costs only the division by 1 (dense)
 or the selection (top-k): weak-scaling efficiency of a step = t_step(1) / (t_step(1) + t_allreduce(2))
 when nothing overlaps. OMP_NUM_THREADS=1 per rank; mpirun --bind-to none --oversubscribe.
-Not a test: nothing runs it automatically.
+Not a test: CI runs it once on small sizes (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json

@@ -2,25 +2,35 @@
 """CPU benchmark, fp32 and bf16, quiet and under load: one table with every figure of the CPU goals.
 
 usage: /usr/bin/python3 bench/cpu.py [--grpo build/grpo] [--ceiling build/ceiling] [--model DIR]
-           [--modes quiet load] [--repeats 3] [--threads N] [--train-steps 3] [--skip-train]
+           [--modes quiet load] [--repeats 3] [--threads N] [--train-steps 4] [--skip-train]
+           [--isa avx2|avx512|avx512_bf16|amx|native] [--prefill-batch 4x512] [--decode-new 32 16]
+--isa caps every side at that CPU level: grpo and its ceilings through GRPO_CPU_ISA, PyTorch through
+ONEDNN_MAX_CPU_ISA and (avx2) OPENBLAS_CORETYPE=Haswell, set before torch loads. The table heads with
+what this grpo runs there (`grpo doctor`: its level, bf16 on oneDNN or widened).
 
 Each mode runs the same list; `load` first starts one competing single-threaded busy loop (a process that
 spins for the whole mode), as a shared machine has. Same run, same threads, medians:
   ceilings  the library grpo uses (build/ceiling): oneDNN matmul 2048x4864x896 in fp32 and bf16 (GFLOP/s)
             and a read loop over 1 GiB (GB/s)
-  prefill   `grpo score --dtype f32|bf16`, 4 sequences x 512 tokens per forward (median over --repeats
-            passes of one process) against PyTorch fp32 running bench/prefill.py's batched forward, and
+  prefill   `grpo score --dtype f32|bf16`, 4 sequences x 512 tokens per forward (the second forward of a
+            process; median over --repeats processes of each, taking turns) against PyTorch fp32 running
+            bench/prefill.py's batched forward (median over --repeats), and
             PyTorch under torch.autocast("cpu", bfloat16) where this PyTorch has it
   decode    `grpo generate --dtype f32|bf16` greedy, prompt 128, at batch 1 (32 new tokens) and batch 64
-            (16 new tokens), decode_tokens_per_second of --stats (median over --repeats processes),
+            (16 new tokens), decode_tokens_per_second of --stats (median over --repeats processes of each,
+            f32 and bf16 taking turns),
             against bench/decode.py's KV-cache greedy loop in PyTorch fp32 (batch 1: 16 steps; batch 64: 4)
   train     `grpo sft` (fp32, and --precision bf16) one step of B=2 sequences x 256 tokens on the same
-            weights: median step time of steps 2..--train-steps (elapsed_s of metrics.jsonl), against
+            weights: median step time of steps 2..--train-steps (elapsed_s of metrics.jsonl) of --repeats
+            runs of each, taking turns, against
             bench/train.py's PyTorch fp32 step (its own process)
+  memory    peak resident memory (ru_maxrss) of the quiet prefill's `grpo score` processes, f32 and bf16
 Ratios: against PyTorch fp32 of the same mode; decode batch 1 also as weight bytes per second against
 the read loop, decode batch 64 as GFLOP/s against the bf16 matmul ceiling, and every figure under load as a
-fraction of its quiet value. Model: qwen2.5-0.5b shape, random weights (made on first use, F32 file).
-Not a test: nothing runs it automatically.
+fraction of its quiet value; then bf16 against our own fp32 (the goals of the CPU-levels issue: decode b1
+>= 1.8x, prefill and train step >= 0.9x, score's peak memory < 0.6x). A ceiling that cannot be measured
+prints as n/a. Model: qwen2.5-0.5b shape, random weights (made on first use, F32 file).
+Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json
@@ -33,6 +43,13 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
+# The CPU-level cap reaches PyTorch only through variables read when its libraries load: set them first.
+ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+           "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "avx512_bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
+           "amx": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "native": {}}
+if "--isa" in sys.argv[1:-1]:
+    isa = sys.argv[sys.argv.index("--isa") + 1]
+    os.environ.update(ISA_ENV.get(isa, {}), GRPO_CPU_ISA=isa)
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(1, os.path.join(here, "..", "tests", "reference"))
@@ -42,40 +59,59 @@ from decode import torch_greedy  # noqa: E402
 from prefill import flops_per_token, torch_forward_logprobs  # noqa: E402
 
 
-def sh(cmd, env, stdin=""):
-    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
+def sh(cmd, env, stdin="", check=True):
+    """Runs cmd under GNU time; the CompletedProcess with .maxrss added, cmd's peak resident memory in bytes.
+    (Not this process's wait4: a child forked from it starts with its pages, and Linux keeps that peak
+    across the exec, so every grpo would weigh what PyTorch and the reference model weigh here.)"""
+    with tempfile.NamedTemporaryFile("r") as t:
+        p = subprocess.run(["/usr/bin/time", "-o", t.name, "-f", "%M", *cmd], input=stdin, capture_output=True,
+                           text=True, env=env)
+        rss = t.read().split()
+    p.maxrss = int(rss[-1]) * 1024 if rss and rss[-1].isdigit() else None  # KiB
+    if check and p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-800:]}")
     return p
 
 
 def ceilings(a, env):
-    def one(*args):
-        return json.loads(sh([a.ceiling, *map(str, args)], env).stdout)
-    return {"read_gbps": one("read", 1024, 7)["gbps"], "gemm_f32": one("gemm", "f32", 2048, 4864, 896, 7)["gflops"],
-            "gemm_bf16": one("gemm", "bf16", 2048, 4864, 896, 7)["gflops"]}
+    def one(key, *args):  # a ceiling this CPU cannot measure is None (n/a), not the end of the run
+        p = sh([a.ceiling, *map(str, args)], env, check=False)
+        return json.loads(p.stdout)[key] if p.returncode == 0 else None
+    return {"read_gbps": one("gbps", "read", a.read_mb, 7),
+            "gemm_f32": one("gflops", "gemm", "f32", *a.gemm_shape, 7),
+            "gemm_bf16": one("gflops", "gemm", "bf16", *a.gemm_shape, 7)}
 
 
 def prefill(a, env, m, ids):
     B, T = ids.shape
-    lines = "".join(json.dumps({"tokens": row}) + "\n" for row in ids.tolist()) * a.repeats
-    out = {}
-    for dt in ("f32", "bf16"):
-        st = json.loads(sh([a.grpo, "score", "--model", a.model, "--stats", "--dtype", dt, "--batch-tokens",
-                            str(B * T)], env, lines).stderr.strip().splitlines()[-1])
-        out["grpo_" + dt] = B * T / statistics.median(st["batch_seconds"])
+    lines = "".join(json.dumps({"tokens": row}) + "\n" for row in ids.tolist()) * 2
+    secs, out = {"f32": [], "bf16": []}, {}
+    for _ in range(a.repeats):  # processes taking turns; each one's second forward (the first touches pages)
+        for dt in secs:
+            p = sh([a.grpo, "score", "--model", a.model, "--stats", "--dtype", dt, "--batch-tokens", str(B * T)],
+                   env, lines)
+            secs[dt].append(json.loads(p.stderr.strip().splitlines()[-1])["batch_seconds"][-1])
+            out["rss_" + dt] = p.maxrss
+    for dt, v in secs.items():
+        out["grpo_" + dt] = B * T / statistics.median(v)
     for tag, ctx in (("torch_f32", None), ("torch_bf16", "autocast")):
         times = []
-        with torch.no_grad():
-            for _ in range(a.repeats):
-                t0 = time.perf_counter()
-                if ctx:
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
+        try:
+            with torch.no_grad():
+                for _ in range(a.repeats):
+                    t0 = time.perf_counter()
+                    if ctx:
+                        with torch.autocast("cpu", dtype=torch.bfloat16):
+                            torch_forward_logprobs(m, ids)
+                    else:
                         torch_forward_logprobs(m, ids)
-                else:
-                    torch_forward_logprobs(m, ids)
-                times.append(time.perf_counter() - t0)
-        out[tag] = B * T / statistics.median(times)
+                    times.append(time.perf_counter() - t0)
+        except RuntimeError as e:  # PyTorch's bf16 needs oneDNN's bf16 kernels (AVX-512 and up)
+            if not ctx:
+                raise
+            print(f"PyTorch bf16 autocast fails here: {str(e)[:120]}", file=sys.stderr)
+            times = None
+        out[tag] = B * T / statistics.median(times) if times else None
     return out
 
 
@@ -83,14 +119,13 @@ def decode(a, env, m, B, new, torch_steps):
     g = torch.Generator().manual_seed(B)
     prompts = torch.randint(0, m.V, (B, 128), generator=g)
     lines = "".join(json.dumps({"tokens": p}) + "\n" for p in prompts.tolist())
-    out = {}
-    for dt in ("f32", "bf16"):
-        tps = []
-        for _ in range(a.repeats):
+    tps = {"f32": [], "bf16": []}
+    for _ in range(a.repeats):  # interleaved, so a noisy minute weighs on both
+        for dt in tps:
             p = sh([a.grpo, "generate", "--model", a.model, "--jsonl", "--stats", "--temperature", "0",
                     "--max-new-tokens", str(new), "--dtype", dt], env, lines)
-            tps.append(json.loads(p.stderr.strip().splitlines()[-1])["decode_tokens_per_second"])
-        out["grpo_" + dt] = statistics.median(tps)
+            tps[dt].append(json.loads(p.stderr.strip().splitlines()[-1])["decode_tokens_per_second"])
+    out = {"grpo_" + dt: statistics.median(v) for dt, v in tps.items()}
     with torch.no_grad():
         _, secs = torch_greedy(m, prompts, torch_steps)
     out["torch_f32"] = B * (torch_steps - 1) / secs if torch_steps > 1 else float("nan")
@@ -104,15 +139,16 @@ def train(a, env, tmp):
         for _ in range(2 * a.train_steps):
             ids = torch.randint(0, 151936, (256,), generator=g).tolist()
             f.write(json.dumps({"prompt_ids": ids[:16], "completion_ids": ids[16:]}) + "\n")
-    out = {}
-    for tag, extra in (("grpo_f32", []), ("grpo_bf16", ["--precision", "bf16"])):
-        d = os.path.join(tmp, "out-" + tag)
-        sh([a.grpo, "sft", "--model", a.model, "--data", data, "--out", d, "--steps", str(a.train_steps),
-            "--batch-size", "2", "--no-shuffle", "--lr", "1e-5", *extra], env)
-        with open(os.path.join(d, "metrics.jsonl")) as f:
-            steps = [json.loads(l)["elapsed_s"] for l in f if l.strip()]
-        shutil.rmtree(d, ignore_errors=True)
-        out[tag] = 512 / statistics.median(steps[1:])
+    steps = {"grpo_f32": [], "grpo_bf16": []}
+    for _ in range(a.repeats):  # interleaved runs; every step after each run's first
+        for tag, extra in (("grpo_f32", []), ("grpo_bf16", ["--precision", "bf16"])):
+            d = os.path.join(tmp, "out-" + tag)
+            sh([a.grpo, "sft", "--model", a.model, "--data", data, "--out", d, "--steps", str(a.train_steps),
+                "--batch-size", "2", "--no-shuffle", "--lr", "1e-5", *extra], env)
+            with open(os.path.join(d, "metrics.jsonl")) as f:
+                steps[tag] += [json.loads(l)["elapsed_s"] for l in f if l.strip()][1:]
+            shutil.rmtree(d, ignore_errors=True)
+    out = {tag: 512 / statistics.median(v) for tag, v in steps.items()}
     p = sh([sys.executable, os.path.join(here, "train.py"), "--torch-worker", "--model-dir", a.model, "--data", data,
             "--seq-len", "256", "--batch-size", "2", "--micro-batch-size", "2", "--steps", str(a.train_steps),
             "--threads", str(a.threads)], env)
@@ -129,9 +165,9 @@ def run_mode(a, mode, m, tmp):
     try:
         r = {"ceil": ceilings(a, env)}
         g = torch.Generator().manual_seed(0)
-        r["prefill"] = prefill(a, env, m, torch.randint(0, m.V, (4, 512), generator=g))
-        r["decode1"] = decode(a, env, m, 1, 32, 16)
-        r["decode64"] = decode(a, env, m, 64, 16, 4)
+        r["prefill"] = prefill(a, env, m, torch.randint(0, m.V, a.prefill_batch, generator=g))
+        r["decode1"] = decode(a, env, m, 1, a.decode_new[0], 16)
+        r["decode64"] = decode(a, env, m, 64, a.decode_new[1], 4)
         if not a.skip_train:
             r["train"] = train(a, env, tmp)
     finally:
@@ -149,10 +185,15 @@ def report(a, m, res):
     f512 = flops_per_token(m, 512)
     f_dec = flops_per_token(m, 128 + 8)  # per generated token, ~136 keys of context
     print(f"threads={a.threads} torch={torch.__version__} model={a.model} ({weights / 1e6:.0f}M weights)")
+    print(f"grpo: {a.cpu['observed']}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
+          f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}")
+    widened = a.cpu["values"]["bf16_matmul"] == "widened"
+    fmt = lambda x, f: "n/a" if x is None else format(x, f)  # noqa: E731
+    ratio = lambda x, y: x / y if x is not None and y else None  # noqa: E731
     for mode, r in res.items():
         c = r["ceil"]
-        print(f"\n== {mode}: read {c['read_gbps']:.1f} GB/s, oneDNN matmul fp32 {c['gemm_f32']:.0f} / "
-              f"bf16 {c['gemm_bf16']:.0f} GFLOP/s")
+        print(f"\n== {mode}: read {fmt(c['read_gbps'], '.1f')} GB/s, matmul fp32 {fmt(c['gemm_f32'], '.0f')} / "
+              f"bf16 {fmt(c['gemm_bf16'], '.0f')}{' (widened to fp32)' if widened else ''} GFLOP/s")
         print(f"{'phase':<12}{'grpo f32':>10}{'grpo bf16':>11}{'torch f32':>11}{'torch bf16':>11}"
               f"{'f32/torch':>10}{'bf16/torch':>11}  extra")
         for k, name in (("prefill", "prefill"), ("decode1", "decode b1"), ("decode64", "decode b64"),
@@ -166,10 +207,10 @@ def report(a, m, res):
             if k == "decode1":
                 gb = x["grpo_bf16"] * weights * 2 / 1e9
                 extra = (f"bf16/f32 {x['grpo_bf16'] / x['grpo_f32']:.2f}x; bf16 reads {gb:.1f} GB/s = "
-                         f"{gb / c['read_gbps']:.0%} of the read loop")
+                         f"{fmt(ratio(gb, c['read_gbps']), '.0%')} of the read loop")
             if k == "decode64":
                 gf = x["grpo_bf16"] * f_dec / 1e9
-                extra = f"bf16 {gf:.0f} GFLOP/s = {gf / c['gemm_bf16']:.0%} of the bf16 matmul ceiling"
+                extra = f"bf16 {gf:.0f} GFLOP/s = {fmt(ratio(gf, c['gemm_bf16']), '.0%')} of the bf16 matmul ceiling"
             tb = x.get("torch_bf16")
             print(f"{name:<12}{x['grpo_f32']:10.1f}{x['grpo_bf16']:11.1f}{x['torch_f32']:11.1f}"
                   f"{tb if tb else float('nan'):11.1f}{x['grpo_f32'] / x['torch_f32']:10.2f}"
@@ -179,7 +220,22 @@ def report(a, m, res):
         for k in ("prefill", "decode1", "decode64", "train"):
             if k in res["load"]:
                 q, l = res["quiet"][k], res["load"][k]
-                print(f"  {k:<10}" + "  ".join(f"{t} {l[t] / q[t]:.0%}" for t in q))
+                print(f"  {k:<10}" + "  ".join(f"{t} {l[t] / q[t]:.0%}" for t in q if q[t] and l[t] is not None))
+    if "quiet" in res:
+        q = res["quiet"]
+        print("\nbf16 against our fp32 (quiet; goals of the CPU-levels issue):")
+        goals = [("decode batch 1", q["decode1"]["grpo_bf16"] / q["decode1"]["grpo_f32"], ">=", 1.8),
+                 ("prefill", q["prefill"]["grpo_bf16"] / q["prefill"]["grpo_f32"], ">=", 0.9)]
+        if "train" in q:
+            goals.append(("train step", q["train"]["grpo_bf16"] / q["train"]["grpo_f32"], ">=", 0.9))
+        if q["prefill"]["rss_f32"]:
+            goals.append(("score peak RSS", q["prefill"]["rss_bf16"] / q["prefill"]["rss_f32"], "<", 0.6))
+        for name, v, op, goal in goals:
+            met = v >= goal if op == ">=" else v < goal
+            print(f"  {name:<15} {v:5.2f}x  (goal {op} {goal}x: {'met' if met else 'NOT met'})")
+        if q["prefill"]["rss_f32"]:
+            print(f"  score peak RSS: f32 {q['prefill']['rss_f32'] / 2**20:.0f} MiB, "
+                  f"bf16 {q['prefill']['rss_bf16'] / 2**20:.0f} MiB")
     print("\n(tokens/s; train: trained tokens/s)")
 
 
@@ -191,9 +247,18 @@ def main():
     ap.add_argument("--modes", nargs="+", default=["quiet", "load"], choices=["quiet", "load"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--train-steps", type=int, default=3)
+    ap.add_argument("--train-steps", type=int, default=4)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--isa", choices=list(ISA_ENV), help="cap grpo and PyTorch at this CPU level")
+    ap.add_argument("--prefill-batch", default="4x512", help="sequences x tokens of one prefill forward")
+    ap.add_argument("--decode-new", type=int, nargs=2, default=[32, 16], help="new tokens at batch 1 and 64")
+    ap.add_argument("--gemm-shape", type=int, nargs=3, default=[2048, 4864, 896], help="M N K of the ceilings")
+    ap.add_argument("--read-mb", type=int, default=1024, help="size of the read loop's array")
+    ap.add_argument("--min-peer-gflops", type=float, default=30, help="refuse a slower PyTorch matmul (straw man)")
     a = ap.parse_args()
+    a.prefill_batch = tuple(int(x) for x in a.prefill_batch.split("x"))
+    doc = json.loads(sh([a.grpo, "doctor", "--json"], dict(os.environ), check=False).stdout)
+    a.cpu = next(c for c in doc["checks"] if c["id"] == "cpu")
     if not os.path.exists(os.path.join(a.model, "config.json")):
         print(f"creating {a.model} (qwen2.5-0.5b preset, F32 file)", file=sys.stderr)
         sh([a.grpo, "init", "--out", a.model, "--preset", "qwen2.5-0.5b"], dict(os.environ))
@@ -202,7 +267,7 @@ def main():
     t0 = time.perf_counter()
     x @ w.t()
     peer = 2 * 2048 * 4864 * 896 / (time.perf_counter() - t0) / 1e9
-    if peer < 30:
+    if peer < a.min_peer_gflops:
         sys.exit(f"PyTorch's fp32 matmul runs at {peer:.0f} GFLOP/s: its libblas.so.3 is the reference BLAS; "
                  "install a fast one (scripts/deps.sh --bench) so the peer is not a straw man")
     m = ref.load_model(a.model, torch.float32)

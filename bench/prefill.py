@@ -42,8 +42,11 @@ def torch_forward_logprobs(m, ids):
     x = m.embed[ids]
     for L in m.layers:
         h = ref.rms_norm(x, L["ln1"], m.eps)
-        q = F.linear(h, L["wq"], L["bq"]).view(B, T, H, D).transpose(1, 2)
-        k = F.linear(h, L["wk"], L["bk"]).view(B, T, KVH, D).transpose(1, 2)
+        q = F.linear(h, L["wq"], L["bq"]).view(B, T, H, D)
+        k = F.linear(h, L["wk"], L["bk"]).view(B, T, KVH, D)
+        if L["qn"] is not None:  # Qwen3: each head's query and key normed over D, before RoPE
+            q, k = ref.rms_norm(q, L["qn"], m.eps), ref.rms_norm(k, L["kn"], m.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = F.linear(h, L["wv"], L["bv"]).view(B, T, KVH, D).transpose(1, 2)
         q = q * cos + ref.rotate_half(q) * sin
         k = k * cos + ref.rotate_half(k) * sin

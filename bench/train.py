@@ -2,8 +2,8 @@
 """Training-step benchmark: `grpo sft` vs PyTorch (forward + backward + clip + AdamW, fp32), same weights,
 same data, same run, with the model FLOP utilisation against an sgemm ceiling measured in the same run.
 
-usage: /usr/bin/python3 bench/train.py [--grpo build/grpo] [--model-dir DIR] [--seq-len 256]
-           [--prompt-len 16] [--batch-size 4] [--micro-batch-size B] [--steps 5] [--repeats 1]
+usage: /usr/bin/python3 bench/train.py [--grpo build/grpo] [--ceiling build/ceiling] [--model-dir DIR]
+           [--seq-len 256] [--prompt-len 16] [--batch-size 4] [--micro-batch-size B] [--steps 5] [--repeats 1]
            [--threads N] [--skip-torch] [--skip-recompute] [--sgemm M N K] [--sgemm-reps 10]
 
 Data: --batch-size synthetic pre-tokenized lines {"prompt_ids": P random ids, "completion_ids": T-P random
@@ -36,7 +36,7 @@ measured in a separate process at the start and at the end of the run; the highe
 Peak RSS: each run is a separate child process and its own ru_maxrss comes from wait4() (maxima of
 different runs never mix); it includes loading the model (and grpo's final save).
 PyTorch's fp32 matmuls go through libblas.so.3: `scripts/deps.sh --bench` installs OpenBLAS for it.
-Not a test: nothing runs it automatically.
+Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
 import json
@@ -72,10 +72,10 @@ def tail(path, n=15):
 
 
 def measure_sgemm(a, env, tmp, tag):
-    """The fp32 matmul ceiling of the oneDNN that grpo links: build/ceiling, beside the grpo binary."""
+    """The fp32 matmul ceiling of the oneDNN that grpo links: build/ceiling (--ceiling; default beside grpo)."""
     log = os.path.join(tmp, f"sgemm-{tag}.log")
     M, N, K = a.sgemm
-    tool = os.path.join(os.path.dirname(os.path.abspath(a.grpo)), "ceiling")
+    tool = a.ceiling or os.path.join(os.path.dirname(os.path.abspath(a.grpo)), "ceiling")
     rc, _, _ = run_child([tool, "gemm", "f32", str(M), str(N), str(K), str(a.sgemm_reps)], env, log)
     if rc != 0:
         sys.exit(f"sgemm measurement failed:\n{tail(log)}")
@@ -97,8 +97,9 @@ def torch_worker(a):
     embed = nn.Parameter(m.embed)
     head = embed if tied else nn.Parameter(m.lm_head)
     norm = nn.Parameter(m.norm)
-    layers = [{k: nn.Parameter(t) for k, t in L.items()} for L in m.layers]
-    params = [embed, norm] + ([] if tied else [head]) + [p for L in layers for p in L.values()]
+    # None: a bias or q/k norm the model has not (Qwen3 has q/k norms, no biases)
+    layers = [{k: None if t is None else nn.Parameter(t) for k, t in L.items()} for L in m.layers]
+    params = [embed, norm] + ([] if tied else [head]) + [p for L in layers for p in L.values() if p is not None]
     del m.layers, m.embed, m.lm_head, m.norm
 
     with open(a.data) as f:
@@ -117,8 +118,11 @@ def torch_worker(a):
         x = embed[ids]
         for L in layers:
             h = ref.rms_norm(x, L["ln1"], m.eps)
-            q = F.linear(h, L["wq"], L["bq"]).view(b, T, H, D).transpose(1, 2)
-            k = F.linear(h, L["wk"], L["bk"]).view(b, T, KVH, D).transpose(1, 2)
+            q = F.linear(h, L["wq"], L["bq"]).view(b, T, H, D)
+            k = F.linear(h, L["wk"], L["bk"]).view(b, T, KVH, D)
+            if L["qn"] is not None:  # Qwen3: each head's query and key normed over D, before RoPE
+                q, k = ref.rms_norm(q, L["qn"], m.eps), ref.rms_norm(k, L["kn"], m.eps)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = F.linear(h, L["wv"], L["bv"]).view(b, T, KVH, D).transpose(1, 2)
             q = q * cos + ref.rotate_half(q) * sin
             k = k * cos + ref.rotate_half(k) * sin
@@ -192,7 +196,7 @@ def run_grpo(a, env, tmp, data, recompute, rep):
 def step_flops(cfg, B, T):
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     H, KVH, L = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
-    D = C // H
+    D = cfg.get("head_dim", C // H)  # Qwen3: its own
     N = L * (C * H * D + 2 * C * KVH * D + H * D * C + 3 * C * I) + V * C
     return 6 * N * B * T + 6 * L * H * D * B * T * (T + 1), N
 
@@ -200,6 +204,7 @@ def step_flops(cfg, B, T):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grpo", default=os.path.join(here, "..", "build", "grpo"))
+    ap.add_argument("--ceiling", help="the ceiling binary (default: the one beside --grpo)")
     ap.add_argument("--model-dir", default="/tmp/grpo-bench-qwen2.5-0.5b")  # shared with prefill/decode
     ap.add_argument("--seq-len", type=int, default=256, help="T: tokens per sequence (prompt + completion)")
     ap.add_argument("--prompt-len", type=int, default=16, help="P: prompt tokens (not in the loss)")
