@@ -260,23 +260,53 @@ double time_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void fmt_count(char *buf, size_t n, double count) {
+    static const char units[] = " kMBT";
+    int u = 0;
+    while (count >= 999.5 && u < 4) {
+        count /= 1000;
+        u++;
+    }
+    int digits = 2;
+    if (count >= 99.95) digits = 0;
+    else if (count >= 9.995) digits = 1;
+    if (u == 0) snprintf(buf, n, "%.0f", count);
+    else snprintf(buf, n, "%.*f%c", digits, count, units[u]);
+}
+
 static atomic_int stop_received;  // lock-free, so safe in a handler
+// The second signal's words about the newest checkpoint: two buffers, so the handler reads a whole one
+// while the other is rewritten.
+static char stop_notes[2][600] = {"no checkpoint was saved in this run", ""};
+static atomic_int stop_note;
+
+void stop_signal_checkpoint(const char *dir) {
+    int next = 1 - atomic_load(&stop_note);
+    if (dir) snprintf(stop_notes[next], sizeof stop_notes[next], "the newest checkpoint is %s", dir);
+    else snprintf(stop_notes[next], sizeof stop_notes[next], "no checkpoint was saved in this run");
+    atomic_store(&stop_note, next);
+}
+
+static void say(const char *text) {
+    if (write(STDERR_FILENO, text, strlen(text)) < 0) {  // async-signal-safe; nothing to do if stderr is gone
+    }
+}
 
 static void on_stop_signal(int sig) {
+    const char *name = sig == SIGINT ? "grpo: SIGINT" : "grpo: SIGTERM";
     // Any thread may take a signal, two at once: the exchange tells the first from the second, which
-    // ends the process by the signal's default action.
+    // ends the process by the signal's default action once this handler returns.
     if (atomic_exchange(&stop_received, sig) != 0) {
+        say(name);
+        say(", a second signal: stopping now, without a checkpoint; ");
+        say(stop_notes[atomic_load(&stop_note)]);
+        say("\n");
         signal(sig, SIG_DFL);
-        raise(sig);
+        raise(sig);  // blocked while the handler runs: delivered when it returns
+        return;
     }
-    static const char on_int[] = "grpo: SIGINT: stopping after this step, with a checkpoint "
-                                 "(a second one stops at once)\n";
-    static const char on_term[] = "grpo: SIGTERM: stopping after this step, with a checkpoint "
-                                  "(a second one stops at once)\n";
-    const char *msg = sig == SIGINT ? on_int : on_term;
-    size_t len = sig == SIGINT ? sizeof on_int - 1 : sizeof on_term - 1;
-    if (write(STDERR_FILENO, msg, len) < 0) {  // async-signal-safe; nothing to do if stderr is gone
-    }
+    say(name);
+    say(": stopping after this step, with a checkpoint (a second one stops at once, without one)\n");
 }
 
 void stop_signals_install(void) {

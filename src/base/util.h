@@ -86,8 +86,13 @@ void atomic_file_commit(AtomicFile *af);
 // Monotonic clock in seconds.
 double time_now(void);
 
+// A count for people, with three significant digits: 950, 12.3k, 1.54M, 7.62B.
+void fmt_count(char *buf, size_t n, double count);
+
 // SIGINT and SIGTERM ask a training loop to stop after its current step (checkpoint, then exit); a
-// second one ends the process at once. The signal is the one piece of process-wide state here: a
-// handler can reach nothing else.
+// second one ends the process at once, saying which checkpoint is the newest. The signal and that note
+// are the one piece of process-wide state here: a handler can reach nothing else.
 void stop_signals_install(void);
 int stop_signal(void);  // the first SIGINT/SIGTERM received, 0 if none
+// The newest checkpoint saved (NULL: none yet), named by the second signal's message.
+void stop_signal_checkpoint(const char *dir);

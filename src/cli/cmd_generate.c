@@ -35,36 +35,80 @@ static void encode_text(Gen *g, const char *text, size_t n, IdList *ids, const c
     if (tokenizer_encode(need_tok(g, where, "text input"), text, n, ids, &bad) != 0) die("%s: invalid UTF-8 at byte %zu", where, bad);
 }
 
+// A --jsonl line's keys are checked, so a misspelt or per-line sampling option is refused, not ignored.
+// "text" beside "ids" is grpo tokenize's echo of the rendered prompt; "max_tokens" is OpenAI's name.
+static void check_keys(const cJSON *root, const char *where) {
+    static const char *const known[] = {"tokens", "ids", "prompt", "messages", "text", "max_new_tokens",
+                                        "max_tokens", "seed"};
+    static const char *const options[][2] = {{"temperature", "--temperature"}, {"top_p", "--top-p"},
+                                             {"top_k", "--top-k"}, {"n", "--n"}, {"stop", "--stop"}};
+    for (const cJSON *e = root->child; e; e = e->next) {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && !ok; i++) ok = strcmp(e->string, known[i]) == 0;
+        if (ok) continue;
+        for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+            if (strcmp(e->string, options[i][0]) == 0)
+                die("%s: \"%s\" cannot be set per line; it is the option %s of the whole run", where, e->string,
+                    options[i][1]);
+        die("%s: unknown key \"%.60s\" (a line holds \"tokens\" (or \"ids\"), \"prompt\" or \"messages\", and may "
+            "hold \"max_new_tokens\" (or \"max_tokens\") and \"seed\")", where, e->string);
+    }
+}
+
+// The one prompt a line gives, or NULL; dies when it gives two.
+static const cJSON *prompt_of(const cJSON *root, const char *where, const char **key) {
+    static const char *const forms[] = {"tokens", "ids", "prompt", "messages"};
+    const cJSON *found = NULL;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, forms[i]);
+        if (!e) continue;
+        if (found) die("%s: both \"%s\" and \"%s\"; a line gives one prompt", where, *key, forms[i]);
+        found = e;
+        *key = forms[i];
+    }
+    return found;
+}
+
 // One JSONL input line -> prompt ids (+ per-line max_new_tokens and seed).
 static void parse_prompt(Gen *g, const char *line, const char *where, IdList *ids, RolloutPrompt *p) {
     uint32_t nul;
     cJSON *root = json_parse_line(line, strlen(line), &nul);
     if (!root || !cJSON_IsObject(root)) die("%s: not a JSON object", where);
-    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (cJSON_IsArray(toks)) {
-        for (const cJSON *e = toks->child; e; e = e->next) {
+    check_keys(root, where);
+    const char *key = NULL;
+    const cJSON *in = prompt_of(root, where, &key);
+    if (!in && cJSON_GetObjectItemCaseSensitive(root, "text"))
+        die("%s: \"text\" is not a prompt here: give {\"prompt\": \"...\"} (raw text) or {\"messages\": [...]}",
+            where);
+    if (!in) die("%s: expected {\"tokens\": [...]}, {\"prompt\": \"...\"} or {\"messages\": [...]}", where);
+    if (strcmp(key, "tokens") == 0 || strcmp(key, "ids") == 0) {
+        if (!cJSON_IsArray(in)) die("%s: \"%s\" must be an array of token ids", where, key);
+        int64_t i = 0;
+        for (const cJSON *e = in->child; e; e = e->next, i++) {
             int64_t v;
             if (!json_as_int(e, 0, g->m->cfg.vocab - 1, &v))
-                die("%s: \"tokens\" must hold ids in [0, %lld)", where, (long long)g->m->cfg.vocab);
+                die("%s: \"%s\"[%lld] is not an id in [0, %lld)", where, key, (long long)i,
+                    (long long)g->m->cfg.vocab);
             idlist_push(ids, (int32_t)v);
         }
-    } else if (cJSON_IsString(prompt)) {  // raw text: no chat template
+    } else if (strcmp(key, "prompt") == 0) {  // raw text: no chat template
+        if (!cJSON_IsString(in)) die("%s: \"prompt\" must be a string", where);
         size_t n;
-        char *text = json_string_bytes(prompt, nul, &n);
+        char *text = json_string_bytes(in, nul, &n);
         encode_text(g, text, n, ids, where);
         free(text);
-    } else if (msgs) {
+    } else {
         Buf text = {0};
-        chat_render_json(need_tok(g, where, "\"messages\""), msgs, nul, 1, &text, where);
+        chat_render_json(need_tok(g, where, "\"messages\""), in, nul, 1, &text, where);
         encode_text(g, text.data, text.len, ids, where);
         buf_free(&text);
-    } else {
-        die("%s: expected {\"tokens\": [...]}, {\"prompt\": \"...\"} or {\"messages\": [...]}", where);
     }
-    int64_t v = json_get_int_or(root, "max_new_tokens", p->max_new_tokens, where);
-    if (v < 1 || v > INT32_MAX) die("%s: \"max_new_tokens\" must be at least 1", where);
+    int openai = cJSON_GetObjectItemCaseSensitive(root, "max_tokens") != NULL;
+    if (openai && cJSON_GetObjectItemCaseSensitive(root, "max_new_tokens"))
+        die("%s: both \"max_new_tokens\" and \"max_tokens\"; give one", where);
+    const char *mkey = openai ? "max_tokens" : "max_new_tokens";
+    int64_t v = json_get_int_or(root, mkey, p->max_new_tokens, where);
+    if (v < 1 || v > INT32_MAX) die("%s: \"%s\" must be at least 1", where, mkey);
     p->max_new_tokens = (int)v;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
     if (seed && !cJSON_IsNull(seed)) {

@@ -1,4 +1,4 @@
-// grpo init: a randomly initialised Qwen2 model directory (config.json + model.safetensors).
+// grpo init: a randomly initialised Qwen2 or Qwen3 model directory (config.json + model.safetensors).
 #define _POSIX_C_SOURCE 200809L  // strndup
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,17 +33,20 @@ static void copy_tokenizer(const char *path, const char *out, const Qwen2Config 
 }
 
 int cmd_init(int argc, char **argv) {
+    char *shapes = xprintf("model shape: %s", qwen2_preset_names());
     CliOpt opts[] = {
         {"--out", "DIR", "model directory to create", NULL, 1},
-        {"--preset", "NAME", "model shape: tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b", "tiny", 0},
+        {"--preset", "NAME", shapes, "tiny", 0},
         {"--seed", "S", "random seed", "0", 0},
         {"--dtype", "f32|bf16", "dtype of the weights file", "f32", 0},
         {"--tokenizer", "PATH", "copy this tokenizer.json (and the tokenizer_config.json beside it) into DIR", NULL, 0},
         {"--force", NULL, "overwrite a model already in DIR", NULL, 0},
     };
-    CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16] [--tokenizer PATH]",
-                    "Writes a Qwen2 model with Hugging Face's initialisation (normal(0, initializer_range) weights,\n"
-                    "zero biases, unit norms) as config.json + model.safetensors.",
+    CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16] [--tokenizer PATH] "
+                    "[--force]",
+                    "Writes a Qwen2 or Qwen3 model (Qwen2ForCausalLM / Qwen3ForCausalLM, by preset) with Hugging\n"
+                    "Face's initialisation (normal(0, initializer_range) weights, zero biases, unit norms) as\n"
+                    "config.json + model.safetensors.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset");
@@ -64,8 +67,11 @@ int cmd_init(int argc, char **argv) {
     qwen2_init_random(&m, seed);
     if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
     qwen2_save(&m, out, dtype);
-    fprintf(stderr, "grpo init: wrote %s (%s, %.1fM parameters, %s)\n", out, preset, (double)m.n_params / 1e6,
+    char params[16];
+    fmt_count(params, sizeof params, (double)m.n_params);
+    fprintf(stderr, "grpo init: wrote %s (%s, %s parameters, %s)\n", out, preset, params,
             cli_str(&spec, "--dtype"));
     qwen2_free(&m);
+    free(shapes);
     return 0;
 }

@@ -71,28 +71,49 @@ static void score_flush(Scorer *s, Batch *b) {
     b->B = 0;
 }
 
-// Parses one input line into `ids` (grown as needed); dies naming the line on any problem.
-static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c, int32_t **ids, int64_t *cap) {
+// Parses one input line into `ids` (grown as needed): its token count, or -1 with *err (malloc'd) saying
+// what is wrong, naming the line.
+static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c, int32_t **ids, int64_t *cap,
+                          char **err) {
+    long long ln = (long long)lineno;
     cJSON *root = json_parse_exact(line, strlen(line), NULL);
-    if (!root || !cJSON_IsObject(root)) die("stdin line %lld: not a JSON object", (long long)lineno);
+    int64_t n = -1;
+    *err = NULL;
+    if (!root || !cJSON_IsObject(root)) {
+        *err = xprintf("stdin line %lld: not a JSON object", ln);
+        cJSON_Delete(root);
+        return -1;
+    }
+    // "ids" is what grpo tokenize --jsonl writes.
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(toks)) die("stdin line %lld: missing array \"tokens\"", (long long)lineno);
-    int64_t n = cJSON_GetArraySize(toks);
-    if (n == 0) die("stdin line %lld: \"tokens\" is empty", (long long)lineno);
-    if (n > c->max_pos)
-        die("stdin line %lld: %lld tokens exceed max_position_embeddings %lld", (long long)lineno, (long long)n,
-            (long long)c->max_pos);
+    const cJSON *alt = cJSON_GetObjectItemCaseSensitive(root, "ids");
+    const char *key = toks ? "tokens" : "ids";
+    if (!toks) toks = alt;
+    if (toks && alt && toks != alt) *err = xprintf("stdin line %lld: both \"tokens\" and \"ids\"; give one", ln);
+    else if (!cJSON_IsArray(toks)) *err = xprintf("stdin line %lld: missing array \"tokens\" (or \"ids\")", ln);
+    else if ((n = cJSON_GetArraySize(toks)) == 0) *err = xprintf("stdin line %lld: \"%s\" is empty", ln, key);
+    else if (n > c->max_pos)
+        *err = xprintf("stdin line %lld: %lld tokens exceed max_position_embeddings %lld", ln, (long long)n,
+                       (long long)c->max_pos);
+    if (*err) {
+        cJSON_Delete(root);
+        return -1;
+    }
     if (n > *cap) *ids = xrealloc(*ids, (size_t)(*cap = n) * sizeof(int32_t));
     int64_t i = 0;
     for (const cJSON *t = toks->child; t; t = t->next, i++) {
         int64_t v;
-        if (!json_as_int(t, 0, c->vocab - 1, &v))
-            die("stdin line %lld: token %lld is not an id in [0, %lld)", (long long)lineno, (long long)i,
-                (long long)c->vocab);
+        if (!json_as_int(t, 0, c->vocab - 1, &v)) {
+            char *text = cJSON_PrintUnformatted(t);
+            *err = xprintf("stdin line %lld: \"%s\"[%lld] is %.40s, not an id in [0, %lld)", ln, key, (long long)i,
+                           text ? text : "?", (long long)c->vocab);
+            free(text);
+            break;
+        }
         (*ids)[i] = (int32_t)v;
     }
     cJSON_Delete(root);
-    return n;
+    return *err ? -1 : n;
 }
 
 int cmd_score(int argc, char **argv) {
@@ -107,8 +128,10 @@ int cmd_score(int argc, char **argv) {
     };
     CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] [--device cpu|cuda[:N]]"
                     " < in.jsonl > out.jsonl",
-                    "Reads lines {\"tokens\": [int, ...]} and writes one line {\"logprobs\": [float, ...]} per input\n"
-                    "with n-1 entries: entry i-1 is log p(tokens[i] | tokens[0..i-1]).",
+                    "Reads lines {\"tokens\": [int, ...]} (or {\"ids\": ...}, as grpo tokenize --jsonl\n"
+                    "writes) and writes one line {\"logprobs\": [float, ...]} per input with n-1 entries:\n"
+                    "entry i-1 is log p(tokens[i] | tokens[0..i-1]). At a bad line, the lines before it are\n"
+                    "written, then it stops.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     int64_t batch_tokens = cli_int(&spec, "--batch-tokens", 1, INT64_C(1) << 24);
@@ -131,7 +154,12 @@ int cmd_score(int argc, char **argv) {
     int64_t ids_cap = 0, lineno = 0;
     while (line_read(stdin, &line, &line_cap, "stdin", lineno + 1) >= 0) {
         lineno++;
-        int64_t n = parse_line(line, lineno, &m.cfg, &ids, &ids_cap);
+        char *err;
+        int64_t n = parse_line(line, lineno, &m.cfg, &ids, &ids_cap, &err);
+        if (n < 0) {
+            score_flush(&s, &b);  // the lines before a bad one are scored and written first
+            die("%s", err);
+        }
         if (b.B && b.seq_off[b.B] + n > batch_tokens) score_flush(&s, &b);
         batch_add(&b, ids, n);
     }

@@ -96,7 +96,12 @@ static void plain(Session *s, int decode) {
             char *end;
             errno = 0;
             long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v > INT32_MAX) die("stdin: \"%.20s\" is not a token id", p);
+            int whole = end != p && (*end == 0 || strchr(" \n\t\r", *end));  // "12abc" is one bad word
+            if (!whole || errno || v < 0 || v > INT32_MAX) {
+                int word = (int)strcspn(p, " \n\t\r"), cut = word > 40;
+                die("stdin: \"%.*s%s\" (word %zu) is not a token id", cut ? 40 : word, p, cut ? "..." : "",
+                    ids.n + 1);
+            }
             idlist_push(&ids, (int32_t)v);
             p = end;
         }

@@ -17,6 +17,17 @@ static void usage(FILE *f) {
                "seconds; --demo-qwen3: its model Qwen3-shaped).\n");
 }
 
+// A word that names a config file (FILE.yaml, .yml or .json) rather than a key=value override.
+static int config_like(const char *word) {
+    static const char *const ext[] = {".yaml", ".yml", ".json"};
+    size_t n = strlen(word);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t e = strlen(ext[i]);
+        if (n > e && strcmp(word + n - e, ext[i]) == 0) return 1;
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
@@ -37,6 +48,9 @@ int cmd_train(int argc, char **argv) {
             print = 1;
         } else if (strncmp(argv[i], "--", 2) == 0) {
             die("unknown option \"%s\" (see grpo train --help)", argv[i]);
+        } else if (!strchr(argv[i], '=') && config_like(argv[i])) {
+            die("\"%s\" is a configuration file%s: pass it as --config %s", argv[i],
+                file_exists(argv[i]) ? "" : " name (and does not exist)", argv[i]);
         } else {
             overrides[n++] = argv[i];
         }

@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE  // realpath
 #include "train/checkpoint.h"
 
 #include <cjson/cJSON.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "base/util.h"
@@ -150,6 +151,75 @@ void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, con
     checkpoint_prune(out, keep);
     free(tmp);
     free(final);
+}
+
+// The files of a finished or running training run in OUT, besides its checkpoints.
+static const char *const RUN_FILES[] = {"metrics.jsonl", "samples.jsonl", "config.yaml", "model.safetensors",
+                                        "adapter_model.safetensors", "adapter_config.json"};
+#define N_RUN_FILES (sizeof RUN_FILES / sizeof RUN_FILES[0])
+
+static int same_dir(const char *a, const char *b) {
+    char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
+    int same = ra && rb && strcmp(ra, rb) == 0;
+    free(ra);
+    free(rb);
+    return same;
+}
+
+char *run_dir_claim(const char *out, const char *model_dir, int resume, int force, int remove,
+                    const RunDirOpts *o) {
+    if (same_dir(model_dir, out))
+        die("%s %s is the model directory; choose another, so the starting model is kept", o->out, out);
+    if (resume && force) die("%s and %s: continue the run or replace it, not both", o->resume, o->force);
+    if (resume && !file_exists(out))
+        die("%s: %s does not exist, so there is no checkpoint to resume from", o->resume, out);
+    dir_create(out);
+    char *ckpt = checkpoint_latest(out);
+    if (resume) {
+        if (!ckpt) die("%s: %s holds no checkpoint-* directory", o->resume, out);
+        stop_signal_checkpoint(ckpt);
+        return ckpt;
+    }
+    const char *found = ckpt;
+    for (size_t i = 0; i < N_RUN_FILES && !found; i++) {
+        char *p = path_join(out, RUN_FILES[i]);
+        if (file_exists(p)) found = RUN_FILES[i];
+        free(p);
+    }
+    if (found && ckpt && !force)
+        die("%s %s already holds a run (%s); pass %s to continue it, %s to replace it, or choose another %s",
+            o->out, out, found, o->resume, o->force, o->out);
+    if (found && !force)
+        die("%s %s already holds a finished run (%s); pass %s to replace it, or choose another %s", o->out, out,
+            found, o->force, o->out);
+    if (found && remove) {
+        checkpoint_prune(out, 0);
+        for (size_t i = 0; i < N_RUN_FILES; i++) {
+            char *p = path_join(out, RUN_FILES[i]);
+            if (unlink(p) != 0 && errno != ENOENT) die("cannot remove %s: %s", p, strerror(errno));
+            free(p);
+        }
+        dir_fsync(out);
+    }
+    free(ckpt);
+    return NULL;
+}
+
+void checkpoint_check_run(const char *ckpt, const TrainState *saved, const TrainState *now,
+                          const char *const keys[4]) {
+    const char *tail = "resume with the settings it was made with";
+    if (saved->seed != now->seed)
+        die("%s was made with %s %" PRIu64 ", this run has %" PRIu64 "; %s", ckpt, keys[0], saved->seed, now->seed,
+            tail);
+    if (saved->batch_size != now->batch_size)
+        die("%s was made with %s %lld, this run has %lld; %s", ckpt, keys[1], (long long)saved->batch_size,
+            (long long)now->batch_size, tail);
+    if (saved->data_lines != now->data_lines)
+        die("%s was made with a %s of %lld samples, this run's has %lld; %s", ckpt, keys[2],
+            (long long)saved->data_lines, (long long)now->data_lines, tail);
+    if (saved->shuffle != now->shuffle)
+        die("%s was made with %s %s, this run has %s; %s", ckpt, keys[3], saved->shuffle ? "on" : "off",
+            now->shuffle ? "on" : "off", tail);
 }
 
 char *checkpoint_latest(const char *out) {

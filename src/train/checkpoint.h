@@ -34,6 +34,21 @@ void checkpoint_prune(const char *out, int64_t keep);
 char *checkpoint_latest(const char *out);
 // Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.
 void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s);
+// How a command names its output options, for messages: {"--out", "--resume", "--force"} or
+// {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true"}.
+typedef struct {
+    const char *out, *resume, *force;
+} RunDirOpts;
+// Makes OUT ready for a run; returns the newest checkpoint to resume from (malloc'd) when resuming, else
+// NULL. Dies when OUT is model_dir, when resuming finds no checkpoint, and when a new run would replace a
+// previous one (checkpoints, a trained model or adapter, metrics.jsonl) unless force: then, when
+// `remove` (the rank that writes), that run's checkpoints and files are deleted first. Other files stay.
+char *run_dir_claim(const char *out, const char *model_dir, int resume, int force, int remove,
+                    const RunDirOpts *o);
+// The run a checkpoint was made by (saved) against this one (now): dies naming the first of seed, batch
+// size, data file and shuffle that differs, with both values. keys: the command's names for those four.
+void checkpoint_check_run(const char *ckpt, const TrainState *saved, const TrainState *now,
+                          const char *const keys[4]);
 // Copies tokenizer and generation files of a model directory into another.
 void copy_model_extras(const char *from_dir, const char *to_dir);
 // On resume: drops the records of metrics.jsonl at `path` whose "step" is past `step` (about to be redone).

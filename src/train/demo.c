@@ -238,7 +238,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     Tokenizer tok;
     tokenizer_load(&tok, model_dir);
     PromptData d;
-    prompt_data_load(&d, data_file, "prompt", "answer", &tok, 0, m.cfg.max_pos);
+    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, 0, m.cfg.max_pos);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {
@@ -296,7 +296,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
                     .batch_size = 64, .micro_batch_size = 64, .warmup = 20, .keep = 1, .max_length = 0, .max_skips = 5,
                     .adam = {1e-3, 0.9, 0.999, 1e-8, 0.0}, .clip = 1.0, .schedule = LR_COSINE, .seed = seed,
                     .save_dtype = DTYPE_F32, .precision = DTYPE_F32, .loss_scale = 1024.0, .loss_scale_window = 1000,
-                    .shuffle = 1};
+                    .shuffle = 1, .force = 1};
     sft_run(&sc);
     R.t_sft = time_now() - t;
     t = time_now();
@@ -305,7 +305,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
 
     // The demo's GRPO settings, as `grpo train` keys; the caller's overrides go on top.
-    char *ov[24];
+    char *ov[25];
     int n = 0;
 #define OV(...) ov[n++] = xprintf(__VA_ARGS__)
     OV("model.path=%s", sft);
@@ -326,6 +326,7 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     OV("trainer.val_before_train=false");  // measured above
     OV("trainer.seed=%llu", (unsigned long long)seed);
     OV("trainer.out_dir=%s", grpo);
+    OV("trainer.overwrite=true");  // the demo makes runs/demo anew each time
 #undef OV
     GrpoConfig c;
     grpo_config_defaults(&c);

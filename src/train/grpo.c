@@ -531,7 +531,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .recompute = a->recompute, .offload_optimizer = a->offload_optimizer, .shuffle = c->data.shuffle, .seed = c->trainer.seed,
         .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
-        .resume = c->trainer.resume, .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
+        .resume = c->trainer.resume, .overwrite = c->trainer.overwrite,
+        .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
         .dist_timeout_s = c->dist.timeout_s, .zero = (int)c->dist.zero, .pin_cpu = c->dist.pin_cpu,
         .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
@@ -632,6 +633,12 @@ static GrpoSettings rank_share(const GrpoSettings *s, const Comm *comm) {
     return l;
 }
 
+// A validation line of metrics.jsonl; step 0 is the accuracy before training.
+static void write_val_metrics(Run *r, int64_t step, double acc) {
+    fprintf(r->metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)step, acc);
+    file_flush(r->metrics, r->metrics_path);
+}
+
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || !global->train_file)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
@@ -642,6 +649,8 @@ void grpo_run(const GrpoSettings *global) {
     GrpoSettings local = rank_share(global, &r.comm);
     const GrpoSettings *s = r.s = &local;
     int lead = r.comm.rank == 0;  // prints and writes files
+    static const RunDirOpts dir_opts = {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true"};
+    char *ckpt = run_dir_claim(s->out_dir, s->model_dir, s->resume, s->overwrite, lead, &dir_opts);
     trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
                  &s->lora);
     trainer_set_dist(&r.tr, &r.comm, s->zero, s->topk_ratio);
@@ -651,9 +660,11 @@ void grpo_run(const GrpoSettings *global) {
     tokenizer_load(&r.tok, tj);
     r.tok.no_thinking = !s->enable_thinking;
     free(tj);
-    prompt_data_load(&r.train, s->train_file, s->prompt_key, s->answer_key, &r.tok, s->chat_template, s->max_prompt_length);
+    prompt_data_load(&r.train, s->train_file, "data.train_file", s->prompt_key, s->answer_key, &r.tok,
+                     s->chat_template, s->max_prompt_length);
     if ((r.has_val = s->val_file != NULL))
-        prompt_data_load(&r.val, s->val_file, s->prompt_key, s->answer_key, &r.tok, s->chat_template, s->max_prompt_length);
+        prompt_data_load(&r.val, s->val_file, "data.val_file", s->prompt_key, s->answer_key, &r.tok,
+                         s->chat_template, s->max_prompt_length);
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
@@ -677,22 +688,17 @@ void grpo_run(const GrpoSettings *global) {
     r.tr.st.data_lines = r.train.n;
     r.tr.st.shuffle = s->shuffle;
 
-    if (s->resume && !file_exists(s->out_dir)) die("trainer.resume: %s does not exist, so there is no checkpoint", s->out_dir);
-    dir_create(s->out_dir);
     r.metrics_path = path_join(s->out_dir, "metrics.jsonl");
     r.dump_path = path_join(s->out_dir, "samples.jsonl");
     const char *mp = r.metrics_path, *dp = r.dump_path;
-    char *ckpt = checkpoint_latest(s->out_dir);
-    if (s->resume) {
-        if (!ckpt) die("trainer.resume: %s holds no checkpoint-* directory", s->out_dir);
+    if (ckpt) {
+        TrainState now = r.tr.st;
         trainer_load(&r.tr, ckpt);
-        if (r.tr.st.batch_size != r.P_global || r.tr.st.data_lines != r.train.n || r.tr.st.seed != s->seed ||
-            r.tr.st.shuffle != s->shuffle)
-            die("%s: the checkpoint was made with another train_batch_size, seed, shuffle or data file", ckpt);
+        static const char *const keys[4] = {"trainer.seed", "data.train_batch_size", "data.train_file",
+                                            "data.shuffle"};
+        checkpoint_check_run(ckpt, &r.tr.st, &now, keys);
         if (lead) metrics_truncate(mp, r.tr.st.iteration);
         if (lead) fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r.tr.st.iteration);
-    } else if (ckpt) {
-        die("%s already holds checkpoints (%s); set trainer.resume=true or choose another trainer.out_dir", s->out_dir, ckpt);
     }
     free(ckpt);
     if (lead) {
@@ -711,13 +717,19 @@ void grpo_run(const GrpoSettings *global) {
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
     const char *ref = "not needed (no KL)";
     if (r.has_ref) ref = r.tr.has_lora ? "the base with the adapters off (no copy)" : dtype_name(s->ref_dtype);
+    char params[16];
+    fmt_count(params, sizeof params, (double)r.tr.n);
     if (lead)
-        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld steps, %.1fM %sparameters, "
-                "reference %s\n", (long long)r.P_global, s->G, r.comm.size, r.comm.size > 1 ? "es" : "", (long long)steps,
-                (double)r.tr.n / 1e6, r.tr.has_lora ? "trained LoRA " : "", ref);
+        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld step%s, "
+                "%s %sparameters, reference %s\n", (long long)r.P_global, s->G, r.comm.size,
+                r.comm.size > 1 ? "es" : "", (long long)steps, steps == 1 ? "" : "s", params,
+                r.tr.has_lora ? "trained LoRA " : "", ref);
     if (r.has_val && s->val_before_train && !s->resume) {
         double acc = validate(&r);
-        if (lead) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
+        if (lead) {
+            fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
+            write_val_metrics(&r, 0, acc);
+        }
     }
     while (r.tr.st.iteration < steps) {
         grpo_step(&r, &stream);
@@ -725,8 +737,7 @@ void grpo_run(const GrpoSettings *global) {
             double acc = validate(&r);
             if (lead) {
                 fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
-                fprintf(r.metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)r.tr.st.iteration, acc);
-                file_flush(r.metrics, mp);
+                write_val_metrics(&r, r.tr.st.iteration, acc);
             }
         }
         if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)

@@ -43,7 +43,7 @@ typedef struct {
     int64_t save_every, keep, val_every;
     int val_before_train;
     int dump_samples;            // write every step's samples to OUT/samples.jsonl
-    int resume;
+    int resume, overwrite;       // overwrite: replace a previous run in out_dir
     const char *const *stop;     // rollout stop strings
     int n_stop;
     double dist_timeout_s;       // data parallel under mpirun (dist.*, compression.*)

@@ -222,6 +222,8 @@ static const ConfigKey KEYS[] = {
     KSTR("trainer.out_dir", trainer.out_dir, "runs/grpo",
          "where the final model, checkpoints, metrics.jsonl and samples go"),
     KBOOL("trainer.resume", trainer.resume, "false", "continue from the newest checkpoint in trainer.out_dir"),
+    KBOOL("trainer.overwrite", trainer.overwrite, "false",
+          "replace a previous run in trainer.out_dir (its checkpoints, model, metrics); false: refuse"),
     KINT("trainer.save_every", trainer.save_every, "0", 0, INT32_MAX,
          "write a checkpoint every N steps (0: only the final model)"),
     KINT("trainer.keep", trainer.keep, "2", 1, INT32_MAX, "keep the newest K checkpoints"),
@@ -498,16 +500,88 @@ static const char *leaf(const char *name) {
     return dot ? dot + 1 : name;
 }
 
-// The closest key by edit distance over the dotted names, where a matching last part in another
-// section counts as one edit: verl's "actor_rollout_ref.actor.optim.lr" finds "actor.lr".
+// verl's and TRL's names (a key's last part, or last two) for keys whose last part here is another word.
+static const struct {
+    const char *theirs, *ours;
+} SYNONYMS[] = {
+    {"train_files", "data.train_file"}, {"val_files", "data.val_file"},
+    {"model_name_or_path", "model.path"},
+    {"num_generations", "rollout.n"},
+    {"max_completion_length", "data.max_response_length"}, {"max_tokens", "data.max_response_length"},
+    {"max_new_tokens", "data.max_response_length"},
+    {"total_training_steps", "trainer.steps"}, {"max_steps", "trainer.steps"},
+    {"total_epochs", "data.epochs"}, {"num_train_epochs", "data.epochs"},
+    {"learning_rate", "actor.lr"}, {"warmup_steps", "actor.lr_warmup_steps"},
+    {"warmup_style", "actor.lr_schedule"}, {"lr_scheduler_type", "actor.lr_schedule"},
+    {"ppo_mini_batch_size", "actor.mini_batch_size"}, {"ppo_micro_batch_size", "actor.micro_batch_size"},
+    {"ppo_micro_batch_size_per_gpu", "actor.micro_batch_size"},
+    {"max_grad_norm", "actor.grad_clip"}, {"num_iterations", "actor.ppo_epochs"},
+    {"beta", "actor.kl_loss_coef"}, {"epsilon", "actor.clip_ratio_low"}, {"epsilon_high", "actor.clip_ratio_high"},
+    {"norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std"}, {"scale_rewards", "algorithm.norm_adv_by_std"},
+    {"filter_groups.enable", "algorithm.dynamic_sampling"},
+    {"mask_truncated_completions", "algorithm.mask_truncated"},
+    {"output_dir", "trainer.out_dir"}, {"default_local_dir", "trainer.out_dir"},
+    {"save_freq", "trainer.save_every"}, {"save_steps", "trainer.save_every"},
+    {"max_actor_ckpt_to_keep", "trainer.keep"}, {"save_total_limit", "trainer.keep"},
+    {"test_freq", "trainer.val_every"}, {"eval_steps", "trainer.val_every"},
+    {"resume_from_checkpoint", "trainer.resume"}, {"overwrite_output_dir", "trainer.overwrite"},
+};
+
+// Does name end in part (all of it, or after a '.')?
+static int ends_with_part(const char *name, const char *part) {
+    size_t n = strlen(name), p = strlen(part);
+    return n >= p && strcmp(name + n - p, part) == 0 && (n == p || name[n - p - 1] == '.');
+}
+
+// How many '_'-separated words of the last part of a are words of the last part of b.
+static int shared_words(const char *a, const char *b) {
+    char wa[128], wb[128];
+    snprintf(wa, sizeof wa, "%s", leaf(a));
+    snprintf(wb, sizeof wb, "_%s_", leaf(b));
+    int n = 0;
+    char *save = NULL;
+    for (char *w = strtok_r(wa, "_", &save); w; w = strtok_r(NULL, "_", &save)) {
+        char word[130];
+        snprintf(word, sizeof word, "_%s_", w);
+        n += strstr(wb, word) != NULL;
+    }
+    return n;
+}
+
+// Whether a and b sit in the same section (all but their last parts equal).
+static int same_section(const char *a, const char *b) {
+    size_t la = (size_t)(leaf(a) - a), lb = (size_t)(leaf(b) - b);
+    return la == lb && strncmp(a, b, la) == 0;
+}
+
+// A key for an unknown name, or NULL when none is close: a verl/TRL synonym of its last part; else the key
+// whose last part is a typo away (at most 2 edits, and fewer than half its letters), else the one sharing
+// the most words of the last part ("lr_rate": "lr"). Ties go to the same section, then the nearest name.
 static const char *key_suggest(const char *name) {
-    const char *best = KEYS[0].name;
-    int best_d = -1;
+    for (size_t i = 0; i < sizeof SYNONYMS / sizeof SYNONYMS[0]; i++)
+        if (ends_with_part(name, SYNONYMS[i].theirs)) return SYNONYMS[i].ours;
+    const char *best = NULL;
+    int best_score[4] = {0};
+    int len = (int)strlen(leaf(name));
     for (int i = 0; i < N_KEYS; i++) {
-        int d = edit_distance(name, KEYS[i].name);
-        int dl = edit_distance(leaf(name), leaf(KEYS[i].name)) + 1;
-        if (dl < d) d = dl;
-        if (best_d < 0 || d < best_d) best_d = d, best = KEYS[i].name;
+        const char *k = KEYS[i].name;
+        int dl = edit_distance(leaf(name), leaf(k));
+        int typo = dl <= 2 && 2 * dl < len;
+        int words = shared_words(name, k);
+        if (!typo && words == 0) continue;
+        // Lexicographic, smaller is better: a typo first, then fewer edits or more shared words.
+        int score[4] = {!typo, typo ? dl : -words, !same_section(name, k), edit_distance(name, k)};
+        int better = best == NULL;
+        for (int j = 0; j < 4 && !better; j++) {
+            if (score[j] != best_score[j]) {
+                better = score[j] < best_score[j];
+                break;
+            }
+        }
+        if (better) {
+            best = k;
+            memcpy(best_score, score, sizeof score);
+        }
     }
     return best;
 }
@@ -559,7 +633,9 @@ static void apply_entry(GrpoConfig *c, const YamlEntry *e, const char *where, ch
         if (e->kind == YAML_ENTRY_EMPTY_MAP || (e->kind == YAML_ENTRY_SCALAR && e->scalar.is_null)) return;
         die("%s: \"%s\" is a section (of keys such as \"%s\"), not a value", where, e->key, in_section->name);
     }
-    die("%s: unknown key \"%s\" (did you mean \"%s\"?)", where, e->key, key_suggest(e->key));
+    const char *near = key_suggest(e->key);
+    if (near) die("%s: unknown key \"%s\" (did you mean \"%s\"?)", where, e->key, near);
+    die("%s: unknown key \"%s\" (README.md's configuration table lists every key)", where, e->key);
 }
 
 // "WHERE: " of whichever key was set in this load, for errors about two keys.

@@ -109,7 +109,7 @@ typedef struct {
     int64_t steps;  // 0: data.epochs passes over the training prompts
     uint64_t seed;
     char *out_dir;
-    int resume;
+    int resume, overwrite;
     int64_t save_every, keep;
     DType save_dtype;
     int64_t val_every;

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/prompt_data.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,11 @@ static char *field_text(const cJSON *it, uint32_t nul, const char *path, int64_t
     die("%s:%lld: \"%s\" must be a string%s", path, (long long)line, key, it ? "" : " (missing)");
 }
 
-void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, const char *answer_key, Tokenizer *tok,
-                      int chat_template, int64_t max_prompt_length) {
+void prompt_data_load(PromptData *d, const char *path, const char *key, const char *prompt_key,
+                      const char *answer_key, Tokenizer *tok, int chat_template, int64_t max_prompt_length) {
     memset(d, 0, sizeof *d);
     FILE *f = fopen(path, "r");
-    if (!f) die("cannot open data file %s", path);
+    if (!f) die("%s: cannot open %s: %s", key, path, strerror(errno));
     char *buf = NULL;
     size_t cap = 0, n_cap = 0;
     for (int64_t line = 1; line_read(f, &buf, &cap, path, line) >= 0; line++) {

@@ -14,6 +14,7 @@ typedef struct {
 } PromptData;
 
 // Dies with "FILE:LINE: ..." on any bad line; prompts longer than max_prompt_length are an error.
-void prompt_data_load(PromptData *d, const char *path, const char *prompt_key, const char *answer_key, Tokenizer *tok,
-                      int chat_template, int64_t max_prompt_length);
+// key: the option or config key that named the file (for "data.val_file: cannot open ...").
+void prompt_data_load(PromptData *d, const char *path, const char *key, const char *prompt_key,
+                      const char *answer_key, Tokenizer *tok, int chat_template, int64_t max_prompt_length);
 void prompt_data_free(PromptData *d);

@@ -1,4 +1,3 @@
-#define _XOPEN_SOURCE 700  // realpath
 #include "train/sft.h"
 
 #include <errno.h>
@@ -57,12 +56,16 @@ static void pack(const SftData *d, const int64_t *ids, int64_t b, float w, int32
     }
 }
 
-static int same_dir(const char *a, const char *b) {
-    char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
-    int same = ra && rb && strcmp(ra, rb) == 0;
-    free(ra);
-    free(rb);
-    return same;
+// Resuming: the checkpoint says whether the run trains LoRA adapters (its adapter_config.json sets r,
+// alpha and the targets), so --lora-rank may be left out; one given must agree with it.
+static void resume_lora(TrainerLora *lo, const char *ckpt) {
+    char *ac = path_join(ckpt, "adapter_config.json");
+    int adapters = file_exists(ac);
+    free(ac);
+    if (!adapters && (lo->spec.rank || lo->adapter))
+        die("--resume: %s is a full fine-tuning checkpoint (no adapter_config.json); leave out --lora-rank and "
+            "--adapter", ckpt);
+    if (adapters) lora_spec_from_adapter(&lo->spec, ckpt, "option --lora-rank", 0, "");
 }
 
 static void write_metrics(FILE *f, const char *path, int64_t step, double loss, double norm, double lr, int64_t tokens,
@@ -82,14 +85,18 @@ void sft_run(const SftConfig *cfg) {
     comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     int lead = comm.rank == 0;  // prints and writes files
+    static const RunDirOpts dir_opts = {"--out", "--resume", "--force"};
+    char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
+    TrainerLora lora = cfg->lora;
+    if (ckpt) resume_lora(&lora, ckpt);
     Trainer tr;
     trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
-                 &cfg->lora);
+                 &lora);
     trainer_set_dist(&tr, &comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr.master.cfg;
     SftData data;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
-    sft_data_load(&data, cfg->data_path, cfg->model_dir, c, max_length);
+    sft_data_load(&data, cfg->data_path, "--data", cfg->model_dir, c, max_length);
     int64_t B = cfg->batch_size, b = cfg->micro_batch_size, N = comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
     if (B % (N * b)) die("under mpirun -np %lld, --batch-size %lld must be a multiple of ranks x --micro-batch-size (%lld)",
@@ -100,21 +107,14 @@ void sft_run(const SftConfig *cfg) {
     tr.st.data_lines = data.n;
     tr.st.shuffle = cfg->shuffle;
 
-    if (same_dir(cfg->model_dir, cfg->out_dir))
-        die("--out %s is the --model directory; choose another, so the starting model is kept", cfg->out_dir);
-    if (cfg->resume && !file_exists(cfg->out_dir))
-        die("--resume: %s does not exist, so there is no checkpoint to resume from", cfg->out_dir);
-    dir_create(cfg->out_dir);
-    char *ckpt = checkpoint_latest(cfg->out_dir), *metrics_path = path_join(cfg->out_dir, "metrics.jsonl");
-    if (cfg->resume) {
-        if (!ckpt) die("--resume: %s holds no checkpoint-* directory", cfg->out_dir);
+    char *metrics_path = path_join(cfg->out_dir, "metrics.jsonl");
+    if (ckpt) {
+        TrainState now = tr.st;
         trainer_load(&tr, ckpt);
-        if (tr.st.batch_size != B || tr.st.data_lines != data.n || tr.st.seed != cfg->seed || tr.st.shuffle != cfg->shuffle)
-            die("%s: the checkpoint was made with another --batch-size, --seed, --no-shuffle or data file", ckpt);
+        static const char *const keys[4] = {"--seed", "--batch-size", "--data", "shuffling (--no-shuffle)"};
+        checkpoint_check_run(ckpt, &tr.st, &now, keys);
         if (lead) metrics_truncate(metrics_path, tr.st.step);
         if (lead) fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)tr.st.step);
-    } else if (ckpt) {
-        die("%s already holds checkpoints (%s); pass --resume to continue or choose another --out", cfg->out_dir, ckpt);
     }
     free(ckpt);
 
@@ -134,11 +134,14 @@ void sft_run(const SftConfig *cfg) {
     Stream stream;
     stream_init(&stream, data.n, cfg->seed, cfg->shuffle);
     int64_t *batch = xmalloc((size_t)B * 8);
+    char params[16];
+    fmt_count(params, sizeof params, (double)tr.n);
     if (lead)
-        fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld steps of %lld (micro-batches of %lld), "
-            "%.1fM parameters, workspace %.1f MiB\n", (long long)data.n, (long long)data.n_truncated,
-            (long long)max_length, (long long)steps, (long long)B, (long long)b, (double)tr.n / 1e6,
-            (double)arena.size / 1048576.0);
+        fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld step%s of %lld "
+                "(micro-batches of %lld), %s %sparameters, workspace %.1f MiB\n", (long long)data.n,
+                (long long)data.n_truncated, (long long)max_length, (long long)steps, steps == 1 ? "" : "s",
+                (long long)B, (long long)b, params, tr.has_lora ? "trained LoRA " : "",
+                (double)arena.size / 1048576.0);
     double t_start = time_now(), tok_total = 0;
     int64_t first_step = tr.st.step;
 

@@ -19,6 +19,7 @@ typedef struct {
     double loss_scale;            // fp16: initial scale
     int64_t loss_scale_window;    // fp16: clean steps before the scale doubles; 0 = static
     int resume, recompute, shuffle;
+    int force;                    // replace a previous run in out_dir (its checkpoints and files)
     double dist_timeout_s;        // under mpirun: see grpo train's dist.* and compression.* keys
     int zero, pin_cpu;            // pin_cpu: 1 = "block"
     double topk_ratio;            // 0: dense all-reduce

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/sft_data.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,11 +49,12 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
     free(text);
 }
 
-void sft_data_load(SftData *d, const char *path, const char *model_dir, const Qwen2Config *c, int64_t max_length) {
+void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
+                   int64_t max_length) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);
     FILE *f = fopen(path, "r");
-    if (!f) die("cannot open data file %s", path);
+    if (!f) die("%s: cannot open %s: %s", key, path, strerror(errno));
     Loader L = {.path = path, .model_dir = model_dir};
     char *line = NULL;
     size_t cap = 0, n_cap = 0;

@@ -15,6 +15,7 @@ typedef struct {
     char *path;
 } SftData;
 
-// Dies with "FILE:LINE: ..." on any malformed line.
-void sft_data_load(SftData *d, const char *path, const char *model_dir, const Qwen2Config *c, int64_t max_length);
+// Dies with "FILE:LINE: ..." on any malformed line. key: the option that named the file.
+void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
+                   int64_t max_length);
 void sft_data_free(SftData *d);

@@ -230,6 +230,9 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
     if (!t->comm || t->comm->rank == 0)
         checkpoint_save(out, &t->master, t->has_lora ? &t->lora : NULL, m, v, save_dtype, model_dir, &t->st, keep);
     free(full);
+    char *dir = xprintf("%s/checkpoint-%lld", out, (long long)t->st.step);
+    stop_signal_checkpoint(dir);
+    free(dir);
 }
 
 void trainer_load(Trainer *t, const char *dir) {

@@ -28,13 +28,13 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     Qwen2Config c;
     qwen2_config_load(&c, model);
     SftData d;
-    sft_data_load(&d, path, model, &c, 48);
+    sft_data_load(&d, path, "fuzz input", model, &c, 48);
     sft_data_free(&d);
 #else
     Tokenizer tok;
     tokenizer_load(&tok, model);
     PromptData d;
-    prompt_data_load(&d, path, "prompt", "answer", &tok, 1, 48);
+    prompt_data_load(&d, path, "fuzz input", "prompt", "answer", &tok, 1, 48);
     prompt_data_free(&d);
     tokenizer_free(&tok);
 #endif
