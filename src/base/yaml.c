@@ -1,6 +1,7 @@
 #include "base/yaml.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
@@ -301,4 +302,55 @@ void yaml_doc_free(YamlDoc *d) {
     }
     free(d->entries);
     *d = (YamlDoc){0};
+}
+
+// Length of the UTF-8 sequence at s[0..n) and its code point; 0 when it is not UTF-8 (a stray or
+// missing continuation byte, an overlong form, a surrogate, past U+10FFFF).
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+    size_t len = 0;
+    if (s[0] >= 0xF8) return 0;
+    if (s[0] >= 0xF0) len = 4;
+    else if (s[0] >= 0xE0) len = 3;
+    else if (s[0] >= 0xC0) len = 2;
+    if (len == 0 || len > n) return 0;
+    uint32_t c = s[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = c << 6 | (s[i] & 0x3F);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *cp = c;
+    return len;
+}
+
+void yaml_write_string(FILE *f, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        if (c < 0x80) {
+            if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+            else if (c == '\n') fputs("\\n", f);
+            else if (c == '\t') fputs("\\t", f);
+            else if (c == '\r') fputs("\\r", f);
+            else if (c < 0x20 || c == 0x7F) fprintf(f, "\\x%02X", c);
+            else fputc(c, f);
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t len = utf8_decode(u + i, n - i, &cp);
+        if (len == 0) {
+            fputs("\\uFFFD", f);
+            i++;
+            continue;
+        }
+        int escape = cp <= 0x9F || cp == 0x2028 || cp == 0x2029;  // C1 controls, NEL and the line breaks
+        escape |= cp == 0xFEFF || cp == 0xFFFE || cp == 0xFFFF;      // byte-order mark, non-characters
+        if (escape) fprintf(f, "\\u%04X", (unsigned)cp);
+        else fwrite(u + i, 1, len, f);
+        i += len;
+    }
+    fputc('"', f);
 }

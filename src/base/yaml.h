@@ -10,6 +10,7 @@
 // tags are ignored. Malformed YAML, duplicate keys and other misuse die with the position.
 #pragma once
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
     char *text;
@@ -46,3 +47,8 @@ void yaml_doc_load_file(YamlDoc *d, const char *path);
 // column libyaml reports, so it counts from the start of the text the user typed.
 void yaml_doc_load_value(YamlDoc *d, const char *prefix, const char *text, const char *where, int col_offset);
 void yaml_doc_free(YamlDoc *d);
+// Writes s[0..n) as a YAML double-quoted scalar that libyaml and PyYAML read back as the same string:
+// '"', '\\' and the characters YAML forbids or folds (controls, DEL, C1 controls with NEL, U+2028,
+// U+2029, U+FEFF, U+FFFE, U+FFFF) as escapes, the rest as UTF-8. Bytes that are not UTF-8 (libyaml
+// never gives such strings) become U+FFFD.
+void yaml_write_string(FILE *f, const char *s, size_t n);

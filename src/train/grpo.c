@@ -581,14 +581,14 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
 
 #define GIB 1073741824.0
 
-// OUT/config.yaml: the resolved configuration as one line of JSON (which is YAML), so the run can be
-// repeated with --config and `grpo report` can show it.
+// OUT/config.yaml: the resolved configuration as YAML, so the run can be repeated with --config and
+// `grpo report` can show it.
 static void save_config(const GrpoSettings *s) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) die("out of memory");
-    grpo_config_print_json(s->config, f);
+    grpo_config_print_yaml(s->config, f);
     if (fclose(f) != 0) die("out of memory");
     char *path = path_join(s->out_dir, "config.yaml");
     AtomicFile af;

@@ -775,23 +775,60 @@ void grpo_config_free(GrpoConfig *c) {
 
 // The shortest decimal that reads back as the same double, always with a '.' or an exponent
 // ("10.0", "0.001", "1e-06"), like Python's repr.
-static void write_double(FILE *f, double x) {
-    char buf[48];
+static void format_double(char buf[48], double x) {
     int prec = 1;
     for (; prec < 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, x);
+        snprintf(buf, 48, "%.*e", prec - 1, x);
         if (strtod(buf, NULL) == x) break;
     }
     int exp = atoi(strchr(buf, 'e') + 1);
     if (exp >= prec && exp < 16)
-        snprintf(buf, sizeof buf, "%.1f", x);  // integral: not "1e+01"
+        snprintf(buf, 48, "%.1f", x);  // integral: not "1e+01"
     else
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        snprintf(buf, 48, "%.*g", prec, x);
     if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+}
+
+static void write_double(FILE *f, double x) {
+    char buf[48];
+    format_double(buf, x);
     fputs(buf, f);
 }
 
-static void write_value(const GrpoConfig *c, const ConfigKey *k, FILE *f) {
+// As write_double, with a '.' before any exponent ("1.0e-06"): YAML 1.1's resolver, PyYAML's,
+// reads "1e-06" as a string.
+static void write_yaml_double(FILE *f, double x) {
+    if (isnan(x)) {
+        fputs(".nan", f);
+        return;
+    }
+    if (isinf(x)) {
+        fputs(x > 0 ? ".inf" : "-.inf", f);
+        return;
+    }
+    char buf[48];
+    format_double(buf, x);
+    char *e = strchr(buf, 'e');
+    if (e && !memchr(buf, '.', (size_t)(e - buf))) {
+        fwrite(buf, 1, (size_t)(e - buf), f);
+        fputs(".0", f);
+        fputs(e, f);
+    } else {
+        fputs(buf, f);
+    }
+}
+
+typedef enum { VALUE_JSON, VALUE_YAML } ValueSyntax;
+
+static void write_str(FILE *f, const char *s, ValueSyntax syn) {
+    if (syn == VALUE_YAML)
+        yaml_write_string(f, s, strlen(s));
+    else
+        json_write_string(f, s, strlen(s));
+}
+
+// One value in JSON, or in YAML flow style (strings double-quoted, floats as write_yaml_double).
+static void write_value(const GrpoConfig *c, const ConfigKey *k, FILE *f, ValueSyntax syn) {
     const void *p = cfield(c, k);
     char v[64];
     switch (k->type) {
@@ -801,26 +838,31 @@ static void write_value(const GrpoConfig *c, const ConfigKey *k, FILE *f) {
             else
                 fprintf(f, "%lld", (long long)*(const int64_t *)p);
             break;
-        case KEY_FLOAT: write_double(f, *(const double *)p); break;
+        case KEY_FLOAT:
+            if (syn == VALUE_YAML)
+                write_yaml_double(f, *(const double *)p);
+            else
+                write_double(f, *(const double *)p);
+            break;
         case KEY_BOOL: fputs(*(const int *)p ? "true" : "false", f); break;
         case KEY_STRING: {
             const char *s = *(char *const *)p;
             if (s)
-                json_write_string(f, s, strlen(s));
+                write_str(f, s, syn);
             else
                 fputs("null", f);
             break;
         }
         case KEY_ENUM:
             enum_value(k, *(const int *)p, v, sizeof v);
-            json_write_string(f, v, strlen(v));
+            write_str(f, v, syn);
             break;
         case KEY_LIST: {
             const GrpoStrList *l = p;
             fputc('[', f);
             for (int i = 0; i < l->n; i++) {
                 if (i) fputs(", ", f);
-                json_write_string(f, l->items[i], strlen(l->items[i]));
+                write_str(f, l->items[i], syn);
             }
             fputc(']', f);
             break;
@@ -858,11 +900,27 @@ void grpo_config_print_json(const GrpoConfig *c, FILE *f) {
         }
         json_write_string(f, s, strlen(s));
         fputs(": ", f);
-        write_value(c, &KEYS[i], f);
+        write_value(c, &KEYS[i], f, VALUE_JSON);
         prev = name;
     }
     for (int d = count_dots(prev, strlen(prev)); d > 0; d--) fputc('}', f);
     fputc('}', f);
+}
+
+void grpo_config_print_yaml(const GrpoConfig *c, FILE *f) {
+    const char *prev = "";
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *name = KEYS[i].name;
+        size_t shared = common_section(prev, name);
+        int depth = count_dots(name, shared);
+        const char *s = name + shared;
+        for (const char *dot; (dot = strchr(s, '.')); s = dot + 1, depth++)
+            fprintf(f, "%*s%.*s:\n", 2 * depth, "", (int)(dot - s), s);
+        fprintf(f, "%*s%s: ", 2 * depth, "", s);
+        write_value(c, &KEYS[i], f, VALUE_YAML);
+        fputc('\n', f);
+        prev = name;
+    }
 }
 
 // Markdown table cells: '|' would end the cell, even inside `code`.

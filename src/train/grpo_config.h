@@ -153,6 +153,10 @@ void grpo_config_load(GrpoConfig *c, const char *yaml_path, char **overrides, in
 // The whole configuration as one line of JSON (nested like the YAML, no newline). It reads back
 // with --config as it is: JSON is YAML.
 void grpo_config_print_json(const GrpoConfig *c, FILE *f);
+// The whole configuration as block YAML, one key a line, nested two spaces a section; strings
+// double-quoted (yaml_write_string), floats with a '.' ("1.0e-06"), so that both libyaml (--config)
+// and YAML 1.1 readers such as PyYAML read the values grpo_config_print_json holds.
+void grpo_config_print_yaml(const GrpoConfig *c, FILE *f);
 // The reference table of every key, in Markdown.
 void grpo_config_print_markdown(FILE *f);
 // The table as JSON (name, type, default, allowed values, bounds, nullable, doc), for tests.

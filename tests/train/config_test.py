@@ -660,6 +660,70 @@ conflicts += [
 for name, text, ovs, *needles in conflicts:
     check_error("conflict_" + name, text, ovs, *needles)
 
+# ---- config_tool --yaml (what `grpo train` writes as OUT/config.yaml) reads back to the same config ----
+# PyYAML must read it to the values of the JSON print, and --config must resolve it to the same JSON,
+# byte for byte, for strings that need quoting (YAML indicators, words YAML 1.1 types, controls, the
+# characters YAML folds or forbids, non-ASCII) and floats that YAML 1.1 would read as strings.
+HOSTILE = ["a: b", "# not a comment", "x #y", "  leading and trailing  ", "true", "False", "null", "~", "123",
+           "-7", "1e-6", "0x10", "yes", "off", "2001-12-14", ".inf", "ünïcödé ✓ 中文 😀", "line1\nline2\ttab\r",
+           'quote " and back\\slash', "'single'", "- dash", "[x, y]", "{a: 1}", "&anchor *alias !tag %x @y `z`",
+           "|a", ">b", "?c", "", " ", ":", "-", "key:value", "end\\",
+           "\x01\x1f\x7f\x80\x85\x9f\xa0\u2028\u2029\ufeff\ufffe\uffff\U0010ffff"]
+
+
+def yaml_quote(t):
+    """A YAML double-quoted scalar with every character outside printable ASCII escaped."""
+    out = []
+    for ch in t:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= o < 0x7f:
+            out.append(ch)
+        elif o <= 0xffff:
+            out.append("\\u%04x" % o)
+        else:
+            out.append("\\U%08x" % o)
+    return '"' + "".join(out) + '"'
+
+
+def check_yaml_print(name, text, overrides=()):
+    src = write("yamlprint_" + name, text) if text is not None else None
+    pre = ["--config", src] if src else []
+    j = run(*pre, *overrides)
+    y = run("--yaml", *pre, *overrides)
+    if j.returncode or y.returncode:
+        check(False, "yaml_print_" + name, j.stderr + y.stderr)
+        return
+    want = json.loads(j.stdout)
+    try:
+        got = yaml.load(y.stdout, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        check(False, "yaml_print_" + name + "_pyyaml", e)
+        return
+    fg = flat_json(got)
+    check(got == want, "yaml_print_" + name + "_pyyaml_equals_json",
+          [(k, v, fg.get(k)) for k, v in flat_json(want).items() if fg.get(k) != v][:5])
+    leaves = [l for l in y.stdout.splitlines() if not l.endswith(":")]
+    indent_ok = all(re.fullmatch(r"(  )*[a-z_0-9]+: \S.*|(  )*[a-z_0-9]+:", l) for l in y.stdout.splitlines())
+    check(len(leaves) == len(SCHEMA) and set(flat_json(got)) == set(SCHEMA) and indent_ok and y.stdout.endswith("\n"),
+          "yaml_print_" + name + "_block_style_one_key_a_line", (len(leaves), len(SCHEMA), y.stdout[:300]))
+    back = run("--config", write("yamlprint_" + name + "_out", y.stdout))
+    check(back.returncode == 0 and back.stdout == j.stdout, "yaml_print_" + name + "_reads_back_with_config",
+          (back.stderr.strip(), back.stdout[:200], j.stdout[:200]))
+
+
+check_yaml_print("defaults", None)
+check_yaml_print("hostile_strings", "data:\n  prompt_key: %s\n  answer_key: %s\n  train_file: %s\n  val_file: %s\n"
+                 "model:\n  path: %s\n  adapter: %s\ntrainer:\n  out_dir: %s\nrollout:\n  stop: [%s]\n"
+                 "reward:\n  program: {command: %s}\n" % (
+                     yaml_quote(HOSTILE[16]), yaml_quote(HOSTILE[-1]), yaml_quote(HOSTILE[0]), yaml_quote("null"),
+                     yaml_quote(HOSTILE[3]), yaml_quote(HOSTILE[17]), yaml_quote("123"),
+                     ", ".join(yaml_quote(t) for t in HOSTILE), yaml_quote(HOSTILE[1])))
+check_yaml_print("floats_and_enums", None, ["actor.lr=1e-6", "actor.weight_decay=2.5e-07", "actor.adam_eps=1e-30",
+                                            "reward.program.memory_mb=1e9", "actor.kl_loss_type=low_var_kl",
+                                            "trainer.seed=9007199254740993", "data.val_max_samples=3"])
+
 # ---- README.md: the table between the markers is config_tool --markdown, byte for byte ----
 with open(args.doc, encoding="utf-8") as f:
     doc = f.read()
