@@ -11,6 +11,7 @@
 
 #include "base/json.h"
 #include "base/util.h"
+#include "base/yaml.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/report.h"
@@ -102,6 +103,22 @@ static void metrics_load(ReportMetrics *m, const char *path) {
     derive_sft_rate(m);
 }
 
+// A grpo sft run: every line has SFT's loss and elapsed_s, none a GRPO metric. SFT writes neither
+// config.yaml nor samples.jsonl, so their absence is not worth a note.
+static int is_sft_run(const ReportMetrics *m) {
+    static const ReportKey sft_keys[] = {REPORT_loss, REPORT_elapsed_s};
+    static const ReportKey grpo_keys[] = {REPORT_reward_mean, REPORT_pg_loss, REPORT_kl, REPORT_time_step_s,
+                                          REPORT_val_accuracy};
+    if (m->n == 0) return 0;
+    for (int64_t i = 0; i < m->n; i++) {
+        for (size_t j = 0; j < sizeof sft_keys / sizeof sft_keys[0]; j++)
+            if (!((m->rows[i].set >> sft_keys[j]) & 1)) return 0;
+        for (size_t j = 0; j < sizeof grpo_keys / sizeof grpo_keys[0]; j++)
+            if ((m->rows[i].set >> grpo_keys[j]) & 1) return 0;
+    }
+    return 1;
+}
+
 typedef struct {
     int64_t prompt_index, sample;
     double reward, advantage;
@@ -188,8 +205,11 @@ static void number_cell(FILE *f, double x) {
 static const char *const css =
     "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}"
     "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}"
-    ".meta{color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}"
-    "svg.chart{background:#fff;border:1px solid #ddd;border-radius:4px}"
+    ".meta{color:#555}"
+    // As many columns of charts as fit at 440px or more each: the charts fill the page's width.
+    ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(440px,100%),1fr));gap:12px}"
+    "svg.chart{width:100%;height:auto;box-sizing:border-box;background:#fff;border:1px solid #ddd;"
+    "border-radius:4px}"
     "svg .title{font:bold 13px sans-serif}svg .tick,svg .legend{font:11px sans-serif;fill:#444}"
     "table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}"
     "td.text{white-space:pre-wrap;font-family:monospace;max-width:520px;word-break:break-word}"
@@ -227,6 +247,100 @@ static void samples_table(FILE *f, const Samples *ss) {
     fputs("</table>\n", f);
 }
 
+// A JSON number as YAML 1.1 reads it back: integers as such, other values in the shortest form that
+// round-trips, with a '.' before any exponent ("1.0e-06"; PyYAML reads "1e-06" as a string).
+static void yaml_number(FILE *f, double x) {
+    if (!isfinite(x)) {
+        fputs(".nan", f);  // cJSON never gives one; kept valid YAML all the same
+        return;
+    }
+    if (x == floor(x) && fabs(x) < 1e15) {
+        fprintf(f, "%.0f", x);
+        return;
+    }
+    char buf[48];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    char *e = strchr(buf, 'e');
+    if (e && !memchr(buf, '.', (size_t)(e - buf))) fprintf(f, "%.*s.0%s", (int)(e - buf), buf, e);
+    else fputs(buf, f);
+}
+
+static void yaml_key(FILE *f, const char *k) {
+    if (*k && strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == strlen(k))
+        fputs(k, f);
+    else
+        yaml_write_string(f, k, strlen(k));
+}
+
+// A value on one line: scalars, [a, b] and {k: v}.
+static void yaml_flow(FILE *f, const cJSON *v) {
+    if (cJSON_IsString(v)) {
+        yaml_write_string(f, v->valuestring, strlen(v->valuestring));
+    } else if (cJSON_IsNumber(v)) {
+        yaml_number(f, v->valuedouble);
+    } else if (cJSON_IsBool(v)) {
+        fputs(cJSON_IsTrue(v) ? "true" : "false", f);
+    } else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+        int obj = cJSON_IsObject(v);
+        fputc(obj ? '{' : '[', f);
+        for (const cJSON *it = v->child; it; it = it->next) {
+            if (it != v->child) fputs(", ", f);
+            if (obj) {
+                yaml_key(f, it->string);
+                fputs(": ", f);
+            }
+            yaml_flow(f, it);
+        }
+        fputc(obj ? '}' : ']', f);
+    } else {
+        fputs("null", f);
+    }
+}
+
+// A mapping in block style, two spaces a level: how grpo train writes config.yaml today.
+static void yaml_block(FILE *f, const cJSON *obj, int depth) {
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        fprintf(f, "%*s", 2 * depth, "");
+        yaml_key(f, it->string);
+        if (cJSON_IsObject(it) && it->child) {
+            fputs(":\n", f);
+            yaml_block(f, it, depth + 1);
+        } else {
+            fputs(": ", f);
+            yaml_flow(f, it);
+            fputc('\n', f);
+        }
+    }
+}
+
+// The run's config.yaml. Older runs wrote it as one line of JSON (which is YAML): shown as block YAML.
+static void config_section(FILE *f, const char *path) {
+    size_t len;
+    char *text = file_read_all(path, FILE_MAX_CONFIG, &len);
+    size_t lead = strspn(text, " \t\r\n");
+    cJSON *json = lead < len && text[lead] == '{' ? json_parse_exact(text, len, NULL) : NULL;
+    fputs("<pre class=\"config\">", f);
+    if (cJSON_IsObject(json)) {
+        char *yaml = NULL;
+        size_t yaml_len = 0;
+        FILE *mem = open_memstream(&yaml, &yaml_len);
+        if (!mem) die("out of memory");
+        yaml_block(mem, json, 0);
+        if (fclose(mem) != 0) die("out of memory writing the report");
+        report_escape(f, yaml, yaml_len);
+        free(yaml);
+        fputs("</pre>\n<p class=\"meta\">written as JSON by an older grpo; shown as YAML</p>\n", f);
+    } else {
+        report_escape(f, text, len);
+        fputs("</pre>\n", f);
+    }
+    cJSON_Delete(json);
+    free(text);
+}
+
 static int write_report(FILE *f, const char *run, const ReportMetrics *m, const char *config_path, const Samples *ss) {
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
           // Nothing may load from anywhere: the file must work offline and attached to an email.
@@ -241,38 +355,44 @@ static int write_report(FILE *f, const char *run, const ReportMetrics *m, const 
     if (m->resumes) fprintf(f, " · resumed %lld time%s (repeated steps: the later lines are shown)", (long long)m->resumes,
                             m->resumes > 1 ? "s" : "");
     if (m->partial) fputs(" · in progress (last line incomplete)", f);
+    int sft = is_sft_run(m);
+    if (sft) fputs(" · grpo sft", f);
     fputs("</p>\n", f);
     summary(f, m);
     fputs("<h2>Charts</h2>\n<div class=\"charts\">\n", f);
     int n = report_charts(f, m);
-    fputs("</div>\n<h2>Config</h2>\n", f);
+    fputs("</div>\n", f);
+    // grpo sft writes neither config.yaml nor samples.jsonl: no section, no note, unless they are there.
     if (config_path) {
-        size_t len;
-        char *text = file_read_all(config_path, FILE_MAX_CONFIG, &len);
-        fputs("<pre class=\"config\">", f);
-        report_escape(f, text, len);
-        fputs("</pre>\n", f);
-        free(text);
-    } else {
-        fputs("<p>no config.yaml in the run directory</p>\n", f);
+        fputs("<h2>Config</h2>\n", f);
+        config_section(f, config_path);
+    } else if (!sft) {
+        fputs("<h2>Config</h2>\n<p>no config.yaml in the run directory</p>\n", f);
     }
     if (ss->n) samples_table(f, ss);
-    else fputs("<h2>Samples</h2>\n<p>no samples.jsonl (trainer.dump_samples=true writes it)</p>\n", f);
+    else if (!sft)
+        fputs("<h2>Samples</h2>\n<p>no samples.jsonl (trainer.dump_samples=true writes it)</p>\n", f);
     fputs("</body></html>\n", f);
     return n;
 }
 
 int cmd_report(int argc, char **argv) {
     CliOpt opts[] = {
-        {"-o", "FILE", "where to write the HTML (default: report.html beside metrics.jsonl)", NULL, 0},
+        {"--out", "FILE", "where to write the HTML (default: report.html beside metrics.jsonl)", NULL, 0},
+        {"-o", "FILE", "the same as --out", NULL, 0},
     };
-    CliSpec spec = {"grpo report RUN_DIR|metrics.jsonl [-o report.html]",
+    CliSpec spec = {"grpo report RUN_DIR|metrics.jsonl [--out|-o report.html]",
                     "Writes one self-contained HTML file (inline SVG charts, no scripts, no network) with the\n"
                     "metrics of a grpo train or grpo sft run, its config.yaml and samples of the last step.",
                     opts, sizeof opts / sizeof opts[0], 1};
     cli_parse(&spec, argc, argv);
     if (spec.n_args != 1) die("give one run directory or metrics.jsonl (see grpo report --help)");
     const char *arg = spec.args[0];
+    const char *out_opt = cli_str(&spec, "--out");
+    if (cli_str(&spec, "-o")) {
+        if (out_opt) die("-o and --out are the same option: give one");
+        out_opt = cli_str(&spec, "-o");
+    }
     struct stat sb;
     if (stat(arg, &sb) != 0) die("%s: no such file or directory", arg);
     char *dir, *metrics;
@@ -286,7 +406,7 @@ int cmd_report(int argc, char **argv) {
         else strcpy(dir, ".");
     }
     char *config = path_join(dir, "config.yaml"), *samples = path_join(dir, "samples.jsonl");
-    char *out = cli_str(&spec, "-o") ? xstrdup(cli_str(&spec, "-o")) : path_join(dir, "report.html");
+    char *out = out_opt ? xstrdup(out_opt) : path_join(dir, "report.html");
     ReportMetrics m;
     metrics_load(&m, metrics);
     Samples ss;

@@ -36,8 +36,12 @@ static const ChartSpec charts[] = {
 };
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
 
-// Plot geometry: a W x H picture, the plot area inside the margins.
-enum { W = 460, H = 250, ML = 64, MR = 14, MT = 44, MB = 30 };
+// Plot geometry: a W x H picture, the plot area inside the margins. The left margin grows with the
+// widest tick label, the top one with the lines of the legend.
+enum { W = 460, H = 250, ML = 64, MR = 14, MT = 44, MB = 30, LEGEND_LINE = 14, MAX_TICKS = 64 };
+// Width of a character of the 11px tick and legend font, a little above DejaVu Sans's widest digits
+// and letters, so that an estimate from the length never cuts a label.
+#define CHAR_W 7.0
 
 double report_value(const ReportMetrics *m, int64_t i, int k) {
     return (m->rows[i].set >> k) & 1 ? m->rows[i].v[k] : NAN;
@@ -74,23 +78,54 @@ static double nice_step(double range, int n) {
 
 typedef struct {
     double x0, x1, y0, y1;
+    int ml, mt;  // left and top margins
 } Range;
 
-static double px(const Range *r, double x) { return ML + (x - r->x0) / (r->x1 - r->x0) * (W - ML - MR); }
-static double py(const Range *r, double y) { return H - MB - (y - r->y0) / (r->y1 - r->y0) * (H - MT - MB); }
+static double px(const Range *r, double x) {
+    return r->ml + (x - r->x0) / (r->x1 - r->x0) * (W - r->ml - MR);
+}
+static double py(const Range *r, double y) {
+    return H - MB - (y - r->y0) / (r->y1 - r->y0) * (H - r->mt - MB);
+}
 
-static void axes(FILE *f, const Range *r, double ystep, double xstep) {
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#999\"/>\n", ML, MT, W - ML - MR,
-            H - MT - MB);
-    for (double y = r->y0; y <= r->y1 + ystep * 1e-6; y += ystep) {
-        double yy = fabs(y) < ystep * 1e-9 ? 0 : y;  // print 0, not 1e-17
+typedef struct {
+    double v[MAX_TICKS];
+    char label[MAX_TICKS][32];
+    int n;
+} Ticks;
+
+// Labels of the y ticks with as many decimals as the step needs, so that neighbours differ (a step
+// of 0.0002 gives 11.9202, 11.9204); very large or small values in exponent notation, with as many
+// mantissa digits as the step needs.
+static void tick_labels(Ticks *t, double step) {
+    double maxabs = 0;
+    for (int i = 0; i < t->n; i++) maxabs = fmax(maxabs, fabs(t->v[i]));
+    int step_exp = (int)floor(log10(step) + 1e-9);
+    int sci = maxabs >= 1e6 || maxabs < 1e-3;
+    int digits = sci ? (int)floor(log10(maxabs) + 1e-9) - step_exp : -step_exp;
+    if (digits < 0) digits = 0;
+    if (digits > 15) digits = 15;
+    for (int i = 0; i < t->n; i++) {
+        if (t->v[i] == 0) snprintf(t->label[i], sizeof t->label[i], "0");
+        else if (sci) snprintf(t->label[i], sizeof t->label[i], "%.*e", digits, t->v[i]);
+        else snprintf(t->label[i], sizeof t->label[i], "%.*f", digits, t->v[i]);
+    }
+}
+
+static void axes(FILE *f, const Range *r, const Ticks *yt, double xstep) {
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#999\"/>\n",
+            r->ml, r->mt, W - r->ml - MR, H - r->mt - MB);
+    for (int i = 0; i < yt->n; i++) {
+        double y = py(r, yt->v[i]);
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.2f\" y2=\"%.2f\" stroke=\"#eee\"/>"
-                   "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\" class=\"tick\">%.4g</text>\n",
-                ML, W - MR, py(r, yy), py(r, yy), ML - 4, py(r, yy) + 4, yy);
+                   "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\" class=\"tick ytick\">%s</text>\n",
+                r->ml, W - MR, y, y, r->ml - 4, y + 4, yt->label[i]);
     }
     for (double x = ceil(r->x0 / xstep) * xstep; x <= r->x1 + xstep * 1e-6; x += xstep)
-        fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">%.6g</text>\n", px(r, x), H - MB + 14, x);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">step</text>\n", (W + ML) / 2, H - 3);
+        fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" class=\"tick xtick\">%.0f</text>\n",
+                px(r, x), H - MB + 14, x);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">step</text>\n",
+            (W + r->ml) / 2, H - 3);
 }
 
 // Ranges over every value the chart draws; 0 when it has none.
@@ -157,6 +192,9 @@ static void series_area(FILE *f, const ReportMetrics *m, const Range *r, const C
     fprintf(f, "Z\"/>\n");
 }
 
+// Estimated width of a legend entry: the swatch, its gap, the name and the space before the next.
+static double legend_width(const char *name) { return 13 + CHAR_W * (double)strlen(name) + 10; }
+
 static void chart(FILE *f, const ReportMetrics *m, const ChartSpec *c, const Range *r) {
     fprintf(f, "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "role=\"img\" aria-label=\"", W, H, W, H);
@@ -166,17 +204,34 @@ static void chart(FILE *f, const ReportMetrics *m, const ChartSpec *c, const Ran
     fprintf(f, "</text>\n");
     double ystep = nice_step(r->y1 - r->y0, 4), xstep = nice_step(r->x1 - r->x0, 5);
     Range g = *r;
-    g.y0 = floor(r->y0 / ystep) * ystep, g.y1 = ceil(r->y1 / ystep) * ystep;
+    // Ticks at whole multiples of the step (not a running sum, which drifts: 0.30000000000000004).
+    double k0 = floor(r->y0 / ystep), k1 = ceil(r->y1 / ystep);
+    Ticks yt = {.n = (int)fmin(k1 - k0, MAX_TICKS - 1) + 1};
+    for (int i = 0; i < yt.n; i++) yt.v[i] = (k0 + i) * ystep;
+    g.y0 = k0 * ystep;
+    g.y1 = k1 * ystep;
+    tick_labels(&yt, ystep);
+    size_t widest = 0;
+    for (int i = 0; i < yt.n; i++) widest = strlen(yt.label[i]) > widest ? strlen(yt.label[i]) : widest;
+    g.ml = (int)fmax(ML, ceil(8 + CHAR_W * (double)widest));
     if (xstep < 1) xstep = 1;  // steps are integers
-    axes(f, &g, ystep, xstep);
+    // Legend: only the keys with data, wrapped onto more lines where one line would pass the right edge.
     double lx = ML;
-    for (int j = 0; j < c->n_keys; j++) {  // legend: only the keys with data
+    int line = 0;
+    for (int j = 0; j < c->n_keys; j++) {
         if (!has_data(m, c->keys[j])) continue;
         const char *name = report_key_names[c->keys[j]];
-        fprintf(f, "<rect x=\"%.0f\" y=\"25\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"34\" class=\"legend\">%s</text>\n",
-                lx, colors[j], lx + 13, name);
-        lx += 13 + 6.2 * (double)strlen(name) + 10;
+        if (lx > ML && lx + legend_width(name) - 10 > W - MR) {
+            lx = ML;
+            line++;
+        }
+        fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                   "<text x=\"%.0f\" y=\"%d\" class=\"legend\">%s</text>\n",
+                lx, 25 + LEGEND_LINE * line, colors[j], lx + 13, 34 + LEGEND_LINE * line, name);
+        lx += legend_width(name);
     }
+    g.mt = MT + LEGEND_LINE * line;
+    axes(f, &g, &yt, xstep);
     for (int j = 0; j < c->n_keys; j++)
         if (!has_data(m, c->keys[j])) continue;
         else if (c->stacked) series_area(f, m, &g, c, j);
@@ -187,7 +242,7 @@ static void chart(FILE *f, const ReportMetrics *m, const ChartSpec *c, const Ran
 int report_charts(FILE *f, const ReportMetrics *m) {
     int n = 0;
     for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
-        Range r;
+        Range r = {0};
         if (!chart_range(m, &charts[i], &r)) continue;
         chart(f, m, &charts[i], &r);
         n++;

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """`grpo report`: a crafted run (nulls, a resumed run repeating steps, validation lines, unknown keys, a
 partial last line, hostile sample text) checked point by point against Python's own reading of the
-JSONL; real `grpo train` and `grpo sft` runs; headless Chromium renders the report (screenshot kept
-as the CI artifact TMP/report.png, its pixels decoded with zlib, console empty, a negative control
-proving console errors are caught); bad inputs give one error line."""
+JSONL, y tick labels distinct and on the same value-to-pixel line as the data; real `grpo train` and
+`grpo sft` runs (config.yaml as YAML: PyYAML reads the values of --print-config, and --config reads it
+back to the same config; an older run's one-line JSON config.yaml shown as YAML; SFT runs get no notes
+about the files SFT never writes); headless Chromium renders the report (screenshot kept as the CI
+artifact TMP/report.png, its pixels decoded with zlib, the charts spanning the page's width, console
+empty, a negative control proving console errors are caught; legend and tick labels measured in the
+page, inside their chart); bad inputs give one error line."""
 import argparse
+import html
 import html.parser
 import json
 import math
@@ -42,6 +47,7 @@ class Page(html.parser.HTMLParser):
         super().__init__(convert_charrefs=True)
         self.svgs, self.paths, self.circles, self.tags, self.refs = [], {}, {}, [], []
         self.cells, self.pre, self._cell, self._pre, self.text = [], "", None, False, []
+        self.charts, self._svg, self._text = [], None, None  # per chart: title, width, texts, paths
 
     def handle_starttag(self, tag, attrs):
         d = dict(attrs)
@@ -49,8 +55,17 @@ class Page(html.parser.HTMLParser):
         self.refs += [v for k, v in attrs if k in ("src", "href") and v]
         if tag == "svg":
             self.svgs.append(d.get("aria-label"))
+            self._svg = {"title": d.get("aria-label"), "width": float(d["viewbox"].split()[2]), "texts": [],
+                         "paths": {}}
+            self.charts.append(self._svg)
+        if tag == "text" and self._svg is not None:
+            self._text = {"class": d.get("class", ""), "x": float(d["x"]), "y": float(d["y"]),
+                          "anchor": d.get("text-anchor", "start"), "text": ""}
+            self._svg["texts"].append(self._text)
         if tag == "path" and "data-key" in d:
             self.paths.setdefault(d["data-key"], []).append(d.get("d", ""))
+            if self._svg is not None:
+                self._svg["paths"].setdefault(d["data-key"], []).append(d.get("d", ""))
         if tag == "circle" and "data-key" in d:
             self.circles.setdefault(d["data-key"], []).append((float(d["cx"]), float(d["cy"])))
         if tag == "td" and d.get("class") == "text":
@@ -64,9 +79,15 @@ class Page(html.parser.HTMLParser):
             self._cell = None
         if tag == "pre":
             self._pre = False
+        if tag == "svg":
+            self._svg = None
+        if tag == "text":
+            self._text = None
 
     def handle_data(self, data):
         self.text.append(data)
+        if self._text is not None:
+            self._text["text"] += data
         if self._cell is not None:
             self._cell += data
         if self._pre:
@@ -136,6 +157,47 @@ def check_series(label, page, rows, key):
     check(f"{label}: {key} {len(pts)} points in {n_runs} runs match the data",
           okx and oky and (sx is None or sx > 0) and (sy is None or sy <= 0) and len(page.circles.get(key, [])) == lone,
           (okx, oky, sx, sy, lone, page.circles.get(key)))
+
+
+def is_ytick(t):
+    return "tick" in t["class"].split() and t["anchor"] == "end"
+
+
+def check_ticks(label, page):
+    """Each chart's y tick labels differ from each other, and each label's value sits at its pixel on the
+    same value-to-pixel line as the chart's data (the line through the first and last points of a
+    series; stacked areas are covered by the pixel check of their own test)."""
+    bad = []
+    for c in page.charts:
+        ticks = [(t["text"], t["y"] - 4) for t in c["texts"] if is_ytick(t)]
+        labels = [t for t, _ in ticks]
+        if len(ticks) < 2 or len(set(labels)) != len(labels):
+            bad.append((c["title"], labels))
+            continue
+        pairs = [(float(t), y) for t, y in ticks]
+        if not affine_ok(pairs)[0]:
+            bad.append((c["title"], "ticks not affine", pairs))
+    check(f"{label}: y tick labels distinct and evenly placed in every chart ({len(page.charts)})",
+          page.charts and not bad, bad)
+
+
+def check_ticks_match_series(label, page, rows, title, key):
+    """The tick labels of chart `title` and the points of `key` lie on one value-to-pixel line."""
+    c = next((c for c in page.charts if c["title"] == title), None)
+    if c is None or key not in c["paths"]:
+        check(f"{label}: {title} has {key}", False, [x["title"] for x in page.charts])
+        return
+    ticks = [(float(t["text"]), t["y"] - 4) for t in c["texts"] if is_ytick(t)]
+    vals = [r[key] for r in rows.values() if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    pts = [p for run_ in runs(c["paths"][key][0]) for p in run_]
+    labels = [t["text"] for t in c["texts"] if is_ytick(t)]
+    data = sorted(zip(vals, (y for _, y in pts)))
+    (v0, p0), (v1, p1) = data[0], data[-1]
+    slope = (p1 - p0) / (v1 - v0) if v1 != v0 else None
+    # Where the data's line puts each label's value, against where the label is (pixels are rounded to 0.01).
+    off = [abs(p0 + slope * (v - v0) - y) for v, y in ticks] if slope is not None else [1e9]
+    check(f"{label}: {title} tick labels {labels} on the data's value-to-pixel line",
+          len(vals) == len(pts) and len(set(labels)) == len(labels) and max(off) < 0.1, (off, ticks, data[:3]))
 
 
 def report(*args):
@@ -210,8 +272,33 @@ check("crafted: samples of the last step after the resume, text exact after HTML
       (len(page.cells), page.cells[:2], want_cells[:2]))
 check("crafted: config shown verbatim", page.pre == config, page.pre)
 body = " ".join(page.text)
+check_ticks("crafted", page)
+check_ticks_match_series("crafted", page, rows, "Reward (mean)", "reward_mean")
+check_ticks_match_series("crafted", page, rows, "Response length (tokens)", "response_length_mean")
 check("crafted: resumed and in-progress noted", "resumed 1 time" in body and "in progress" in body and
       "%d steps (1 to 11)" % len(rows) in body, body[:300])
+
+# --- tick labels of series that vary in their last digits (entropy 11.9201..11.9209), or are very small or
+# very large: neighbouring labels must differ, and each must name the value at its height.
+tiny = T("tiny")
+os.makedirs(tiny)
+tlines = [{"step": s, "entropy": 11.9201 + 0.0001 * (s - 1), "lr": 1e-6 + 2.5e-7 * s,
+           "tokens_per_s": 1.2e6 + 3e4 * s, "grad_norm": 1.000000001 + 1e-9 * s, "kl": -0.003 + 0.001 * s}
+          for s in range(1, 10)]
+with open(os.path.join(tiny, "metrics.jsonl"), "w") as f:
+    f.write("".join(json.dumps(l) + "\n" for l in tlines))
+p = report(tiny)
+check("tiny variation: report written", p.returncode == 0, p.stderr)
+tp = parse(os.path.join(tiny, "report.html"))
+trows = merged(json.dumps(l) for l in tlines)
+check_ticks("tiny variation", tp)
+for title, key in (("Entropy", "entropy"), ("Learning rate", "lr"), ("Tokens per second", "tokens_per_s"),
+                   ("Gradient norm", "grad_norm"), ("KL", "kl")):
+    check_series("tiny variation", tp, trows, key)
+    check_ticks_match_series("tiny variation", tp, trows, title, key)
+tnotes = " ".join(tp.text)
+check("a GRPO-like run without config.yaml and samples.jsonl: both noted",
+      "no config.yaml" in tnotes and "no samples.jsonl" in tnotes, tnotes[-300:])
 
 # --- edge cases that still make a report ----------------------------------------------------------------
 os.makedirs(T("empty"))
@@ -226,20 +313,59 @@ p = report(one, "-o", T("one.html"))
 pg = parse(T("one.html"))
 check("one step: file argument, -o, flat and single-point charts draw a dot", p.returncode == 0 and
       len(pg.circles.get("reward_mean", [])) == 1 and len(pg.circles.get("kl", [])) == 1, (p.stderr, pg.circles))
+p2 = report(one, "--out", T("one_out.html"))
+help_text = report("--help").stdout
+check("--out works as -o (the same file, byte for byte), and --help names both", p2.returncode == 0 and
+      open(T("one_out.html"), "rb").read() == open(T("one.html"), "rb").read() and
+      re.search(r"--out.*\n(.*\n)*.*-o\b", help_text) is not None, (p2.stderr, help_text))
 
 # --- real runs -------------------------------------------------------------------------------------------
 model = T("model")
 subprocess.run([a.grpo, "init", "--out", model, "--tokenizer", a.tokenizer], check=True, capture_output=True)
 with open(T("gsm.jsonl"), "w") as f:
     f.write("".join(json.dumps({"prompt": "%d+%d=" % (i, i), "answer": str(2 * i)}) + "\n" for i in range(4)))
-g = subprocess.run([a.grpo, "train", "model.path=" + model, "data.train_file=" + T("gsm.jsonl"), "data.chat_template=false",
-                    "data.max_response_length=6", "rollout.n=2", "data.train_batch_size=2", "trainer.steps=3",
-                    "trainer.val_before_train=false", "trainer.dump_samples=true", "trainer.out_dir=" + T("grpo_run"),
-                    "actor.kl_loss_coef=0.01"], capture_output=True, text=True, timeout=600)
+train_args = ["model.path=" + model, "data.train_file=" + T("gsm.jsonl"), "data.chat_template=false",
+              "data.max_response_length=6", "rollout.n=2", "data.train_batch_size=2", "trainer.steps=3",
+              "trainer.val_before_train=false", "trainer.dump_samples=true", "trainer.out_dir=" + T("grpo_run"),
+              "actor.kl_loss_coef=0.01", "actor.lr=2.5e-6",
+              "rollout.stop=[\"a: b\", \"# c\", \"true\", \"\\n\", \"ü ✓\"]"]
+g = subprocess.run([a.grpo, "train"] + train_args, capture_output=True, text=True, timeout=600)
 check("grpo train run for the report", g.returncode == 0, g.stderr[-500:])
 p = report(T("grpo_run"))
 if g.returncode == 0:
     pg = parse(T("grpo_run", "report.html"))
+    # config.yaml: block YAML that PyYAML reads to --print-config's values and --config reads back as is.
+    import yaml
+    want_json = subprocess.run([a.grpo, "train", "--print-config"] + train_args, capture_output=True, text=True,
+                               timeout=60)
+    cfg_text = open(T("grpo_run", "config.yaml"), encoding="utf-8").read()
+    cfg_lines = cfg_text.splitlines()
+    check("grpo train: config.yaml is block YAML, one key a line, indented by section",
+          len(cfg_lines) > 50 and cfg_lines[0] == "data:" and "  lr: 2.5e-06" in cfg_lines
+          and not any(l.startswith("{") for l in cfg_lines), cfg_lines[:5])
+    check("grpo train: PyYAML reads config.yaml to the values of --print-config",
+          want_json.returncode == 0 and yaml.safe_load(cfg_text) == json.loads(want_json.stdout),
+          (want_json.stderr, cfg_text[:300]))
+    back = subprocess.run([a.grpo, "train", "--config", T("grpo_run", "config.yaml"), "--print-config"],
+                          capture_output=True, text=True, timeout=60)
+    check("grpo train: --config OUT/config.yaml resolves to the same config", back.returncode == 0 and
+          back.stdout == want_json.stdout, (back.stderr, back.stdout[:200]))
+    check("grpo train: the report shows config.yaml as it is (YAML)", pg.pre == cfg_text, pg.pre[:200])
+    check_ticks("grpo train", pg)
+    # An older run's config.yaml: one line of JSON, shown as block YAML that reads as the same values.
+    old = T("old_run")
+    shutil.copytree(T("grpo_run"), old)
+    with open(os.path.join(old, "config.yaml"), "w", encoding="utf-8") as f:
+        f.write(want_json.stdout)
+    p = report(old)
+    po = parse(os.path.join(old, "report.html"))
+    try:
+        old_ok = yaml.safe_load(po.pre) == json.loads(want_json.stdout)
+    except yaml.YAMLError as e:
+        old_ok = e
+    check("older run: one-line JSON config.yaml shown as indented YAML with the same values", p.returncode == 0 and
+          old_ok is True and po.pre.startswith("data:\n  train_file: ") and "older grpo" in " ".join(po.text),
+          (p.stderr, old_ok, po.pre[:200]))
     mlines = open(T("grpo_run", "metrics.jsonl")).read().splitlines()
     rr = merged(mlines)
     for key in ("reward_mean", "kl", "clip_frac", "response_length_mean", "grad_norm", "tokens_per_s", "entropy"):
@@ -263,6 +389,11 @@ if s_.returncode == 0:
     for r in rs.values():  # tokens/s of a step: its target tokens over its seconds
         r["tokens_per_s"] = r["tokens"] / r["elapsed_s"]
     check_series("grpo sft", pg, rs, "tokens_per_s")
+    check_ticks("grpo sft", pg)
+    body = " ".join(pg.text)
+    check("grpo sft: no notes about config.yaml and samples.jsonl, which SFT does not write",
+          sorted(os.listdir(T("sft_run"))).count("config.yaml") == 0 and "config.yaml" not in body
+          and "samples.jsonl" not in body and "grpo sft" in body, body[-400:])
 
 # --- Chromium renders it ---------------------------------------------------------------------------------
 
@@ -340,6 +471,64 @@ else:
         colors = len({p for r in px[h // 4:] for p in r[::3]})
         check("screenshot: series colour drawn and the page is not one colour (%dx%d, %d blue px, %d colours)"
               % (w, h, blue, colors), blue > 500 and colors > 50, (blue, colors))
+    # The charts fill the page's width: on a 1400 px wide window (where fixed 460 px charts left a third
+    # empty) the series colour spans from near the left edge to near the right one.
+    wide = T("report_wide.png")
+    c = chromium("file://" + target, "--screenshot=" + wide, "--window-size=1400,900")
+    if c.returncode == 0 and os.path.exists(wide):
+        w, h, px = png_pixels(wide)
+        xs = [x for r in px for x, p in enumerate(r)
+              if abs(p[0] - 0x1f) < 40 and abs(p[1] - 0x77) < 40 and abs(p[2] - 0xb4) < 40]
+        span = (max(xs) - min(xs)) / w if xs else 0
+        check("screenshot at 1400 px: the charts span %.0f%% of the width (at least 85%%)" % (100 * span),
+              span >= 0.85, (min(xs or [0]), max(xs or [0]), w))
+    else:
+        check("screenshot at 1400 px written", False, c.stderr[-400:])
+    # Legend, title and tick labels measured by Chromium's own text layout (getBBox), on a copy of the report
+    # with the content security policy removed and a script appended that writes the measurements into the DOM.
+    probe = T("measure.html")
+    src = open(target, encoding="utf-8").read()
+    src = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", src)
+    src = src.replace("</body>", """<script>
+const out = [];
+for (const svg of document.querySelectorAll("svg.chart")) {
+  const w = svg.viewBox.baseVal.width, h = svg.viewBox.baseVal.height, texts = [];
+  for (const t of svg.querySelectorAll("text")) {
+    const b = t.getBBox();
+    texts.push({cls: t.getAttribute("class"), text: t.textContent,
+                x0: b.x, x1: b.x + b.width, y0: b.y, y1: b.y + b.height});
+  }
+  out.push({title: svg.getAttribute("aria-label"), w: w, h: h, texts: texts});
+}
+const pre = document.createElement("pre");
+pre.id = "measured";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script></body>""")
+    with open(probe, "w", encoding="utf-8") as f:
+        f.write(src)
+    c = chromium("file://" + probe, "--dump-dom", "--window-size=1400,900")
+    m = re.search(r'<pre id="measured">(.*?)</pre>', c.stdout, re.S)
+    measured = json.loads(html.unescape(m.group(1))) if m else []
+    outside, overlap = [], []
+    for ch in measured:
+        for t in ch["texts"]:
+            if t["x0"] < -0.5 or t["x1"] > ch["w"] + 0.5 or t["y0"] < -0.5 or t["y1"] > ch["h"] + 0.5:
+                outside.append((ch["title"], t["text"], round(t["x0"], 1), round(t["x1"], 1)))
+        leg = [t for t in ch["texts"] if t["cls"] == "legend"]
+        for i, p_ in enumerate(leg):
+            for q in leg[i + 1:]:
+                apart_x = p_["x1"] - 0.5 <= q["x0"] or q["x1"] - 0.5 <= p_["x0"]
+                apart_y = p_["y1"] - 0.5 <= q["y0"] or q["y1"] - 0.5 <= p_["y0"]
+                if not apart_x and not apart_y:
+                    overlap.append((ch["title"], p_["text"], q["text"]))
+    check("chromium: every text of every chart (titles, legends, tick labels) inside its chart, measured (%d charts)"
+          % len(measured), measured and len(measured) == len(page.svgs) and not outside, (outside, c.stderr[-300:]))
+    check("chromium: legend entries do not overlap", measured and not overlap, overlap)
+    stack = next((ch for ch in measured if ch["title"] == "Step time by phase (s)"), None)
+    legend = sorted(t["text"] for t in stack["texts"] if t["cls"] == "legend") if stack else []
+    check("chromium: the stacked step-time chart has a legend entry, inside the chart, for every phase",
+          legend == sorted(phases), legend)
 
 # --- bad input: one error line naming the file/line/option, exit 1 -----------------------------------------
 
@@ -366,6 +555,8 @@ cases = [
     ("two runs", [run, run], r"argument"),
     ("no run", [], r"run directory"),
     ("-o into a missing directory", [run, "-o", T("no", "such", "r.html")], r"no/such"),
+    ("--out into a missing directory", [run, "--out", T("no", "such", "r.html")], r"no/such"),
+    ("both -o and --out", [run, "-o", T("a.html"), "--out", T("b.html")], r"-o.*--out"),
 ]
 sd = bad("samples", ok_line)
 with open(os.path.join(sd, "samples.jsonl"), "w") as f:
