@@ -350,7 +350,8 @@ static int write_report(FILE *f, const char *run, const ReportMetrics *m, const 
     report_escape(f, run, strlen(run));
     fputs("</code>", f);
     if (m->n)
-        fprintf(f, " · %lld steps (%lld to %lld)", (long long)m->n, (long long)m->rows[0].step, (long long)m->rows[m->n - 1].step);
+        fprintf(f, " · %lld step%s (%lld to %lld)", (long long)m->n, m->n == 1 ? "" : "s", (long long)m->rows[0].step,
+                (long long)m->rows[m->n - 1].step);
     else fputs(" · no steps yet", f);
     if (m->resumes) fprintf(f, " · resumed %lld time%s (repeated steps: the later lines are shown)", (long long)m->resumes,
                             m->resumes > 1 ? "s" : "");
@@ -423,7 +424,8 @@ int cmd_report(int argc, char **argv) {
     atomic_file_write(&af, html, html_len);
     atomic_file_commit(&af);
     free(html);
-    fprintf(stderr, "grpo report: wrote %s (%lld steps, %d charts, %d samples)\n", out, (long long)m.n, n, ss.n);
+    fprintf(stderr, "grpo report: wrote %s (%lld step%s, %d charts, %d samples)\n", out, (long long)m.n,
+            m.n == 1 ? "" : "s", n, ss.n);
     samples_clear(&ss);
     free(m.rows), free(dir), free(metrics), free(config), free(samples), free(out), free(spec.args);
     return 0;

@@ -169,7 +169,7 @@ static int same_dir(const char *a, const char *b) {
 char *run_dir_claim(const char *out, const char *model_dir, int resume, int force, int remove,
                     const RunDirOpts *o) {
     if (same_dir(model_dir, out))
-        die("%s %s is the model directory; choose another, so the starting model is kept", o->out, out);
+        die("%s %s is the %s directory; choose another, so the starting model is kept", o->out, out, o->model);
     if (resume && force) die("%s and %s: continue the run or replace it, not both", o->resume, o->force);
     if (resume && !file_exists(out))
         die("%s: %s does not exist, so there is no checkpoint to resume from", o->resume, out);

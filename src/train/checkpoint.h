@@ -34,10 +34,10 @@ void checkpoint_prune(const char *out, int64_t keep);
 char *checkpoint_latest(const char *out);
 // Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.
 void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s);
-// How a command names its output options, for messages: {"--out", "--resume", "--force"} or
-// {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true"}.
+// How a command names its options, for messages: {"--out", "--resume", "--force", "--model"} or
+// {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true", "model.path"}.
 typedef struct {
-    const char *out, *resume, *force;
+    const char *out, *resume, *force, *model;
 } RunDirOpts;
 // Makes OUT ready for a run; returns the newest checkpoint to resume from (malloc'd) when resuming, else
 // NULL. Dies when OUT is model_dir, when resuming finds no checkpoint, and when a new run would replace a

@@ -649,7 +649,8 @@ void grpo_run(const GrpoSettings *global) {
     GrpoSettings local = rank_share(global, &r.comm);
     const GrpoSettings *s = r.s = &local;
     int lead = r.comm.rank == 0;  // prints and writes files
-    static const RunDirOpts dir_opts = {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true"};
+    static const RunDirOpts dir_opts = {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true",
+                                        "model.path"};
     char *ckpt = run_dir_claim(s->out_dir, s->model_dir, s->resume, s->overwrite, lead, &dir_opts);
     trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
                  &s->lora);

@@ -85,7 +85,7 @@ void sft_run(const SftConfig *cfg) {
     comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     int lead = comm.rank == 0;  // prints and writes files
-    static const RunDirOpts dir_opts = {"--out", "--resume", "--force"};
+    static const RunDirOpts dir_opts = {"--out", "--resume", "--force", "--model"};
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);

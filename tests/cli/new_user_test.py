@@ -114,7 +114,7 @@ def g_kept():
     check(p.returncode == 0 and ckpts == ["checkpoint-3"], "sft --force removes the old run's checkpoints",
           f"{ckpts} {last_error(p)}")
     p = grpo("sft", "--model", MODEL, "--data", SFT_DATA[0], "--out", MODEL, "--force")
-    check(one_error(p, r"is the model directory") and os.path.exists(os.path.join(MODEL, "model.safetensors")),
+    check(one_error(p, r"--out .*model is the --model directory") and os.path.exists(os.path.join(MODEL, "model.safetensors")),
           "sft --out MODEL --force: refused, the model kept", last_error(p))
 
     run = T("run_ns")  # GRPO without checkpoints, twice

@@ -164,7 +164,10 @@ p = train(out, "trainer.steps=1", "trainer.save_every=1", limit=limit)
 good, line = one_error(p, "optimizer.safetensors", EFBIG)
 check("file-size limit (RLIMIT_FSIZE) under the checkpoint: one error naming the file and EFBIG, no SIGXFSZ death",
       good and not leftovers(out), f"rc {p.returncode}: {line}")
-p = train(out, "trainer.steps=1", "trainer.save_every=1")
+p = train(out, "trainer.steps=1", "trainer.save_every=1")  # its metrics.jsonl is a run of sorts: kept
+check("file-size limit: run again, the failed run's metrics.jsonl is not replaced without trainer.overwrite",
+      p.returncode == 1 and "trainer.overwrite=true" in p.stderr, p.stderr.strip()[-200:])
+p = train(out, "trainer.steps=1", "trainer.save_every=1", "trainer.overwrite=true")
 check("file-size limit: without it the run starts again (no checkpoint was made) and finishes == 1 step",
       p.returncode == 0 and open(os.path.join(out, "model.safetensors"), "rb").read() == ref[1],
       f"rc {p.returncode} {p.stderr.strip()[-200:]}")
