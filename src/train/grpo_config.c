@@ -535,15 +535,18 @@ static int ends_with_part(const char *name, const char *part) {
 
 // How many '_'-separated words of the last part of a are words of the last part of b.
 static int shared_words(const char *a, const char *b) {
-    char wa[128], wb[128];
-    snprintf(wa, sizeof wa, "%s", leaf(a));
+    char wb[130];
     snprintf(wb, sizeof wb, "_%s_", leaf(b));
     int n = 0;
-    char *save = NULL;
-    for (char *w = strtok_r(wa, "_", &save); w; w = strtok_r(NULL, "_", &save)) {
+    for (const char *w = leaf(a); *w;) {
+        size_t len = strcspn(w, "_");
         char word[130];
-        snprintf(word, sizeof word, "_%s_", w);
-        n += strstr(wb, word) != NULL;
+        if (len > 0 && len < sizeof word - 2) {
+            snprintf(word, sizeof word, "_%.*s_", (int)len, w);
+            n += strstr(wb, word) != NULL;
+        }
+        w += len;
+        w += *w == '_';
     }
     return n;
 }
