@@ -35,10 +35,12 @@ struct Backend {
     void (*rope_forward)(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D);
     void (*swiglu_forward)(const Backend *be, float *out, const float *gate, const float *up, int64_t n);
     void (*residual_forward)(const Backend *be, float *x, const float *y, int64_t n);
-    // Causal attention of packed sequences (nn/ops.h attention_forward, no log-sum-exp kept); N = seq_off[B]
-    // (seq_off is in the backend's memory, N is known on the host).
-    void (*attention_forward)(const Backend *be, float *out, const float *q, const float *k, const float *v,
-                              const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch);
+    // Causal attention of packed sequences (nn/ops.h attention_forward); N = seq_off[B] (seq_off is in the
+    // backend's memory, N is known on the host). lse (N, H), may be NULL: the rows' log-sum-exp, which
+    // training's backward reads.
+    void (*attention_forward)(const Backend *be, float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D,
+                              float *scratch);
     void (*attention_decode_forward)(const Backend *be, float *out, const float *q, const float *k_cache,
                                      const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
                                      int KVH, int D, float *scratch);

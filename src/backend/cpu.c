@@ -69,11 +69,11 @@ static void cpu_residual(const Backend *be, float *x, const float *y, int64_t n)
     residual_forward(x, y, n);
 }
 
-static void cpu_attention(const Backend *be, float *out, const float *q, const float *k, const float *v,
+static void cpu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                           const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
     (void)be;
     (void)N;
-    attention_forward(out, NULL, q, k, v, seq_off, B, H, KVH, D, scratch);
+    attention_forward(out, lse, q, k, v, seq_off, B, H, KVH, D, scratch);
 }
 
 static void cpu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,

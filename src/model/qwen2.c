@@ -460,6 +460,11 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     a->meta_bytes = meta_layout(&a->dev, N, base ? base + off : NULL);
     off += a->meta_bytes;
     if (!in16) a->in16 = NULL;  // F32 weights: none
+    // Every layer in place: the o projection's sum in proj, then the MLP's back into x.
+    a->view = (Qwen2LayerActs){.xin = a->x, .xmid = a->proj, .xout = a->x, .xn1 = a->xn, .xn2 = a->xn,
+                               .qr = a->q, .kr = a->k, .q = a->q, .k = a->k, .v = a->v, .att = a->att,
+                               .gate = a->gate, .up = a->up, .h = a->gate, .rope = a->rope, .lora_u = a->lora_u,
+                               .scratch = a->scratch, .in16 = a->in16};
     return off;
 }
 
@@ -520,51 +525,52 @@ const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf) 
     return buf;
 }
 
-// The halves of a transformer block shared by prefill and decode, over N rows of a.
-static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+// The halves of a transformer block, over N rows of layer l's views: shared by prefill, decode and
+// training (which differ in the attention between them and in where the views point).
+static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2LayerActs *a) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
-    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
-    const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
-    be->matmul_forward(be, a->q, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
-    be->matmul_forward(be, a->k, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
+    be->rmsnorm_forward(be, a->xn1, a->xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    const void *xn = qwen2_operand(m, a->xn1, N * C, a->in16);
+    be->matmul_forward(be, a->qr, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
+    be->matmul_forward(be, a->kr, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
     be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
-    lora_forward(m->lora, LORA_Q, l, a->xn, N, a->q, a->lora_u);
-    lora_forward(m->lora, LORA_K, l, a->xn, N, a->k, a->lora_u);
-    lora_forward(m->lora, LORA_V, l, a->xn, N, a->v, a->lora_u);
-    if (c->qk_norm) {  // each head's query and key: rows of D (in place)
-        be->rmsnorm_forward(be, a->q, a->q, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
-        be->rmsnorm_forward(be, a->k, a->k, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
+    lora_forward(m->lora, LORA_Q, l, a->xn1, N, a->qr, a->lora_u);
+    lora_forward(m->lora, LORA_K, l, a->xn1, N, a->kr, a->lora_u);
+    lora_forward(m->lora, LORA_V, l, a->xn1, N, a->v, a->lora_u);
+    if (c->qk_norm) {  // each head's query and key: rows of D
+        be->rmsnorm_forward(be, a->q, a->qr, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
+        be->rmsnorm_forward(be, a->k, a->kr, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
     }
     be->rope_forward(be, a->q, a->rope, N, (int)c->heads, (int)D);
     be->rope_forward(be, a->k, a->rope, N, (int)c->kv_heads, (int)D);
 }
 
-// a->att (attention output) -> o_proj + residual, then the MLP + residual.
-static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, Qwen2Acts *a) {
+// a->att (attention output) -> o_proj + residual into xmid, then the MLP + residual into xout.
+static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2LayerActs *a) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
     const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
-    be->matmul_forward(be, a->proj, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
-    lora_forward(m->lora, LORA_O, l, a->att, N, a->proj, a->lora_u);
-    be->residual_forward(be, a->x, a->proj, N * C);
-    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
-    const void *xn = qwen2_operand(m, a->xn, N * C, a->in16);
+    be->matmul_forward(be, a->xmid, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    lora_forward(m->lora, LORA_O, l, a->att, N, a->xmid, a->lora_u);
+    be->residual_forward(be, a->xmid, a->xin, N * C);
+    be->rmsnorm_forward(be, a->xn2, a->xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    const void *xn = qwen2_operand(m, a->xn2, N * C, a->in16);
     be->matmul_forward(be, a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
     be->matmul_forward(be, a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
-    lora_forward(m->lora, LORA_GATE, l, a->xn, N, a->gate, a->lora_u);
-    lora_forward(m->lora, LORA_UP, l, a->xn, N, a->up, a->lora_u);
-    be->swiglu_forward(be, a->gate, a->gate, a->up, N * I);
-    const void *h = qwen2_operand(m, a->gate, N * I, a->in16);
-    be->matmul_forward(be, a->proj, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
-    lora_forward(m->lora, LORA_DOWN, l, a->gate, N, a->proj, a->lora_u);
-    be->residual_forward(be, a->x, a->proj, N * C);
+    lora_forward(m->lora, LORA_GATE, l, a->xn2, N, a->gate, a->lora_u);
+    lora_forward(m->lora, LORA_UP, l, a->xn2, N, a->up, a->lora_u);
+    be->swiglu_forward(be, a->h, a->gate, a->up, N * I);
+    const void *h = qwen2_operand(m, a->h, N * I, a->in16);
+    be->matmul_forward(be, a->xout, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
+    lora_forward(m->lora, LORA_DOWN, l, a->h, N, a->xout, a->lora_u);
+    be->residual_forward(be, a->xout, a->xmid, N * C);
 }
 
 static void check_workspace(const Qwen2 *m, const Qwen2Acts *a, int64_t N, const char *what) {
@@ -572,29 +578,44 @@ static void check_workspace(const Qwen2 *m, const Qwen2Acts *a, int64_t N, const
     if (m->dtype != DTYPE_F32 && !a->in16) die("internal: a %s model in an F32 workspace", dtype_name(m->dtype));
 }
 
-// The forward over the batch batch_fill put in a->host: positions, the upload, then every layer.
-static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int32_t *slots) {
+void qwen2_layer_forward(const Qwen2 *m, int64_t l, const Qwen2Batch *b, const Qwen2LayerActs *a, Qwen2KV *kv,
+                         const int32_t *slots) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
+    int64_t KV = c->kv_heads * c->head_dim;
+    qkv_block(m, l, b->N, a);
+    for (int s = 0; kv && s < b->B; s++) {  // the prompt's keys and values start its cache slot
+        int64_t lo = b->host_seq_off[s];
+        size_t bytes = (size_t)((b->host_seq_off[s + 1] - lo) * KV) * sizeof(float);
+        be->copy(be, kv->k + kv_offset(kv, l, slots[s]), a->k + lo * KV, bytes);
+        be->copy(be, kv->v + kv_offset(kv, l, slots[s]), a->v + lo * KV, bytes);
+    }
+    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, b->seq_off, b->B, b->N, (int)c->heads,
+                          (int)c->kv_heads, (int)c->head_dim, a->scratch);
+    out_mlp_block(m, l, b->N, a);
+}
+
+void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerActs *views, int64_t n_views,
+                          float *out, Qwen2KV *kv, const int32_t *slots) {
+    const Backend *be = m->be;
+    const Qwen2Config *c = &m->cfg;
+    be->rope_table(be, views[0].rope, b->pos, b->N, (int)c->head_dim, c->rope_theta);
+    be->embedding_forward(be, views[0].xin, b->tokens, qwen2_at(m, m->w.embed), m->dtype, b->N, c->hidden);
+    for (int64_t l = 0; l < c->layers; l++) qwen2_layer_forward(m, l, b, &views[n_views == 1 ? 0 : l], kv, slots);
+    const float *last = views[n_views == 1 ? 0 : c->layers - 1].xout;
+    be->rmsnorm_forward(be, out, last, qwen2_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps);
+}
+
+// The forward over the batch batch_fill put in a->host: positions, the upload, then every layer.
+static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int32_t *slots) {
     const Qwen2Meta *h = &a->host;
-    int64_t N = h->seq_off[B], KV = c->kv_heads * c->head_dim;
+    int64_t N = h->seq_off[B];
     for (int b = 0; b < B; b++)
         for (int64_t i = h->seq_off[b]; i < h->seq_off[b + 1]; i++) h->pos[i] = (int32_t)(i - h->seq_off[b]);
     meta_upload(m, a);
-    be->rope_table(be, a->rope, a->dev.pos, N, (int)c->head_dim, c->rope_theta);
-    be->embedding_forward(be, a->x, a->dev.tokens, qwen2_at(m, m->w.embed), m->dtype, N, c->hidden);
-    for (int64_t l = 0; l < c->layers; l++) {
-        qkv_block(m, l, N, a);
-        for (int b = 0; kv && b < B; b++) {  // the prompt's keys and values start its cache slot
-            size_t bytes = (size_t)((h->seq_off[b + 1] - h->seq_off[b]) * KV) * 4;
-            be->copy(be, kv->k + kv_offset(kv, l, slots[b]), a->k + h->seq_off[b] * KV, bytes);
-            be->copy(be, kv->v + kv_offset(kv, l, slots[b]), a->v + h->seq_off[b] * KV, bytes);
-        }
-        be->attention_forward(be, a->att, a->q, a->k, a->v, a->dev.seq_off, B, N, (int)c->heads, (int)c->kv_heads,
-                              (int)c->head_dim, a->scratch);
-        out_mlp_block(m, l, N, a);
-    }
-    be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, N, c->hidden, c->eps);
+    Qwen2Batch batch = {.B = B, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
+                        .host_seq_off = h->seq_off};
+    qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, kv, slots);
 }
 
 // The batch's tokens and sequence offsets into a's host metadata.
@@ -643,13 +664,13 @@ void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const
     be->rope_table(be, a->rope, a->dev.pos, B, (int)c->head_dim, c->rope_theta);
     be->embedding_forward(be, a->x, a->dev.tokens, qwen2_at(m, m->w.embed), m->dtype, B, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) {
-        qkv_block(m, l, B, a);
+        qkv_block(m, l, B, &a->view);
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
         // append the new key/value, then attend over the whole slot
         be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, B, KV);
         be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, B, (int)c->heads,
                                      (int)c->kv_heads, (int)c->head_dim, a->scratch);
-        out_mlp_block(m, l, B, a);
+        out_mlp_block(m, l, B, &a->view);
     }
     be->rmsnorm_forward(be, a->xn, a->x, qwen2_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);
     qwen2_logits(m, a->xn, B, a, logits);

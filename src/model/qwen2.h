@@ -110,6 +110,30 @@ typedef struct {
     int64_t *kv_dst;   // (N) decode: where its new key and value go
 } Qwen2Meta;
 
+// One layer's activations as its forward writes them (backend memory), N rows each. Inference gives every
+// layer the same views and keeps the residual stream in place (xin = xout, xn1 = xn2, qr = q, kr = k,
+// h = gate); training gives each layer its own and keeps apart what the backward reads.
+typedef struct {
+    float *xin, *xmid, *xout;  // (N, C) the residual stream entering, after attention, leaving the layer
+    float *xn1, *xn2;          // (N, C) the normed inputs of attention and of the MLP
+    float *qr, *kr;            // (N, H*D), (N, KVH*D) the q and k projections before their norm
+    float *q, *k, *v;          // after the q/k norm and RoPE
+    float *att, *lse;          // (N, H*D) attention output; (N, H) its log-sum-exp, or NULL (not kept)
+    float *gate, *up, *h;      // (N, I); h = silu(gate) * up
+    // Shared by every layer: the rows' RoPE table, bf16 operand buffer, LoRA scratch, attention scratch.
+    float *rope, *lora_u, *scratch;
+    void *in16;
+} Qwen2LayerActs;
+
+// A packed batch for qwen2_forward_layers: B sequences, N = seq_off[B] rows, in the backend's memory.
+typedef struct {
+    int B;
+    int64_t N;
+    const int32_t *tokens, *pos;  // (N) ids and positions within their sequence
+    const int64_t *seq_off;       // (B+1)
+    const int64_t *host_seq_off;  // the same offsets in host memory (for the KV cache copies)
+} Qwen2Batch;
+
 // Workspace for a forward pass over at most max_tokens packed rows, in the backend's memory.
 typedef struct {
     int64_t max_tokens;
@@ -124,6 +148,7 @@ typedef struct {
     float *scratch;    // attention / logprob-head scratch
     float *rope;       // (N, D) RoPE's cosines and sines for the rows' positions
     float *lora_u;     // (N, lora_rank) the adapters' x A^T
+    Qwen2LayerActs view;  // every layer's views: the buffers above, in place
     Qwen2Meta dev;     // the metadata where the ops read it
     Qwen2Meta host;    // the host's copy (the same memory on the CPU)
     void *host_block;  // malloc'd host copy when the workspace is on a device
@@ -149,6 +174,15 @@ size_t qwen2_kv_bytes_per_token(const Qwen2Config *c);
 void qwen2_kv_init(Qwen2KV *kv, const Qwen2Config *c, int n_slots, int64_t max_len, Arena *arena);
 // Copies positions [0, n) of slot src into slot dst in every layer (G samples sharing a prompt).
 void qwen2_kv_copy(const Qwen2 *m, Qwen2KV *kv, int dst, int src, int64_t n);
+
+// Layer l's forward over the batch into view a (its xin already holds the layer's input). With kv, each
+// sequence's keys and values also go to cache slot slots[b], positions 0..len-1.
+void qwen2_layer_forward(const Qwen2 *m, int64_t l, const Qwen2Batch *b, const Qwen2LayerActs *a, Qwen2KV *kv,
+                         const int32_t *slots);
+// The whole forward: the RoPE table of b->pos into views[0].rope, the embedding into views[0].xin, every
+// layer l into views[l] (views[0] for all when n_views is 1), the final norm into out (N, C).
+void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerActs *views, int64_t n_views,
+                          float *out, Qwen2KV *kv, const int32_t *slots);
 
 // tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
 // With kv, sequence b's keys and values also go to cache slot slots[b], positions 0..len-1.
@@ -194,6 +228,8 @@ typedef struct {
     float *dqr, *dkr;  // qk_norm: gradients of the projections before their norm
     void *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
     float *lora_u, *lora_du;  // (N, lora_rank) LoRA scratch
+    Qwen2LayerActs *views;    // (L) each layer's views of the buffers above (malloc'd; qwen2_train_free)
+    Qwen2Batch batch;         // the last forward's, for recompute
 } Qwen2Train;
 
 // max_seq: the longest sequence in any batch.
@@ -201,6 +237,7 @@ typedef struct {
 size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq, int recompute);
 void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
                       int recompute, Arena *arena);
+void qwen2_train_free(Qwen2Train *t);  // the views (the arena holds the rest)
 // The per-token loss interface. tokens (N) packed by seq_off (B+1); targets (N): the token whose
 // log-prob row i yields, -1 for none. logp (N) = log p(targets[i] | tokens[..i] of its sequence), 0 where none.
 // entropy (N), may be NULL: the entropy of row i's next-token distribution where it has a target, 0 elsewhere.

@@ -1,4 +1,6 @@
-// Qwen2 training forward (keeps activations) and backward (into a gradient slab).
+// Qwen2 training: qwen2.c's forward over per-layer activation views that the backward reads, the
+// log-prob head over the rows that have targets, and the backward into a gradient slab.
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -62,6 +64,22 @@ size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, 
     return train_layout(&t, c, dtype, max_tokens, max_seq, recompute, NULL);
 }
 
+// Layer l's views: one set per layer, or the single set that recompute rebuilds layer by layer; the
+// residual stream (xin) is kept for every layer either way.
+static Qwen2LayerActs layer_view(const Qwen2Config *c, const Qwen2Train *t, int64_t l) {
+    int64_t M = t->max_tokens, C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    int64_t I = c->inter, s = t->recompute ? 0 : l;
+    float *q = t->q + s * M * Q, *k = t->k + s * M * KV;
+    return (Qwen2LayerActs){
+        .xin = t->xin + l * M * C, .xout = t->xin + (l + 1) * M * C, .xmid = t->xmid + s * M * C,
+        .xn1 = t->xn1 + s * M * C, .xn2 = t->xn2 + s * M * C,
+        .qr = c->qk_norm ? t->qr + s * M * Q : q, .kr = c->qk_norm ? t->kr + s * M * KV : k, .q = q, .k = k,
+        .v = t->v + s * M * KV, .att = t->att + s * M * Q, .lse = t->lse + s * M * c->heads,
+        .gate = t->gate + s * M * I, .up = t->up + s * M * I, .h = t->h,
+        .rope = t->rope, .lora_u = t->lora_u, .scratch = t->scratch, .in16 = t->in16,
+    };
+}
+
 void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
                       int recompute, Arena *arena) {
     memset(t, 0, sizeof *t);
@@ -71,63 +89,13 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t 
     t->logit_scale = 1.0f;
     train_layout(t, c, dtype, max_tokens, max_seq, recompute,
                  arena_alloc(arena, qwen2_train_bytes(c, dtype, max_tokens, max_seq, recompute)));
+    t->views = xmalloc((size_t)c->layers * sizeof *t->views);
+    for (int64_t l = 0; l < c->layers; l++) t->views[l] = layer_view(c, t, l);
 }
 
-// Saved activations of layer l: one set per layer, or the single set that recompute reuses.
-typedef struct {
-    float *xin, *xout, *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
-    float *qr, *kr;  // the q/k projections before their norm: q and k themselves without qk_norm
-} LayerActs;
-
-static LayerActs layer_acts(const Qwen2Config *c, const Qwen2Train *t, int64_t l) {
-    int64_t M = t->max_tokens, C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
-    int64_t I = c->inter, s = t->recompute ? 0 : l;
-    return (LayerActs){
-        .xin = t->xin + l * M * C, .xout = t->xin + (l + 1) * M * C,
-        .xn1 = t->xn1 + s * M * C, .q = t->q + s * M * Q, .k = t->k + s * M * KV, .v = t->v + s * M * KV,
-        .att = t->att + s * M * Q, .lse = t->lse + s * M * c->heads, .xmid = t->xmid + s * M * C,
-        .xn2 = t->xn2 + s * M * C, .gate = t->gate + s * M * I, .up = t->up + s * M * I,
-        .qr = (c->qk_norm ? t->qr : t->q) + s * M * Q, .kr = (c->qk_norm ? t->kr : t->k) + s * M * KV,
-    };
-}
-
-static void layer_forward(const Qwen2 *m, int64_t l, Qwen2Train *t) {
-    const Qwen2Config *c = &m->cfg;
-    const Qwen2Layout *w = &m->w;
-    DType dt = m->dtype;
-    int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
-    LayerActs a = layer_acts(c, t, l);
-    rmsnorm_forward(a.xn1, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
-    const void *x = qwen2_operand(m, a.xn1, N * C, t->in16);
-    matmul_forward(a.qr, x, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
-    matmul_forward(a.kr, x, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
-    matmul_forward(a.v, x, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
-    lora_forward(m->lora, LORA_Q, l, a.xn1, N, a.qr, t->lora_u);
-    lora_forward(m->lora, LORA_K, l, a.xn1, N, a.kr, t->lora_u);
-    lora_forward(m->lora, LORA_V, l, a.xn1, N, a.v, t->lora_u);
-    if (c->qk_norm) {  // each head's query and key, rows of D
-        rmsnorm_forward(a.q, a.qr, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
-        rmsnorm_forward(a.k, a.kr, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
-    }
-    rope_forward(a.q, t->rope, N, (int)c->heads, (int)D);
-    rope_forward(a.k, t->rope, N, (int)c->kv_heads, (int)D);
-    attention_forward(a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads, (int)c->kv_heads, (int)D,
-                      t->scratch);
-    x = qwen2_operand(m, a.att, N * Q, t->in16);
-    matmul_forward(a.xmid, x, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
-    lora_forward(m->lora, LORA_O, l, a.att, N, a.xmid, t->lora_u);
-    residual_forward(a.xmid, a.xin, N * C);
-    rmsnorm_forward(a.xn2, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
-    x = qwen2_operand(m, a.xn2, N * C, t->in16);
-    matmul_forward(a.gate, x, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
-    matmul_forward(a.up, x, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
-    lora_forward(m->lora, LORA_GATE, l, a.xn2, N, a.gate, t->lora_u);
-    lora_forward(m->lora, LORA_UP, l, a.xn2, N, a.up, t->lora_u);
-    swiglu_forward(t->h, a.gate, a.up, N * I);
-    x = qwen2_operand(m, t->h, N * I, t->in16);
-    matmul_forward(a.xout, x, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
-    lora_forward(m->lora, LORA_DOWN, l, t->h, N, a.xout, t->lora_u);
-    residual_forward(a.xout, a.xmid, N * C);
+void qwen2_train_free(Qwen2Train *t) {
+    free(t->views);
+    t->views = NULL;
 }
 
 // Everything up to the logprob head: the layers, the final norm, and the rows that have targets.
@@ -157,10 +125,9 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
         }
     }
 
-    rope_table(t->rope, t->pos, N, (int)c->head_dim, c->rope_theta);
-    embedding_forward(t->xin, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
-    for (int64_t l = 0; l < c->layers; l++) layer_forward(m, l, t);
-    rmsnorm_forward(t->xf, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
+    t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
+                            .host_seq_off = t->seq_off};
+    qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     for (int64_t i = 0; i < t->n_sel; i++)
         for (int64_t j = 0; j < C; j++) t->hsel[i * C + j] = t->xf[t->sel[i] * C + j] * t->logit_scale;
@@ -223,27 +190,27 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
-    if (t->recompute) layer_forward(m, l, t);
-    LayerActs a = layer_acts(c, t, l);
+    const Qwen2LayerActs *a = &t->views[l];
+    if (t->recompute) qwen2_layer_forward(m, l, &t->batch, a, NULL, NULL);
     // MLP: x_out = xmid + down(silu(gate) * up)
-    swiglu_forward(t->h, a.gate, a.up, N * I);
+    swiglu_forward(t->h, a->gate, a->up, N * I);
     memset(t->dgate, 0, (size_t)(N * I) * 4);
     proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, qwen2_operand(m, t->h, N * I, t->in16),
                   I, C);
     lora_backward(m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
-    swiglu_backward(t->dgate, t->dup, t->dgate, a.gate, a.up, N * I);
+    swiglu_backward(t->dgate, t->dup, t->dgate, a->gate, a->up, N * I);
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    const void *x = qwen2_operand(m, a.xn2, N * C, t->in16);  // gate and up share their input
+    const void *x = qwen2_operand(m, a->xn2, N * C, t->in16);  // gate and up share their input
     proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
     proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, x, C, I);
-    lora_backward(m->lora, grads, LORA_GATE, l, a.xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_UP, l, a.xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
-    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a.xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    lora_backward(m->lora, grads, LORA_GATE, l, a->xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_UP, l, a->xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
+    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a->xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     memset(t->datt, 0, (size_t)(N * Q) * 4);
-    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a.att, N * Q, t->in16), Q, C);
-    lora_backward(m->lora, grads, LORA_O, l, a.att, t->dx, N, t->datt, t->lora_u, t->lora_du);
-    attention_backward(t->dq, t->dk, t->dv, t->datt, a.att, a.lse, a.q, a.k, a.v, t->seq_off, t->B, (int)c->heads,
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a->att, N * Q, t->in16), Q, C);
+    lora_backward(m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
+    attention_backward(t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, (int)c->heads,
                        (int)c->kv_heads, (int)D, t->scratch);
     rope_backward(t->dq, t->rope, N, (int)c->heads, (int)D);
     rope_backward(t->dk, t->rope, N, (int)c->kv_heads, (int)D);
@@ -251,23 +218,23 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     if (c->qk_norm) {
         memset(t->dqr, 0, (size_t)(N * Q) * 4);
         memset(t->dkr, 0, (size_t)(N * KV) * 4);
-        rmsnorm_backward(t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a.qr, qwen2_at(m, w->qnorm + l * D), dt,
+        rmsnorm_backward(t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a->qr, qwen2_at(m, w->qnorm + l * D), dt,
                          N * c->heads, D, c->eps);
-        rmsnorm_backward(t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a.kr, qwen2_at(m, w->knorm + l * D), dt,
+        rmsnorm_backward(t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a->kr, qwen2_at(m, w->knorm + l * D), dt,
                          N * c->kv_heads, D, c->eps);
         dq = t->dqr;
         dk = t->dkr;
     }
     memset(t->dxn, 0, (size_t)(N * C) * 4);
-    x = qwen2_operand(m, a.xn1, N * C, t->in16);  // q, k and v share theirs
+    x = qwen2_operand(m, a->xn1, N * C, t->in16);  // q, k and v share theirs
     int bias = c->attn_bias;
     proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, bias, dq, x, C, Q);
     proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, bias, dk, x, C, KV);
     proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, bias, t->dv, x, C, KV);
-    lora_backward(m->lora, grads, LORA_Q, l, a.xn1, dq, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_K, l, a.xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_V, l, a.xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
-    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a.xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    lora_backward(m->lora, grads, LORA_Q, l, a->xn1, dq, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_K, l, a->xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(m->lora, grads, LORA_V, l, a->xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
+    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a->xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {

@@ -483,6 +483,7 @@ static void grpo_step(Run *r, Stream *stream) {
     for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
     // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch
     update(r, &ro, need_old, &u, &st);
+    qwen2_train_free(&u.act);
     st.t_end = time_now();
     r->tr.st.iteration++;
 

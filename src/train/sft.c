@@ -211,6 +211,7 @@ void sft_run(const SftConfig *cfg) {
     free(metrics_path);
     free(batch);
     stream_free(&stream);
+    qwen2_train_free(&act);
     arena_free(&arena);
     trainer_free(&tr);
     sft_data_free(&data);

@@ -177,7 +177,7 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D) {
     attention_forward(want, NULL, q, k, v, off, B, H, KVH, D, scratch);
     void *dq = up(q, (size_t)(N * H * D) * 4), *dk = up(k, (size_t)(N * KVH * D) * 4), *dv = up(v, (size_t)(N * KVH * D) * 4);
     void *doff = up(off, (size_t)(B + 1) * 8), *dout = g_gpu->alloc(g_gpu, (size_t)(N * H * D) * 4);
-    g_gpu->attention_forward(g_gpu, dout, dq, dk, dv, doff, B, N, H, KVH, D, NULL);
+    g_gpu->attention_forward(g_gpu, dout, NULL, dq, dk, dv, doff, B, N, H, KVH, D, NULL);
     float *got = down(dout, N * H * D);
     snprintf(op, sizeof op, "attention prefill B%d N%lld H%d KVH%d D%d", B, (long long)N, H, KVH, D);
     report(op, rel_err(got, want, N * H * D, 0.0), 8.0 * U * (double)(T + D));

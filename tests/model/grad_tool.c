@@ -94,6 +94,7 @@ int main(int argc, char **argv) {
     free(ws);
     free(ts);
     free(grads);
+    qwen2_train_free(&t);
     arena_free(&arena);
     free(tokens);
     free(targets);
