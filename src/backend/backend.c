@@ -1,6 +1,7 @@
 #define _DEFAULT_SOURCE  // readlink
 #include "backend/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,4 +97,29 @@ void backend_arena_free(const Backend *be, Arena *a) {
     be->free(be, a->base);
     a->base = NULL;
     a->size = a->used = 0;
+}
+
+static void list_if_missing(char *buf, size_t n, int present, const char *name) {
+    size_t len = strlen(buf);
+    if (!present) snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
+}
+
+void backend_missing_training_ops(const Backend *be, char *buf, size_t n) {
+    buf[0] = '\0';
+    list_if_missing(buf, n, be->zero != NULL, "zero");
+    list_if_missing(buf, n, be->embedding_backward != NULL, "embedding_backward");
+    list_if_missing(buf, n, be->rmsnorm_backward != NULL, "rmsnorm_backward");
+    list_if_missing(buf, n, be->matmul_backward != NULL, "matmul_backward");
+    list_if_missing(buf, n, be->rope_backward != NULL, "rope_backward");
+    list_if_missing(buf, n, be->attention_backward != NULL, "attention_backward");
+    list_if_missing(buf, n, be->swiglu_backward != NULL, "swiglu_backward");
+    list_if_missing(buf, n, be->logprob_backward != NULL, "logprob_backward");
+    list_if_missing(buf, n, be->gemm != NULL, "gemm");
+    list_if_missing(buf, n, be->gather_rows != NULL, "gather_rows");
+    list_if_missing(buf, n, be->scatter_rows != NULL, "scatter_rows");
+    list_if_missing(buf, n, be->adamw != NULL, "adamw");
+    list_if_missing(buf, n, be->grad_norm != NULL, "grad_norm");
+    list_if_missing(buf, n, be->all_finite != NULL, "all_finite");
+    list_if_missing(buf, n, be->scale != NULL, "scale");
+    list_if_missing(buf, n, be->round_values != NULL, "round_values");
 }

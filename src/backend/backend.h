@@ -8,6 +8,7 @@
 
 #include "base/arena.h"
 #include "base/dtype.h"
+#include "nn/optim.h"
 #include "nn/sampler.h"
 
 typedef struct Backend Backend;
@@ -47,12 +48,49 @@ struct Backend {
     // Row b of k and v (B, row) to k_cache / v_cache at element offset dst[b] (decode's new positions).
     void (*kv_append)(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
                       const int64_t *dst, int B, int64_t row);
-    void (*logprob_forward)(const Backend *be, float *out, const float *h, const void *W, DType wt,
+    // ent (N), may be NULL: each row's entropy (training's entropy bonus).
+    void (*logprob_forward)(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
                             const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);
     // One token for each of B rows of logits (B, V) as sampler_sample does, with u[b] its uniform draw
     // (host; unused when greedy); ids and logprobs (B) land in host memory. scr: the CPU's per-thread scratch.
     void (*sample)(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
                    const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs);
+
+    // Training: each backward beside its forward above, with nn/ops.h's contract (gradients ADD unless it
+    // says overwritten). A backend that has not implemented one leaves it NULL (backend_check_training).
+    void (*zero)(const Backend *be, void *p, size_t bytes);
+    void (*embedding_backward)(const Backend *be, float *dtable, const float *dout, const int32_t *tokens, int64_t N,
+                               int64_t C);
+    void (*rmsnorm_backward)(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const void *weight, DType wt, int64_t N, int64_t C, float eps);
+    void (*matmul_backward)(const Backend *be, float *dinp, float *dweight, float *dbias, const void *dout,
+                            const void *inp, const void *weight, DType dt, int64_t N, int64_t C, int64_t OC);
+    void (*rope_backward)(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D);
+    void (*attention_backward)(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q, const float *k, const float *v,
+                               const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch);
+    void (*swiglu_backward)(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n);
+    void (*logprob_backward)(const Backend *be, float *dh, float *dW, float *out, const float *dlogp,
+                             const float *dent, const float *h, const void *W, DType wt, const int32_t *targets,
+                             int64_t N, int64_t C, int64_t V, float *scratch);
+    // fp32 C (M,N) = alpha * op(A) @ op(B) [+ C when accumulate] (nn/gemm.h without bias): LoRA's products.
+    void (*gemm)(const Backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, int accumulate, float *C, int64_t ldc);
+    // dst row i (width floats) = src row rows[i] * scale, for i < n (the head's rows that have targets).
+    void (*gather_rows)(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                        int64_t width, float scale);
+    // dst row rows[i] = src row i * scale, for i < n; dst's other rows are untouched.
+    void (*scatter_rows)(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                         int64_t width, float scale);
+    // Optimizer (nn/optim.h) on n floats of a slab: AdamW, the L2 norm, whether all are finite, scaling, and
+    // rounding values to bf16/fp16 in fp32 storage (fp16 gradients, an fp16 compute copy).
+    void (*adamw)(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v, size_t n,
+                  double wd, int64_t t);
+    double (*grad_norm)(const Backend *be, const float *g, size_t n);
+    int (*all_finite)(const Backend *be, const float *g, size_t n);
+    void (*scale)(const Backend *be, float *g, size_t n, float s);
+    void (*round_values)(const Backend *be, float *dst, const float *src, size_t n, DType d);
     void (*close)(const Backend *be);
 };
 
@@ -62,6 +100,9 @@ const Backend *backend_cpu(void);
 // unknown, the build has no CUDA, or no such GPU is visible.
 const Backend *backend_open(const char *spec, const char *what);
 void backend_close(const Backend *be);
+// The training ops be lacks, as a ", "-separated list of their names into buf ("" when it has them all):
+// a run that trains checks it before any work starts.
+void backend_missing_training_ops(const Backend *be, char *buf, size_t n);
 // How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU.
 int backend_cuda_devices(void);
 

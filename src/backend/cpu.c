@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "base/util.h"
+#include "nn/gemm.h"
 #include "nn/ops.h"
 
 static void *cpu_alloc(const Backend *be, size_t bytes) {
@@ -92,10 +93,10 @@ static void cpu_kv_append(const Backend *be, float *k_cache, float *v_cache, con
     }
 }
 
-static void cpu_logprob(const Backend *be, float *out, const float *h, const void *W, DType wt, const int32_t *targets,
-                        int64_t N, int64_t C, int64_t V, float *scratch) {
+static void cpu_logprob(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
+                        const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
     (void)be;
-    logprob_forward(out, NULL, h, W, wt, targets, N, C, V, scratch);
+    logprob_forward(out, ent, h, W, wt, targets, N, C, V, scratch);
 }
 
 static void cpu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
@@ -105,6 +106,101 @@ static void cpu_sample(const Backend *be, const SamplerConfig *sc, const float *
 #pragma omp parallel for schedule(dynamic) if (B > 1)
     for (int b = 0; b < B; b++)
         ids[b] = sampler_sample(sc, logits + (int64_t)b * V, V, u[b], &scr[omp_get_thread_num()], &logprobs[b]);
+}
+
+static void cpu_zero(const Backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_embedding_backward(const Backend *be, float *dtable, const float *dout, const int32_t *tokens,
+                                   int64_t N, int64_t C) {
+    (void)be;
+    embedding_backward(dtable, dout, tokens, N, C);
+}
+
+static void cpu_rmsnorm_backward(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                 const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+    (void)be;
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, wt, N, C, eps);
+}
+
+static void cpu_matmul_backward(const Backend *be, float *dinp, float *dweight, float *dbias, const void *dout,
+                                const void *inp, const void *weight, DType dt, int64_t N, int64_t C, int64_t OC) {
+    (void)be;
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, dt, N, C, OC);
+}
+
+static void cpu_rope_backward(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D) {
+    (void)be;
+    rope_backward(dx, cs, N, n_heads, D);
+}
+
+static void cpu_attention_backward(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *lse, const float *q, const float *k, const float *v,
+                                   const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+    (void)be;
+    (void)N;
+    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seq_off, B, H, KVH, D, scratch);
+}
+
+static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                                const float *up, int64_t n) {
+    (void)be;
+    swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
+static void cpu_logprob_backward(const Backend *be, float *dh, float *dW, float *out, const float *dlogp,
+                                 const float *dent, const float *h, const void *W, DType wt, const int32_t *targets,
+                                 int64_t N, int64_t C, int64_t V, float *scratch) {
+    (void)be;
+    logprob_backward(dh, dW, out, dlogp, dent, h, W, wt, targets, N, C, V, scratch);
+}
+
+static void cpu_gemm(const Backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, int accumulate, float *C, int64_t ldc) {
+    (void)be;
+    gemm(DTYPE_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, accumulate, C, ldc);
+}
+
+static void cpu_gather_rows(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                            int64_t width, float scale) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < width; j++) dst[i * width + j] = src[rows[i] * width + j] * scale;
+}
+
+static void cpu_scatter_rows(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                             int64_t width, float scale) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < width; j++) dst[rows[i] * width + j] = src[i * width + j] * scale;
+}
+
+static void cpu_adamw(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v, size_t n,
+                      double wd, int64_t t) {
+    (void)be;
+    adamw_update(o, p, g, m, v, n, wd, t);
+}
+
+static double cpu_grad_norm(const Backend *be, const float *g, size_t n) {
+    (void)be;
+    return grad_norm(g, n);
+}
+
+static int cpu_all_finite(const Backend *be, const float *g, size_t n) {
+    (void)be;
+    return grad_all_finite(g, n);
+}
+
+static void cpu_scale(const Backend *be, float *g, size_t n, float s) {
+    (void)be;
+    grad_scale(g, n, s);
+}
+
+static void cpu_round_values(const Backend *be, float *dst, const float *src, size_t n, DType d) {
+    (void)be;
+    round_to_dtype(dst, src, n, d);
 }
 
 static void cpu_close(const Backend *be) { (void)be; }
@@ -129,6 +225,22 @@ static const Backend cpu = {
     .kv_append = cpu_kv_append,
     .logprob_forward = cpu_logprob,
     .sample = cpu_sample,
+    .zero = cpu_zero,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .matmul_backward = cpu_matmul_backward,
+    .rope_backward = cpu_rope_backward,
+    .attention_backward = cpu_attention_backward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .logprob_backward = cpu_logprob_backward,
+    .gemm = cpu_gemm,
+    .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    .adamw = cpu_adamw,
+    .grad_norm = cpu_grad_norm,
+    .all_finite = cpu_all_finite,
+    .scale = cpu_scale,
+    .round_values = cpu_round_values,
     .close = cpu_close,
 };
 

@@ -486,9 +486,10 @@ __global__ void k_logprob_rows(float *out, const float *logits, const int32_t *t
     if (threadIdx.x == 0) out[r] = (float)((double)(z[t] - mx) - log(s));
 }
 
-static void cu_logprob(const Backend *be, float *out, const float *h, const void *W, DType wt, const int32_t *targets,
-                       int64_t N, int64_t C, int64_t V, float *scratch) {
+static void cu_logprob(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
+                       const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
     need_bf16(be, wt, "logprob_forward");
+    if (ent) die("%s: the log-prob head's entropy (training) is not implemented on this backend yet", be->name);
     __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // as logprob_scratch_floats
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;

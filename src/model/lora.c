@@ -261,21 +261,22 @@ void lora_merge(Qwen2 *m, const Lora *lo) {
     }
 }
 
-void lora_forward(const Lora *lo, LoraTarget t, int64_t l, const float *x, int64_t N, float *out, float *u) {
+void lora_forward(const Backend *be, const Lora *lo, LoraTarget t, int64_t l, const float *x, int64_t N, float *out,
+                  float *u) {
     if (!lo || !adapted(lo, t) || N == 0) return;
     int64_t r = lo->spec.rank, in = lo->in[t], oc = lo->out[t];
-    gemm(DTYPE_F32, 0, 1, N, r, in, 1.0f, x, in, lora_a(lo, t, l), in, NULL, 0, u, r);
-    gemm(DTYPE_F32, 0, 1, N, oc, r, lo->scale, u, r, lora_b(lo, t, l), r, NULL, 1, out, oc);
+    be->gemm(be, 0, 1, N, r, in, 1.0f, x, in, lora_a(lo, t, l), in, 0, u, r);
+    be->gemm(be, 0, 1, N, oc, r, lo->scale, u, r, lora_b(lo, t, l), r, 1, out, oc);
 }
 
-void lora_backward(const Lora *lo, float *grads, LoraTarget t, int64_t l, const float *x, const float *dout,
-                   int64_t N, float *dx, float *u, float *du) {
+void lora_backward(const Backend *be, const Lora *lo, float *grads, LoraTarget t, int64_t l, const float *x,
+                   const float *dout, int64_t N, float *dx, float *u, float *du) {
     if (!lo || !adapted(lo, t) || N == 0) return;
     int64_t r = lo->spec.rank, in = lo->in[t], oc = lo->out[t];
     float *dA = grads + (lora_a(lo, t, l) - lo->params), *dB = grads + (lora_b(lo, t, l) - lo->params);
-    gemm(DTYPE_F32, 0, 1, N, r, in, 1.0f, x, in, lora_a(lo, t, l), in, NULL, 0, u, r);   // u = x A^T
-    gemm(DTYPE_F32, 1, 0, oc, r, N, lo->scale, dout, oc, u, r, NULL, 1, dB, r);          // dB += s dout^T u
-    gemm(DTYPE_F32, 0, 0, N, r, oc, lo->scale, dout, oc, lora_b(lo, t, l), r, NULL, 0, du, r);  // du = s dout B
-    gemm(DTYPE_F32, 1, 0, r, in, N, 1.0f, du, r, x, in, NULL, 1, dA, in);                // dA += du^T x
-    gemm(DTYPE_F32, 0, 0, N, in, r, 1.0f, du, r, lora_a(lo, t, l), in, NULL, 1, dx, in); // dx += du A
+    be->gemm(be, 0, 1, N, r, in, 1.0f, x, in, lora_a(lo, t, l), in, 0, u, r);             // u = x A^T
+    be->gemm(be, 1, 0, oc, r, N, lo->scale, dout, oc, u, r, 1, dB, r);                    // dB += s dout^T u
+    be->gemm(be, 0, 0, N, r, oc, lo->scale, dout, oc, lora_b(lo, t, l), r, 0, du, r);     // du = s dout B
+    be->gemm(be, 1, 0, r, in, N, 1.0f, du, r, x, in, 1, dA, in);                          // dA += du^T x
+    be->gemm(be, 0, 0, N, in, r, 1.0f, du, r, lora_a(lo, t, l), in, 1, dx, in);           // dx += du A
 }

@@ -61,8 +61,9 @@ void lora_merge(Qwen2 *m, const Lora *lo);
 
 // out (N, out_t) += scale * (x (N, in_t) A^T) B^T for layer l's target t; u (N, r) scratch keeps x A^T.
 // No-op when t is not adapted.
-void lora_forward(const Lora *lo, LoraTarget t, int64_t l, const float *x, int64_t N, float *out, float *u);
+void lora_forward(const Backend *be, const Lora *lo, LoraTarget t, int64_t l, const float *x, int64_t N, float *out,
+                  float *u);
 // The backward of lora_forward: dA, dB in grads (the adapters' layout) +=, dx (N, in_t) +=.
 // u, du: (N, r) scratch. No-op when t is not adapted.
-void lora_backward(const Lora *lo, float *grads, LoraTarget t, int64_t l, const float *x, const float *dout,
-                   int64_t N, float *dx, float *u, float *du);
+void lora_backward(const Backend *be, const Lora *lo, float *grads, LoraTarget t, int64_t l, const float *x,
+                   const float *dout, int64_t N, float *dx, float *u, float *du);

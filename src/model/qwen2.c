@@ -538,9 +538,9 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2LayerActs
     be->matmul_forward(be, a->qr, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
     be->matmul_forward(be, a->kr, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
     be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
-    lora_forward(m->lora, LORA_Q, l, a->xn1, N, a->qr, a->lora_u);
-    lora_forward(m->lora, LORA_K, l, a->xn1, N, a->kr, a->lora_u);
-    lora_forward(m->lora, LORA_V, l, a->xn1, N, a->v, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_Q, l, a->xn1, N, a->qr, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_K, l, a->xn1, N, a->kr, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_V, l, a->xn1, N, a->v, a->lora_u);
     if (c->qk_norm) {  // each head's query and key: rows of D
         be->rmsnorm_forward(be, a->q, a->qr, qwen2_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
         be->rmsnorm_forward(be, a->k, a->kr, qwen2_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
@@ -558,18 +558,18 @@ static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2Layer
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
     const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
     be->matmul_forward(be, a->xmid, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
-    lora_forward(m->lora, LORA_O, l, a->att, N, a->xmid, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_O, l, a->att, N, a->xmid, a->lora_u);
     be->residual_forward(be, a->xmid, a->xin, N * C);
     be->rmsnorm_forward(be, a->xn2, a->xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn2, N * C, a->in16);
     be->matmul_forward(be, a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
     be->matmul_forward(be, a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
-    lora_forward(m->lora, LORA_GATE, l, a->xn2, N, a->gate, a->lora_u);
-    lora_forward(m->lora, LORA_UP, l, a->xn2, N, a->up, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_GATE, l, a->xn2, N, a->gate, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_UP, l, a->xn2, N, a->up, a->lora_u);
     be->swiglu_forward(be, a->h, a->gate, a->up, N * I);
     const void *h = qwen2_operand(m, a->h, N * I, a->in16);
     be->matmul_forward(be, a->xout, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
-    lora_forward(m->lora, LORA_DOWN, l, a->h, N, a->xout, a->lora_u);
+    lora_forward(m->be, m->lora, LORA_DOWN, l, a->h, N, a->xout, a->lora_u);
     be->residual_forward(be, a->xout, a->xmid, N * C);
 }
 
@@ -641,7 +641,7 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
             a->host.targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
     forward(m, B, a, NULL, NULL);
     // The log-probs land in a->proj (free by now), then come to the host.
-    be->logprob_forward(be, a->proj, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, m->cfg.hidden,
+    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, m->cfg.hidden,
                         m->cfg.vocab, a->scratch);
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
 }

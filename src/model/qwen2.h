@@ -230,6 +230,9 @@ typedef struct {
     float *lora_u, *lora_du;  // (N, lora_rank) LoRA scratch
     Qwen2LayerActs *views;    // (L) each layer's views of the buffers above (malloc'd; qwen2_train_free)
     Qwen2Batch batch;         // the last forward's, for recompute
+    // Host memory (malloc'd): the batch's metadata as the host makes it, before its upload.
+    int32_t *host_pos, *host_sel_target;
+    int64_t *host_sel, *host_seq_off;
 } Qwen2Train;
 
 // max_seq: the longest sequence in any batch.

@@ -91,11 +91,21 @@ void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t 
                  arena_alloc(arena, qwen2_train_bytes(c, dtype, max_tokens, max_seq, recompute)));
     t->views = xmalloc((size_t)c->layers * sizeof *t->views);
     for (int64_t l = 0; l < c->layers; l++) t->views[l] = layer_view(c, t, l);
+    t->host_pos = xmalloc((size_t)max_tokens * sizeof *t->host_pos);
+    t->host_sel_target = xmalloc((size_t)max_tokens * sizeof *t->host_sel_target);
+    t->host_sel = xmalloc((size_t)max_tokens * sizeof *t->host_sel);
+    t->host_seq_off = xmalloc((size_t)(max_tokens + 1) * sizeof *t->host_seq_off);
 }
 
 void qwen2_train_free(Qwen2Train *t) {
     free(t->views);
+    free(t->host_pos);
+    free(t->host_sel_target);
+    free(t->host_sel);
+    free(t->host_seq_off);
     t->views = NULL;
+    t->host_pos = t->host_sel_target = NULL;
+    t->host_sel = t->host_seq_off = NULL;
 }
 
 // Everything up to the logprob head: the layers, the final norm, and the rows that have targets.
@@ -109,44 +119,51 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     t->N = N;
     t->B = B;
     t->head_done = 0;
-    memcpy(t->tokens, tokens, (size_t)N * sizeof *tokens);
-    memcpy(t->seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
+    // The batch's metadata is made on the host (host_meta) and uploaded to the workspace.
+    int32_t *pos = t->host_pos, *sel_target = t->host_sel_target;
+    int64_t *sel = t->host_sel;
     t->n_sel = 0;
     for (int b = 0; b < B; b++) {
         if (seq_off[b + 1] - seq_off[b] > t->max_seq)
             die("internal: sequence of %lld tokens, workspace sized for %lld", (long long)(seq_off[b + 1] - seq_off[b]),
                 (long long)t->max_seq);
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) {
-            t->pos[i] = (int32_t)(i - seq_off[b]);
+            pos[i] = (int32_t)(i - seq_off[b]);
             if (targets[i] >= 0) {
-                t->sel[t->n_sel] = i;
-                t->sel_target[t->n_sel++] = targets[i];
+                sel[t->n_sel] = i;
+                sel_target[t->n_sel++] = targets[i];
             }
         }
     }
+    const Backend *be = m->be;
+    be->upload(be, t->tokens, tokens, (size_t)N * sizeof *tokens);
+    be->upload(be, t->seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
+    be->upload(be, t->pos, pos, (size_t)N * sizeof *pos);
+    be->upload(be, t->sel, sel, (size_t)t->n_sel * sizeof *sel);
+    be->upload(be, t->sel_target, sel_target, (size_t)t->n_sel * sizeof *sel_target);
+    memcpy(t->host_seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
 
     t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
-                            .host_seq_off = t->seq_off};
+                            .host_seq_off = t->host_seq_off};
     qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
-    for (int64_t i = 0; i < t->n_sel; i++)
-        for (int64_t j = 0; j < C; j++) t->hsel[i * C + j] = t->xf[t->sel[i] * C + j] * t->logit_scale;
+    m->be->gather_rows(m->be, t->hsel, t->xf, t->sel, t->n_sel, C, t->logit_scale);
 }
 
-// The head's outputs come in the compact order of sel; spread them back over the rows.
-static void scatter_logp(const Qwen2Train *t, const float *lp, float *logp) {
-    memset(logp, 0, (size_t)t->N * sizeof *logp);
-    for (int64_t i = 0; i < t->n_sel; i++) logp[t->sel[i]] = lp[i];
+// The head's outputs come in the compact order of sel; spread them back over the rows (0 elsewhere).
+static void scatter_logp(const Qwen2 *m, const Qwen2Train *t, const float *lp, float *logp) {
+    m->be->zero(m->be, logp, (size_t)t->N * sizeof *logp);
+    m->be->scatter_rows(m->be, logp, lp, t->sel, t->n_sel, 1, 1.0f);
 }
 
 void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
                          int B, Qwen2Train *t, float *logp, float *entropy) {
     forward_body(m, tokens, targets, seq_off, B, t);
     float *lp = t->h, *ent = entropy ? t->dup : NULL;  // backward scratch, free until backward runs
-    logprob_forward(lp, ent, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel, m->cfg.hidden,
-                    m->cfg.vocab, t->scratch);
-    scatter_logp(t, lp, logp);
-    if (entropy) scatter_logp(t, ent, entropy);
+    m->be->logprob_forward(m->be, lp, ent, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel,
+                           m->cfg.hidden, m->cfg.vocab, t->scratch);
+    scatter_logp(m, t, lp, logp);
+    if (entropy) scatter_logp(m, t, ent, entropy);
 }
 
 // The base's gradient at slab offset `off`, or NULL when the base is frozen (adapters attached: grads
@@ -157,12 +174,14 @@ static float *base_grad(const Qwen2 *m, float *grads, size_t off) { return m->lo
 // in grads. With lp (n_sel) it also writes the head's forward output.
 static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t,
                           float *lp) {
+    const Backend *be = m->be;
     float *dlp = t->dgate, *de = dent ? t->dup : NULL;  // free until the last layer's backward
-    for (int64_t i = 0; i < t->n_sel; i++) dlp[i] = dlogp[t->sel[i]];
-    for (int64_t i = 0; de && i < t->n_sel; i++) de[i] = dent[t->sel[i]];
-    memset(t->dsel, 0, (size_t)(t->n_sel * m->cfg.hidden) * 4);
-    logprob_backward(t->dsel, base_grad(m, grads, m->w.lm_head), lp, dlp, de, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype,
-                     t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab, t->scratch);
+    be->gather_rows(be, dlp, dlogp, t->sel, t->n_sel, 1, 1.0f);
+    if (de) be->gather_rows(be, de, dent, t->sel, t->n_sel, 1, 1.0f);
+    be->zero(be, t->dsel, (size_t)(t->n_sel * m->cfg.hidden) * sizeof *t->dsel);
+    be->logprob_backward(be, t->dsel, base_grad(m, grads, m->w.lm_head), lp, dlp, de, t->hsel,
+                         qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab,
+                         t->scratch);
 }
 
 void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *tokens, const int32_t *targets,
@@ -170,84 +189,93 @@ void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *toke
     forward_body(m, tokens, targets, seq_off, B, t);
     float *lp = t->h;
     head_backward(m, grads, dlogp, NULL, t, lp);
-    scatter_logp(t, lp, logp);
+    scatter_logp(m, t, lp, logp);
     t->head_done = 1;
 }
 
 // The backward of one projection: dout (N, OC) fp32 is rounded to m's dtype here; in (N, C) is its input
 // as the forward multiplied it (qwen2_operand). dinp (N, C) +=, the weight's and bias's gradients in grads +=.
-static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *dinp, size_t wo, size_t bo, int has_bias,
-                          const float *dout, const void *in, int64_t C, int64_t OC) {
+static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *dinp, size_t wo, size_t bo,
+                          int has_bias, const float *dout, const void *in, int64_t C, int64_t OC) {
     int64_t N = t->N;
     const void *d = qwen2_operand(m, dout, N * OC, t->dout16);
     float *db = has_bias ? base_grad(m, grads, bo) : NULL;
-    matmul_backward(dinp, base_grad(m, grads, wo), db, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
+    m->be->matmul_backward(m->be, dinp, base_grad(m, grads, wo), db, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
 }
+
+// Zeroes n floats of backend memory (a gradient buffer the next op adds into).
+static void zero_floats(const Qwen2 *m, float *p, int64_t n) { m->be->zero(m->be, p, (size_t)n * sizeof *p); }
 
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
 static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *t) {
+    const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     const Qwen2Layout *w = &m->w;
     DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
+    int H = (int)c->heads, KVH = (int)c->kv_heads;
     const Qwen2LayerActs *a = &t->views[l];
     if (t->recompute) qwen2_layer_forward(m, l, &t->batch, a, NULL, NULL);
     // MLP: x_out = xmid + down(silu(gate) * up)
-    swiglu_forward(t->h, a->gate, a->up, N * I);
-    memset(t->dgate, 0, (size_t)(N * I) * 4);
-    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, qwen2_operand(m, t->h, N * I, t->in16),
-                  I, C);
-    lora_backward(m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
-    swiglu_backward(t->dgate, t->dup, t->dgate, a->gate, a->up, N * I);
-    memset(t->dxn, 0, (size_t)(N * C) * 4);
+    be->swiglu_forward(be, t->h, a->gate, a->up, N * I);
+    zero_floats(m, t->dgate, N * I);
+    const void *h = qwen2_operand(m, t->h, N * I, t->in16);
+    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, h, I, C);
+    lora_backward(be, m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
+    be->swiglu_backward(be, t->dgate, t->dup, t->dgate, a->gate, a->up, N * I);
+    zero_floats(m, t->dxn, N * C);
     const void *x = qwen2_operand(m, a->xn2, N * C, t->in16);  // gate and up share their input
     proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
     proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, x, C, I);
-    lora_backward(m->lora, grads, LORA_GATE, l, a->xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_UP, l, a->xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
-    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a->xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    lora_backward(be, m->lora, grads, LORA_GATE, l, a->xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(be, m->lora, grads, LORA_UP, l, a->xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
+    be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a->xmid,
+                         qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
-    memset(t->datt, 0, (size_t)(N * Q) * 4);
-    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a->att, N * Q, t->in16), Q, C);
-    lora_backward(m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
-    attention_backward(t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, (int)c->heads,
-                       (int)c->kv_heads, (int)D, t->scratch);
-    rope_backward(t->dq, t->rope, N, (int)c->heads, (int)D);
-    rope_backward(t->dk, t->rope, N, (int)c->kv_heads, (int)D);
+    zero_floats(m, t->datt, N * Q);
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a->att, N * Q, t->in16), Q,
+                  C);
+    lora_backward(be, m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
+    be->attention_backward(be, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, N,
+                           H, KVH, (int)D, t->scratch);
+    be->rope_backward(be, t->dq, t->rope, N, H, (int)D);
+    be->rope_backward(be, t->dk, t->rope, N, KVH, (int)D);
     float *dq = t->dq, *dk = t->dk;  // d(loss)/d(the projections' outputs)
     if (c->qk_norm) {
-        memset(t->dqr, 0, (size_t)(N * Q) * 4);
-        memset(t->dkr, 0, (size_t)(N * KV) * 4);
-        rmsnorm_backward(t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a->qr, qwen2_at(m, w->qnorm + l * D), dt,
-                         N * c->heads, D, c->eps);
-        rmsnorm_backward(t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a->kr, qwen2_at(m, w->knorm + l * D), dt,
-                         N * c->kv_heads, D, c->eps);
+        zero_floats(m, t->dqr, N * Q);
+        zero_floats(m, t->dkr, N * KV);
+        be->rmsnorm_backward(be, t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a->qr,
+                             qwen2_at(m, w->qnorm + l * D), dt, N * H, D, c->eps);
+        be->rmsnorm_backward(be, t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a->kr,
+                             qwen2_at(m, w->knorm + l * D), dt, N * KVH, D, c->eps);
         dq = t->dqr;
         dk = t->dkr;
     }
-    memset(t->dxn, 0, (size_t)(N * C) * 4);
+    zero_floats(m, t->dxn, N * C);
     x = qwen2_operand(m, a->xn1, N * C, t->in16);  // q, k and v share theirs
     int bias = c->attn_bias;
     proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, bias, dq, x, C, Q);
     proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, bias, dk, x, C, KV);
     proj_backward(m, grads, t, t->dxn, w->wv + l * KV * C, w->bv + l * KV, bias, t->dv, x, C, KV);
-    lora_backward(m->lora, grads, LORA_Q, l, a->xn1, dq, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_K, l, a->xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
-    lora_backward(m->lora, grads, LORA_V, l, a->xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
-    rmsnorm_backward(t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a->xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    lora_backward(be, m->lora, grads, LORA_Q, l, a->xn1, dq, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(be, m->lora, grads, LORA_K, l, a->xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
+    lora_backward(be, m->lora, grads, LORA_V, l, a->xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
+    be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a->xin,
+                         qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
 void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {
+    const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     int64_t N = t->N, C = c->hidden;
     if (!t->head_done) head_backward(m, grads, dlogp, dent, t, NULL);
     t->head_done = 0;
-    memset(t->dxn, 0, (size_t)(N * C) * 4);
-    for (int64_t i = 0; i < t->n_sel; i++)
-        for (int64_t j = 0; j < C; j++) t->dxn[t->sel[i] * C + j] = t->dsel[i * C + j] * t->logit_scale;
-    memset(t->dx, 0, (size_t)(N * C) * 4);
-    rmsnorm_backward(t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->xin + c->layers * t->max_tokens * C, qwen2_at(m, m->w.norm),
-                     m->dtype, N, C, c->eps);
+    // The head's rows back to their places (the others get no gradient), the temperature folded in.
+    zero_floats(m, t->dxn, N * C);
+    be->scatter_rows(be, t->dxn, t->dsel, t->sel, t->n_sel, C, t->logit_scale);
+    zero_floats(m, t->dx, N * C);
+    be->rmsnorm_backward(be, t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->views[c->layers - 1].xout,
+                         qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
-    if (!m->lora) embedding_backward(grads + m->w.embed, t->dx, t->tokens, N, C);
+    if (!m->lora) be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
 }

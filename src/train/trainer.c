@@ -13,8 +13,16 @@
 
 #include "base/util.h"
 
+#define F (sizeof(float))
+
 // Elements of the moments this rank keeps: the whole slab, or its ZeRO shard.
 static size_t n_moments(const Trainer *t) { return t->hi - t->lo; }
+
+// The backend the trainer's slabs live in and its optimizer ops run on: the master's.
+static const Backend *be_of(const Trainer *t) { return t->master.be; }
+
+// n floats of the backend's memory, zeroed (at least one, so a rank's empty shard is a valid pointer).
+static float *slab(const Trainer *t, size_t n) { return be_of(t)->alloc(be_of(t), (n ? n : 1) * F); }
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
                   int64_t loss_scale_window, const TrainerLora *lora) {
@@ -37,9 +45,12 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
         t->n = t->master.n_params;
     }
     t->tensors = checkpoint_tensors(&t->master, t->has_lora ? &t->lora : NULL, &t->n_tensors);
-    t->grads = xcalloc(t->n, 4);
-    t->m = xcalloc(t->n, 4);
-    t->v = xcalloc(t->n, 4);
+    char missing[512];
+    backend_missing_training_ops(be_of(t), missing, sizeof missing);
+    if (*missing) die("training on %s: its backend lacks %s", be_of(t)->name, missing);
+    t->grads = slab(t, t->n);
+    t->m = slab(t, t->n);
+    t->v = slab(t, t->n);
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
     t->hi = t->n;
@@ -54,11 +65,11 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
     if (!t->zero) return;
     comm_shard(t->n, comm->rank, comm->size, &t->lo, &t->hi);
-    free(t->m);
-    free(t->v);
-    t->m = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);  // moments of this rank's shard only
-    t->v = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);
-    if (zero == 2) t->gshard = xcalloc(n_moments(t) ? n_moments(t) : 1, 4);
+    be_of(t)->free(be_of(t), t->m);
+    be_of(t)->free(be_of(t), t->v);
+    t->m = slab(t, n_moments(t));  // moments of this rank's shard only
+    t->v = slab(t, n_moments(t));
+    if (zero == 2) t->gshard = slab(t, n_moments(t));
 }
 
 // Leaves the gradient's mean over the ranks in this rank's part of the slab ([lo, hi): the whole
@@ -66,11 +77,11 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
 static int average_gradients(Trainer *t, int loss_finite) {
     if (t->zero == 2) {
         comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
-        memcpy(t->grads + t->lo, t->gshard, n_moments(t) * 4);
+        be_of(t)->copy(be_of(t), t->grads + t->lo, t->gshard, n_moments(t) * F);
     } else if (t->topk.ratio > 0) {
         // The residual is in units of the loss scale it was made at: follow fp16's scale changes.
         if (t->topk_scale > 0 && t->topk_scale != t->scaler.scale && t->topk.residual)
-            grad_scale(t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));
+            grad_scale(t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));  // host: top-k's own
         t->topk_scale = t->scaler.scale;
         Comm single = {.rank = 0, .size = 1};
         topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
@@ -80,32 +91,34 @@ static int average_gradients(Trainer *t, int loss_finite) {
     float *g = t->grads + t->lo;
     size_t n = n_moments(t);
     // fp16 gradients: values past 65504 become inf, as they would in an fp16 buffer.
-    if (t->precision == DTYPE_F16) round_to_dtype(g, g, n, DTYPE_F16);
-    double bad = !loss_finite || !grad_all_finite(g, n);
+    if (t->precision == DTYPE_F16) be_of(t)->round_values(be_of(t), g, g, n, DTYPE_F16);
+    double bad = !loss_finite || !be_of(t)->all_finite(be_of(t), g, n);
     // Whole averaged gradients are the same bits on every rank; a shard or a local loss is not.
     if (t->comm) comm_allreduce_f64(t->comm, &bad, 1, COMM_MAX, "the skip-step flag");
     // A skipped step's residual may hold the infinities nobody sent: start error feedback afresh.
-    if (bad && t->topk.residual) memset(t->topk.residual, 0, t->n * 4);
+    if (bad && t->topk.residual) memset(t->topk.residual, 0, t->n * F);
     return bad != 0;
 }
 
 // Global L2 norm of the averaged gradient, the same bits on every rank (the sum's last bits depend on
 // the thread count, which ranks need not share): rank 0's, or the sum of the shards' squares under ZeRO.
 static double global_norm(Trainer *t) {
-    if (!t->comm) return grad_norm(t->grads, t->n);
+    const Backend *be = be_of(t);
+    if (!t->comm) return be->grad_norm(be, t->grads, t->n);
     if (!t->zero) {
-        double norm = grad_norm(t->grads, t->n);
+        double norm = be->grad_norm(be, t->grads, t->n);
         comm_bcast(t->comm, &norm, sizeof norm, 0, "the gradient norm");
         return norm;
     }
-    double ss = grad_norm(t->grads + t->lo, n_moments(t));
+    double ss = be->grad_norm(be, t->grads + t->lo, n_moments(t));
     ss *= ss;
     comm_allreduce_f64(t->comm, &ss, 1, COMM_SUM, "the gradient norm");
     return sqrt(ss);
 }
 
 void trainer_offload_init(Trainer *t, const char *dir) {
-    size_t nm = n_moments(t), bytes = 2 * nm * 4;
+    if (be_of(t)->on_device) die("internal: the optimizer offload file holds host moments");
+    size_t nm = n_moments(t), bytes = 2 * nm * F;
     char *path = path_join(dir, ".optimizer-offload-XXXXXX");
     int fd = mkostemp(path, O_CLOEXEC);  // not inherited by reward programs
     if (fd < 0) die("%s: cannot create the optimizer offload file: %s", path, strerror(errno));
@@ -115,10 +128,10 @@ void trainer_offload_init(Trainer *t, const char *dir) {
     if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
     float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
-    memcpy(map, t->m, nm * 4);
-    memcpy(map + nm, t->v, nm * 4);
-    free(t->m);
-    free(t->v);
+    memcpy(map, t->m, nm * F);
+    memcpy(map + nm, t->v, nm * F);
+    be_of(t)->free(be_of(t), t->m);
+    be_of(t)->free(be_of(t), t->v);
     t->m = map, t->v = map + nm;
     t->offload_fd = fd;
     t->offloaded = 1;
@@ -127,7 +140,7 @@ void trainer_offload_init(Trainer *t, const char *dir) {
 
 void trainer_offload(Trainer *t) {
     if (!t->offloaded) return;
-    size_t bytes = 2 * n_moments(t) * 4;
+    size_t bytes = 2 * n_moments(t) * F;
     if (msync(t->m, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
     if (madvise(t->m, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
     // Clean pages now; also drop them from the page cache, so the memory is really free for rollout.
@@ -136,15 +149,17 @@ void trainer_offload(Trainer *t) {
 }
 
 void trainer_free(Trainer *t) {
-    free(t->grads);
+    const Backend *be = be_of(t);
+    be->free(be, t->grads);
     if (t->offloaded) {
-        if (munmap(t->m, 2 * n_moments(t) * 4) != 0 || close(t->offload_fd) != 0) die("closing the optimizer offload file");
+        if (munmap(t->m, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0)
+            die("closing the optimizer offload file");
     } else {
-        free(t->m);
-        free(t->v);
+        be->free(be, t->m);
+        be->free(be, t->v);
     }
     free(t->tensors);
-    free(t->gshard);
+    if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
     if (t->has_lora) lora_free(&t->lora);
@@ -155,8 +170,9 @@ void trainer_free(Trainer *t) {
 DType compute_storage(DType precision) { return precision == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32; }
 
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
-    if (dst->dtype == DTYPE_BF16) dtype_from_f32(DTYPE_BF16, master->params, dst->params, master->n_params);
-    else round_to_dtype(dst->params, master->params, master->n_params, precision);
+    const Backend *be = master->be;
+    if (dst->dtype == DTYPE_BF16) be->round_operand(be, DTYPE_BF16, master->params, dst->params, (int64_t)master->n_params);
+    else be->round_values(be, dst->params, master->params, master->n_params, precision);
 }
 
 Qwen2 trainer_base(const Trainer *t) {
@@ -166,7 +182,7 @@ Qwen2 trainer_base(const Trainer *t) {
 }
 
 const Qwen2 *trainer_begin_step(Trainer *t) {
-    memset(t->grads, 0, t->n * 4);
+    be_of(t)->zero(be_of(t), t->grads, t->n * F);
     return trainer_weights(t);
 }
 
@@ -185,9 +201,10 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         t->st.skips_in_row++;
     } else {
         float *g = t->grads + t->lo;  // only this rank's shard is needed (and, under ZeRO-2, valid)
-        if (t->scaler.scale != 1.0) grad_scale(g, n_moments(t), (float)(1.0 / t->scaler.scale));
+        const Backend *be = be_of(t);
+        if (t->scaler.scale != 1.0) be->scale(be, g, n_moments(t), (float)(1.0 / t->scaler.scale));
         norm = global_norm(t);
-        if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) grad_scale(g, n_moments(t), (float)(t->clip / (norm + 1e-6)));
+        if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) be->scale(be, g, n_moments(t), (float)(t->clip / (norm + 1e-6)));
         AdamW o = t->adam;
         o.lr = lr;
         t->st.adam_t++;
@@ -198,7 +215,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             double wd = strstr(x->name, "bias") || strstr(x->name, "norm") ? 0.0 : o.weight_decay;
             if (a < b)
-                adamw_update(&o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
+                be->adamw(be, &o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
                              t->st.adam_t);
         }
         if (t->zero)
@@ -216,13 +233,13 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
     float *full = NULL;
     if (t->zero) {  // the moments' shards, sent to rank 0 one rank at a time (only rank 0 holds them all)
         size_t lo, hi, most = t->n / (size_t)t->comm->size + 1;
-        float *buf = xmalloc(2 * most * 4);
-        if (t->comm->rank == 0) full = xmalloc(2 * t->n * 4);
+        float *buf = xmalloc(2 * most * F);
+        if (t->comm->rank == 0) full = xmalloc(2 * t->n * F);
         for (int r = 0; r < t->comm->size; r++) {
             comm_shard(t->n, r, t->comm->size, &lo, &hi);
-            if (r == t->comm->rank) memcpy(buf, t->m, (hi - lo) * 4), memcpy(buf + (hi - lo), t->v, (hi - lo) * 4);
-            comm_bcast(t->comm, buf, 2 * (hi - lo) * 4, r, "optimizer moments (checkpoint)");
-            if (full) memcpy(full + lo, buf, (hi - lo) * 4), memcpy(full + t->n + lo, buf + (hi - lo), (hi - lo) * 4);
+            if (r == t->comm->rank) memcpy(buf, t->m, (hi - lo) * F), memcpy(buf + (hi - lo), t->v, (hi - lo) * F);
+            comm_bcast(t->comm, buf, 2 * (hi - lo) * F, r, "optimizer moments (checkpoint)");
+            if (full) memcpy(full + lo, buf, (hi - lo) * F), memcpy(full + t->n + lo, buf + (hi - lo), (hi - lo) * F);
         }
         free(buf);
         m = full, v = full + t->n;
@@ -237,10 +254,10 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
 
 void trainer_load(Trainer *t, const char *dir) {
     if (t->zero) {  // read the whole moments, keep this rank's shard
-        float *full = xmalloc(2 * t->n * 4);
+        float *full = xmalloc(2 * t->n * F);
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, full, full + t->n, &t->st);
-        memcpy(t->m, full + t->lo, n_moments(t) * 4);
-        memcpy(t->v, full + t->n + t->lo, n_moments(t) * 4);
+        be_of(t)->upload(be_of(t), t->m, full + t->lo, n_moments(t) * F);
+        be_of(t)->upload(be_of(t), t->v, full + t->n + t->lo, n_moments(t) * F);
         free(full);
     } else {
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, t->m, t->v, &t->st);

@@ -236,7 +236,7 @@ static void test_logprob(int64_t N, int64_t C, int64_t V) {
     logprob_forward(want, NULL, h, w16, DTYPE_BF16, t, N, C, V, scratch);
     void *dh = up(h, (size_t)(N * C) * 4), *dw = up(w16, (size_t)(V * C) * 2), *dt = up(t, (size_t)N * 4);
     void *ds = g_gpu->alloc(g_gpu, sf * 4), *dout = g_gpu->alloc(g_gpu, (size_t)N * 4);
-    g_gpu->logprob_forward(g_gpu, dout, dh, dw, DTYPE_BF16, dt, N, C, V, ds);
+    g_gpu->logprob_forward(g_gpu, dout, NULL, dh, dw, DTYPE_BF16, dt, N, C, V, ds);
     float *got = down(dout, N);
     snprintf(op, sizeof op, "logprob_forward bf16 N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
     // logits of scale 0.3 sqrt(C), off by 8 u sqrt(C) of that; the log-sum-exp is summed in double on both
@@ -337,6 +337,10 @@ int main(void) {
     test_logprob(5, 896, 151936);
     test_sample(37, 1000);
     test_sample(3, 151936);
+    // Training ops this backend has not implemented yet: listed, neither passed nor failed.
+    char missing[512];
+    backend_missing_training_ops(g_gpu, missing, sizeof missing);
+    if (*missing) printf("NOT IMPLEMENTED on this backend (training ops): %s\n", missing);
     backend_close(g_gpu);
     printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures != 0;
