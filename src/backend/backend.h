@@ -17,6 +17,12 @@ struct Backend {
     int on_device;     // memory is not host memory (upload/download needed)
     void *ctx;         // the backend's own state (CUDA: stream, cuBLASLt handle, scratch)
 
+    // Scratch (floats) the ops below need: attention over at most max_T keys (or its backward's), the
+    // log-prob head (forward and backward) over V rows of width C stored as wt. A device's attention may
+    // need none; the CPU's is a block per OpenMP thread.
+    size_t (*attention_scratch)(const Backend *be, int64_t max_T, int backward);
+    size_t (*logprob_scratch)(const Backend *be, int64_t V, int64_t C, DType wt);
+
     // Memory: alloc'd bytes are zeroed, 64-byte aligned; alloc dies naming the size when out of memory.
     void *(*alloc)(const Backend *be, size_t bytes);
     void (*free)(const Backend *be, void *p);

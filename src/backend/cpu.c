@@ -8,6 +8,16 @@
 #include "nn/gemm.h"
 #include "nn/ops.h"
 
+static size_t cpu_attention_scratch(const Backend *be, int64_t max_T, int backward) {
+    (void)be;
+    return backward ? attention_backward_scratch_floats(max_T) : attention_scratch_floats(max_T);
+}
+
+static size_t cpu_logprob_scratch(const Backend *be, int64_t V, int64_t C, DType wt) {
+    (void)be;
+    return logprob_scratch_floats(V, C, wt);
+}
+
 static void *cpu_alloc(const Backend *be, size_t bytes) {
     (void)be;
     size_t n = (bytes + 63) & ~(size_t)63;
@@ -207,6 +217,8 @@ static void cpu_close(const Backend *be) { (void)be; }
 
 static const Backend cpu = {
     .name = "cpu",
+    .attention_scratch = cpu_attention_scratch,
+    .logprob_scratch = cpu_logprob_scratch,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

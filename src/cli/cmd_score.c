@@ -47,8 +47,8 @@ static void score_flush(Scorer *s, Batch *b) {
         qwen2_acts_free(&s->acts);
         backend_arena_free(s->m->be, &s->arena);
         free(s->out);
-        backend_arena_init(s->m->be, &s->arena, qwen2_acts_bytes(&s->m->cfg, s->m->dtype, N, N));
-        qwen2_acts_init(&s->acts, &s->m->cfg, s->m->dtype, N, N, &s->arena);
+        backend_arena_init(s->m->be, &s->arena, qwen2_acts_bytes(s->m->be, &s->m->cfg, s->m->dtype, N, N));
+        qwen2_acts_init(&s->acts, s->m->be, &s->m->cfg, s->m->dtype, N, N, &s->arena);
         s->out = xmalloc((size_t)N * sizeof(float));
     }
     double t0 = time_now();
@@ -142,8 +142,8 @@ int cmd_score(int argc, char **argv) {
     const char *dir = cli_str(&spec, "--model");
     const Backend *be = cli_load_model(&spec, dir, &m, &lora);
     Scorer s = {.m = &m};
-    backend_arena_init(be, &s.arena, qwen2_acts_bytes(&m.cfg, m.dtype, batch_tokens, batch_tokens));
-    qwen2_acts_init(&s.acts, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
+    backend_arena_init(be, &s.arena, qwen2_acts_bytes(be, &m.cfg, m.dtype, batch_tokens, batch_tokens));
+    qwen2_acts_init(&s.acts, be, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
     s.out = xmalloc((size_t)batch_tokens * sizeof(float));
     double load_seconds = time_now() - t0;
 

@@ -490,7 +490,7 @@ static void cu_logprob(const Backend *be, float *out, float *ent, const float *h
                        const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
     need_bf16(be, wt, "logprob_forward");
     if (ent) die("%s: the log-prob head's entropy (training) is not implemented on this backend yet", be->name);
-    __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // as logprob_scratch_floats
+    __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // cu_logprob_scratch
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
         cu_round_operand(be, wt, h + i0 * C, h16, rows * C);
@@ -638,6 +638,21 @@ static void cu_close(const Backend *be) {
     free(c);
 }
 
+// The attention kernels keep their tiles in shared memory: no scratch.
+static size_t cu_attention_scratch(const Backend *be, int64_t max_T, int backward) {
+    (void)be;
+    (void)max_T;
+    (void)backward;
+    return 0;
+}
+
+// cu_logprob: one chunk's logits (LOGPROB_CHUNK, V) fp32, then its rows of h rounded to bf16.
+static size_t cu_logprob_scratch(const Backend *be, int64_t V, int64_t C, DType wt) {
+    (void)be;
+    (void)wt;
+    return (size_t)LOGPROB_CHUNK * (size_t)V + ((size_t)LOGPROB_CHUNK * (size_t)C + 1) / 2;
+}
+
 int cuda_device_count(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -661,6 +676,8 @@ const Backend *cuda_backend_open(int ordinal, const char *what) {
     be->name = c->name;
     be->on_device = 1;
     be->ctx = c;
+    be->attention_scratch = cu_attention_scratch;
+    be->logprob_scratch = cu_logprob_scratch;
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->upload = cu_upload;

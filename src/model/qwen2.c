@@ -437,10 +437,10 @@ static size_t meta_layout(Qwen2Meta *b, int64_t N, char *base) {
 }
 
 // Lays out the workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_keys,
-                          char *base) {
+static size_t acts_layout(Qwen2Acts *a, const Backend *be, const Qwen2Config *c, DType dtype, int64_t N,
+                          int64_t max_keys, char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
-    size_t att = attention_scratch_floats(max_keys), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
+    size_t att = be->attention_scratch(be, max_keys, 0), lp = be->logprob_scratch(be, c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
 #define TAKE(field, count) (a->field = layout_take(base, &off, (size_t)(count) * 4))
     TAKE(x, N * C);
@@ -468,17 +468,17 @@ static size_t acts_layout(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64
     return off;
 }
 
-size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys) {
+size_t qwen2_acts_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys) {
     Qwen2Acts a;
-    return acts_layout(&a, c, dtype, max_tokens, max_keys, NULL);
+    return acts_layout(&a, be, c, dtype, max_tokens, max_keys, NULL);
 }
 
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
-                     Arena *arena) {
+void qwen2_acts_init(Qwen2Acts *a, const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens,
+                     int64_t max_keys, Arena *arena) {
     memset(a, 0, sizeof *a);
     a->max_tokens = max_tokens;
-    acts_layout(a, c, dtype, max_tokens, max_keys,
-                arena_alloc(arena, qwen2_acts_bytes(c, dtype, max_tokens, max_keys)));
+    acts_layout(a, be, c, dtype, max_tokens, max_keys,
+                arena_alloc(arena, qwen2_acts_bytes(be, c, dtype, max_tokens, max_keys)));
     a->host = a->dev;
     if (arena->on_device) {  // the host fills its own copy, uploaded once per forward
         a->host_block = xmalloc(a->meta_bytes);

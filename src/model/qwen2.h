@@ -157,8 +157,9 @@ typedef struct {
 
 // max_keys: the longest sequence (prefill) or cache (decode) attention will see.
 // dtype: the weights' (bf16 models need their projections' inputs rounded).
-size_t qwen2_acts_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys);
-void qwen2_acts_init(Qwen2Acts *a, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys,
+size_t qwen2_acts_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_keys);
+void qwen2_acts_init(Qwen2Acts *a, const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens,
+                     int64_t max_keys,
                      Arena *arena);
 void qwen2_acts_free(Qwen2Acts *a);  // the host copy of the metadata (the arena holds the rest)
 
@@ -237,8 +238,10 @@ typedef struct {
 
 // max_seq: the longest sequence in any batch.
 // dtype: the weights' the passes will read.
-size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq, int recompute);
-void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+size_t qwen2_train_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+                         int recompute);
+void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens,
+                      int64_t max_seq,
                       int recompute, Arena *arena);
 void qwen2_train_free(Qwen2Train *t);  // the views (the arena holds the rest)
 // The per-token loss interface. tokens (N) packed by seq_off (B+1); targets (N): the token whose

@@ -9,11 +9,11 @@
 #include "nn/ops.h"
 
 // Lays out the training workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t N, int64_t max_seq, int recompute,
-                           char *base) {
+static size_t train_layout(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DType dtype, int64_t N,
+                           int64_t max_seq, int recompute, char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
-    size_t att = attention_backward_scratch_floats(max_seq), lp = logprob_scratch_floats(c->vocab, C, dtype), off = 0;
+    size_t att = be->attention_scratch(be, max_seq, 1), lp = be->logprob_scratch(be, c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
 #define TAKE(field, count) (t->field = layout_take(base, &off, (size_t)(count) * 4))
     TAKE(tokens, N);
@@ -59,9 +59,10 @@ static size_t train_layout(Qwen2Train *t, const Qwen2Config *c, DType dtype, int
     return off;
 }
 
-size_t qwen2_train_bytes(const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq, int recompute) {
+size_t qwen2_train_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+                         int recompute) {
     Qwen2Train t;
-    return train_layout(&t, c, dtype, max_tokens, max_seq, recompute, NULL);
+    return train_layout(&t, be, c, dtype, max_tokens, max_seq, recompute, NULL);
 }
 
 // Layer l's views: one set per layer, or the single set that recompute rebuilds layer by layer; the
@@ -80,15 +81,15 @@ static Qwen2LayerActs layer_view(const Qwen2Config *c, const Qwen2Train *t, int6
     };
 }
 
-void qwen2_train_init(Qwen2Train *t, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
-                      int recompute, Arena *arena) {
+void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens,
+                      int64_t max_seq, int recompute, Arena *arena) {
     memset(t, 0, sizeof *t);
     t->max_tokens = max_tokens;
     t->max_seq = max_seq;
     t->recompute = recompute;
     t->logit_scale = 1.0f;
-    train_layout(t, c, dtype, max_tokens, max_seq, recompute,
-                 arena_alloc(arena, qwen2_train_bytes(c, dtype, max_tokens, max_seq, recompute)));
+    train_layout(t, be, c, dtype, max_tokens, max_seq, recompute,
+                 arena_alloc(arena, qwen2_train_bytes(be, c, dtype, max_tokens, max_seq, recompute)));
     t->views = xmalloc((size_t)c->layers * sizeof *t->views);
     for (int64_t l = 0; l < c->layers; l++) t->views[l] = layer_view(c, t, l);
     t->host_pos = xmalloc((size_t)max_tokens * sizeof *t->host_pos);

@@ -73,11 +73,11 @@ static double draw_unit(const RolloutConfig *cfg, Seq *q) {
     return cfg->sampler.temperature > 0 ? sampler_unit(&q->rng) : 0.0;
 }
 
-size_t rollout_workspace_bytes(const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
+size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows) {
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
     return (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c) +
-           qwen2_acts_bytes(c, dtype, act_rows, slot_len) + (size_t)n_slots * (size_t)c->vocab * 4 +
+           qwen2_acts_bytes(be, c, dtype, act_rows, slot_len) + (size_t)n_slots * (size_t)c->vocab * 4 +
            4 * 64;  // 64-byte alignment of KV, activations, logits
 }
 
@@ -98,7 +98,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     if (cfg->workspace) {
         for (int64_t hi = (int64_t)n_prompts * G; fit < hi;) {  // the largest count whose workspace fits
             int64_t mid = (fit + hi + 1) / 2;
-            if (rollout_workspace_bytes(c, m->dtype, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
+            if (rollout_workspace_bytes(m->be, c, m->dtype, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
             else hi = mid - 1;
         }
     } else {
@@ -116,11 +116,11 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
     size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token, logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
     if (cfg->workspace) arena_reset(arena);
-    else backend_arena_init(m->be, arena, rollout_workspace_bytes(c, m->dtype, n_slots, slot_len, prefill_rows));
+    else backend_arena_init(m->be, arena, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows));
     Qwen2KV kv;
     Qwen2Acts acts;
     qwen2_kv_init(&kv, c, n_slots, slot_len, arena);
-    qwen2_acts_init(&acts, c, m->dtype, act_rows, slot_len, arena);
+    qwen2_acts_init(&acts, m->be, c, m->dtype, act_rows, slot_len, arena);
     float *logits = arena_alloc(arena, logit_bytes);
     stats->kv_bytes = kv_bytes;
     stats->kv_bytes_per_token = per_token;

@@ -55,7 +55,7 @@ typedef struct {
 
 // The workspace rollout_generate needs for n_slots sequences of slot_len tokens (KV cache, decode
 // and prefill activations, logits), prefilling up to prefill_rows tokens per forward pass, for weights of dtype.
-size_t rollout_workspace_bytes(const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
+size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows);
 
 // Called after every token, for streaming output; may be NULL.

@@ -103,14 +103,14 @@ static DType update_ws_dtype(const GrpoSettings *s) {
 
 static size_t update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, int64_t micro, int64_t max_seq) {
     int64_t rows = micro * max_seq;
-    return qwen2_train_bytes(c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 +
+    return qwen2_train_bytes(backend_cpu(), c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 +
            (size_t)(micro + 1) * 8 + 8 * 64;
 }
 
 static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a) {
     int64_t micro = s->micro_batch_size, max_seq = max_seq_len(s), rows = micro * max_seq;
     arena_reset(a);
-    qwen2_train_init(&u->act, c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
+    qwen2_train_init(&u->act, backend_cpu(), c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
     u->act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
     u->tokens = arena_alloc(a, (size_t)rows * 4), u->targets = arena_alloc(a, (size_t)rows * 4);
     u->rows = arena_alloc(a, (size_t)rows * 4), u->drows = arena_alloc(a, (size_t)rows * 4);
@@ -141,7 +141,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
     *p = (GrpoMemPlan){
         .policy = policy, .compute = compute, .moments = 2 * shard, .reference = reference,
         .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
-        .rollout = rollout_workspace_bytes(c, rollout_dt, seqs, max_seq_len(s), prefill),
+        .rollout = rollout_workspace_bytes(backend_cpu(), c, rollout_dt, seqs, max_seq_len(s), prefill),
         .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };

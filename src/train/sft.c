@@ -122,9 +122,9 @@ void sft_run(const SftConfig *cfg) {
     int64_t max_tokens = max_micro_tokens(&data, b), max_seq = max_micro_tokens(&data, 1);
     Arena arena;
     DType wdt = tr.has_lora ? tr.master.dtype : compute_storage(cfg->precision);
-    arena_init(&arena, qwen2_train_bytes(c, wdt, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
+    arena_init(&arena, qwen2_train_bytes(tr.master.be, c, wdt, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
     Qwen2Train act;
-    qwen2_train_init(&act, c, wdt, max_tokens, max_seq, cfg->recompute, &arena);
+    qwen2_train_init(&act, tr.master.be, c, wdt, max_tokens, max_seq, cfg->recompute, &arena);
     int32_t *tokens = arena_alloc(&arena, (size_t)max_tokens * 4), *targets = arena_alloc(&arena, (size_t)max_tokens * 4);
     float *logp = arena_alloc(&arena, (size_t)max_tokens * 4), *dlogp = arena_alloc(&arena, (size_t)max_tokens * 4);
     int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);

@@ -63,9 +63,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n1; i++) dent[seq_off[b] + i] = (float)cJSON_GetArrayItem(de, i)->valuedouble;
     }
     Arena arena;
-    arena_init(&arena, qwen2_train_bytes(&m.cfg, m.dtype, N, max_seq, recompute));
+    arena_init(&arena, qwen2_train_bytes(m.be, &m.cfg, m.dtype, N, max_seq, recompute));
     Qwen2Train t;
-    qwen2_train_init(&t, &m.cfg, m.dtype, N, max_seq, recompute, &arena);
+    qwen2_train_init(&t, m.be, &m.cfg, m.dtype, N, max_seq, recompute, &arena);
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "logit_scale");
     if (ls) t.logit_scale = (float)ls->valuedouble;
     float *grads = xcalloc(m.n_params, sizeof(float));
