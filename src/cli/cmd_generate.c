@@ -162,10 +162,95 @@ static size_t default_kv_budget(const Qwen2Config *c, const RolloutPrompt *p, in
     return need < cap ? need : cap;
 }
 
+// The prompts of --jsonl input, one a line; returns their count (ids[i] holds line i's tokens).
+static int read_jsonl_prompts(Gen *g, int max_new, RolloutPrompt **prompts, IdList **ids) {
+    int n = 0, cap = 0;
+    char *line = NULL, where[48];
+    size_t line_cap = 0;
+    while (line_read(stdin, &line, &line_cap, "stdin", n + 1) >= 0) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *prompts = xrealloc(*prompts, (size_t)cap * sizeof **prompts);
+            *ids = xrealloc(*ids, (size_t)cap * sizeof **ids);
+        }
+        snprintf(where, sizeof where, "stdin line %d", n + 1);
+        (*ids)[n] = (IdList){0};
+        (*prompts)[n] = (RolloutPrompt){.max_new_tokens = max_new};
+        parse_prompt(g, line, where, &(*ids)[n], &(*prompts)[n]);
+        n++;
+    }
+    free(line);
+    return n;
+}
+
+// Plain mode's one prompt: the arguments joined by spaces, else all of stdin; the chat template unless raw.
+static void read_text_prompt(Gen *g, const CliSpec *spec, int max_new, int raw, RolloutPrompt **prompts,
+                             IdList **ids) {
+    Buf text = {0};
+    for (int i = 0; i < spec->n_args; i++) {
+        if (i) buf_append(&text, " ", 1);
+        buf_append(&text, spec->args[i], strlen(spec->args[i]));
+    }
+    char chunk[1 << 16];
+    size_t got;
+    while (!spec->n_args && (got = fread(chunk, 1, sizeof chunk, stdin)) > 0) buf_append(&text, chunk, got);
+    *prompts = xcalloc(1, sizeof **prompts);
+    *ids = xcalloc(1, sizeof **ids);
+    (*prompts)[0].max_new_tokens = max_new;
+    size_t bad;
+    if (chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw,
+                           &(*ids)[0], &bad) != 0)
+        die("prompt: invalid UTF-8 at byte %zu", bad);
+    buf_free(&text);
+}
+
+// The model's stop tokens (config.json, generation_config.json) and the tokenizer's eos, once each.
+static int stop_ids_of(const Gen *g, const char *dir, int32_t stop_ids[16]) {
+    int n = qwen2_stop_ids(dir, stop_ids, 16);
+    if (!g->has_tok || g->tok.eos_id < 0 || n >= 16) return n;
+    int dup = 0;
+    for (int i = 0; i < n; i++) dup |= stop_ids[i] == g->tok.eos_id;
+    if (!dup) stop_ids[n++] = g->tok.eos_id;
+    return n;
+}
+
+// Every sample: JSONL lines, or (plain mode, when not already streamed) the text.
+static void print_samples(const Gen *g, const RolloutSample *out, int n_prompts, int G, int jsonl, int streamed) {
+    for (int i = 0; i < n_prompts; i++)
+        for (int j = 0; j < G; j++) {
+            const RolloutSample *s = &out[i * G + j];
+            if (jsonl) {
+                print_sample_jsonl(g, s, i, j);
+                continue;
+            }
+            if (streamed) continue;
+            Buf text = {0};
+            utf8_append_lossy(&text, s->text.data ? s->text.data : "", (size_t)s->text_end);
+            if (G > 1) printf("%s[sample %d]\n", j ? "\n" : "", j);
+            fwrite(text.data ? text.data : "", 1, text.len, stdout);
+            fputc('\n', stdout);
+            buf_free(&text);
+        }
+    if (fflush(stdout) != 0) die("cannot write to standard output");
+}
+
+static void print_stats(const RolloutStats *st, int n_prompts, int G) {
+    double rate = 0.0;
+    if (st->decode_seconds > 0)
+        rate = (double)(st->generated_tokens - (int64_t)n_prompts * G) / st->decode_seconds;
+    fprintf(stderr,
+            "{\"prompts\": %d, \"samples\": %d, \"prompt_tokens\": %lld, \"generated_tokens\": %lld, "
+            "\"prefill_seconds\": %.3f, \"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, "
+            "\"kv_cache_bytes\": %zu, \"kv_bytes_per_token\": %zu, \"waves\": %d}\n",
+            n_prompts, n_prompts * G, (long long)st->prompt_tokens, (long long)st->generated_tokens,
+            st->prefill_seconds, st->decode_seconds, rate, st->kv_bytes, st->kv_bytes_per_token, st->waves);
+}
+
 int cmd_generate(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory (tokenizer.json there for text)", NULL, 1},
-        {"--jsonl", NULL, "JSONL in ({\"tokens\"|\"prompt\"|\"messages\"} lines), one JSON line per sample out", NULL, 0},
+        {"--jsonl", NULL, "JSONL in ({\"tokens\"|\"ids\"|\"prompt\"|\"messages\"} lines), one JSON line per sample out",
+         NULL, 0},
         {"--max-new-tokens", "N", "tokens to generate at most (per line: \"max_new_tokens\")", "256", 0},
         {"--temperature", "T", "sampling temperature; 0 is greedy", "1.0", 0},
         {"--top-p", "P", "nucleus sampling mass in (0, 1]", "1.0", 0},
@@ -188,8 +273,9 @@ int cmd_generate(int argc, char **argv) {
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
                     "Plain mode: the prompt (arguments, else all of stdin) is rendered with the chat template\n"
                     "when the model has one (--raw: as is) and the text is printed as it is generated.\n"
-                    "--jsonl: lines {\"tokens\": [...]} | {\"prompt\": \"raw text\"} | {\"messages\": [...]}, optional\n"
-                    "\"max_new_tokens\" and \"seed\"; out, one line per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
+                    "--jsonl: lines {\"tokens\" (or \"ids\"): [...]} | {\"prompt\": \"raw text\"} | {\"messages\": [...]},\n"
+                    "optional \"max_new_tokens\" (or \"max_tokens\") and \"seed\"; other keys are refused; out, one line\n"
+                    "per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
                     "\"logprobs\", \"finish_reason\"}. logprobs are log p under softmax(logits / T) before top-k/top-p\n"
                     "(T = 1 when greedy). Generation stops at the model's eos_token_id (config.json,\n"
                     "generation_config.json), a --stop string, or the token limit.",
@@ -224,56 +310,17 @@ int cmd_generate(int argc, char **argv) {
     free(tok_path);
     if (cfg.n_stop_strings) need_tok(&g, "option --stop", "a stop string");
     int32_t stop_ids[16];
-    int n_stop = qwen2_stop_ids(dir, stop_ids, 16);
-    if (g.has_tok && g.tok.eos_id >= 0 && n_stop < 16) {
-        int dup = 0;
-        for (int i = 0; i < n_stop; i++) dup |= stop_ids[i] == g.tok.eos_id;
-        if (!dup) stop_ids[n_stop++] = g.tok.eos_id;
-    }
+    int n_stop = stop_ids_of(&g, dir, stop_ids);
     cfg.stop_ids = g.stop_ids = stop_ids;
     cfg.n_stop_ids = g.n_stop_ids = n_stop;
 
     // All input is read and checked before anything is generated: an error leaves stdout empty.
-    int n_prompts = 0, cap = 0;
     RolloutPrompt *prompts = NULL;
     IdList *ids = NULL;
+    int n_prompts = 1;
+    if (jsonl) n_prompts = read_jsonl_prompts(&g, max_new, &prompts, &ids);
+    else read_text_prompt(&g, &spec, max_new, cli_str(&spec, "--raw") != NULL, &prompts, &ids);
     char where[48];
-    if (jsonl) {
-        char *line = NULL;
-        size_t line_cap = 0;
-        while (line_read(stdin, &line, &line_cap, "stdin", n_prompts + 1) >= 0) {
-            if (n_prompts == cap) {
-                cap = cap ? 2 * cap : 16;
-                prompts = xrealloc(prompts, (size_t)cap * sizeof *prompts);
-                ids = xrealloc(ids, (size_t)cap * sizeof *ids);
-            }
-            snprintf(where, sizeof where, "stdin line %d", n_prompts + 1);
-            ids[n_prompts] = (IdList){0};
-            prompts[n_prompts] = (RolloutPrompt){.max_new_tokens = max_new};
-            parse_prompt(&g, line, where, &ids[n_prompts], &prompts[n_prompts]);
-            n_prompts++;
-        }
-        free(line);
-    } else {
-        Buf text = {0};
-        for (int i = 0; i < spec.n_args; i++) {
-            if (i) buf_append(&text, " ", 1);
-            buf_append(&text, spec.args[i], strlen(spec.args[i]));
-        }
-        char chunk[1 << 16];
-        size_t got;
-        while (!spec.n_args && (got = fread(chunk, 1, sizeof chunk, stdin)) > 0) buf_append(&text, chunk, got);
-        prompts = xcalloc(1, sizeof *prompts);
-        ids = xcalloc(1, sizeof *ids);
-        prompts[0].max_new_tokens = max_new;
-        snprintf(where, sizeof where, "prompt");
-        size_t bad;
-        if (chat_encode_prompt(need_tok(&g, where, "a text prompt"), text.data ? text.data : "", text.len,
-                               !cli_str(&spec, "--raw"), &ids[0], &bad) != 0)
-            die("%s: invalid UTF-8 at byte %zu", where, bad);
-        buf_free(&text);
-        n_prompts = 1;
-    }
     if (ferror(stdin)) die("cannot read standard input");
     for (int i = 0; i < n_prompts; i++) {
         snprintf(where, sizeof where, jsonl ? "stdin line %d" : "prompt", i + 1);
@@ -300,30 +347,8 @@ int cmd_generate(int argc, char **argv) {
         fputc('\n', stdout);
         buf_free(&tail);
     }
-    for (int i = 0; i < n_prompts; i++)
-        for (int j = 0; j < G; j++) {
-            const RolloutSample *s = &out[i * G + j];
-            if (jsonl) {
-                print_sample_jsonl(&g, s, i, j);
-            } else if (!stream) {
-                Buf text = {0};
-                utf8_append_lossy(&text, s->text.data ? s->text.data : "", (size_t)s->text_end);
-                if (G > 1) printf("%s[sample %d]\n", j ? "\n" : "", j);
-                fwrite(text.data ? text.data : "", 1, text.len, stdout);
-                fputc('\n', stdout);
-                buf_free(&text);
-            }
-        }
-    if (fflush(stdout) != 0) die("cannot write to standard output");
-    if (cli_str(&spec, "--stats"))
-        fprintf(stderr,
-                "{\"prompts\": %d, \"samples\": %d, \"prompt_tokens\": %lld, \"generated_tokens\": %lld, "
-                "\"prefill_seconds\": %.3f, \"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, "
-                "\"kv_cache_bytes\": %zu, \"kv_bytes_per_token\": %zu, \"waves\": %d}\n",
-                n_prompts, n_prompts * G, (long long)st.prompt_tokens, (long long)st.generated_tokens, st.prefill_seconds,
-                st.decode_seconds,
-                st.decode_seconds > 0 ? (double)(st.generated_tokens - (int64_t)n_prompts * G) / st.decode_seconds : 0.0,
-                st.kv_bytes, st.kv_bytes_per_token, st.waves);
+    print_samples(&g, out, n_prompts, G, jsonl, stream);
+    if (cli_str(&spec, "--stats")) print_stats(&st, n_prompts, G);
     for (int i = 0; i < n_prompts * G; i++) rollout_sample_free(&out[i]);
     for (int i = 0; i < n_prompts; i++) free(ids[i].ids);
     free(out);

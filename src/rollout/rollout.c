@@ -81,6 +81,108 @@ size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dt
            4 * 64;  // 64-byte alignment of KV, activations, logits
 }
 
+// One call's engine: the model, the batch buffers of a wave, the KV cache and workspace they share.
+typedef struct {
+    const Qwen2 *m;
+    const Tokenizer *tok;
+    const RolloutConfig *cfg;
+    const RolloutPrompt *prompts;
+    RolloutSample *out;
+    int G;
+    RolloutTokenFn fn;
+    void *user;
+    Qwen2KV kv;
+    Qwen2Acts acts;
+    float *logits;
+    int64_t prefill_rows;
+    Seq *seqs;
+    int32_t *tokens, *slots, *pos;
+    int64_t *seq_off;
+    int *row_seq;  // batch entry -> (first) Seq it feeds
+    float *lps;
+    double *u;     // each row's uniform draw from its sequence's RNG
+    SamplerScratch *scr;
+    int n_threads;
+} Engine;
+
+// Sequences per wave: the most whose KV cache (and, in a given workspace, activations) fit.
+static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n_seqs, int64_t slot_len,
+                             int64_t prefill_rows) {
+    if (!cfg->workspace)
+        return (int64_t)(cfg->kv_budget_bytes / (qwen2_kv_bytes_per_token(&m->cfg) * (size_t)slot_len));
+    int64_t fit = 0;
+    for (int64_t hi = n_seqs; fit < hi;) {  // the largest count whose workspace fits
+        int64_t mid = (fit + hi + 1) / 2;
+        if (rollout_workspace_bytes(m->be, &m->cfg, m->dtype, mid, slot_len, prefill_rows) <= cfg->workspace->size)
+            fit = mid;
+        else
+            hi = mid - 1;
+    }
+    return fit;
+}
+
+static void record(Engine *e, Seq *q, int32_t id, float lp) {
+    seq_record(q, id, lp, e->tok, e->cfg, &e->prompts[q->prompt], &e->out[q->prompt * e->G + q->sample], e->fn,
+               e->user);
+}
+
+// Prefill of the wave's n_seq sequences: each prompt once (then copied to its other samples' slots), or
+// once per sample; every sequence samples its first token.
+static void prefill_wave(Engine *e, int n_seq) {
+    const Qwen2 *m = e->m;
+    const Qwen2Config *c = &m->cfg;
+    int step = e->cfg->share_prefill ? e->G : 1;
+    for (int s = 0; s < n_seq;) {
+        int B = 0;
+        e->seq_off[0] = 0;
+        for (; s < n_seq; s += step) {
+            const RolloutPrompt *p = &e->prompts[e->seqs[s].prompt];
+            if (B > 0 && e->seq_off[B] + p->n > e->prefill_rows) break;
+            memcpy(e->tokens + e->seq_off[B], p->ids, (size_t)p->n * sizeof *e->tokens);
+            e->slots[B] = e->seqs[s].slot;
+            e->row_seq[B] = s;
+            e->seq_off[B + 1] = e->seq_off[B] + p->n;
+            B++;
+        }
+        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
+        for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
+            m->be->copy(m->be, e->acts.proj + b * c->hidden, e->acts.xn + (e->seq_off[b + 1] - 1) * c->hidden,
+                        (size_t)c->hidden * sizeof(float));
+        qwen2_logits(m, e->acts.proj, B, &e->acts, e->logits);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < step; j++) {
+                Seq *q = &e->seqs[e->row_seq[b] + j];
+                if (j > 0) qwen2_kv_copy(m, &e->kv, q->slot, e->seqs[e->row_seq[b]].slot, e->prompts[q->prompt].n);
+                float lp;
+                int32_t id;
+                e->u[0] = draw_unit(e->cfg, q);
+                m->be->sample(m->be, &e->cfg->sampler, e->logits + (int64_t)b * c->vocab, 1, c->vocab, e->u, e->scr,
+                              &id, &lp);
+                record(e, q, id, lp);
+            }
+    }
+}
+
+// Decode: every unfinished sequence advances one token per step; finished ones drop out.
+static void decode_wave(Engine *e, int n_seq) {
+    const Qwen2 *m = e->m;
+    for (;;) {
+        int B = 0;
+        for (int s = 0; s < n_seq; s++)
+            if (!e->seqs[s].done) {
+                e->tokens[B] = e->seqs[s].last;
+                e->slots[B] = e->seqs[s].slot;
+                e->pos[B] = (int32_t)e->seqs[s].pos - 1;  // the last sampled token sits at pos - 1
+                e->row_seq[B++] = s;
+            }
+        if (B == 0) break;
+        qwen2_decode_step(m, &e->kv, e->tokens, e->slots, e->pos, B, &e->acts, e->logits);
+        for (int b = 0; b < B; b++) e->u[b] = draw_unit(e->cfg, &e->seqs[e->row_seq[b]]);
+        m->be->sample(m->be, &e->cfg->sampler, e->logits, B, m->cfg.vocab, e->u, e->scr, e->tokens, e->lps);
+        for (int b = 0; b < B; b++) record(e, &e->seqs[e->row_seq[b]], e->tokens[b], e->lps[b]);
+    }
+}
+
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
     const Qwen2Config *c = &m->cfg;
@@ -93,17 +195,9 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
         stats->prompt_tokens += prompts[i].n;
     }
     size_t per_token = qwen2_kv_bytes_per_token(c);
-    int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
-    int64_t fit = 0;  // sequences per wave
-    if (cfg->workspace) {
-        for (int64_t hi = (int64_t)n_prompts * G; fit < hi;) {  // the largest count whose workspace fits
-            int64_t mid = (fit + hi + 1) / 2;
-            if (rollout_workspace_bytes(m->be, c, m->dtype, mid, slot_len, prefill_rows) <= cfg->workspace->size) fit = mid;
-            else hi = mid - 1;
-        }
-    } else {
-        fit = (int64_t)(cfg->kv_budget_bytes / (per_token * (size_t)slot_len));
-    }
+    Engine e = {.m = m, .tok = tok, .cfg = cfg, .prompts = prompts, .out = out, .G = G, .fn = fn, .user = user};
+    e.prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
+    int64_t fit = wave_capacity(m, cfg, (int64_t)n_prompts * G, slot_len, e.prefill_rows);
     if (fit < G)
         die("the %s (%zu MB) holds %lld sequences of %lld tokens; one prompt's %d samples need %zu MB of KV cache",
             cfg->workspace ? "rollout workspace" : "KV cache budget",
@@ -111,109 +205,61 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
             (per_token * (size_t)slot_len * (size_t)G + (1u << 20) - 1) >> 20);
     int per_wave = (int)(fit / G < n_prompts ? fit / G : n_prompts);
     int n_slots = per_wave * G;
-    int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
+    int64_t act_rows = e.prefill_rows > n_slots ? e.prefill_rows : n_slots;
 
     Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
-    size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token, logit_bytes = (size_t)n_slots * (size_t)c->vocab * 4;
+    size_t logit_bytes = (size_t)n_slots * (size_t)c->vocab * sizeof(float);
     if (cfg->workspace) arena_reset(arena);
-    else backend_arena_init(m->be, arena, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows));
-    Qwen2KV kv;
-    Qwen2Acts acts;
-    qwen2_kv_init(&kv, c, n_slots, slot_len, arena);
-    qwen2_acts_init(&acts, m->be, c, m->dtype, act_rows, slot_len, arena);
-    float *logits = arena_alloc(arena, logit_bytes);
-    stats->kv_bytes = kv_bytes;
+    else backend_arena_init(m->be, arena, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, e.prefill_rows));
+    qwen2_kv_init(&e.kv, c, n_slots, slot_len, arena);
+    qwen2_acts_init(&e.acts, m->be, c, m->dtype, act_rows, slot_len, arena);
+    e.logits = arena_alloc(arena, logit_bytes);
+    stats->kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token;
     stats->kv_bytes_per_token = per_token;
 
-    Seq *seqs = xcalloc((size_t)n_slots, sizeof *seqs);
-    int32_t *tokens = xmalloc((size_t)act_rows * sizeof *tokens), *slots = xmalloc((size_t)act_rows * sizeof *slots);
-    int32_t *pos = xmalloc((size_t)n_slots * sizeof *pos);
-    int64_t *seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *seq_off);
-    int *row_seq = xmalloc((size_t)act_rows * sizeof *row_seq);  // prefill batch entry -> first Seq it feeds
-    float *lps = xmalloc((size_t)n_slots * sizeof *lps);
-    double *u = xmalloc((size_t)n_slots * sizeof *u);  // each row's uniform draw from its sequence's RNG
-    int n_threads = omp_get_max_threads();
-    SamplerScratch *scr = xmalloc((size_t)n_threads * sizeof *scr);
-    for (int t = 0; t < n_threads; t++)
-        scr[t] = (SamplerScratch){xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
+    e.seqs = xcalloc((size_t)n_slots, sizeof *e.seqs);
+    e.tokens = xmalloc((size_t)act_rows * sizeof *e.tokens);
+    e.slots = xmalloc((size_t)act_rows * sizeof *e.slots);
+    e.pos = xmalloc((size_t)n_slots * sizeof *e.pos);
+    e.seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *e.seq_off);
+    e.row_seq = xmalloc((size_t)act_rows * sizeof *e.row_seq);
+    e.lps = xmalloc((size_t)n_slots * sizeof *e.lps);
+    e.u = xmalloc((size_t)n_slots * sizeof *e.u);
+    e.n_threads = omp_get_max_threads();
+    e.scr = xmalloc((size_t)e.n_threads * sizeof *e.scr);
+    for (int t = 0; t < e.n_threads; t++)
+        e.scr[t] = (SamplerScratch){xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
 
     for (int p0 = 0; p0 < n_prompts; p0 += per_wave) {
         int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts, n_seq = (p1 - p0) * G;
         stats->waves++;
         for (int s = 0; s < n_seq; s++) {
-            Seq *q = &seqs[s];
+            Seq *q = &e.seqs[s];
             *q = (Seq){.prompt = p0 + s / G, .sample = s % G, .slot = s, .pos = prompts[p0 + s / G].n};
             seq_seed(q, cfg, &prompts[q->prompt], q->prompt);
             sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens);
         }
-        // Prefill: each prompt once (then copied to its other samples), or once per sample.
         double t0 = time_now();
-        int step = cfg->share_prefill ? G : 1;
-        for (int s = 0; s < n_seq;) {
-            int B = 0;
-            seq_off[0] = 0;
-            for (; s < n_seq; s += step) {
-                const RolloutPrompt *p = &prompts[seqs[s].prompt];
-                if (B > 0 && seq_off[B] + p->n > prefill_rows) break;
-                memcpy(tokens + seq_off[B], p->ids, (size_t)p->n * sizeof *tokens);
-                slots[B] = seqs[s].slot;
-                row_seq[B] = s;
-                seq_off[B + 1] = seq_off[B] + p->n;
-                B++;
-            }
-            qwen2_forward(m, tokens, seq_off, B, &acts, &kv, slots);
-            for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
-                m->be->copy(m->be, acts.proj + b * c->hidden, acts.xn + (seq_off[b + 1] - 1) * c->hidden,
-                            (size_t)c->hidden * 4);
-            qwen2_logits(m, acts.proj, B, &acts, logits);
-            for (int b = 0; b < B; b++)
-                for (int j = 0; j < step; j++) {
-                    Seq *q = &seqs[row_seq[b] + j];
-                    if (j > 0) qwen2_kv_copy(m, &kv, q->slot, seqs[row_seq[b]].slot, prompts[q->prompt].n);
-                    float lp;
-                    int32_t id;
-                    u[0] = draw_unit(cfg, q);
-                    m->be->sample(m->be, &cfg->sampler, logits + (int64_t)b * c->vocab, 1, c->vocab, u, scr, &id, &lp);
-                    seq_record(q, id, lp, tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
-                }
-        }
+        prefill_wave(&e, n_seq);
         stats->prefill_seconds += time_now() - t0;
-        // Decode: every unfinished sequence advances one token per step; finished ones drop out.
         t0 = time_now();
-        for (;;) {
-            int B = 0;
-            for (int s = 0; s < n_seq; s++)
-                if (!seqs[s].done) {
-                    tokens[B] = seqs[s].last;
-                    slots[B] = seqs[s].slot;
-                    pos[B] = (int32_t)seqs[s].pos - 1;  // the last sampled token sits at pos - 1
-                    row_seq[B++] = s;
-                }
-            if (B == 0) break;
-            qwen2_decode_step(m, &kv, tokens, slots, pos, B, &acts, logits);
-            for (int b = 0; b < B; b++) u[b] = draw_unit(cfg, &seqs[row_seq[b]]);
-            m->be->sample(m->be, &cfg->sampler, logits, B, c->vocab, u, scr, tokens, lps);
-            for (int b = 0; b < B; b++) {
-                Seq *q = &seqs[row_seq[b]];
-                seq_record(q, tokens[b], lps[b], tok, cfg, &prompts[q->prompt], &out[q->prompt * G + q->sample], fn, user);
-            }
-        }
+        decode_wave(&e, n_seq);
         stats->decode_seconds += time_now() - t0;
     }
     for (int i = 0; i < n_prompts * G; i++) stats->generated_tokens += out[i].n;
-    for (int t = 0; t < n_threads; t++) {
-        free(scr[t].prob);
-        free(scr[t].idx);
+    for (int t = 0; t < e.n_threads; t++) {
+        free(e.scr[t].prob);
+        free(e.scr[t].idx);
     }
-    free(scr);
-    free(u);
-    free(lps);
-    free(row_seq);
-    free(seq_off);
-    free(pos);
-    free(slots);
-    free(tokens);
-    free(seqs);
-    qwen2_acts_free(&acts);
+    free(e.scr);
+    free(e.u);
+    free(e.lps);
+    free(e.row_seq);
+    free(e.seq_off);
+    free(e.pos);
+    free(e.slots);
+    free(e.tokens);
+    free(e.seqs);
+    qwen2_acts_free(&e.acts);
     if (!cfg->workspace) backend_arena_free(m->be, arena);
 }
