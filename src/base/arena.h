@@ -22,3 +22,5 @@ static inline void *layout_take(char *base, size_t *off, size_t bytes) {
     *off += (bytes + 63) & ~(size_t)63;
     return p;
 }
+// p = the next `count` elements of p's type (layout_take).
+#define LAYOUT_TAKE(base, off, p, count) ((p) = layout_take((base), (off), (size_t)(count) * sizeof *(p)))

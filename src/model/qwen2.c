@@ -424,7 +424,7 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
 // kv_off, kv_dst (int64), from `base` (NULL: only measure); returns its size in bytes.
 static size_t meta_layout(Qwen2Meta *b, int64_t N, char *base) {
     size_t off = 0;
-#define TAKE(field, count) (b->field = layout_take(base, &off, (size_t)(count) * sizeof *b->field))
+#define TAKE(field, count) LAYOUT_TAKE(base, &off, b->field, count)
     TAKE(tokens, N);
     TAKE(pos, N);
     TAKE(targets, N);
@@ -442,10 +442,10 @@ static size_t acts_layout(Qwen2Acts *a, const Backend *be, const Qwen2Config *c,
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     size_t att = be->attention_scratch(be, max_keys, 0), lp = be->logprob_scratch(be, c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
-#define TAKE(field, count) (a->field = layout_take(base, &off, (size_t)(count) * 4))
+#define TAKE(field, count) LAYOUT_TAKE(base, &off, a->field, count)
     TAKE(x, N * C);
     TAKE(xn, N * C);
-    TAKE(in16, (in16 + 1) / 2);
+    TAKE(in16, in16);
     TAKE(q, N * Q);
     TAKE(k, N * KV);
     TAKE(v, N * KV);

@@ -122,7 +122,7 @@ typedef struct {
     float *gate, *up, *h;      // (N, I); h = silu(gate) * up
     // Shared by every layer: the rows' RoPE table, bf16 operand buffer, LoRA scratch, attention scratch.
     float *rope, *lora_u, *scratch;
-    void *in16;
+    uint16_t *in16;
 } Qwen2LayerActs;
 
 // A packed batch for qwen2_forward_layers: B sequences, N = seq_off[B] rows, in the backend's memory.
@@ -139,7 +139,7 @@ typedef struct {
     int64_t max_tokens;
     float *x;       // (N, C) residual stream
     float *xn;      // (N, C) normed input of the current block; the final norm's output at the end
-    void *in16;     // (N, max(C, I)) bf16 models: a projection's input rounded to bf16
+    uint16_t *in16; // (N, max(C, I)) bf16 models: a projection's input rounded to bf16
     float *q;       // (N, H*D)
     float *k, *v;   // (N, KVH*D)
     float *att;     // (N, H*D)
@@ -227,7 +227,7 @@ typedef struct {
     // Backward scratch.
     float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
     float *dqr, *dkr;  // qk_norm: gradients of the projections before their norm
-    void *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
+    uint16_t *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
     float *lora_u, *lora_du;  // (N, lora_rank) LoRA scratch
     Qwen2LayerActs *views;    // (L) each layer's views of the buffers above (malloc'd; qwen2_train_free)
     Qwen2Batch batch;         // the last forward's, for recompute

@@ -15,12 +15,12 @@ static size_t train_layout(Qwen2Train *t, const Backend *be, const Qwen2Config *
     int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
     size_t att = be->attention_scratch(be, max_seq, 1), lp = be->logprob_scratch(be, c->vocab, C, dtype), off = 0;
     int64_t in16 = dtype == DTYPE_BF16 ? N * (C > I ? C : I) : 0;
-#define TAKE(field, count) (t->field = layout_take(base, &off, (size_t)(count) * 4))
+#define TAKE(field, count) LAYOUT_TAKE(base, &off, t->field, count)
     TAKE(tokens, N);
     TAKE(pos, N);
     TAKE(rope, N * c->head_dim);
-    TAKE(seq_off, 2 * (N + 1));  // int64
-    TAKE(sel, 2 * N);            // int64
+    TAKE(seq_off, N + 1);
+    TAKE(sel, N);
     TAKE(sel_target, N);
     TAKE(xin, (c->layers + 1) * N * C);
     TAKE(xn1, Lk * N * C);
@@ -50,8 +50,8 @@ static size_t train_layout(Qwen2Train *t, const Backend *be, const Qwen2Config *
     TAKE(dup, N * I);
     TAKE(dsel, N * C);
     TAKE(scratch, att > lp ? att : lp);
-    TAKE(in16, (in16 + 1) / 2);
-    TAKE(dout16, (in16 + 1) / 2);
+    TAKE(in16, in16);
+    TAKE(dout16, in16);
     TAKE(lora_u, N * c->lora_rank);
     TAKE(lora_du, N * c->lora_rank);
 #undef TAKE
