@@ -5,7 +5,7 @@ one thread per rank), dense and top-k compressed.
 usage: /usr/bin/python3 bench/allreduce.py [--tool build/tests/test_comm] [--sizes 1000000 25000000 100000000]
            [--iters 5] [--ratio 0.01] [--mpirun mpirun]
 
-Each configuration runs `test_comm bench --n N --iters I --ratio R` (tests/dist/test_comm.c): one warm-up
+Each configuration runs `test_comm bench --n N --iters I --ratio R` (tests/parallel/test_comm.c): one warm-up
 call, then I timed calls of topk_allreduce_mean (ratio 1 takes the dense path: comm_allreduce_mean in
 16 MiB buckets), each between barriers; a call's time is the slowest rank's. Reported: median seconds,
 algorithm bandwidth N*4/t (GB/s), bus bandwidth = algbw * 2(P-1)/P (what a ring all-reduce moves per

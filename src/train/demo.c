@@ -7,7 +7,7 @@
 #include "base/json.h"
 #include "base/rng.h"
 #include "base/util.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/lora.h"
 #include "rl/reward.h"
 #include "rollout/rollout.h"

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
-#include "dist/comm.h"
-#include "dist/topk.h"
+#include "parallel/comm.h"
+#include "parallel/topk.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
 #include "train/checkpoint.h"

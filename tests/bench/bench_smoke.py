@@ -47,7 +47,7 @@ def check(name, ok, detail=""):
 ap = argparse.ArgumentParser()
 ap.add_argument("--grpo", required=True)
 ap.add_argument("--ceiling", required=True, help="the ceiling executable (bench/ceiling.c)")
-ap.add_argument("--test-comm", required=True, help="the test_comm executable (tests/dist/test_comm.c)")
+ap.add_argument("--test-comm", required=True, help="the test_comm executable (tests/parallel/test_comm.c)")
 ap.add_argument("--tmp", required=True)
 ap.add_argument("--only", nargs="*", help="scripts to run (group names)")
 a = ap.parse_args()

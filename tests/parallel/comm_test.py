@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""The dist layer (src/dist/) against numpy: every collective, run without a launcher (1 rank) and
+"""The parallel layer (src/parallel/) against numpy: every collective, run without a launcher (1 rank) and
 under `mpirun -np 2` and `-np 3` (uneven shards), and the failure modes (a killed rank, a hung rank,
 a rank that aborts) ending the job in bounded time with a non-zero status and a clear message.
 
 usage: comm_test.py --tool build/tests/test_comm --tmp DIR [--mpirun mpirun]
 
 test_comm writes, per rank, its inputs and outputs as raw files and a line per case; the expected
-results below are computed from the documented semantics (src/dist/comm.h, src/dist/topk.h):
+results below are computed from the documented semantics (src/parallel/comm.h, src/parallel/topk.h):
   mean all-reduce      sum over ranks / size, the same bits on every rank (bit-exact against numpy's
                        float32 sum for 1 and 2 ranks, where the order of addition cannot matter;
                        within 1e-6 for 3)

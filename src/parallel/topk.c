@@ -1,5 +1,5 @@
 // Top-k gradient compression with error feedback; the semantics are in topk.h.
-#include "dist/topk.h"
+#include "parallel/topk.h"
 
 #include <math.h>
 #include <stdlib.h>

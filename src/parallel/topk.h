@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 // Default selection unit: 64 Mi floats (k*8 bytes per chunk stays under MPI's int counts).
 #define TOPK_CHUNK_FLOATS ((size_t)64 << 20)

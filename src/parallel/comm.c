@@ -1,6 +1,6 @@
 // MPI communicator: nonblocking collectives in buckets, every wait polled against a timeout.
 #define _GNU_SOURCE  // sched_setaffinity, CPU_SET
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <limits.h>
 #include <mpi.h>

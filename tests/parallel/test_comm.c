@@ -21,8 +21,8 @@
 
 #include "base/rng.h"
 #include "base/util.h"
-#include "dist/comm.h"
-#include "dist/topk.h"
+#include "parallel/comm.h"
+#include "parallel/topk.h"
 
 static int failures = 0;
 #define CHECK(c, cond, ...)                                       \
