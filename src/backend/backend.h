@@ -58,9 +58,13 @@ struct Backend {
     void (*logprob_forward)(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
                             const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch);
     // One token for each of B rows of logits (B, V) as sampler_sample does, with u[b] its uniform draw
-    // (host; unused when greedy); ids and logprobs (B) land in host memory. scr: the CPU's per-thread scratch.
+    // (host; unused when greedy); ids and logprobs (B) land in host memory. scr: from sampler_new.
     void (*sample)(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
-                   const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs);
+                   const double *u, void *scr, int32_t *ids, float *logprobs);
+    // The sampler's scratch for rows of V logits, the backend's own (the CPU's: one per OpenMP thread; a
+    // device may need none and return NULL); sampler_free releases it.
+    void *(*sampler_new)(const Backend *be, int64_t V);
+    void (*sampler_free)(const Backend *be, void *scr);
 
     // Training: each backward beside its forward above, with nn/ops.h's contract (gradients ADD unless it
     // says overwritten). A backend that has not implemented one leaves it NULL (backend_check_training).

@@ -109,9 +109,37 @@ static void cpu_logprob(const Backend *be, float *out, float *ent, const float *
     logprob_forward(out, ent, h, W, wt, targets, N, C, V, scratch);
 }
 
-static void cpu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
-                       const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs) {
+// One SamplerScratch per OpenMP thread.
+typedef struct {
+    int n;
+    SamplerScratch *s;
+} CpuSampler;
+
+static void *cpu_sampler_new(const Backend *be, int64_t V) {
     (void)be;
+    CpuSampler *c = xmalloc(sizeof *c);
+    c->n = omp_get_max_threads();
+    c->s = xmalloc((size_t)c->n * sizeof *c->s);
+    for (int t = 0; t < c->n; t++)
+        c->s[t] = (SamplerScratch){xmalloc((size_t)V * sizeof(float)), xmalloc((size_t)V * sizeof(int32_t))};
+    return c;
+}
+
+static void cpu_sampler_free(const Backend *be, void *scr) {
+    (void)be;
+    CpuSampler *c = scr;
+    for (int t = 0; t < c->n; t++) {
+        free(c->s[t].prob);
+        free(c->s[t].idx);
+    }
+    free(c->s);
+    free(c);
+}
+
+static void cpu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
+                       const double *u, void *scratch, int32_t *ids, float *logprobs) {
+    (void)be;
+    SamplerScratch *scr = ((CpuSampler *)scratch)->s;
     // Each row reads only its own logits and draw: rows run in parallel, results are the same.
 #pragma omp parallel for schedule(dynamic) if (B > 1)
     for (int b = 0; b < B; b++)
@@ -237,6 +265,8 @@ static const Backend cpu = {
     .kv_append = cpu_kv_append,
     .logprob_forward = cpu_logprob,
     .sample = cpu_sample,
+    .sampler_new = cpu_sampler_new,
+    .sampler_free = cpu_sampler_free,
     .zero = cpu_zero,
     .embedding_backward = cpu_embedding_backward,
     .rmsnorm_backward = cpu_rmsnorm_backward,

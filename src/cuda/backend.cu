@@ -593,7 +593,7 @@ __global__ void k_sample(const float *logits, int64_t V, float inv_t, int greedy
 }
 
 static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
-                      const double *u, SamplerScratch *scr, int32_t *ids, float *logprobs) {
+                      const double *u, void *scr, int32_t *ids, float *logprobs) {
     (void)scr;
     Cuda *c = cu(be);
     if (B == 0) return;
@@ -653,6 +653,18 @@ static size_t cu_logprob_scratch(const Backend *be, int64_t V, int64_t C, DType 
     return (size_t)LOGPROB_CHUNK * (size_t)V + ((size_t)LOGPROB_CHUNK * (size_t)C + 1) / 2;
 }
 
+// The sampler kernel keeps its scratch in shared memory and the backend's own buffers.
+static void *cu_sampler_new(const Backend *be, int64_t V) {
+    (void)be;
+    (void)V;
+    return NULL;
+}
+
+static void cu_sampler_free(const Backend *be, void *scr) {
+    (void)be;
+    (void)scr;
+}
+
 int cuda_device_count(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -696,6 +708,8 @@ const Backend *cuda_backend_open(int ordinal, const char *what) {
     be->kv_append = cu_kv_append;
     be->logprob_forward = cu_logprob;
     be->sample = cu_sample;
+    be->sampler_new = cu_sampler_new;
+    be->sampler_free = cu_sampler_free;
     be->close = cu_close;
     return be;
 }

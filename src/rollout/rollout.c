@@ -1,7 +1,6 @@
 #define _GNU_SOURCE  // memmem
 #include "rollout/rollout.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,8 +100,7 @@ typedef struct {
     int *row_seq;  // batch entry -> (first) Seq it feeds
     float *lps;
     double *u;     // each row's uniform draw from its sequence's RNG
-    SamplerScratch *scr;
-    int n_threads;
+    void *scr;     // the backend's sampler scratch
 } Engine;
 
 // Sequences per wave: the most whose KV cache (and, in a given workspace, activations) fit.
@@ -225,10 +223,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
     e.row_seq = xmalloc((size_t)act_rows * sizeof *e.row_seq);
     e.lps = xmalloc((size_t)n_slots * sizeof *e.lps);
     e.u = xmalloc((size_t)n_slots * sizeof *e.u);
-    e.n_threads = omp_get_max_threads();
-    e.scr = xmalloc((size_t)e.n_threads * sizeof *e.scr);
-    for (int t = 0; t < e.n_threads; t++)
-        e.scr[t] = (SamplerScratch){xmalloc((size_t)c->vocab * sizeof(float)), xmalloc((size_t)c->vocab * sizeof(int32_t))};
+    e.scr = m->be->sampler_new(m->be, c->vocab);
 
     for (int p0 = 0; p0 < n_prompts; p0 += per_wave) {
         int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts, n_seq = (p1 - p0) * G;
@@ -247,11 +242,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
         stats->decode_seconds += time_now() - t0;
     }
     for (int i = 0; i < n_prompts * G; i++) stats->generated_tokens += out[i].n;
-    for (int t = 0; t < e.n_threads; t++) {
-        free(e.scr[t].prob);
-        free(e.scr[t].idx);
-    }
-    free(e.scr);
+    m->be->sampler_free(m->be, e.scr);
     free(e.u);
     free(e.lps);
     free(e.row_seq);
