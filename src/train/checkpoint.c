@@ -261,7 +261,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
             saved.cfg.tied != master->cfg.tied)
             die("%s: the checkpoint's model has a different shape from --model", dir);
-        memcpy(master->params, saved.params, master->n_params * 4);
+        master->be->upload(master->be, master->params, saved.params, master->n_params * sizeof(float));
         qwen2_free(&saved);
     }
 

@@ -229,6 +229,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
 }
 
 void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
+    const Backend *be = be_of(t);
     const float *m = t->m, *v = t->v;
     float *full = NULL;
     if (t->zero) {  // the moments' shards, sent to rank 0 one rank at a time (only rank 0 holds them all)
@@ -237,11 +238,22 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
         if (t->comm->rank == 0) full = xmalloc(2 * t->n * F);
         for (int r = 0; r < t->comm->size; r++) {
             comm_shard(t->n, r, t->comm->size, &lo, &hi);
-            if (r == t->comm->rank) memcpy(buf, t->m, (hi - lo) * F), memcpy(buf + (hi - lo), t->v, (hi - lo) * F);
+            if (r == t->comm->rank) {
+                be->download(be, buf, t->m, (hi - lo) * F);
+                be->download(be, buf + (hi - lo), t->v, (hi - lo) * F);
+            }
             comm_bcast(t->comm, buf, 2 * (hi - lo) * F, r, "optimizer moments (checkpoint)");
-            if (full) memcpy(full + lo, buf, (hi - lo) * F), memcpy(full + t->n + lo, buf + (hi - lo), (hi - lo) * F);
+            if (full) {
+                memcpy(full + lo, buf, (hi - lo) * F);
+                memcpy(full + t->n + lo, buf + (hi - lo), (hi - lo) * F);
+            }
         }
         free(buf);
+        m = full, v = full + t->n;
+    } else if (be->on_device) {  // the file is written from host memory
+        full = xmalloc(2 * t->n * F);
+        be->download(be, full, t->m, t->n * F);
+        be->download(be, full + t->n, t->v, t->n * F);
         m = full, v = full + t->n;
     }
     if (!t->comm || t->comm->rank == 0)
@@ -253,11 +265,12 @@ void trainer_save(const Trainer *t, const char *out, DType save_dtype, const cha
 }
 
 void trainer_load(Trainer *t, const char *dir) {
-    if (t->zero) {  // read the whole moments, keep this rank's shard
+    const Backend *be = be_of(t);
+    if (t->zero || be->on_device) {  // read the whole moments on the host, keep this rank's shard
         float *full = xmalloc(2 * t->n * F);
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, full, full + t->n, &t->st);
-        be_of(t)->upload(be_of(t), t->m, full + t->lo, n_moments(t) * F);
-        be_of(t)->upload(be_of(t), t->v, full + t->n + t->lo, n_moments(t) * F);
+        be->upload(be, t->m, full + t->lo, n_moments(t) * F);
+        be->upload(be, t->v, full + t->n + t->lo, n_moments(t) * F);
         free(full);
     } else {
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, t->m, t->v, &t->st);
