@@ -1,6 +1,7 @@
 #define _GNU_SOURCE  // memmem, strncasecmp
 #include "base/json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,31 @@ cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
     free(copy);
     if (root) keep_last_duplicates(root);
     return root;
+}
+
+void jsonl_open(JsonlReader *r, const char *path, const char *key) {
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    r->f = fopen(path, "r");
+    if (!r->f) die("%s: cannot open %s: %s", key, path, strerror(errno));
+}
+
+cJSON *jsonl_next(JsonlReader *r) {
+    while (line_read(r->f, &r->buf, &r->cap, r->path, r->line + 1) >= 0) {
+        r->line++;
+        if (strspn(r->buf, " \t\r\n") == strlen(r->buf)) continue;  // blank line
+        cJSON *root = json_parse_line(r->buf, strlen(r->buf), &r->nul);
+        if (!cJSON_IsObject(root)) die("%s:%lld: not a JSON object", r->path, (long long)r->line);
+        return root;
+    }
+    if (ferror(r->f)) die("cannot read data file %s", r->path);
+    return NULL;
+}
+
+void jsonl_close(JsonlReader *r) {
+    if (r->f) fclose(r->f);
+    free(r->buf);
+    memset(r, 0, sizeof *r);
 }
 
 char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len) {

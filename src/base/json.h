@@ -13,6 +13,24 @@ cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
 cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel);
 // A string item's bytes (malloc'd, NUL-terminated) and their length, U+0000 restored.
 char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len);
+// A JSONL data file read one object a line (the SFT and GRPO prompt loaders): blank lines are skipped and
+// the line number kept for messages.
+typedef struct {
+    const char *path;  // borrowed
+    FILE *f;
+    char *buf;
+    size_t cap;
+    int64_t line;      // 1-based line of the object jsonl_next returned last
+    uint32_t nul;      // that line's U+0000 sentinel (json_parse_line), for json_string_bytes
+} JsonlReader;
+
+// Dies with "KEY: cannot open PATH: why"; key names the option or config key that gave the file.
+void jsonl_open(JsonlReader *r, const char *path, const char *key);
+// The next non-blank line's JSON object (the caller cJSON_Deletes it), or NULL at the end of the file.
+// Dies with "PATH:LINE: not a JSON object" on any other line, and on a read error or an over-long line.
+cJSON *jsonl_next(JsonlReader *r);
+void jsonl_close(JsonlReader *r);
+
 // Writes s[0..n) as a JSON string literal (quotes, escapes; other UTF-8 as is).
 void json_write_string(FILE *f, const char *s, size_t n);
 // Writes a number with 9 significant digits (float round trip), or null when it is not finite.

@@ -18,34 +18,6 @@
 
 static const char *const status_names[] = {"PASS", "WARN", "FAIL"};
 
-char *doctor_gib(double bytes) { return xprintf("%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
-
-void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended, const char *fix,
-                cJSON *values) {
-    d->checks = xrealloc(d->checks, (size_t)(d->n + 1) * sizeof *d->checks);
-    d->checks[d->n++] = (DoctorCheck){xstrdup(id), st, observed, xstrdup(recommended), xstrdup(fix), values};
-}
-
-char *doctor_read(const Doctor *d, const char *path) {
-    char *full = xprintf("%s%s", d->root, path);
-    FILE *f = fopen(full, "rb");
-    free(full);
-    if (!f) return NULL;
-    Buf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) buf_append(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        buf_free(&b);
-        return NULL;
-    }
-    buf_append(&b, "", 1);  // an empty file still gives ""
-    while (b.len > 1 && strchr(" \t\r\n", b.data[b.len - 2])) b.data[--b.len - 1] = 0;
-    return b.data;
-}
-
 // Value of "Key:   123 kB" in /proc/meminfo, in bytes; -1 when absent.
 static double meminfo_bytes(const char *text, const char *key) {
     const char *p = text ? strstr(text, key) : NULL;
@@ -263,12 +235,7 @@ int cmd_doctor(int argc, char **argv) {
     if (cli_opt(&spec, "--json")->value) print_json(&d);
     else print_text(&d);
     if (fflush(stdout) != 0) die("cannot write to standard output");
-    for (int i = 0; i < d.n; i++) {
-        DoctorCheck *k = &d.checks[i];
-        free(k->id), free(k->observed), free(k->recommended), free(k->fix);
-        cJSON_Delete(k->values);
-    }
-    free(d.checks);
+    doctor_free(&d);
     free(spec.args);
     if (config) grpo_config_free(&c);
     free(plan.plan_text);

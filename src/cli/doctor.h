@@ -22,6 +22,9 @@ typedef struct {
     int numa_nodes;
 } Doctor;
 
+// The check list and the system checks live in doctor_sys.c; cmd_doctor.c (the command, the memory and
+// disk checks that need a config) calls them.
+
 // Appends a check; takes ownership of `observed` (malloc'd, e.g. by xprintf) and `values`.
 void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended,
                 const char *fix, cJSON *values);
@@ -29,8 +32,10 @@ void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, cons
 char *doctor_read(const Doctor *d, const char *path);
 // "%.1f GiB"
 char *doctor_gib(double bytes);
+// Frees every check (and its values) and empties the list.
+void doctor_free(Doctor *d);
 
-// System checks (doctor_sys.c), in the order they are reported.
+// System checks, in the order they are reported.
 void doctor_check_cpus(Doctor *d);  // cores, affinity, NUMA nodes (sets cpus_allowed, numa_nodes)
 void doctor_check_thp(Doctor *d);
 void doctor_check_numa_balancing(Doctor *d);

@@ -1,5 +1,6 @@
-// grpo doctor's system checks: kernel settings, limits, CPU, threads, MPI, PCIe links and GPUs.
-// Everything under /sys and /proc is read through doctor_read, so a fake root exercises every branch.
+// grpo doctor's check list (doctor_add, doctor_read, doctor_free) and its system checks: kernel settings,
+// limits, CPU, threads, MPI, PCIe links and GPUs. Everything under /sys and /proc is read through
+// doctor_read, so a fake root exercises every branch. cmd_doctor.c calls in here, never the reverse.
 #define _GNU_SOURCE  // RLIMIT_MEMLOCK
 #include <dirent.h>
 #include <dlfcn.h>
@@ -12,6 +13,52 @@
 #include "base/cpu.h"
 #include "cli/doctor.h"
 #include "nn/gemm.h"
+
+// ================================================================ the check list
+
+char *doctor_gib(double bytes) { return xprintf("%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+void doctor_add(Doctor *d, const char *id, DoctorStatus st, char *observed, const char *recommended, const char *fix,
+                cJSON *values) {
+    d->checks = xrealloc(d->checks, (size_t)(d->n + 1) * sizeof *d->checks);
+    d->checks[d->n++] = (DoctorCheck){xstrdup(id), st, observed, xstrdup(recommended), xstrdup(fix), values};
+}
+
+char *doctor_read(const Doctor *d, const char *path) {
+    char *full = xprintf("%s%s", d->root, path);
+    FILE *f = fopen(full, "rb");
+    free(full);
+    if (!f) return NULL;
+    Buf b = {0};
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) buf_append(&b, chunk, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        buf_free(&b);
+        return NULL;
+    }
+    buf_append(&b, "", 1);  // an empty file still gives ""
+    while (b.len > 1 && strchr(" \t\r\n", b.data[b.len - 2])) b.data[--b.len - 1] = 0;
+    return b.data;
+}
+
+void doctor_free(Doctor *d) {
+    for (int i = 0; i < d->n; i++) {
+        DoctorCheck *k = &d->checks[i];
+        free(k->id);
+        free(k->observed);
+        free(k->recommended);
+        free(k->fix);
+        cJSON_Delete(k->values);
+    }
+    free(d->checks);
+    d->checks = NULL;
+    d->n = 0;
+}
+
+// ================================================================ the system checks
 
 #define MAX_CPUS 8192
 

@@ -242,8 +242,8 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {
-        p[i] = (RolloutPrompt){.ids = d.ids[i], .n = d.len[i], .max_new_tokens = (int)max_new_tokens};
-        longest = d.len[i] > longest ? d.len[i] : longest;
+        p[i] = (RolloutPrompt){.ids = d.s[i].ids, .n = d.s[i].len, .max_new_tokens = (int)max_new_tokens};
+        longest = d.s[i].len > longest ? d.s[i].len : longest;
     }
     int32_t stop = tok.eos_id;
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .stop_ids = &stop,
@@ -255,7 +255,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     int64_t correct = 0;
     for (int64_t i = 0; i < d.n; i++) {
         char *text = rollout_sample_text(&out[i]);
-        correct += reward_exact_match(text, d.answer[i]);
+        correct += reward_exact_match(text, d.s[i].answer);
         free(text);
         rollout_sample_free(&out[i]);
     }

@@ -157,8 +157,10 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
                      float temperature, RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
-    for (int i = 0; i < n; i++)
-        p[i] = (RolloutPrompt){.ids = d->ids[idx[i]], .n = d->len[idx[i]], .max_new_tokens = (int)s->max_response_length};
+    for (int i = 0; i < n; i++) {
+        const PromptSample *x = &d->s[idx[i]];
+        p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)s->max_response_length};
+    }
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
                         .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
@@ -220,7 +222,7 @@ static double validate(Run *r) {
     for (int64_t i = 0; i < n; i++) {
         char *text = rollout_sample_text(&out[i]);
         RewardDetail det;
-        reward_score(&r->rewards, r->val.prompt[v0 + i], text, r->val.answer[v0 + i], &det);
+        reward_score(&r->rewards, r->val.s[v0 + i].prompt, text, r->val.s[v0 + i].answer, &det);
         correct += det.correct == 1;
         free(text);
         rollout_sample_free(&out[i]);
@@ -247,11 +249,11 @@ static void score_rewards(Run *r, const int64_t *idx, Rollout *ro, StepStats *st
     for (int64_t i = 0; i < n; i++) {
         int64_t p = idx[i / s->G];
         const RolloutSample *x = &ro->samples[i];
-        ro->prompt_ids[i] = r->train.ids[p];
-        ro->prompt_len[i] = r->train.len[p];
+        ro->prompt_ids[i] = r->train.s[p].ids;
+        ro->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_text(x);
         RewardDetail det;
-        double rw = reward_score(&r->rewards, r->train.prompt[p], text, r->train.answer[p], &det);
+        double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, &det);
         free(text);
         int64_t lim = s->max_response_length - s->overlong_buffer;
         if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
@@ -423,7 +425,7 @@ static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
         char *text = rollout_sample_text(&ro->samples[i]);
         fprintf(f, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)r->tr.st.iteration,
                 (long long)p, (long long)(i % r->s->G));
-        json_write_string(f, r->train.prompt[p], strlen(r->train.prompt[p]));
+        json_write_string(f, r->train.s[p].prompt, strlen(r->train.s[p].prompt));
         fprintf(f, ", \"prompt_ids\": [");
         for (int64_t j = 0; j < ro->prompt_len[i]; j++) fprintf(f, j ? ", %d" : "%d", ro->prompt_ids[i][j]);
         fprintf(f, "], \"response_ids\": [");

@@ -7,10 +7,15 @@
 #include "text/tokenizer.h"
 
 typedef struct {
+    char *prompt, *answer;  // NUL-terminated UTF-8; a numeric answer is kept as its JSON text
+    int32_t *ids;           // rendered prompt tokens
+    int64_t len;            // tokens
+    int64_t line;           // 1-based line of the file
+} PromptSample;
+
+typedef struct {
+    PromptSample *s;  // n samples, in file order
     int64_t n;
-    char **prompt, **answer;  // NUL-terminated UTF-8; a numeric answer is kept as its JSON text
-    int32_t **ids;            // rendered prompt tokens
-    int64_t *len, *line;      // tokens; 1-based line of the file
 } PromptData;
 
 // Dies with "FILE:LINE: ..." on any bad line; prompts longer than max_prompt_length are an error.

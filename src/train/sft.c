@@ -21,7 +21,7 @@ static int64_t max_micro_tokens(const SftData *d, int64_t b) {
     // micro-batch that many times (a batch larger than the data set, or one across an epoch's end).
     int64_t *top = xcalloc((size_t)b, sizeof *top), sum = 0, repeats = (b - 1) / d->n + 2;
     for (int64_t i = 0; i < d->n * repeats; i++) {
-        int64_t x = d->len[i % d->n];
+        int64_t x = d->s[i % d->n].len;
         for (int64_t j = 0; j < b; j++)
             if (x > top[j]) {
                 int64_t t = top[j];
@@ -45,11 +45,12 @@ static void pack(const SftData *d, const int64_t *ids, int64_t b, float w, int32
                  float *dlogp, int64_t *seq_off) {
     seq_off[0] = 0;
     for (int64_t j = 0; j < b; j++) {
-        int64_t s = ids[j], off = seq_off[j], len = d->len[s];
-        memcpy(tokens + off, d->ids[s], (size_t)len * 4);
+        const SftSample *s = &d->s[ids[j]];
+        int64_t off = seq_off[j], len = s->len;
+        memcpy(tokens + off, s->ids, (size_t)len * 4);
         for (int64_t i = 0; i < len; i++) {
-            int has = i + 1 < len && i + 1 >= d->prompt_len[s];
-            targets[off + i] = has ? d->ids[s][i + 1] : -1;
+            int has = i + 1 < len && i + 1 >= s->prompt_len;
+            targets[off + i] = has ? s->ids[i + 1] : -1;
             dlogp[off + i] = has ? w : 0.0f;
         }
         seq_off[j + 1] = off + len;
@@ -150,8 +151,8 @@ void sft_run(const SftConfig *cfg) {
         double t0 = time_now(), lr = lr_at(cfg->schedule, cfg->adam.lr, cfg->warmup, steps, tr.st.step), loss = 0.0;
         for (int64_t i = 0; i < B; i++) {
             batch[i] = stream_at(&stream, tr.st.step * B + i);
-            n_target += data.len[batch[i]] - data.prompt_len[batch[i]];
-            n_tok += data.len[batch[i]];
+            n_target += data.s[batch[i]].len - data.s[batch[i]].prompt_len;
+            n_tok += data.s[batch[i]].len;
         }
         // Loss = mean over the batch's completion tokens: each token weighs 1/n_target in every micro-batch,
         // times the rank count, as the trainer averages the ranks' gradients.
@@ -175,7 +176,7 @@ void sft_run(const SftConfig *cfg) {
         double scale = tr.scaler.scale, norm = trainer_apply(&tr, lr, bad < 0);
         if (bad >= 0 && lead)
             fprintf(stderr, "grpo: warning: step %lld: the loss of sample %s:%lld is not finite; step skipped\n",
-                    (long long)step, data.path, (long long)data.line[bad]);
+                    (long long)step, data.path, (long long)data.s[bad].line);
         else if (!isfinite(norm) && lead)
             fprintf(stderr, "grpo: warning: step %lld: non-finite gradients (loss scale %g); step skipped\n",
                     (long long)step, scale);

@@ -1,7 +1,5 @@
-#define _POSIX_C_SOURCE 200809L
 #include "train/sft_data.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,40 +10,40 @@
 #include "text/tokenizer.h"
 
 typedef struct {
+    JsonlReader r;  // the file, its current line and that line's U+0000 sentinel
     const char *path, *model_dir;
-    int64_t line;
     Tokenizer tok;
     int tok_loaded;
-    uint32_t nul;
 } Loader;
 
 static void read_ids(Loader *L, const cJSON *arr, const char *key, int64_t vocab, IdList *out) {
-    if (!cJSON_IsArray(arr)) die("%s:%lld: \"%s\" must be a list of token ids", L->path, (long long)L->line, key);
+    if (!cJSON_IsArray(arr))
+        die("%s:%lld: \"%s\" must be a list of token ids", L->path, (long long)L->r.line, key);
     int64_t i = 0;
     for (const cJSON *e = arr->child; e; e = e->next, i++) {
         int64_t v;
         if (!json_as_int(e, 0, vocab - 1, &v))
-            die("%s:%lld: \"%s\"[%lld] is not a token id in [0, %lld)", L->path, (long long)L->line, key, (long long)i,
-                (long long)vocab);
+            die("%s:%lld: \"%s\"[%lld] is not a token id in [0, %lld)", L->path, (long long)L->r.line, key,
+                (long long)i, (long long)vocab);
         idlist_push(out, (int32_t)v);
     }
 }
 
 static void encode_text(Loader *L, const cJSON *item, const char *key, int chat, IdList *out) {
-    if (!cJSON_IsString(item)) die("%s:%lld: \"%s\" must be a string", L->path, (long long)L->line, key);
+    if (!cJSON_IsString(item)) die("%s:%lld: \"%s\" must be a string", L->path, (long long)L->r.line, key);
     if (!L->tok_loaded) {
         char *tj = path_join(L->model_dir, "tokenizer.json");
         if (!file_exists(tj))
             die("%s:%lld: text lines need a tokenizer: %s does not exist (or give prompt_ids/completion_ids)", L->path,
-                (long long)L->line, tj);
+                (long long)L->r.line, tj);
         tokenizer_load(&L->tok, tj);
         free(tj);
         L->tok_loaded = 1;
     }
     size_t n, bad_offset;
-    char *text = json_string_bytes(item, L->nul, &n);
+    char *text = json_string_bytes(item, L->r.nul, &n);
     if (chat_encode_prompt(&L->tok, text, n, chat, out, &bad_offset) != 0)
-        die("%s:%lld: \"%s\" is not valid UTF-8 (byte %zu)", L->path, (long long)L->line, key, bad_offset);
+        die("%s:%lld: \"%s\" is not valid UTF-8 (byte %zu)", L->path, (long long)L->r.line, key, bad_offset);
     free(text);
 }
 
@@ -53,16 +51,11 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
                    int64_t max_length) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);
-    FILE *f = fopen(path, "r");
-    if (!f) die("%s: cannot open %s: %s", key, path, strerror(errno));
     Loader L = {.path = path, .model_dir = model_dir};
-    char *line = NULL;
-    size_t cap = 0, n_cap = 0;
-    while (line_read(f, &line, &cap, path, L.line + 1) >= 0) {
-        L.line++;
-        if (strspn(line, " \t\r\n") == strlen(line)) continue;  // blank line
-        cJSON *root = json_parse_line(line, strlen(line), &L.nul);
-        if (!cJSON_IsObject(root)) die("%s:%lld: not a JSON object", path, (long long)L.line);
+    jsonl_open(&L.r, path, key);
+    size_t n_cap = 0;
+    for (cJSON *root; (root = jsonl_next(&L.r));) {
+        int64_t line = L.r.line;
         const cJSON *pi = cJSON_GetObjectItemCaseSensitive(root, "prompt_ids");
         const cJSON *ci = cJSON_GetObjectItemCaseSensitive(root, "completion_ids");
         IdList ids = {0};
@@ -76,54 +69,45 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
             const cJSON *comp = cJSON_GetObjectItemCaseSensitive(root, "completion");
             if (!p || !comp)
                 die("%s:%lld: a line needs \"prompt\" and \"completion\" (or \"prompt_ids\" and \"completion_ids\")",
-                    path, (long long)L.line);
+                    path, (long long)line);
             encode_text(&L, p, "prompt", 1, &ids);
             plen = (int64_t)ids.n;
             encode_text(&L, comp, "completion", 0, &ids);
-            if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)L.line);
+            if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)line);
             int32_t eos = L.tok.eos_id >= 0 ? L.tok.eos_id : (int32_t)c->eos_id;
             if (eos < 0) die("%s: no eos token in tokenizer_config.json or config.json to end completions", model_dir);
             idlist_push(&ids, eos);
             for (size_t i = 0; i < ids.n; i++)
                 if (ids.ids[i] >= c->vocab)
-                    die("%s:%lld: token id %d does not fit the model's vocab_size %lld", path, (long long)L.line,
+                    die("%s:%lld: token id %d does not fit the model's vocab_size %lld", path, (long long)line,
                         ids.ids[i], (long long)c->vocab);
         }
-        if (plen == 0) die("%s:%lld: the prompt is empty (the first completion token needs a token before it)", path, (long long)L.line);
-        if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)L.line);
+        if (plen == 0)
+            die("%s:%lld: the prompt is empty (the first completion token needs a token before it)", path,
+                (long long)line);
+        if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)line);
         if ((int64_t)ids.n > max_length) {
             if (plen >= max_length)
-                die("%s:%lld: the prompt alone has %lld tokens, --max-length is %lld", path, (long long)L.line,
+                die("%s:%lld: the prompt alone has %lld tokens, --max-length is %lld", path, (long long)line,
                     (long long)plen, (long long)max_length);
             ids.n = (size_t)max_length;
             d->n_truncated++;
         }
         if ((size_t)d->n == n_cap) {
             n_cap = n_cap ? 2 * n_cap : 64;
-            d->ids = xrealloc(d->ids, n_cap * sizeof *d->ids);
-            d->len = xrealloc(d->len, n_cap * sizeof *d->len);
-            d->prompt_len = xrealloc(d->prompt_len, n_cap * sizeof *d->prompt_len);
-            d->line = xrealloc(d->line, n_cap * sizeof *d->line);
+            d->s = xrealloc(d->s, n_cap * sizeof *d->s);
         }
-        d->ids[d->n] = ids.ids;
-        d->len[d->n] = (int64_t)ids.n;
-        d->prompt_len[d->n] = plen;
-        d->line[d->n++] = L.line;
+        d->s[d->n++] = (SftSample){ids.ids, (int64_t)ids.n, plen, line};
         cJSON_Delete(root);
     }
-    if (ferror(f)) die("cannot read data file %s", path);
-    fclose(f);
-    free(line);
+    jsonl_close(&L.r);
     if (L.tok_loaded) tokenizer_free(&L.tok);
     if (d->n == 0) die("%s: no samples (the file is empty)", path);
 }
 
 void sft_data_free(SftData *d) {
-    for (int64_t i = 0; i < d->n; i++) free(d->ids[i]);
-    free(d->ids);
-    free(d->len);
-    free(d->prompt_len);
-    free(d->line);
+    for (int64_t i = 0; i < d->n; i++) free(d->s[i].ids);
+    free(d->s);
     free(d->path);
     memset(d, 0, sizeof *d);
 }

@@ -7,10 +7,15 @@
 #include "model/qwen2.h"
 
 typedef struct {
+    int32_t *ids;        // prompt then completion, len tokens
+    int64_t len;
+    int64_t prompt_len;  // the first prompt_len tokens are the prompt
+    int64_t line;        // 1-based line of the file
+} SftSample;
+
+typedef struct {
+    SftSample *s;         // n samples, in file order
     int64_t n;
-    int32_t **ids;        // sample i: prompt then completion, len[i] tokens
-    int64_t *len, *prompt_len;
-    int64_t *line;        // 1-based line of the file
     int64_t n_truncated;  // samples cut to max_length
     char *path;
 } SftData;

@@ -20,6 +20,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "rl/reward.h"
+#include "rl/reward_program.h"
 
 typedef struct {
     char *key;
