@@ -19,7 +19,7 @@
 #include "train/stream.h"
 #include "train/trainer.h"
 
-// One step's rollout, flattened: sample i belongs to prompt i / G. Kept samples (those that enter
+// One step's batch: its rollout, flattened: sample i belongs to prompt i / G. Kept samples (those that enter
 // the loss) are packed in order: sequence = prompt ids + response ids; response token t of kept
 // sample k sits at index resp_off[k] + t of the per-response-token arrays.
 typedef struct {
@@ -35,7 +35,7 @@ typedef struct {
     int64_t *mb_start;    // (n_mini + 1): mini-batch m holds kept samples mb_start[m] .. mb_start[m+1]-1
     int64_t n_mini;
     float *old_logp, *ref_logp, *logp, *dlogp, *ent, *dent;  // (n_resp)
-} Rollout;
+} StepBatch;
 
 // What one step measured, for metrics.jsonl and the progress line.
 typedef struct {
@@ -173,14 +173,14 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
 
 // Packs kept samples [a, b) into the workspace's batch: tokens, targets (the response tokens, each
 // predicted from the row before it), seq_off. Returns the number of rows.
-static int64_t pack(const Rollout *ro, int64_t a, int64_t b, UpdateWs *u) {
+static int64_t pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
     int64_t *seq_off = u->seq_off;
     seq_off[0] = 0;
     for (int64_t k = a; k < b; k++) {
-        int64_t i = ro->kept[k], off = seq_off[k - a], pl = ro->prompt_len[i];
-        const RolloutSample *x = &ro->samples[i];
+        int64_t i = sb->kept[k], off = seq_off[k - a], pl = sb->prompt_len[i];
+        const RolloutSample *x = &sb->samples[i];
         int32_t *tokens = u->tokens + off;
-        memcpy(tokens, ro->prompt_ids[i], (size_t)pl * 4);
+        memcpy(tokens, sb->prompt_ids[i], (size_t)pl * 4);
         memcpy(tokens + pl, x->tokens, (size_t)x->n * 4);
         for (int64_t j = 0; j < pl + x->n; j++) u->targets[off + j] = j + 1 >= pl && j + 1 < pl + x->n ? tokens[j + 1] : -1;
         seq_off[k - a + 1] = off + pl + x->n;
@@ -189,24 +189,24 @@ static int64_t pack(const Rollout *ro, int64_t a, int64_t b, UpdateWs *u) {
 }
 
 // Row values of a packed micro-batch -> the response-token layout (and back for gradients).
-static void rows_to_resp(const Rollout *ro, int64_t a, int64_t b, const int64_t *seq_off, float *rows, float *resp,
+static void rows_to_resp(const StepBatch *sb, int64_t a, int64_t b, const int64_t *seq_off, float *rows, float *resp,
                          int to_rows) {
     for (int64_t k = a; k < b; k++) {
-        int64_t r0 = seq_off[k - a] + ro->prompt_len[ro->kept[k]] - 1, n = ro->resp_off[k + 1] - ro->resp_off[k];
+        int64_t r0 = seq_off[k - a] + sb->prompt_len[sb->kept[k]] - 1, n = sb->resp_off[k + 1] - sb->resp_off[k];
         for (int64_t t = 0; t < n; t++) {
-            if (to_rows) rows[r0 + t] = resp[ro->resp_off[k] + t];
-            else resp[ro->resp_off[k] + t] = rows[r0 + t];
+            if (to_rows) rows[r0 + t] = resp[sb->resp_off[k] + t];
+            else resp[sb->resp_off[k] + t] = rows[r0 + t];
         }
     }
 }
 
 // Per-response-token log-probs of the kept samples under model m (no gradient), into out.
-static void score_kept(const Qwen2 *m, const Rollout *ro, UpdateWs *u, float *out) {
-    for (int64_t a = 0; a < ro->n_kept; a += u->micro) {
-        int64_t b = a + u->micro < ro->n_kept ? a + u->micro : ro->n_kept;
-        pack(ro, a, b, u);
+static void score_kept(const Qwen2 *m, const StepBatch *sb, UpdateWs *u, float *out) {
+    for (int64_t a = 0; a < sb->n_kept; a += u->micro) {
+        int64_t b = a + u->micro < sb->n_kept ? a + u->micro : sb->n_kept;
+        pack(sb, a, b, u);
         qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
-        rows_to_resp(ro, a, b, u->seq_off, u->rows, out, 0);
+        rows_to_resp(sb, a, b, u->seq_off, u->rows, out, 0);
     }
 }
 
@@ -233,71 +233,71 @@ static double validate(Run *r) {
     return correct / (double)r->val.n;
 }
 
-static void rollout_free(Rollout *ro) {
-    for (int64_t i = 0; i < ro->n_samples; i++) rollout_sample_free(&ro->samples[i]);
-    free(ro->samples), free(ro->prompt_ids), free(ro->prompt_len), free(ro->reward), free(ro->adv), free(ro->correct);
-    free(ro->kept), free(ro->kept_adv), free(ro->resp_off), free(ro->mb_start), free(ro->old_logp), free(ro->ref_logp);
-    free(ro->logp), free(ro->dlogp), free(ro->ent), free(ro->dent);
+static void step_batch_free(StepBatch *sb) {
+    for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
+    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->reward), free(sb->adv), free(sb->correct);
+    free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
+    free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent);
 }
 
 // Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
-static void score_rewards(Run *r, const int64_t *idx, Rollout *ro, StepStats *st) {
+static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
     const GrpoSettings *s = r->s;
-    int64_t n = ro->n_samples;
-    ro->prompt_ids = xmalloc((size_t)n * sizeof *ro->prompt_ids), ro->prompt_len = xmalloc((size_t)n * 8);
-    ro->reward = xmalloc((size_t)n * 4), ro->adv = xmalloc((size_t)n * 4), ro->correct = xmalloc((size_t)n * sizeof(int));
+    int64_t n = sb->n_samples;
+    sb->prompt_ids = xmalloc((size_t)n * sizeof *sb->prompt_ids), sb->prompt_len = xmalloc((size_t)n * 8);
+    sb->reward = xmalloc((size_t)n * 4), sb->adv = xmalloc((size_t)n * 4), sb->correct = xmalloc((size_t)n * sizeof(int));
     for (int64_t i = 0; i < n; i++) {
         int64_t p = idx[i / s->G];
-        const RolloutSample *x = &ro->samples[i];
-        ro->prompt_ids[i] = r->train.s[p].ids;
-        ro->prompt_len[i] = r->train.s[p].len;
+        const RolloutSample *x = &sb->samples[i];
+        sb->prompt_ids[i] = r->train.s[p].ids;
+        sb->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_text(x);
         RewardDetail det;
         double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, &det);
         free(text);
         int64_t lim = s->max_response_length - s->overlong_buffer;
         if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
-        ro->reward[i] = (float)rw;
-        ro->correct[i] = det.correct;
+        sb->reward[i] = (float)rw;
+        sb->correct[i] = det.correct;
         st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
         st->n_trunc += x->finish == FINISH_LENGTH;
         st->reward_failures += det.program_failures;
         st->resp_max = x->n > st->resp_max ? x->n : st->resp_max;
-        st->tokens_total += ro->prompt_len[i] + x->n;
+        st->tokens_total += sb->prompt_len[i] + x->n;
     }
 }
 
 // Which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
 // keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
-static void select_kept(const GrpoSettings *s, Rollout *ro) {
-    int64_t n = ro->n_samples, n_slots = 0;
-    ro->kept = xmalloc((size_t)n * 8), ro->kept_adv = xmalloc((size_t)n * 4), ro->resp_off = xmalloc((size_t)(n + 1) * 8);
-    ro->mb_start = xmalloc((size_t)(n / s->mini_batch_size + 2) * 8);
-    ro->resp_off[0] = 0;
+static void select_kept(const GrpoSettings *s, StepBatch *sb) {
+    int64_t n = sb->n_samples, n_slots = 0;
+    sb->kept = xmalloc((size_t)n * 8), sb->kept_adv = xmalloc((size_t)n * 4), sb->resp_off = xmalloc((size_t)(n + 1) * 8);
+    sb->mb_start = xmalloc((size_t)(n / s->mini_batch_size + 2) * 8);
+    sb->resp_off[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (s->dynamic_sampling && grpo_group_is_flat(ro->reward + (i / s->G) * s->G, s->G)) continue;
-        for (int64_t slot = n_slots++; ro->n_mini <= slot / s->mini_batch_size;) ro->mb_start[ro->n_mini++] = ro->n_kept;
-        if (s->mask_truncated && ro->samples[i].finish == FINISH_LENGTH) continue;
-        ro->kept[ro->n_kept] = i;
-        ro->resp_off[ro->n_kept + 1] = ro->resp_off[ro->n_kept] + ro->samples[i].n;
-        ro->n_kept++;
+        if (s->dynamic_sampling && grpo_group_is_flat(sb->reward + (i / s->G) * s->G, s->G)) continue;
+        for (int64_t slot = n_slots++; sb->n_mini <= slot / s->mini_batch_size;) sb->mb_start[sb->n_mini++] = sb->n_kept;
+        if (s->mask_truncated && sb->samples[i].finish == FINISH_LENGTH) continue;
+        sb->kept[sb->n_kept] = i;
+        sb->resp_off[sb->n_kept + 1] = sb->resp_off[sb->n_kept] + sb->samples[i].n;
+        sb->n_kept++;
     }
-    ro->mb_start[ro->n_mini] = ro->n_kept;
-    ro->n_resp = ro->resp_off[ro->n_kept];
-    size_t bytes = (size_t)ro->n_resp * 4 + 4;
-    ro->old_logp = xmalloc(bytes), ro->ref_logp = xmalloc(bytes), ro->logp = xmalloc(bytes), ro->dlogp = xmalloc(bytes);
-    ro->ent = xmalloc(bytes), ro->dent = xmalloc(bytes);
+    sb->mb_start[sb->n_mini] = sb->n_kept;
+    sb->n_resp = sb->resp_off[sb->n_kept];
+    size_t bytes = (size_t)sb->n_resp * 4 + 4;
+    sb->old_logp = xmalloc(bytes), sb->ref_logp = xmalloc(bytes), sb->logp = xmalloc(bytes), sb->dlogp = xmalloc(bytes);
+    sb->ent = xmalloc(bytes), sb->dent = xmalloc(bytes);
 }
 
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
 // Returns the sum over responses of each one's mean KL (the metric divides by the responses).
-static double kl_into_reward(const GrpoSettings *s, Rollout *ro) {
+static double kl_into_reward(const GrpoSettings *s, StepBatch *sb) {
     double sum = 0.0;
-    for (int64_t k = 0; k < ro->n_kept; k++) {
+    for (int64_t k = 0; k < sb->n_kept; k++) {
         double kl = 0.0;
-        int64_t len = ro->resp_off[k + 1] - ro->resp_off[k];
-        for (int64_t t = ro->resp_off[k]; t < ro->resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, ro->old_logp[t], ro->ref_logp[t], NULL);
-        ro->reward[ro->kept[k]] -= (float)(s->loss.kl_coef * kl);
+        int64_t len = sb->resp_off[k + 1] - sb->resp_off[k];
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, sb->old_logp[t], sb->ref_logp[t], NULL);
+        sb->reward[sb->kept[k]] -= (float)(s->loss.kl_coef * kl);
         sum += kl / (double)len;
     }
     return sum;
@@ -307,52 +307,52 @@ static double kl_into_reward(const GrpoSettings *s, Rollout *ro) {
 // is normalised by the whole mini-batch over all ranks (n_tok tokens, n_seq responses), so that the
 // ranks' gradients add up to the single-process one (with dynamic sampling the ranks drop flat groups
 // on their own, so mini-batches after the first may hold other samples than in one process).
-static void accumulate_minibatch(Run *r, const Qwen2 *cm, Rollout *ro, int64_t m0, int64_t m1, double n_tok,
+static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t m0, int64_t m1, double n_tok,
                                  double n_seq, int on_policy, UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
     GrpoLossConfig lc = s->loss;
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
     int bonus = lc.entropy_coeff != 0.0;
     for (int64_t a = m0; a < m1 && n_tok > 0; a += u->micro) {
-        int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = ro->resp_off[a], t1 = ro->resp_off[b];
-        pack(ro, a, b, u);
+        int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = sb->resp_off[a], t1 = sb->resp_off[b];
+        pack(sb, a, b, u);
         qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
-        rows_to_resp(ro, a, b, u->seq_off, u->rows, ro->logp, 0);
-        rows_to_resp(ro, a, b, u->seq_off, u->ent_rows, ro->ent, 0);
+        rows_to_resp(sb, a, b, u->seq_off, u->rows, sb->logp, 0);
+        rows_to_resp(sb, a, b, u->seq_off, u->ent_rows, sb->ent, 0);
         // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
-        if (on_policy) memcpy(ro->old_logp + t0, ro->logp + t0, (size_t)(t1 - t0) * 4);
+        if (on_policy) memcpy(sb->old_logp + t0, sb->logp + t0, (size_t)(t1 - t0) * 4);
         GrpoLossStats st;
-        grpo_loss(&lc, ro->logp, ro->old_logp, r->has_ref ? ro->ref_logp : NULL, ro->ent, ro->kept_adv + a,
-                  ro->resp_off + a, (int)(b - a), n_tok, n_seq, ro->dlogp, bonus ? ro->dent : NULL, &st);
+        grpo_loss(&lc, sb->logp, sb->old_logp, r->has_ref ? sb->ref_logp : NULL, sb->ent, sb->kept_adv + a,
+                  sb->resp_off + a, (int)(b - a), n_tok, n_seq, sb->dlogp, bonus ? sb->dent : NULL, &st);
         grpo_loss_stats_add(total, &st);
         // The trainer averages the ranks' gradients: each contributes its share times the rank count.
         float scale = (float)(r->tr.scaler.scale * r->comm.size);
-        for (int64_t t = t0; t < t1; t++) ro->dlogp[t] *= scale;
-        for (int64_t t = t0; bonus && t < t1; t++) ro->dent[t] *= scale;
+        for (int64_t t = t0; t < t1; t++) sb->dlogp[t] *= scale;
+        for (int64_t t = t0; bonus && t < t1; t++) sb->dent[t] *= scale;
         memset(u->drows, 0, (size_t)u->seq_off[b - a] * 4);
-        rows_to_resp(ro, a, b, u->seq_off, u->drows, ro->dlogp, 1);
+        rows_to_resp(sb, a, b, u->seq_off, u->drows, sb->dlogp, 1);
         if (bonus) {
             memset(u->dent_rows, 0, (size_t)u->seq_off[b - a] * 4);
-            rows_to_resp(ro, a, b, u->seq_off, u->dent_rows, ro->dent, 1);
+            rows_to_resp(sb, a, b, u->seq_off, u->dent_rows, sb->dent, 1);
         }
         qwen2_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
     }
 }
 
 // ppo_epochs passes over the mini-batches; clip + AdamW after each.
-static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st) {
+static void update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st) {
     const GrpoSettings *s = r->s;
     int64_t it = r->tr.st.iteration;
     grpo_loss_stats_init(&st->loss);
     // The schedule advances once per GRPO step, as verl steps its scheduler once per update_actor.
     st->lr = lr_at(s->schedule, s->adam.lr, s->warmup, r->steps, it);
     for (int64_t e = 0; e < s->ppo_epochs; e++)
-        for (int64_t mb = 0; mb < ro->n_mini; mb++) {
-            int64_t m0 = ro->mb_start[mb], m1 = ro->mb_start[mb + 1];
-            double tot[2] = {(double)(ro->resp_off[m1] - ro->resp_off[m0]), (double)(m1 - m0)};  // 0 tokens: a zero-gradient step
+        for (int64_t mb = 0; mb < sb->n_mini; mb++) {
+            int64_t m0 = sb->mb_start[mb], m1 = sb->mb_start[mb + 1];
+            double tot[2] = {(double)(sb->resp_off[m1] - sb->resp_off[m0]), (double)(m1 - m0)};  // 0 tokens: a zero-gradient step
             comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
             const Qwen2 *cm = trainer_begin_step(&r->tr);
-            accumulate_minibatch(r, cm, ro, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
+            accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
             double norm = trainer_apply(&r->tr, st->lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
             else st->norm_sum += norm, st->n_updates++;
@@ -366,24 +366,24 @@ static void update(Run *r, Rollout *ro, int need_old, UpdateWs *u, StepStats *st
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
        M_KL_REWARD, M_REWARD_FAIL, M_N };
 
-static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
+static void write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const GrpoSettings *s = r->s;
     double sum[M_N] = {0}, mx[3] = {(double)st->resp_max, st->loss.ratio_max, -st->loss.ratio_min};
-    for (int64_t i = 0; i < ro->n_samples; i++)
-        sum[M_REWARD] += ro->reward[i], sum[M_LEN] += ro->samples[i].n;
+    for (int64_t i = 0; i < sb->n_samples; i++)
+        sum[M_REWARD] += sb->reward[i], sum[M_LEN] += sb->samples[i].n;
     sum[M_TRUNC] = (double)st->n_trunc, sum[M_ACC] = (double)st->n_acc, sum[M_CORRECT] = (double)st->n_correct;
-    sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)ro->n_kept, sum[M_RESP] = (double)ro->n_resp;
+    sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)sb->n_kept, sum[M_RESP] = (double)sb->n_resp;
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
     sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
-    double n = (double)(ro->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
-    for (int64_t i = 0; i < ro->n_samples; i++) rvar += (ro->reward[i] - rmean) * (ro->reward[i] - rmean);
+    double n = (double)(sb->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
+    for (int64_t i = 0; i < sb->n_samples; i++) rvar += (sb->reward[i] - rmean) * (sb->reward[i] - rmean);
     comm_allreduce_f64(&r->comm, &rvar, 1, COMM_SUM, "metrics");  // two passes: exact 0 for equal rewards
     if (r->comm.rank != 0) return;
 
     double rstd = sqrt(rvar / n);
-    double upd = (double)(s->ppo_epochs * (ro->n_mini ? ro->n_mini : 1));
+    double upd = (double)(s->ppo_epochs * (sb->n_mini ? sb->n_mini : 1));
     double kl = s->use_kl_in_reward ? (sum[M_KEPT] ? sum[M_KL_REWARD] / sum[M_KEPT] : 0.0) : sum[M_KL] / upd;
     double acc = sum[M_ACC] ? sum[M_CORRECT] / sum[M_ACC] : NAN;
     double t_ref = st->t_ref ? st->t_ref - st->t_rew : 0.0, t_old = st->t_old ? st->t_old - (st->t_ref ? st->t_ref : st->t_rew) : 0.0;
@@ -418,34 +418,34 @@ static void write_metrics(Run *r, const Rollout *ro, const StepStats *st) {
             (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }
 
-static void dump_samples(Run *r, const Rollout *ro, const int64_t *idx) {
+static void dump_samples(Run *r, const StepBatch *sb, const int64_t *idx) {
     FILE *f = r->dump;
-    for (int64_t i = 0; i < ro->n_samples; i++) {
+    for (int64_t i = 0; i < sb->n_samples; i++) {
         int64_t p = idx[i / r->s->G];
-        char *text = rollout_sample_text(&ro->samples[i]);
+        char *text = rollout_sample_text(&sb->samples[i]);
         fprintf(f, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %lld, \"prompt\": ", (long long)r->tr.st.iteration,
                 (long long)p, (long long)(i % r->s->G));
         json_write_string(f, r->train.s[p].prompt, strlen(r->train.s[p].prompt));
         fprintf(f, ", \"prompt_ids\": [");
-        for (int64_t j = 0; j < ro->prompt_len[i]; j++) fprintf(f, j ? ", %d" : "%d", ro->prompt_ids[i][j]);
+        for (int64_t j = 0; j < sb->prompt_len[i]; j++) fprintf(f, j ? ", %d" : "%d", sb->prompt_ids[i][j]);
         fprintf(f, "], \"response_ids\": [");
-        for (int j = 0; j < ro->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", ro->samples[i].tokens[j]);
+        for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", sb->samples[i].tokens[j]);
         fprintf(f, "], \"response\": ");
         json_write_string(f, text, strlen(text));
-        fprintf(f, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)ro->reward[i],
-                (double)ro->adv[i], ro->correct[i]);
+        fprintf(f, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)sb->reward[i],
+                (double)sb->adv[i], sb->correct[i]);
         free(text);
     }
     file_flush(f, r->dump_path);
 }
 
 // One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
-// log-probs, update, metrics. Rollout and the update take turns in r->workspace.
+// log-probs, update, metrics. The rollout and the update take turns in r->workspace.
 static void grpo_step(Run *r, Stream *stream) {
     const GrpoSettings *s = r->s;
     int64_t P = s->train_batch_size, it = r->tr.st.iteration;
     StepStats st = {.t0 = time_now()};
-    Rollout ro = {.n_samples = P * s->G};
+    StepBatch sb = {.n_samples = P * s->G};
     int64_t *idx = xmalloc((size_t)P * sizeof *idx), *pos = xmalloc((size_t)P * sizeof *pos);
     for (int64_t i = 0; i < P; i++) {
         // This rank's share of every mini-batch: local prompt i is the step's prompt pos[i].
@@ -459,40 +459,40 @@ static void grpo_step(Run *r, Stream *stream) {
     st.t_offload = time_now();
     // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
     const Qwen2 *policy = trainer_weights(&r->tr);
-    ro.samples = xcalloc((size_t)ro.n_samples, sizeof *ro.samples);
-    generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, ro.samples);
+    sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
+    generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.samples);
     st.rss_rollout = rss_gib("VmRSS:");
     st.t_roll = time_now();
     // 2. rewards, and which samples enter the loss
-    score_rewards(r, idx, &ro, &st);
-    select_kept(s, &ro);
+    score_rewards(r, idx, &sb, &st);
+    select_kept(s, &sb);
     st.t_rew = time_now();
     // Dynamic sampling can leave ranks with different numbers of mini-batches: all take the largest.
-    double n_mini = (double)ro.n_mini;
+    double n_mini = (double)sb.n_mini;
     comm_allreduce_f64(&r->comm, &n_mini, 1, COMM_MAX, "mini-batch count");
-    for (; ro.n_mini < (int64_t)n_mini; ro.n_mini++) ro.mb_start[ro.n_mini + 1] = ro.n_kept;
+    for (; sb.n_mini < (int64_t)n_mini; sb.n_mini++) sb.mb_start[sb.n_mini + 1] = sb.n_kept;
 
     // 3. reference log-probs (frozen initial policy); old log-probs before any update when needed.
     // From here on the workspace holds training activations.
     UpdateWs u;
     update_ws_init(&u, s, &r->tr.master.cfg, &r->workspace);
-    int need_old = s->ppo_epochs > 1 || ro.n_mini > 1 || s->use_kl_in_reward;
-    if (r->has_ref && ro.n_kept) score_kept(&r->ref, &ro, &u, ro.ref_logp), st.t_ref = time_now();
-    if (need_old && ro.n_kept) score_kept(policy, &ro, &u, ro.old_logp), st.t_old = time_now();
-    if (s->use_kl_in_reward) st.kl_reward = kl_into_reward(s, &ro);
+    int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward;
+    if (r->has_ref && sb.n_kept) score_kept(&r->ref, &sb, &u, sb.ref_logp), st.t_ref = time_now();
+    if (need_old && sb.n_kept) score_kept(policy, &sb, &u, sb.old_logp), st.t_old = time_now();
+    if (s->use_kl_in_reward) st.kl_reward = kl_into_reward(s, &sb);
     // 4. group advantages
-    grpo_advantages(ro.reward, P, s->G, s->norm_adv_by_std, 1e-6f, ro.adv);
-    for (int64_t k = 0; k < ro.n_kept; k++) ro.kept_adv[k] = ro.adv[ro.kept[k]];
+    grpo_advantages(sb.reward, P, s->G, s->norm_adv_by_std, 1e-6f, sb.adv);
+    for (int64_t k = 0; k < sb.n_kept; k++) sb.kept_adv[k] = sb.adv[sb.kept[k]];
     // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch
-    update(r, &ro, need_old, &u, &st);
+    update(r, &sb, need_old, &u, &st);
     qwen2_train_free(&u.act);
     st.t_end = time_now();
     r->tr.st.iteration++;
 
     // 6. metrics
-    write_metrics(r, &ro, &st);
-    if (r->dump) dump_samples(r, &ro, idx);
-    rollout_free(&ro);
+    write_metrics(r, &sb, &st);
+    if (r->dump) dump_samples(r, &sb, idx);
+    step_batch_free(&sb);
     free(idx);
     free(pos);
 }
