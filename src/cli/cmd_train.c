@@ -5,7 +5,7 @@
 
 #include "base/util.h"
 #include "cli/commands.h"
-#include "train/demo.h"
+#include "cli/demo.h"
 #include "train/grpo.h"
 
 static void usage(FILE *f) {

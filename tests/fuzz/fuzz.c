@@ -5,7 +5,7 @@
 
 #include "base/util.h"
 #include "model/qwen2.h"
-#include "train/demo.h"
+#include "cli/demo.h"
 
 #include <dirent.h>
 #include <fcntl.h>

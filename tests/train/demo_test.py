@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The built-in demo of `grpo train` (src/train/demo.c), run in its shortened "smoke" form.
+"""The built-in demo of `grpo train` (src/cli/demo.c), run in its shortened "smoke" form.
 
 usage: /usr/bin/python3 tests/train/demo_test.py --grpo PATH --tmp DIR [--full]
 

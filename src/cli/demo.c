@@ -1,4 +1,4 @@
-#include "train/demo.h"
+#include "cli/demo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
