@@ -642,6 +642,127 @@ static void write_val_metrics(Run *r, int64_t step, double acc) {
     file_flush(r->metrics, r->metrics_path);
 }
 
+// The run's model (trainer), tokenizer, data, stop tokens, rewards and reference: all but its files.
+static void run_load(Run *r) {
+    const GrpoSettings *s = r->s;
+    trainer_init(&r->tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
+                 &s->lora);
+    trainer_set_dist(&r->tr, &r->comm, s->zero, s->topk_ratio);
+    const Qwen2Config *c = &r->tr.master.cfg;
+    char *tj = path_join(s->model_dir, "tokenizer.json");
+    if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
+    tokenizer_load(&r->tok, tj);
+    r->tok.no_thinking = !s->enable_thinking;
+    free(tj);
+    prompt_data_load(&r->train, s->train_file, "data.train_file", s->prompt_key, s->answer_key, &r->tok,
+                     s->chat_template, s->max_prompt_length);
+    if ((r->has_val = s->val_file != NULL))
+        prompt_data_load(&r->val, s->val_file, "data.val_file", s->prompt_key, s->answer_key, &r->tok,
+                         s->chat_template, s->max_prompt_length);
+    if (s->max_prompt_length + s->max_response_length > c->max_pos)
+        die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
+            (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
+    r->steps = s->steps ? s->steps : s->epochs * ((r->train.n + r->P_global - 1) / r->P_global);
+    r->n_stop = qwen2_stop_ids(s->model_dir, r->stop_ids, 15);
+    int dup = r->tok.eos_id < 0;
+    for (int i = 0; i < r->n_stop; i++) dup |= r->stop_ids[i] == r->tok.eos_id;
+    if (!dup) r->stop_ids[r->n_stop++] = r->tok.eos_id;
+    reward_set_init(&r->rewards, s->rewards, s->n_rewards);
+    // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
+    // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
+    if ((r->has_ref = s->loss.kl_coef > 0) && r->tr.has_lora) {
+        r->ref = trainer_base(&r->tr);
+    } else if (r->has_ref) {
+        qwen2_build(&r->ref, c, compute_storage(s->ref_dtype));
+        compute_copy_round(&r->ref, &r->tr.master, s->ref_dtype);
+    }
+    r->tr.st.seed = s->seed;
+    r->tr.st.batch_size = r->P_global;
+    r->tr.st.data_lines = r->train.n;
+    r->tr.st.shuffle = s->shuffle;
+}
+
+// Resumes from ckpt (NULL: a new run), then rank 0 writes config.yaml and opens metrics.jsonl and
+// samples.jsonl (appending when resumed).
+static void run_open(Run *r, const char *ckpt) {
+    const GrpoSettings *s = r->s;
+    int lead = r->comm.rank == 0;
+    r->metrics_path = path_join(s->out_dir, "metrics.jsonl");
+    r->dump_path = path_join(s->out_dir, "samples.jsonl");
+    const char *mp = r->metrics_path, *dp = r->dump_path;
+    if (ckpt) {
+        TrainState now = r->tr.st;
+        trainer_load(&r->tr, ckpt);
+        static const char *const keys[4] = {"trainer.seed", "data.train_batch_size", "data.train_file",
+                                            "data.shuffle"};
+        checkpoint_check_run(ckpt, &r->tr.st, &now, keys);
+        if (lead) metrics_truncate(mp, r->tr.st.iteration);
+        if (lead) fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r->tr.st.iteration);
+    }
+    if (!lead) return;
+    save_config(s);
+    const char *mode = ckpt ? "a" : "w";
+    if (!(r->metrics = fopen(mp, mode))) die("cannot open %s for writing: %s", mp, strerror(errno));
+    if (s->dump_samples && !(r->dump = fopen(dp, mode))) die("cannot open %s for writing: %s", dp, strerror(errno));
+}
+
+static void print_start(const Run *r) {
+    const GrpoSettings *s = r->s;
+    const char *ref = "not needed (no KL)";
+    if (r->has_ref) ref = r->tr.has_lora ? "the base with the adapters off (no copy)" : dtype_name(s->ref_dtype);
+    char params[16];
+    fmt_count(params, sizeof params, (double)r->tr.n);
+    fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld step%s, "
+            "%s %sparameters, reference %s\n", (long long)r->P_global, s->G, r->comm.size,
+            r->comm.size > 1 ? "es" : "", (long long)r->steps, r->steps == 1 ? "" : "s", params,
+            r->tr.has_lora ? "trained LoRA " : "", ref);
+}
+
+// Greedy pass@1 on the validation prompts, printed and written as step `step` (0: before training).
+static void run_validate(Run *r, int64_t step) {
+    double acc = validate(r);
+    if (r->comm.rank != 0) return;
+    if (step == 0) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
+    else fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)step, acc);
+    write_val_metrics(r, step, acc);
+}
+
+// After SIGINT/SIGTERM: a checkpoint of the step just finished, the files closed, exit 128 + sig.
+static GRPO_NORETURN void run_stop(Run *r, int sig) {
+    const GrpoSettings *s = r->s;
+    trainer_save_on_signal(&r->tr, sig, r->tr.st.iteration, "grpo train", "trainer.resume=true", s->out_dir,
+                           s->save_dtype, s->model_dir, s->keep);
+    if (r->comm.rank == 0) file_close(r->metrics, r->metrics_path);
+    if (r->dump) file_close(r->dump, r->dump_path);
+    reward_set_free(&r->rewards);  // ends the reward program
+    comm_finalize(&r->comm);
+    exit(128 + sig);
+}
+
+// The end: rank 0 writes the final model and closes the files; everything is freed.
+static void run_finish(Run *r) {
+    const GrpoSettings *s = r->s;
+    comm_finalize(&r->comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
+    if (r->comm.rank == 0) {
+        copy_model_extras(s->model_dir, s->out_dir);
+        trainer_save_result(&r->tr, s->out_dir, s->save_dtype, s->model_dir);
+        checkpoint_prune(s->out_dir, s->keep);
+        fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir,
+                rss_gib("VmHWM:"), (double)r->plan.peak / GIB);
+        file_close(r->metrics, r->metrics_path);
+    }
+    if (r->dump) file_close(r->dump, r->dump_path);
+    free(r->metrics_path);
+    free(r->dump_path);
+    if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
+    arena_free(&r->workspace);
+    reward_set_free(&r->rewards);
+    prompt_data_free(&r->train);
+    if (r->has_val) prompt_data_free(&r->val);
+    tokenizer_free(&r->tok);
+    trainer_free(&r->tr);
+}
+
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || !global->train_file)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
@@ -655,126 +776,27 @@ void grpo_run(const GrpoSettings *global) {
     static const RunDirOpts dir_opts = {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true",
                                         "model.path"};
     char *ckpt = run_dir_claim(s->out_dir, s->model_dir, s->resume, s->overwrite, lead, &dir_opts);
-    trainer_init(&r.tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
-                 &s->lora);
-    trainer_set_dist(&r.tr, &r.comm, s->zero, s->topk_ratio);
-    const Qwen2Config *c = &r.tr.master.cfg;
-    char *tj = path_join(s->model_dir, "tokenizer.json");
-    if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
-    tokenizer_load(&r.tok, tj);
-    r.tok.no_thinking = !s->enable_thinking;
-    free(tj);
-    prompt_data_load(&r.train, s->train_file, "data.train_file", s->prompt_key, s->answer_key, &r.tok,
-                     s->chat_template, s->max_prompt_length);
-    if ((r.has_val = s->val_file != NULL))
-        prompt_data_load(&r.val, s->val_file, "data.val_file", s->prompt_key, s->answer_key, &r.tok,
-                         s->chat_template, s->max_prompt_length);
-    if (s->max_prompt_length + s->max_response_length > c->max_pos)
-        die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
-            (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
-    int64_t steps = s->steps ? s->steps : s->epochs * ((r.train.n + r.P_global - 1) / r.P_global);
-    r.steps = steps;
-    r.n_stop = qwen2_stop_ids(s->model_dir, r.stop_ids, 15);
-    int dup = r.tok.eos_id < 0;
-    for (int i = 0; i < r.n_stop; i++) dup |= r.stop_ids[i] == r.tok.eos_id;
-    if (!dup) r.stop_ids[r.n_stop++] = r.tok.eos_id;
-    reward_set_init(&r.rewards, s->rewards, s->n_rewards);
-    // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
-    // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
-    if ((r.has_ref = s->loss.kl_coef > 0) && r.tr.has_lora) {
-        r.ref = trainer_base(&r.tr);
-    } else if (r.has_ref) {
-        qwen2_build(&r.ref, c, compute_storage(s->ref_dtype));
-        compute_copy_round(&r.ref, &r.tr.master, s->ref_dtype);
-    }
-    r.tr.st.seed = s->seed;
-    r.tr.st.batch_size = r.P_global;
-    r.tr.st.data_lines = r.train.n;
-    r.tr.st.shuffle = s->shuffle;
-
-    r.metrics_path = path_join(s->out_dir, "metrics.jsonl");
-    r.dump_path = path_join(s->out_dir, "samples.jsonl");
-    const char *mp = r.metrics_path, *dp = r.dump_path;
-    if (ckpt) {
-        TrainState now = r.tr.st;
-        trainer_load(&r.tr, ckpt);
-        static const char *const keys[4] = {"trainer.seed", "data.train_batch_size", "data.train_file",
-                                            "data.shuffle"};
-        checkpoint_check_run(ckpt, &r.tr.st, &now, keys);
-        if (lead) metrics_truncate(mp, r.tr.st.iteration);
-        if (lead) fprintf(stderr, "grpo train: resuming from %s (step %lld)\n", ckpt, (long long)r.tr.st.iteration);
-    }
+    run_load(&r);
+    run_open(&r, ckpt);
     free(ckpt);
-    if (lead) {
-        save_config(s);
-        const char *mode = s->resume ? "a" : "w";
-        if (!(r.metrics = fopen(mp, mode))) die("cannot open %s for writing: %s", mp, strerror(errno));
-        if (s->dump_samples && !(r.dump = fopen(dp, mode)))
-            die("cannot open %s for writing: %s", dp, strerror(errno));
-    }
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
-    grpo_memory_plan(global, c, r.comm.size, &r.plan);
+    grpo_memory_plan(global, &r.tr.master.cfg, r.comm.size, &r.plan);
     arena_init(&r.workspace, r.plan.workspace);
     if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
     if (lead) print_plan(&r.plan, &r.comm);
+    if (lead) print_start(&r);
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
-    const char *ref = "not needed (no KL)";
-    if (r.has_ref) ref = r.tr.has_lora ? "the base with the adapters off (no copy)" : dtype_name(s->ref_dtype);
-    char params[16];
-    fmt_count(params, sizeof params, (double)r.tr.n);
-    if (lead)
-        fprintf(stderr, "grpo train: %lld prompts x %d samples per step (%d process%s), %lld step%s, "
-                "%s %sparameters, reference %s\n", (long long)r.P_global, s->G, r.comm.size,
-                r.comm.size > 1 ? "es" : "", (long long)steps, steps == 1 ? "" : "s", params,
-                r.tr.has_lora ? "trained LoRA " : "", ref);
-    if (r.has_val && s->val_before_train && !s->resume) {
-        double acc = validate(&r);
-        if (lead) {
-            fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
-            write_val_metrics(&r, 0, acc);
-        }
-    }
-    while (r.tr.st.iteration < steps) {
+    if (r.has_val && s->val_before_train && !s->resume) run_validate(&r, 0);
+    while (r.tr.st.iteration < r.steps) {
         grpo_step(&r, &stream);
-        if (r.has_val && s->val_every > 0 && r.tr.st.iteration % s->val_every == 0) {
-            double acc = validate(&r);
-            if (lead) {
-                fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)r.tr.st.iteration, acc);
-                write_val_metrics(&r, r.tr.st.iteration, acc);
-            }
-        }
-        if (s->save_every > 0 && r.tr.st.iteration % s->save_every == 0)
+        int64_t it = r.tr.st.iteration;
+        if (r.has_val && s->val_every > 0 && it % s->val_every == 0) run_validate(&r, it);
+        if (s->save_every > 0 && it % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
-        int sig = r.tr.st.iteration < steps ? trainer_stop_signal(&r.tr) : 0;
-        if (sig) {
-            trainer_save_on_signal(&r.tr, sig, r.tr.st.iteration, "grpo train", "trainer.resume=true", s->out_dir,
-                                   s->save_dtype, s->model_dir, s->keep);
-            if (lead) file_close(r.metrics, mp);
-            if (r.dump) file_close(r.dump, dp);
-            reward_set_free(&r.rewards);  // ends the reward program
-            comm_finalize(&r.comm);
-            exit(128 + sig);
-        }
+        int sig = it < r.steps ? trainer_stop_signal(&r.tr) : 0;
+        if (sig) run_stop(&r, sig);
     }
-    comm_finalize(&r.comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
-    if (lead) {
-        copy_model_extras(s->model_dir, s->out_dir);
-        trainer_save_result(&r.tr, s->out_dir, s->save_dtype, s->model_dir);
-        checkpoint_prune(s->out_dir, s->keep);
-        fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir, rss_gib("VmHWM:"),
-                (double)r.plan.peak / GIB);
-        file_close(r.metrics, mp);
-    }
-    if (r.dump) file_close(r.dump, dp);
-    free(r.metrics_path);
-    free(r.dump_path);
     stream_free(&stream);
-    if (r.has_ref && !r.tr.has_lora) qwen2_free(&r.ref);
-    arena_free(&r.workspace);
-    reward_set_free(&r.rewards);
-    prompt_data_free(&r.train);
-    if (r.has_val) prompt_data_free(&r.val);
-    tokenizer_free(&r.tok);
-    trainer_free(&r.tr);
+    run_finish(&r);
 }

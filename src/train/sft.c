@@ -80,140 +80,181 @@ static void write_metrics(FILE *f, const char *path, int64_t step, double loss, 
     file_flush(f, path);
 }
 
-void sft_run(const SftConfig *cfg) {
+// One SFT run's state.
+typedef struct {
+    const SftConfig *cfg;
     Comm comm;
-    comm_init(&comm, cfg->dist_timeout_s);
-    comm_pin_cpu(&comm, cfg->pin_cpu ? "block" : "none");
+    int lead;  // rank 0: prints and writes files
+    Trainer tr;
+    SftData data;
+    int64_t steps, B, b;  // B samples a step, in micro-batches of b
+    Arena arena;          // the training workspace and the micro-batch buffers below
+    Qwen2Train act;
+    int32_t *tokens, *targets;
+    float *logp, *dlogp;
+    int64_t *seq_off, *batch;
+    Stream stream;
+} Sft;
+
+// What a step measured.
+typedef struct {
+    double loss, norm, scale, lr;  // norm: pre-clip, NAN when the step was skipped
+    int64_t n_target, n_tok;       // the batch's completion tokens, all its tokens
+} SftStepOut;
+
+// The workspace for the activations of the largest micro-batch, and the micro-batch buffers.
+static void sft_workspace(Sft *r) {
+    const Qwen2Config *c = &r->tr.master.cfg;
+    const Backend *be = r->tr.master.be;
+    int64_t max_tokens = max_micro_tokens(&r->data, r->b), max_seq = max_micro_tokens(&r->data, 1);
+    DType wdt = r->tr.has_lora ? r->tr.master.dtype : compute_storage(r->cfg->precision);
+    size_t buffers = (size_t)max_tokens * (2 * sizeof(int32_t) + 2 * sizeof(float)) + (size_t)(r->b + 1) * 8;
+    arena_init(&r->arena, qwen2_train_bytes(be, c, wdt, max_tokens, max_seq, r->cfg->recompute) + buffers + 4096);
+    qwen2_train_init(&r->act, be, c, wdt, max_tokens, max_seq, r->cfg->recompute, &r->arena);
+    r->tokens = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->tokens);
+    r->targets = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->targets);
+    r->logp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->logp);
+    r->dlogp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->dlogp);
+    r->seq_off = arena_alloc(&r->arena, (size_t)(r->b + 1) * sizeof *r->seq_off);
+}
+
+// One optimiser step at learning rate lr: this rank's micro-batches forward and backward (the loss is
+// the mean of -log p over the batch's completion tokens), the loss summed over the ranks, the update.
+static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
+    const Trainer *tr = &r->tr;
+    int64_t B = r->B, b = r->b, N = r->comm.size, bad = -1;
+    SftStepOut o = {.lr = lr};
+    for (int64_t i = 0; i < B; i++) {
+        r->batch[i] = stream_at(&r->stream, (step - 1) * B + i);
+        o.n_target += r->data.s[r->batch[i]].len - r->data.s[r->batch[i]].prompt_len;
+        o.n_tok += r->data.s[r->batch[i]].len;
+    }
+    // Each completion token weighs 1/n_target in every micro-batch, times the rank count, as the trainer
+    // averages the ranks' gradients.
+    float w = (float)(-tr->scaler.scale * (double)N / (double)o.n_target);
+    const Qwen2 *cm = trainer_begin_step(&r->tr);
+    double loss = 0.0;
+    for (int64_t mb = r->comm.rank * (B / N); mb < (r->comm.rank + 1) * (B / N); mb += b) {
+        pack(&r->data, r->batch + mb, b, w, r->tokens, r->targets, r->dlogp, r->seq_off);
+        qwen2_train_forward_fused(cm, r->tr.grads, r->tokens, r->targets, r->seq_off, (int)b, r->dlogp, &r->act,
+                                  r->logp);
+        for (int64_t j = 0; j < b; j++) {
+            double ls = 0.0;
+            for (int64_t i = r->seq_off[j]; i < r->seq_off[j + 1]; i++) ls -= r->logp[i];
+            if (!isfinite(ls) && bad < 0) bad = r->batch[mb + j];
+            loss += ls;
+        }
+        qwen2_backward(cm, r->tr.grads, r->dlogp, NULL, &r->act);
+    }
+    double red[2] = {loss, (double)bad};  // a non-finite sample on any rank skips the step on all
+    comm_allreduce_f64(&r->comm, &red[0], 1, COMM_SUM, "the loss");
+    comm_allreduce_f64(&r->comm, &red[1], 1, COMM_MAX, "the skip-step flag");
+    o.loss = red[0] / (double)o.n_target;
+    bad = (int64_t)red[1];
+    o.scale = tr->scaler.scale;
+    o.norm = trainer_apply(&r->tr, lr, bad < 0);
+    if (bad >= 0 && r->lead)
+        fprintf(stderr, "grpo: warning: step %lld: the loss of sample %s:%lld is not finite; step skipped\n",
+                (long long)step, r->data.path, (long long)r->data.s[bad].line);
+    else if (!isfinite(o.norm) && r->lead)
+        fprintf(stderr, "grpo: warning: step %lld: non-finite gradients (loss scale %g); step skipped\n",
+                (long long)step, o.scale);
+    return o;
+}
+
+void sft_run(const SftConfig *cfg) {
+    Sft r = {.cfg = cfg};
+    comm_init(&r.comm, cfg->dist_timeout_s);
+    comm_pin_cpu(&r.comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
-    int lead = comm.rank == 0;  // prints and writes files
+    int lead = r.lead = r.comm.rank == 0;
     static const RunDirOpts dir_opts = {"--out", "--resume", "--force", "--model"};
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);
-    Trainer tr;
-    trainer_init(&tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
+    Trainer *tr = &r.tr;
+    trainer_init(tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
                  &lora);
-    trainer_set_dist(&tr, &comm, cfg->zero, cfg->topk_ratio);
-    const Qwen2Config *c = &tr.master.cfg;
-    SftData data;
+    trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
+    const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
-    sft_data_load(&data, cfg->data_path, "--data", cfg->model_dir, c, max_length);
-    int64_t B = cfg->batch_size, b = cfg->micro_batch_size, N = comm.size;
+    sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, max_length);
+    int64_t B = r.B = cfg->batch_size, b = r.b = cfg->micro_batch_size, N = r.comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
-    if (B % (N * b)) die("under mpirun -np %lld, --batch-size %lld must be a multiple of ranks x --micro-batch-size (%lld)",
-                         (long long)N, (long long)B, (long long)(N * b));
-    int64_t steps = cfg->steps ? cfg->steps : (data.n + B - 1) / B;
-    tr.st.seed = cfg->seed;
-    tr.st.batch_size = B;
-    tr.st.data_lines = data.n;
-    tr.st.shuffle = cfg->shuffle;
+    if (B % (N * b))
+        die("under mpirun -np %lld, --batch-size %lld must be a multiple of ranks x --micro-batch-size (%lld)",
+            (long long)N, (long long)B, (long long)(N * b));
+    int64_t steps = r.steps = cfg->steps ? cfg->steps : (r.data.n + B - 1) / B;
+    tr->st.seed = cfg->seed;
+    tr->st.batch_size = B;
+    tr->st.data_lines = r.data.n;
+    tr->st.shuffle = cfg->shuffle;
 
     char *metrics_path = path_join(cfg->out_dir, "metrics.jsonl");
     if (ckpt) {
-        TrainState now = tr.st;
-        trainer_load(&tr, ckpt);
+        TrainState now = tr->st;
+        trainer_load(tr, ckpt);
         static const char *const keys[4] = {"--seed", "--batch-size", "--data", "shuffling (--no-shuffle)"};
-        checkpoint_check_run(ckpt, &tr.st, &now, keys);
-        if (lead) metrics_truncate(metrics_path, tr.st.step);
-        if (lead) fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)tr.st.step);
+        checkpoint_check_run(ckpt, &tr->st, &now, keys);
+        if (lead) metrics_truncate(metrics_path, tr->st.step);
+        if (lead) fprintf(stderr, "grpo sft: resuming from %s (step %lld)\n", ckpt, (long long)tr->st.step);
     }
     free(ckpt);
-
-    // One workspace for the activations of the largest micro-batch.
-    int64_t max_tokens = max_micro_tokens(&data, b), max_seq = max_micro_tokens(&data, 1);
-    Arena arena;
-    DType wdt = tr.has_lora ? tr.master.dtype : compute_storage(cfg->precision);
-    arena_init(&arena, qwen2_train_bytes(tr.master.be, c, wdt, max_tokens, max_seq, cfg->recompute) + (size_t)max_tokens * 20 + 4096);
-    Qwen2Train act;
-    qwen2_train_init(&act, tr.master.be, c, wdt, max_tokens, max_seq, cfg->recompute, &arena);
-    int32_t *tokens = arena_alloc(&arena, (size_t)max_tokens * 4), *targets = arena_alloc(&arena, (size_t)max_tokens * 4);
-    float *logp = arena_alloc(&arena, (size_t)max_tokens * 4), *dlogp = arena_alloc(&arena, (size_t)max_tokens * 4);
-    int64_t *seq_off = arena_alloc(&arena, (size_t)(b + 1) * 8);
-
+    sft_workspace(&r);
     FILE *metrics = lead ? fopen(metrics_path, cfg->resume ? "a" : "w") : NULL;
     if (lead && !metrics) die("cannot open %s for writing: %s", metrics_path, strerror(errno));
-    Stream stream;
-    stream_init(&stream, data.n, cfg->seed, cfg->shuffle);
-    int64_t *batch = xmalloc((size_t)B * 8);
+    stream_init(&r.stream, r.data.n, cfg->seed, cfg->shuffle);
+    r.batch = xmalloc((size_t)B * sizeof *r.batch);
     char params[16];
-    fmt_count(params, sizeof params, (double)tr.n);
+    fmt_count(params, sizeof params, (double)tr->n);
     if (lead)
         fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld step%s of %lld "
-                "(micro-batches of %lld), %s %sparameters, workspace %.1f MiB\n", (long long)data.n,
-                (long long)data.n_truncated, (long long)max_length, (long long)steps, steps == 1 ? "" : "s",
-                (long long)B, (long long)b, params, tr.has_lora ? "trained LoRA " : "",
-                (double)arena.size / 1048576.0);
+                "(micro-batches of %lld), %s %sparameters, workspace %.1f MiB\n", (long long)r.data.n,
+                (long long)r.data.n_truncated, (long long)max_length, (long long)steps, steps == 1 ? "" : "s",
+                (long long)B, (long long)b, params, tr->has_lora ? "trained LoRA " : "",
+                (double)r.arena.size / 1048576.0);
     double t_start = time_now(), tok_total = 0;
-    int64_t first_step = tr.st.step;
+    int64_t first_step = tr->st.step;
 
-    while (tr.st.step < steps) {
-        int64_t step = tr.st.step + 1, n_target = 0, n_tok = 0, bad = -1;
-        double t0 = time_now(), lr = lr_at(cfg->schedule, cfg->adam.lr, cfg->warmup, steps, tr.st.step), loss = 0.0;
-        for (int64_t i = 0; i < B; i++) {
-            batch[i] = stream_at(&stream, tr.st.step * B + i);
-            n_target += data.s[batch[i]].len - data.s[batch[i]].prompt_len;
-            n_tok += data.s[batch[i]].len;
-        }
-        // Loss = mean over the batch's completion tokens: each token weighs 1/n_target in every micro-batch,
-        // times the rank count, as the trainer averages the ranks' gradients.
-        float w = (float)(-tr.scaler.scale * (double)N / (double)n_target);
-        const Qwen2 *cm = trainer_begin_step(&tr);
-        for (int64_t mb = comm.rank * (B / N); mb < (comm.rank + 1) * (B / N); mb += b) {
-            pack(&data, batch + mb, b, w, tokens, targets, dlogp, seq_off);
-            qwen2_train_forward_fused(cm, tr.grads, tokens, targets, seq_off, (int)b, dlogp, &act, logp);
-            for (int64_t j = 0; j < b; j++) {
-                double ls = 0.0;
-                for (int64_t i = seq_off[j]; i < seq_off[j + 1]; i++) ls -= logp[i];
-                if (!isfinite(ls) && bad < 0) bad = batch[mb + j];
-                loss += ls;
-            }
-            qwen2_backward(cm, tr.grads, dlogp, NULL, &act);
-        }
-        double red[2] = {loss, (double)bad};  // a non-finite sample on any rank skips the step on all
-        comm_allreduce_f64(&comm, &red[0], 1, COMM_SUM, "the loss");
-        comm_allreduce_f64(&comm, &red[1], 1, COMM_MAX, "the skip-step flag");
-        loss = red[0] / (double)n_target, bad = (int64_t)red[1];
-        double scale = tr.scaler.scale, norm = trainer_apply(&tr, lr, bad < 0);
-        if (bad >= 0 && lead)
-            fprintf(stderr, "grpo: warning: step %lld: the loss of sample %s:%lld is not finite; step skipped\n",
-                    (long long)step, data.path, (long long)data.s[bad].line);
-        else if (!isfinite(norm) && lead)
-            fprintf(stderr, "grpo: warning: step %lld: non-finite gradients (loss scale %g); step skipped\n",
-                    (long long)step, scale);
-
+    while (tr->st.step < steps) {
+        int64_t step = tr->st.step + 1;
+        double t0 = time_now();
+        SftStepOut o = sft_step(&r, step, lr_at(cfg->schedule, cfg->adam.lr, cfg->warmup, steps, tr->st.step));
         double now = time_now();
-        tok_total += (double)n_tok;
+        tok_total += (double)o.n_tok;
         char eta[32];
         fmt_duration(eta, sizeof eta, (now - t_start) / (double)(step - first_step) * (double)(steps - step));
-        if (lead) write_metrics(metrics, metrics_path, step, loss, norm, lr, n_target, scale, now - t0);
-        if (lead) fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
-                (long long)step, (long long)steps, loss, norm, lr, tok_total / (now - t_start), eta);
-        if (tr.st.skips_in_row >= cfg->max_skips)
+        if (lead) write_metrics(metrics, metrics_path, step, o.loss, o.norm, o.lr, o.n_target, o.scale, now - t0);
+        if (lead)
+            fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
+                    (long long)step, (long long)steps, o.loss, o.norm, o.lr, tok_total / (now - t_start), eta);
+        if (tr->st.skips_in_row >= cfg->max_skips)
             die("%lld consecutive steps skipped for non-finite loss or gradients (last: step %lld, loss scale %g); "
-                "see the warnings above", (long long)tr.st.skips_in_row, (long long)step, scale);
-        if (cfg->save_every && step % cfg->save_every == 0) trainer_save(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir, cfg->keep);
-        int sig = tr.st.step < steps ? trainer_stop_signal(&tr) : 0;
+                "see the warnings above", (long long)tr->st.skips_in_row, (long long)step, o.scale);
+        if (cfg->save_every && step % cfg->save_every == 0)
+            trainer_save(tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir, cfg->keep);
+        int sig = tr->st.step < steps ? trainer_stop_signal(tr) : 0;
         if (sig) {
-            trainer_save_on_signal(&tr, sig, tr.st.step, "grpo sft", "--resume", cfg->out_dir, cfg->save_dtype,
+            trainer_save_on_signal(tr, sig, tr->st.step, "grpo sft", "--resume", cfg->out_dir, cfg->save_dtype,
                                    cfg->model_dir, cfg->keep);
             if (lead) file_close(metrics, metrics_path);
-            comm_finalize(&comm);
+            comm_finalize(&r.comm);
             exit(128 + sig);
         }
     }
-    comm_finalize(&comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
+    comm_finalize(&r.comm);  // the other ranks are done; rank 0's writes need no MPI (nor its timeout)
     if (lead) {
         copy_model_extras(cfg->model_dir, cfg->out_dir);
-        trainer_save_result(&tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir);
+        trainer_save_result(tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir);
         checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
         fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
         file_close(metrics, metrics_path);
     }
     free(metrics_path);
-    free(batch);
-    stream_free(&stream);
-    qwen2_train_free(&act);
-    arena_free(&arena);
-    trainer_free(&tr);
-    sft_data_free(&data);
+    free(r.batch);
+    stream_free(&r.stream);
+    qwen2_train_free(&r.act);
+    arena_free(&r.arena);
+    trainer_free(tr);
+    sft_data_free(&r.data);
 }
