@@ -249,8 +249,8 @@ static void print_stats(const RolloutStats *st, int n_prompts, int G) {
 int cmd_generate(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory (tokenizer.json there for text)", NULL, 1},
-        {"--jsonl", NULL, "JSONL in ({\"tokens\"|\"ids\"|\"prompt\"|\"messages\"} lines), one JSON line per sample out",
-         NULL, 0},
+        {"--jsonl", NULL,
+         "JSONL in ({\"tokens\"|\"ids\"|\"prompt\"|\"messages\"} lines), one JSON line per sample out", NULL, 0},
         {"--max-new-tokens", "N", "tokens to generate at most (per line: \"max_new_tokens\")", "256", 0},
         {"--temperature", "T", "sampling temperature; 0 is greedy", "1.0", 0},
         {"--top-p", "P", "nucleus sampling mass in (0, 1]", "1.0", 0},
@@ -273,9 +273,9 @@ int cmd_generate(int argc, char **argv) {
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
                     "Plain mode: the prompt (arguments, else all of stdin) is rendered with the chat template\n"
                     "when the model has one (--raw: as is) and the text is printed as it is generated.\n"
-                    "--jsonl: lines {\"tokens\" (or \"ids\"): [...]} | {\"prompt\": \"raw text\"} | {\"messages\": [...]},\n"
-                    "optional \"max_new_tokens\" (or \"max_tokens\") and \"seed\"; other keys are refused; out, one line\n"
-                    "per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
+                    "--jsonl: lines {\"tokens\" (or \"ids\"): [...]} | {\"prompt\": \"raw text\"} |\n"
+                    "{\"messages\": [...]}, optional \"max_new_tokens\" (or \"max_tokens\") and \"seed\"; other\n"
+                    "keys are refused; out, one line per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
                     "\"logprobs\", \"finish_reason\"}. logprobs are log p under softmax(logits / T) before top-k/top-p\n"
                     "(T = 1 when greedy). Generation stops at the model's eos_token_id (config.json,\n"
                     "generation_config.json), a --stop string, or the token limit.",

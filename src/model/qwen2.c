@@ -641,7 +641,8 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
             a->host.targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
     forward(m, B, a, NULL, NULL);
     // The log-probs land in a->proj (free by now), then come to the host.
-    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, m->cfg.hidden,
+    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N,
+                        m->cfg.hidden,
                         m->cfg.vocab, a->scratch);
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
 }

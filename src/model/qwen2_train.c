@@ -234,8 +234,8 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
                          qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     zero_floats(m, t->datt, N * Q);
-    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, qwen2_operand(m, a->att, N * Q, t->in16), Q,
-                  C);
+    const void *att = qwen2_operand(m, a->att, N * Q, t->in16);
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, att, Q, C);
     lora_backward(be, m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
     be->attention_backward(be, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, N,
                            H, KVH, (int)D, t->scratch);
