@@ -5,6 +5,7 @@ usage: /usr/bin/python3 bench/ab.py --old OLD/grpo --new build/grpo [--model DIR
            [--threads N] [--load]
 For f32 and bf16, each binary in turn (old, new, old, new, ...: a noisy minute weighs on both):
   prefill  `grpo score`, 2 sequences x 256 tokens per forward: the second forward of each process
+  decode   `grpo generate` greedy, batch 1, prompt 64, 24 new tokens (decode_tokens_per_second)
   train    `grpo sft`, 3 steps of B=2 x 128 tokens: steps 2 and 3 of each process (elapsed_s)
 Prints the medians (tokens/s) and new / old. --load first starts one competing single-threaded busy
 loop for the whole run. Model: bench/cpu.py's qwen2.5-0.5b-shaped random weights (made on first use).
@@ -34,6 +35,7 @@ tmp = tempfile.mkdtemp(prefix="grpo-ab-")
 rng = random.Random(1)
 B, T = 2, 256
 score_in = "".join(json.dumps({"tokens": [rng.randrange(151936) for _ in range(T)]}) + "\n" for _ in range(B)) * 2
+decode_in = json.dumps({"tokens": [rng.randrange(151936) for _ in range(64)]}) + "\n"
 data = os.path.join(tmp, "sft.jsonl")
 with open(data, "w") as f:
     for _ in range(6):
@@ -53,6 +55,12 @@ def prefill(grpo, dt):
     return [B * T / json.loads(p.stderr.strip().splitlines()[-1])["batch_seconds"][-1]]
 
 
+def decode(grpo, dt):
+    p = run([grpo, "generate", "--model", a.model, "--jsonl", "--stats", "--temperature", "0", "--max-new-tokens",
+             "24", "--dtype", dt], decode_in)
+    return [json.loads(p.stderr.strip().splitlines()[-1])["decode_tokens_per_second"]]
+
+
 def train(grpo, dt):
     out = os.path.join(tmp, "out")
     shutil.rmtree(out, ignore_errors=True)
@@ -66,7 +74,7 @@ load = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if a.load el
 try:
     print(f"{'':16} {'old tok/s':>10} {'new tok/s':>10} {'new/old':>8}   ({a.repeats} repeats, {a.threads} threads"
           f"{', under one busy loop' if a.load else ''})")
-    for name, fn in (("prefill", prefill), ("train step", train)):
+    for name, fn in (("prefill", prefill), ("decode b1", decode), ("train step", train)):
         for dt in ("f32", "bf16"):
             got = {"old": [], "new": []}
             for _ in range(a.repeats):

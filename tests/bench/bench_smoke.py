@@ -85,6 +85,14 @@ def setup():
                    tied=False, arch="qwen3", head_dim=32)
 
 
+def ab():
+    args = ["--old", GRPO, "--new", GRPO, "--model", T("tiny"), "--repeats", 1, "--threads", 2]
+    out, _ = bench("ab", "ab.py", args)
+    rows = re.findall(r"^(prefill|decode b1|train step) (f32|bf16)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+    check("ab: a row (old, new tok/s, new/old) for prefill, decode and train in f32 and bf16, all positive",
+          len(rows) == 6 and all(float(x) > 0 for r in rows for x in r[2:]), out[-1500:])
+
+
 def allreduce():
     out, _ = bench("allreduce", "allreduce.py", ["--tool", TEST_COMM, "--sizes", 1000, "--iters", 1, "--ratio", 0.1])
     prints("allreduce", out, "floats", "mode", "ranks", "median s", "algbw GB/s", "busbw GB/s", "bytes/step")
@@ -306,7 +314,7 @@ def train():
               g and t and all(math.isclose(x, y, rel_tol=1e-4) for x, y in zip(g, t)), str(rows))
 
 
-GROUPS = [("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
+GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
           ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
