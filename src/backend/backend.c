@@ -11,43 +11,55 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-// The CUDA backend module: next to the executable (an installed grpo), else where the build made it.
+// The CUDA backend module: next to the executable (an installed grpo) when it is there, else where the
+// build made it. A module that is there but does not load (libcudart or libcublasLt missing, an
+// unresolved symbol) is the error, in the loader's words into err.
 static void *cuda_module(char *err, size_t n) {
     char path[4096];
+    const char *module = GRPO_CUDA_MODULE;
     ssize_t len = readlink("/proc/self/exe", path, sizeof path - 32);
     if (len > 0) {
         path[len] = '\0';
         char *slash = strrchr(path, '/');
         if (slash) {
             strcpy(slash + 1, "libgrpo_cuda.so");
-            void *h = access(path, R_OK) == 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-            if (h) return h;
+            if (access(path, R_OK) == 0) module = path;
         }
     }
-    void *h = dlopen(GRPO_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
-    if (!h) snprintf(err, n, "%s", dlerror());
+    void *h = dlopen(module, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(err, n, "cannot load the CUDA backend: %s", e ? e : "dlopen failed");
+    }
     return h;
 }
 
 typedef const Backend *(*CudaOpenFn)(int ordinal, const char *what);
+typedef int (*CudaCountFn)(char *why, size_t n);
 
 static void *cuda_symbol(const char *name, const char *what) {
-    char err[512] = "";
+    char err[1024] = "";
     void *h = cuda_module(err, sizeof err);
-    if (!h) die("%s cuda: cannot load the CUDA backend (%s)", what, err);
+    if (!h) die("%s cuda: %s", what, err);
     void *f = dlsym(h, name);
     if (!f) die("%s cuda: the CUDA backend module has no %s", what, name);
     return f;
 }
 #endif
 
-int backend_cuda_devices(void) {
+int backend_cuda_devices(char *why, size_t n) {
+    if (n) why[0] = '\0';
 #ifdef GRPO_CUDA
-    char err[512];
-    void *h = cuda_module(err, sizeof err);
-    int (*count)(void) = h ? (int (*)(void))dlsym(h, "cuda_device_count") : NULL;
-    return count ? count() : 0;
+    void *h = cuda_module(why, n);
+    if (!h) return -1;
+    CudaCountFn count = (CudaCountFn)dlsym(h, "cuda_device_count");
+    if (!count) {
+        snprintf(why, n, "the CUDA backend module has no cuda_device_count");
+        return -1;
+    }
+    return count(why, n);
 #else
+    snprintf(why, n, "this grpo was built without CUDA");
     return 0;
 #endif
 }

@@ -113,8 +113,10 @@ void backend_close(const Backend *be);
 // The training ops be lacks, as a ", "-separated list of their names into buf ("" when it has them all):
 // a run that trains checks it before any work starts.
 void backend_missing_training_ops(const Backend *be, char *buf, size_t n);
-// How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU.
-int backend_cuda_devices(void);
+// How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU; -1
+// when the build has CUDA and it cannot be used (its module does not load, a driver older than its
+// runtime). The reason for 0 or -1 goes into why (n bytes): the loader's or CUDA's own words.
+int backend_cuda_devices(char *why, size_t n);
 
 // An arena of `bytes` in be's memory; backend_arena_free releases it.
 void backend_arena_init(const Backend *be, Arena *a, size_t bytes);

@@ -1,11 +1,14 @@
 // Every op of the CUDA backend against the CPU backend's (nn/ops.h, itself checked against PyTorch) on
 // the same random inputs, at sizes that cross the kernels' tiles (32-key attention tiles, 256-row
-// log-prob chunks, 1024-thread sampler blocks). Exits 77 (ctest: skipped) when no GPU is visible.
+// log-prob chunks, 1024-thread sampler blocks). Exits 77 (ctest: skipped) when no GPU is visible; fails
+// when the build has CUDA and it cannot be used (the module does not load, a driver too old), naming why.
+// Before either, a host check of the attention kernel's lane map (no GPU needed).
 //
 // Tolerances: both sides accumulate in fp32 in different orders. A sum of n random-signed terms then
 // differs by about u sqrt(n) of its own scale (u = 6e-8), a sum of n positive terms (softmax) by at most
 // u n; each bound below is 8 times that, relative to the output's scale (an error of a real bug, a
 // wrong row or a missing term, is O(1)). Exact checks (rounding, copies, gathers, greedy ids) use 0.
+#define _POSIX_C_SOURCE 200809L  // setenv
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 #include "backend/backend.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "cuda/cuda_backend.h"
 #include "nn/ops.h"
 
 #define U 6e-8
@@ -126,21 +130,35 @@ static void test_embedding_rmsnorm(int64_t N, int64_t C, int64_t V) {
     gfree(dout), gfree(dt), gfree(dtok), gfree(dw), gfree(dx);
 }
 
-static void test_matmul(int64_t N, int64_t C, int64_t OC, int bias) {
+// bias: 0 none, 1 a bias, 2 a bias one element past an allocation's start (2-byte aligned). gpu: the
+// backend under test (g_gpu, or one that adds biases with its own kernel, not cuBLASLt's epilogue).
+static void test_matmul_on(const Backend *gpu, const char *how, int64_t N, int64_t C, int64_t OC, int bias) {
     char op[96];
     float *x = randn(N * C, 1.0f), *w = randn(OC * C, 1.0f), *b = randn(OC, 1.0f);
     uint16_t *x16 = to_bf16(x, N * C), *w16 = to_bf16(w, OC * C), *b16 = to_bf16(b, OC);
-    float *want = xmalloc((size_t)(N * OC) * 4), *dout = g_gpu->alloc(g_gpu, (size_t)(N * OC) * 4);
-    void *dx = up(x16, (size_t)(N * C) * 2), *dw = up(w16, (size_t)(OC * C) * 2), *db = up(b16, (size_t)OC * 2);
+    float *want = xmalloc((size_t)(N * OC) * 4), *dout = gpu->alloc(gpu, (size_t)(N * OC) * 4);
+    void *dx = gpu->alloc(gpu, (size_t)(N * C) * 2), *dw = gpu->alloc(gpu, (size_t)(OC * C) * 2);
+    void *db = gpu->alloc(gpu, (size_t)(OC + 1) * 2);
+    uint16_t *dbias = (uint16_t *)db + (bias == 2);
+    gpu->upload(gpu, dx, x16, (size_t)(N * C) * 2);
+    gpu->upload(gpu, dw, w16, (size_t)(OC * C) * 2);
+    gpu->upload(gpu, dbias, b16, (size_t)OC * 2);
     matmul_forward(want, x16, w16, bias ? b16 : NULL, DTYPE_BF16, N, C, OC);
-    g_gpu->matmul_forward(g_gpu, dout, dx, dw, bias ? db : NULL, DTYPE_BF16, N, C, OC);
-    float *got = down(dout, N * OC);
-    snprintf(op, sizeof op, "matmul bf16 N%lld C%lld OC%lld%s", (long long)N, (long long)C, (long long)OC,
-             bias ? " +bias" : "");
+    gpu->matmul_forward(gpu, dout, dx, dw, bias ? dbias : NULL, DTYPE_BF16, N, C, OC);
+    float *got = xmalloc((size_t)(N * OC) * 4);
+    gpu->download(gpu, got, dout, (size_t)(N * OC) * 4);
+    const char *what = bias == 2 ? " +bias (offset 1)" : " +bias";
+    snprintf(op, sizeof op, "matmul bf16 N%lld C%lld OC%lld%s%s", (long long)N, (long long)C, (long long)OC,
+             bias ? what : "", how);
     report(op, rel_err(got, want, N * OC, 0.0), 8.0 * U * sqrt((double)C));
     free(got), free(x), free(w), free(b), free(x16), free(w16), free(b16), free(want);
-    gfree(dout), gfree(dx), gfree(dw), gfree(db);
+    gpu->free(gpu, dout);
+    gpu->free(gpu, dx);
+    gpu->free(gpu, dw);
+    gpu->free(gpu, db);
 }
+
+static void test_matmul(int64_t N, int64_t C, int64_t OC, int bias) { test_matmul_on(g_gpu, "", N, C, OC, bias); }
 
 static void test_rope(int64_t N, int H, int D) {
     char op[96];
@@ -246,13 +264,37 @@ static void test_logprob(int64_t N, int64_t C, int64_t V) {
     gfree(dh), gfree(dw), gfree(dt), gfree(ds), gfree(dout);
 }
 
-// Greedy: the CPU's ids exactly. Sampling without truncation: both walk ids in order with the same u,
-// so the ids agree unless u lands within rounding of a boundary (skipped rows). Top-k/top-p: the GPU's
-// id must lie in the CPU's kept set (the GPU walks it in id order, the CPU in probability order).
+// log softmax(z / T)[id] in double: the reference for a sampled id's log-prob (T = 1 when greedy, as
+// both samplers use).
+static double host_logprob(const float *z, int64_t V, double T, int32_t id) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < V; j++) mx = fmax(mx, z[j]);
+    for (int64_t j = 0; j < V; j++) sum += exp((z[j] - mx) / T);
+    return (z[id] - mx) / T - log(sum);
+}
+
+// A tie at the top of row z: its ids set to the row's maximum + 1.
+static void tie_at_top(float *z, int64_t V, const int64_t *ids, int n) {
+    float mx = z[0];
+    for (int64_t j = 1; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int i = 0; i < n; i++) z[ids[i]] = mx + 1.0f;
+}
+
+// Greedy: the CPU's ids exactly, and rows 0 and 1 tie at their maximum across threads, warps and (row 1,
+// V > 1324) within a thread's stride: the lowest tied id wins. Sampling without truncation: both walk ids
+// in order with the same u, so the ids agree unless u lands within rounding of a boundary (skipped rows).
+// Top-k/top-p: the GPU's id must lie in the CPU's kept set (the GPU walks it in id order, the CPU in
+// probability order, so the ids differ). Log-probs: each GPU id's against log_softmax(z / T)[id] on the
+// host, never the CPU's (different id), relative to max(1, |lp|): the GPU rounds (z - max) / T to float
+// before expf, an error of u |a| in each term's exponent a (|a| up to ~20 where the terms weigh), which
+// the log of their sum keeps: 8 times 20 u.
 static void test_sample(int B, int64_t V) {
     char op[96];
     float *z = randn((int64_t)B * V, 3.0f);
-    for (int64_t j = 0; j < 5; j++) z[j] = z[V + 2 * j] = 7.0f;  // ties for the greedy rows
+    const int64_t ties0[] = {V - 1, V / 2, 37, 5}, ties1[] = {V - 1, V > 1324 ? 1324 : V - 2, 301, 300};
+    const int32_t lowest[2] = {5, 300};
+    tie_at_top(z, V, ties0, 4);
+    tie_at_top(z + V, V, ties1, 4);
     double *u = xmalloc((size_t)B * sizeof *u);
     for (int b = 0; b < B; b++) u[b] = (double)rng_next_float(&g_rng);
     int32_t *want = xmalloc((size_t)B * 4), *got = xmalloc((size_t)B * 4);
@@ -263,22 +305,32 @@ static void test_sample(int B, int64_t V) {
     const char *names[4] = {"greedy", "T=0.8", "T=1 top-k 50", "T=1.2 top-k 40 top-p 0.7"};
     for (int c = 0; c < 4; c++) {
         SamplerConfig *sc = &cfgs[c];
+        double T = sc->temperature > 0 ? sc->temperature : 1.0;
         g_gpu->sample(g_gpu, sc, dz, B, V, u, NULL, got, lg);
         double bad = 0.0, lp_err = 0.0;
         for (int b = 0; b < B; b++) {
-            want[b] = sampler_sample(sc, z + (int64_t)b * V, V, u[b], &scr, &lw[b]);
-            lp_err = fmax(lp_err, fabs((double)lw[b] - lg[b]));
-            if (c < 2) {
-                double T = sc->temperature > 0 ? sc->temperature : 1.0, mx = -INFINITY, sum = 0.0, cum = 0.0, near = 1.0;
-                for (int64_t j = 0; j < V; j++) mx = fmax(mx, z[(int64_t)b * V + j]);
-                for (int64_t j = 0; j < V; j++) sum += exp((z[(int64_t)b * V + j] - mx) / T);
-                for (int64_t j = 0; j < V && c == 1; j++) {
-                    cum += exp((z[(int64_t)b * V + j] - mx) / T);
+            const float *zb = z + (int64_t)b * V;
+            want[b] = sampler_sample(sc, zb, V, u[b], &scr, &lw[b]);
+            if (got[b] < 0 || got[b] >= V) {
+                bad += 1.0;
+                lp_err = INFINITY;
+                continue;
+            }
+            double ref = host_logprob(zb, V, T, got[b]);
+            lp_err = fmax(lp_err, fabs((double)lg[b] - ref) / fmax(1.0, fabs(ref)));
+            if (c == 0) {
+                bad += got[b] != want[b];
+                if (b < 2) bad += got[b] != lowest[b];
+            } else if (c == 1) {
+                double mx = -INFINITY, sum = 0.0, cum = 0.0, near = 1.0;
+                for (int64_t j = 0; j < V; j++) mx = fmax(mx, zb[j]);
+                for (int64_t j = 0; j < V; j++) sum += exp((zb[j] - mx) / T);
+                for (int64_t j = 0; j < V; j++) {
+                    cum += exp((zb[j] - mx) / T);
                     near = fmin(near, fabs(cum - u[b] * sum) / sum);
                 }
                 if (near > 1e-5) bad += got[b] != want[b];
             } else {  // the GPU's id among the CPU's candidates: at least the probability of the CPU's last kept
-                const float *zb = z + (int64_t)b * V;
                 int64_t above = 0;  // ids strictly more likely than the GPU's pick
                 for (int64_t j = 0; j < V; j++) above += zb[j] > zb[got[b]];
                 int64_t kept = sc->top_k;
@@ -304,16 +356,85 @@ static void test_sample(int B, int64_t V) {
         }
         snprintf(op, sizeof op, "sample %s B%d V%lld: ids", names[c], B, (long long)V);
         report(op, bad, 0.0);
-        snprintf(op, sizeof op, "sample %s B%d V%lld: logprobs", names[c], B, (long long)V);
-        report(op, lp_err, 1e-5);
+        snprintf(op, sizeof op, "sample %s B%d V%lld: logprobs vs host", names[c], B, (long long)V);
+        report(op, lp_err, 8.0 * 20.0 * U);
     }
     free(z), free(u), free(want), free(got), free(lw), free(lg), free(scr.prob), free(scr.idx);
     gfree(dz);
 }
 
+// k_attend's index loops run on the host for head_dim D and a block of `warps` warps (query heads of a
+// group), as the kernel writes them with cuda_backend.h's lane map: the query row staged in shared memory,
+// a tile of nt keys loaded by the whole block, each lane's accumulators and its output writes. Every
+// element must be written exactly once and every index stay inside the kernel's arrays. Returns the
+// number of violations.
+static int attention_lane_map(int D, int warps, int nt) {
+    enum { TK = 32 };  // k_attend's ATT_TK: keys per tile
+    int bad = 0, threads = 32 * warps;
+    int *qs = xcalloc(CUDA_ATT_DMAX, sizeof *qs), *tile = xcalloc((size_t)TK * CUDA_ATT_DMAX, sizeof *tile);
+    int *out = xcalloc(CUDA_ATT_DMAX, sizeof *out);
+    for (int lane = 0; lane < 32; lane++)  // one warp's row of Qs
+        for (int d = lane; d < D; d += 32) {
+            bad += d >= CUDA_ATT_DMAX;
+            if (d < CUDA_ATT_DMAX) qs[d]++;
+        }
+    for (int t = 0; t < threads; t++)  // Ks/Vs [TK][DMAX + 1]
+        for (int e = t; e < nt * D; e += threads) {
+            int j = e / D, d = e % D;
+            bad += j >= TK || d > CUDA_ATT_DMAX;
+            if (j < TK && d < CUDA_ATT_DMAX) tile[j * CUDA_ATT_DMAX + d]++;
+        }
+    for (int lane = 0; lane < 32; lane++)  // acc[r] += p Vs[j][d]; out[d] = acc[r] / l
+        for (int r = 0; r < CUDA_ATT_DREGS; r++) {
+            int d = CUDA_ATT_DIM(lane, r);
+            if (d >= D) continue;
+            bad += d >= CUDA_ATT_DMAX;  // Vs's column (out's is d < D)
+            if (d < CUDA_ATT_DMAX) out[d]++;
+        }
+    for (int d = 0; d < D && d < CUDA_ATT_DMAX; d++) {
+        bad += qs[d] != 1;
+        bad += out[d] != 1;
+        for (int j = 0; j < nt; j++) bad += tile[j * CUDA_ATT_DMAX + d] != 1;
+    }
+    free(qs), free(tile), free(out);
+    return bad;
+}
+
+// The lane map for the head_dims of the tiny preset and the test models (16, 24) and of Qwen2.5 (64,
+// 128), at every group size (1..16 warps) and tile fill; then every D up to CUDA_ATT_DMAX.
+static void test_attention_lane_map(void) {
+    const int dims[] = {16, 24, 64, 128};
+    char op[96];
+    for (int i = 0; i < 4; i++) {
+        int bad = 0;
+        for (int warps = 1; warps <= 16; warps++)
+            for (int nt = 1; nt <= 32; nt++) bad += attention_lane_map(dims[i], warps, nt);
+        snprintf(op, sizeof op, "host: attention lane map D%d (violations)", dims[i]);
+        report(op, bad, 0.0);
+    }
+    int bad = 0;
+    for (int D = 1; D <= CUDA_ATT_DMAX; D++)
+        for (int warps = 1; warps <= 16; warps += 5)
+            for (int nt = 1; nt <= 32; nt += 31) bad += attention_lane_map(D, warps, nt);
+    snprintf(op, sizeof op, "host: attention lane map D1..%d (violations)", CUDA_ATT_DMAX);
+    report(op, bad, 0.0);
+}
+
 int main(void) {
-    if (backend_cuda_devices() == 0) {
-        printf("SKIPPED: no CUDA GPU visible (or no CUDA in this build): the CUDA ops were not run\n");
+    test_attention_lane_map();
+    if (g_failures) {
+        printf("test_cuda_ops: %d checks, %d failed (host checks; the CUDA ops were not run)\n", g_checks,
+               g_failures);
+        return 1;
+    }
+    char why[1024];
+    int n_gpus = backend_cuda_devices(why, sizeof why);
+    if (n_gpus < 0) {
+        printf("FAIL  the CUDA backend cannot be used: %s\n", why);
+        return 1;
+    }
+    if (n_gpus == 0) {
+        printf("SKIPPED: no CUDA GPU visible (%s): the CUDA ops were not run\n", why);
         return 77;
     }
     g_cpu = backend_cpu();
@@ -324,15 +445,27 @@ int main(void) {
     test_embedding_rmsnorm(37, 896, 1000);
     test_embedding_rmsnorm(3, 3584, 50);
     test_matmul(1, 96, 200, 1);
-    test_matmul(5, 130, 33, 1);  // odd sizes: unaligned operands, the bias kernel
+    test_matmul(5, 130, 33, 1);  // odd sizes: unaligned operands
+    test_matmul(7, 64, 96, 2);   // a bias 2 bytes past an allocation's start
     test_matmul(300, 896, 1152, 1);
+    test_matmul(300, 896, 1152, 2);
     test_matmul(64, 4864, 896, 0);
+    // The bias added by our kernel instead of cuBLASLt's epilogue (its fallback when cuBLASLt refuses).
+    setenv("GRPO_CUDA_BIAS_EPILOGUE", "0", 1);
+    const Backend *unfused = backend_open("cuda", "test_cuda_ops");
+    unsetenv("GRPO_CUDA_BIAS_EPILOGUE");
+    test_matmul_on(unfused, ", bias kernel", 5, 130, 33, 1);
+    test_matmul_on(unfused, ", bias kernel", 300, 896, 1152, 2);
+    backend_close(unfused);
     test_rope(37, 14, 64);
     test_rope(300, 28, 128);
+    test_rope(37, 4, 16);
     const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2};
     test_attention(l1, 3, 14, 2, 64);  // GQA 7, tiles crossed at 32 and 64 keys
     test_attention(l2, 2, 28, 4, 128);
     test_attention(l3, 3, 4, 4, 64);   // MHA
+    test_attention(l1, 3, 4, 2, 16);   // the tiny preset's head_dim: half a warp's lanes idle
+    test_attention(l3, 3, 6, 2, 24);   // the generate test models': not a multiple of 16 either
     test_logprob(300, 64, 1000);       // crosses the 256-row chunk; target -1 rows
     test_logprob(5, 896, 151936);
     test_sample(37, 1000);
