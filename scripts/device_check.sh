@@ -106,10 +106,10 @@ errors() {  # each bad --device exits 1 with one `grpo: error:` line; then the c
       bad=1
     fi
   done
-  if "$R/grpo" score --model "$W/tiny" --device cuda < "$W/t.jsonl" | grep -q '"logprobs": \[[^],]*,[^],]*\]'; then
+  if "$R/grpo" score --model "$W/tiny" --device cuda < "$W/t.jsonl" | grep -q '^{"logprobs": \[-\?[0-9][0-9.eE+-]*, -\?[0-9][0-9.eE+-]*\]}$'; then
     echo "PASS  [--device cuda]: scored"
   else
-    echo "FAIL  [--device cuda]: no record with 2 log-probs (exit ${PIPESTATUS[0]})"
+    echo "FAIL  [--device cuda]: no record with 2 finite log-probs (exit ${PIPESTATUS[0]})"
     bad=1
   fi
   return "$bad"
