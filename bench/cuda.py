@@ -11,7 +11,8 @@ plus bytes written per second, over a 4 GiB copy). Models: random, made by trans
            (decode_tokens_per_second of --stats), against transformers' greedy generate (bf16, 256 new tokens
            forced); at batch 1 the weight bytes read per second against the copy bandwidth
 Goals (issue 14): 7B batch-1 decode >= 80% of the copy bandwidth; batched decode and prefill >= 3x
-transformers; prefill >= 50% of the bf16 ceiling. Medians; not a test.
+transformers; prefill >= 50% of the bf16 ceiling. Medians; not a test. Without torch, transformers or a
+GPU it prints SKIPPED and exits 77 (hf_parity's import does that).
 """
 import argparse
 import json
@@ -23,9 +24,8 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cuda"))
+from hf_parity import SHAPES, load_hf, make_model  # noqa: E402  (first: SKIPPED, exit 77, without torch/GPU)
 import torch  # noqa: E402
-import transformers  # noqa: E402
-from hf_parity import SHAPES, make_model, model_class  # noqa: E402
 
 
 def cuda_time(fn, reps):
@@ -65,14 +65,17 @@ def flops_per_token(s, T):
 def grpo_stats(a, args, lines):
     p = subprocess.run([a.grpo] + args + ["--stats"], input=lines, capture_output=True, text=True, timeout=1200)
     if p.returncode != 0:
-        sys.exit(f"grpo {' '.join(args[:3])} failed: {p.stderr.strip()[-600:]}")
+        sys.exit(f"FAIL: grpo {' '.join(args[:3])} exited {p.returncode}: {p.stderr.strip()[-600:]}")
+    n, want = sum(1 for l in p.stdout.splitlines() if l.strip()), lines.count("\n")
+    if n != want:
+        sys.exit(f"FAIL: grpo {' '.join(args[:3])} wrote {n} records for {want} input lines")
     return json.loads(p.stderr.strip().splitlines()[-1])
 
 
 def bench_shape(a, shape, ceil):
     d = os.path.join(a.tmp, shape)
     if os.path.isfile(os.path.join(d, "config.json")):  # hf_parity.py's model of this shape, reused
-        m = model_class(shape).from_pretrained(d, dtype=torch.bfloat16).cuda().eval()
+        m = load_hf(shape, d, torch.bfloat16)  # the baseline in bf16 on any transformers version
     else:
         m = make_model(d, shape, 7)
     s = SHAPES[shape]

@@ -1,23 +1,48 @@
 #!/usr/bin/env bash
-# The GPU checks and benchmarks, in one run on the device machine (scripts/device_pack.sh made the pack
-# here; the device tool carries .devpack). Every step runs whatever failed before it and writes its own
-# log under $OUT; summary.txt lists each step's exit status and time. Steps, most important first:
+# The GPU checks and benchmarks on the device machine, as two calls: a device command may run 10 minutes
+# and a task has 15 minutes of device time, the machine's start included, so each half's step limits sum
+# to 390 s (the device tool's timeout_s: 480):
+#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, generate
+#   bash scripts/device_check.sh perf                      hf-7b, bench
+# scripts/device_pack.sh made the pack here; the device tool carries .devpack. Steps, most important first:
 #   ops       tests/cuda/test_cuda_ops: every CUDA op against the CPU op
-#   errors    --device cuda:N past the GPUs, and --dtype f32 with cuda: one clear error line each
-#   hf        tests/cuda/hf_parity.py: score and greedy against transformers' Qwen2ForCausalLM
+#   errors    --device cuda:64 (past the GPUs), cuda:x and cuda with --dtype f32: exit 1 with one
+#             `grpo: error:` line each; then plain --device cuda must score
+#   hf        tests/cuda/hf_parity.py (default: tiny qwen3-tiny qwen2.5-0.5b qwen3-0.6b): score against
+#             transformers and against --device cpu, greedy against transformers' greedy
 #   generate  tests/rollout/generate_test.py --device cuda: logprobs, sampler statistics, seeding
+#   hf-7b     hf_parity.py on the qwen2.5-7b shape (its model is the bench's next)
 #   bench     bench/cuda.py: prefill and decode against transformers, ceilings of this run
-# usage (there): bash scripts/device_check.sh [hf shapes...]
-#   (default: tiny qwen2.5-0.5b qwen2.5-7b qwen3-tiny qwen3-0.6b)
+# Each step writes $OUT/STEP.log and one line to $OUT/summary-MODE.txt: PASSED, FAILED (with the log's
+# first FAIL line, or its last line), or SKIPPED (no GPU visible: the step did not run; or the step said
+# SKIPPED itself, exit 77). The report ends with the steps' last log lines and one summary line.
+# Exit: 1 if any step failed or timed out, 77 if no step ran, else 0.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+mode=${1:-}
+case $mode in
+  correct | perf) shift ;;
+  *) echo "usage: scripts/device_check.sh correct [hf shapes...] | perf" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/grpo-device-out}
 mkdir -p "$OUT"
-shapes=${*:-tiny qwen2.5-0.5b qwen2.5-7b qwen3-tiny qwen3-0.6b}
-R=/tmp/grpo-dev
-rm -rf "$R" /tmp/grpo-dev-work
-mkdir -p "$R" /tmp/grpo-dev-work
-tar -xJf .devpack/grpo-device.tar.xz -C "$R" || { echo "no .devpack/grpo-device.tar.xz: run scripts/device_pack.sh here first" | tee "$OUT/summary.txt"; exit 1; }
+report=$OUT/summary-$mode.txt
+R=/tmp/grpo-dev               # the unpacked pack
+W=/tmp/grpo-dev-work/$mode    # models and data of this half
+start=$(date +%s)
+passed=0 failed=0 skipped=0 failures="" ran=""
+say() { echo "$*" | tee -a "$report"; }
+
+: > "$report"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+nvidia-smi > "$OUT/nvidia-smi.log" 2>&1
+say "device_check $mode: $gpus GPU(s) visible (nvidia-smi -L)"
+rm -rf "$R" "$W"
+mkdir -p "$R" "$W"
+if ! tar -xJf .devpack/grpo-device.tar.xz -C "$R"; then
+  say "device_check $mode: FAILED: no .devpack/grpo-device.tar.xz (run scripts/device_pack.sh here, carry .devpack)"
+  exit 1
+fi
 
 # cuBLASLt and the CUDA runtime of the image: the toolkit's, else the pip wheels' that PyTorch uses.
 cudalib=""
@@ -25,7 +50,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_6
   [ -f "$d/libcublasLt.so.13" ] && cudalib="$d" && break
 done
 if [ -z "$cudalib" ]; then
-  cudalib=$(python3 - <<'PY'
+  cudalib=$(python3 - <<'PY' 2>/dev/null
 import glob, os, site
 dirs = {os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/libcu*.so.13", recursive=True)}
 print(":".join(sorted(dirs)))
@@ -33,41 +58,85 @@ PY
 )
 fi
 # Wrappers: only grpo's processes see the carried libraries (python3 keeps its own).
+# shellcheck disable=SC2016  # $LD_LIBRARY_PATH and $@ are the wrapper's, expanded when it runs
 for exe in grpo test_cuda_ops; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib:%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
     "$R" "$cudalib" "$R" "$exe" > "$R/$exe"
   chmod +x "$R/$exe"
 done
-echo "cuda libraries: ${cudalib:-none found}" > "$OUT/summary.txt"
+say "cuda libraries: ${cudalib:-none found}"
 
-step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log, status to summary.txt
-  local name=$1 secs=$2 t0
+step() {  # step NAME SECONDS COMMAND...: COMMAND within SECONDS, its log $OUT/NAME.log, one report line
+  local name=$1 secs=$2 log=$OUT/$1.log t0 rc t
   shift 2
+  if [ "$gpus" -eq 0 ]; then
+    echo "SKIPPED: no GPU visible: not run" > "$log"
+    say "$name: SKIPPED (no GPU visible: not run)"
+    skipped=$((skipped + 1))
+    return 77
+  fi
+  ran="$ran $name"
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-  echo "$name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  PYTHONUNBUFFERED=1 timeout -k 10 "$secs" "$@" > "$log" 2>&1
+  rc=$?
+  t=$(($(date +%s) - t0))
+  case $rc in
+    0) say "$name: PASSED in $t s"; passed=$((passed + 1)) ;;
+    77) say "$name: SKIPPED by itself in $t s: $(grep -m1 SKIPPED "$log")"; skipped=$((skipped + 1)) ;;
+    124 | 137) say "$name: FAILED: timed out at its limit of $secs s; last line: $(tail -n 1 "$log")" ;;
+    *) say "$name: FAILED (exit $rc) in $t s: $(grep -m1 '^FAIL' "$log" || tail -n 1 "$log")" ;;
+  esac
+  case $rc in 0 | 77) ;; *) failed=$((failed + 1)) failures="$failures $name" ;; esac
+  return "$rc"
 }
 
-errors() {
-  "$R/grpo" init --preset tiny --out /tmp/grpo-dev-work/tiny --force >/dev/null || return 1
-  echo '{"tokens": [1, 2, 3]}' > /tmp/grpo-dev-work/t.jsonl
+# shellcheck disable=SC2317  # run by step through bash -c (export -f)
+errors() {  # each bad --device exits 1 with one `grpo: error:` line; then the control run must score
+  local bad=0 args err rc
+  "$R/grpo" init --preset tiny --out "$W/tiny" --force > /dev/null || return 1
+  echo '{"tokens": [1, 2, 3]}' > "$W/t.jsonl"
   for args in "--device cuda:64" "--device cuda --dtype f32" "--device cuda:x"; do
-    "$R/grpo" score --model /tmp/grpo-dev-work/tiny $args < /tmp/grpo-dev-work/t.jsonl
-    echo "[$args] exit $?"
+    # shellcheck disable=SC2086  # args holds several words
+    err=$("$R/grpo" score --model "$W/tiny" $args < "$W/t.jsonl" 2>&1 > /dev/null)
+    rc=$?
+    if [ "$rc" -eq 1 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && [[ $err == "grpo: error: "* ]]; then
+      echo "PASS  [$args]: $err"
+    else
+      echo "FAIL  [$args]: exit $rc, want 1 and one 'grpo: error:' line; stderr: $err"
+      bad=1
+    fi
   done
-  "$R/grpo" score --model /tmp/grpo-dev-work/tiny --device cuda < /tmp/grpo-dev-work/t.jsonl
-  echo "[--device cuda] exit $?"
+  if "$R/grpo" score --model "$W/tiny" --device cuda < "$W/t.jsonl" | grep -q '^{"logprobs": \[-\?[0-9][0-9.eE+-]*, -\?[0-9][0-9.eE+-]*\]}$'; then
+    echo "PASS  [--device cuda]: scored"
+  else
+    echo "FAIL  [--device cuda]: no record with 2 finite log-probs (exit ${PIPESTATUS[0]})"
+    bad=1
+  fi
+  return "$bad"
 }
+export -f errors
+export R W
 
-nvidia-smi > "$OUT/nvidia-smi.log" 2>&1
-step ops 90 "$R/test_cuda_ops"
-step errors 60 bash -c "R=$R; $(declare -f errors); errors"
-step hf 300 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp /tmp/grpo-dev-work/hf --shapes $shapes
-step generate 150 python3 tests/rollout/generate_test.py --grpo "$R/grpo" --tmp /tmp/grpo-dev-work/gen --device cuda \
-  --only greedy score sampler repro
-step bench 300 python3 bench/cuda.py --grpo "$R/grpo" --tmp /tmp/grpo-dev-work/hf
-for f in ops errors hf generate bench; do
-  echo "== $f (last lines)"
+if [ "$mode" = correct ]; then
+  shapes=${*:-tiny qwen3-tiny qwen2.5-0.5b qwen3-0.6b}
+  step ops 60 "$R/test_cuda_ops"
+  step errors 30 bash -c errors
+  # shellcheck disable=SC2086  # shapes: several words
+  step hf 180 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  step generate 120 python3 tests/rollout/generate_test.py --grpo "$R/grpo" --tmp "$W/gen" --device cuda \
+    --only greedy score sampler repro
+else
+  # The 7B model hf-7b makes is the bench's; one it left half-written is not.
+  step hf-7b 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes qwen2.5-7b ||
+    rm -rf "$W/hf/qwen2.5-7b"
+  step bench 240 python3 bench/cuda.py --grpo "$R/grpo" --tmp "$W/hf"
+fi
+
+for f in $ran; do
+  echo "== $f: last lines of $f.log"
   tail -n 15 "$OUT/$f.log"
-done >> "$OUT/summary.txt"
-cat "$OUT/summary.txt"
+done | tee -a "$report"
+say "device_check $mode: $passed passed, $failed failed${failures:+ (${failures# })}, $skipped skipped, $(($(date +%s) - start)) s"
+[ "$failed" -gt 0 ] && exit 1
+[ "$passed" -eq 0 ] && exit 77
+exit 0

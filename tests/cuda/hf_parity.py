@@ -9,14 +9,19 @@ random biases and norms so nothing is trivially 0 or 1) is saved in bf16 safeten
   score   B sequences of T random tokens through `grpo score --device cuda`, HF in bf16 and HF in fp32 (the
           same bf16-valued weights, upcast). Our bf16 error against HF fp32 must be no worse than HF bf16's
           own error against HF fp32, in mean and in max abs over all log-probs.
+  cpu     the same B sequences through `grpo score --device cpu --dtype bf16` (the same weights and rounding
+          points): mean |cuda - cpu| over all log-probs within --cpu-tol (1e-4); the max is printed too (a
+          summation order that flips one bf16 rounding moves the rest of that sequence more than that).
   greedy  `grpo generate --device cuda --temperature 0` against HF's greedy decoding in fp32: tokens agree
           until the first step where fp32's two best logits are closer than the bf16 error measured above
           (a near-tie, where either pick is right); after it, nothing is compared.
+Every grpo call must write one record per input line (a missing or extra record is a FAIL).
 One line per check (PASS/FAIL), then "N passed, N failed"; exit 1 on any failure.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -73,6 +78,19 @@ def make_model(d, shape, seed):
     return m
 
 
+def load_hf(shape, d, dtype):
+    """transformers' model of directory d, in dtype, on the GPU. The keyword is `dtype` from transformers
+    4.56 and `torch_dtype` before it (an older transformers keeps an unknown `dtype=` as a config attribute
+    and loads fp32), so pick by version, then check what was loaded."""
+    major, minor = (int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    m = model_class(shape).from_pretrained(d, **{key: dtype}).cuda().eval()
+    got = next(m.parameters()).dtype
+    if got != dtype:
+        raise RuntimeError(f"transformers {transformers.__version__} loaded {d} as {got}, not {dtype}")
+    return m
+
+
 def hf_logprobs(m, ids):
     with torch.no_grad():
         z = m(input_ids=ids).logits.float()
@@ -80,10 +98,25 @@ def hf_logprobs(m, ids):
 
 
 def run(grpo, args, stdin):
-    p = subprocess.run([grpo] + args, input=stdin, capture_output=True, text=True, timeout=1200)
+    """grpo's output records (one JSON object a line); exactly one per input line, else an error."""
+    p = subprocess.run([grpo] + args, input=stdin, capture_output=True, text=True, timeout=600)
+    what = f"grpo {' '.join(args[:5])}"
     if p.returncode != 0:
-        raise RuntimeError(f"grpo {' '.join(args[:3])} exited {p.returncode}: {p.stderr.strip()[-400:]}")
-    return p.stdout
+        raise RuntimeError(f"{what} exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    recs = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    want = stdin.count("\n")
+    if len(recs) != want:
+        raise RuntimeError(f"{what} wrote {len(recs)} records for {want} input lines")
+    return recs
+
+
+def score(grpo, d, device, ids):
+    """`grpo score` log-probs of ids (B, T) as a (B, T-1) tensor on the GPU."""
+    lines = "".join(json.dumps({"tokens": r}) + "\n" for r in ids.tolist())
+    lp = [r["logprobs"] for r in run(grpo, ["score", "--model", d, "--device", device, "--dtype", "bf16"], lines)]
+    if any(len(x) != ids.shape[1] - 1 for x in lp):
+        raise RuntimeError(f"grpo score --device {device}: a record without {ids.shape[1] - 1} log-probs")
+    return torch.tensor(lp).cuda()
 
 
 def main():
@@ -94,6 +127,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--cpu-tol", type=float, default=1e-4, help="mean |cuda - cpu| log-prob bound")
     a = ap.parse_args()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name()}")
     results = []
@@ -106,25 +140,28 @@ def main():
         d = os.path.join(a.tmp, shape)
         try:
             m16 = make_model(d, shape, 100 + si)
-            m32 = model_class(shape).from_pretrained(d, dtype=torch.float32).cuda().eval()
+            m32 = load_hf(shape, d, torch.float32)
             g = torch.Generator().manual_seed(si)
             ids = torch.randint(0, SHAPES[shape]["vocab_size"], (a.batch, a.seq), generator=g).cuda()
             want = hf_logprobs(m32, ids)
             hf16 = hf_logprobs(m16, ids)
-            lines = "".join(json.dumps({"tokens": r}) + "\n" for r in ids.tolist())
-            out = run(a.grpo, ["score", "--model", d, "--device", "cuda"], lines)
-            ours = torch.tensor([json.loads(l)["logprobs"] for l in out.splitlines() if l.strip()]).cuda()
+            ours = score(a.grpo, d, "cuda", ids)
             e_ours, e_hf = (ours - want).abs(), (hf16 - want).abs()
             detail = (f"vs HF fp32: ours mean {e_ours.mean():.2e} max {e_ours.max():.2e}; HF bf16 mean "
                       f"{e_hf.mean():.2e} max {e_hf.max():.2e}")
             check(e_ours.mean() <= e_hf.mean() and e_ours.max() <= e_hf.max(), f"{shape}: score", detail)
+            e_cpu = (ours - score(a.grpo, d, "cpu", ids)).abs()
+            check(e_cpu.mean() <= a.cpu_tol, f"{shape}: score cuda == cpu (bf16, mean within {a.cpu_tol:g})",
+                  f"mean {e_cpu.mean():.2e} max {e_cpu.max():.2e}")
 
             # greedy, prompt = the first 64 tokens of each sequence
             prompts = ids[:, :64]
-            gen = run(a.grpo, ["generate", "--model", d, "--device", "cuda", "--jsonl", "--temperature", "0",
-                               "--max-new-tokens", str(a.new)],
-                      "".join(json.dumps({"tokens": r}) + "\n" for r in prompts.tolist()))
-            recs = sorted((json.loads(l) for l in gen.splitlines() if l.strip()), key=lambda r: r["index"])
+            recs = run(a.grpo, ["generate", "--model", d, "--device", "cuda", "--jsonl", "--temperature", "0",
+                                "--max-new-tokens", str(a.new)],
+                       "".join(json.dumps({"tokens": r}) + "\n" for r in prompts.tolist()))
+            recs.sort(key=lambda r: r["index"])
+            if [r["index"] for r in recs] != list(range(len(prompts))):
+                raise RuntimeError(f"grpo generate: record indices {[r['index'] for r in recs]}, not 0..{len(prompts) - 1}")
             tie = float(e_hf.max()) * 2  # logits closer than bf16 noise can go either way
             agree, worst = 0, ""
             for r, p in zip(recs, prompts):
