@@ -60,8 +60,8 @@ fi
 # Wrappers: only grpo's processes see the carried libraries (python3 keeps its own).
 # shellcheck disable=SC2016  # $LD_LIBRARY_PATH and $@ are the wrapper's, expanded when it runs
 for exe in grpo test_cuda_ops; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib:%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
-    "$R" "$cudalib" "$R" "$exe" > "$R/$exe"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
+    "$R" "${cudalib:+:$cudalib}" "$R" "$exe" > "$R/$exe"
   chmod +x "$R/$exe"
 done
 say "cuda libraries: ${cudalib:-none found}"
@@ -82,7 +82,9 @@ step() {  # step NAME SECONDS COMMAND...: COMMAND within SECONDS, its log $OUT/N
   t=$(($(date +%s) - t0))
   case $rc in
     0) say "$name: PASSED in $t s"; passed=$((passed + 1)) ;;
-    77) say "$name: SKIPPED by itself in $t s: $(grep -m1 SKIPPED "$log")"; skipped=$((skipped + 1)) ;;
+    77)  # nvidia-smi sees a GPU: a step that skips itself (no driver for the runtime, no torch.cuda) failed
+      say "$name: FAILED: skipped itself although nvidia-smi lists a GPU: $(grep -m1 SKIPPED "$log")"
+      rc=1 ;;
     124 | 137) say "$name: FAILED: timed out at its limit of $secs s; last line: $(tail -n 1 "$log")" ;;
     *) say "$name: FAILED (exit $rc) in $t s: $(grep -m1 '^FAIL' "$log" || tail -n 1 "$log")" ;;
   esac
@@ -119,16 +121,20 @@ export R W
 
 if [ "$mode" = correct ]; then
   shapes=${*:-tiny qwen3-tiny qwen2.5-0.5b qwen3-0.6b}
-  step ops 60 "$R/test_cuda_ops"
+  step ops 60 env CUDA_LAUNCH_BLOCKING=1 "$R/test_cuda_ops"  # a kernel fault named at its launch
   step errors 30 bash -c errors
   # shellcheck disable=SC2086  # shapes: several words
   step hf 180 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  # bf16: the decode and score log-probs against the float64 reference with bf16 rounding points (mean
+  # yardsticks); sampler: the sampling statistics. (greedy, score and repro hold fp32 to 1e-4 or to
+  # batch invariance, which a bf16 device does not promise.)
   step generate 120 python3 tests/rollout/generate_test.py --grpo "$R/grpo" --tmp "$W/gen" --device cuda \
-    --only greedy score sampler repro
+    --only bf16 sampler
 else
   # The 7B model hf-7b makes is the bench's; one it left half-written is not.
-  step hf-7b 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes qwen2.5-7b ||
-    rm -rf "$W/hf/qwen2.5-7b"
+  step hf-7b 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes qwen2.5-7b
+  rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then rm -rf "$W/hf/qwen2.5-7b"; fi
   step bench 240 python3 bench/cuda.py --grpo "$R/grpo" --tmp "$W/hf"
 fi
 

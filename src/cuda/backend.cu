@@ -367,11 +367,21 @@ static Plan *plan_get(Cuda *c, int64_t m, int64_t n, int64_t k, int aa, int ab, 
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32, sizeof c32));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32, sizeof c32));
+    // No split-K reductions: a row's sums then do not depend on how many rows share the product (the seeding
+    // contract of generate: one line alone samples as it does in a batch).
+    uint32_t no_split = CUBLASLT_REDUCTION_SCHEME_NONE;
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split,
+                                            sizeof no_split));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     // A failure here is a refusal, remembered (ok = 0): the caller falls back (bias) or says so.
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                                        &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found == 0) {  // no algorithm without split-K: any, rather than none
+        uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any, sizeof any));
+        st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    }
     LT(cublasLtMatmulPreferenceDestroy(pref));
     p->status = st;
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
@@ -524,8 +534,8 @@ __global__ void __launch_bounds__(LOGPROB_THREADS)
 k_logprob_rows(float *out, const float *logits, const int32_t *targets, int64_t V) {
     int64_t r = blockIdx.x;
     int32_t t = targets[r];
-    if (t < 0) {  // the whole block leaves together
-        if (threadIdx.x == 0) out[r] = 0.0f;
+    if (t < 0 || t >= V) {  // the whole block leaves together; an id past the vocabulary (unchecked input) is NaN
+        if (threadIdx.x == 0) out[r] = t < 0 ? 0.0f : NAN;
         return;
     }
     const float *z = logits + r * V;
