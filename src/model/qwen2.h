@@ -131,7 +131,7 @@ typedef struct {
     int64_t N;
     const int32_t *tokens, *pos;  // (N) ids and positions within their sequence
     const int64_t *seq_off;       // (B+1)
-    const int64_t *host_seq_off;  // the same offsets in host memory (for the KV cache copies)
+    const int64_t *host_seq_off;  // the same offsets in host memory, for the KV cache copies (NULL: no cache)
 } Qwen2Batch;
 
 // Workspace for a forward pass over at most max_tokens packed rows, in the backend's memory.
@@ -233,7 +233,7 @@ typedef struct {
     Qwen2Batch batch;         // the last forward's, for recompute
     // Host memory (malloc'd): the batch's metadata as the host makes it, before its upload.
     int32_t *host_pos, *host_sel_target;
-    int64_t *host_sel, *host_seq_off;
+    int64_t *host_sel;
 } Qwen2Train;
 
 // max_seq: the longest sequence in any batch.

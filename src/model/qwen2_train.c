@@ -95,7 +95,6 @@ void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DT
     t->host_pos = xmalloc((size_t)max_tokens * sizeof *t->host_pos);
     t->host_sel_target = xmalloc((size_t)max_tokens * sizeof *t->host_sel_target);
     t->host_sel = xmalloc((size_t)max_tokens * sizeof *t->host_sel);
-    t->host_seq_off = xmalloc((size_t)(max_tokens + 1) * sizeof *t->host_seq_off);
 }
 
 void qwen2_train_free(Qwen2Train *t) {
@@ -103,10 +102,9 @@ void qwen2_train_free(Qwen2Train *t) {
     free(t->host_pos);
     free(t->host_sel_target);
     free(t->host_sel);
-    free(t->host_seq_off);
     t->views = NULL;
     t->host_pos = t->host_sel_target = NULL;
-    t->host_sel = t->host_seq_off = NULL;
+    t->host_sel = NULL;
 }
 
 // Everything up to the logprob head: the layers, the final norm, and the rows that have targets.
@@ -142,10 +140,9 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     be->upload(be, t->pos, pos, (size_t)N * sizeof *pos);
     be->upload(be, t->sel, sel, (size_t)t->n_sel * sizeof *sel);
     be->upload(be, t->sel_target, sel_target, (size_t)t->n_sel * sizeof *sel_target);
-    memcpy(t->host_seq_off, seq_off, (size_t)(B + 1) * sizeof *seq_off);
 
     t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
-                            .host_seq_off = t->host_seq_off};
+                            .host_seq_off = NULL};  // no KV cache in training
     qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     m->be->gather_rows(m->be, t->hsel, t->xf, t->sel, t->n_sel, C, t->logit_scale);
