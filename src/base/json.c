@@ -2,6 +2,7 @@
 #include "base/json.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,4 +223,75 @@ void json_save_file(const char *path, const cJSON *root) {
     atomic_file_write(&af, "\n", 1);
     atomic_file_commit(&af);
     free(text);
+}
+
+static void buf_str(Buf *b, const char *s) { buf_append(b, s, strlen(s)); }
+
+static void dump_string(Buf *out, const char *s, size_t n) {
+    buf_str(out, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *short_form = NULL;
+        char esc[8];
+        if (c == '"') short_form = "\\\"";
+        else if (c == '\\') short_form = "\\\\";
+        else if (c == '\b') short_form = "\\b";
+        else if (c == '\f') short_form = "\\f";
+        else if (c == '\n') short_form = "\\n";
+        else if (c == '\r') short_form = "\\r";
+        else if (c == '\t') short_form = "\\t";
+        if (short_form) {
+            buf_str(out, short_form);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            buf_str(out, esc);
+        } else {
+            buf_append(out, s + i, 1);
+        }
+    }
+    buf_str(out, "\"");
+}
+
+static void dump_number(Buf *out, double x) {
+    char num[40];
+    if (!isfinite(x)) {  // JSON text has none (cJSON reads none)
+        buf_str(out, "null");
+        return;
+    }
+    if (x == (double)(int64_t)x && fabs(x) < 1e16) {
+        snprintf(num, sizeof num, "%" PRId64, (int64_t)x);
+    } else {
+        for (int digits = 1; digits <= 17; digits++) {
+            snprintf(num, sizeof num, "%.*g", digits, x);
+            if (strtod(num, NULL) == x) break;
+        }
+    }
+    buf_str(out, num);
+}
+
+void json_dump_py(Buf *out, const cJSON *v, uint32_t nul_sentinel) {
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        int object = cJSON_IsObject(v);
+        buf_str(out, object ? "{" : "[");
+        for (const cJSON *e = v->child; e; e = e->next) {
+            if (e != v->child) buf_str(out, ", ");
+            if (object) {
+                dump_string(out, e->string, strlen(e->string));
+                buf_str(out, ": ");
+            }
+            json_dump_py(out, e, nul_sentinel);
+        }
+        buf_str(out, object ? "}" : "]");
+    } else if (cJSON_IsString(v)) {
+        size_t n;
+        char *s = json_string_bytes(v, nul_sentinel, &n);
+        dump_string(out, s, n);
+        free(s);
+    } else if (cJSON_IsNumber(v)) {
+        dump_number(out, v->valuedouble);
+    } else if (cJSON_IsBool(v)) {
+        buf_str(out, cJSON_IsTrue(v) ? "true" : "false");
+    } else {
+        buf_str(out, "null");
+    }
 }

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/util.h"
+
 // Parses text[0..len) as exactly one JSON value (only whitespace may follow); NULL otherwise.
 cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
 // One JSONL line. JSON strings may hold U+0000 ("\u0000"), which cJSON's C strings cannot: such
@@ -33,6 +35,11 @@ void jsonl_close(JsonlReader *r);
 
 // Writes s[0..n) as a JSON string literal (quotes, escapes; other UTF-8 as is).
 void json_write_string(FILE *f, const char *s, size_t n);
+// Appends v as Python's json.dumps(v, ensure_ascii=False) writes it (separators ", " and ": "): the `tojson`
+// filter of Hugging Face chat templates (transformers and @huggingface/jinja agree on this). Strings keep
+// UTF-8 and escape \" \\ \b \f \n \r \t and other controls as \u00XX; numbers with no fraction are written as
+// integers (the JS engine's way), others in the shortest form that reads back the same.
+void json_dump_py(Buf *out, const cJSON *v, uint32_t nul_sentinel);
 // Writes a number with 9 significant digits (float round trip), or null when it is not finite.
 void json_write_number(FILE *f, double x);
 // Parses a JSON file; dies with the path and byte offset on malformed JSON. Here and in json_parse_line

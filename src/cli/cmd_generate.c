@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "model/qwen2.h"
 #include "rollout/rollout.h"
+#include "rollout/tools.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
@@ -23,6 +24,8 @@ typedef struct {
     const int32_t *stop_ids;
     int n_stop_ids;
     Utf8Stream stream;  // plain mode: text printed as it is generated
+    ToolSet tools;      // --tools
+    int has_tools;
 } Gen;
 
 static Tokenizer *need_tok(Gen *g, const char *where, const char *what) {
@@ -38,8 +41,8 @@ static void encode_text(Gen *g, const char *text, size_t n, IdList *ids, const c
 // A --jsonl line's keys are checked, so a misspelt or per-line sampling option is refused, not ignored.
 // "text" beside "ids" is grpo tokenize's echo of the rendered prompt; "max_tokens" is OpenAI's name.
 static void check_keys(const cJSON *root, const char *where) {
-    static const char *const known[] = {"tokens", "ids", "prompt", "messages", "text", "max_new_tokens",
-                                        "max_tokens", "seed"};
+    static const char *const known[] = {"tokens", "ids", "prompt", "messages", "tools", "text",
+                                        "max_new_tokens", "max_tokens", "seed"};
     static const char *const options[][2] = {{"temperature", "--temperature"}, {"top_p", "--top-p"},
                                              {"top_k", "--top-k"}, {"n", "--n"}, {"stop", "--stop"}};
     for (const cJSON *e = root->child; e; e = e->next) {
@@ -51,7 +54,7 @@ static void check_keys(const cJSON *root, const char *where) {
                 die("%s: \"%s\" cannot be set per line; it is the option %s of the whole run", where, e->string,
                     options[i][1]);
         die("%s: unknown key \"%.60s\" (a line holds \"tokens\" (or \"ids\"), \"prompt\" or \"messages\", and may "
-            "hold \"max_new_tokens\" (or \"max_tokens\") and \"seed\")", where, e->string);
+            "hold \"tools\" (with \"messages\"), \"max_new_tokens\" (or \"max_tokens\") and \"seed\")", where, e->string);
     }
 }
 
@@ -81,6 +84,8 @@ static void parse_prompt(Gen *g, const char *line, const char *where, IdList *id
         die("%s: \"text\" is not a prompt here: give {\"prompt\": \"...\"} (raw text) or {\"messages\": [...]}",
             where);
     if (!in) die("%s: expected {\"tokens\": [...]}, {\"prompt\": \"...\"} or {\"messages\": [...]}", where);
+    if (strcmp(key, "messages") != 0 && cJSON_GetObjectItemCaseSensitive(root, "tools"))
+        die("%s: \"tools\" go with \"messages\" (the chat template lists them), not with \"%s\"", where, key);
     if (strcmp(key, "tokens") == 0 || strcmp(key, "ids") == 0) {
         if (!cJSON_IsArray(in)) die("%s: \"%s\" must be an array of token ids", where, key);
         int64_t i = 0;
@@ -99,7 +104,10 @@ static void parse_prompt(Gen *g, const char *line, const char *where, IdList *id
         free(text);
     } else {
         Buf text = {0};
-        chat_render_json(need_tok(g, where, "\"messages\""), in, nul, 1, &text, where);
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        if (tools && g->has_tools) die("%s: \"tools\" given with --tools; the tools come from the file", where);
+        if (g->has_tools) tools = g->tools.schemas;
+        chat_render_json(need_tok(g, where, "\"messages\""), in, tools, nul, 1, &text, where);
         encode_text(g, text.data, text.len, ids, where);
         buf_free(&text);
     }
@@ -150,7 +158,13 @@ static void print_sample_jsonl(const Gen *g, const RolloutSample *s, int index, 
         if (i) fputs(", ", stdout);
         json_write_number(stdout, s->logprobs[i]);  // null when not finite: still JSON
     }
-    printf("], \"finish_reason\": \"%s\"}\n", s->finish == FINISH_STOP ? "stop" : "length");
+    fputs("]", stdout);
+    if (s->mask) {  // --tools: which tokens are the model's (1) and the tool turns' (0)
+        fputs(", \"mask\": [", stdout);
+        for (int i = 0; i < s->n; i++) printf(i ? ", %d" : "%d", s->mask[i]);
+        printf("], \"turns\": %d", s->turns);
+    }
+    printf(", \"finish_reason\": \"%s\"}\n", s->finish == FINISH_STOP ? "stop" : "length");
 }
 
 static size_t default_kv_budget(const Qwen2Config *c, const RolloutPrompt *p, int n, int G) {
@@ -198,7 +212,8 @@ static void read_text_prompt(Gen *g, const CliSpec *spec, int max_new, int raw, 
     *ids = xcalloc(1, sizeof **ids);
     (*prompts)[0].max_new_tokens = max_new;
     size_t bad;
-    if (chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw,
+    const char *tools = g->has_tools ? g->tools.schemas_text : NULL;
+    if (chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw, tools,
                            &(*ids)[0], &bad) != 0)
         die("prompt: invalid UTF-8 at byte %zu", bad);
     buf_free(&text);
@@ -234,16 +249,20 @@ static void print_samples(const Gen *g, const RolloutSample *out, int n_prompts,
     if (fflush(stdout) != 0) die("cannot write to standard output");
 }
 
-static void print_stats(const RolloutStats *st, int n_prompts, int G) {
+static void print_stats(const Gen *g, const RolloutStats *st, int n_prompts, int G) {
     double rate = 0.0;
     if (st->decode_seconds > 0)
         rate = (double)(st->generated_tokens - (int64_t)n_prompts * G) / st->decode_seconds;
     fprintf(stderr,
             "{\"prompts\": %d, \"samples\": %d, \"prompt_tokens\": %lld, \"generated_tokens\": %lld, "
             "\"prefill_seconds\": %.3f, \"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, "
-            "\"kv_cache_bytes\": %zu, \"kv_bytes_per_token\": %zu, \"waves\": %d}\n",
+            "\"kv_cache_bytes\": %zu, \"kv_bytes_per_token\": %zu, \"waves\": %d",
             n_prompts, n_prompts * G, (long long)st->prompt_tokens, (long long)st->generated_tokens,
             st->prefill_seconds, st->decode_seconds, rate, st->kv_bytes, st->kv_bytes_per_token, st->waves);
+    if (g->has_tools)
+        fprintf(stderr, ", \"tool_calls\": %lld, \"tool_errors\": %lld, \"tool_seconds\": %.3f",
+                (long long)g->tools.calls, (long long)g->tools.errors, g->tools.seconds);
+    fputs("}\n", stderr);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -268,6 +287,11 @@ int cmd_generate(int argc, char **argv) {
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
         {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
         {"--device", "cpu|cuda[:N]", "where the model runs (a GPU computes in bf16)", "cpu", 0},
+        {"--tools", "FILE", "multi-turn with tools: a JSON array of function schemas, each with its \"command\"",
+         NULL, 0},
+        {"--max-turns", "N", "with --tools: tool calls per sample at most", "5", 0},
+        {"--tool-timeout", "S", "with --tools: seconds a tool call may take (a tool's own \"timeout_s\" wins)", "10",
+         0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
     CliSpec spec = {"grpo generate --model DIR [options] [PROMPT...]",
@@ -278,7 +302,10 @@ int cmd_generate(int argc, char **argv) {
                     "keys are refused; out, one line per sample: {\"index\", \"sample\", \"tokens\", \"text\",\n"
                     "\"logprobs\", \"finish_reason\"}. logprobs are log p under softmax(logits / T) before top-k/top-p\n"
                     "(T = 1 when greedy). Generation stops at the model's eos_token_id (config.json,\n"
-                    "generation_config.json), a --stop string, or the token limit.",
+                    "generation_config.json), a --stop string, or the token limit (tool turns included).\n"
+                    "--tools: the chat template lists the tools; a sample that writes <tool_call>{\"name\", \"arguments\"}\n"
+                    "</tool_call> gets the tool's answer as a <tool_response> turn and goes on (JSONL out adds\n"
+                    "\"mask\": 1 for the model's tokens, 0 for the tool turns', and \"turns\").",
                     opts, sizeof opts / sizeof opts[0], 64};
     cli_parse(&spec, argc, argv);
     RolloutConfig cfg = {0};
@@ -309,6 +336,17 @@ int cmd_generate(int argc, char **argv) {
     g.tok.no_thinking = cli_str(&spec, "--no-thinking") != NULL;
     free(tok_path);
     if (cfg.n_stop_strings) need_tok(&g, "option --stop", "a stop string");
+    ToolHook hook = {.tools = &g.tools, .tok = &g.tok};
+    if (cli_str(&spec, "--tools")) {
+        Tokenizer *t = need_tok(&g, "option --tools", "multi-turn rollout");
+        if (!t->tool_calls) die("option --tools: the chat template of %s has no tool calls", dir);
+        toolset_load(&g.tools, cli_str(&spec, "--tools"), "option --tools", 4,
+                     cli_double(&spec, "--tool-timeout", 1e-3, 86400.0), 16384);
+        g.has_tools = 1;
+        cfg.max_turns = (int)cli_int(&spec, "--max-turns", 1, 1 << 20);
+        cfg.tool_fn = tools_rollout_turns;
+        cfg.tool_user = &hook;
+    }
     int32_t stop_ids[16];
     int n_stop = stop_ids_of(&g, dir, stop_ids);
     cfg.stop_ids = g.stop_ids = stop_ids;
@@ -348,7 +386,7 @@ int cmd_generate(int argc, char **argv) {
         buf_free(&tail);
     }
     print_samples(&g, out, n_prompts, G, jsonl, stream);
-    if (cli_str(&spec, "--stats")) print_stats(&st, n_prompts, G);
+    if (cli_str(&spec, "--stats")) print_stats(&g, &st, n_prompts, G);
     for (int i = 0; i < n_prompts * G; i++) rollout_sample_free(&out[i]);
     for (int i = 0; i < n_prompts; i++) free(ids[i].ids);
     free(out);
@@ -356,6 +394,7 @@ int cmd_generate(int argc, char **argv) {
     free(prompts);
     free(spec.args);
     free((void *)stop->values);
+    if (g.has_tools) toolset_free(&g.tools);
     if (g.has_tok) tokenizer_free(&g.tok);
     qwen2_free(&m);
     lora_free(&lora);

@@ -65,7 +65,9 @@ static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode)
             fputs("{\"ids\": [", stdout);
         } else if (msgs) {
             s->tok.no_thinking = !json_get_bool_or(root, "enable_thinking", 1, where);  // Qwen3 templates
-            chat_render_json(&s->tok, msgs, nul, json_get_bool_or(root, "add_generation_prompt", 0, where), &text, where);
+            const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+            int gen_prompt = json_get_bool_or(root, "add_generation_prompt", 0, where);
+            chat_render_json(&s->tok, msgs, tools, nul, gen_prompt, &text, where);
             encode_or_die(s, text.data, text.len, &ids, where);
             fputs("{\"text\": ", stdout);
             json_write_string(stdout, text.data, text.len);

@@ -238,7 +238,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     Tokenizer tok;
     tokenizer_load(&tok, model_dir);
     PromptData d;
-    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, 0, m.cfg.max_pos);
+    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, 0, NULL, m.cfg.max_pos);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {

@@ -118,8 +118,8 @@ double kl_estimate(KlEstimator k, double logp, double ref, double *dkl) {
 }
 
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *entropy, const float *adv, const int64_t *seq_off, int B, double n_tokens_total,
-                 double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
+                 const float *entropy, const uint8_t *mask, const float *adv, const int64_t *seq_off, int B,
+                 double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
     if (c->kl_coef != 0.0 && !ref_logp) die("grpo_loss: kl_coef %g needs reference logprobs", c->kl_coef);
     if (c->entropy_coeff != 0.0 && (!entropy || !dent))
         die("grpo_loss: entropy_coeff %g needs entropies and a dent output", c->entropy_coeff);
@@ -135,7 +135,13 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     for (int b = 0; b < B; b++) {
         int64_t t0 = seq_off[b], t1 = seq_off[b + 1];
         if (t1 < t0) die("grpo_loss: sequence %d has offsets %lld > %lld", b, (long long)t0, (long long)t1);
-        if (t1 == t0) continue;  // fully masked: verl's seq_mask leaves it out
+        int64_t len = 0;  // the sequence's tokens that count
+        for (int64_t i = t0; i < t1; i++) {
+            len += !mask || mask[i];
+            if (mask && !mask[i]) dlogp[i] = 0.0f;
+            if (mask && !mask[i] && dent) dent[i] = 0.0f;
+        }
+        if (len == 0) continue;  // fully masked: verl's seq_mask leaves it out
         // n_tokens_total is also the clip fractions' denominator, so every mode needs it.
         if (!(n_tokens_total > 0.0)) die("grpo_loss: n_tokens_total must be > 0, got %g", n_tokens_total);
         // Weight of each token of this sequence in the mini-batch loss.
@@ -146,11 +152,12 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
             if (!(n_seqs_total > 0.0))
                 die("grpo_loss: %s needs n_seqs_total > 0, got %g", loss_agg_name(c->agg), n_seqs_total);
             // verl's (len + 1e-8), kept so float64 runs agree to rounding; in float32 it is len itself.
-            w = c->agg == AGG_SEQ_MEAN_TOKEN_MEAN ? 1.0 / (((double)(t1 - t0) + 1e-8) * n_seqs_total)
+            w = c->agg == AGG_SEQ_MEAN_TOKEN_MEAN ? 1.0 / (((double)len + 1e-8) * n_seqs_total)
                                                   : 1.0 / (n_seqs_total * c->norm_len);
         }
         const double A = adv[b];
         for (int64_t i = t0; i < t1; i++) {
+            if (mask && !mask[i]) continue;
             // PPO clip (compute_policy_loss_vanilla); the log-ratio clamp is verl's.
             double x_raw = (double)logp[i] - (double)old_logp[i], x = clamp(x_raw, -20.0, 20.0);
             double ratio = exp(x), dratio = (x_raw >= -20.0 && x_raw <= 20.0) ? ratio : 0.0;
@@ -174,7 +181,7 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
             st.ratio_min = fmin(st.ratio_min, ratio);
             st.ratio_max = fmax(st.ratio_max, ratio);
         }
-        st.n_tokens += t1 - t0;
+        st.n_tokens += len;
     }
     st.pg_loss = pg_sum;
     st.kl = kl_sum;

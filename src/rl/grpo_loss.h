@@ -90,6 +90,10 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
 // policy's per-token entropy, may be NULL when entropy_coeff is 0) also feeds stats. As verl's
 // dp_actor: policy_loss = pg_loss - entropy_coeff * agg_loss(entropy). Computed in double. Returns this
 // micro-batch's share of the loss; stats may be NULL. Dies on inconsistent arguments.
+// mask (verl's response_mask; NULL: every token counts): a token of mask 0 (a tool's, in multi-turn
+// rollout) is no token at all here: no loss, KL or entropy, dlogp = dent = 0, not in len_seq, the ratio
+// range, n_tokens or the clip counts; the totals passed count only mask-1 tokens (n_seqs_total: sequences
+// with one).
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *entropy, const float *adv, const int64_t *seq_off, int B, double n_tokens_total,
-                 double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats);
+                 const float *entropy, const uint8_t *mask, const float *adv, const int64_t *seq_off, int B,
+                 double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats);

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE  // open_memstream
 #include "rl/reward.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -8,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
+#include "base/program.h"
 #include "base/util.h"
-#include "rl/reward_program.h"
+#include "text/utf8.h"
 
 // ================================================================ small string helpers
 // Python works on code points where verl indexes strings (s[0], len(s)); these give the same
@@ -602,7 +605,7 @@ void reward_set_init(RewardSet *set, const RewardSpec *specs, int n) {
             it->command = xstrdup(specs[i].command);
             s->command = it->command;
             it->program = xmalloc(sizeof *it->program);
-            reward_program_init(it->program, it->command, s->timeout_s, s->grace_s, s->memory_mb);
+            program_init(it->program, it->command, s->timeout_s, s->grace_s, s->memory_mb);
         }
         set->n = i + 1;
     }
@@ -620,6 +623,45 @@ const char *reward_after_think(const char *response) {
     for (const char *p = strstr(response, "</think>"); p; p = strstr(p + 1, "</think>")) close = p;
     if (close) return close + strlen("</think>");
     return strstr(response, "<think>") ? "" : response;
+}
+
+// The program reward's request {"prompt", "response", "answer"}, with the strings made valid UTF-8 (U+FFFD).
+static char *program_request(const char *prompt, const char *response, const char *answer, size_t *len) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) die("open_memstream failed: %s", strerror(errno));
+    const char *keys[3] = {"prompt", "response", "answer"}, *vals[3] = {prompt, response, answer};
+    fputc('{', f);
+    for (int i = 0; i < 3; i++) {
+        Buf clean = {0};
+        utf8_append_lossy(&clean, vals[i], strlen(vals[i]));
+        fprintf(f, "%s\"%s\": ", i ? ", " : "", keys[i]);
+        json_write_string(f, clean.data ? clean.data : "", clean.len);
+        buf_free(&clean);
+    }
+    fputs("}\n", f);
+    if (fclose(f) != 0) die("writing a reward request failed");
+    *len = n;
+    return text;
+}
+
+// The program's reward, or 0 when the call fails (*ok = 0).
+static double program_reward(Program *p, const char *prompt, const char *response, const char *answer, int *ok) {
+    size_t n;
+    char *req = program_request(prompt, response, answer, &n);
+    cJSON *reply = program_call(p, req, n);
+    free(req);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(reply, "reward");
+    *ok = cJSON_IsNumber(r) && isfinite(r->valuedouble);
+    double reward = *ok ? r->valuedouble : 0;
+    if (reply && !*ok) {
+        char *shown = cJSON_PrintUnformatted(reply);
+        program_reject(p, "reply without a finite number \"reward\": %.40s", shown ? shown : "?");
+        free(shown);
+    }
+    cJSON_Delete(reply);
+    return reward;
 }
 
 // One spec's unweighted value; *correct is 1/0 for the correctness kinds, left alone otherwise.
@@ -652,7 +694,7 @@ static double item_score(const RewardItem *it, const char *prompt, const char *r
     case REWARD_EXACT: return (*correct = reward_exact_match(response, answer)) ? 1 : 0;
     case REWARD_PROGRAM: {
         int ok;
-        double r = reward_program_call(it->program, prompt, response, answer, &ok);
+        double r = program_reward(it->program, prompt, response, answer, &ok);
         if (!ok) *program_failed += 1;
         return r;
     }
@@ -680,7 +722,7 @@ void reward_set_free(RewardSet *set) {
     for (int i = 0; i < set->n; i++) {
         RewardItem *it = &set->items[i];
         if (it->program) {
-            reward_program_free(it->program);
+            program_free(it->program);
             free(it->program);
         }
         if (it->match_data) pcre2_match_data_free((pcre2_match_data *)it->match_data);

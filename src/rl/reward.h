@@ -78,9 +78,9 @@ int reward_spec_set(RewardSpec *spec, const char *key, const char *value, char *
 // NULL-terminated list of the keys reward_spec_set accepts for `kind` (for "did you mean" errors).
 const char *const *reward_spec_keys(RewardKind kind);
 
-// The external scoring program of a `program` reward (rl/reward_program.h): a RewardItem of that kind
+// The external scoring program of a `program` reward (base/program.h): a RewardItem of that kind
 // owns one.
-typedef struct RewardProgram RewardProgram;
+typedef struct Program Program;
 
 // ---------------------------------------------------------------- weighted sum
 #define REWARD_MAX_SPECS 16
@@ -89,7 +89,7 @@ typedef struct {
     RewardSpec spec;         // string fields point into owned copies
     char *name, *pattern, *command;
     void *regex, *match_data;  // format: pcre2_code / pcre2_match_data
-    RewardProgram *program;  // program
+    Program *program;  // program
 } RewardItem;
 
 typedef struct {

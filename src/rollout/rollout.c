@@ -15,24 +15,33 @@ typedef struct {
     int32_t last;
     Rng rng;
     int done;
+    int paused;  // its model text ends in </tool_call>: the step's tool turns answer it
+    IdList feed;  // a tool turn's tokens, fed one per step from feed_next
+    int64_t feed_next;
 } Seq;
 
-static void sample_init(RolloutSample *s, int cap) {
+static void sample_init(RolloutSample *s, int cap, int with_mask) {
     memset(s, 0, sizeof *s);
     s->tokens = xmalloc((size_t)cap * sizeof *s->tokens);
     s->logprobs = xmalloc((size_t)cap * sizeof *s->logprobs);
+    if (with_mask) s->mask = xmalloc((size_t)cap);
 }
 
-char *rollout_sample_text(const RolloutSample *s) {
-    char *t = xmalloc((size_t)s->text_end + 1);
-    memcpy(t, s->text.data ? s->text.data : "", (size_t)s->text_end);
-    t[s->text_end] = '\0';
+static char *text_range(const RolloutSample *s, int64_t from) {
+    char *t = xmalloc((size_t)(s->text_end - from) + 1);
+    memcpy(t, s->text.data ? s->text.data + from : "", (size_t)(s->text_end - from));
+    t[s->text_end - from] = '\0';
     return t;
 }
+
+char *rollout_sample_text(const RolloutSample *s) { return text_range(s, 0); }
+
+char *rollout_sample_final_text(const RolloutSample *s) { return text_range(s, s->turn_start); }
 
 void rollout_sample_free(RolloutSample *s) {
     free(s->tokens);
     free(s->logprobs);
+    free(s->mask);
     buf_free(&s->text);
     memset(s, 0, sizeof *s);
 }
@@ -43,10 +52,16 @@ static void seq_seed(Seq *q, const RolloutConfig *cfg, const RolloutPrompt *p, i
     rng_init(&q->rng, hash_bytes(key, sizeof key));
 }
 
-// Records q's next token and decides whether q is finished.
+static int ends_with_tool_call(const RolloutSample *out) {
+    return out->text.len - (size_t)out->turn_start >= 12 &&
+           memcmp(out->text.data + out->text.len - 12, "</tool_call>", 12) == 0;
+}
+
+// Records q's next token, the model's, and decides whether q is finished or pauses for a tool turn.
 static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const RolloutConfig *cfg,
                        const RolloutPrompt *p, RolloutSample *out, RolloutTokenFn fn, void *user) {
     out->tokens[out->n] = id;
+    if (out->mask) out->mask[out->n] = 1;
     out->logprobs[out->n++] = lp;
     q->last = id;
     q->pos++;
@@ -58,13 +73,39 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         const char *b = tokenizer_id_bytes(tok, id, &len);
         buf_append(&out->text, b ? b : "", b ? len : 0);
         out->text_end = (int64_t)out->text.len;
-        for (int i = 0; i < cfg->n_stop_strings && !q->done; i++) {
+        for (int i = 0; i < cfg->n_stop_strings && !q->done; i++) {  // within the model's own turn
             size_t sl = strlen(cfg->stop_strings[i]), from = before >= sl ? before - sl + 1 : 0;
+            if (from < (size_t)out->turn_start) from = (size_t)out->turn_start;
             const char *hit = memmem(out->text.data + from, out->text.len - from, cfg->stop_strings[i], sl);
             if (hit) q->done = 1, out->finish = FINISH_STOP, out->text_end = hit - out->text.data;
         }
     }
     if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+    if (!q->done && cfg->tool_fn && out->turns < cfg->max_turns && ends_with_tool_call(out)) q->paused = 1;
+}
+
+// Records the next token of q's tool turn (mask 0, log-prob 0); after the last one the model's next turn
+// starts.
+static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutPrompt *p, RolloutSample *out,
+                           RolloutTokenFn fn, void *user) {
+    int32_t id = q->feed.ids[q->feed_next++];
+    out->tokens[out->n] = id;
+    out->mask[out->n] = 0;
+    out->logprobs[out->n++] = 0;
+    q->last = id;
+    q->pos++;
+    if (fn) fn(user, q->prompt, q->sample, id);
+    size_t len;
+    const char *b = tokenizer_id_bytes(tok, id, &len);
+    buf_append(&out->text, b ? b : "", b ? len : 0);
+    out->text_end = (int64_t)out->text.len;
+    int fed = q->feed_next == (int64_t)q->feed.n;
+    if (fed) out->turn_start = out->text_end;
+    if (!fed && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+    if (fed || q->done) {
+        free(q->feed.ids);
+        memset(&q->feed, 0, sizeof q->feed);
+    }
 }
 
 // A token's uniform draw: one from its sequence's RNG when sampling, none when greedy.
@@ -120,8 +161,43 @@ static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n
 }
 
 static void record(Engine *e, Seq *q, int32_t id, float lp) {
-    seq_record(q, id, lp, e->tok, e->cfg, &e->prompts[q->prompt], &e->out[q->prompt * e->G + q->sample], e->fn,
-               e->user);
+    RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
+    if (q->feed.n) seq_record_fed(q, e->tok, &e->prompts[q->prompt], out, e->fn, e->user);
+    else seq_record(q, id, lp, e->tok, e->cfg, &e->prompts[q->prompt], out, e->fn, e->user);
+}
+
+// The tool turns of the sequences that paused in this step, all in one call of the hook.
+static void tool_turns(Engine *e, int n_seq) {
+    int n = 0;
+    for (int s = 0; s < n_seq; s++) n += e->seqs[s].paused;
+    if (n == 0) return;
+    RolloutToolTurn *t = xcalloc((size_t)n, sizeof *t);
+    n = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const Seq *q = &e->seqs[s];
+        const RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
+        if (!q->paused) continue;
+        t[n++] = (RolloutToolTurn){.prompt = q->prompt, .sample = q->sample, .text = out->text.data + out->turn_start,
+                                   .n = out->text.len - (size_t)out->turn_start};
+    }
+    e->cfg->tool_fn(e->cfg->tool_user, t, n);
+    n = 0;
+    for (int s = 0; s < n_seq; s++) {
+        Seq *q = &e->seqs[s];
+        RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
+        if (!q->paused) continue;
+        q->paused = 0;
+        out->turns++;
+        q->feed = t[n++].append;
+        q->feed_next = 0;
+        if (q->feed.n == 0) {  // the hook ended it
+            free(q->feed.ids);
+            memset(&q->feed, 0, sizeof q->feed);
+            q->done = 1;
+            out->finish = FINISH_STOP;
+        }
+    }
+    free(t);
 }
 
 // Prefill of the wave's n_seq sequences: each prompt once (then copied to its other samples' slots), or
@@ -175,15 +251,20 @@ static void decode_wave(Engine *e, int n_seq) {
             }
         if (B == 0) break;
         qwen2_decode_step(m, &e->kv, e->tokens, e->slots, e->pos, B, &e->acts, e->logits);
-        for (int b = 0; b < B; b++) e->u[b] = draw_unit(e->cfg, &e->seqs[e->row_seq[b]]);
+        for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
+            Seq *q = &e->seqs[e->row_seq[b]];
+            e->u[b] = q->feed.n ? 0.0 : draw_unit(e->cfg, q);
+        }
         m->be->sample(m->be, &e->cfg->sampler, e->logits, B, m->cfg.vocab, e->u, e->scr, e->tokens, e->lps);
         for (int b = 0; b < B; b++) record(e, &e->seqs[e->row_seq[b]], e->tokens[b], e->lps[b]);
+        tool_turns(e, n_seq);
     }
 }
 
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
     const Qwen2Config *c = &m->cfg;
+    if (cfg->max_turns > 0 && (!cfg->tool_fn || !tok)) die("internal: multi-turn rollout without a tool hook or tokenizer");
     memset(stats, 0, sizeof *stats);
     // One slot length for all: the longest prompt plus its new tokens.
     int64_t slot_len = 1, max_prompt = 1;
@@ -232,10 +313,11 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
             Seq *q = &e.seqs[s];
             *q = (Seq){.prompt = p0 + s / G, .sample = s % G, .slot = s, .pos = prompts[p0 + s / G].n};
             seq_seed(q, cfg, &prompts[q->prompt], q->prompt);
-            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens);
+            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens, cfg->max_turns > 0);
         }
         double t0 = time_now();
         prefill_wave(&e, n_seq);
+        tool_turns(&e, n_seq);
         stats->prefill_seconds += time_now() - t0;
         t0 = time_now();
         decode_wave(&e, n_seq);

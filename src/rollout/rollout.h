@@ -11,6 +11,20 @@
 
 #define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default
 
+// Multi-turn rollout with tools. A sample whose model text ends in "</tool_call>" while it has turns left
+// pauses; after the step, the hook gets every sample that paused there (so their tools run side by side)
+// and gives each the tokens of its tool turn (the close of the assistant turn, the tool response as a
+// user turn, the next assistant prompt), or none to end the sample (FINISH_STOP). Those tokens join the
+// same sequence and KV cache, the earlier tokens untouched, one per decode step beside the other
+// sequences; then sampling resumes. They carry mask 0 and log-prob 0 and count toward max_new_tokens.
+typedef struct {
+    int prompt, sample;
+    const char *text;  // the model's text of this turn (from the end of the last tool turn), ends in </tool_call>
+    size_t n;
+    IdList append;     // the hook's answer (rollout frees it)
+} RolloutToolTurn;
+typedef void (*RolloutToolFn)(void *user, RolloutToolTurn *turns, int n);
+
 typedef struct {
     SamplerConfig sampler;
     uint64_t seed;
@@ -25,6 +39,9 @@ typedef struct {
                              // entry), as many sequences per wave as fit; kv_budget_bytes is unused
     int share_prefill;       // prefill each prompt once and copy its cache to its G samples
     int64_t prefill_tokens;  // tokens per prefill forward pass
+    int max_turns;           // tool turns a sample may take (0: single-turn, no tool_fn needed)
+    RolloutToolFn tool_fn;   // needs a tokenizer
+    void *tool_user;
 } RolloutConfig;
 
 typedef struct {
@@ -38,12 +55,15 @@ typedef struct {
 typedef enum { FINISH_LENGTH, FINISH_STOP } FinishReason;
 
 typedef struct {
-    int32_t *tokens;  // generated ids only
-    float *logprobs;  // log p of each under softmax(logits / T), before top-k/top-p
+    int32_t *tokens;  // generated ids only (with tools: and the tool turns' ids)
+    float *logprobs;  // log p of each under softmax(logits / T), before top-k/top-p (0 for tool tokens)
+    uint8_t *mask;    // with max_turns > 0: 1 for the model's tokens, 0 for the tool turns' (else NULL)
     int n;
     FinishReason finish;
     Buf text;          // raw bytes of the generated tokens but a final stop token (with a tokenizer)
     int64_t text_end;  // bytes of `text` before a stop string, or text.len
+    int64_t turn_start;  // bytes of `text` before the model's last turn (0 without tool turns)
+    int turns;         // tool turns taken
 } RolloutSample;
 
 typedef struct {
@@ -68,3 +88,5 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
 void rollout_sample_free(RolloutSample *s);
 // The sample's text up to a stop string as a NUL-terminated copy (malloc'd), what rewards score.
 char *rollout_sample_text(const RolloutSample *s);
+// The same from turn_start: the model's last turn (what the rule rewards score after tool turns).
+char *rollout_sample_final_text(const RolloutSample *s);

@@ -255,6 +255,7 @@ static void load_config(Tokenizer *t, const char *path) {
         t->has_chat_template = 1;
         if (strstr(tpl->valuestring, QWEN25_DEFAULT_SYSTEM)) t->default_system = xstrdup(QWEN25_DEFAULT_SYSTEM);
         t->thinking = strstr(tpl->valuestring, "enable_thinking") != NULL;  // Qwen3's
+        t->tool_calls = strstr(tpl->valuestring, "<tool_call>") != NULL;    // Qwen2.5's and Qwen3's
     }
     cJSON_Delete(cfg);
 }

@@ -37,6 +37,7 @@ typedef struct {
     int has_chat_template;
     char *default_system;  // system prompt the template inserts when the conversation has none
     int thinking;          // Qwen3's template: <think> blocks, enable_thinking
+    int tool_calls;        // the template renders tools and tool calls (hermes <tool_call> blocks)
     int no_thinking;       // set by the caller: enable_thinking=false (an empty think block opens the answer)
     char *path;
 } Tokenizer;

@@ -14,6 +14,8 @@
 #include "model/lora.h"
 #include "model/qwen2.h"
 #include "rollout/rollout.h"
+#include "rollout/tools.h"
+#include "text/utf8.h"
 #include "train/checkpoint.h"
 #include "train/prompt_data.h"
 #include "train/stream.h"
@@ -35,6 +37,7 @@ typedef struct {
     int64_t *mb_start;    // (n_mini + 1): mini-batch m holds kept samples mb_start[m] .. mb_start[m+1]-1
     int64_t n_mini;
     float *old_logp, *ref_logp, *logp, *dlogp, *ent, *dent;  // (n_resp)
+    uint8_t *mask;        // (n_resp) with tools: 1 for the model's tokens, 0 for the tool turns' (else NULL)
 } StepBatch;
 
 // What one step measured, for metrics.jsonl and the progress line.
@@ -43,6 +46,8 @@ typedef struct {
     double rss_rollout;  // resident memory at the end of rollout (GiB)
     int64_t n_trunc, resp_max, tokens_total, n_acc, n_correct, n_updates;
     int64_t reward_failures;  // reward program calls that failed (scored 0)
+    int64_t model_tokens, turns, tool_calls, tool_errors;  // with tools (model_tokens: always)
+    double t_tools;           // seconds in tool calls during the rollout
     double kl_reward, norm_sum, lr;
     GrpoLossStats loss;
 } StepStats;
@@ -68,6 +73,9 @@ typedef struct {
     PromptData train, val;
     int has_val;
     RewardSet rewards;
+    ToolSet tools;  // multi-turn rollout (has_tools)
+    int has_tools;
+    ToolHook hook;
     int32_t stop_ids[16];
     int n_stop;
     FILE *metrics, *dump;
@@ -166,8 +174,16 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
                         .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
                         .workspace = &r->workspace, .seed_index = pos};
     rc.sampler.temperature = temperature;
+    const cJSON **kwargs = xcalloc((size_t)n, sizeof *kwargs);
+    if (r->has_tools) {  // each prompt's tools_kwargs reach its tool calls
+        for (int i = 0; i < n; i++) kwargs[i] = d->s[idx[i]].tools_kwargs;
+        r->hook.kwargs = kwargs;
+        rc.max_turns = s->max_turns, rc.tool_fn = tools_rollout_turns, rc.tool_user = &r->hook;
+    }
     RolloutStats st;
     rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
+    r->hook.kwargs = NULL;
+    free(kwargs);
     free(p);
 }
 
@@ -220,7 +236,7 @@ static double validate(Run *r) {
     RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
     if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
-        char *text = rollout_sample_text(&out[i]);
+        char *text = rollout_sample_final_text(&out[i]);
         RewardDetail det;
         reward_score(&r->rewards, r->val.s[v0 + i].prompt, text, r->val.s[v0 + i].answer, &det);
         correct += det.correct == 1;
@@ -237,7 +253,7 @@ static void step_batch_free(StepBatch *sb) {
     for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
     free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->reward), free(sb->adv), free(sb->correct);
     free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
-    free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent);
+    free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
 }
 
 // Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
@@ -251,7 +267,7 @@ static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *
         const RolloutSample *x = &sb->samples[i];
         sb->prompt_ids[i] = r->train.s[p].ids;
         sb->prompt_len[i] = r->train.s[p].len;
-        char *text = rollout_sample_text(x);
+        char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
         RewardDetail det;
         double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, &det);
         free(text);
@@ -262,8 +278,12 @@ static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *
         st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
         st->n_trunc += x->finish == FINISH_LENGTH;
         st->reward_failures += det.program_failures;
-        st->resp_max = x->n > st->resp_max ? x->n : st->resp_max;
+        int64_t own = x->n;  // the model's tokens (tool turns' not counted)
+        for (int t = 0; x->mask && t < x->n; t++) own -= !x->mask[t];
+        st->model_tokens += own;
+        st->resp_max = own > st->resp_max ? own : st->resp_max;
         st->tokens_total += sb->prompt_len[i] + x->n;
+        st->turns += x->turns;
     }
 }
 
@@ -287,6 +307,21 @@ static void select_kept(const GrpoSettings *s, StepBatch *sb) {
     size_t bytes = (size_t)sb->n_resp * 4 + 4;
     sb->old_logp = xmalloc(bytes), sb->ref_logp = xmalloc(bytes), sb->logp = xmalloc(bytes), sb->dlogp = xmalloc(bytes);
     sb->ent = xmalloc(bytes), sb->dent = xmalloc(bytes);
+    if (!sb->samples[0].mask) return;
+    sb->mask = xmalloc((size_t)sb->n_resp + 1);
+    for (int64_t k = 0; k < sb->n_kept; k++)
+        memcpy(sb->mask + sb->resp_off[k], sb->samples[sb->kept[k]].mask, (size_t)sb->samples[sb->kept[k]].n);
+}
+
+// Tokens of kept samples [a, b) that enter the loss (the model's own), and how many of those samples have one.
+static void count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n_tok, double *n_seq) {
+    *n_tok = *n_seq = 0;
+    for (int64_t k = a; k < b; k++) {
+        int64_t own = 0;
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) own += !sb->mask || sb->mask[t];
+        *n_tok += (double)own;
+        *n_seq += own > 0;
+    }
 }
 
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
@@ -294,11 +329,14 @@ static void select_kept(const GrpoSettings *s, StepBatch *sb) {
 static double kl_into_reward(const GrpoSettings *s, StepBatch *sb) {
     double sum = 0.0;
     for (int64_t k = 0; k < sb->n_kept; k++) {
-        double kl = 0.0;
-        int64_t len = sb->resp_off[k + 1] - sb->resp_off[k];
-        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) kl += kl_estimate(s->loss.kl, sb->old_logp[t], sb->ref_logp[t], NULL);
+        double kl = 0.0, len = 0.0;
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;  // a tool's token: not the policy's
+            kl += kl_estimate(s->loss.kl, sb->old_logp[t], sb->ref_logp[t], NULL);
+            len += 1.0;
+        }
         sb->reward[sb->kept[k]] -= (float)(s->loss.kl_coef * kl);
-        sum += kl / (double)len;
+        sum += len > 0 ? kl / len : 0.0;
     }
     return sum;
 }
@@ -322,7 +360,7 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
         if (on_policy) memcpy(sb->old_logp + t0, sb->logp + t0, (size_t)(t1 - t0) * 4);
         GrpoLossStats st;
-        grpo_loss(&lc, sb->logp, sb->old_logp, r->has_ref ? sb->ref_logp : NULL, sb->ent, sb->kept_adv + a,
+        grpo_loss(&lc, sb->logp, sb->old_logp, r->has_ref ? sb->ref_logp : NULL, sb->ent, sb->mask, sb->kept_adv + a,
                   sb->resp_off + a, (int)(b - a), n_tok, n_seq, sb->dlogp, bonus ? sb->dent : NULL, &st);
         grpo_loss_stats_add(total, &st);
         // The trainer averages the ranks' gradients: each contributes its share times the rank count.
@@ -349,7 +387,8 @@ static void update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *
     for (int64_t e = 0; e < s->ppo_epochs; e++)
         for (int64_t mb = 0; mb < sb->n_mini; mb++) {
             int64_t m0 = sb->mb_start[mb], m1 = sb->mb_start[mb + 1];
-            double tot[2] = {(double)(sb->resp_off[m1] - sb->resp_off[m0]), (double)(m1 - m0)};  // 0 tokens: a zero-gradient step
+            double tot[2];  // 0 tokens: a zero-gradient step
+            count_loss_tokens(sb, m0, m1, &tot[0], &tot[1]);
             comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
             const Qwen2 *cm = trainer_begin_step(&r->tr);
             accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
@@ -364,13 +403,15 @@ static void update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
-       M_KL_REWARD, M_REWARD_FAIL, M_N };
+       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_N };
 
 static void write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const GrpoSettings *s = r->s;
     double sum[M_N] = {0}, mx[3] = {(double)st->resp_max, st->loss.ratio_max, -st->loss.ratio_min};
-    for (int64_t i = 0; i < sb->n_samples; i++)
-        sum[M_REWARD] += sb->reward[i], sum[M_LEN] += sb->samples[i].n;
+    for (int64_t i = 0; i < sb->n_samples; i++) sum[M_REWARD] += sb->reward[i];
+    sum[M_LEN] = (double)st->model_tokens;  // with tools, the model's tokens only
+    sum[M_TURNS] = (double)st->turns, sum[M_TOOL_CALLS] = (double)st->tool_calls;
+    sum[M_TOOL_ERRORS] = (double)st->tool_errors;
     sum[M_TRUNC] = (double)st->n_trunc, sum[M_ACC] = (double)st->n_acc, sum[M_CORRECT] = (double)st->n_correct;
     sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)sb->n_kept, sum[M_RESP] = (double)sb->n_resp;
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
@@ -406,9 +447,13 @@ static void write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     json_write_number(f, st->n_updates ? st->norm_sum / (double)st->n_updates : NAN);
     fprintf(f, ", \"lr\": %.6g, \"time_offload_s\": %.4f, \"time_rollout_s\": %.4f, \"time_reward_s\": %.4f, "
             "\"time_reference_s\": %.4f, \"time_old_logprob_s\": %.4f, \"time_update_s\": %.4f, \"time_step_s\": %.4f, "
-            "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f}\n",
+            "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f",
             st->lr, st->t_offload - st->t0, st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt,
             tok_s, st->rss_rollout, rss_gib("VmHWM:"), sum[M_REWARD_FAIL]);
+    if (r->has_tools)
+        fprintf(f, ", \"turns_mean\": %.6g, \"tool_calls\": %.0f, \"tool_errors\": %.0f, \"time_tools_s\": %.4f",
+                sum[M_TURNS] / n, sum[M_TOOL_CALLS], sum[M_TOOL_ERRORS], st->t_tools);
+    fputs("}\n", f);
     file_flush(f, r->metrics_path);
     if (sum[M_REWARD_FAIL] > 0)  // they scored 0: say so, not only in the metrics
         fprintf(stderr, "grpo: warning: step %lld: %.0f reward program call%s failed and scored 0 (last: %s)\n",
@@ -431,9 +476,18 @@ static void dump_samples(Run *r, const StepBatch *sb, const int64_t *idx) {
         fprintf(f, "], \"response_ids\": [");
         for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", sb->samples[i].tokens[j]);
         fprintf(f, "], \"response\": ");
-        json_write_string(f, text, strlen(text));
-        fprintf(f, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d}\n", (double)sb->reward[i],
+        Buf clean = {0};  // valid UTF-8, as the reward program saw it
+        utf8_append_lossy(&clean, text, strlen(text));
+        json_write_string(f, clean.data ? clean.data : "", clean.len);
+        buf_free(&clean);
+        fprintf(f, ", \"reward\": %.9g, \"advantage\": %.9g, \"correct\": %d", (double)sb->reward[i],
                 (double)sb->adv[i], sb->correct[i]);
+        if (sb->samples[i].mask) {  // tools: the model's tokens (1) and the tool turns' (0), the turns taken
+            fprintf(f, ", \"mask\": [");
+            for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", sb->samples[i].mask[j]);
+            fprintf(f, "], \"turns\": %d", sb->samples[i].turns);
+        }
+        fputs("}\n", f);
         free(text);
     }
     file_flush(f, r->dump_path);
@@ -460,7 +514,10 @@ static void grpo_step(Run *r, Stream *stream) {
     // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
     const Qwen2 *policy = trainer_weights(&r->tr);
     sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
+    ToolSet before = r->tools;
     generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.samples);
+    st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;
+    st.t_tools = r->tools.seconds - before.seconds;
     st.rss_rollout = rss_gib("VmRSS:");
     st.t_roll = time_now();
     // 2. rewards, and which samples enter the loss
@@ -536,6 +593,9 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
         .resume = c->trainer.resume, .overwrite = c->trainer.overwrite,
         .stop = (const char *const *)c->rollout.stop.items, .n_stop = c->rollout.stop.n,
+        .tools_file = c->rollout.multi_turn.tools_file, .max_turns = (int)c->rollout.multi_turn.max_turns,
+        .max_parallel_calls = (int)c->rollout.multi_turn.max_parallel_calls,
+        .tool_timeout_s = c->rollout.multi_turn.tool_timeout_s, .tool_memory_mb = c->rollout.multi_turn.tool_memory_mb,
         .dist_timeout_s = c->dist.timeout_s, .zero = (int)c->dist.zero, .pin_cpu = c->dist.pin_cpu,
         .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
@@ -654,11 +714,20 @@ static void run_load(Run *r) {
     tokenizer_load(&r->tok, tj);
     r->tok.no_thinking = !s->enable_thinking;
     free(tj);
+    if ((r->has_tools = s->tools_file != NULL)) {
+        if (!s->chat_template || !r->tok.tool_calls)
+            die("rollout.multi_turn.tools_file needs data.chat_template: true and a chat template with tool calls "
+                "(%s has %s)", s->model_dir, r->tok.has_chat_template ? "one without them" : "none");
+        toolset_load(&r->tools, s->tools_file, "rollout.multi_turn.tools_file", s->max_parallel_calls,
+                     s->tool_timeout_s, s->tool_memory_mb);
+        r->hook = (ToolHook){.tools = &r->tools, .tok = &r->tok};
+    }
+    const char *tools = r->has_tools ? r->tools.schemas_text : NULL;
     prompt_data_load(&r->train, s->train_file, "data.train_file", s->prompt_key, s->answer_key, &r->tok,
-                     s->chat_template, s->max_prompt_length);
+                     s->chat_template, tools, s->max_prompt_length);
     if ((r->has_val = s->val_file != NULL))
         prompt_data_load(&r->val, s->val_file, "data.val_file", s->prompt_key, s->answer_key, &r->tok,
-                         s->chat_template, s->max_prompt_length);
+                         s->chat_template, tools, s->max_prompt_length);
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
@@ -735,6 +804,7 @@ static GRPO_NORETURN void run_stop(Run *r, int sig) {
     if (r->comm.rank == 0) file_close(r->metrics, r->metrics_path);
     if (r->dump) file_close(r->dump, r->dump_path);
     reward_set_free(&r->rewards);  // ends the reward program
+    if (r->has_tools) toolset_free(&r->tools);
     comm_finalize(&r->comm);
     exit(128 + sig);
 }
@@ -757,6 +827,7 @@ static void run_finish(Run *r) {
     if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
     arena_free(&r->workspace);
     reward_set_free(&r->rewards);
+    if (r->has_tools) toolset_free(&r->tools);
     prompt_data_free(&r->train);
     if (r->has_val) prompt_data_free(&r->val);
     tokenizer_free(&r->tok);

@@ -46,6 +46,9 @@ typedef struct {
     int resume, overwrite;       // overwrite: replace a previous run in out_dir
     const char *const *stop;     // rollout stop strings
     int n_stop;
+    const char *tools_file;      // multi-turn rollout with tools (NULL: single turn)
+    int max_turns, max_parallel_calls;
+    double tool_timeout_s, tool_memory_mb;
     double dist_timeout_s;       // data parallel under mpirun (dist.*, compression.*)
     int zero, pin_cpu;
     double topk_ratio;           // 0: dense all-reduce

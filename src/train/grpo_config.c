@@ -101,6 +101,17 @@ static const ConfigKey KEYS[] = {
     KINT("rollout.top_k", rollout.top_k, "0", 0, INT32_MAX, "sample from the k most likely tokens (0: off)"),
     KLIST("rollout.stop", rollout.stop,
           "strings that end a response, e.g. [\"</answer>\"]; a single string is a list of one"),
+    KSTR_NULL("rollout.multi_turn.tools_file", rollout.multi_turn.tools_file,
+              "multi-turn rollout with tools: a JSON array of function schemas, each with its \"command\" (README: "
+              "Tools); the prompts list them, a response's tool calls are answered in the same sequence (null: off)"),
+    KINT("rollout.multi_turn.max_turns", rollout.multi_turn.max_turns, "5", 1, INT32_MAX,
+         "tool calls a response may make; the response budget (data.max_response_length) covers the tool turns"),
+    KINT("rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls, "4", 1, 256,
+         "tool calls of different responses run side by side, up to this many (each tool started as many times)"),
+    KFLOAT_POS("rollout.multi_turn.tool_timeout_s", rollout.multi_turn.tool_timeout_s, "10.0", 86400,
+               "seconds a tool call may take (a tool's own \"timeout_s\" wins); past it the response reads an error"),
+    KFLOAT("rollout.multi_turn.tool_memory_mb", rollout.multi_turn.tool_memory_mb, "16384", 0, 1e9,
+           "address-space limit (RLIMIT_DATA) of each tool process in MiB (0: none)"),
 
     KFLOAT("reward.gsm8k.weight", reward.gsm8k.weight, "1.0", -BIG, BIG,
            "GSM8K (verl's gsm8k scorer): the answer after the last `####` (strict) or the last number "
@@ -507,6 +518,8 @@ static const struct {
     {"train_files", "data.train_file"}, {"val_files", "data.val_file"},
     {"model_name_or_path", "model.path"},
     {"num_generations", "rollout.n"},
+    {"tool_config_path", "rollout.multi_turn.tools_file"},
+    {"max_assistant_turns", "rollout.multi_turn.max_turns"},
     {"max_completion_length", "data.max_response_length"}, {"max_tokens", "data.max_response_length"},
     {"max_new_tokens", "data.max_response_length"},
     {"total_training_steps", "trainer.steps"}, {"max_steps", "trainer.steps"},

@@ -42,6 +42,11 @@ typedef struct {
     int64_t n, top_k;
     double temperature, top_p;
     GrpoStrList stop;
+    struct {
+        char *tools_file;  // NULL: single-turn rollout
+        int64_t max_turns, max_parallel_calls;
+        double tool_timeout_s, tool_memory_mb;
+    } multi_turn;
 } GrpoRolloutConfig;
 
 typedef enum { GRPO_GSM8K_STRICT, GRPO_GSM8K_FLEXIBLE } GrpoGsm8kMethod;

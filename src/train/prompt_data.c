@@ -19,8 +19,19 @@ static char *field_text(const cJSON *it, uint32_t nul, const char *path, int64_t
     die("%s:%lld: \"%s\" must be a string%s", path, (long long)line, key, it ? "" : " (missing)");
 }
 
+// The line's tools_kwargs ({tool name: {...}}): extra_info.tools_kwargs (verl) or tools_kwargs; NULL if none.
+static cJSON *tools_kwargs_of(cJSON *root, const char *path, int64_t line) {
+    cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra_info");
+    cJSON *kw = cJSON_IsObject(extra) ? cJSON_GetObjectItemCaseSensitive(extra, "tools_kwargs") : NULL;
+    if (!kw) kw = cJSON_GetObjectItemCaseSensitive(root, "tools_kwargs");
+    if (!kw || cJSON_IsNull(kw)) return NULL;
+    if (!cJSON_IsObject(kw)) die("%s:%lld: \"tools_kwargs\" must be an object {tool name: {...}}", path, (long long)line);
+    return cJSON_Duplicate(kw, 1);
+}
+
 void prompt_data_load(PromptData *d, const char *path, const char *key, const char *prompt_key,
-                      const char *answer_key, Tokenizer *tok, int chat_template, int64_t max_prompt_length) {
+                      const char *answer_key, Tokenizer *tok, int chat_template, const char *tools,
+                      int64_t max_prompt_length) {
     memset(d, 0, sizeof *d);
     JsonlReader r;
     jsonl_open(&r, path, key);
@@ -33,7 +44,7 @@ void prompt_data_load(PromptData *d, const char *path, const char *key, const ch
         char *answer = field_text(answer_item, r.nul, path, line, answer_key);
         IdList ids = {0};
         size_t bad_offset;
-        if (chat_encode_prompt(tok, prompt, strlen(prompt), chat_template, &ids, &bad_offset) != 0)
+        if (chat_encode_prompt(tok, prompt, strlen(prompt), chat_template, tools, &ids, &bad_offset) != 0)
             die("%s:%lld: \"%s\" is not valid UTF-8", path, (long long)line, prompt_key);
         if (ids.n == 0) die("%s:%lld: the prompt is empty", path, (long long)line);
         if ((int64_t)ids.n > max_prompt_length)
@@ -43,7 +54,7 @@ void prompt_data_load(PromptData *d, const char *path, const char *key, const ch
             n_cap = n_cap ? 2 * n_cap : 64;
             d->s = xrealloc(d->s, n_cap * sizeof *d->s);
         }
-        d->s[d->n++] = (PromptSample){prompt, answer, ids.ids, (int64_t)ids.n, line};
+        d->s[d->n++] = (PromptSample){prompt, answer, ids.ids, (int64_t)ids.n, line, tools_kwargs_of(root, path, line)};
         cJSON_Delete(root);
     }
     jsonl_close(&r);
@@ -55,6 +66,7 @@ void prompt_data_free(PromptData *d) {
         free(d->s[i].prompt);
         free(d->s[i].answer);
         free(d->s[i].ids);
+        cJSON_Delete(d->s[i].tools_kwargs);
     }
     free(d->s);
     memset(d, 0, sizeof *d);

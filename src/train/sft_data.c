@@ -42,7 +42,7 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
     }
     size_t n, bad_offset;
     char *text = json_string_bytes(item, L->r.nul, &n);
-    if (chat_encode_prompt(&L->tok, text, n, chat, out, &bad_offset) != 0)
+    if (chat_encode_prompt(&L->tok, text, n, chat, NULL, out, &bad_offset) != 0)
         die("%s:%lld: \"%s\" is not valid UTF-8 (byte %zu)", L->path, (long long)L->r.line, key, bad_offset);
     free(text);
 }

@@ -34,7 +34,7 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     Tokenizer tok;
     tokenizer_load(&tok, model);
     PromptData d;
-    prompt_data_load(&d, path, "fuzz input", "prompt", "answer", &tok, 1, 48);
+    prompt_data_load(&d, path, "fuzz input", "prompt", "answer", &tok, 1, NULL, 48);
     prompt_data_free(&d);
     tokenizer_free(&tok);
 #endif

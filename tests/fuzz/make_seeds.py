@@ -134,6 +134,15 @@ for resp, ans in [("The answer is\n#### 72", "72"), ("so \\boxed{\\frac{1}{2}}",
                   ("#### -3.0", "-3"), ("\\boxed{\\text{(A)} 0.5}", "\\dfrac{1}{2}"), ("\\boxed{10\\%}", "10")]:
     add("reward", resp, ans)
 
+for text in ['<tool_call>\n{"name": "multiply", "arguments": {"a": 1234, "b": 5678}}\n</tool_call>',
+             'Let me think.\n<tool_call>\n{"name": "search", "arguments": {"q": "caf\\u00e9 \\"x\\"", '
+             '"n": [1, 2.5, null, true, -1e-07], "o": {}}}\n</tool_call>',
+             '<tool_call>{"name":"a","arguments":{"x":"\\u0000"},"name":"b"}</tool_call>',
+             '<tool_call>\n{"name": "f", "arguments": "not an object"}\n</tool_call>',
+             '<tool_call>\n{"name": 1, "arguments": {}\n</tool_call>',
+             '<tool_call><tool_call>{"name": "g", "arguments": {}}</tool_call>', '</tool_call>']:
+    add("tool_call", text)
+
 # ---------------------------------------------------------------- dictionaries (libFuzzer's -dict)
 # The words each parser looks for: the identifier-like string literals of its source files, plus the
 # syntax of its format. Mutations that insert them reach the keys' own checks much sooner.
@@ -158,6 +167,7 @@ DICT_SOURCES = {
     "prompt_data": (["src/train/prompt_data.c", "src/text/chat.c"], JSON + TEXT),
     "report": (["src/cli/cmd_report.c", "src/cli/report.h"], JSON + YAML),
     "reward": (["src/rl/reward.c"], LATEX),
+    "tool_call": ([], JSON + ["<tool_call>", "</tool_call>", '"name"', '"arguments"', "\n"]),
 }
 
 

@@ -156,7 +156,7 @@ def reference_loss(case, dtype):
 
     mask = torch.zeros(B, T, dtype=dtype)
     for b, r in enumerate(rows):
-        mask[b, :len(r)] = 1
+        mask[b, :len(r)] = torch.tensor(case["mask"][b], dtype=dtype) if "mask" in case else 1
     logp = pad("logp").requires_grad_(True)
     old = pad("old_logp")
     adv = torch.tensor(case["adv"], dtype=torch.float32).to(dtype)[:, None].expand(B, T)
@@ -241,6 +241,20 @@ def build_cases():
     for agg in ("token-mean", "seq-mean-token-mean"):
         cases.append(dict(on_policy, name=f"ratio-exactly-1/{agg}", kind="loss", kl="k3", agg=agg, clip_low=0.2,
                           clip_high=0.28, clip_c=3.0, kl_coef=0.001, norm_len=0.0, micro=[4, 4]))
+    # Multi-turn rollout: tool tokens inside the responses have response_mask 0 (and one response is all tool
+    # tokens), in every aggregation, with KL, entropy and clipping active.
+    tool_mask = []
+    for b, L in enumerate(lengths):
+        mk = [1] * L
+        for i in range(2, L - 1, 3 + b % 2):  # holes of one or two tokens
+            mk[i] = 0
+            if b % 2 and i + 1 < L:
+                mk[i + 1] = 0
+        tool_mask.append(mk if b != 5 else [0] * L)
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        cases.append(dict(base, entropy=ents, entropy_coeff=0.01, mask=tool_mask, name=f"tool-mask/{agg}",
+                          kind="loss", kl="k3", agg=agg, clip_low=0.2, clip_high=0.28, clip_c=3.0, kl_coef=0.1,
+                          norm_len=16.0, micro=micro))
     # Advantages from verl's estimator itself (float64 over float32 rewards) with a flat group: A = 0.
     rew = make_batch(gen, [5] * 8, old_sd=0.25)
     r = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]

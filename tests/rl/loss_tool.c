@@ -150,6 +150,21 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     }
     int64_t N = seq_off[B];
     float *logp = packed_of(c, "logp", B, seq_off, name), *old_logp = packed_of(c, "old_logp", B, seq_off, name);
+    // "mask" (verl's response_mask, multi-turn's tool tokens at 0): the totals count its 1s only
+    uint8_t *mask = NULL;
+    if (cJSON_GetObjectItemCaseSensitive(c, "mask")) {
+        float *m = packed_of(c, "mask", B, seq_off, name);
+        mask = xmalloc((size_t)(N > 0 ? N : 1));
+        n_seqs = 0;
+        for (int b = 0; b < B; b++) {
+            int any = 0;
+            for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) any |= mask[i] = m[i] != 0.0f;
+            n_seqs += any;
+        }
+        free(m);
+    }
+    double n_tok = (double)N;
+    for (int64_t i = 0; mask && i < N; i++) n_tok -= !mask[i];
     const cJSON *ref_item = cJSON_GetObjectItemCaseSensitive(c, "ref_logp");
     float *ref_logp = ref_item && !cJSON_IsNull(ref_item) ? packed_of(c, "ref_logp", B, seq_off, name) : NULL;
     float *ent = cJSON_GetObjectItemCaseSensitive(c, "entropy") ? packed_of(c, "entropy", B, seq_off, name) : NULL;
@@ -164,8 +179,8 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     for (int64_t i = 0; i < N; i++) dlogp[i] = dlogp_micro[i] = NAN;
     for (int64_t i = 0; dent && i < N; i++) dent[i] = NAN;
     GrpoLossStats whole;
-    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, ent, adv, seq_off, B, (double)N, (double)n_seqs, dlogp, dent,
-                            &whole);
+    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, adv, seq_off, B, n_tok, (double)n_seqs, dlogp,
+                            dent, &whole);
 
     // The same mini-batch in micro-batches, each seeing the whole mini-batch's totals.
     const cJSON *micro = cJSON_GetObjectItemCaseSensitive(c, "micro");
@@ -182,7 +197,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
             if (mb < 0 || mb > B - b0) die("case %s: micro-batch %d of %d sequences overruns the batch", name, m, mb);
         }
         GrpoLossStats s;
-        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, ent, adv + b0, seq_off + b0, mb, (double)N,
+        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, adv + b0, seq_off + b0, mb, n_tok,
                                (double)n_seqs, dlogp_micro, dent, &s);
         grpo_loss_stats_add(&acc, &s);
         b0 += mb;

@@ -20,7 +20,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "rl/reward.h"
-#include "rl/reward_program.h"
+#include "base/program.h"
 
 typedef struct {
     char *key;
@@ -185,7 +185,7 @@ static void run_case(SetCache *cache, const cJSON *root, int64_t line) {
     }
     for (int i = 0; i < set->n; i++)
         if (set->items[i].program) {
-            const RewardProgram *p = set->items[i].program;
+            const Program *p = set->items[i].program;
             printf(", \"calls\": %lld, \"failures\": %lld, \"timeouts\": %lld, \"restarts\": %lld, \"starts\": %lld",
                    (long long)p->calls, (long long)p->failures, (long long)p->timeouts, (long long)p->restarts,
                    (long long)p->starts);

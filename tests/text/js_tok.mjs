@@ -4,8 +4,8 @@
 //   node js_tok.mjs encode               {"text": s}                  -> {"ids": [...]}
 //   node js_tok.mjs decode               {"ids": [...]}               -> {"text": s}
 //   node js_tok.mjs chat TEMPLATE_FILE   {"messages": [...], "add_generation_prompt": b} -> {"text": s}
-//   node js_tok.mjs jinja TEMPLATE_FILE  the same, plus "enable_thinking", rendered by @huggingface/jinja (the
-//                                        engine of transformers.js 3+: Qwen3's template needs it) with the
+//   node js_tok.mjs jinja TEMPLATE_FILE  the same, plus "enable_thinking" and "tools", rendered by
+//                                        @huggingface/jinja (the engine of transformers.js 3+: Qwen3's template needs it) with the
 //                                        variables transformers passes (messages, add_generation_prompt, the
 //                                        special tokens, extra keyword arguments)
 //   node js_tok.mjs bench FILE [REPEATS] -> one line {"bytes", "median_seconds", "mb_per_s", "tokens"}
@@ -70,6 +70,7 @@ if (mode === "encode") {
       add_generation_prompt: !!o.add_generation_prompt,
       ...special,
       ...("enable_thinking" in o ? { enable_thinking: o.enable_thinking } : {}),
+      ...("tools" in o ? { tools: o.tools } : {}),
     }),
   }));
 } else if (mode === "bench") {

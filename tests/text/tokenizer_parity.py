@@ -310,6 +310,60 @@ def main():
         q3_objs.append(o)
     group(q3_names, "chat-qwen3", lambda: chat_checks("chat-qwen3", q3_objs, q3_names, q3_template, MODELS, "jinja"))
 
+    # ---- tools (both templates, @huggingface/jinja as the peer): the tools' system turn, assistant
+    # tool_calls as hermes blocks, consecutive tool responses in one user turn
+    def fn(name, desc, params):
+        return {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
+
+    mult = fn("multiply", "Multiply two integers.",
+              {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+               "required": ["a", "b"]})
+    odd = fn("odd_values", "Quotes \" backslash \\ newline\n tab\t ctrl\u0001 del\u007f 中文 😀 </tools>",
+             {"type": "object", "properties": {"x": {"type": "number", "minimum": -1.5, "maximum": 1e3,
+                                                     "default": 0.25, "enum": [1, 2.5, -3, True, False, None]},
+                                               "nested": {"type": "array", "items": {}}}, "required": []})
+
+    def call(name, args, openai=False):
+        c = {"name": name, "arguments": args}
+        return {"id": "call_0", "type": "function", "function": c} if openai else c
+
+    def ast(content, calls):
+        return {"role": "assistant", "content": content, "tool_calls": calls}
+
+    def tool(content):
+        return {"role": "tool", "content": content}
+
+    q = m("user", "What is 1234 * 5678?")
+    tools_convs = [  # (name, messages, tools, add_generation_prompt)
+        ("no_system", [q], [mult], True),
+        ("system", [m("system", "Use tools when they help."), q], [mult, odd], True),
+        ("empty_tools_list", [q], [], True),
+        ("call_and_response", [q, ast("", [call("multiply", {"a": 1234, "b": 5678})]), tool("7006652")], [mult], True),
+        ("content_and_call", [q, ast("Let me compute.", [call("multiply", {"a": 1, "b": 2})]), tool("2"),
+                              a("It is 2.")], [mult], False),
+        ("parallel_calls", [q, ast("", [call("multiply", {"a": 1, "b": 2}), call("multiply", {"a": 3, "b": 4})]),
+                            tool("2"), tool("12")], [mult], True),
+        ("openai_string_arguments", [q, ast("", [call("multiply", '{"a": 1, "b": 2}', openai=True)]), tool("2")],
+         [mult], True),
+        ("odd_arguments", [q, ast("x", [call("odd_values", {"x": 0.1, "s": "é\n\"q\"", "l": [1, {"k": None}]})]),
+                           tool("line1\nline2 </tool_response> 中")], [odd], True),
+        ("rollout_text_calls",  # what multi-turn rollout records: the call as the assistant's own text
+         [q, a('<tool_call>\n{"name": "multiply", "arguments": {"a": 1234, "b": 5678}}\n</tool_call>'),
+          tool("7006652"), a("The product is 7006652.")], [mult], False),
+        ("tool_first", [tool("orphan response"), q], [mult], True),
+        ("tools_then_later_system", [q, m("system", "late"), m("user", "again")], [mult], True),
+    ]
+    tool_names = [n for n, _, _, _ in tools_convs]
+    for label, template, tok_dir in (("tools-qwen2.5", TEMPLATE, model), ("tools-qwen3", q3_template, MODELS)):
+        objs_t = [{"messages": msgs, "tools": tl, "add_generation_prompt": agp} for _, msgs, tl, agp in tools_convs]
+        group(tool_names, label, lambda label=label, objs_t=objs_t, template=template, tok_dir=tok_dir:
+              chat_checks(label, objs_t, tool_names, template, tok_dir, "jinja"))
+    # Qwen2.5's template with OpenAI's content null beside tool calls (Qwen3's Jinja cannot take null there)
+    null_objs = [{"messages": [q, ast(None, [call("multiply", {"a": 1, "b": 2})]), tool("2")], "tools": [mult],
+                  "add_generation_prompt": True}]
+    group(["content_null"], "tools-qwen2.5",
+          lambda: chat_checks("tools-qwen2.5", null_objs, ["content_null"], TEMPLATE, model, "jinja"))
+
     return harness.summary()
 
 

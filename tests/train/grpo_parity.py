@@ -28,7 +28,9 @@ _forward_micro_batch; workers/utils/losses.py ppo_loss; fsdp_workers.py update_a
               update per mini-batch, ppo_epochs passes; the LR scheduler (HF lambdas) steps once per
               training step, as verl's update_actor does
   masking     algorithm.mask_truncated: a truncated response gets a zero response_mask (it still
-              counts in its group's advantages); mini-batches are slices of the step's samples
+              counts in its group's advantages); mini-batches are slices of the step's samples;
+              multi-turn rollout (cases tools-*): the dumped "mask" zeroes the tool turns' tokens in
+              response_mask, and the rewards score the model's last turn
 
 Checks per case: the dump's layout, rewards, advantages (vs verl's estimator), OUT/model.safetensors
 vs torch's weights (per tensor max|a-b| / max|b| <= 1e-5, and the weights must have moved), and
@@ -162,6 +164,11 @@ def make_small_model(d, seed, tied, kv_heads, head_scale=0.5):
         json.dump(cfg, f, indent=2)
 
 
+def final_turn(response):
+    """The model's last turn of a multi-turn response (what the rewards score): after the last tool turn."""
+    return response.split("</tool_response><|im_end|>\n<|im_start|>assistant\n")[-1]
+
+
 def reward_score(response):
     """The reward program's score (the fixture below runs this same function): deterministic, varied
     within groups. ASCII characters only, so the lossy UTF-8 of invalid bytes cannot change it."""
@@ -185,7 +192,7 @@ PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
 BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
-            entropy=0.0, lora=None)
+            entropy=0.0, lora=None, tools=False)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -216,6 +223,11 @@ CASES = {
     "verl-temperature-0.7": dict(temperature=0.7, steps=1),
     "verl-lr-schedule-per-step": dict(schedule="cosine", warmup=1, steps=3, mini=2, kl_loss=None),
     "verl-mask-truncated-minibatches": dict(mask_truncated=True, mini=2, micro=2, steps=1, kl_loss=None),
+    # multi-turn rollout with a tool (the model below calls it after "\n"): the tool turns' tokens have mask 0, as
+    # verl's response_mask; the rewards score the model's last turn
+    "tools-k3-token-mean": dict(model="small-tools", tools=True, max_resp=150, kl_loss=("k3", 0.3), lr=1e-3),
+    "tools-entropy-seq-mean-token-mean-mini2": dict(model="small-tools", tools=True, max_resp=150, mini=2,
+                                                    agg="seq-mean-token-mean", entropy=0.05, lr=1e-3),
     # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
     # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
     # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
@@ -257,6 +269,9 @@ def grpo_overrides(c, model_dir, data, out):
     }
     if c["mini"]:
         o["actor.mini_batch_size"] = c["mini"]
+    if c["tools"]:
+        o.update({"data.chat_template": "true", "data.max_prompt_length": 1024, "rollout.multi_turn.max_turns": 2,
+                  "rollout.multi_turn.tools_file": os.path.join(TMP, "tools.json")})
     if c["kl_loss"]:
         o["actor.kl_loss_type"], o["actor.kl_loss_coef"] = c["kl_loss"]
     if c["kl_reward"]:
@@ -373,6 +388,8 @@ class Peer:
         for i, ln in enumerate(lens):
             if not (c["mask_truncated"] and truncated[i]):
                 mask[i, :ln] = 1
+            if "mask" in samples[i]:  # multi-turn: the tool turns' tokens are not the policy's
+                mask[i, :ln] *= torch.tensor(samples[i]["mask"], dtype=self.dtype)
         mini = (c["mini"] or c["P"]) * G
         # verl: mini-batches are slices of the step's samples; a masked response keeps its slot
         order = [i for i in range(n) if mask[i].sum() > 0] if self.variant == "kept-only" else list(range(n))
@@ -382,7 +399,7 @@ class Peer:
         with torch.no_grad():
             old = self.padded([self.logprobs(self.P, s) for s in samples], L)
             refl = self.padded([self.logprobs(self.ref, s) for s in samples], L) if need_ref else None
-        scores = torch.tensor([reward_score(s["response"]) for s in samples], dtype=self.dtype)
+        scores = torch.tensor([reward_score(final_turn(s["response"])) for s in samples], dtype=self.dtype)
         rewards, reward_kl = scores.clone(), None
         if c["kl_reward"]:  # verl apply_kl_penalty: token rewards = scores - beta * kld; GRPO sums them
             kind, beta = c["kl_reward"]
@@ -478,6 +495,7 @@ def setup(tokenizer):
         shutil.rmtree(d, ignore_errors=True)
         make_small_model(d, seed, tied, kvh, scale)
         MODELS[name] = (d, STOP_IDS)
+    make_tools_model(os.path.join(TMP, "model-small-tools"))
     d = os.path.join(TMP, "model-qwen-tiny")
     shutil.rmtree(d, ignore_errors=True)
     if not os.path.exists(tokenizer):
@@ -506,6 +524,51 @@ def setup(tokenizer):
     et = et["content"] if isinstance(et, dict) else et
     eos += [a["id"] for a in tj["added_tokens"] if a["content"] == et]
     MODELS["qwen-tiny"] = (d, eos)
+
+
+TOOL_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>'
+
+
+def make_tools_model(d):
+    """small's byte tokenizer plus an added token CALL (id 259: the whole text of one tool call), Qwen2.5's chat
+    template, and a random model (max_pos 2048 for the tools' system turn) whose "\\n" embedding is large and
+    aligned with CALL's output row, so that after "\\n" (the end of each assistant prompt) it often calls the
+    tool, and otherwise writes random bytes; the tool answers 408."""
+    shutil.rmtree(d, ignore_errors=True)
+    ref.make_model(d, seed=14, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, vocab=260, tied=False,
+                   max_pos=2048)
+    w = ref.load_weights(d)
+    for k in ("model.embed_tokens.weight", "lm_head.weight"):
+        w[k] = w[k] * 0.5
+    nl = 188 + 10  # "\n": the 11th non-printable byte, after the 188 printable ones
+    w["model.embed_tokens.weight"][nl] = 0.0
+    w["model.embed_tokens.weight"][nl, 0] = 8.0
+    w["lm_head.weight"][259] = 0.0
+    w["lm_head.weight"][259, 0] = 1.0
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), w, {"format": "pt"})
+    write_byte_tokenizer(d)
+    tj = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
+    tj["added_tokens"].append({"id": 259, "content": TOOL_CALL, "single_word": False, "lstrip": False,
+                               "rstrip": False, "normalized": False, "special": False})
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
+    tc["chat_template"] = open(os.path.join(HERE, "..", "text", "qwen2.5_chat_template.jinja"), encoding="utf-8").read()
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["eos_token_id"], cfg["bos_token_id"] = STOP_IDS, 256
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    tool = os.path.join(TMP, "multiply_tool.py")
+    with open(tool, "w") as f:
+        f.write("import json, sys\nfor line in sys.stdin:\n    print(json.dumps({'content': '408'}), flush=True)\n")
+    with open(os.path.join(TMP, "tools.json"), "w") as f:
+        json.dump([{"name": "multiply", "description": "Multiply two integers.",
+                    "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                                    "b": {"type": "integer"}}},
+                    "command": f"{sys.executable} {tool}"}], f)
+    MODELS["small-tools"] = (d, STOP_IDS)
 
 
 def close(a, b, tol=METRIC_TOL):

@@ -1,8 +1,8 @@
-// The `program` reward's scoring program (rl/reward_program.h): fork + exec of /bin/sh -c in a process
+// The `program` reward's scoring program (base/program.h): fork + exec of /bin/sh -c in a process
 // group of its own under an RLIMIT_DATA cap, this process a child subreaper so what the program leaves
 // running is killed with it; one JSONL request and reply per call under one deadline.
-#define _GNU_SOURCE  // pipe2, MSG_NOSIGNAL, open_memstream
-#include "rl/reward_program.h"
+#define _GNU_SOURCE  // pipe2, MSG_NOSIGNAL
+#include "base/program.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,11 +22,10 @@
 
 #include "base/json.h"
 #include "base/util.h"
-#include "text/utf8.h"
 
 static int is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-static void program_fail(RewardProgram *p, const char *fmt, const char *detail) {
+static void program_fail(Program *p, const char *fmt, const char *detail) {
     snprintf(p->last_error, sizeof p->last_error, fmt, detail);
 }
 
@@ -55,21 +54,33 @@ static int children_of_self(pid_t *out, int max) {
     return n;
 }
 
-static int known_child(const RewardProgram *p, pid_t pid) {
-    for (int i = 0; i < p->n_known; i++)
-        if (p->known[i] == pid) return 1;
-    return 0;
+// Whether child pid carries p's mark in its environment: the program and whatever it started (the
+// environment is inherited), never another program's processes or children we had before.
+static int marked_child(const Program *p, pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;  // gone meanwhile, or a zombie (its environment is no longer readable)
+    static const size_t cap = 1 << 20;
+    char *env = xmalloc(cap);
+    size_t n = fread(env, 1, cap, f);
+    fclose(f);
+    size_t k = strlen(p->mark);
+    int found = 0;
+    for (size_t i = 0; i + k <= n && !found; i += strnlen(env + i, n - i) + 1)
+        found = memcmp(env + i, p->mark, k) == 0 && (i + k == n || env[i + k] == '\0');
+    free(env);
+    return found;
 }
 
-// Kills and reaps what the program left behind: our children other than those we had before it. Each
-// killed one's own children are reparented to us in turn, so repeat until a scan finds none.
-static void program_kill_strays(RewardProgram *p) {
-    if (p->n_known < 0) return;
+// Kills and reaps what the program left behind: our marked children. Each killed one's own children are
+// reparented to us in turn, so repeat until a scan finds none.
+static void program_kill_strays(Program *p) {
     for (int round = 0; round < 1000; round++) {
         pid_t kids[256];
         int n = children_of_self(kids, 256), found = 0;
         for (int i = 0; i < n; i++) {
-            if (known_child(p, kids[i])) continue;
+            if (!marked_child(p, kids[i])) continue;
             kill(kids[i], SIGKILL);
             while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR) {
             }
@@ -80,7 +91,7 @@ static void program_kill_strays(RewardProgram *p) {
 }
 
 // Kills the program's process group and reaps it, then whatever it left behind.
-static void program_kill(RewardProgram *p) {
+static void program_kill(Program *p) {
     if (p->pid <= 0) return;
     if (p->fd_request >= 0) close(p->fd_request);
     if (p->fd_reply >= 0) close(p->fd_reply);
@@ -94,7 +105,7 @@ static void program_kill(RewardProgram *p) {
     program_kill_strays(p);
 }
 
-static int program_start(RewardProgram *p) {
+static int program_start(Program *p) {
     int sv[2], pfd[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         program_fail(p, "socketpair failed: %s", strerror(errno));
@@ -124,7 +135,7 @@ static int program_start(RewardProgram *p) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execl("/bin/sh", "sh", "-c", p->command, (char *)NULL);
+        execle("/bin/sh", "sh", "-c", p->command, (char *)NULL, p->envp);
         _exit(127);
     }
     close(sv[1]);
@@ -146,7 +157,7 @@ static int program_start(RewardProgram *p) {
     return 1;
 }
 
-void reward_program_init(RewardProgram *p, const char *command, double timeout_s, double grace_s, double memory_mb) {
+void program_init(Program *p, const char *command, double timeout_s, double grace_s, double memory_mb) {
     memset(p, 0, sizeof *p);
     p->command = xstrdup(command);
     p->timeout_s = timeout_s;
@@ -154,31 +165,17 @@ void reward_program_init(RewardProgram *p, const char *command, double timeout_s
     p->memory_mb = memory_mb;
     p->fd_request = p->fd_reply = -1;
     prctl(PR_SET_CHILD_SUBREAPER, 1);  // if refused (not Linux 3.4+), leftovers go to init as before
-    int max = (int)(sizeof p->known / sizeof p->known[0]);
-    p->n_known = children_of_self(p->known, max);
-    if (p->n_known == max) p->n_known = -1;  // more children than we can remember: leave strays alone
+    // The mark: this process and this Program, unique while both live.
+    snprintf(p->mark, sizeof p->mark, "GRPO_PROGRAM=%d.%p", (int)getpid(), (void *)p);
+    int n = 0;
+    while (environ[n]) n++;
+    p->envp = xmalloc(((size_t)n + 2) * sizeof *p->envp);
+    for (int i = 0, j = 0; i <= n; i++)  // environ without an inherited mark, then ours
+        if (!environ[i] || strncmp(environ[i], "GRPO_PROGRAM=", 13) != 0) p->envp[j++] = environ[i];
+    for (n = 0; p->envp[n];) n++;
+    p->envp[n] = xstrdup(p->mark);  // not p->mark itself: the struct may be copied
+    p->envp[n + 1] = NULL;
     program_start(p);
-}
-
-// The request line: JSON with the strings made valid UTF-8.
-static char *program_request(const char *prompt, const char *response, const char *answer, size_t *len) {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (!f) die("open_memstream failed: %s", strerror(errno));
-    const char *keys[3] = {"prompt", "response", "answer"}, *vals[3] = {prompt, response, answer};
-    fputc('{', f);
-    for (int i = 0; i < 3; i++) {
-        Buf clean = {0};
-        utf8_append_lossy(&clean, vals[i], strlen(vals[i]));
-        fprintf(f, "%s\"%s\": ", i ? ", " : "", keys[i]);
-        json_write_string(f, clean.data ? clean.data : "", clean.len);
-        buf_free(&clean);
-    }
-    fputs("}\n", f);
-    if (fclose(f) != 0) die("writing a reward request failed");
-    *len = n;
-    return text;
 }
 
 static int ms_left(double deadline) {
@@ -187,7 +184,7 @@ static int ms_left(double deadline) {
 }
 
 // 1 sent, 0 failed (last_error set), -1 timed out.
-static int program_send(RewardProgram *p, const char *data, size_t n, double deadline) {
+static int program_send(Program *p, const char *data, size_t n, double deadline) {
     size_t off = 0;
     while (off < n) {
         ssize_t w = send(p->fd_request, data + off, n - off, MSG_NOSIGNAL);
@@ -216,7 +213,7 @@ static int program_send(RewardProgram *p, const char *data, size_t n, double dea
 
 // Reads up to the next non-blank line into *line (NUL-terminated, inside p->pending). 1 got a line,
 // 0 failed (last_error set), -1 timed out.
-static int program_read_line(RewardProgram *p, double deadline, char **line, size_t *line_len) {
+static int program_read_line(Program *p, double deadline, char **line, size_t *line_len) {
     size_t scanned = 0;
     for (;;) {
         char *nl = p->n_pending > scanned ? memchr(p->pending + scanned, '\n', p->n_pending - scanned) : NULL;
@@ -279,40 +276,23 @@ static int program_read_line(RewardProgram *p, double deadline, char **line, siz
     }
 }
 
-double reward_program_call(RewardProgram *p, const char *prompt, const char *response, const char *answer, int *ok) {
+void program_reject(Program *p, const char *fmt, const char *detail) {
+    program_fail(p, fmt, detail);
+    p->failures++;
+    program_kill(p);  // restarted by the next call
+}
+
+cJSON *program_call(Program *p, const char *request, size_t n) {
     p->calls++;
-    if (ok) *ok = 0;
     double deadline = time_now() + p->timeout_s;
     if (p->pid <= 0 && !program_start(p)) {
         p->failures++;
-        return 0;
+        return NULL;
     }
-    size_t n;
-    char *req = program_request(prompt, response, answer, &n);
-    int rc = program_send(p, req, n, deadline);
-    free(req);
+    int rc = program_send(p, request, n, deadline);
     char *line = NULL;
     size_t line_len = 0;
     if (rc == 1) rc = program_read_line(p, deadline, &line, &line_len);
-    double reward = 0;
-    if (rc == 1) {
-        cJSON *root = json_parse_exact(line, line_len, NULL);
-        const cJSON *r = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "reward") : NULL;
-        if (cJSON_IsNumber(r) && isfinite(r->valuedouble)) {
-            reward = r->valuedouble;
-        } else {
-            char shown[64];
-            snprintf(shown, sizeof shown, "%.40s%s", line, line_len > 40 ? "..." : "");
-            program_fail(p, root ? "reply without a finite number \"reward\": %s" : "reply is not JSON: %s", shown);
-            rc = 0;
-        }
-        cJSON_Delete(root);
-        if (rc == 1) {  // consume the line
-            size_t used = line_len + 1;
-            memmove(p->pending, p->pending + used, p->n_pending - used);
-            p->n_pending -= used;
-        }
-    }
     if (rc == -1) {
         snprintf(p->last_error, sizeof p->last_error, "no reply within %g s", p->timeout_s);
         p->timeouts++;
@@ -320,13 +300,23 @@ double reward_program_call(RewardProgram *p, const char *prompt, const char *res
     if (rc != 1) {
         p->failures++;
         program_kill(p);  // restarted by the next call
-        return 0;
+        return NULL;
     }
-    if (ok) *ok = 1;
-    return reward;
+    cJSON *reply = json_parse_exact(line, line_len, NULL);
+    if (!cJSON_IsObject(reply)) {
+        char shown[64];
+        snprintf(shown, sizeof shown, "%.40s%s", line, line_len > 40 ? "..." : "");
+        cJSON_Delete(reply);
+        program_reject(p, "reply is not a JSON object: %s", shown);
+        return NULL;
+    }
+    size_t used = line_len + 1;  // consume the line
+    memmove(p->pending, p->pending + used, p->n_pending - used);
+    p->n_pending -= used;
+    return reply;
 }
 
-void reward_program_free(RewardProgram *p) {
+void program_free(Program *p) {
     if (p->pid > 0) {
         close(p->fd_request);  // EOF on its stdin: a well-behaved program exits
         p->fd_request = -1;
@@ -345,6 +335,12 @@ void reward_program_free(RewardProgram *p) {
     }
     free(p->pending);
     free(p->command);
+    if (p->envp) {
+        int n = 0;
+        while (p->envp[n]) n++;
+        free(p->envp[n - 1]);  // the mark, the last entry
+        free(p->envp);
+    }
     memset(p, 0, sizeof *p);
     p->fd_request = p->fd_reply = -1;
 }
