@@ -258,7 +258,7 @@ static void dump_number(Buf *out, double x) {
         buf_str(out, "null");
         return;
     }
-    if (x == (double)(int64_t)x && fabs(x) < 1e16) {
+    if (fabs(x) < 1e16 && x == (double)(int64_t)x) {  // the range first: a cast out of it is undefined
         snprintf(num, sizeof num, "%" PRId64, (int64_t)x);
     } else {
         for (int digits = 1; digits <= 17; digits++) {

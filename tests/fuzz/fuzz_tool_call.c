@@ -28,8 +28,12 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     cJSON *again = chat_parse_tool_call(text.data, text.len, &nul2, &error);
     if (!again) fuzz_fail("a call written back does not parse");
     json_dump_py(&again_args, cJSON_GetObjectItemCaseSensitive(again, "arguments"), nul2);
-    const cJSON *name2 = cJSON_GetObjectItemCaseSensitive(again, "name");
-    if (strcmp(name->valuestring, name2->valuestring) != 0) fuzz_fail("the name changed");
+    size_t n1, n2;  // compared as bytes: a U+0000 is a different sentinel in each parse
+    char *b1 = json_string_bytes(name, nul, &n1);
+    char *b2 = json_string_bytes(cJSON_GetObjectItemCaseSensitive(again, "name"), nul2, &n2);
+    if (n1 != n2 || memcmp(b1, b2, n1) != 0) fuzz_fail("the name changed");
+    free(b1);
+    free(b2);
     if (args.len != again_args.len || memcmp(args.data, again_args.data, args.len) != 0)
         fuzz_fail("the arguments changed");
     cJSON_Delete(again);
