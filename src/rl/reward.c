@@ -625,8 +625,10 @@ const char *reward_after_think(const char *response) {
     return strstr(response, "<think>") ? "" : response;
 }
 
-// The program reward's request {"prompt", "response", "answer"}, with the strings made valid UTF-8 (U+FFFD).
-static char *program_request(const char *prompt, const char *response, const char *answer, size_t *len) {
+// The program reward's request {"prompt", "response", "answer"[, "messages"]}, with the strings made valid
+// UTF-8 (U+FFFD); messages is JSON already.
+static char *program_request(const char *prompt, const char *response, const char *answer, const char *messages,
+                             size_t *len) {
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
@@ -640,6 +642,7 @@ static char *program_request(const char *prompt, const char *response, const cha
         json_write_string(f, clean.data ? clean.data : "", clean.len);
         buf_free(&clean);
     }
+    if (messages) fprintf(f, ", \"messages\": %s", messages);
     fputs("}\n", f);
     if (fclose(f) != 0) die("writing a reward request failed");
     *len = n;
@@ -647,9 +650,10 @@ static char *program_request(const char *prompt, const char *response, const cha
 }
 
 // The program's reward, or 0 when the call fails (*ok = 0).
-static double program_reward(Program *p, const char *prompt, const char *response, const char *answer, int *ok) {
+static double program_reward(Program *p, const char *prompt, const char *response, const char *answer,
+                             const char *messages, int *ok) {
     size_t n;
-    char *req = program_request(prompt, response, answer, &n);
+    char *req = program_request(prompt, response, answer, messages, &n);
     cJSON *reply = program_call(p, req, n);
     free(req);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(reply, "reward");
@@ -666,7 +670,7 @@ static double program_reward(Program *p, const char *prompt, const char *respons
 
 // One spec's unweighted value; *correct is 1/0 for the correctness kinds, left alone otherwise.
 static double item_score(const RewardItem *it, const char *prompt, const char *response, const char *answer,
-                         int *correct, int *program_failed) {
+                         const char *messages, int *correct, int *program_failed) {
     const RewardSpec *s = &it->spec;
     if (s->strip_think) response = reward_after_think(response);
     switch (s->kind) {
@@ -694,7 +698,7 @@ static double item_score(const RewardItem *it, const char *prompt, const char *r
     case REWARD_EXACT: return (*correct = reward_exact_match(response, answer)) ? 1 : 0;
     case REWARD_PROGRAM: {
         int ok;
-        double r = program_reward(it->program, prompt, response, answer, &ok);
+        double r = program_reward(it->program, prompt, response, answer, messages, &ok);
         if (!ok) *program_failed += 1;
         return r;
     }
@@ -703,13 +707,13 @@ static double item_score(const RewardItem *it, const char *prompt, const char *r
 }
 
 double reward_score(const RewardSet *set, const char *prompt, const char *response, const char *answer,
-                    RewardDetail *detail) {
+                    const char *messages, RewardDetail *detail) {
     RewardDetail d;
     memset(&d, 0, sizeof d);
     d.correct = -1;
     for (int i = 0; i < set->n; i++) {
         int c = -1;
-        double v = item_score(&set->items[i], prompt, response, answer, &c, &d.program_failures);
+        double v = item_score(&set->items[i], prompt, response, answer, messages, &c, &d.program_failures);
         d.values[i] = v;
         d.total += set->items[i].spec.weight * v;
         if (c >= 0) d.correct = (d.correct == -1 ? 1 : d.correct) && c;

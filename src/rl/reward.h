@@ -110,10 +110,11 @@ const char *reward_last_error(const RewardSet *set);
 // Copies the specs, compiles format regexes and starts programs. Dies (one line, naming the spec)
 // on a bad spec: unknown kind, non-finite weight, regex that does not compile, program without command.
 void reward_set_init(RewardSet *set, const RewardSpec *specs, int n);
-// Weighted sum for one response; `answer` is the ground truth, `prompt` only goes to programs.
-// detail may be NULL.
+// Weighted sum for one response; `answer` is the ground truth, `prompt` only goes to programs, and so does
+// `messages` (multi-turn: the conversation as a JSON array of {"role", "content"}, or NULL), as the request's
+// "messages". detail may be NULL.
 double reward_score(const RewardSet *set, const char *prompt, const char *response, const char *answer,
-                    RewardDetail *detail);
+                    const char *messages, RewardDetail *detail);
 void reward_set_free(RewardSet *set);
 
 // ---------------------------------------------------------------- the pieces, for tests and reuse

@@ -6,8 +6,10 @@
 
 #include "base/arena.h"
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 #include "nn/ops.h"
+#include "text/utf8.h"
 
 typedef struct {
     int prompt, sample, slot;
@@ -20,11 +22,15 @@ typedef struct {
     int64_t feed_next;
 } Seq;
 
-static void sample_init(RolloutSample *s, int cap, int with_mask) {
+static void sample_init(RolloutSample *s, int cap, int max_turns) {
     memset(s, 0, sizeof *s);
     s->tokens = xmalloc((size_t)cap * sizeof *s->tokens);
     s->logprobs = xmalloc((size_t)cap * sizeof *s->logprobs);
-    if (with_mask) s->mask = xmalloc((size_t)cap);
+    if (max_turns == 0) return;
+    s->mask = xmalloc((size_t)cap);
+    s->turn_end = xcalloc((size_t)max_turns, sizeof *s->turn_end);
+    s->next_start = xcalloc((size_t)max_turns, sizeof *s->next_start);
+    s->tool_content = xcalloc((size_t)max_turns, sizeof *s->tool_content);
 }
 
 static char *text_range(const RolloutSample *s, int64_t from) {
@@ -38,10 +44,47 @@ char *rollout_sample_text(const RolloutSample *s) { return text_range(s, 0); }
 
 char *rollout_sample_final_text(const RolloutSample *s) { return text_range(s, s->turn_start); }
 
+// Appends text[a, b) as a JSON string, made valid UTF-8.
+static void json_text(FILE *f, const char *text, int64_t a, int64_t b) {
+    Buf clean = {0};
+    utf8_append_lossy(&clean, text ? text + a : "", (size_t)(b - a));
+    json_write_string(f, clean.data ? clean.data : "", clean.len);
+    buf_free(&clean);
+}
+
+char *rollout_sample_messages(const RolloutSample *s, const char *prompt) {
+    char *out = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&out, &n);
+    if (!f) die("open_memstream failed");
+    fputs("[{\"role\": \"user\", \"content\": ", f);
+    json_text(f, prompt, 0, (int64_t)strlen(prompt));
+    int64_t start = 0;
+    for (int k = 0; k < s->turns; k++) {
+        fputs("}, {\"role\": \"assistant\", \"content\": ", f);
+        json_text(f, s->text.data, start, s->turn_end[k]);
+        fputs("}, {\"role\": \"tool\", \"content\": ", f);
+        const char *c = s->tool_content[k] ? s->tool_content[k] : "";
+        json_text(f, c, 0, (int64_t)strlen(c));
+        start = s->next_start[k];
+    }
+    if (start >= 0) {  // -1: the sample ended inside its last tool turn (the token budget)
+        fputs("}, {\"role\": \"assistant\", \"content\": ", f);
+        json_text(f, s->text.data, start, s->text_end);
+    }
+    fputs("}]", f);
+    if (fclose(f) != 0) die("writing a sample's messages failed");
+    return out;
+}
+
 void rollout_sample_free(RolloutSample *s) {
     free(s->tokens);
     free(s->logprobs);
     free(s->mask);
+    for (int k = 0; s->tool_content && k < s->turns; k++) free(s->tool_content[k]);
+    free(s->tool_content);
+    free(s->turn_end);
+    free(s->next_start);
     buf_free(&s->text);
     memset(s, 0, sizeof *s);
 }
@@ -98,9 +141,9 @@ static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutPrompt *p,
     size_t len;
     const char *b = tokenizer_id_bytes(tok, id, &len);
     buf_append(&out->text, b ? b : "", b ? len : 0);
-    out->text_end = (int64_t)out->text.len;
+    // text_end moves once the whole tool turn is in: a sample cut inside one ends with its tool call
     int fed = q->feed_next == (int64_t)q->feed.n;
-    if (fed) out->turn_start = out->text_end;
+    if (fed) out->turn_start = out->next_start[out->turns - 1] = out->text_end = (int64_t)out->text.len;
     if (!fed && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
     if (fed || q->done) {
         free(q->feed.ids);
@@ -187,6 +230,9 @@ static void tool_turns(Engine *e, int n_seq) {
         RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
         if (!q->paused) continue;
         q->paused = 0;
+        out->turn_end[out->turns] = (int64_t)out->text.len;
+        out->next_start[out->turns] = -1;  // until the tool turn is fed
+        out->tool_content[out->turns] = t[n].content;
         out->turns++;
         q->feed = t[n++].append;
         q->feed_next = 0;
@@ -313,7 +359,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
             Seq *q = &e.seqs[s];
             *q = (Seq){.prompt = p0 + s / G, .sample = s % G, .slot = s, .pos = prompts[p0 + s / G].n};
             seq_seed(q, cfg, &prompts[q->prompt], q->prompt);
-            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens, cfg->max_turns > 0);
+            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens, cfg->max_turns);
         }
         double t0 = time_now();
         prefill_wave(&e, n_seq);

@@ -22,6 +22,7 @@ typedef struct {
     const char *text;  // the model's text of this turn (from the end of the last tool turn), ends in </tool_call>
     size_t n;
     IdList append;     // the hook's answer (rollout frees it)
+    char *content;     // and what the tool said, for the sample's record (malloc'd, rollout keeps it; may be NULL)
 } RolloutToolTurn;
 typedef void (*RolloutToolFn)(void *user, RolloutToolTurn *turns, int n);
 
@@ -64,6 +65,10 @@ typedef struct {
     int64_t text_end;  // bytes of `text` before a stop string, or text.len
     int64_t turn_start;  // bytes of `text` before the model's last turn (0 without tool turns)
     int turns;         // tool turns taken
+    int64_t *turn_end, *next_start;  // with max_turns > 0, per tool turn k: the model's turn ended at byte
+                                     // turn_end[k] of text, its next began at next_start[k] (-1: the
+                                     // budget ran out inside the tool turn, and text_end is turn_end[k])
+    char **tool_content;             // and what the tool said (NULL where the hook gave nothing)
 } RolloutSample;
 
 typedef struct {
@@ -90,3 +95,7 @@ void rollout_sample_free(RolloutSample *s);
 char *rollout_sample_text(const RolloutSample *s);
 // The same from turn_start: the model's last turn (what the rule rewards score after tool turns).
 char *rollout_sample_final_text(const RolloutSample *s);
+// The conversation of a sample with tool turns as a JSON array (malloc'd): {"role": "user", "content":
+// prompt}, then the model's turns ("assistant") and the tools' answers ("tool") in order; strings made valid
+// UTF-8. What a reward program gets as "messages".
+char *rollout_sample_messages(const RolloutSample *s, const char *prompt);

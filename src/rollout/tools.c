@@ -174,7 +174,7 @@ void tools_rollout_turns(void *tool_hook, RolloutToolTurn *turns, int n) {
         size_t bad;
         if (tokenizer_encode(h->tok, text.data, text.len, &turns[i].append, &bad) != 0)
             die("internal: a tool turn is not valid UTF-8 at byte %zu", bad);
-        buf_free(&content);
+        turns[i].content = content.data ? content.data : xstrdup("");  // the sample's record keeps it
         buf_free(&text);
         free(calls[i].content);
     }

@@ -237,10 +237,12 @@ static double validate(Run *r) {
     if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
         char *text = rollout_sample_final_text(&out[i]);
+        char *msgs = r->has_tools ? rollout_sample_messages(&out[i], r->val.s[v0 + i].prompt) : NULL;
         RewardDetail det;
-        reward_score(&r->rewards, r->val.s[v0 + i].prompt, text, r->val.s[v0 + i].answer, &det);
+        reward_score(&r->rewards, r->val.s[v0 + i].prompt, text, r->val.s[v0 + i].answer, msgs, &det);
         correct += det.correct == 1;
         free(text);
+        free(msgs);
         rollout_sample_free(&out[i]);
     }
     free(out);
@@ -268,9 +270,11 @@ static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *
         sb->prompt_ids[i] = r->train.s[p].ids;
         sb->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
+        char *msgs = r->has_tools ? rollout_sample_messages(x, r->train.s[p].prompt) : NULL;
         RewardDetail det;
-        double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, &det);
+        double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, msgs, &det);
         free(text);
+        free(msgs);
         int64_t lim = s->max_response_length - s->overlong_buffer;
         if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
         sb->reward[i] = (float)rw;

@@ -16,7 +16,7 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     (void)data, (void)size;
     Input *in = ctx;
     RewardDetail d;
-    double r = reward_score(&set, "", in->response, in->answer, &d);
+    double r = reward_score(&set, "", in->response, in->answer, NULL, &d);
     if (r != r) fuzz_fail("reward is NaN");
 }
 

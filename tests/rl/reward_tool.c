@@ -151,7 +151,7 @@ static void run_case(SetCache *cache, const cJSON *root, int64_t line) {
     const char *response = need_str(root, "response", line), *answer = need_str(root, "answer", line);
     const char *prompt = need_str(root, "prompt", line);
     RewardDetail d;
-    double total = reward_score(set, prompt, response, answer, &d);
+    double total = reward_score(set, prompt, response, answer, NULL, &d);
     printf("{\"score\": ");
     printf("%.17g", total);
     printf(", \"values\": [");

@@ -301,14 +301,23 @@ for line in sys.stdin:
             f.write(json.dumps({"prompt": f"What is 12 * 34? ({i})", "answer": "408",
                                 "extra_info": {"tools_kwargs": {"multiply": {"row": i}}}}) + "\n")
 
-    def train(out, steps):
+    rlog = os.path.join(TMP, "reward_requests.jsonl")
+    scorer = script("scorer.py", f"""import json, sys
+for line in sys.stdin:
+    open({rlog!r}, "a").write(line)
+    print(json.dumps({{"reward": 0.0}}), flush=True)
+""")
+
+    def train(out, steps, *extra, launcher=()):
         shutil.rmtree(out, ignore_errors=True)
-        args = [GRPO, "train", f"model.path={SOFT_MODEL}", f"data.train_file={data}", f"trainer.out_dir={out}",
+        args = [*launcher, GRPO, "train", f"model.path={SOFT_MODEL}", f"data.train_file={data}", f"trainer.out_dir={out}",
                 f"rollout.multi_turn.tools_file={tf}", "rollout.multi_turn.max_turns=2", "rollout.n=4",
                 "data.train_batch_size=2", "data.max_prompt_length=2048", "data.max_response_length=200",
-                f"trainer.steps={steps}", "trainer.save_every=1", "trainer.dump_samples=true",
+                f"trainer.steps={steps}", "trainer.save_every=1",
+                f"trainer.dump_samples={'false' if launcher else 'true'}",
                 "reward.gsm8k.weight=0", "reward.format.weight=1", "reward.format.regex=<tool_call>.*",
-                "actor.lr=1e-3", "data.shuffle=false"]
+                "actor.lr=1e-3", "data.shuffle=false", "reward.program.weight=0.001",
+                f"reward.program.command={scorer}", *extra]
         p = subprocess.run(args, capture_output=True, text=True, timeout=600)
         if p.returncode:
             raise AssertionError(f"grpo train exited {p.returncode}: {p.stderr[-800:]}")
@@ -334,6 +343,30 @@ for line in sys.stdin:
     rows = {r["tools_kwargs"].get("row") for r in reqs}
     check("train: each prompt's extra_info.tools_kwargs reach its tool calls", rows <= {0, 1, 2, 3} and
           len(rows) >= 3 and len(reqs) == sum(x["turns"] for x in s), str(rows))
+    reqs = [json.loads(ln) for ln in open(rlog)]
+    ok = len(reqs) == 16
+    for q, x in zip(reqs, s):
+        roles = [m["role"] for m in q.get("messages", [])]
+        ok = ok and roles == ["user"] + ["assistant", "tool"] * x["turns"] + ["assistant"]
+        ok = ok and q["messages"][0]["content"] == q["prompt"] and q["messages"][-1]["content"] == q["response"]
+        ok = ok and all(m["content"] == "408" for m in q["messages"] if m["role"] == "tool")
+        ok = ok and all(m["content"] == CALL for m in q["messages"][1:-1] if m["role"] == "assistant")
+    check("train: the reward program gets the conversation as messages (user, assistant/tool turns, the last "
+          "assistant turn as response)", ok, str(reqs[:1])[:400])
+    for name, extra in (("LoRA", ["actor.lora.rank=4", "actor.lora.base_dtype=f32"]), ("bf16", ["actor.precision=bf16"])):
+        o = os.path.join(TMP, "run_" + name)
+        train(o, 2, *extra)
+        mm = [json.loads(ln) for ln in open(os.path.join(o, "metrics.jsonl")) if "turns_mean" in ln]
+        check(f"train: with {name}, two steps with tool calls and finite gradients",
+              len(mm) == 2 and all(x["tool_calls"] > 0 and 0 < x["grad_norm"] < 1e9 for x in mm), str(mm[-1:])[:300])
+    if shutil.which("mpirun"):  # each rank rolls out its prompts with its own tool processes
+        o = os.path.join(TMP, "run_mpi")
+        train(o, 2, launcher=("mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2"))
+        a, b = ref.load_weights(out), ref.load_weights(o)
+        worst = max(float((a[k] - b[k]).abs().max() / b[k].abs().max().clamp(min=1e-12)) for k in a)
+        mm = [json.loads(ln) for ln in open(os.path.join(o, "metrics.jsonl")) if "turns_mean" in ln]
+        check("train: mpirun -np 2 with tools: the same tool calls and weights as one process (rel 1e-5)",
+              worst < 1e-5 and [x["tool_calls"] for x in mm] == [x["tool_calls"] for x in m], f"max rel {worst:.1e}")
     # Resume from checkpoint-1: the final weights equal the uninterrupted run's, byte for byte.
     out2 = os.path.join(TMP, "run_resumed")
     train(out2, 1)
