@@ -58,14 +58,7 @@ os.remove(os.path.join(HERE, "one.tmp"))
 # the 256 byte tokens, merges for a few words, and ChatML's special tokens.
 qwen = json.load(open(QWEN_TOKENIZER, encoding="utf-8"))
 
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-b2u = {b: chr(c) for b, c in zip(bs, cs)}
+b2u = ref.byte_unicode()
 vocab = {b2u[b]: b for b in range(256)}
 merges = []
 for word in ("Sort", " the", "ing", "\u4e2d\u6587"):

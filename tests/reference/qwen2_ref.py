@@ -33,6 +33,18 @@ HF_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.fl
 
 # ----------------------------------------------------------------- safetensors
 
+def byte_unicode():
+    """GPT-2's (and Qwen's) byte-level BPE alphabet: byte -> the character that stands for it."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
 def save_safetensors(path, tensors, metadata=None):
     """Write {name: tensor} in the safetensors layout (tensors kept in their own dtype)."""
     header, blobs, off = {}, [], 0

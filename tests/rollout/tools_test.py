@@ -37,22 +37,10 @@ SCHEMA = {"type": "function", "function": MULT}
 GRPO = TMP = None
 
 
-def byte_unicode():
-    """GPT-2's byte -> printable character map of byte-level BPE."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def make_model(d, call_text, strength=10.0):
     """The tool-calling model of the docstring in d; returns (CALL id, <|im_end|> id). Its chosen tokens
     have logit 4 * strength, the others 0 (strength 1.5: CALL after "\\n" with p 0.61, so samples differ)."""
-    bu = byte_unicode()
+    bu = ref.byte_unicode()
     vocab = {bu[b]: b for b in range(256)}
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     added = [dict(id=256 + i, content=s, single_word=False, lstrip=False, rstrip=False, normalized=False,
