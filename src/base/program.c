@@ -1,6 +1,7 @@
-// The `program` reward's scoring program (base/program.h): fork + exec of /bin/sh -c in a process
-// group of its own under an RLIMIT_DATA cap, this process a child subreaper so what the program leaves
-// running is killed with it; one JSONL request and reply per call under one deadline.
+// An external JSONL program (base/program.h: the reward program, the tools): fork + exec of /bin/sh -c in a
+// process group of its own under an RLIMIT_DATA cap, this process a child subreaper so what the program
+// leaves running (marked by its environment) is killed with it; one JSONL request and reply per call under
+// one deadline. Programs may be called from several threads at once, each Program from one at a time.
 #define _GNU_SOURCE  // pipe2, MSG_NOSIGNAL
 #include "base/program.h"
 

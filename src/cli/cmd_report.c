@@ -217,7 +217,8 @@ static const char *const css =
 
 static void summary(FILE *f, const ReportMetrics *m) {
     static const ReportKey keys[] = {REPORT_reward_mean, REPORT_accuracy, REPORT_val_accuracy, REPORT_kl,
-                                     REPORT_response_length_mean, REPORT_loss, REPORT_tokens_per_s, REPORT_time_step_s};
+                                     REPORT_response_length_mean, REPORT_turns_mean, REPORT_loss, REPORT_tokens_per_s,
+                                     REPORT_time_step_s};
     fputs("<table class=\"summary\"><tr><th>metric</th><th>last value</th><th>at step</th></tr>\n", f);
     for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
         for (int64_t i = m->n - 1; i >= 0; i--) {

@@ -11,6 +11,7 @@
 #include "model/lora.h"
 #include "rl/reward.h"
 #include "rollout/rollout.h"
+#include "rollout/tools.h"
 #include "text/tokenizer.h"
 #include "train/grpo.h"
 #include "train/grpo_config.h"
@@ -66,19 +67,27 @@ static void vocab_entry(FILE *f, const char *s, size_t n, int id) {
 }
 
 int demo_write_tokenizer(const char *dir) {
+    DemoVocab v = {MERGED_WORDS, N_MERGED_WORDS, NULL, 0, NULL};
+    return demo_write_vocab(dir, &v);
+}
+
+int demo_write_vocab(const char *dir, const DemoVocab *v) {
     dir_create(dir);
     int n_merges = 0;
-    for (size_t w = 0; w < N_MERGED_WORDS; w++) n_merges += (int)strlen(MERGED_WORDS[w]) - 1;
+    for (size_t w = 0; w < v->n_words; w++) n_merges += (int)strlen(v->words[w]) - 1;
     int first_special = 256 + n_merges;
 
     char *path = path_join(dir, "tokenizer.json");
     FILE *f = fopen(path, "w");
     if (!f) die("cannot open %s for writing", path);
     fprintf(f, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [");
-    for (size_t i = 0; i < N_SPECIALS; i++)
-        fprintf(f, "%s\n    {\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, "
-                "\"rstrip\": false, \"normalized\": false, \"special\": true}", i ? "," : "", first_special + (int)i,
-                SPECIALS[i]);
+    for (size_t i = 0; i < N_SPECIALS + v->n_added; i++) {  // the special tokens, then the added ones
+        const char *content = i < N_SPECIALS ? SPECIALS[i] : v->added[i - N_SPECIALS];
+        fprintf(f, "%s\n    {\"id\": %d, \"content\": ", i ? "," : "", first_special + (int)i);
+        json_write_string(f, content, strlen(content));
+        fprintf(f, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+                "\"special\": %s}", i < N_SPECIALS ? "true" : "false");
+    }
     fprintf(f, "\n  ],\n  \"normalizer\": {\"type\": \"NFC\"},\n  \"pre_tokenizer\": {\"type\": \"Sequence\", "
             "\"pretokenizers\": [\n    {\"type\": \"Split\", \"pattern\": {\"Regex\": ");
     json_write_string(f, QWEN2_SPLIT, strlen(QWEN2_SPLIT));
@@ -99,15 +108,15 @@ int demo_write_tokenizer(const char *dir) {
             if (byte_printable(b) == (pass == 0)) vocab_entry(f, &byte, 1, id++);
         }
     // Then each word's prefixes of two or more bytes: merge k joins prefix k+1 with the next byte.
-    for (size_t w = 0; w < N_MERGED_WORDS; w++)
-        for (size_t k = 2; k <= strlen(MERGED_WORDS[w]); k++) vocab_entry(f, MERGED_WORDS[w], k, id++);
+    for (size_t w = 0; w < v->n_words; w++)
+        for (size_t k = 2; k <= strlen(v->words[w]); k++) vocab_entry(f, v->words[w], k, id++);
     fprintf(f, "},\n    \"merges\": [");
     int m = 0;
-    for (size_t w = 0; w < N_MERGED_WORDS; w++)
-        for (size_t k = 2; k <= strlen(MERGED_WORDS[w]); k++) {
+    for (size_t w = 0; w < v->n_words; w++)
+        for (size_t k = 2; k <= strlen(v->words[w]); k++) {
             Buf left = {0}, right = {0};
-            byte_level_append(&left, MERGED_WORDS[w], k - 1);
-            byte_level_append(&right, MERGED_WORDS[w] + k - 1, 1);
+            byte_level_append(&left, v->words[w], k - 1);
+            byte_level_append(&right, v->words[w] + k - 1, 1);
             fprintf(f, "%s[", m++ ? ", " : "");
             json_write_string(f, left.data, left.len);
             fprintf(f, ", ");
@@ -123,10 +132,15 @@ int demo_write_tokenizer(const char *dir) {
     path = path_join(dir, "tokenizer_config.json");
     if (!(f = fopen(path, "w"))) die("cannot open %s for writing", path);
     fprintf(f, "{\n  \"eos_token\": \"%s\",\n  \"pad_token\": \"%s\",\n  \"model_max_length\": 64,\n"
-            "  \"tokenizer_class\": \"Qwen2Tokenizer\"\n}\n", DEMO_EOS, DEMO_EOS);
+            "  \"tokenizer_class\": \"Qwen2Tokenizer\"", DEMO_EOS, DEMO_EOS);
+    if (v->chat_template) {
+        fprintf(f, ",\n  \"chat_template\": ");
+        json_write_string(f, v->chat_template, strlen(v->chat_template));
+    }
+    fprintf(f, "\n}\n");
     if (fclose(f) != 0) die("cannot write %s", path);
     free(path);
-    return first_special + (int)N_SPECIALS;
+    return first_special + (int)(N_SPECIALS + v->n_added);
 }
 
 void demo_model_config(Qwen2Config *c, int n_ids, int qwen3) {
@@ -135,12 +149,13 @@ void demo_model_config(Qwen2Config *c, int n_ids, int qwen3) {
                        .bos_id = -1, .eos_id = -1, .init_std = 0.02, .attn_bias = !qwen3, .qk_norm = qwen3};
 }
 
-void demo_write_model(const char *dir, uint64_t seed, int qwen3) {
-    int n_ids = demo_write_tokenizer(dir);
+void demo_write_model(const char *dir, uint64_t seed, int qwen3, const DemoVocab *v, int64_t max_pos) {
+    int n_ids = v ? demo_write_vocab(dir, v) : demo_write_tokenizer(dir);
     Tokenizer tok;
     tokenizer_load(&tok, dir);
     Qwen2Config c;
     demo_model_config(&c, n_ids, qwen3);
+    if (max_pos) c.max_pos = max_pos;
     c.bos_id = c.eos_id = tok.eos_id;  // generation stops at config.json's eos_token_id
     tokenizer_free(&tok);
     Qwen2 m;
@@ -188,6 +203,39 @@ static void write_pair(FILE *f, const char *k1, const char *v1, const char *k2, 
     fprintf(f, "}\n");
 }
 
+void demo_write_splits(const char *dir, uint64_t seed, const int64_t counts[3], DemoLineFn line, void *ctx) {
+    dir_create(dir);
+    Rng r;
+    rng_init(&r, seed);
+    const char *names[3] = {"val.jsonl", "train.jsonl", "sft.jsonl"};
+    for (int k = 0; k < 3; k++) {
+        char *path = path_join(dir, names[k]);
+        FILE *f = fopen(path, "w");
+        if (!f) die("cannot open %s for writing", path);
+        for (int64_t i = 0; i < counts[k];) i += line(ctx, k, &r, f);
+        if (fclose(f) != 0) die("cannot write %s", path);
+        free(path);
+    }
+}
+
+typedef struct {
+    const DemoTask *t;
+    unsigned char held[1024];  // digit sets (bitmasks) reserved for validation
+} SortData;
+
+static int sort_line(void *ctx, int split, Rng *r, FILE *f) {
+    SortData *sd = ctx;
+    int d[10], n;
+    unsigned set = draw_list(r, sd->t, d, &n);
+    if (sd->held[set]) return 0;  // val: one line per set; train, sft: never a held-out set
+    if (split == 0) sd->held[set] = 1;
+    char prompt[32], answer[32];
+    demo_prompt(prompt, d, n);
+    demo_answer(answer, d, n, split == 2 && rng_next_float(r) < sd->t->careless);
+    write_pair(f, "prompt", prompt, split == 2 ? "completion" : "answer", answer);
+    return 1;
+}
+
 void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
     if (t->len_min < 1 || t->len_max > 10 || t->len_min > t->len_max) die("demo: list lengths must be within 1..10");
     int64_t n_sets = 0;  // digit sets of an allowed size: sum of C(10, k)
@@ -198,36 +246,15 @@ void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
     }
     if (t->n_val >= n_sets)
         die("demo: %lld held-out sets leave none of the %lld for training", (long long)t->n_val, (long long)n_sets);
-    dir_create(dir);
-    Rng r;
-    rng_init(&r, seed);
-    unsigned char held[1024] = {0};  // digit sets (bitmasks) reserved for validation
-    const char *names[3] = {"val.jsonl", "train.jsonl", "sft.jsonl"};
-    int64_t counts[3] = {t->n_val, t->n_train, t->n_sft};
-    for (int k = 0; k < 3; k++) {
-        char *path = path_join(dir, names[k]);
-        FILE *f = fopen(path, "w");
-        if (!f) die("cannot open %s for writing", path);
-        for (int64_t i = 0; i < counts[k];) {
-            int d[10], n;
-            unsigned set = draw_list(&r, t, d, &n);
-            if (held[set]) continue;  // val: one line per set; train, sft: never a held-out set
-            if (k == 0) held[set] = 1;
-            char prompt[32], answer[32];
-            demo_prompt(prompt, d, n);
-            demo_answer(answer, d, n, k == 2 && rng_next_float(&r) < t->careless);
-            write_pair(f, "prompt", prompt, k == 2 ? "completion" : "answer", answer);
-            i++;
-        }
-        if (fclose(f) != 0) die("cannot write %s", path);
-        free(path);
-    }
+    SortData sd = {t, {0}};
+    demo_write_splits(dir, seed, (int64_t[3]){t->n_val, t->n_train, t->n_sft}, sort_line, &sd);
 }
 
 // ---------------------------------------------------------------------------------------------
 // evaluation and the whole run
 
-double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens) {
+double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens,
+                     const char *tools_file, double *call_rate) {
     Qwen2 m;
     qwen2_load(&m, model_dir, DTYPE_F32);
     Lora lora = {0};
@@ -237,8 +264,11 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     }
     Tokenizer tok;
     tokenizer_load(&tok, model_dir);
+    ToolSet ts = {0};
+    if (tools_file) toolset_load(&ts, tools_file, "the demo's tools", 4, 10.0, 0);
     PromptData d;
-    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, 0, NULL, m.cfg.max_pos);
+    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, tools_file != NULL,
+                     tools_file ? ts.schemas_text : NULL, m.cfg.max_pos);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {
@@ -246,27 +276,74 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
         longest = d.s[i].len > longest ? d.s[i].len : longest;
     }
     int32_t stop = tok.eos_id;
+    ToolHook hook = {.tools = &ts, .tok = &tok};
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .stop_ids = &stop,
                         .n_stop_ids = stop >= 0, .share_prefill = 1, .prefill_tokens = 2048};
+    if (tools_file) rc.max_turns = 1, rc.tool_fn = tools_rollout_turns, rc.tool_user = &hook;
     rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m.cfg) * (size_t)(longest + max_new_tokens) * (size_t)d.n;
     RolloutSample *out = xcalloc((size_t)d.n, sizeof *out);
     RolloutStats st;
     rollout_generate(&m, &tok, &rc, p, (int)d.n, 1, out, &st, NULL, NULL);
-    int64_t correct = 0;
+    int64_t correct = 0, called = 0;
     for (int64_t i = 0; i < d.n; i++) {
-        char *text = rollout_sample_text(&out[i]);
+        char *text = rollout_sample_final_text(&out[i]);  // the model's last turn (all of it without tools)
         correct += reward_exact_match(text, d.s[i].answer);
+        called += out[i].turns > 0;
         free(text);
         rollout_sample_free(&out[i]);
     }
+    if (call_rate) *call_rate = (double)called / (double)d.n;
     double acc = (double)correct / (double)d.n;
     free(out);
     free(p);
     prompt_data_free(&d);
+    if (tools_file) toolset_free(&ts);
     tokenizer_free(&tok);
     qwen2_free(&m);
     lora_free(&lora);
     return acc;
+}
+
+void demo_sft(const char *init, const char *data, const char *out, int64_t steps, uint64_t seed) {
+    SftConfig sc = {.model_dir = init, .data_path = data, .out_dir = out, .steps = steps, .batch_size = 64,
+                    .micro_batch_size = 64, .warmup = 20, .keep = 1, .max_length = 0, .max_skips = 5,
+                    .adam = {1e-3, 0.9, 0.999, 1e-8, 0.0}, .clip = 1.0, .schedule = LR_COSINE, .seed = seed,
+                    .save_dtype = DTYPE_F32, .precision = DTYPE_F32, .loss_scale = 1024.0, .loss_scale_window = 1000,
+                    .shuffle = 1, .force = 1};
+    sft_run(&sc);
+}
+
+void demo_grpo(GrpoConfig *c, char **ov, int n, char **overrides, int n_overrides) {
+    grpo_config_defaults(c);
+    grpo_config_load(c, NULL, ov, n);
+    if (n_overrides > 0) grpo_config_load(c, NULL, overrides, n_overrides);
+    GrpoSettings s;
+    grpo_settings_resolve(&s, c);
+    grpo_run(&s);
+}
+
+void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, const DemoResult *r) {
+    if (r->has_calls)
+        fprintf(stderr, "grpo demo: tool calls (greedy, held out): after SFT %.1f%%, after GRPO %.1f%%\n",
+                100.0 * r->calls_before, 100.0 * r->calls_after);
+    fprintf(stderr, "grpo demo: held-out accuracy (greedy, %lld %s never trained on): random init %.1f%%, "
+            "after SFT %.1f%%, after GRPO %.1f%% (%+.1f points)\n", (long long)n_val, what, 100.0 * r->acc_init,
+            100.0 * r->acc_before, 100.0 * r->acc_after, 100.0 * (r->acc_after - r->acc_before));
+    fprintf(stderr, "grpo demo: time: setup %.1f s, SFT %.1f s, GRPO %.1f s, evaluation %.1f s, total %.1f s\n",
+            r->t_setup, r->t_sft, r->t_grpo, r->t_eval, r->t_total);
+    char *rp = path_join(dir, "demo_result.json");
+    FILE *f = fopen(rp, "w");
+    if (!f) die("cannot open %s for writing", rp);
+    fprintf(f, "{\"smoke\": %s, \"n_val\": %lld, \"accuracy_init\": %.6f, \"accuracy_before_grpo\": %.6f, "
+            "\"accuracy_after_grpo\": %.6f, ", smoke ? "true" : "false", (long long)n_val, r->acc_init,
+            r->acc_before, r->acc_after);
+    if (r->has_calls)
+        fprintf(f, "\"tool_calls_before_grpo\": %.6f, \"tool_calls_after_grpo\": %.6f, ", r->calls_before,
+                r->calls_after);
+    fprintf(f, "\"time_setup_s\": %.3f, \"time_sft_s\": %.3f, \"time_grpo_s\": %.3f, \"time_eval_s\": %.3f, "
+            "\"time_total_s\": %.3f}\n", r->t_setup, r->t_sft, r->t_grpo, r->t_eval, r->t_total);
+    if (fclose(f) != 0) die("cannot write %s", rp);
+    free(rp);
 }
 
 void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
@@ -282,25 +359,20 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
     fprintf(stderr, "grpo demo: sort 4-7 distinct digits (\"Sort 3140\" -> \"0134\"), reward = exact match; "
             "a tiny %s and a byte-level BPE tokenizer generated in %s\n", qwen3 ? "Qwen3" : "Qwen2", dir);
-    demo_write_model(init, seed, qwen3);
+    demo_write_model(init, seed, qwen3, NULL, 0);
     demo_write_data(data, seed, &task);
     R.t_setup = time_now() - t0;
 
     double t = time_now();
-    R.acc_init = demo_accuracy(init, NULL, val_file, DEMO_MAX_RESPONSE);
+    R.acc_init = demo_accuracy(init, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
     R.t_eval += time_now() - t;
     fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers drop "
             "the 0)\n", (long long)task.n_sft, 100.0 * task.careless);
     t = time_now();
-    SftConfig sc = {.model_dir = init, .data_path = sft_file, .out_dir = sft, .steps = smoke ? 300 : 400,
-                    .batch_size = 64, .micro_batch_size = 64, .warmup = 20, .keep = 1, .max_length = 0, .max_skips = 5,
-                    .adam = {1e-3, 0.9, 0.999, 1e-8, 0.0}, .clip = 1.0, .schedule = LR_COSINE, .seed = seed,
-                    .save_dtype = DTYPE_F32, .precision = DTYPE_F32, .loss_scale = 1024.0, .loss_scale_window = 1000,
-                    .shuffle = 1, .force = 1};
-    sft_run(&sc);
+    demo_sft(init, sft_file, sft, smoke ? 300 : 400, seed);
     R.t_sft = time_now() - t;
     t = time_now();
-    R.acc_before = demo_accuracy(sft, NULL, val_file, DEMO_MAX_RESPONSE);
+    R.acc_before = demo_accuracy(sft, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
     R.t_eval += time_now() - t;
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
 
@@ -329,34 +401,17 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     OV("trainer.overwrite=true");  // the demo makes runs/demo anew each time
 #undef OV
     GrpoConfig c;
-    grpo_config_defaults(&c);
-    grpo_config_load(&c, NULL, ov, n);
-    if (n_overrides > 0) grpo_config_load(&c, NULL, overrides, n_overrides);
-    GrpoSettings s;
-    grpo_settings_resolve(&s, &c);
     t = time_now();
-    grpo_run(&s);
+    demo_grpo(&c, ov, n, overrides, n_overrides);
     R.t_grpo = time_now() - t;
     t = time_now();
-    if (grpo_has_lora(&s)) R.acc_after = demo_accuracy(sft, c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE);
-    else R.acc_after = demo_accuracy(c.trainer.out_dir, NULL, val_file, DEMO_MAX_RESPONSE);
+    GrpoSettings s;
+    grpo_settings_resolve(&s, &c);
+    if (grpo_has_lora(&s)) R.acc_after = demo_accuracy(sft, c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
+    else R.acc_after = demo_accuracy(c.trainer.out_dir, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
     R.t_eval += time_now() - t;
     R.t_total = time_now() - t0;
-    fprintf(stderr, "grpo demo: held-out accuracy (greedy, %lld digit sets never trained on): random init %.1f%%, "
-            "after SFT %.1f%%, after GRPO %.1f%% (%+.1f points)\n", (long long)task.n_val, 100.0 * R.acc_init,
-            100.0 * R.acc_before, 100.0 * R.acc_after, 100.0 * (R.acc_after - R.acc_before));
-    fprintf(stderr, "grpo demo: time: setup %.1f s, SFT %.1f s, GRPO %.1f s, evaluation %.1f s, total %.1f s\n",
-            R.t_setup, R.t_sft, R.t_grpo, R.t_eval, R.t_total);
-
-    char *rp = path_join(dir, "demo_result.json");
-    FILE *f = fopen(rp, "w");
-    if (!f) die("cannot open %s for writing", rp);
-    fprintf(f, "{\"smoke\": %s, \"n_val\": %lld, \"accuracy_init\": %.6f, \"accuracy_before_grpo\": %.6f, "
-            "\"accuracy_after_grpo\": %.6f, \"time_setup_s\": %.3f, \"time_sft_s\": %.3f, \"time_grpo_s\": %.3f, "
-            "\"time_eval_s\": %.3f, \"time_total_s\": %.3f}\n", smoke ? "true" : "false", (long long)task.n_val,
-            R.acc_init, R.acc_before, R.acc_after, R.t_setup, R.t_sft, R.t_grpo, R.t_eval, R.t_total);
-    if (fclose(f) != 0) die("cannot write %s", rp);
-    free(rp);
+    demo_finish(dir, smoke, task.n_val, "digit sets", &R);
     grpo_config_free(&c);
     for (int i = 0; i < n; i++) free(ov[i]);
     free(init), free(data), free(sft), free(grpo), free(sft_file), free(train_file), free(val_file);

@@ -15,7 +15,11 @@
 #pragma once
 #include <stdint.h>
 
+#include <stdio.h>
+
+#include "base/rng.h"
 #include "model/qwen2.h"
+#include "train/grpo_config.h"
 
 #define DEMO_CARELESS 0.6
 
@@ -30,29 +34,57 @@ void demo_task_defaults(DemoTask *t);
 // DIR/tokenizer.json + DIR/tokenizer_config.json (eos <|endoftext|>, no chat template, so prompts
 // are used raw). Returns the number of token ids.
 int demo_write_tokenizer(const char *dir);
+// The same layout with other words: each of words merged left to right into one token (a word as Qwen2's
+// pre-tokenizer cuts it), the special tokens, then `added` as added tokens (matched in text before BPE),
+// and a chat_template in tokenizer_config.json (NULL: none). Returns the number of token ids.
+typedef struct DemoVocab {
+    const char *const *words;
+    size_t n_words;
+    const char *const *added;
+    size_t n_added;
+    const char *chat_template;
+} DemoVocab;
+int demo_write_vocab(const char *dir, const DemoVocab *v);
 // The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64); qwen3: with
 // Qwen3's q/k norms and no q/k/v biases.
 void demo_model_config(Qwen2Config *c, int n_ids, int qwen3);
-// A complete model directory: tokenizer files, config.json and initialised f32 weights.
-void demo_write_model(const char *dir, uint64_t seed, int qwen3);
+// A complete model directory: tokenizer files (v's, or NULL: demo_write_tokenizer's), config.json (max_pos
+// positions, 0: the demo's 64) and initialised f32 weights.
+void demo_write_model(const char *dir, uint64_t seed, int qwen3, const DemoVocab *v, int64_t max_pos);
 
 // "Sort 3140" and its answer "0134" for the n digits d; careless: the teacher's answer ("134").
 // buf must hold 32 bytes.
 void demo_prompt(char *buf, const int *d, int n);
 void demo_answer(char *buf, const int *d, int n, int careless);
 
+// DIR/val.jsonl, DIR/train.jsonl and DIR/sft.jsonl (splits 0, 1, 2), counts[k] lines each: line() writes one
+// line of split k to f from r, or returns 0 to be asked again (a draw that split must not have).
+typedef int (*DemoLineFn)(void *ctx, int split, Rng *r, FILE *f);
+void demo_write_splits(const char *dir, uint64_t seed, const int64_t counts[3], DemoLineFn line, void *ctx);
 // DIR/val.jsonl and DIR/train.jsonl {"prompt", "answer"}, DIR/sft.jsonl {"prompt", "completion"}.
 // Every val line has its own digit set, and no train or sft line uses one of those sets.
 void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t);
 
 // Greedy pass@1 (exact match) of the model in model_dir (with a PEFT LoRA adapter, or NULL) on a
-// {"prompt", "answer"} file.
-double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens);
+// {"prompt", "answer"} file. tools_file (or NULL): prompts through the chat template listing those tools, one
+// tool turn allowed, the model's last turn judged, and *call_rate (may be NULL) the share that called a tool.
+double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens,
+                     const char *tools_file, double *call_rate);
 
 typedef struct {
     double acc_init, acc_before, acc_after;  // held-out accuracy: random model, after SFT, after GRPO
     double t_setup, t_sft, t_grpo, t_eval, t_total;  // seconds
+    int has_calls;                           // the tool-use demo: greedy tool-call rates after SFT and GRPO
+    double calls_before, calls_after;
 } DemoResult;
+
+// The demos' pieces: the SFT warm-up (AdamW 1e-3, cosine, 64 per step) of init into out; GRPO with the demo's
+// settings ov[0..n) and the caller's overrides on top (c: the resolved config, the caller frees it).
+void demo_sft(const char *init, const char *data, const char *out, int64_t steps, uint64_t seed);
+void demo_grpo(GrpoConfig *c, char **ov, int n, char **overrides, int n_overrides);
+// The end of a demo: the summary lines on stderr (held-out accuracy on n_val `what`, the tool calls, the times)
+// and DIR/demo_result.json.
+void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, const DemoResult *r);
 
 // The whole demo in DIR, generated from `seed` (created; its subdirectories init/, data/, sft/, grpo/ are overwritten):
 // tokenizer + model + data, SFT, held-out accuracy, GRPO, held-out accuracy, and a summary on

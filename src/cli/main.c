@@ -8,6 +8,7 @@
 
 #include "base/util.h"
 #include "cli/commands.h"
+#include "cli/demo_tools.h"
 
 #define GRPO_VERSION "0.1.0"
 
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "demo-tool") == 0) return demo_tool_main(argc - 1, argv + 1);  // --demo-tools' tool
     if (strcmp(argv[1], "--version") == 0) {
         printf("grpo %s\n", GRPO_VERSION);
         return 0;

@@ -9,7 +9,7 @@
     X(ratio_min) X(ratio_max) X(response_length_mean) X(response_length_max) X(truncated_frac) X(kept)         \
     X(grad_norm) X(lr) X(time_rollout_s) X(time_reward_s) X(time_reference_s) X(time_old_logprob_s)            \
     X(time_update_s) X(time_step_s) X(tokens_per_s) X(peak_rss_gib) X(loss) X(tokens) X(loss_scale)           \
-    X(skipped) X(elapsed_s)
+    X(skipped) X(elapsed_s) X(turns_mean) X(tool_calls) X(tool_errors) X(time_tools_s)
 #define REPORT_ENUM(k) REPORT_##k,
 typedef enum { REPORT_KEYS(REPORT_ENUM) REPORT_N_KEYS } ReportKey;
 extern const char *const report_key_names[REPORT_N_KEYS];

@@ -24,6 +24,8 @@ static const ChartSpec charts[] = {
     {"Clip fraction", {REPORT_clip_frac}, 1, 0},
     {"Response length (tokens)", {REPORT_response_length_mean, REPORT_response_length_max}, 2, 0},
     {"Gradient norm", {REPORT_grad_norm}, 1, 0},
+    {"Tool calls per response (multi-turn)", {REPORT_turns_mean}, 1, 0},
+    {"Tool calls and errors per step", {REPORT_tool_calls, REPORT_tool_errors}, 2, 0},
     {"Step time by phase (s)",
      {REPORT_time_rollout_s, REPORT_time_reward_s, REPORT_time_reference_s, REPORT_time_old_logprob_s, REPORT_time_update_s},
      5, 1},

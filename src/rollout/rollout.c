@@ -144,7 +144,7 @@ static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutPrompt *p,
     // text_end moves once the whole tool turn is in: a sample cut inside one ends with its tool call
     int fed = q->feed_next == (int64_t)q->feed.n;
     if (fed) out->turn_start = out->next_start[out->turns - 1] = out->text_end = (int64_t)out->text.len;
-    if (!fed && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+    if (out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;  // no room for the model's turn
     if (fed || q->done) {
         free(q->feed.ids);
         memset(&q->feed, 0, sizeof q->feed);

@@ -228,6 +228,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     free(ref_logp);
     free(old_logp);
     free(logp);
+    free(mask);
     free(seq_off);
 }
 

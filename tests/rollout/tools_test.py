@@ -264,6 +264,12 @@ def g_errors():
         lines = p.stderr.strip().splitlines()
         check(f"tools file: {name} -> one error line", p.returncode == 1 and len(lines) == 1 and
               lines[0].startswith("grpo: error: option --tools: ") and what in lines[0], p.stderr.strip()[-200:])
+    p = subprocess.run([GRPO, "demo-tool"], capture_output=True, text=True, timeout=60,
+                       input='{"name": "multiply", "arguments": {"a": 677, "b": 947}}\n{"arguments": {}}\nnot json\n')
+    got = [json.loads(x)["content"] for x in p.stdout.splitlines() if x.strip()]
+    check("grpo demo-tool (the demo's tool): a*b, and error texts for bad arguments and a bad line",
+          p.returncode == 0 and got[:1] == [str(677 * 947)] and len(got) == 3 and
+          all(x.startswith("error:") for x in got[1:]), p.stdout + p.stderr)
     tf = tools_file("ok", "true")
     p = subprocess.run([GRPO, "generate", "--model", MODEL, "--jsonl", "--tools", tf], capture_output=True, text=True,
                        input=json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [SCHEMA]}) + "\n")
