@@ -347,7 +347,8 @@ for line in sys.stdin:
         ok = ok and all(m["content"] == CALL for m in q["messages"][1:-1] if m["role"] == "assistant")
     check("train: the reward program gets the conversation as messages (user, assistant/tool turns, the last "
           "assistant turn as response)", ok, str(reqs[:1])[:400])
-    for name, extra in (("LoRA", ["actor.lora.rank=4", "actor.lora.base_dtype=f32"]), ("bf16", ["actor.precision=bf16"])):
+    for name, extra in (("LoRA", ["actor.lora.rank=4", "actor.lora.base_dtype=f32"]), ("bf16", ["actor.precision=bf16"]),
+                        ("recompute", ["actor.recompute=true"])):
         o = os.path.join(TMP, "run_" + name)
         train(o, 2, *extra)
         mm = [json.loads(ln) for ln in open(os.path.join(o, "metrics.jsonl")) if "turns_mean" in ln]
