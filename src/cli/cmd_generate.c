@@ -54,7 +54,8 @@ static void check_keys(const cJSON *root, const char *where) {
                 die("%s: \"%s\" cannot be set per line; it is the option %s of the whole run", where, e->string,
                     options[i][1]);
         die("%s: unknown key \"%.60s\" (a line holds \"tokens\" (or \"ids\"), \"prompt\" or \"messages\", and may "
-            "hold \"tools\" (with \"messages\"), \"max_new_tokens\" (or \"max_tokens\") and \"seed\")", where, e->string);
+            "hold \"tools\" (with \"messages\"), \"max_new_tokens\" (or \"max_tokens\") and \"seed\")", where,
+            e->string);
     }
 }
 
@@ -303,9 +304,10 @@ int cmd_generate(int argc, char **argv) {
                     "\"logprobs\", \"finish_reason\"}. logprobs are log p under softmax(logits / T) before top-k/top-p\n"
                     "(T = 1 when greedy). Generation stops at the model's eos_token_id (config.json,\n"
                     "generation_config.json), a --stop string, or the token limit (tool turns included).\n"
-                    "--tools: the chat template lists the tools; a sample that writes <tool_call>{\"name\", \"arguments\"}\n"
-                    "</tool_call> gets the tool's answer as a <tool_response> turn and goes on (JSONL out adds\n"
-                    "\"mask\": 1 for the model's tokens, 0 for the tool turns', and \"turns\").",
+                    "--tools: the chat template lists the tools; a sample that writes\n"
+                    "<tool_call>{\"name\", \"arguments\"}</tool_call> gets the tool's answer as a\n"
+                    "<tool_response> turn and goes on (JSONL out adds \"mask\": 1 for the model's tokens,\n"
+                    "0 for the tool turns', and \"turns\").",
                     opts, sizeof opts / sizeof opts[0], 64};
     cli_parse(&spec, argc, argv);
     RolloutConfig cfg = {0};

@@ -407,8 +407,9 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     t = time_now();
     GrpoSettings s;
     grpo_settings_resolve(&s, &c);
-    if (grpo_has_lora(&s)) R.acc_after = demo_accuracy(sft, c.trainer.out_dir, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
-    else R.acc_after = demo_accuracy(c.trainer.out_dir, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
+    const char *model = grpo_has_lora(&s) ? sft : c.trainer.out_dir;  // LoRA: the base and the adapter
+    const char *adapter = grpo_has_lora(&s) ? c.trainer.out_dir : NULL;
+    R.acc_after = demo_accuracy(model, adapter, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
     R.t_eval += time_now() - t;
     R.t_total = time_now() - t0;
     demo_finish(dir, smoke, task.n_val, "digit sets", &R);
