@@ -62,15 +62,12 @@ static int marked_child(const Program *p, pid_t pid) {
     snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
     FILE *f = fopen(path, "r");
     if (!f) return 0;  // gone meanwhile, or a zombie (its environment is no longer readable)
-    static const size_t cap = 1 << 20;
-    char *env = xmalloc(cap);
-    size_t n = fread(env, 1, cap, f);
-    fclose(f);
-    size_t k = strlen(p->mark);
+    char *entry = NULL;
+    size_t cap = 0;
     int found = 0;
-    for (size_t i = 0; i + k <= n && !found; i += strnlen(env + i, n - i) + 1)
-        found = memcmp(env + i, p->mark, k) == 0 && (i + k == n || env[i + k] == '\0');
-    free(env);
+    while (!found && getdelim(&entry, &cap, '\0', f) > 0) found = strcmp(entry, p->mark) == 0;  // NUL-separated
+    free(entry);
+    fclose(f);
     return found;
 }
 

@@ -206,10 +206,15 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
     DemoVocab v = {WORDS, sizeof WORDS / sizeof *WORDS, ADDED, sizeof ADDED / sizeof *ADDED, TEMPLATE};
     demo_write_model(init, seed, 0, &v, TOOLS_DEMO_MAX_PROMPT + TOOLS_DEMO_MAX_RESPONSE);
     write_tools(tools);
-    ToolSet ts;  // its schemas' text, for the SFT prompts
-    toolset_load(&ts, tools, "the demo's tools", 1, 10.0, 0);
-    write_data(data, init, seed, &task, ts.schemas_text);
-    toolset_free(&ts);
+    char *list = xprintf("[%s]", SCHEMA);
+    cJSON *schemas = cJSON_Parse(list);  // the SFT prompts list the tool as the rollout's will
+    Buf tools_text = {0};
+    if (!schemas) die("out of memory");
+    free(list);
+    chat_tools_text(&tools_text, schemas, 0);
+    write_data(data, init, seed, &task, tools_text.data);
+    buf_free(&tools_text);
+    cJSON_Delete(schemas);
     R.t_setup = time_now() - t0;
 
     double t = time_now(), calls;

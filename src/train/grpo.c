@@ -174,8 +174,9 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
                         .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
                         .workspace = &r->workspace, .seed_index = pos};
     rc.sampler.temperature = temperature;
-    const cJSON **kwargs = xcalloc((size_t)n, sizeof *kwargs);
+    const cJSON **kwargs = NULL;
     if (r->has_tools) {  // each prompt's tools_kwargs reach its tool calls
+        kwargs = xcalloc((size_t)n, sizeof *kwargs);
         for (int i = 0; i < n; i++) kwargs[i] = d->s[idx[i]].tools_kwargs;
         r->hook.kwargs = kwargs;
         rc.max_turns = s->max_turns, rc.tool_fn = tools_rollout_turns, rc.tool_user = &r->hook;
