@@ -5,6 +5,7 @@
 #include "base/dtype.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
+#include "text/tokenizer.h"
 #include "train/trainer.h"
 
 typedef struct {
@@ -47,6 +48,9 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
 // Loads --model onto --device in --dtype; with --adapter (when the spec has it) the PEFT LoRA adapter
 // into *lora, attached to m (free it with lora_free; lora->params is NULL without one).
 const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora);
+// The model's stop tokens (eos_token_id of DIR's config.json and generation_config.json) and tok's eos
+// (tok may be NULL), once each, into out (16 at most); returns their count.
+int cli_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]);
 // The LoRA options of a training command (--lora-rank, --lora-alpha, --lora-targets, --lora-base-dtype,
 // --adapter); rank 0 and no adapter: full fine-tuning.
 TrainerLora cli_lora(const CliSpec *spec, uint64_t seed);

@@ -220,16 +220,6 @@ static void read_text_prompt(Gen *g, const CliSpec *spec, int max_new, int raw, 
     buf_free(&text);
 }
 
-// The model's stop tokens (config.json, generation_config.json) and the tokenizer's eos, once each.
-static int stop_ids_of(const Gen *g, const char *dir, int32_t stop_ids[16]) {
-    int n = qwen2_stop_ids(dir, stop_ids, 16);
-    if (!g->has_tok || g->tok.eos_id < 0 || n >= 16) return n;
-    int dup = 0;
-    for (int i = 0; i < n; i++) dup |= stop_ids[i] == g->tok.eos_id;
-    if (!dup) stop_ids[n++] = g->tok.eos_id;
-    return n;
-}
-
 // Every sample: JSONL lines, or (plain mode, when not already streamed) the text.
 static void print_samples(const Gen *g, const RolloutSample *out, int n_prompts, int G, int jsonl, int streamed) {
     for (int i = 0; i < n_prompts; i++)
@@ -350,7 +340,7 @@ int cmd_generate(int argc, char **argv) {
         cfg.tool_user = &hook;
     }
     int32_t stop_ids[16];
-    int n_stop = stop_ids_of(&g, dir, stop_ids);
+    int n_stop = cli_stop_ids(dir, g.has_tok ? &g.tok : NULL, stop_ids);
     cfg.stop_ids = g.stop_ids = stop_ids;
     cfg.n_stop_ids = g.n_stop_ids = n_stop;
 

@@ -21,6 +21,7 @@ static const struct {
     {"init", cmd_init, "write a randomly initialised model in Hugging Face layout"},
     {"score", cmd_score, "per-token log-probabilities of token sequences (JSONL in, JSONL out)"},
     {"generate", cmd_generate, "sample continuations: batched KV-cache decoding, temperature/top-k/top-p"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, tools, streaming), continuous batching"},
     {"sft", cmd_sft, "supervised fine-tuning: AdamW, accumulation, clipping, mixed precision, checkpoints"},
     {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base: a plain Hugging Face model"},
     {"tokenize", cmd_tokenize, "text <-> token ids with a Hugging Face tokenizer.json, ChatML rendering"},

@@ -12,7 +12,11 @@
 #include "text/utf8.h"
 
 typedef struct {
-    int prompt, sample, slot;
+    RolloutRequest *req;  // NULL: the slot is free
+    int sample, slot;
+    int active;   // the slot holds this sequence
+    int fresh;    // added, not yet prefilled
+    int stepped;  // sampled a token in this step already (its prefill)
     int64_t pos;  // position of the next token to feed
     int32_t last;
     Rng rng;
@@ -101,14 +105,15 @@ static int ends_with_tool_call(const RolloutSample *out) {
 }
 
 // Records q's next token, the model's, and decides whether q is finished or pauses for a tool turn.
-static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const RolloutConfig *cfg,
-                       const RolloutPrompt *p, RolloutSample *out, RolloutTokenFn fn, void *user) {
+static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const RolloutRequest *r,
+                       RolloutSample *out) {
+    const RolloutConfig *cfg = r->cfg;
     out->tokens[out->n] = id;
     if (out->mask) out->mask[out->n] = 1;
     out->logprobs[out->n++] = lp;
     q->last = id;
     q->pos++;
-    if (fn) fn(user, q->prompt, q->sample, id);
+    if (r->fn) r->fn(r->user, r->index, q->sample, id);
     for (int i = 0; i < cfg->n_stop_ids; i++)
         if (id == cfg->stop_ids[i]) q->done = 1, out->finish = FINISH_STOP;
     if (tok && !q->done) {  // the text leaves out a final stop token, as vLLM and TRL do
@@ -123,28 +128,27 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
             if (hit) q->done = 1, out->finish = FINISH_STOP, out->text_end = hit - out->text.data;
         }
     }
-    if (!q->done && out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+    if (!q->done && out->n >= r->prompt->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
     if (!q->done && cfg->tool_fn && out->turns < cfg->max_turns && ends_with_tool_call(out)) q->paused = 1;
 }
 
 // Records the next token of q's tool turn (mask 0, log-prob 0); after the last one the model's next turn
 // starts.
-static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutPrompt *p, RolloutSample *out,
-                           RolloutTokenFn fn, void *user) {
+static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutRequest *r, RolloutSample *out) {
     int32_t id = q->feed.ids[q->feed_next++];
     out->tokens[out->n] = id;
     out->mask[out->n] = 0;
     out->logprobs[out->n++] = 0;
     q->last = id;
     q->pos++;
-    if (fn) fn(user, q->prompt, q->sample, id);
+    if (r->fn) r->fn(r->user, r->index, q->sample, id);
     size_t len;
     const char *b = tokenizer_id_bytes(tok, id, &len);
     buf_append(&out->text, b ? b : "", b ? len : 0);
     // text_end moves once the whole tool turn is in: a sample cut inside one ends with its tool call
     int fed = q->feed_next == (int64_t)q->feed.n;
     if (fed) out->turn_start = out->next_start[out->turns - 1] = out->text_end = (int64_t)out->text.len;
-    if (out->n >= p->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;  // no room for the model's turn
+    if (out->n >= r->prompt->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;  // no room for the model's turn
     if (fed || q->done) {
         free(q->feed.ids);
         memset(&q->feed, 0, sizeof q->feed);
@@ -164,28 +168,326 @@ size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dt
            4 * 64;  // 64-byte alignment of KV, activations, logits
 }
 
-// One call's engine: the model, the batch buffers of a wave, the KV cache and workspace they share.
-typedef struct {
+// The engine: the model, the KV cache slots and workspace, and the sequences in them (seqs[slot]).
+struct RolloutEngine {
     const Qwen2 *m;
     const Tokenizer *tok;
-    const RolloutConfig *cfg;
-    const RolloutPrompt *prompts;
-    RolloutSample *out;
-    int G;
-    RolloutTokenFn fn;
-    void *user;
+    int n_slots;
+    int64_t slot_len, prefill_rows;
+    Arena own, *arena;
     Qwen2KV kv;
     Qwen2Acts acts;
-    float *logits;
-    int64_t prefill_rows;
-    Seq *seqs;
+    float *logits;       // (n_slots, V) in the backend's memory
+    float *host_logits;  // (n_slots, V) their host copy, for logits_fn on a device (allocated on first use)
+    Seq *seqs;           // per slot; active ones hold a sequence
+    RolloutRequest **pending;  // added, not yet prefilled, in order
+    int n_pending;
     int32_t *tokens, *slots, *pos;
     int64_t *seq_off;
-    int *row_seq;  // batch entry -> (first) Seq it feeds
+    int *row_seq;  // batch entry -> (first) slot it feeds
     float *lps;
     double *u;     // each row's uniform draw from its sequence's RNG
     void *scr;     // the backend's sampler scratch
-} Engine;
+    RolloutStats stats;
+};
+
+RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
+                                  int64_t prefill_rows, Arena *workspace) {
+    const Qwen2Config *c = &m->cfg;
+    RolloutEngine *e = xcalloc(1, sizeof *e);
+    *e = (RolloutEngine){.m = m, .tok = tok, .n_slots = n_slots, .slot_len = slot_len, .prefill_rows = prefill_rows};
+    int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
+    e->arena = workspace ? workspace : &e->own;
+    if (workspace) arena_reset(workspace);
+    else backend_arena_init(m->be, &e->own, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows));
+    qwen2_kv_init(&e->kv, c, n_slots, slot_len, e->arena);
+    qwen2_acts_init(&e->acts, m->be, c, m->dtype, act_rows, slot_len, e->arena);
+    e->logits = arena_alloc(e->arena, (size_t)n_slots * (size_t)c->vocab * sizeof(float));
+    e->seqs = xcalloc((size_t)n_slots, sizeof *e->seqs);
+    e->pending = xcalloc((size_t)n_slots, sizeof *e->pending);
+    e->tokens = xmalloc((size_t)act_rows * sizeof *e->tokens);
+    e->slots = xmalloc((size_t)act_rows * sizeof *e->slots);
+    e->pos = xmalloc((size_t)n_slots * sizeof *e->pos);
+    e->seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *e->seq_off);
+    e->row_seq = xmalloc((size_t)act_rows * sizeof *e->row_seq);
+    e->lps = xmalloc((size_t)n_slots * sizeof *e->lps);
+    e->u = xmalloc((size_t)n_slots * sizeof *e->u);
+    e->scr = m->be->sampler_new(m->be, c->vocab);
+    e->stats.kv_bytes = (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c);
+    e->stats.kv_bytes_per_token = qwen2_kv_bytes_per_token(c);
+    return e;
+}
+
+void rollout_engine_free(RolloutEngine *e) {
+    if (!e) return;
+    for (int s = 0; s < e->n_slots; s++) {
+        free(e->seqs[s].feed.ids);
+    }
+    e->m->be->sampler_free(e->m->be, e->scr);
+    free(e->u);
+    free(e->lps);
+    free(e->row_seq);
+    free(e->seq_off);
+    free(e->pos);
+    free(e->slots);
+    free(e->tokens);
+    free(e->pending);
+    free(e->seqs);
+    free(e->host_logits);
+    qwen2_acts_free(&e->acts);
+    if (e->arena == &e->own) backend_arena_free(e->m->be, &e->own);
+    free(e);
+}
+
+const RolloutStats *rollout_engine_stats(const RolloutEngine *e) { return &e->stats; }
+
+int rollout_engine_free_slots(const RolloutEngine *e) {
+    int n = 0;
+    for (int s = 0; s < e->n_slots; s++) n += !e->seqs[s].active;
+    return n;
+}
+
+int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
+    if (r->n < 1 || r->n > rollout_engine_free_slots(e) || r->prompt->n < 1 ||
+        r->prompt->n + r->prompt->max_new_tokens > e->slot_len || r->prompt->n > e->prefill_rows)
+        return -1;
+    r->running = r->n;
+    e->pending[e->n_pending++] = r;
+    int slot = 0;
+    for (int j = 0; j < r->n; j++) {  // the lowest free slots, in order
+        while (e->seqs[slot].active) slot++;
+        Seq *q = &e->seqs[slot];
+        *q = (Seq){.req = r, .sample = j, .slot = slot, .pos = r->prompt->n, .active = 1, .fresh = 1};
+        seq_seed(q, r->cfg, r->prompt, r->index);
+        sample_init(&r->out[j], r->prompt->max_new_tokens, r->cfg->max_turns);
+    }
+    return 0;
+}
+
+// Ends q: its slot is free for the next sequence.
+static void seq_end(Seq *q) {
+    free(q->feed.ids);
+    q->req->out[q->sample].done = 1;
+    q->req->running--;
+    memset(q, 0, sizeof *q);
+}
+
+void rollout_engine_cancel(RolloutEngine *e, RolloutRequest *r) {
+    for (int s = 0; s < e->n_slots; s++)
+        if (e->seqs[s].active && e->seqs[s].req == r) seq_end(&e->seqs[s]);
+    int k = 0;
+    for (int i = 0; i < e->n_pending; i++)
+        if (e->pending[i] != r) e->pending[k++] = e->pending[i];
+    e->n_pending = k;
+}
+
+static void record(RolloutEngine *e, Seq *q, int32_t id, float lp) {
+    RolloutRequest *r = q->req;
+    RolloutSample *out = &r->out[q->sample];
+    if (q->feed.n) seq_record_fed(q, e->tok, r, out);
+    else seq_record(q, id, lp, e->tok, r, out);
+}
+
+// Host memory holding `rows` rows of logits at `logits` (the backend's): those, or their copy.
+static const float *host_rows(RolloutEngine *e, const float *logits, int64_t rows) {
+    const Backend *be = e->m->be;
+    if (!be->on_device) return logits;
+    size_t bytes = (size_t)rows * (size_t)e->m->cfg.vocab * sizeof(float);
+    if (!e->host_logits) e->host_logits = xmalloc((size_t)e->n_slots * (size_t)e->m->cfg.vocab * sizeof(float));
+    be->download(be, e->host_logits, logits, bytes);
+    return e->host_logits;
+}
+
+// The tool turns of the sequences that paused in this step: one call of a hook for all that share it.
+static void tool_turns(RolloutEngine *e) {
+    for (;;) {
+        const RolloutConfig *cfg = NULL;
+        int n = 0;
+        for (int s = 0; s < e->n_slots; s++) {
+            const Seq *q = &e->seqs[s];
+            if (!q->active || !q->paused) continue;
+            if (!cfg) cfg = q->req->cfg;
+            n += q->req->cfg->tool_fn == cfg->tool_fn && q->req->cfg->tool_user == cfg->tool_user;
+        }
+        if (n == 0) return;
+        RolloutToolTurn *t = xcalloc((size_t)n, sizeof *t);
+        int *at = xmalloc((size_t)n * sizeof *at);
+        n = 0;
+        for (int s = 0; s < e->n_slots; s++) {
+            const Seq *q = &e->seqs[s];
+            if (!q->active || !q->paused || q->req->cfg->tool_fn != cfg->tool_fn ||
+                q->req->cfg->tool_user != cfg->tool_user)
+                continue;
+            const RolloutSample *out = &q->req->out[q->sample];
+            at[n] = s;
+            t[n++] = (RolloutToolTurn){.prompt = q->req->index, .sample = q->sample,
+                                       .text = out->text.data + out->turn_start,
+                                       .n = out->text.len - (size_t)out->turn_start};
+        }
+        cfg->tool_fn(cfg->tool_user, t, n);
+        for (int i = 0; i < n; i++) {
+            Seq *q = &e->seqs[at[i]];
+            RolloutSample *out = &q->req->out[q->sample];
+            q->paused = 0;
+            out->turn_end[out->turns] = (int64_t)out->text.len;
+            out->next_start[out->turns] = -1;  // until the tool turn is fed
+            out->tool_content[out->turns] = t[i].content;
+            out->turns++;
+            q->feed = t[i].append;
+            q->feed_next = 0;
+            if (q->feed.n == 0) {  // the hook ended it
+                out->finish = FINISH_STOP;
+                seq_end(q);
+            }
+        }
+        free(at);
+        free(t);
+    }
+}
+
+// Frees the slots of the sequences that finished in this step.
+static void end_finished(RolloutEngine *e) {
+    for (int s = 0; s < e->n_slots; s++)
+        if (e->seqs[s].active && e->seqs[s].done) seq_end(&e->seqs[s]);
+}
+
+// The prompt logits of request r, whose prompt fills rows [from, from + n) of the last forward: passed to
+// its logits_fn in chunks of the logits buffer.
+static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
+    const Qwen2 *m = e->m;
+    for (int64_t i = 0; i < r->prompt->n;) {
+        int64_t rows = r->prompt->n - i < e->n_slots ? r->prompt->n - i : e->n_slots;
+        qwen2_logits(m, e->acts.xn + (from + i) * m->cfg.hidden, rows, &e->acts, e->logits);
+        r->logits_fn(r->user, r->index, -1, i, rows, host_rows(e, e->logits, rows));
+        i += rows;
+    }
+}
+
+// Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
+// sample; every sequence samples its first token.
+static void prefill(RolloutEngine *e) {
+    const Qwen2 *m = e->m;
+    const Qwen2Config *c = &m->cfg;
+    // Every sequence to prefill, in order; one forward row group per prompt (shared) or per sample.
+    int n_groups = 0;
+    for (int i = 0; i < e->n_pending; i++) {
+        RolloutRequest *r = e->pending[i];
+        for (int s = 0; s < e->n_slots; s++) {
+            Seq *q = &e->seqs[s];
+            if (!q->active || q->req != r || !q->fresh) continue;
+            if (q->sample > 0 && r->cfg->share_prefill) continue;
+            e->row_seq[n_groups++] = s;
+        }
+    }
+    e->n_pending = 0;
+    int *groups = xmalloc((size_t)(n_groups ? n_groups : 1) * sizeof *groups);
+    memcpy(groups, e->row_seq, (size_t)n_groups * sizeof *groups);
+    for (int g = 0; g < n_groups;) {
+        int B = 0;
+        e->seq_off[0] = 0;
+        for (; g < n_groups; g++) {
+            const RolloutPrompt *p = e->seqs[groups[g]].req->prompt;
+            if (B > 0 && e->seq_off[B] + p->n > e->prefill_rows) break;
+            memcpy(e->tokens + e->seq_off[B], p->ids, (size_t)p->n * sizeof *e->tokens);
+            e->slots[B] = groups[g];
+            e->row_seq[B] = groups[g];
+            e->seq_off[B + 1] = e->seq_off[B] + p->n;
+            B++;
+        }
+        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
+        for (int b = 0; b < B; b++) {
+            RolloutRequest *r = e->seqs[e->row_seq[b]].req;
+            if (r->logits_fn && r->want_prompt_logits && e->seqs[e->row_seq[b]].sample == 0)
+                prompt_logits(e, r, e->seq_off[b]);
+        }
+        for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
+            m->be->copy(m->be, e->acts.proj + b * c->hidden, e->acts.xn + (e->seq_off[b + 1] - 1) * c->hidden,
+                        (size_t)c->hidden * sizeof(float));
+        qwen2_logits(m, e->acts.proj, B, &e->acts, e->logits);
+        for (int b = 0; b < B; b++) {
+            Seq *first = &e->seqs[e->row_seq[b]];
+            RolloutRequest *r = first->req;
+            const float *row = e->logits + (int64_t)b * c->vocab;
+            for (int s = first->slot; s < e->n_slots; s++) {  // its samples sharing the prefill (or itself)
+                Seq *q = &e->seqs[s];
+                if (!q->active || q->req != r || !q->fresh) continue;
+                if (q != first && (!r->cfg->share_prefill || q->sample == 0)) continue;
+                if (q != first) qwen2_kv_copy(m, &e->kv, q->slot, first->slot, r->prompt->n);
+                float lp;
+                int32_t id;
+                e->u[0] = draw_unit(r->cfg, q);
+                m->be->sample(m->be, &r->cfg->sampler, row, 1, c->vocab, e->u, e->scr, &id, &lp);
+                if (r->logits_fn && r->want_logits)
+                    r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
+                q->fresh = 0;
+                q->stepped = 1;
+                record(e, q, id, lp);
+                if (!r->cfg->share_prefill) break;
+            }
+        }
+    }
+    free(groups);
+}
+
+// One decode step: every running sequence but those this step prefilled advances one token.
+static void decode(RolloutEngine *e) {
+    const Qwen2 *m = e->m;
+    int B = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        Seq *q = &e->seqs[s];
+        if (!q->active || q->done || q->fresh || q->stepped) continue;
+        e->tokens[B] = q->last;
+        e->slots[B] = s;
+        e->pos[B] = (int32_t)q->pos - 1;  // the last sampled token sits at pos - 1
+        e->row_seq[B++] = s;
+    }
+    if (B == 0) return;
+    qwen2_decode_step(m, &e->kv, e->tokens, e->slots, e->pos, B, &e->acts, e->logits);
+    for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
+        Seq *q = &e->seqs[e->row_seq[b]];
+        e->u[b] = q->feed.n ? 0.0 : draw_unit(q->req->cfg, q);
+    }
+    for (int b0 = 0; b0 < B;) {  // one sampler call per run of rows with the same sampler settings
+        const RolloutConfig *cfg = e->seqs[e->row_seq[b0]].req->cfg;
+        int b1 = b0 + 1;
+        while (b1 < B && e->seqs[e->row_seq[b1]].req->cfg == cfg) b1++;
+        const float *rows = e->logits + (int64_t)b0 * m->cfg.vocab;
+        m->be->sample(m->be, &cfg->sampler, rows, b1 - b0, m->cfg.vocab, e->u + b0, e->scr, e->tokens + b0,
+                      e->lps + b0);
+        b0 = b1;
+    }
+    for (int b = 0; b < B; b++) {
+        Seq *q = &e->seqs[e->row_seq[b]];
+        RolloutRequest *r = q->req;
+        if (r->logits_fn && r->want_logits && !q->feed.n)
+            r->logits_fn(r->user, r->index, q->sample, 0, 1,
+                         host_rows(e, e->logits + (int64_t)b * m->cfg.vocab, 1));
+        record(e, q, e->tokens[b], e->lps[b]);
+    }
+}
+
+int rollout_engine_step(RolloutEngine *e) {
+    int running = 0;
+    for (int s = 0; s < e->n_slots; s++) e->seqs[s].stepped = 0;
+    if (e->n_pending) {
+        double t0 = time_now();
+        prefill(e);
+        tool_turns(e);
+        end_finished(e);
+        e->stats.prefill_seconds += time_now() - t0;
+    }
+    for (int s = 0; s < e->n_slots; s++) running += e->seqs[s].active && !e->seqs[s].stepped;
+    if (running) {
+        double t0 = time_now();
+        decode(e);
+        tool_turns(e);
+        end_finished(e);
+        e->stats.decode_seconds += time_now() - t0;
+    }
+    running = 0;
+    for (int s = 0; s < e->n_slots; s++) running += e->seqs[s].active;
+    return running;
+}
 
 // Sequences per wave: the most whose KV cache (and, in a given workspace, activations) fit.
 static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n_seqs, int64_t slot_len,
@@ -203,182 +505,43 @@ static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n
     return fit;
 }
 
-static void record(Engine *e, Seq *q, int32_t id, float lp) {
-    RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
-    if (q->feed.n) seq_record_fed(q, e->tok, &e->prompts[q->prompt], out, e->fn, e->user);
-    else seq_record(q, id, lp, e->tok, e->cfg, &e->prompts[q->prompt], out, e->fn, e->user);
-}
-
-// The tool turns of the sequences that paused in this step, all in one call of the hook.
-static void tool_turns(Engine *e, int n_seq) {
-    int n = 0;
-    for (int s = 0; s < n_seq; s++) n += e->seqs[s].paused;
-    if (n == 0) return;
-    RolloutToolTurn *t = xcalloc((size_t)n, sizeof *t);
-    n = 0;
-    for (int s = 0; s < n_seq; s++) {
-        const Seq *q = &e->seqs[s];
-        const RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
-        if (!q->paused) continue;
-        t[n++] = (RolloutToolTurn){.prompt = q->prompt, .sample = q->sample, .text = out->text.data + out->turn_start,
-                                   .n = out->text.len - (size_t)out->turn_start};
-    }
-    e->cfg->tool_fn(e->cfg->tool_user, t, n);
-    n = 0;
-    for (int s = 0; s < n_seq; s++) {
-        Seq *q = &e->seqs[s];
-        RolloutSample *out = &e->out[q->prompt * e->G + q->sample];
-        if (!q->paused) continue;
-        q->paused = 0;
-        out->turn_end[out->turns] = (int64_t)out->text.len;
-        out->next_start[out->turns] = -1;  // until the tool turn is fed
-        out->tool_content[out->turns] = t[n].content;
-        out->turns++;
-        q->feed = t[n++].append;
-        q->feed_next = 0;
-        if (q->feed.n == 0) {  // the hook ended it
-            free(q->feed.ids);
-            memset(&q->feed, 0, sizeof q->feed);
-            q->done = 1;
-            out->finish = FINISH_STOP;
-        }
-    }
-    free(t);
-}
-
-// Prefill of the wave's n_seq sequences: each prompt once (then copied to its other samples' slots), or
-// once per sample; every sequence samples its first token.
-static void prefill_wave(Engine *e, int n_seq) {
-    const Qwen2 *m = e->m;
-    const Qwen2Config *c = &m->cfg;
-    int step = e->cfg->share_prefill ? e->G : 1;
-    for (int s = 0; s < n_seq;) {
-        int B = 0;
-        e->seq_off[0] = 0;
-        for (; s < n_seq; s += step) {
-            const RolloutPrompt *p = &e->prompts[e->seqs[s].prompt];
-            if (B > 0 && e->seq_off[B] + p->n > e->prefill_rows) break;
-            memcpy(e->tokens + e->seq_off[B], p->ids, (size_t)p->n * sizeof *e->tokens);
-            e->slots[B] = e->seqs[s].slot;
-            e->row_seq[B] = s;
-            e->seq_off[B + 1] = e->seq_off[B] + p->n;
-            B++;
-        }
-        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
-        for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
-            m->be->copy(m->be, e->acts.proj + b * c->hidden, e->acts.xn + (e->seq_off[b + 1] - 1) * c->hidden,
-                        (size_t)c->hidden * sizeof(float));
-        qwen2_logits(m, e->acts.proj, B, &e->acts, e->logits);
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < step; j++) {
-                Seq *q = &e->seqs[e->row_seq[b] + j];
-                if (j > 0) qwen2_kv_copy(m, &e->kv, q->slot, e->seqs[e->row_seq[b]].slot, e->prompts[q->prompt].n);
-                float lp;
-                int32_t id;
-                e->u[0] = draw_unit(e->cfg, q);
-                m->be->sample(m->be, &e->cfg->sampler, e->logits + (int64_t)b * c->vocab, 1, c->vocab, e->u, e->scr,
-                              &id, &lp);
-                record(e, q, id, lp);
-            }
-    }
-}
-
-// Decode: every unfinished sequence advances one token per step; finished ones drop out.
-static void decode_wave(Engine *e, int n_seq) {
-    const Qwen2 *m = e->m;
-    for (;;) {
-        int B = 0;
-        for (int s = 0; s < n_seq; s++)
-            if (!e->seqs[s].done) {
-                e->tokens[B] = e->seqs[s].last;
-                e->slots[B] = e->seqs[s].slot;
-                e->pos[B] = (int32_t)e->seqs[s].pos - 1;  // the last sampled token sits at pos - 1
-                e->row_seq[B++] = s;
-            }
-        if (B == 0) break;
-        qwen2_decode_step(m, &e->kv, e->tokens, e->slots, e->pos, B, &e->acts, e->logits);
-        for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
-            Seq *q = &e->seqs[e->row_seq[b]];
-            e->u[b] = q->feed.n ? 0.0 : draw_unit(e->cfg, q);
-        }
-        m->be->sample(m->be, &e->cfg->sampler, e->logits, B, m->cfg.vocab, e->u, e->scr, e->tokens, e->lps);
-        for (int b = 0; b < B; b++) record(e, &e->seqs[e->row_seq[b]], e->tokens[b], e->lps[b]);
-        tool_turns(e, n_seq);
-    }
-}
-
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
     const Qwen2Config *c = &m->cfg;
     if (cfg->max_turns > 0 && (!cfg->tool_fn || !tok)) die("internal: multi-turn rollout without a tool hook or tokenizer");
     memset(stats, 0, sizeof *stats);
     // One slot length for all: the longest prompt plus its new tokens.
-    int64_t slot_len = 1, max_prompt = 1;
+    int64_t slot_len = 1, max_prompt = 1, prompt_tokens = 0;
     for (int i = 0; i < n_prompts; i++) {
         if (prompts[i].n + prompts[i].max_new_tokens > slot_len) slot_len = prompts[i].n + prompts[i].max_new_tokens;
         if (prompts[i].n > max_prompt) max_prompt = prompts[i].n;
-        stats->prompt_tokens += prompts[i].n;
+        prompt_tokens += prompts[i].n;
     }
     size_t per_token = qwen2_kv_bytes_per_token(c);
-    Engine e = {.m = m, .tok = tok, .cfg = cfg, .prompts = prompts, .out = out, .G = G, .fn = fn, .user = user};
-    e.prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
-    int64_t fit = wave_capacity(m, cfg, (int64_t)n_prompts * G, slot_len, e.prefill_rows);
+    int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
+    int64_t fit = wave_capacity(m, cfg, (int64_t)n_prompts * G, slot_len, prefill_rows);
     if (fit < G)
         die("the %s (%zu MB) holds %lld sequences of %lld tokens; one prompt's %d samples need %zu MB of KV cache",
             cfg->workspace ? "rollout workspace" : "KV cache budget",
             (cfg->workspace ? cfg->workspace->size : cfg->kv_budget_bytes) >> 20, (long long)fit, (long long)slot_len, G,
             (per_token * (size_t)slot_len * (size_t)G + (1u << 20) - 1) >> 20);
     int per_wave = (int)(fit / G < n_prompts ? fit / G : n_prompts);
-    int n_slots = per_wave * G;
-    int64_t act_rows = e.prefill_rows > n_slots ? e.prefill_rows : n_slots;
-
-    Arena own, *arena = cfg->workspace ? cfg->workspace : &own;
-    size_t logit_bytes = (size_t)n_slots * (size_t)c->vocab * sizeof(float);
-    if (cfg->workspace) arena_reset(arena);
-    else backend_arena_init(m->be, arena, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, e.prefill_rows));
-    qwen2_kv_init(&e.kv, c, n_slots, slot_len, arena);
-    qwen2_acts_init(&e.acts, m->be, c, m->dtype, act_rows, slot_len, arena);
-    e.logits = arena_alloc(arena, logit_bytes);
-    stats->kv_bytes = (size_t)n_slots * (size_t)slot_len * per_token;
-    stats->kv_bytes_per_token = per_token;
-
-    e.seqs = xcalloc((size_t)n_slots, sizeof *e.seqs);
-    e.tokens = xmalloc((size_t)act_rows * sizeof *e.tokens);
-    e.slots = xmalloc((size_t)act_rows * sizeof *e.slots);
-    e.pos = xmalloc((size_t)n_slots * sizeof *e.pos);
-    e.seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *e.seq_off);
-    e.row_seq = xmalloc((size_t)act_rows * sizeof *e.row_seq);
-    e.lps = xmalloc((size_t)n_slots * sizeof *e.lps);
-    e.u = xmalloc((size_t)n_slots * sizeof *e.u);
-    e.scr = m->be->sampler_new(m->be, c->vocab);
-
+    RolloutEngine *e = rollout_engine_new(m, tok, per_wave * G, slot_len, prefill_rows, cfg->workspace);
+    RolloutRequest *req = xcalloc((size_t)per_wave, sizeof *req);
     for (int p0 = 0; p0 < n_prompts; p0 += per_wave) {
-        int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts, n_seq = (p1 - p0) * G;
-        stats->waves++;
-        for (int s = 0; s < n_seq; s++) {
-            Seq *q = &e.seqs[s];
-            *q = (Seq){.prompt = p0 + s / G, .sample = s % G, .slot = s, .pos = prompts[p0 + s / G].n};
-            seq_seed(q, cfg, &prompts[q->prompt], q->prompt);
-            sample_init(&out[q->prompt * G + q->sample], prompts[q->prompt].max_new_tokens, cfg->max_turns);
+        int p1 = p0 + per_wave < n_prompts ? p0 + per_wave : n_prompts;
+        e->stats.waves++;
+        for (int p = p0; p < p1; p++) {
+            req[p - p0] = (RolloutRequest){.cfg = cfg, .prompt = &prompts[p], .index = p, .n = G,
+                                           .out = &out[p * G], .fn = fn, .user = user};
+            if (rollout_engine_add(e, &req[p - p0]) != 0) die("internal: a wave does not fit its engine");
         }
-        double t0 = time_now();
-        prefill_wave(&e, n_seq);
-        tool_turns(&e, n_seq);
-        stats->prefill_seconds += time_now() - t0;
-        t0 = time_now();
-        decode_wave(&e, n_seq);
-        stats->decode_seconds += time_now() - t0;
+        while (rollout_engine_step(e) > 0) {
+        }
     }
+    *stats = e->stats;
+    stats->prompt_tokens = prompt_tokens;
     for (int i = 0; i < n_prompts * G; i++) stats->generated_tokens += out[i].n;
-    m->be->sampler_free(m->be, e.scr);
-    free(e.u);
-    free(e.lps);
-    free(e.row_seq);
-    free(e.seq_off);
-    free(e.pos);
-    free(e.slots);
-    free(e.tokens);
-    free(e.seqs);
-    qwen2_acts_free(&e.acts);
-    if (!cfg->workspace) backend_arena_free(m->be, arena);
+    free(req);
+    rollout_engine_free(e);
 }

@@ -69,7 +69,11 @@ typedef struct {
                                      // turn_end[k] of text, its next began at next_start[k] (-1: the
                                      // budget ran out inside the tool turn, and text_end is turn_end[k])
     char **tool_content;             // and what the tool said (NULL where the hook gave nothing)
+    int done;                        // finished (or cancelled): it takes no more tokens
 } RolloutSample;
+
+// Called after every token, for streaming output; may be NULL.
+typedef void (*RolloutTokenFn)(void *user, int prompt, int sample, int32_t token);
 
 typedef struct {
     double prefill_seconds, decode_seconds;
@@ -83,8 +87,45 @@ typedef struct {
 size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows);
 
-// Called after every token, for streaming output; may be NULL.
-typedef void (*RolloutTokenFn)(void *user, int prompt, int sample, int32_t token);
+// ---------------------------------------------------------------------------------------------
+// The engine as a step API: requests join and leave between steps (continuous batching, grpo serve);
+// rollout_generate runs its waves on it. Sequences live in KV cache slots of slot_len positions each.
+
+// With want_prompt_logits: rows [row0, row0 + rows) of the prompt's logits (row i predicts token i + 1),
+// sample -1; with want_logits: the row each of sample's tokens was sampled from (row0 0, rows 1, before
+// the token is recorded; not for tool-turn tokens). Host memory, (rows, V), valid during the call.
+typedef void (*RolloutLogitsFn)(void *user, int prompt, int sample, int64_t row0, int64_t rows, const float *logits);
+
+typedef struct {
+    const RolloutConfig *cfg;  // sampling, seed, stops, tools (its workspace, budget and prefill_tokens unused)
+    const RolloutPrompt *prompt;
+    int index;  // the prompt's index: seeds its samples (cfg->seed_index[index], or index), names it to the fns
+    int n;      // samples
+    RolloutSample *out;  // (n): filled as tokens come; out[j].n grows by one per step
+    RolloutTokenFn fn;   // may be NULL
+    RolloutLogitsFn logits_fn;  // may be NULL
+    int want_logits, want_prompt_logits;
+    void *user;
+    int running;  // samples not yet finished (the engine's)
+} RolloutRequest;
+
+typedef struct RolloutEngine RolloutEngine;
+
+// KV cache for n_slots sequences of slot_len positions, prefill passes of up to prefill_rows tokens, in
+// `workspace` (reset; rollout_workspace_bytes of them) or its own memory when NULL.
+RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
+                                  int64_t prefill_rows, Arena *workspace);
+void rollout_engine_free(RolloutEngine *e);
+int rollout_engine_free_slots(const RolloutEngine *e);
+// Starts r's n samples (prefilled at the next step). Returns -1 (nothing started) when fewer than n slots
+// are free, or the prompt is empty, longer than prefill_rows, or with its new tokens longer than slot_len.
+int rollout_engine_add(RolloutEngine *e, RolloutRequest *r);
+// Ends r's samples now and frees their slots; r->out keeps what they made.
+void rollout_engine_cancel(RolloutEngine *e, RolloutRequest *r);
+// One step: prefills the requests added since the last one (each sample takes its first token), and every
+// other running sample takes one token; finished samples free their slots. Returns the samples running.
+int rollout_engine_step(RolloutEngine *e);
+const RolloutStats *rollout_engine_stats(const RolloutEngine *e);
 
 // Fills out[prompt * G + sample]. tok may be NULL when there are no stop strings. Dies when one
 // prompt's G samples do not fit the KV budget.

@@ -216,27 +216,30 @@ int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, const char *
     return 0;
 }
 
-void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
-                      int add_generation_prompt, Buf *out, const char *where) {
-    if (!t->has_chat_template) die("%s: \"messages\" given but %s has no chat template", where, t->path);
-    if (!cJSON_IsArray(msgs)) die("%s: \"messages\" must be an array", where);
-    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) die("%s: \"tools\" must be an array", where);
+char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
+                           int add_generation_prompt, Buf *out) {
+    if (!t->has_chat_template) return xprintf("\"messages\" given but %s has no chat template", t->path);
+    if (!cJSON_IsArray(msgs)) return xprintf("\"messages\" must be an array");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return xprintf("\"tools\" must be an array");
     if (cJSON_GetArraySize(tools) > 0 && !t->tool_calls)
-        die("%s: \"tools\" given but the chat template of %s has no tool calls", where, t->path);
+        return xprintf("\"tools\" given but the chat template of %s has no tool calls", t->path);
     int n = cJSON_GetArraySize(msgs), i = 0, bad;
-    ChatMessage *m = xcalloc((size_t)n, sizeof *m);
-    for (const cJSON *e = msgs->child; e; e = e->next, i++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+    char *err = NULL;
+    ChatMessage *m = xcalloc((size_t)(n ? n : 1), sizeof *m);
+    for (const cJSON *e = msgs->child; e && !err; e = e->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(e, "reasoning_content");
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(e, "tool_calls");
-        if (calls && !cJSON_IsNull(calls) && !cJSON_IsArray(calls))
-            die("%s: message %d: \"tool_calls\" must be an array", where, i);
         // OpenAI's assistant message that only calls tools has content null
         int null_ok = cJSON_GetArraySize(calls) > 0 && cJSON_IsNull(content);
-        if (!cJSON_IsString(role) || (!cJSON_IsString(content) && !null_ok))
-            die("%s: message %d needs string \"role\" and \"content\"", where, i);
-        if (reasoning && !cJSON_IsNull(reasoning) && !cJSON_IsString(reasoning))
-            die("%s: message %d: \"reasoning_content\" must be a string or null", where, i);
+        if (calls && !cJSON_IsNull(calls) && !cJSON_IsArray(calls))
+            err = xprintf("message %d: \"tool_calls\" must be an array", i);
+        else if (!cJSON_IsString(role) || (!cJSON_IsString(content) && !null_ok))
+            err = xprintf("message %d needs string \"role\" and \"content\"", i);
+        else if (reasoning && !cJSON_IsNull(reasoning) && !cJSON_IsString(reasoning))
+            err = xprintf("message %d: \"reasoning_content\" must be a string or null", i);
+        if (err) break;
         m[i].role = role->valuestring;
         m[i].content = null_ok ? xstrdup("") : json_string_bytes(content, nul_sentinel, &m[i].content_len);
         if (cJSON_IsString(reasoning)) m[i].reasoning = json_string_bytes(reasoning, nul_sentinel, &m[i].reasoning_len);
@@ -244,15 +247,16 @@ void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools,
         m[i].nul_sentinel = nul_sentinel;
     }
     Buf tools_text = {0};
-    chat_tools_text(&tools_text, tools, nul_sentinel);
-    if (chat_render(t, m, n, tools_text.data, add_generation_prompt, out, &bad) != 0) {
+    if (!err) chat_tools_text(&tools_text, tools, nul_sentinel);
+    if (!err && chat_render(t, m, n, tools_text.data, add_generation_prompt, out, &bad) != 0) {
         if (!t->tool_calls && (has_calls(&m[bad]) || !strcmp(m[bad].role, "tool")))
-            die("%s: message %d: the chat template of %s has no tool calls (role \"%s\"%s)", where, bad, t->path,
-                m[bad].role, has_calls(&m[bad]) ? " with \"tool_calls\"" : "");
-        if (has_calls(&m[bad]))
-            die("%s: message %d: each of \"tool_calls\" needs a string \"name\" and \"arguments\" (or a \"function\" "
-                "object with them)", where, bad);
-        die("%s: message %d has role \"%s\" (supported: system, user, assistant, tool)", where, bad, m[bad].role);
+            err = xprintf("message %d: the chat template of %s has no tool calls (role \"%s\"%s)", bad, t->path,
+                          m[bad].role, has_calls(&m[bad]) ? " with \"tool_calls\"" : "");
+        else if (has_calls(&m[bad]))
+            err = xprintf("message %d: each of \"tool_calls\" needs a string \"name\" and \"arguments\" (or a "
+                          "\"function\" object with them)", bad);
+        else
+            err = xprintf("message %d has role \"%s\" (supported: system, user, assistant, tool)", bad, m[bad].role);
     }
     buf_free(&tools_text);
     for (i = 0; i < n; i++) {
@@ -260,6 +264,13 @@ void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools,
         free((char *)m[i].reasoning);
     }
     free(m);
+    return err;
+}
+
+void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
+                      int add_generation_prompt, Buf *out, const char *where) {
+    char *err = chat_render_json_try(t, msgs, tools, nul_sentinel, add_generation_prompt, out);
+    if (err) die("%s: %s", where, err);
 }
 
 cJSON *chat_parse_tool_call(const char *text, size_t n, uint32_t *nul_sentinel, const char **error) {

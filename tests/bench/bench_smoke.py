@@ -16,7 +16,7 @@ script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
            [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b memory prefill
-                   tokenizer_throughput train]
+                   serve tokenizer_throughput train]
 """
 import argparse
 import importlib.util
@@ -291,6 +291,15 @@ def prefill():
               f"max abs difference {err}; {p.stderr[-300:]}")
 
 
+def serve():
+    out, _ = bench("serve", "serve.py", ["--grpo", GRPO, "--model", T("serve_tiny"), "--preset", "tiny", "--clients", 4,
+                                         "--requests", 4, "--max-tokens", 4, "--repeats", 1, "--modes", "quiet", "load"])
+    prints("serve", out, "grpo serve, tiny bf16, 4 clients x 4 streamed requests of 4 tokens",
+           "quiet  continuous batching (--max-batch 64)", "quiet  one at a time (--max-batch 1)",
+           "quiet  throughput ratio, batching / one at a time:", "load   continuous batching", " tok/s  latency p50 ",
+           "TTFT p50", "load   throughput ratio")
+
+
 def tokenizer_throughput():
     out, _ = bench("tokenizer_throughput", "tokenizer_throughput.py", ["--grpo", GRPO, "--mb", 0.05, "--repeats", 1])
     prints("tokenizer_throughput", out, "MB of shuffled corpus entries (seed 0), median of 1 runs", "\ngrpo: ",
@@ -316,7 +325,7 @@ def train():
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
-          ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
+          ("serve", serve), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
 harness.group("setup", setup)
 for name, fn in GROUPS:

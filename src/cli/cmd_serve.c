@@ -1,0 +1,90 @@
+// grpo serve: an OpenAI-compatible HTTP server for a model (src/serve/).
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/lora.h"
+#include "serve/server.h"
+#include "text/tokenizer.h"
+
+// The bearer key of --api-key-file: its first line, without the line end; dies when empty.
+static char *read_key(const char *path) {
+    size_t n;
+    char *key = file_read_all(path, 4096, &n);
+    key[strcspn(key, "\r\n")] = '\0';
+    if (!key[0]) die("option --api-key-file: %s holds no key on its first line", path);
+    return key;
+}
+
+int cmd_serve(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--model", "DIR", "Hugging Face model directory (tokenizer.json there for text and chat)", NULL, 1},
+        {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
+        {"--host", "ADDR", "address to bind (0.0.0.0 or :: to serve other machines)", "127.0.0.1", 0},
+        {"--port", "N", "TCP port (0: any free one, printed on stderr)", "8000", 0},
+        {"--served-model-name", "NAME", "the model's name in the API (default: --model as given)", NULL, 0},
+        {"--device", "cpu|cuda[:N]", "where the model runs (a GPU computes in bf16)", "cpu", 0},
+        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (default: the checkpoint's)", NULL, 0},
+        {"--max-batch", "N", "sequences decoded together (KV cache slots)", "16", 0},
+        {"--max-len", "N", "prompt + max_tokens at most (default: max_position_embeddings, at most 4096)",
+         NULL, 0},
+        {"--max-queue", "N", "requests waiting for a slot; beyond it: 429 with Retry-After", "256", 0},
+        {"--max-n", "N", "\"n\" (choices per prompt) at most", "16", 0},
+        {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
+        {"--api-key-file", "F", "require \"Authorization: Bearer KEY\" with the key on F's first line", NULL,
+         0},
+        {"--max-body-mb", "MB", "request body size at most (413)", "8", 0},
+        {"--max-header-kb", "KB", "a connection's memory for the request line and headers (431 beyond)", "64",
+         0},
+        {"--timeout", "S", "close a connection idle (or sending nothing) this long", "60", 0},
+        {"--max-connections", "N", "open connections at most", "4096", 0},
+    };
+    CliSpec spec = {
+        "grpo serve --model DIR [options]",
+        "OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions (stream: true\n"
+        "for server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+        "Requests join the running decode batch between steps (continuous batching). Log-probs are\n"
+        "grpo generate's: log p under softmax(logits / T) (T = 1 when greedy), and a prompt's (echo)\n"
+        "grpo score's. SIGINT/SIGTERM: stop accepting, finish the accepted requests, exit 0.",
+        opts, sizeof opts / sizeof opts[0]};
+    cli_parse(&spec, argc, argv);
+    const char *dir = cli_str(&spec, "--model");
+    ServeOptions o = {.host = cli_str(&spec, "--host"),
+                      .port = (int)cli_int(&spec, "--port", 0, 65535),
+                      .max_batch = (int)cli_int(&spec, "--max-batch", 1, 4096),
+                      .max_queue = (int)cli_int(&spec, "--max-queue", 1, 1 << 20),
+                      .max_n = (int)cli_int(&spec, "--max-n", 1, 4096),
+                      .prefill_tokens = cli_int(&spec, "--prefill-tokens", 1, INT64_C(1) << 24),
+                      .max_body = (size_t)cli_int(&spec, "--max-body-mb", 1, 4096) << 20,
+                      .max_header = (size_t)cli_int(&spec, "--max-header-kb", 4, 1 << 20) << 10,
+                      .timeout_s = (unsigned)cli_int(&spec, "--timeout", 1, 86400),
+                      .max_connections = (unsigned)cli_int(&spec, "--max-connections", 1, 1 << 20)};
+    o.model_name = cli_str(&spec, "--served-model-name") ? cli_str(&spec, "--served-model-name") : dir;
+    char *key = cli_str(&spec, "--api-key-file") ? read_key(cli_str(&spec, "--api-key-file")) : NULL;
+    o.api_key = key;
+
+    Qwen2 m;
+    Lora lora;
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora);
+    o.max_len = m.cfg.max_pos < 4096 ? m.cfg.max_pos : 4096;
+    if (cli_str(&spec, "--max-len")) o.max_len = cli_int(&spec, "--max-len", 2, m.cfg.max_pos);
+    Tokenizer tok;
+    char *tok_path = path_join(dir, "tokenizer.json");
+    int has_tok = file_exists(tok_path);
+    free(tok_path);
+    if (has_tok) tokenizer_load(&tok, dir);
+    int32_t stop_ids[16];
+    int n_stop = cli_stop_ids(dir, has_tok ? &tok : NULL, stop_ids);
+    int rc = serve_run(&m, has_tok ? &tok : NULL, stop_ids, n_stop, &o);
+    if (has_tok) tokenizer_free(&tok);
+    free(key);
+    free(spec.args);
+    qwen2_free(&m);
+    lora_free(&lora);
+    backend_close(be);
+    return rc;
+}

@@ -1,0 +1,796 @@
+// The OpenAI request and response formats of grpo serve (see api.h).
+#define _GNU_SOURCE  // memmem, open_memstream
+#include "serve/api.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "text/chat.h"
+#include "text/utf8.h"
+
+#define API_STOP_MAX 16
+
+// ---------------------------------------------------------------------------------------------
+// parsing
+
+static int fail(ApiError *err, int status, const char *param, char *message) {
+    err->status = status;
+    err->param = param;
+    err->message = message;
+    return -1;
+}
+
+// An optional number in [lo, hi] (absent or null: *out keeps its default). Returns -1 with err when not.
+static int get_number(const cJSON *root, const char *key, double lo, double hi, double *out, ApiError *err) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!e || cJSON_IsNull(e)) return 0;
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= lo && e->valuedouble <= hi))
+        return fail(err, 400, key, xprintf("\"%s\" must be a number in [%g, %g]", key, lo, hi));
+    *out = e->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *root, const char *key, int64_t lo, int64_t hi, int64_t *out, ApiError *err) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!e || cJSON_IsNull(e)) return 0;
+    if (!json_as_int(e, lo, hi, out))
+        return fail(err, 400, key,
+                    xprintf("\"%s\" must be an integer in [%lld, %lld]", key, (long long)lo, (long long)hi));
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *key, int *out, ApiError *err) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!e || cJSON_IsNull(e)) return 0;
+    if (!cJSON_IsBool(e)) return fail(err, 400, key, xprintf("\"%s\" must be true or false", key));
+    *out = cJSON_IsTrue(e);
+    return 0;
+}
+
+// Sampling fields OpenAI has and grpo does not: refused unless they ask for nothing.
+static int check_unsupported(const cJSON *root, ApiError *err) {
+    static const char *const zero[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, zero[i]);
+        if (e && !cJSON_IsNull(e) && !(cJSON_IsNumber(e) && e->valuedouble == 0))
+            return fail(err, 400, zero[i], xprintf("\"%s\" is not supported (only 0)", zero[i]));
+    }
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (bias && !cJSON_IsNull(bias) && cJSON_GetArraySize(bias) > 0)
+        return fail(err, 400, "logit_bias", xprintf("\"logit_bias\" is not supported"));
+    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (suffix && !cJSON_IsNull(suffix))
+        return fail(err, 400, "suffix", xprintf("\"suffix\" is not supported"));
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best_of");
+    if (best && !cJSON_IsNull(best) && !(cJSON_IsNumber(best) && best->valuedouble == 1))
+        return fail(err, 400, "best_of", xprintf("\"best_of\" is not supported (only 1)"));
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const char *mode = cJSON_IsString(choice) ? choice->valuestring : "";
+    if (choice && !cJSON_IsNull(choice) && strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0)
+        return fail(err, 400, "tool_choice", xprintf("\"tool_choice\" must be \"auto\" or \"none\""));
+    return 0;
+}
+
+// A token id array into ids; -1 with err naming `what` when it is not one.
+static int parse_ids(const cJSON *arr, int64_t vocab, IdList *ids, const char *what, ApiError *err) {
+    int64_t i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        int64_t v;
+        if (!json_as_int(e, 0, vocab - 1, &v))
+            return fail(
+                err, 400, "prompt",
+                xprintf("%s[%lld] is not a token id in [0, %lld)", what, (long long)i, (long long)vocab));
+        idlist_push(ids, (int32_t)v);
+    }
+    return 0;
+}
+
+static int encode(Tokenizer *tok, const char *text, size_t n, IdList *ids, const char *param, ApiError *err) {
+    size_t bad;
+    if (!tok) return fail(err, 400, param, xprintf("text needs a tokenizer, and the model has none"));
+    if (tokenizer_encode(tok, text, n, ids, &bad) != 0)
+        return fail(err, 400, param, xprintf("invalid UTF-8 at byte %zu", bad));
+    return 0;
+}
+
+// "prompt": a string, an array of ids, or an array of either.
+static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokenizer *tok, int64_t vocab,
+                         ApiError *err) {
+    if (!prompt || cJSON_IsNull(prompt)) return fail(err, 400, "prompt", xprintf("\"prompt\" is required"));
+    int list = cJSON_IsArray(prompt) && prompt->child &&
+               (cJSON_IsString(prompt->child) || cJSON_IsArray(prompt->child));
+    int n = list ? cJSON_GetArraySize(prompt) : 1;
+    if (!cJSON_IsString(prompt) && !cJSON_IsArray(prompt))
+        return fail(err, 400, "prompt", xprintf("\"prompt\" must be a string, token ids, or a list of them"));
+    job->prompts = xcalloc((size_t)n, sizeof *job->prompts);
+    job->n_prompts = n;
+    const cJSON *e = list ? prompt->child : prompt;
+    for (int i = 0; i < n; i++, e = e->next) {
+        if (cJSON_IsString(e)) {
+            size_t len;
+            char *text = json_string_bytes(e, nul, &len);
+            int rc = encode(tok, text, len, &job->prompts[i], "prompt", err);
+            free(text);
+            if (rc) return -1;
+        } else if (cJSON_IsArray(e)) {
+            if (parse_ids(e, vocab, &job->prompts[i], "prompt", err)) return -1;
+        } else {
+            return fail(err, 400, "prompt", xprintf("\"prompt\"[%d] must be a string or token ids", i));
+        }
+    }
+    return 0;
+}
+
+static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, ApiError *err) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (!cJSON_IsArray(msgs) || !msgs->child)
+        return fail(err, 400, "messages", xprintf("\"messages\" must be a non-empty array"));
+    if (!tok) return fail(err, 400, "messages", xprintf("chat needs a tokenizer, and the model has none"));
+    Buf text = {0};
+    char *why = chat_render_json_try(tok, msgs, tools, nul, 1, &text);
+    if (why) {
+        buf_free(&text);
+        return fail(err, 400, "messages", why);
+    }
+    job->prompts = xcalloc(1, sizeof *job->prompts);
+    job->n_prompts = 1;
+    int none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
+    job->tools = cJSON_GetArraySize(tools) > 0 && !none;
+    int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
+    buf_free(&text);
+    return rc;
+}
+
+static int parse_stop(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!stop || cJSON_IsNull(stop)) return 0;
+    int n = cJSON_IsString(stop) ? 1 : cJSON_GetArraySize(stop);
+    if (!cJSON_IsString(stop) && !cJSON_IsArray(stop))
+        return fail(err, 400, "stop", xprintf("\"stop\" must be a string or a list of strings"));
+    if (n > API_STOP_MAX)
+        return fail(err, 400, "stop", xprintf("\"stop\" holds at most %d strings", API_STOP_MAX));
+    job->stop = xcalloc((size_t)(n ? n : 1), sizeof *job->stop);
+    const cJSON *e = cJSON_IsString(stop) ? stop : stop->child;
+    for (int i = 0; i < n; i++, e = e->next) {
+        size_t len;
+        if (!cJSON_IsString(e)) return fail(err, 400, "stop", xprintf("\"stop\"[%d] must be a string", i));
+        job->stop[i] = json_string_bytes(e, nul, &len);
+        job->cfg.n_stop_strings = i + 1;
+        if (len == 0 || strlen(job->stop[i]) != len)
+            return fail(err, 400, "stop",
+                        xprintf("\"stop\"[%d] must be a non-empty string without U+0000", i));
+    }
+    job->cfg.stop_strings = (const char *const *)job->stop;
+    return 0;
+}
+
+static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
+    job->logprobs = -1;
+    if (!job->chat) {
+        int64_t k = -1;
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (cJSON_IsBool(e))
+            k = cJSON_IsTrue(e) ? 0 : -1;  // some clients send true/false
+        else if (get_int(root, "logprobs", 0, API_TOP_MAX, &k, err))
+            return -1;
+        job->logprobs = (int)k;
+        return 0;
+    }
+    int on = 0;
+    int64_t k = 0;
+    if (get_bool(root, "logprobs", &on, err) || get_int(root, "top_logprobs", 0, API_TOP_MAX, &k, err))
+        return -1;
+    if (k > 0 && !on)
+        return fail(err, 400, "top_logprobs", xprintf("\"top_logprobs\" needs \"logprobs\": true"));
+    job->logprobs = on ? (int)k : -1;
+    return 0;
+}
+
+static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiLimits *lim, ApiError *err) {
+    double t = 1.0, top_p = 1.0;
+    int64_t top_k = 0, n = 1, seed = 0;
+    int64_t max_tokens = job->chat ? -1 : 16;  // OpenAI's defaults: 16, and the room left for chat
+    if (get_number(root, "temperature", 0.0, 100.0, &t, err) ||
+        get_number(root, "top_p", 1e-9, 1.0, &top_p, err) ||
+        get_int(root, "top_k", -1, INT32_MAX, &top_k, err) || get_int(root, "n", 1, lim->max_n, &n, err) ||
+        get_int(root, "seed", -(INT64_C(1) << 53), INT64_C(1) << 53, &seed, err) ||
+        get_int(root, "max_tokens", 0, INT32_MAX, &max_tokens, err) ||
+        get_int(root, "max_completion_tokens", 0, INT32_MAX, &max_tokens, err) ||
+        parse_stop(job, root, nul, err) || parse_logprobs(job, root, err) ||
+        get_bool(root, "stream", &job->stream, err) ||
+        get_bool(root, "return_token_ids", &job->return_token_ids, err) || check_unsupported(root, err))
+        return -1;
+    if (!job->chat && get_bool(root, "echo", &job->echo, err)) return -1;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
+        return fail(err, 400, "stream_options", xprintf("\"stream_options\" must be an object"));
+    if (cJSON_IsObject(so) && get_bool(so, "include_usage", &job->include_usage, err)) return -1;
+    const cJSON *se = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    job->has_seed = se && !cJSON_IsNull(se);
+    job->seed = (uint64_t)seed;
+    job->cfg.sampler.temperature = (float)t;
+    job->cfg.sampler.top_p = (float)top_p;
+    job->cfg.sampler.top_k = top_k < 0 ? 0 : (int)top_k;
+    job->cfg.share_prefill = 1;
+    job->cfg.stop_ids = lim->stop_ids;
+    job->cfg.n_stop_ids = lim->n_stop_ids;
+    job->n = (int)n;
+    job->max_tokens = (int)max_tokens;
+    return 0;
+}
+
+int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim,
+              int64_t vocab, ApiError *err) {
+    memset(job, 0, sizeof *job);
+    memset(err, 0, sizeof *err);
+    job->chat = chat;
+    job->vocab = vocab;
+    size_t bad = utf8_check(body, n);
+    if (bad < n) return fail(err, 400, NULL, xprintf("the body is not valid UTF-8 (byte %zu)", bad));
+    uint32_t nul;
+    cJSON *root = json_parse_line(body, n, &nul);
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        fail(err, 400, NULL, xprintf("the body is not a JSON object"));
+        goto out;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model) &&
+        (!cJSON_IsString(model) || strcmp(model->valuestring, lim->model_name))) {
+        fail(err, 404, "model",
+             xprintf("the model \"%.100s\" does not exist (this server has \"%s\")",
+                     cJSON_IsString(model) ? model->valuestring : "?", lim->model_name));
+        goto out;
+    }
+    if (parse_fields(job, root, nul, lim, err)) goto out;
+    if (chat ? parse_messages(job, root, nul, tok, err)
+             : parse_prompts(job, cJSON_GetObjectItemCaseSensitive(root, "prompt"), nul, tok, vocab, err))
+        goto out;
+    if ((int64_t)job->n_prompts * job->n > lim->max_batch) {
+        fail(err, 400, "n",
+             xprintf("%d prompts x n = %d choices exceed the server's --max-batch %d", job->n_prompts, job->n,
+                     lim->max_batch));
+        goto out;
+    }
+    for (int i = 0; i < job->n_prompts; i++) {
+        int64_t len = (int64_t)job->prompts[i].n, room = lim->max_len - len;
+        if (len == 0) {
+            fail(err, 400, chat ? "messages" : "prompt", xprintf("prompt %d is empty", i));
+            goto out;
+        }
+        if (job->max_tokens < 0) job->max_tokens = room > 0 ? (int)(room < INT32_MAX ? room : INT32_MAX) : 1;
+        if (len + (job->max_tokens > 0 ? job->max_tokens : 1) > lim->max_len) {
+            fail(err, 400, "max_tokens",
+                 xprintf(
+                     "prompt %d has %lld tokens; with max_tokens %d that exceeds the server's --max-len %lld",
+                     i, (long long)len, job->max_tokens, (long long)lim->max_len));
+            goto out;
+        }
+    }
+    job->rp = xcalloc((size_t)job->n_prompts, sizeof *job->rp);
+    job->rr = xcalloc((size_t)job->n_prompts, sizeof *job->rr);
+    job->choices = xcalloc((size_t)job->n_prompts * (size_t)job->n, sizeof *job->choices);
+    job->samples = xcalloc((size_t)job->n_prompts * (size_t)job->n, sizeof *job->samples);
+    for (int i = 0; i < job->n_prompts * job->n; i++) job->choices[i].s = &job->samples[i];
+    int want_prompt = job->echo && job->logprobs >= 0;
+    if (want_prompt) {
+        job->prompt_lp = xcalloc((size_t)job->n_prompts, sizeof *job->prompt_lp);
+        job->prompt_tops = xcalloc((size_t)job->n_prompts, sizeof *job->prompt_tops);
+    }
+    for (int i = 0; i < job->n_prompts; i++) {
+        job->rp[i] = (RolloutPrompt){.ids = job->prompts[i].ids,
+                                     .n = (int64_t)job->prompts[i].n,
+                                     .max_new_tokens = job->max_tokens > 0 ? job->max_tokens : 1,
+                                     .has_seed = job->has_seed,
+                                     .seed = job->seed};
+        if (want_prompt) {
+            job->prompt_lp[i] = xcalloc(job->prompts[i].n, sizeof **job->prompt_lp);
+            job->prompt_tops[i] = xcalloc(job->prompts[i].n, sizeof **job->prompt_tops);
+        }
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+void api_job_free(ApiJob *job) {
+    for (int i = 0; i < job->n_prompts; i++) {
+        free(job->prompts[i].ids);
+        if (job->prompt_lp) free(job->prompt_lp[i]);
+        if (job->prompt_tops) free(job->prompt_tops[i]);
+    }
+    for (int i = 0; job->choices && i < job->n_prompts * job->n; i++) {
+        rollout_sample_free(&job->samples[i]);
+        free(job->choices[i].tops);
+    }
+    free(job->samples);
+    for (int i = 0; i < job->cfg.n_stop_strings; i++) free(job->stop[i]);
+    free(job->stop);
+    free(job->prompts);
+    free(job->prompt_lp);
+    free(job->prompt_tops);
+    free(job->choices);
+    free(job->rr);
+    free(job->rp);
+    memset(job, 0, sizeof *job);
+}
+
+// ---------------------------------------------------------------------------------------------
+// log-probs
+
+// log p of row[id] and the k most likely tokens of softmax(row * scale), in double.
+static float row_logprobs(const float *row, int64_t V, double scale, int32_t id, int k, ApiTop *top) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t v = 0; v < V; v++) mx = row[v] * scale > mx ? row[v] * scale : mx;
+    for (int64_t v = 0; v < V; v++) sum += exp(row[v] * scale - mx);
+    double lse = mx + log(sum);
+    int n = 0;
+    for (int64_t v = 0; v < V && k > 0; v++) {  // insertion into the k best so far, best first
+        float lp = (float)(row[v] * scale - lse);
+        if (n == k && !(lp > top->lp[n - 1])) continue;
+        int j = n < k ? n++ : n - 1;
+        for (; j > 0 && top->lp[j - 1] < lp; j--) {
+            top->lp[j] = top->lp[j - 1];
+            top->id[j] = top->id[j - 1];
+        }
+        top->lp[j] = lp;
+        top->id[j] = (int32_t)v;
+    }
+    for (int j = n; j < API_TOP_MAX; j++) top->id[j] = -1;
+    return id >= 0 ? (float)(row[id] * scale - lse) : 0.0f;
+}
+
+void api_logits(void *user, int prompt, int sample, int64_t row0, int64_t rows, const float *logits) {
+    ApiJob *job = user;
+    int64_t V = job->vocab;
+    int k = job->logprobs > 0 ? job->logprobs : 0;
+    if (sample < 0) {  // the prompt's: row i gives token i + 1 under softmax(logits), as grpo score
+        const IdList *ids = &job->prompts[prompt];
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t i = row0 + r;
+            if (i + 1 >= (int64_t)ids->n) continue;
+            job->prompt_lp[prompt][i + 1] =
+                row_logprobs(logits + r * V, V, 1.0, ids->ids[i + 1], k, &job->prompt_tops[prompt][i + 1]);
+        }
+        return;
+    }
+    ApiChoice *c = &job->choices[prompt * job->n + sample];
+    if (c->n_tops == c->cap_tops) {
+        c->cap_tops = c->cap_tops ? 2 * c->cap_tops : 16;
+        c->tops = xrealloc(c->tops, (size_t)c->cap_tops * sizeof *c->tops);
+    }
+    double T = job->cfg.sampler.temperature > 0 ? job->cfg.sampler.temperature : 1.0;
+    row_logprobs(logits, V, 1.0 / T, -1, k, &c->tops[c->n_tops++]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// writing
+
+static void write_text(FILE *f, const char *s, size_t n);
+
+// A token as text (its bytes made valid UTF-8), or "token_id:N" without a tokenizer.
+static void write_token(FILE *f, const Tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const char *b = tok ? tokenizer_id_bytes(tok, id, &len) : NULL;
+    char name[24];
+    if (!tok) {
+        snprintf(name, sizeof name, "token_id:%d", id);
+        b = name;
+        len = strlen(name);
+    }
+    write_text(f, b, b ? len : 0);
+}
+
+static void write_token_bytes(FILE *f, const Tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const unsigned char *b = tok ? (const unsigned char *)tokenizer_id_bytes(tok, id, &len) : NULL;
+    fputc('[', f);
+    for (size_t i = 0; b && i < len; i++) fprintf(f, i ? ", %u" : "%u", b[i]);
+    fputc(']', f);
+}
+
+static void write_text(FILE *f, const char *s, size_t n) {
+    Buf clean = {0};
+    utf8_append_lossy(&clean, s ? s : "", n);
+    json_write_string(f, clean.data ? clean.data : "", clean.len);
+    buf_free(&clean);
+}
+
+static void write_ids(FILE *f, const int32_t *ids, int64_t n) {
+    fputc('[', f);
+    for (int64_t i = 0; i < n; i++) fprintf(f, i ? ", %d" : "%d", ids[i]);
+    fputc(']', f);
+}
+
+// Tokens a choice reports: none when max_tokens is 0 (the engine's one sample is dropped).
+static int out_tokens(const ApiJob *job, const ApiChoice *c) { return job->max_tokens == 0 ? 0 : c->s->n; }
+
+static size_t out_text_len(const ApiJob *job, const ApiChoice *c) {
+    return job->max_tokens == 0 ? 0 : (size_t)c->s->text_end;
+}
+
+// Completions' top_logprobs entry: {"token": lp, ...} (k of them), or null.
+static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int k) {
+    fputc('{', f);
+    for (int j = 0; j < k && top->id[j] >= 0; j++) {
+        if (j) fputs(", ", f);
+        write_token(f, tok, top->id[j]);
+        fputs(": ", f);
+        json_write_number(f, top->lp[j]);
+    }
+    fputc('}', f);
+}
+
+// Completions' logprobs object over tokens [from, to) of a choice, with the prompt's first when echo.
+static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenizer *tok, int p,
+                                      const ApiChoice *c, int from, int to, int with_prompt) {
+    const IdList *ids = &job->prompts[p];
+    int np = with_prompt ? (int)ids->n : 0, k = job->logprobs;
+    size_t offset = 0;
+    fputs("{\"tokens\": [", f);
+    for (int i = 0; i < np + to - from; i++) {
+        if (i) fputs(", ", f);
+        write_token(f, tok, i < np ? ids->ids[i] : c->s->tokens[from + i - np]);
+    }
+    fputs("], \"token_logprobs\": [", f);
+    for (int i = 0; i < np + to - from; i++) {
+        if (i) fputs(", ", f);
+        if (i == 0 && np)
+            fputs("null", f);
+        else
+            json_write_number(f, i < np ? job->prompt_lp[p][i] : c->s->logprobs[from + i - np]);
+    }
+    fputs("], \"top_logprobs\": [", f);
+    for (int i = 0; i < np + to - from; i++) {
+        if (i) fputs(", ", f);
+        if (i == 0 && np)
+            fputs("null", f);
+        else
+            write_top_map(f, tok, i < np ? &job->prompt_tops[p][i] : &c->tops[from + i - np], k > 0 ? k : 1);
+    }
+    fputs("], \"text_offset\": [", f);
+    for (int i = 0; i < np + to - from; i++) {
+        size_t len = 0;
+        int32_t id = i < np ? ids->ids[i] : c->s->tokens[from + i - np];
+        if (tok) tokenizer_id_bytes(tok, id, &len);
+        fprintf(f, i ? ", %zu" : "%zu", offset);
+        offset += len;
+    }
+    fputs("]}", f);
+}
+
+// Chat's logprobs.content entries for tokens [from, to) of a choice.
+static void write_chat_logprobs(FILE *f, const ApiJob *job, const Tokenizer *tok, const ApiChoice *c,
+                                int from, int to) {
+    fputs("{\"content\": [", f);
+    for (int i = from; i < to; i++) {
+        fputs(i > from ? ", {\"token\": " : "{\"token\": ", f);
+        write_token(f, tok, c->s->tokens[i]);
+        fputs(", \"logprob\": ", f);
+        json_write_number(f, c->s->logprobs[i]);
+        fputs(", \"bytes\": ", f);
+        write_token_bytes(f, tok, c->s->tokens[i]);
+        fputs(", \"top_logprobs\": [", f);
+        for (int j = 0; j < job->logprobs && c->tops[i].id[j] >= 0; j++) {
+            fputs(j ? ", {\"token\": " : "{\"token\": ", f);
+            write_token(f, tok, c->tops[i].id[j]);
+            fputs(", \"logprob\": ", f);
+            json_write_number(f, c->tops[i].lp[j]);
+            fputs(", \"bytes\": ", f);
+            write_token_bytes(f, tok, c->tops[i].id[j]);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    fputs("]}", f);
+}
+
+// The hermes tool calls of a chat answer, [{["index",] "id", "type": "function", "function": {"name",
+// "arguments"}}, ...] appended to out (may be NULL), and the length of the content before the first one;
+// 0 when the text has none or one does not parse (then it is all content).
+static int tool_calls(const char *text, size_t n, const char *id, int with_index, Buf *out,
+                      size_t *content_len) {
+    const char *first = memmem(text, n, "<tool_call>", 11);
+    if (!first) return 0;
+    char *calls = NULL;
+    size_t calls_len = 0;
+    FILE *g = open_memstream(&calls, &calls_len);
+    if (!g) die("open_memstream failed");
+    int count = 0, ok = 1;
+    for (const char *at = first; at && ok; count++) {
+        const char *end = memmem(at, (size_t)(text + n - at), "</tool_call>", 12);
+        uint32_t nul;
+        const char *why;
+        cJSON *call = end ? chat_parse_tool_call(at, (size_t)(end + 12 - at), &nul, &why) : NULL;
+        if (!call) {
+            ok = 0;
+            break;
+        }
+        Buf args = {0};
+        json_dump_py(&args, cJSON_GetObjectItemCaseSensitive(call, "arguments"), nul);
+        const char *name = cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring;
+        fputs(count ? ", {" : "{", g);
+        if (with_index) fprintf(g, "\"index\": %d, ", count);
+        fprintf(g, "\"id\": \"call_%s_%d\", \"type\": \"function\", \"function\": {\"name\": ", id, count);
+        json_write_string(g, name, strlen(name));
+        fputs(", \"arguments\": ", g);
+        json_write_string(g, args.data ? args.data : "", args.len);
+        fputs("}}", g);
+        buf_free(&args);
+        cJSON_Delete(call);
+        at = memmem(end + 12, (size_t)(text + n - end - 12), "<tool_call>", 11);
+    }
+    if (fclose(g) != 0) die("writing tool calls failed");
+    if (ok && out) buf_append(out, calls, calls_len);
+    if (ok) {
+        size_t c = (size_t)(first - text);
+        while (c > 0 && (text[c - 1] == '\n' || text[c - 1] == ' ')) c--;
+        *content_len = c;
+    }
+    free(calls);
+    return ok;
+}
+
+// A chat choice's tool calls (job->tools), as tool_calls.
+static int choice_tool_calls(const ApiJob *job, const ApiChoice *c, int i, int with_index, Buf *out,
+                             size_t *content_len) {
+    char id[64];
+    snprintf(id, sizeof id, "%s_%d", job->id, i);
+    const char *text = c->s->text.data ? c->s->text.data : "";
+    return job->tools && tool_calls(text, out_text_len(job, c), id, with_index, out, content_len);
+}
+
+static const char *finish_name(const RolloutSample *s) {
+    return s->finish == FINISH_STOP ? "stop" : "length";
+}
+
+static void write_usage(FILE *f, const ApiJob *job) {
+    int64_t prompt = 0, done = 0;
+    for (int i = 0; i < job->n_prompts; i++) prompt += (int64_t)job->prompts[i].n;
+    for (int i = 0; i < job->n_prompts * job->n; i++) done += out_tokens(job, &job->choices[i]);
+    fprintf(f, "{\"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"total_tokens\": %lld}",
+            (long long)prompt, (long long)done, (long long)(prompt + done));
+}
+
+static void write_head(FILE *f, const ApiJob *job, const char *object, const char *model) {
+    fprintf(f, "{\"id\": \"%s\", \"object\": \"%s\", \"created\": %lld, \"model\": ", job->id, object,
+            (long long)job->created);
+    json_write_string(f, model, strlen(model));
+}
+
+// A chat choice's message: content (or null) and tool calls.
+static void write_message(FILE *f, const ApiJob *job, const ApiChoice *c, int i) {
+    size_t content = out_text_len(job, c);
+    Buf calls = {0};
+    int tool = choice_tool_calls(job, c, i, 0, &calls, &content);
+    fputs("{\"role\": \"assistant\", \"content\": ", f);
+    if (tool && content == 0)
+        fputs("null", f);
+    else
+        write_text(f, c->s->text.data, content);
+    if (tool) fprintf(f, ", \"tool_calls\": [%.*s]", (int)calls.len, calls.data);
+    fputc('}', f);
+    buf_free(&calls);
+}
+
+char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model) {
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) die("open_memstream failed");
+    write_head(f, job, job->chat ? "chat.completion" : "text_completion", model);
+    fputs(", \"choices\": [", f);
+    for (int i = 0; i < job->n_prompts * job->n; i++) {
+        const ApiChoice *c = &job->choices[i];
+        int p = i / job->n, nt = out_tokens(job, c);
+        fprintf(f, "%s{\"index\": %d, ", i ? ", " : "", i);
+        if (job->chat) {
+            fputs("\"message\": ", f);
+            write_message(f, job, c, i);
+        } else {
+            fputs("\"text\": ", f);
+            Buf text = {0};
+            for (int t = 0; job->echo && t < (int)job->prompts[p].n; t++) {
+                size_t bl = 0;
+                const char *b = tok ? tokenizer_id_bytes(tok, job->prompts[p].ids[t], &bl) : NULL;
+                if (b) buf_append(&text, b, bl);
+            }
+            buf_append(&text, c->s->text.data ? c->s->text.data : "", out_text_len(job, c));
+            write_text(f, text.data, text.len);
+            buf_free(&text);
+        }
+        fputs(", \"logprobs\": ", f);
+        if (job->logprobs < 0)
+            fputs("null", f);
+        else if (job->chat)
+            write_chat_logprobs(f, job, tok, c, 0, nt);
+        else
+            write_completion_logprobs(f, job, tok, p, c, 0, nt, job->echo);
+        size_t content;
+        const char *finish =
+            job->chat && choice_tool_calls(job, c, i, 0, NULL, &content) ? "tool_calls" : finish_name(c->s);
+        fprintf(f, ", \"finish_reason\": \"%s\"", finish);
+        if (job->return_token_ids) {
+            fputs(", \"token_ids\": ", f);
+            write_ids(f, c->s->tokens, nt);
+            if (!job->chat) {
+                fputs(", \"prompt_token_ids\": ", f);
+                write_ids(f, job->prompts[p].ids, (int64_t)job->prompts[p].n);
+            }
+        }
+        fputc('}', f);
+    }
+    fputs("], \"usage\": ", f);
+    write_usage(f, job);
+    if (job->return_token_ids && job->chat) {
+        fputs(", \"prompt_token_ids\": ", f);
+        write_ids(f, job->prompts[0].ids, (int64_t)job->prompts[0].n);
+    }
+    fputs("}", f);
+    if (fclose(f) != 0) die("writing a response failed");
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// streaming
+
+// How much of a running choice's text may be sent: not the bytes that could start a stop string or a
+// tool call, nor a character cut off at the end. With `final`, all of it.
+static size_t sendable(const ApiJob *job, const ApiChoice *c, int final) {
+    const char *text = c->s->text.data ? c->s->text.data : "";
+    size_t end = out_text_len(job, c);
+    if (final) return end;
+    size_t hold = 0;
+    for (int i = 0; i < job->cfg.n_stop_strings; i++) {
+        size_t l = strlen(job->stop[i]);
+        if (l - 1 > hold) hold = l - 1;
+    }
+    if (job->tools) {
+        const char *call = memmem(text, end, "<tool_call>", 11);
+        if (call) return (size_t)(call - text) > c->sent_bytes ? (size_t)(call - text) : c->sent_bytes;
+        if (hold < 10) hold = 10;
+    }
+    end = end > hold ? end - hold : 0;
+    size_t at = c->sent_bytes;
+    while (at < end) {  // whole characters only (an invalid byte counts as one)
+        size_t len;
+        if (utf8_scan((const unsigned char *)text + at, end - at, &len) == UTF8_INCOMPLETE) break;
+        at += len;
+    }
+    return at > c->sent_bytes ? at : c->sent_bytes;
+}
+
+static void chunk_open(FILE *f, const ApiJob *job, const char *model, int i) {
+    fputs("data: ", f);
+    write_head(f, job, job->chat ? "chat.completion.chunk" : "text_completion", model);
+    fprintf(f, ", \"choices\": [{\"index\": %d, ", i);
+}
+
+// One chunk of choice i: its new text [from, to), its tokens' log-probs [t0, t1), and when ending its
+// finish reason (chat: with tool calls, whose text is then not sent as content).
+static void write_chunk(FILE *f, const ApiJob *job, const Tokenizer *tok, const char *model, int i,
+                        size_t from, size_t to, int t0, int t1, int end) {
+    const ApiChoice *c = &job->choices[i];
+    const char *text = c->s->text.data ? c->s->text.data : "";
+    chunk_open(f, job, model, i);
+    int tool = 0;
+    if (job->chat) {
+        fputs("\"delta\": {", f);
+        size_t content = 0;
+        Buf calls = {0};
+        tool = end && choice_tool_calls(job, c, i, 1, &calls, &content);
+        if (tool) {
+            to = content > from ? content : from;
+            fprintf(f, "\"tool_calls\": [%.*s]", (int)calls.len, calls.data);
+        }
+        buf_free(&calls);
+        if (to > from) {
+            fputs(tool ? ", \"content\": " : "\"content\": ", f);
+            write_text(f, text + from, to - from);
+        }
+        fputc('}', f);
+    } else {
+        fputs("\"text\": ", f);
+        write_text(f, text + from, to - from);
+    }
+    fputs(", \"logprobs\": ", f);
+    if (job->logprobs < 0 || t1 <= t0)
+        fputs("null", f);
+    else if (job->chat)
+        write_chat_logprobs(f, job, tok, c, t0, t1);
+    else
+        write_completion_logprobs(f, job, tok, i / job->n, c, t0, t1, 0);
+    if (end)
+        fprintf(f, ", \"finish_reason\": \"%s\"}]}\n\n", tool ? "tool_calls" : finish_name(c->s));
+    else
+        fputs(", \"finish_reason\": null}]}\n\n", f);
+}
+
+void api_stream(ApiJob *job, const Tokenizer *tok, const char *model, int final, Buf *out) {
+    char *s = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&s, &len);
+    if (!f) die("open_memstream failed");
+    for (int i = 0; i < job->n_prompts * job->n; i++) {
+        ApiChoice *c = &job->choices[i];
+        if (c->ended) continue;
+        if (!c->started) {
+            c->started = 1;
+            if (job->chat) {
+                chunk_open(f, job, model, i);
+                fputs(
+                    "\"delta\": {\"role\": \"assistant\", \"content\": \"\"}, \"logprobs\": null, "
+                    "\"finish_reason\": null}]}\n\n",
+                    f);
+            } else if (job->echo) {  // the prompt first, with its log-probs
+                const IdList *ids = &job->prompts[i / job->n];
+                Buf text = {0};
+                for (size_t t = 0; t < ids->n; t++) {
+                    size_t bl = 0;
+                    const char *b = tok ? tokenizer_id_bytes(tok, ids->ids[t], &bl) : NULL;
+                    if (b) buf_append(&text, b, bl);
+                }
+                chunk_open(f, job, model, i);
+                fputs("\"text\": ", f);
+                write_text(f, text.data, text.len);
+                fputs(", \"logprobs\": ", f);
+                if (job->logprobs < 0)
+                    fputs("null", f);
+                else
+                    write_completion_logprobs(f, job, tok, i / job->n, c, 0, 0, 1);
+                fputs(", \"finish_reason\": null}]}\n\n", f);
+                buf_free(&text);
+            }
+        }
+        int end = c->s->done;
+        size_t to = sendable(job, c, end);
+        int t1 = out_tokens(job, c);
+        if (!end && to == c->sent_bytes && t1 == c->sent_tokens) continue;
+        write_chunk(f, job, tok, model, i, c->sent_bytes, to, c->sent_tokens, t1, end);
+        c->sent_bytes = to;
+        c->sent_tokens = t1;
+        c->ended = end;
+    }
+    if (final) {
+        if (job->include_usage) {
+            fputs("data: ", f);
+            write_head(f, job, job->chat ? "chat.completion.chunk" : "text_completion", model);
+            fputs(", \"choices\": [], \"usage\": ", f);
+            write_usage(f, job);
+            fputs("}\n\n", f);
+        }
+        fputs("data: [DONE]\n\n", f);
+    }
+    if (fclose(f) != 0) die("writing a stream chunk failed");
+    buf_append(out, s, len);
+    free(s);
+}
+
+char *api_error_body(const ApiError *err) {
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) die("open_memstream failed");
+    const char *type = "invalid_request_error";
+    if (err->status == 401) type = "authentication_error";
+    if (err->status == 404) type = "not_found_error";
+    if (err->status == 429) type = "rate_limit_error";
+    if (err->status >= 500) type = "server_error";
+    fputs("{\"error\": {\"message\": ", f);
+    const char *m = err->message ? err->message : "error";
+    json_write_string(f, m, strlen(m));
+    fprintf(f, ", \"type\": \"%s\", \"param\": ", type);
+    if (err->param)
+        json_write_string(f, err->param, strlen(err->param));
+    else
+        fputs("null", f);
+    fprintf(f, ", \"code\": %d}}", err->status);
+    if (fclose(f) != 0) die("writing an error failed");
+    return out;
+}

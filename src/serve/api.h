@@ -1,0 +1,84 @@
+// The OpenAI API of grpo serve: a request body parsed and checked into a Job (its prompts tokenized), and
+// a Job's results written as OpenAI's JSON: the whole response, or its stream's chunks.
+// /v1/completions: prompt (text, ids, or a list of either), echo, logprobs (N top), stop, n, seed, ...
+// /v1/chat/completions: messages through the chat template (tools listed by it; hermes <tool_call> blocks
+// come back as tool_calls), logprobs + top_logprobs. Both: stream (+ stream_options.include_usage), and
+// vLLM's return_token_ids (prompt_token_ids, and each choice's token_ids).
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/util.h"
+#include "rollout/rollout.h"
+#include "text/tokenizer.h"
+
+#define API_TOP_MAX 20  // top_logprobs at most (OpenAI's cap)
+
+typedef struct {
+    int32_t id[API_TOP_MAX];
+    float lp[API_TOP_MAX];
+} ApiTop;
+
+// One choice: a sample and what it has sent so far when streaming.
+typedef struct {
+    RolloutSample *s;
+    ApiTop *tops;  // with logprobs: per generated token, its row's top tokens
+    int n_tops, cap_tops;
+    size_t sent_bytes;   // stream: text bytes sent
+    int sent_tokens;     // stream: tokens whose log-probs were sent
+    int started, ended;  // stream: the opening (chat: role) and the final chunk were sent
+} ApiChoice;
+
+typedef struct {
+    // the request
+    int chat;
+    int n_prompts, n;  // choices: n per prompt, n_prompts * n in all
+    IdList *prompts;
+    int max_tokens;     // as asked (0: none generated; the engine still samples one, which is dropped)
+    RolloutConfig cfg;  // sampler, seed, stops
+    char **stop;
+    int logprobs;  // top log-probs per token (0: only the token's), -1: none
+    int echo;      // completions: the prompt's text (and log-probs) before the output
+    int stream, include_usage, return_token_ids;
+    int tools;  // chat with tools: tool calls are parsed
+    int has_seed;
+    uint64_t seed;
+    // the work
+    RolloutPrompt *rp;
+    RolloutRequest *rr;      // one per prompt
+    RolloutSample *samples;  // the engine's out: choice i is samples[i] (prompt i / n, sample i % n)
+    ApiChoice *choices;
+    float **prompt_lp;  // echo + logprobs: per prompt, log p of tokens 1..n-1 and their tops
+    ApiTop **prompt_tops;
+    char id[40];
+    int64_t created;
+    int64_t vocab;
+} ApiJob;
+
+typedef struct {
+    int status;         // HTTP status
+    const char *param;  // the field at fault, or NULL
+    char *message;      // malloc'd
+} ApiError;
+
+typedef struct {
+    const char *model_name;
+    int64_t max_len;       // prompt + max_tokens at most
+    int max_n, max_batch;  // n at most; prompts x n at most
+    int32_t *stop_ids;
+    int n_stop_ids;
+} ApiLimits;
+
+// Parses body[0..n) into job (the caller api_job_free's it, also on error). Returns 0, or -1 with *err.
+int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim,
+              int64_t vocab, ApiError *err);
+void api_job_free(ApiJob *job);
+// The engine's RolloutLogitsFn for a job's requests (user: the job).
+void api_logits(void *user, int prompt, int sample, int64_t row0, int64_t rows, const float *logits);
+// The whole response (non-streaming) as a malloc'd string.
+char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model);
+// Appends to out the stream's chunks for what the job's choices made since the last call (final: every
+// choice has finished; then also the usage chunk when asked, and "data: [DONE]").
+void api_stream(ApiJob *job, const Tokenizer *tok, const char *model, int final, Buf *out);
+// An OpenAI error object for err.
+char *api_error_body(const ApiError *err);

@@ -1,0 +1,626 @@
+// grpo serve's HTTP side, engine thread and metrics (see server.h).
+//
+// A job is one HTTP request. Its connection's handler (the MHD thread) reads and parses the body, puts the
+// job on the queue and suspends the connection (or starts its event stream); the engine thread admits
+// queued jobs while KV slots are free, steps the engine, and publishes: stream chunks as they come, the
+// whole response at the end, then resumes the connection. One mutex guards what both threads touch (the
+// queue, a job's flags and output, the metrics). A job is freed by whichever side lets go of it last:
+// the engine when it is done with it, MHD when the request ends (on_completed).
+#define _GNU_SOURCE  // POLLRDHUP
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "base/hash.h"
+#include "base/util.h"
+#include "rollout/rollout.h"
+#include "serve/api.h"
+
+#define N_BUCKETS 14
+static const double buckets[N_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                          1,     2.5,  5,     10,   30,  60,   120};
+static const int batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+#define N_BATCH_BUCKETS ((int)(sizeof batch_buckets / sizeof batch_buckets[0]))
+static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+#define N_STATUSES ((int)(sizeof statuses / sizeof statuses[0]))
+
+typedef struct {
+    int64_t count[N_BUCKETS + 1];  // the last: +Inf
+    double sum;
+    int64_t n;
+} Histogram;
+
+static void hist_add(Histogram *h, double x) {
+    int i = 0;
+    while (i < N_BUCKETS && x > buckets[i]) i++;
+    h->count[i]++;
+    h->sum += x;
+    h->n++;
+}
+
+typedef struct Job Job;
+typedef struct Server Server;
+
+struct Job {
+    Server *srv;
+    ApiJob api;
+    struct MHD_Connection *conn;
+    int fd;  // the connection's socket, to notice a client that left while suspended
+    Buf body;
+    int too_big;     // the body passed max_body: answered 413 once read
+    int done;        // finished: response (or the stream's end) is ready
+    int in_engine;   // queued or running: the engine thread holds it
+    int conn_gone;   // MHD ended the request (sent, or the client left)
+    int suspended;   // its connection is suspended by us and not yet resumed
+    int status;      // of a finished non-stream job
+    char *response;  // its body
+    Buf out;         // stream: the event-stream bytes so far
+    size_t out_sent;
+    double t_arrive, t_first;
+    int64_t counted;  // tokens counted in the metrics
+    Job *next;        // in the queue or the running list
+};
+
+struct Server {
+    const ServeOptions *o;
+    const Qwen2 *m;
+    Tokenizer *tok;
+    ApiLimits lim;
+    struct MHD_Daemon *d;
+    RolloutEngine *e;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    Job *queue, *queue_tail, *running;
+    int n_queued, n_jobs, draining;
+    uint64_t seed_state;  // seeds of requests without one
+    int64_t created_ids;
+    // metrics
+    int64_t by_status[N_STATUSES + 1];  // the last: any other status
+    int64_t prompt_tokens, generation_tokens, steps;
+    int batch;  // sequences in the last step
+    int64_t batch_count[N_BATCH_BUCKETS + 1];
+    Histogram ttft, latency;
+};
+
+static void count_status(Server *s, int status) {
+    int i = 0;
+    while (i < N_STATUSES && statuses[i] != status) i++;
+    s->by_status[i]++;
+}
+
+static void job_free(Job *j) {
+    api_job_free(&j->api);
+    buf_free(&j->body);
+    buf_free(&j->out);
+    free(j->response);
+    free(j);
+}
+
+// Under the lock: the request is over for MHD, or the engine let go; the last of the two frees it.
+static void job_release(Server *s, Job *j) {
+    if (j->in_engine || !j->conn_gone) return;
+    s->n_jobs--;
+    job_free(j);
+    pthread_cond_broadcast(&s->cv);
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP responses
+
+static enum MHD_Result respond(Job *j, int status, const char *body, size_t n, const char *type) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result rc = MHD_queue_response(j->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    pthread_mutex_lock(&j->srv->mu);
+    count_status(j->srv, status);
+    pthread_mutex_unlock(&j->srv->mu);
+    return rc;
+}
+
+static enum MHD_Result respond_json(Job *j, int status, const char *body) {
+    return respond(j, status, body, strlen(body), "application/json");
+}
+
+// An OpenAI error object; takes message (malloc'd).
+static enum MHD_Result respond_error(Job *j, int status, const char *param, char *message) {
+    ApiError err = {status, param, message};
+    char *body = api_error_body(&err);
+    enum MHD_Result rc = respond_json(j, status, body);
+    free(body);
+    free(message);
+    return rc;
+}
+
+// The event stream's reader: what the engine wrote, else the connection waits (suspended) for more.
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    Job *j = cls;
+    Server *s = j->srv;
+    (void)pos;
+    pthread_mutex_lock(&s->mu);
+    size_t n = j->out.len - j->out_sent;
+    ssize_t rc = 0;
+    if (n > 0) {
+        n = n < max ? n : max;
+        memcpy(buf, j->out.data + j->out_sent, n);
+        j->out_sent += n;
+        rc = (ssize_t)n;
+    } else if (j->done) {
+        rc = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        j->suspended = 1;
+        MHD_suspend_connection(j->conn);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static enum MHD_Result respond_stream(Job *j) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(j->conn, 200, r);
+    MHD_destroy_response(r);
+    pthread_mutex_lock(&j->srv->mu);
+    count_status(j->srv, 200);
+    pthread_mutex_unlock(&j->srv->mu);
+    return rc;
+}
+
+// Under the lock: the engine has news for j's suspended connection.
+static void wake(Job *j) {
+    if (!j->suspended) return;
+    j->suspended = 0;
+    MHD_resume_connection(j->conn);
+}
+
+// ---------------------------------------------------------------------------------------------
+// endpoints
+
+static char *metrics_text(Server *s) {
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) die("open_memstream failed");
+    pthread_mutex_lock(&s->mu);
+    int running = 0;
+    for (Job *j = s->running; j; j = j->next) running++;
+    fputs(
+        "# HELP grpo_requests_total HTTP requests answered, by status.\n"
+        "# TYPE grpo_requests_total counter\n",
+        f);
+    for (int i = 0; i < N_STATUSES; i++)
+        fprintf(f, "grpo_requests_total{status=\"%d\"} %lld\n", statuses[i], (long long)s->by_status[i]);
+    fprintf(f, "grpo_requests_total{status=\"other\"} %lld\n", (long long)s->by_status[N_STATUSES]);
+    fprintf(f,
+            "# HELP grpo_prompt_tokens_total Prompt tokens of admitted requests.\n"
+            "# TYPE grpo_prompt_tokens_total counter\ngrpo_prompt_tokens_total %lld\n"
+            "# HELP grpo_generation_tokens_total Tokens generated.\n"
+            "# TYPE grpo_generation_tokens_total counter\ngrpo_generation_tokens_total %lld\n"
+            "# HELP grpo_queue_depth Requests waiting for KV slots.\n# TYPE grpo_queue_depth gauge\n"
+            "grpo_queue_depth %d\n# HELP grpo_running_requests Requests being generated.\n"
+            "# TYPE grpo_running_requests gauge\ngrpo_running_requests %d\n"
+            "# HELP grpo_batch_size Sequences in the last engine step.\n# TYPE grpo_batch_size gauge\n"
+            "grpo_batch_size %d\n",
+            (long long)s->prompt_tokens, (long long)s->generation_tokens, s->n_queued, running, s->batch);
+    fputs("# HELP grpo_step_batch_size Sequences per engine step.\n# TYPE grpo_step_batch_size histogram\n",
+          f);
+    int64_t cum = 0;
+    for (int i = 0; i <= N_BATCH_BUCKETS; i++) {
+        cum += s->batch_count[i];
+        if (i < N_BATCH_BUCKETS)
+            fprintf(f, "grpo_step_batch_size_bucket{le=\"%d\"} %lld\n", batch_buckets[i], (long long)cum);
+        else
+            fprintf(f, "grpo_step_batch_size_bucket{le=\"+Inf\"} %lld\n", (long long)cum);
+    }
+    fprintf(f, "grpo_step_batch_size_count %lld\n", (long long)s->steps);
+    const struct {
+        const char *name, *help;
+        const Histogram *h;
+    } hs[] = {{"grpo_time_to_first_token_seconds", "From a request's arrival to its first token.", &s->ttft},
+              {"grpo_request_latency_seconds", "From a request's arrival to its last token.", &s->latency}};
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hs[k].name, hs[k].help, hs[k].name);
+        cum = 0;
+        for (int i = 0; i <= N_BUCKETS; i++) {
+            cum += hs[k].h->count[i];
+            if (i < N_BUCKETS)
+                fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", hs[k].name, buckets[i], (long long)cum);
+            else
+                fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n", hs[k].name, (long long)cum);
+        }
+        fprintf(f, "%s_sum %.6f\n%s_count %lld\n", hs[k].name, hs[k].h->sum, hs[k].name,
+                (long long)hs[k].h->n);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (fclose(f) != 0) die("writing metrics failed");
+    return out;
+}
+
+static char *body_too_big(const Server *s) {
+    return xprintf("the body exceeds %zu bytes (--max-body-mb)", s->o->max_body);
+}
+
+static enum MHD_Result get_models(Job *j) {
+    Server *s = j->srv;
+    char *body = xprintf(
+        "{\"object\": \"list\", \"data\": [{\"id\": \"%s\", \"object\": \"model\", "
+        "\"created\": %lld, \"owned_by\": \"grpo\", \"max_model_len\": %lld}]}",
+        s->lim.model_name, (long long)time(NULL), (long long)s->o->max_len);
+    enum MHD_Result rc = respond_json(j, 200, body);
+    free(body);
+    return rc;
+}
+
+// Constant-time comparison of the Authorization header with "Bearer KEY".
+static int authorized(Server *s, struct MHD_Connection *c) {
+    if (!s->o->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    char *want = xprintf("Bearer %s", s->o->api_key);
+    size_t n = strlen(want), got = h ? strlen(h) : 0;
+    unsigned diff = got != n;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < got ? h[i] : 0);
+    free(want);
+    return diff == 0;
+}
+
+static enum MHD_Result post_generate(Job *j, int chat) {
+    Server *s = j->srv;
+    ApiError err;
+    if (api_parse(&j->api, chat, j->body.data ? j->body.data : "", j->body.len, s->tok, &s->lim,
+                  s->m->cfg.vocab, &err) != 0)
+        return respond_error(j, err.status, err.param, err.message);
+    pthread_mutex_lock(&s->mu);
+    if (s->draining) {
+        pthread_mutex_unlock(&s->mu);
+        return respond_error(j, 503, NULL, xprintf("the server is shutting down"));
+    }
+    if (s->n_queued >= s->o->max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        char *why = xprintf("the queue is full (%d requests); retry later", s->o->max_queue);
+        return respond_error(j, 429, NULL, why);
+    }
+    snprintf(j->api.id, sizeof j->api.id, "%s-%llx%08llx", chat ? "chatcmpl" : "cmpl",
+             (long long)++s->created_ids,
+             (unsigned long long)(hash_bytes(&s->seed_state, sizeof s->seed_state) & 0xffffffffu));
+    j->api.created = (int64_t)time(NULL);
+    if (!j->api.has_seed) {  // a fresh seed for a request that gives none
+        s->seed_state = hash_bytes(&s->seed_state, sizeof s->seed_state) ^ (uint64_t)(time_now() * 1e9);
+        j->api.cfg.seed = s->seed_state >> 1;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(j->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    j->t_arrive = time_now();
+    j->in_engine = 1;
+    if (s->queue_tail)
+        s->queue_tail->next = j;
+    else
+        s->queue = j;
+    s->queue_tail = j;
+    s->n_queued++;
+    pthread_cond_broadcast(&s->cv);
+    int stream = j->api.stream;
+    if (!stream) {  // until the engine resumes it with the response
+        j->suspended = 1;
+        MHD_suspend_connection(j->conn);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return stream ? respond_stream(j) : MHD_YES;
+}
+
+static enum MHD_Result route(Job *j, const char *url, const char *method) {
+    Server *s = j->srv;
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    int completions = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
+    if (!strcmp(url, "/health")) {
+        if (!get) return respond_error(j, 405, NULL, xprintf("use GET"));
+        return respond(j, 200, "", 0, "text/plain");
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return respond_error(j, 405, NULL, xprintf("use GET"));
+        char *text = metrics_text(s);
+        enum MHD_Result rc = respond(j, 200, text, strlen(text), "text/plain; version=0.0.4");
+        free(text);
+        return rc;
+    }
+    if (strcmp(url, "/v1/models") && !completions && !chat)
+        return respond_error(j, 404, NULL, xprintf("no such endpoint: %.200s", url));
+    if (!authorized(s, j->conn)) return respond_error(j, 401, NULL, xprintf("a valid API key is required"));
+    if (!strcmp(url, "/v1/models"))
+        return get ? get_models(j) : respond_error(j, 405, NULL, xprintf("use GET"));
+    if (!post) return respond_error(j, 405, NULL, xprintf("use POST"));
+    if (j->too_big) return respond_error(j, 413, NULL, body_too_big(s));
+    return post_generate(j, chat);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size,
+                                  void **con_cls) {
+    Server *s = cls;
+    Job *j = *con_cls;
+    (void)version;
+    if (!j) {  // the headers are in
+        j = xcalloc(1, sizeof *j);
+        j->srv = s;
+        j->conn = c;
+        j->fd = -1;
+        *con_cls = j;
+        pthread_mutex_lock(&s->mu);
+        s->n_jobs++;
+        pthread_mutex_unlock(&s->mu);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o->max_body) {  // refused before reading it
+            j->done = 1;
+            return respond_error(j, 413, NULL, body_too_big(s));
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!j->done && !j->too_big && j->body.len + *upload_size <= s->o->max_body)
+            buf_append(&j->body, upload, *upload_size);
+        else
+            j->too_big = 1;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    pthread_mutex_lock(&s->mu);
+    int taken = j->in_engine || j->done;  // resumed by the engine with the response, or answered already (413)
+    char *body = j->response;
+    int status = j->status;
+    j->response = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!taken) return route(j, url, method);
+    if (!body) return MHD_YES;
+    enum MHD_Result rc = respond_json(j, status, body);
+    free(body);
+    return rc;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
+    Server *s = cls;
+    Job *j = *con_cls;
+    (void)c, (void)why;
+    if (!j) return;
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    j->conn_gone = 1;
+    j->suspended = 0;
+    job_release(s, j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls, (void)fmt, (void)ap;  // MHD's own notes (a client that left, a timeout) are not errors of ours
+}
+
+// ---------------------------------------------------------------------------------------------
+// the engine thread
+
+// Under the lock: has the client of a suspended job gone away (closed or reset)?
+static int client_left(const Job *j) {
+    if (j->conn_gone) return 1;
+    if (j->fd < 0) return 0;
+    struct pollfd p = {.fd = j->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+// Under the lock: j is done (finished, or its client left); its response or the stream's end goes out.
+static void job_finish(Server *s, Job *j, int client_gone) {
+    const char *model = s->lim.model_name;
+    double now = time_now();
+    if (!client_gone) hist_add(&s->latency, now - j->t_arrive);
+    if (!client_gone && j->t_first == 0) hist_add(&s->ttft, now - j->t_arrive);
+    for (int i = 0; i < j->api.n_prompts * j->api.n; i++) j->api.samples[i].done = 1;
+    if (j->api.stream)
+        api_stream(&j->api, s->tok, model, 1, &j->out);
+    else
+        j->response = api_response(&j->api, s->tok, model);
+    j->status = 200;
+    j->done = 1;
+    j->in_engine = 0;
+    wake(j);
+    job_release(s, j);
+}
+
+// Under the lock: queued jobs move into the engine while their samples fit its free slots (in order).
+static void admit(Server *s) {
+    while (s->queue) {
+        Job *j = s->queue;
+        if (client_left(j)) {  // left while queued
+            s->queue = j->next;
+            s->n_queued--;
+            job_finish(s, j, 1);
+            continue;
+        }
+        if (j->api.n_prompts * j->api.n > rollout_engine_free_slots(s->e)) break;
+        s->queue = j->next;
+        s->n_queued--;
+        ApiJob *a = &j->api;
+        for (int p = 0; p < a->n_prompts; p++) {
+            a->rr[p] = (RolloutRequest){.cfg = &a->cfg,
+                                        .prompt = &a->rp[p],
+                                        .index = p,
+                                        .n = a->n,
+                                        .out = &a->samples[p * a->n],
+                                        .user = a,
+                                        .want_logits = a->logprobs >= 0,
+                                        .want_prompt_logits = a->echo && a->logprobs >= 0};
+            if (a->logprobs >= 0) a->rr[p].logits_fn = api_logits;
+            if (rollout_engine_add(s->e, &a->rr[p]) != 0)
+                die("internal: a checked request does not fit the engine");
+            s->prompt_tokens += a->rp[p].n;
+        }
+        j->next = s->running;
+        s->running = j;
+    }
+    if (!s->queue) s->queue_tail = NULL;
+}
+
+// Under the lock, after a step: stream chunks, finished jobs, clients that left.
+static void publish(Server *s) {
+    for (Job **at = &s->running; *at;) {
+        Job *j = *at;
+        ApiJob *a = &j->api;
+        int running = 0, made = 0;
+        for (int p = 0; p < a->n_prompts; p++) running += a->rr[p].running;
+        for (int i = 0; i < a->n_prompts * a->n; i++) made |= a->samples[i].n > 0;
+        if (made && j->t_first == 0) {
+            j->t_first = time_now();
+            hist_add(&s->ttft, j->t_first - j->t_arrive);
+        }
+        int left = running && client_left(j);
+        if (left) {
+            for (int p = 0; p < a->n_prompts; p++) rollout_engine_cancel(s->e, &a->rr[p]);
+            running = 0;
+        }
+        if (running) {
+            if (a->stream) {
+                size_t before = j->out.len;
+                api_stream(a, s->tok, s->lim.model_name, 0, &j->out);
+                if (j->out.len > before) wake(j);
+            }
+            at = &j->next;
+            continue;
+        }
+        *at = j->next;
+        job_finish(s, j, left);
+    }
+}
+
+static void *engine_main(void *arg) {
+    Server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        admit(s);
+        if (!s->running) {
+            if (s->draining && !s->queue) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        int before = rollout_engine_free_slots(s->e);
+        rollout_engine_step(s->e);
+        pthread_mutex_lock(&s->mu);
+        for (Job *j = s->running; j; j = j->next) {
+            int64_t made = 0;
+            for (int i = 0; i < j->api.n_prompts * j->api.n; i++) made += j->api.samples[i].n;
+            s->generation_tokens += made - j->counted;
+            j->counted = made;
+        }
+        s->batch = s->o->max_batch - before;
+        int b = 0;
+        while (b < N_BATCH_BUCKETS && s->batch > batch_buckets[b]) b++;
+        s->batch_count[b]++;
+        s->steps++;
+        publish(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// start, serve, drain
+
+// Many idle clients each hold a socket: the soft limit on open files goes up to the hard one.
+static void raise_file_limit(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+static struct MHD_Daemon *start_daemon(Server *s) {
+    const ServeOptions *o = s->o;
+    struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)o->port)};
+    const struct sockaddr *addr = (const struct sockaddr *)&v4;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (strchr(o->host, ':')) {
+        if (inet_pton(AF_INET6, o->host, &v6.sin6_addr) != 1)
+            die("option --host: \"%s\" is not an IP address", o->host);
+        addr = (const struct sockaddr *)&v6;
+        flags |= MHD_USE_IPv6;
+    } else if (inet_pton(AF_INET, o->host, &v4.sin_addr) != 1) {
+        die("option --host: \"%s\" is not an IPv4 or IPv6 address", o->host);
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header,
+        MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+    if (!d) die("cannot listen on %s port %d (in use, or not an address of this machine?)", o->host, o->port);
+    return d;
+}
+
+int serve_run(const Qwen2 *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids,
+              const ServeOptions *o) {
+    Server s = {.o = o, .m = m, .tok = tok};
+    s.lim = (ApiLimits){.model_name = o->model_name,
+                        .max_len = o->max_len,
+                        .max_n = o->max_n,
+                        .max_batch = o->max_batch,
+                        .stop_ids = (int32_t *)stop_ids,
+                        .n_stop_ids = n_stop_ids};
+    s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
+    int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
+    s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
+    if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_cond_init(&s.cv, NULL) != 0)
+        die("cannot create a mutex");
+    // SIGINT and SIGTERM go to this thread's sigwait only: the threads started below inherit the mask.
+    sigset_t sig;
+    sigemptyset(&sig);
+    sigaddset(&sig, SIGINT);
+    sigaddset(&sig, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &sig, NULL) != 0) die("cannot block signals");
+    signal(SIGPIPE, SIG_IGN);
+    raise_file_limit();
+    pthread_t engine;
+    if (pthread_create(&engine, NULL, engine_main, &s) != 0) die("cannot start the engine thread");
+    s.d = start_daemon(&s);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld)\n", o->model_name,
+            o->host, info ? info->port : (unsigned)o->port, o->max_batch, (long long)o->max_len);
+    fflush(stderr);
+    int got;
+    sigwait(&sig, &got);
+    fprintf(stderr, "grpo serve: %s: finishing the accepted requests, accepting no more\n",
+            got == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_socket listen = MHD_quiesce_daemon(s.d);
+    if (listen != MHD_INVALID_SOCKET) close(listen);
+    pthread_mutex_lock(&s.mu);
+    s.draining = 1;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    if (pthread_join(engine, NULL) != 0) die("cannot join the engine thread");
+    // Responses still being sent get a few seconds; then every connection closes.
+    double t0 = time_now();
+    pthread_mutex_lock(&s.mu);
+    while (s.n_jobs > 0 && time_now() - t0 < 10) {
+        pthread_mutex_unlock(&s.mu);
+        usleep(10000);
+        pthread_mutex_lock(&s.mu);
+    }
+    pthread_mutex_unlock(&s.mu);
+    MHD_stop_daemon(s.d);
+    rollout_engine_free(s.e);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
+    fprintf(stderr, "grpo serve: stopped\n");
+    return 0;
+}

@@ -1,0 +1,522 @@
+#!/usr/bin/python3
+"""`grpo serve` through the official `openai` npm client (tests/serve/package.json) and raw HTTP:
+completions and chat equal `grpo generate` for the same seed (token ids; log-probs to 1e-5), lm-eval's
+log-likelihood requests equal `grpo score` (and their top log-probs the float64 PyTorch reference), streaming
+equals the whole response, hermes tool calls come back as tool_calls (through the SDK's stream helper too),
+errors are OpenAI error objects naming the field, the queue answers 429, a client that leaves frees its slot,
+SIGTERM finishes what runs, and 64 concurrent clients x 20 requests are all answered correctly.
+
+usage: /usr/bin/python3 tests/serve/serve_test.py --grpo PATH --tmp DIR [--only GROUP ...]
+"""
+import argparse
+import http.client
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "rollout"))
+import torch  # noqa: E402
+import harness  # noqa: E402
+import qwen2_ref as ref  # noqa: E402
+import tools_test  # noqa: E402  (its byte-level tokenizer and tool-calling model)
+from harness import check  # noqa: E402
+
+TOL = 1e-5
+CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
+SCHEMA = {"type": "function", "function": tools_test.MULT}
+GRPO = TMP = None
+RAND = TOOL = SLOW = None  # model directories (SLOW: big enough that 1,500 tokens take seconds)
+
+
+# ------------------------------------------------------------------ the server and the clients
+
+class Server:
+    """`grpo serve --model DIR --port 0 ...` while in a with block; stop() sends SIGTERM and returns the exit code."""
+
+    def __init__(self, model, *opts, env=None):
+        self.p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0", *map(str, opts)],
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        line = self.p.stderr.readline()
+        m = re.search(r"http://[^:]+:(\d+)", line)
+        if not m:
+            raise RuntimeError(f"grpo serve did not start: {line}{self.p.stderr.read()[-2000:]}")
+        self.port = int(m.group(1))
+        self.base = f"http://127.0.0.1:{self.port}/v1"
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(self.p.stderr), daemon=True).start()
+
+    def stop(self, timeout=60):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return "hung"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.rc = self.stop()
+
+
+def client(srv, calls=(), load=None, key=None):
+    """Runs tests/serve/client.mjs (the openai package) with these calls; returns its output."""
+    inp = {"base": srv.base, "key": key, "calls": list(calls), "load": load}
+    p = subprocess.run(["node", os.path.join(HERE, "client.mjs")], input=json.dumps(inp), capture_output=True,
+                       text=True, timeout=900)
+    if p.returncode:
+        raise AssertionError(f"client.mjs exited {p.returncode}: {p.stderr[-1500:]}")
+    return json.loads(p.stdout)
+
+
+def calls(srv, *cs, key=None):
+    return client(srv, cs, key=key)["calls"]
+
+
+def request(srv, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    out = (r.status, dict(r.getheaders()), r.read())
+    c.close()
+    return out
+
+
+def raw(srv, data, timeout=30):
+    """Sends data on a new connection (as much as the server takes) and returns the status of its answer."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass  # the server answered early and closed
+    got = b""
+    try:
+        while b"\r\n" not in got:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except OSError:
+        pass
+    s.close()
+    m = re.match(rb"HTTP/1\.[01] (\d+)", got)
+    return int(m.group(1)) if m else None
+
+
+def post_bytes(path, body, extra=b""):
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
+            % (path.encode(), extra, len(body)) + body)
+
+
+def grpo_run(args, stdin=""):
+    p = subprocess.run([GRPO] + [str(a) for a in args], input=stdin, capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        raise AssertionError(f"grpo {' '.join(map(str, args))[:80]} exited {p.returncode}: {p.stderr[-500:]}")
+    return [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+
+
+def generate(model, lines, *opts):
+    return grpo_run(["generate", "--model", model, "--jsonl", *opts], "".join(json.dumps(x) + "\n" for x in lines))
+
+
+def score(model, seqs):
+    return [r["logprobs"] for r in grpo_run(["score", "--model", model],
+                                            "".join(json.dumps({"tokens": s}) + "\n" for s in seqs))]
+
+
+def max_diff(a, b):
+    if len(a) != len(b):
+        return math.inf
+    return max([abs(x - y) for x, y in zip(a, b)] or [0.0])
+
+
+def text_of(ids):
+    """The byte tokenizer's text of ids (its specials by name)."""
+    names = {256: "<|endoftext|>", 257: "<|im_start|>", 258: "<|im_end|>", 259: CALL}
+    return b"".join(bytes([i]) if i < 256 else names[i].encode() for i in ids).decode("utf-8", "replace")
+
+
+# ----------------------------------------------------------------------------------------- groups
+
+def setup():
+    global RAND, TOOL, SLOW
+    RAND, TOOL, SLOW = (os.path.join(TMP, n) for n in ("rand", "tool", "slow"))
+    tools_test.TMP, tools_test.GRPO = TMP, GRPO
+    for d, hidden, layers, max_pos in ((RAND, 64, 2, 512), (SLOW, 256, 8, 2048)):
+        end = tools_test.write_byte_tokenizer(d)
+        ref.make_model(d, seed=21, hidden=hidden, layers=layers, heads=4, kv_heads=2, intermediate=2 * hidden,
+                       vocab=260, tied=False, max_pos=max_pos)
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["eos_token_id"] = end
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+    tools_test.make_model(TOOL, CALL)
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "openai")):
+        subprocess.run(["npm", "ci", "--prefix", HERE, "--no-audit", "--no-fund"], check=True, capture_output=True)
+
+
+PROMPTS = ["The quick brown fox", "2 + 2 =", "héllo wörld", "Once upon a time"]
+
+
+def g_completions():
+    with Server(RAND) as srv:
+        # greedy, text prompt: ids and log-probs equal grpo generate's
+        r = calls(srv, {"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[0], "max_tokens": 12,
+                                                        "temperature": 0, "logprobs": 0, "return_token_ids": True}})[0]
+        want = generate(RAND, [{"prompt": PROMPTS[0], "max_tokens": 12}], "--temperature", "0")[0]
+        ch = r["response"]["choices"][0]
+        check("completions greedy: token ids equal grpo generate's", ch["token_ids"] == want["tokens"],
+              f"{ch['token_ids']} vs {want['tokens']}")
+        d = max_diff(ch["logprobs"]["token_logprobs"], want["logprobs"])
+        check("completions greedy: log-probs equal grpo generate's (1e-5)", d <= TOL, f"max diff {d:.1e}")
+        check("completions greedy: text equals grpo generate's", ch["text"] == want["text"])
+        check("completions: usage counts", r["response"]["usage"] == {
+            "prompt_tokens": len(PROMPTS[0].encode()), "completion_tokens": len(want["tokens"]),
+            "total_tokens": len(PROMPTS[0].encode()) + len(want["tokens"])}, str(r["response"]["usage"]))
+        # sampled with a seed, n = 3, top-k and top-p: the same samples as grpo generate with that seed
+        body = {"model": RAND, "prompt": PROMPTS[1], "max_tokens": 10, "temperature": 0.9, "top_p": 0.95, "top_k": 40,
+                "n": 3, "seed": 1234, "logprobs": 0, "return_token_ids": True}
+        r = calls(srv, {"kind": "completions", "body": body})[0]
+        want = generate(RAND, [{"prompt": PROMPTS[1], "max_tokens": 10, "seed": 1234}], "--temperature", "0.9",
+                        "--top-p", "0.95", "--top-k", "40", "--n", "3")
+        got = r["response"]["choices"]
+        check("completions sampled (seed, n=3, top-k, top-p): token ids equal grpo generate's",
+              [c["token_ids"] for c in got] == [w["tokens"] for w in want])
+        d = max(max_diff(c["logprobs"]["token_logprobs"], w["logprobs"]) for c, w in zip(got, want))
+        check("completions sampled: log-probs equal grpo generate's (1e-5)", d <= TOL, f"max diff {d:.1e}")
+        check("completions sampled: the 3 samples differ", len({tuple(c["token_ids"]) for c in got}) > 1)
+        # token-id prompts, a list of them: choices in prompt order, n each
+        ids = [[5, 6, 7, 8], [100, 101]]
+        r = calls(srv, {"kind": "completions", "body": {"model": RAND, "prompt": ids, "max_tokens": 6, "n": 2,
+                                                        "temperature": 0.8, "seed": 7, "return_token_ids": True}})[0]
+        want = generate(RAND, [{"tokens": t, "max_tokens": 6, "seed": 7} for t in ids], "--temperature", "0.8", "--n", "2")
+        got = r["response"]["choices"]
+        check("completions: a list of token-id prompts gives prompts x n choices, in order, equal grpo generate's",
+              [c["index"] for c in got] == [0, 1, 2, 3] and [c["token_ids"] for c in got] == [w["tokens"] for w in want]
+              and [c["prompt_token_ids"] for c in got] == [ids[0], ids[0], ids[1], ids[1]])
+        # a stop string
+        r = calls(srv, {"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[3], "max_tokens": 40,
+                                                        "temperature": 1.0, "seed": 3, "stop": ["e", "a"]}})[0]
+        want = generate(RAND, [{"prompt": PROMPTS[3], "max_tokens": 40, "seed": 3}], "--stop", "e", "--stop", "a")[0]
+        ch = r["response"]["choices"][0]
+        check("completions: stop strings end the text as grpo generate's --stop",
+              ch["text"] == want["text"] and ch["finish_reason"] == want["finish_reason"],
+              f"{ch['text']!r}/{ch['finish_reason']} vs {want['text']!r}/{want['finish_reason']}")
+    check("SIGTERM: the server exits 0", srv.rc == 0, str(srv.rc))
+
+
+def g_loglikelihood():
+    """lm-eval's local-completions log-likelihood request: echo, logprobs 1, max_tokens 0 (or 1)."""
+    m = ref.load_model(RAND, torch.float64)
+    with Server(RAND) as srv:
+        ctx, cont = "Question: what is 2+2? Answer:", " 4"
+        seq = list((ctx + cont).encode())
+        for mt in (0, 1):
+            r = calls(srv, {"kind": "completions", "body": {"model": RAND, "prompt": ctx + cont, "max_tokens": mt,
+                                                            "temperature": 0, "echo": True, "logprobs": 1}})[0]
+            lp = r["response"]["choices"][0]["logprobs"]
+            n = len(seq)
+            want = score(RAND, [seq])[0]
+            d = max_diff(lp["token_logprobs"][1:n], want)
+            check(f"loglikelihood (max_tokens {mt}): prompt log-probs equal grpo score's (1e-5)",
+                  lp["token_logprobs"][0] is None and d <= TOL and len(lp["tokens"]) == n + mt, f"max diff {d:.1e}")
+            text = r["response"]["choices"][0]["text"]
+            check(f"loglikelihood (max_tokens {mt}): echo returns the prompt's text first", text.startswith(ctx + cont))
+            # is_greedy as lm-eval computes it: the top-1 token of each position, against float64 PyTorch
+            logits = ref.logits(m, seq).double()
+            lsm = torch.log_softmax(logits, -1)
+            worst, same = 0.0, True
+            for i in range(1, n):
+                (tok, val), = lp["top_logprobs"][i].items()
+                top = int(torch.argmax(lsm[i - 1]))
+                gap = float(torch.topk(lsm[i - 1], 2).values[0] - torch.topk(lsm[i - 1], 2).values[1])
+                same &= tok == text_of([top]) or gap < 1e-4
+                worst = max(worst, abs(val - float(lsm[i - 1, top])))
+            check(f"loglikelihood (max_tokens {mt}): top_logprobs are the float64 reference's top tokens (1e-4)",
+                  same and worst < 1e-4, f"max diff {worst:.1e}")
+
+
+def g_chat():
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    with Server(RAND) as srv:
+        r = calls(srv, {"kind": "chat", "body": {"model": RAND, "messages": msgs, "max_tokens": 16, "temperature": 0,
+                                                 "logprobs": True, "top_logprobs": 3, "return_token_ids": True}})[0]
+        want = generate(RAND, [{"messages": msgs, "max_tokens": 16}], "--temperature", "0")[0]
+        resp = r["response"]
+        ch = resp["choices"][0]
+        check("chat greedy: token ids equal grpo generate's", ch["token_ids"] == want["tokens"])
+        check("chat greedy: content equals grpo generate's text", ch["message"]["content"] == want["text"]
+              and ch["message"]["role"] == "assistant")
+        content = ch["logprobs"]["content"]
+        d = max_diff([c["logprob"] for c in content], want["logprobs"])
+        check("chat logprobs: equal grpo generate's (1e-5)", d <= TOL, f"max diff {d:.1e}")
+        tops_ok = all(len(c["top_logprobs"]) == 3 and c["top_logprobs"][0]["logprob"] >= c["top_logprobs"][1]["logprob"]
+                      >= c["top_logprobs"][2]["logprob"] and abs(c["top_logprobs"][0]["logprob"] - c["logprob"]) <= TOL
+                      and c["top_logprobs"][0]["bytes"] == c["bytes"] for c in content)
+        check("chat top_logprobs: 3 per token, sorted, the greedy token first", tops_ok)
+        rendered = tools_test.tokenize(RAND, [{"messages": msgs, "add_generation_prompt": True}])[0]["ids"]
+        check("chat: prompt_token_ids are the template's rendering (grpo tokenize)", resp["prompt_token_ids"] == rendered)
+        js = tools_test.js_render([{"messages": msgs, "add_generation_prompt": True}])[0]
+        check("chat: the prompt is @huggingface/jinja's rendering of the template", text_of(resp["prompt_token_ids"]) == js)
+        # streaming: the same as the whole response
+        body = {"model": RAND, "messages": msgs, "max_tokens": 16, "temperature": 0.7, "seed": 5}
+        whole, stream = calls(srv, {"kind": "chat", "body": body},
+                              {"kind": "chat_stream", "body": dict(body, stream_options={"include_usage": True})})
+        chunks = stream["chunks"]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        fin = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+        check("chat stream: the deltas add up to the whole response's content, one finish_reason",
+              text == whole["response"]["choices"][0]["message"]["content"] and
+              fin == [whole["response"]["choices"][0]["finish_reason"]])
+        check("chat stream: the first delta has the role; include_usage adds a usage chunk",
+              chunks[0]["choices"][0]["delta"].get("role") == "assistant" and chunks[-1]["choices"] == [] and
+              chunks[-1]["usage"] == whole["response"]["usage"])
+        body = {"model": RAND, "prompt": PROMPTS[2], "max_tokens": 20, "temperature": 1.0, "seed": 9, "n": 2,
+                "logprobs": 2}
+        whole, stream = calls(srv, {"kind": "completions", "body": body}, {"kind": "completions_stream", "body": body})
+        for i in range(2):
+            parts = [c["choices"][0] for c in stream["chunks"] if c["choices"] and c["choices"][0]["index"] == i]
+            lps = [x for p in parts if p["logprobs"] for x in p["logprobs"]["token_logprobs"]]
+            check(f"completions stream (n=2, choice {i}): text and log-probs equal the whole response's",
+                  "".join(p["text"] for p in parts) == whole["response"]["choices"][i]["text"] and
+                  max_diff(lps, whole["response"]["choices"][i]["logprobs"]["token_logprobs"]) == 0)
+        models = calls(srv, {"kind": "models", "body": None})[0]
+        check("models: the served model is listed", [m["id"] for m in models["response"]["data"]] == [RAND])
+
+
+def g_tools():
+    msgs = [{"role": "user", "content": "What is 6 times 7?"}]
+    with Server(TOOL) as srv:
+        body = {"model": TOOL, "messages": msgs, "tools": [SCHEMA], "temperature": 0, "max_tokens": 50,
+                "return_token_ids": True}
+        whole, helper = calls(srv, {"kind": "chat", "body": body}, {"kind": "chat_helper", "body": body})
+        ch = whole["response"]["choices"][0]
+        calls_ = ch["message"].get("tool_calls") or []
+        check("tools: the model's hermes call comes back as tool_calls, finish_reason tool_calls",
+              len(calls_) == 1 and calls_[0]["type"] == "function" and calls_[0]["function"]["name"] == "multiply" and
+              json.loads(calls_[0]["function"]["arguments"]) == {"a": 6, "b": 7} and ch["finish_reason"] == "tool_calls"
+              and ch["message"]["content"] is None, json.dumps(ch)[:400])
+        js = tools_test.js_render([{"messages": msgs, "tools": [SCHEMA], "add_generation_prompt": True}])[0]
+        check("tools: the prompt lists the tools as @huggingface/jinja renders the template",
+              text_of(whole["response"]["prompt_token_ids"]) == js)
+        fin = helper.get("final", {}).get("choices", [{}])[0]
+        fc = (fin.get("message") or {}).get("tool_calls") or []
+        check("tools: the SDK's stream helper accumulates the same tool call",
+              helper["ok"] and len(fc) == 1 and fc[0]["function"]["name"] == "multiply" and
+              json.loads(fc[0]["function"]["arguments"]) == {"a": 6, "b": 7} and fin.get("finish_reason") == "tool_calls",
+              json.dumps(helper)[:400])
+        # the next turn: the tool's answer goes back through the template; the model calls again (it always does)
+        msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": calls_},
+                        {"role": "tool", "tool_call_id": calls_[0]["id"] if calls_ else "x", "content": "42"}]
+        r = calls(srv, {"kind": "chat", "body": dict(body, messages=msgs2)})[0]
+        js = tools_test.js_render([{"messages": msgs2, "tools": [SCHEMA], "add_generation_prompt": True}])[0]
+        check("tools: a conversation with the call and the tool's answer renders as the template does",
+              r["ok"] and text_of(r["response"]["prompt_token_ids"]) == js)
+
+
+def g_errors():
+    with Server(RAND, "--max-n", 4, "--max-batch", 8, "--max-len", 256) as srv:
+        bad = [({"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+               ({"prompt": "x", "max_tokens": 300}, 400, "max_tokens"),
+               ({"prompt": "x", "n": 5}, 400, "n"),
+               ({"prompt": ["x"] * 3, "n": 3}, 400, "n"),
+               ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+               ({"prompt": "x", "top_p": 2}, 400, "top_p"),
+               ({"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+               ({"prompt": [[1, 2], [999]]}, 400, "prompt"),
+               ({"prompt": "x", "stop": [""]}, 400, "stop"),
+               ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+               ({"prompt": "x", "model": "other"}, 404, "model")]
+        res = calls(srv, *({"kind": "completions", "body": dict({"model": RAND}, **b)} for b, _, _ in bad))
+        for (b, status, param), r in zip(bad, res):
+            check(f"error: {json.dumps(b)[:60]} -> {status} naming \"{param}\"",
+                  not r["ok"] and r["status"] == status and (r["error"] or {}).get("param") == param,
+                  json.dumps(r)[:300])
+        r = calls(srv, {"kind": "chat", "body": {"model": RAND, "messages": [{"role": "robot", "content": "x"}]}})[0]
+        check("error: a bad chat role -> 400 naming messages", not r["ok"] and r["status"] == 400 and
+              r["error"]["param"] == "messages" and "robot" in r["error"]["message"], json.dumps(r)[:300])
+        st, hd, body = request(srv, "POST", "/v1/completions", b'{"prompt": "x", ')
+        err = json.loads(body).get("error", {})
+        check("http: malformed JSON -> 400 with an OpenAI error object", st == 400 and err.get("type") ==
+              "invalid_request_error" and "JSON" in err.get("message", ""), body[:200])
+        st, hd, body = request(srv, "POST", "/v1/completions", b'{"prompt": "\xff\xfe"}')
+        check("http: invalid UTF-8 -> 400", st == 400 and b"UTF-8" in body, body[:200])
+        st = raw(srv, post_bytes("/v1/completions", b"x" * (9 << 20)))
+        chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+            b"".join(b"100000\r\n" + b"x" * (1 << 20) + b"\r\n" for _ in range(9)) + b"0\r\n\r\n"
+        st2 = raw(srv, chunked)
+        check("http: a body over --max-body-mb -> 413 (with Content-Length, and chunked)", (st, st2) == (413, 413),
+              f"{st} {st2}")
+        st = raw(srv, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
+        check("http: headers over --max-header-kb -> 431", st in (431, 413), str(st))
+        st, _, _ = request(srv, "GET", "/v1/completions")
+        st2, _, _ = request(srv, "GET", "/nope")
+        st3, _, _ = request(srv, "GET", "/health")
+        check("http: GET on a POST endpoint 405, unknown path 404, /health 200", (st, st2, st3) == (405, 404, 200))
+        st, _, body = request(srv, "GET", "/metrics")
+        text = body.decode()
+        need = ['grpo_requests_total{status="400"}', "grpo_time_to_first_token_seconds_bucket",
+                "grpo_request_latency_seconds_count", "grpo_queue_depth", "grpo_batch_size",
+                "grpo_prompt_tokens_total", "grpo_generation_tokens_total"]
+        n400 = int(re.search(r'grpo_requests_total\{status="400"\} (\d+)', text).group(1))
+        check("metrics: Prometheus text with requests by status, tokens, queue, batch, TTFT and latency histograms",
+              st == 200 and all(k in text for k in need) and n400 == 13, f"400s: {n400}")
+    keyfile = os.path.join(TMP, "key")
+    with open(keyfile, "w") as f:
+        f.write("s3cret-key\n")
+    with Server(RAND, "--api-key-file", keyfile) as srv:
+        body = {"model": RAND, "prompt": "x", "max_tokens": 2}
+        bad, good = calls(srv, {"kind": "completions", "body": body}, key="wrong")[0], \
+            calls(srv, {"kind": "completions", "body": body}, key="s3cret-key")[0]
+        st, _, _ = request(srv, "GET", "/health")
+        check("api key: a wrong key -> 401 AuthenticationError, the right one works, /health stays open",
+              not bad["ok"] and bad["status"] == 401 and bad["name"] == "AuthenticationError" and good["ok"]
+              and st == 200, json.dumps(bad)[:200])
+
+
+def g_queue():
+    """--max-batch 1 --max-queue 1: one request runs, one waits, the next is answered 429 with Retry-After."""
+    with Server(SLOW, "--max-batch", 1, "--max-queue", 1) as srv:
+        long_body = json.dumps({"prompt": "a", "max_tokens": 1500, "temperature": 1.0, "seed": 1}).encode()
+        results = []
+
+        def post():
+            results.append(request(srv, "POST", "/v1/completions", long_body)[0])
+        ts = [threading.Thread(target=post) for _ in range(2)]
+        for t in ts:
+            t.start()
+            time.sleep(0.3)
+        r = calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": "b", "max_tokens": 1}})[0]
+        for t in ts:
+            t.join()
+        check("queue: full -> 429 RateLimitError with Retry-After; the accepted requests finish 200",
+              not r["ok"] and r["status"] == 429 and r["retry_after"] == "1" and sorted(results) == [200, 200],
+              f"{json.dumps(r)[:200]} {results}")
+
+
+def g_disconnect():
+    """A client that leaves frees its slot at once: with one slot, the next request is served right away."""
+    with Server(SLOW, "--max-batch", 1) as srv:
+        for stream in (False, True):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            body = json.dumps({"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "stream": stream,
+                               "seed": 2}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            if stream:
+                s.recv(100)  # the first bytes of the stream
+            else:
+                time.sleep(0.3)
+            before = metric(srv, "grpo_generation_tokens_total")
+            s.close()
+            t0 = time.time()
+            r = calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": "b", "max_tokens": 3}})[0]
+            took = time.time() - t0
+            made = metric(srv, "grpo_generation_tokens_total") - before
+            check(f"disconnect ({'stream' if stream else 'waiting for the whole response'}): the slot is freed, the "
+                  f"next request is served at once", r["ok"] and made < 500, f"{took:.2f}s, {made} tokens after leaving")
+
+
+def metric(srv, name):
+    text = request(srv, "GET", "/metrics")[2].decode()
+    return int(re.search(name + r" (\d+)", text).group(1))
+
+
+def g_left_queued():
+    """A client that leaves while its request waits in the queue: the request never runs (its prompt is never
+    admitted), and the server goes on."""
+    with Server(SLOW, "--max-batch", 1) as srv:
+        def send(body):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(post_bytes("/v1/completions", json.dumps(body).encode()))
+            return s
+        running = send({"prompt": "a", "max_tokens": 1500, "temperature": 1.0, "seed": 2, "stream": True})
+        running.recv(100)
+        before = metric(srv, "grpo_prompt_tokens_total")
+        queued = send({"prompt": "q" * 50, "max_tokens": 5})
+        time.sleep(0.3)
+        queued.close()
+        time.sleep(0.3)
+        running.close()
+        r = calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": "b", "max_tokens": 3}})[0]
+        admitted = metric(srv, "grpo_prompt_tokens_total") - before
+        check("left while queued: its request is dropped unrun, the next one is served", r["ok"] and admitted == 1,
+              f"prompt tokens admitted after it: {admitted}")
+    check("left while queued: the server exits 0", srv.rc == 0)
+
+
+def g_sigterm():
+    with Server(SLOW) as srv:
+        out = []
+        body = json.dumps({"prompt": "a", "max_tokens": 1000, "temperature": 1.0, "seed": 4}).encode()
+        t = threading.Thread(target=lambda: out.append(request(srv, "POST", "/v1/completions", body)))
+        t.start()
+        time.sleep(0.5)
+        srv.p.send_signal(signal.SIGTERM)
+        t.join()
+        rc = srv.p.wait(60)
+        refused = False
+        try:
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        except OSError:
+            refused = True
+        ok = out and out[0][0] == 200 and json.loads(out[0][2])["usage"]["completion_tokens"] > 0
+        check("SIGTERM: the running request finishes (200), the server exits 0 and accepts no more",
+              ok and rc == 0 and refused, f"rc {rc}, refused {refused}")
+
+
+def g_load():
+    """64 concurrent clients x 20 requests (greedy, 8 tokens, 80 different prompts): all answered, each equal to
+    grpo generate's answer for its prompt."""
+    prompts = [f"load test prompt number {i}: " + "xyz"[i % 3] * (i % 7) for i in range(80)]
+    want = generate(RAND, [{"prompt": p, "max_tokens": 8} for p in prompts], "--temperature", "0")
+    bodies = [{"model": RAND, "prompt": prompts[i % 80], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+              for i in range(64 * 20)]
+    with Server(RAND, "--max-batch", 64, "--max-queue", 2048) as srv:
+        out = client(srv, load={"clients": 64, "bodies": bodies})["load"]
+        res = out["results"]
+        bad = [i for i, r in enumerate(res) if not r["ok"] or
+               r["response"]["choices"][0]["token_ids"] != want[i % 80]["tokens"]]
+        lat = sorted(r["seconds"] for r in res)
+        st, _, body = request(srv, "GET", "/metrics")
+        m = re.search(r'grpo_step_batch_size_bucket\{le="1"\} (\d+)', body.decode())
+        steps = int(re.search(r"grpo_step_batch_size_count (\d+)", body.decode()).group(1))
+        check("load: 64 clients x 20 requests all answered, each equal to grpo generate's (token ids)",
+              len(res) == 1280 and not bad, f"{len(bad)} wrong; {out['seconds']:.1f}s, p50 {lat[len(lat) // 2]:.3f}s")
+        check("load: requests shared decode steps (continuous batching)", int(m.group(1)) < steps / 2,
+              f"{m.group(1)} of {steps} steps had one sequence")
+    check("load: the server exits 0", srv.rc == 0)
+
+
+def main():
+    global GRPO, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    GRPO, TMP = os.path.abspath(a.grpo), os.path.abspath(a.tmp)
+    shutil.rmtree(TMP, ignore_errors=True)
+    os.makedirs(TMP)
+    groups = [("completions", g_completions), ("loglikelihood", g_loglikelihood), ("chat", g_chat),
+              ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
+              ("sigterm", g_sigterm), ("load", g_load)]
+    return harness.run_groups(setup, groups, a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
