@@ -395,7 +395,7 @@ def g_queue():
         results = []
 
         def post():
-            results.append(request(srv, "POST", "/v1/completions", long_body)[0])
+            results.append(request(srv, "POST", "/v1/completions", long_body, timeout=900)[0])
         ts = [threading.Thread(target=post) for _ in range(2)]
         for t in ts:
             t.start()
@@ -463,7 +463,8 @@ def g_sigterm():
     with Server(SLOW) as srv:
         out = []
         body = json.dumps({"prompt": "a", "max_tokens": 1000, "temperature": 1.0, "seed": 4}).encode()
-        t = threading.Thread(target=lambda: out.append(request(srv, "POST", "/v1/completions", body)))
+        t = threading.Thread(target=lambda: out.append(request(srv, "POST", "/v1/completions", body,
+                                                               timeout=900)))
         t.start()
         time.sleep(0.5)
         srv.p.send_signal(signal.SIGTERM)
