@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 #include "rollout/rollout.h"
 #include "serve/api.h"
@@ -257,10 +258,15 @@ static char *body_too_big(const Server *s) {
 
 static enum MHD_Result get_models(Job *j) {
     Server *s = j->srv;
-    char *body = xprintf(
-        "{\"object\": \"list\", \"data\": [{\"id\": \"%s\", \"object\": \"model\", "
-        "\"created\": %lld, \"owned_by\": \"grpo\", \"max_model_len\": %lld}]}",
-        s->lim.model_name, (long long)time(NULL), (long long)s->o->max_len);
+    char *body = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&body, &len);
+    if (!f) die("open_memstream failed");
+    fputs("{\"object\": \"list\", \"data\": [{\"id\": ", f);
+    json_write_string(f, s->lim.model_name, strlen(s->lim.model_name));
+    fprintf(f, ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"grpo\", \"max_model_len\": %lld}]}",
+            (long long)time(NULL), (long long)s->o->max_len);
+    if (fclose(f) != 0) die("writing the model list failed");
     enum MHD_Result rc = respond_json(j, 200, body);
     free(body);
     return rc;
