@@ -239,8 +239,6 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e);
 }
 
-const RolloutStats *rollout_engine_stats(const RolloutEngine *e) { return &e->stats; }
-
 int rollout_engine_free_slots(const RolloutEngine *e) {
     int n = 0;
     for (int s = 0; s < e->n_slots; s++) n += !e->seqs[s].active;

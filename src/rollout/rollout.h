@@ -125,7 +125,6 @@ void rollout_engine_cancel(RolloutEngine *e, RolloutRequest *r);
 // One step: prefills the requests added since the last one (each sample takes its first token), and every
 // other running sample takes one token; finished samples free their slots. Returns the samples running.
 int rollout_engine_step(RolloutEngine *e);
-const RolloutStats *rollout_engine_stats(const RolloutEngine *e);
 
 // Fills out[prompt * G + sample]. tok may be NULL when there are no stop strings. Dies when one
 // prompt's G samples do not fit the KV budget.
