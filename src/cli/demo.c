@@ -267,8 +267,9 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     ToolSet ts = {0};
     if (tools_file) toolset_load(&ts, tools_file, "the demo's tools", 4, 10.0, 0);
     PromptData d;
-    prompt_data_load(&d, data_file, "the demo's data", "prompt", "answer", &tok, tools_file != NULL,
-                     tools_file ? ts.schemas_text : NULL, m.cfg.max_pos);
+    PromptDataOptions po = {.prompt_key = "prompt", .answer_key = "answer", .tok = &tok, .chat_template = tools_file != NULL,
+                            .tools = tools_file ? ts.schemas_text : NULL, .max_prompt_length = m.cfg.max_pos};
+    prompt_data_load(&d, &data_file, 1, "the demo's data", &po);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {

@@ -625,10 +625,10 @@ const char *reward_after_think(const char *response) {
     return strstr(response, "<think>") ? "" : response;
 }
 
-// The program reward's request {"prompt", "response", "answer"[, "messages"]}, with the strings made valid
-// UTF-8 (U+FFFD); messages is JSON already.
+// The program reward's request {"prompt", "response", "answer"[, "messages"][, "extra_info"]}, with the
+// strings made valid UTF-8 (U+FFFD); messages and extra_info are JSON already.
 static char *program_request(const char *prompt, const char *response, const char *answer, const char *messages,
-                             size_t *len) {
+                             const char *extra_info, size_t *len) {
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
@@ -643,6 +643,12 @@ static char *program_request(const char *prompt, const char *response, const cha
         buf_free(&clean);
     }
     if (messages) fprintf(f, ", \"messages\": %s", messages);
+    if (extra_info) {
+        Buf clean = {0};  // a Parquet string may hold invalid UTF-8, which JSON cannot carry
+        utf8_append_lossy(&clean, extra_info, strlen(extra_info));
+        fprintf(f, ", \"extra_info\": %s", clean.data ? clean.data : "null");
+        buf_free(&clean);
+    }
     fputs("}\n", f);
     if (fclose(f) != 0) die("writing a reward request failed");
     *len = n;
@@ -650,10 +656,9 @@ static char *program_request(const char *prompt, const char *response, const cha
 }
 
 // The program's reward, or 0 when the call fails (*ok = 0).
-static double program_reward(Program *p, const char *prompt, const char *response, const char *answer,
-                             const char *messages, int *ok) {
+static double program_reward(Program *p, const RewardRow *row, const char *response, int *ok) {
     size_t n;
-    char *req = program_request(prompt, response, answer, messages, &n);
+    char *req = program_request(row->prompt, response, row->answer, row->messages, row->extra_info, &n);
     cJSON *reply = program_call(p, req, n);
     free(req);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(reply, "reward");
@@ -669,9 +674,10 @@ static double program_reward(Program *p, const char *prompt, const char *respons
 }
 
 // One spec's unweighted value; *correct is 1/0 for the correctness kinds, left alone otherwise.
-static double item_score(const RewardItem *it, const char *prompt, const char *response, const char *answer,
-                         const char *messages, int *correct, int *program_failed) {
+static double item_score(const RewardItem *it, const RewardRow *row, const char *response, int *correct,
+                         int *program_failed) {
     const RewardSpec *s = &it->spec;
+    const char *answer = row->answer;
     if (s->strip_think) response = reward_after_think(response);
     switch (s->kind) {
     case REWARD_GSM8K: {
@@ -698,7 +704,7 @@ static double item_score(const RewardItem *it, const char *prompt, const char *r
     case REWARD_EXACT: return (*correct = reward_exact_match(response, answer)) ? 1 : 0;
     case REWARD_PROGRAM: {
         int ok;
-        double r = program_reward(it->program, prompt, response, answer, messages, &ok);
+        double r = program_reward(it->program, row, response, &ok);
         if (!ok) *program_failed += 1;
         return r;
     }
@@ -706,14 +712,30 @@ static double item_score(const RewardItem *it, const char *prompt, const char *r
     }
 }
 
+int reward_rule_of_data_source(const char *data_source) {
+    static const char *const boxed[] = {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"};
+    if (!data_source) return -1;
+    if (!strcmp(data_source, "openai/gsm8k")) return REWARD_GSM8K;
+    for (size_t i = 0; i < sizeof boxed / sizeof *boxed; i++)
+        if (!strcmp(data_source, boxed[i])) return REWARD_BOXED;
+    return -1;
+}
+
 double reward_score(const RewardSet *set, const char *prompt, const char *response, const char *answer,
                     const char *messages, RewardDetail *detail) {
+    RewardRow row = {prompt, answer, messages, NULL, -1};
+    return reward_score_row(set, &row, response, detail);
+}
+
+double reward_score_row(const RewardSet *set, const RewardRow *row, const char *response, RewardDetail *detail) {
     RewardDetail d;
     memset(&d, 0, sizeof d);
     d.correct = -1;
     for (int i = 0; i < set->n; i++) {
         int c = -1;
-        double v = item_score(&set->items[i], prompt, response, answer, messages, &c, &d.program_failures);
+        RewardKind kind = set->items[i].spec.kind;
+        if (row->rule >= 0 && (kind == REWARD_GSM8K || kind == REWARD_BOXED) && (int)kind != row->rule) continue;
+        double v = item_score(&set->items[i], row, response, &c, &d.program_failures);
         d.values[i] = v;
         d.total += set->items[i].spec.weight * v;
         if (c >= 0) d.correct = (d.correct == -1 ? 1 : d.correct) && c;

@@ -117,6 +117,21 @@ double reward_score(const RewardSet *set, const char *prompt, const char *respon
                     const char *messages, RewardDetail *detail);
 void reward_set_free(RewardSet *set);
 
+// A data row as the rewards see it. reward.by_data_source: `rule` is the rule kind its data_source selects
+// (reward_rule_of_data_source), and the gsm8k and boxed specs of the other kind are skipped (value 0, no
+// judgement); -1 scores every spec.
+typedef struct {
+    const char *prompt, *answer;
+    const char *messages;    // multi-turn conversation JSON, or NULL (as reward_score's)
+    const char *extra_info;  // the row's extra_info as JSON, or NULL: the program's request carries it
+    int rule;
+} RewardRow;
+double reward_score_row(const RewardSet *set, const RewardRow *row, const char *response, RewardDetail *detail);
+// verl's default scorer choice (verl/utils/reward_score/__init__.py): "openai/gsm8k" -> REWARD_GSM8K;
+// "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500" -> REWARD_BOXED; -1 for
+// any other (verl's other scorers are not rule rewards here) and NULL.
+int reward_rule_of_data_source(const char *data_source);
+
 // ---------------------------------------------------------------- the pieces, for tests and reuse
 // Each returns malloc'd strings (free them) or NULL for Python's None / a raised exception.
 

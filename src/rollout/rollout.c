@@ -56,13 +56,18 @@ static void json_text(FILE *f, const char *text, int64_t a, int64_t b) {
     buf_free(&clean);
 }
 
-char *rollout_sample_messages(const RolloutSample *s, const char *prompt) {
+char *rollout_sample_messages(const RolloutSample *s, const char *prompt, const char *prompt_messages) {
     char *out = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&out, &n);
     if (!f) die("open_memstream failed");
-    fputs("[{\"role\": \"user\", \"content\": ", f);
-    json_text(f, prompt, 0, (int64_t)strlen(prompt));
+    size_t pm = prompt_messages ? strlen(prompt_messages) : 0;
+    if (pm >= 4 && prompt_messages[0] == '[' && prompt_messages[pm - 1] == ']') {
+        fwrite(prompt_messages, 1, pm - 2, f);  // the prompt's messages but the last "}]"
+    } else {
+        fputs("[{\"role\": \"user\", \"content\": ", f);
+        json_text(f, prompt, 0, (int64_t)strlen(prompt));
+    }
     int64_t start = 0;
     for (int k = 0; k < s->turns; k++) {
         fputs("}, {\"role\": \"assistant\", \"content\": ", f);

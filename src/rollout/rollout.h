@@ -135,7 +135,7 @@ void rollout_sample_free(RolloutSample *s);
 char *rollout_sample_text(const RolloutSample *s);
 // The same from turn_start: the model's last turn (what the rule rewards score after tool turns).
 char *rollout_sample_final_text(const RolloutSample *s);
-// The conversation of a sample with tool turns as a JSON array (malloc'd): {"role": "user", "content":
-// prompt}, then the model's turns ("assistant") and the tools' answers ("tool") in order; strings made valid
-// UTF-8. What a reward program gets as "messages".
-char *rollout_sample_messages(const RolloutSample *s, const char *prompt);
+// The conversation of a sample with tool turns as a JSON array (malloc'd): the prompt's messages (a JSON
+// array, as given) or else {"role": "user", "content": prompt}, then the model's turns ("assistant") and the
+// tools' answers ("tool") in order; strings made valid UTF-8. What a reward program gets as "messages".
+char *rollout_sample_messages(const RolloutSample *s, const char *prompt, const char *prompt_messages);

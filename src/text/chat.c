@@ -223,6 +223,17 @@ char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *t
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return xprintf("\"tools\" must be an array");
     if (cJSON_GetArraySize(tools) > 0 && !t->tool_calls)
         return xprintf("\"tools\" given but the chat template of %s has no tool calls", t->path);
+    Buf tools_text = {0};
+    chat_tools_text(&tools_text, tools, nul_sentinel);
+    char *err = chat_render_messages_try(t, msgs, tools_text.data, nul_sentinel, add_generation_prompt, out);
+    buf_free(&tools_text);
+    return err;
+}
+
+char *chat_render_messages_try(const Tokenizer *t, const cJSON *msgs, const char *tools, uint32_t nul_sentinel,
+                               int add_generation_prompt, Buf *out) {
+    if (!t->has_chat_template) return xprintf("\"messages\" given but %s has no chat template", t->path);
+    if (!cJSON_IsArray(msgs)) return xprintf("\"messages\" must be an array");
     int n = cJSON_GetArraySize(msgs), i = 0, bad;
     char *err = NULL;
     ChatMessage *m = xcalloc((size_t)(n ? n : 1), sizeof *m);
@@ -246,9 +257,7 @@ char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *t
         m[i].tool_calls = calls;
         m[i].nul_sentinel = nul_sentinel;
     }
-    Buf tools_text = {0};
-    if (!err) chat_tools_text(&tools_text, tools, nul_sentinel);
-    if (!err && chat_render(t, m, n, tools_text.data, add_generation_prompt, out, &bad) != 0) {
+    if (!err && chat_render(t, m, n, tools, add_generation_prompt, out, &bad) != 0) {
         if (!t->tool_calls && (has_calls(&m[bad]) || !strcmp(m[bad].role, "tool")))
             err = xprintf("message %d: the chat template of %s has no tool calls (role \"%s\"%s)", bad, t->path,
                           m[bad].role, has_calls(&m[bad]) ? " with \"tool_calls\"" : "");
@@ -258,7 +267,6 @@ char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *t
         else
             err = xprintf("message %d has role \"%s\" (supported: system, user, assistant, tool)", bad, m[bad].role);
     }
-    buf_free(&tools_text);
     for (i = 0; i < n; i++) {
         free((char *)m[i].content);
         free((char *)m[i].reasoning);

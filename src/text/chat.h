@@ -48,6 +48,9 @@ void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools,
 // The same, returning an error message (malloc'd, no `where`) instead of dying; NULL when it rendered.
 char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
                            int add_generation_prompt, Buf *out);
+// The same with the tools' part already rendered (chat_tools_text's, or NULL).
+char *chat_render_messages_try(const Tokenizer *t, const cJSON *msgs, const char *tools, uint32_t nul_sentinel,
+                               int add_generation_prompt, Buf *out);
 // The tool call a model's turn ends with, as the hermes parsers of vLLM and verl read it: the JSON between
 // the last "<tool_call>" and the "</tool_call>" text ends with (whitespace around it allowed), an object
 // {"name": string, "arguments": object} (duplicate keys keep the last, U+0000 as json_parse_line). Returns

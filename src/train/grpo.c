@@ -227,6 +227,29 @@ static void score_kept(const Qwen2 *m, const StepBatch *sb, UpdateWs *u, float *
     }
 }
 
+// The rewards of one sample of prompt x (text: its final answer) into *det; returns the conversation's
+// messages of a multi-turn sample (NULL for single turn), which the caller frees.
+static char *score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text,
+                          RewardDetail *det) {
+    char *msgs = r->has_tools ? rollout_sample_messages(out, x->prompt, x->messages) : NULL;
+    RewardRow row = {x->prompt, x->answer, msgs, x->extra_info, -1};
+    if (r->s->by_data_source) row.rule = reward_rule_of_data_source(x->data_source);
+    reward_score_row(&r->rewards, &row, text, det);
+    return msgs;
+}
+
+// reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
+static void check_data_sources(const PromptData *d, const char *const *paths) {
+    for (int64_t i = 0; i < d->n; i++) {
+        const PromptSample *x = &d->s[i];
+        if (reward_rule_of_data_source(x->data_source) >= 0) continue;
+        char *shown = x->data_source ? xprintf("data_source \"%s\"", x->data_source) : xstrdup("no data_source");
+        die("%s%s%lld: %s has no rule reward (reward.by_data_source knows openai/gsm8k, lighteval/MATH, "
+            "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500)", paths[x->file], x->parquet ? ": row " : ":",
+            (long long)x->line, shown);
+    }
+}
+
 // Greedy pass@1 on the validation prompts (each rank scores its contiguous share).
 static double validate(Run *r) {
     const Qwen2 *m = trainer_weights(&r->tr);
@@ -238,9 +261,8 @@ static double validate(Run *r) {
     if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
     for (int64_t i = 0; i < n; i++) {
         char *text = rollout_sample_final_text(&out[i]);
-        char *msgs = r->has_tools ? rollout_sample_messages(&out[i], r->val.s[v0 + i].prompt) : NULL;
         RewardDetail det;
-        reward_score(&r->rewards, r->val.s[v0 + i].prompt, text, r->val.s[v0 + i].answer, msgs, &det);
+        char *msgs = score_sample(r, &r->val.s[v0 + i], &out[i], text, &det);
         correct += det.correct == 1;
         free(text);
         free(msgs);
@@ -271,9 +293,9 @@ static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *
         sb->prompt_ids[i] = r->train.s[p].ids;
         sb->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
-        char *msgs = r->has_tools ? rollout_sample_messages(x, r->train.s[p].prompt) : NULL;
         RewardDetail det;
-        double rw = reward_score(&r->rewards, r->train.s[p].prompt, text, r->train.s[p].answer, msgs, &det);
+        char *msgs = score_sample(r, &r->train.s[p], x, text, &det);
+        double rw = det.total;
         free(text);
         free(msgs);
         int64_t lim = s->max_response_length - s->overlong_buffer;
@@ -577,7 +599,10 @@ static void resolve_lora(GrpoSettings *s, const GrpoConfig *c) {
 void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     const GrpoActorConfig *a = &c->actor;
     *s = (GrpoSettings){
-        .config = c, .model_dir = c->model.path, .train_file = c->data.train_file, .val_file = c->data.val_file,
+        .config = c, .model_dir = c->model.path,
+        .train_files = (const char *const *)c->data.train_file.items, .n_train_files = c->data.train_file.n,
+        .val_files = (const char *const *)c->data.val_file.items, .n_val_files = c->data.val_file.n,
+        .filter_overlong = c->data.filter_overlong_prompts, .by_data_source = c->reward.by_data_source,
         .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
@@ -613,16 +638,18 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
                                (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff};
     const GrpoRewardConfig *rc = &c->reward;
     RewardSpec *sp = s->rewards;
-    if (rc->gsm8k.weight != 0) {
+    // reward.by_data_source: both rules, each row scored by its own (a zero weight stands for 1)
+    int by_source = rc->by_data_source;
+    if (rc->gsm8k.weight != 0 || by_source) {
         reward_spec_defaults(sp, REWARD_GSM8K);
-        sp->weight = rc->gsm8k.weight, sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
+        sp->weight = rc->gsm8k.weight != 0 ? rc->gsm8k.weight : 1.0, sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
         sp->flexible = rc->gsm8k.method == GRPO_GSM8K_FLEXIBLE, sp->clip_chars = rc->gsm8k.clip_chars;
         sp->strip_think = rc->strip_think;
         sp++;
     }
-    if (rc->boxed.weight != 0) {
+    if (rc->boxed.weight != 0 || by_source) {
         reward_spec_defaults(sp, REWARD_BOXED);
-        sp->weight = rc->boxed.weight, sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
+        sp->weight = rc->boxed.weight != 0 ? rc->boxed.weight : 1.0, sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
         sp->strip_think = rc->strip_think;
         sp++;
     }
@@ -728,11 +755,17 @@ static void run_load(Run *r) {
         r->hook = (ToolHook){.tools = &r->tools, .tok = &r->tok};
     }
     const char *tools = r->has_tools ? r->tools.schemas_text : NULL;
-    prompt_data_load(&r->train, s->train_file, "data.train_file", s->prompt_key, s->answer_key, &r->tok,
-                     s->chat_template, tools, s->max_prompt_length);
-    if ((r->has_val = s->val_file != NULL))
-        prompt_data_load(&r->val, s->val_file, "data.val_file", s->prompt_key, s->answer_key, &r->tok,
-                         s->chat_template, tools, s->max_prompt_length);
+    PromptDataOptions po = {.prompt_key = s->prompt_key, .answer_key = s->answer_key, .tok = &r->tok,
+                            .chat_template = s->chat_template, .tools = tools,
+                            .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong};
+    prompt_data_load(&r->train, s->train_files, s->n_train_files, "data.train_file", &po);
+    if ((r->has_val = s->n_val_files > 0)) prompt_data_load(&r->val, s->val_files, s->n_val_files, "data.val_file", &po);
+    int lead = r->comm.rank == 0;
+    if (lead && r->train.n_filtered + r->val.n_filtered > 0)
+        fprintf(stderr, "grpo train: data.filter_overlong_prompts skipped %lld training and %lld validation prompts "
+                "over %lld tokens\n", (long long)r->train.n_filtered, (long long)r->val.n_filtered,
+                (long long)s->max_prompt_length);
+    if (s->by_data_source) check_data_sources(&r->train, s->train_files), check_data_sources(&r->val, s->val_files);
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
@@ -840,7 +873,7 @@ static void run_finish(Run *r) {
 }
 
 void grpo_run(const GrpoSettings *global) {
-    if (!global->model_dir || !global->train_file)
+    if (!global->model_dir || global->n_train_files == 0)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
     Run r = {.P_global = global->train_batch_size};
     comm_init(&r.comm, global->dist_timeout_s);

@@ -15,7 +15,11 @@
 
 typedef struct {
     const GrpoConfig *config;    // what was resolved (saved to OUT/config.yaml)
-    const char *model_dir, *train_file, *val_file, *out_dir;
+    const char *model_dir, *out_dir;
+    const char *const *train_files, *const *val_files;  // data.train_file, data.val_file: paths
+    int n_train_files, n_val_files;
+    int filter_overlong;         // data.filter_overlong_prompts: skip longer prompts (else an error)
+    int by_data_source;          // reward.by_data_source: each row's data_source picks gsm8k or boxed
     const char *prompt_key, *answer_key;
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
     int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block

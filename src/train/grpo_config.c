@@ -62,11 +62,16 @@ _Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an i
 
 // Keys that live in the same section stay together: the JSON printer nests by runs of prefixes.
 static const ConfigKey KEYS[] = {
-    KSTR_NULL("data.train_file", data.train_file,
-              "training prompts, one JSON object per line (required; `grpo train` alone runs the demo)"),
-    KSTR_NULL("data.val_file", data.val_file, "validation prompts for greedy pass@1, same layout (null: none)"),
-    KSTR("data.prompt_key", data.prompt_key, "prompt", "field of a line holding the prompt (GSM8K: `question`)"),
-    KSTR("data.answer_key", data.answer_key, "answer", "field holding the ground truth the rewards compare with"),
+    KLIST("data.train_file", data.train_file,
+          "training prompts: a JSONL or Parquet file, or a list of them (required; `grpo train` alone runs the demo)"),
+    KLIST("data.val_file", data.val_file, "validation prompts for greedy pass@1, same layout (null: none)"),
+    KSTR("data.prompt_key", data.prompt_key, "prompt",
+         "field of a row holding the prompt: a string (GSM8K: `question`) or a list of chat messages (verl)"),
+    KSTR("data.answer_key", data.answer_key, "answer",
+         "field holding the ground truth the rewards compare with; dotted for nested fields (verl: "
+         "`reward_model.ground_truth`)"),
+    KBOOL("data.filter_overlong_prompts", data.filter_overlong_prompts, "false",
+          "skip (and count) prompts longer than data.max_prompt_length instead of stopping with an error"),
     KBOOL("data.chat_template", data.chat_template, "true",
           "render each prompt as one user turn with the tokenizer's chat template; false: the raw text"),
     KBOOL("data.enable_thinking", data.enable_thinking, "true",
@@ -154,6 +159,10 @@ static const ConfigKey KEYS[] = {
          "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
     KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,
            "the penalty at the length limit; it grows linearly from 0 at the buffer's start"),
+    KBOOL("reward.by_data_source", reward.by_data_source, "false",
+          "each row's `data_source` chooses its rule reward as verl's default scorer does: openai/gsm8k -> gsm8k, "
+          "lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500 -> boxed (weights: "
+          "reward.gsm8k.weight, reward.boxed.weight, or 1 when 0); other rewards add as usual"),
     KBOOL("reward.strip_think", reward.strip_think, "false",
           "thinking models: gsm8k, boxed and exact score only what follows the last </think> "
           "(nothing when a <think> is never closed)"),

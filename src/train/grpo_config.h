@@ -27,8 +27,9 @@ typedef enum {
 // Strings are owned (freed by grpo_config_free); NULL where the key is null. Integer keys whose
 // null means "automatic" (trainer.steps, actor.mini_batch_size, ...) hold 0 for null.
 typedef struct {
-    char *train_file, *val_file, *prompt_key, *answer_key;
-    int chat_template, enable_thinking, shuffle;
+    GrpoStrList train_file, val_file;  // one path or several
+    char *prompt_key, *answer_key;
+    int chat_template, enable_thinking, shuffle, filter_overlong_prompts;
     int64_t train_batch_size, max_prompt_length, max_response_length, epochs, val_max_samples;
 } GrpoDataConfig;
 
@@ -79,6 +80,7 @@ typedef struct {
         double penalty_factor;
     } overlong_buffer;
     int strip_think;  // gsm8k, boxed, exact score what follows the last </think>
+    int by_data_source;  // each row's data_source chooses gsm8k or boxed (verl's default scorer)
 } GrpoRewardConfig;
 
 typedef struct {

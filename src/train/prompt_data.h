@@ -1,6 +1,8 @@
-// Prompt datasets for GRPO: JSONL lines with a prompt and a ground-truth answer under configurable
-// keys (prompt_key / answer_key; GSM8K's layout is question / answer). The prompt is rendered as one
-// user turn of the chat template with the generation prompt, or used raw.
+// Prompt datasets for GRPO: rows of JSONL or Parquet files (io/records.h) with a prompt and a ground-truth
+// answer under configurable keys (dotted for nested fields: verl's `reward_model.ground_truth`). The prompt
+// is a string, rendered as one user turn of the chat template with the generation prompt (or used raw),
+// or a list of chat messages ({"role", "content"}: verl's and TRL's conversational rows), rendered whole by
+// the chat template, system turns included.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -8,22 +10,36 @@
 #include "text/tokenizer.h"
 
 typedef struct {
-    char *prompt, *answer;  // NUL-terminated UTF-8; a numeric answer is kept as its JSON text
+    char *prompt, *answer;  // NUL-terminated UTF-8; a numeric answer is kept as its JSON text. A message-list
+                            // prompt's `prompt` is its last user message (what reward programs get as prompt)
+    char *messages;         // a message-list prompt as JSON (multi-turn rollouts start from it), else NULL
     int32_t *ids;           // rendered prompt tokens
     int64_t len;            // tokens
-    int64_t line;           // 1-based line of the file
+    int64_t line;           // 1-based line (JSONL) or row (Parquet) of its file
+    int file;               // which of the files
+    int parquet;            // that file is Parquet (line is a row)
     cJSON *tools_kwargs;    // verl's extra_info.tools_kwargs (or a top-level "tools_kwargs"), NULL when none
+    char *data_source;      // the row's "data_source" (verl), NULL when it has none
+    char *extra_info;       // the row's "extra_info" as JSON (for reward programs), NULL when it has none
 } PromptSample;
 
 typedef struct {
-    PromptSample *s;  // n samples, in file order
+    PromptSample *s;     // n samples, in file order
     int64_t n;
+    int64_t n_filtered;  // prompts over max_prompt_length skipped (filter_overlong)
 } PromptData;
 
-// Dies with "FILE:LINE: ..." on any bad line; prompts longer than max_prompt_length are an error.
-// key: the option or config key that named the file (for "data.val_file: cannot open ...").
-// tools: chat_tools_text's list for the system turn (multi-turn rollout), or NULL.
-void prompt_data_load(PromptData *d, const char *path, const char *key, const char *prompt_key,
-                      const char *answer_key, Tokenizer *tok, int chat_template, const char *tools,
-                      int64_t max_prompt_length);
+typedef struct {
+    const char *prompt_key, *answer_key;  // dotted paths into a row
+    Tokenizer *tok;
+    int chat_template;       // render prompts with the tokenizer's chat template
+    const char *tools;       // chat_tools_text's list for the system turn (multi-turn rollout), or NULL
+    int64_t max_prompt_length;
+    int filter_overlong;     // skip (and count) longer prompts, as verl's filter_overlong_prompts; else die
+} PromptDataOptions;
+
+// Reads the files in order. Dies with "FILE:LINE: ..." (Parquet: "FILE: row N: ...") on any bad row.
+// key: the option or config key that named the files (for "data.val_file: cannot open ...").
+void prompt_data_load(PromptData *d, const char *const *paths, int n_paths, const char *key,
+                      const PromptDataOptions *o);
 void prompt_data_free(PromptData *d);

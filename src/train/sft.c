@@ -178,7 +178,7 @@ void sft_run(const SftConfig *cfg) {
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
-    sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, max_length);
+    sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, max_length, cfg->filter_overlong);
     int64_t B = r.B = cfg->batch_size, b = r.b = cfg->micro_batch_size, N = r.comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
     if (B % (N * b))
@@ -207,10 +207,13 @@ void sft_run(const SftConfig *cfg) {
     r.batch = xmalloc((size_t)B * sizeof *r.batch);
     char params[16];
     fmt_count(params, sizeof params, (double)tr->n);
+    char filtered[64] = "";
+    if (r.data.n_filtered)
+        snprintf(filtered, sizeof filtered, ", %lld skipped as too long", (long long)r.data.n_filtered);
     if (lead)
-        fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens), %lld step%s of %lld "
+        fprintf(stderr, "grpo sft: %lld samples (%lld truncated to %lld tokens%s), %lld step%s of %lld "
                 "(micro-batches of %lld), %s %sparameters, workspace %.1f MiB\n", (long long)r.data.n,
-                (long long)r.data.n_truncated, (long long)max_length, (long long)steps, steps == 1 ? "" : "s",
+                (long long)r.data.n_truncated, (long long)max_length, filtered, (long long)steps, steps == 1 ? "" : "s",
                 (long long)B, (long long)b, params, tr->has_lora ? "trained LoRA " : "",
                 (double)r.arena.size / 1048576.0);
     double t_start = time_now(), tok_total = 0;

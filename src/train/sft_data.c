@@ -6,11 +6,12 @@
 
 #include "base/json.h"
 #include "base/util.h"
+#include "io/records.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
 typedef struct {
-    JsonlReader r;  // the file, its current line and that line's U+0000 sentinel
+    RecordReader r;  // the file, its current row and that row's U+0000 sentinel
     const char *path, *model_dir;
     Tokenizer tok;
     int tok_loaded;
@@ -18,78 +19,130 @@ typedef struct {
 
 static void read_ids(Loader *L, const cJSON *arr, const char *key, int64_t vocab, IdList *out) {
     if (!cJSON_IsArray(arr))
-        die("%s:%lld: \"%s\" must be a list of token ids", L->path, (long long)L->r.line, key);
+        die("%s: \"%s\" must be a list of token ids", L->r.where, key);
     int64_t i = 0;
     for (const cJSON *e = arr->child; e; e = e->next, i++) {
         int64_t v;
         if (!json_as_int(e, 0, vocab - 1, &v))
-            die("%s:%lld: \"%s\"[%lld] is not a token id in [0, %lld)", L->path, (long long)L->r.line, key,
-                (long long)i, (long long)vocab);
+            die("%s: \"%s\"[%lld] is not a token id in [0, %lld)", L->r.where, key, (long long)i, (long long)vocab);
         idlist_push(out, (int32_t)v);
     }
 }
 
+static void need_tokenizer(Loader *L) {
+    if (L->tok_loaded) return;
+    char *tj = path_join(L->model_dir, "tokenizer.json");
+    if (!file_exists(tj))
+        die("%s: text rows need a tokenizer: %s does not exist (or give prompt_ids/completion_ids)", L->r.where, tj);
+    tokenizer_load(&L->tok, tj);
+    free(tj);
+    L->tok_loaded = 1;
+}
+
 static void encode_text(Loader *L, const cJSON *item, const char *key, int chat, IdList *out) {
-    if (!cJSON_IsString(item)) die("%s:%lld: \"%s\" must be a string", L->path, (long long)L->r.line, key);
-    if (!L->tok_loaded) {
-        char *tj = path_join(L->model_dir, "tokenizer.json");
-        if (!file_exists(tj))
-            die("%s:%lld: text lines need a tokenizer: %s does not exist (or give prompt_ids/completion_ids)", L->path,
-                (long long)L->r.line, tj);
-        tokenizer_load(&L->tok, tj);
-        free(tj);
-        L->tok_loaded = 1;
-    }
+    if (!cJSON_IsString(item)) die("%s: \"%s\" must be a string or a list of messages", L->r.where, key);
+    need_tokenizer(L);
     size_t n, bad_offset;
     char *text = json_string_bytes(item, L->r.nul, &n);
     if (chat_encode_prompt(&L->tok, text, n, chat, NULL, out, &bad_offset) != 0)
-        die("%s:%lld: \"%s\" is not valid UTF-8 (byte %zu)", L->path, (long long)L->r.line, key, bad_offset);
+        die("%s: \"%s\" is not valid UTF-8 (byte %zu)", L->r.where, key, bad_offset);
     free(text);
 }
 
+// A conversation (msgs: a "messages" row, or a conversational prompt and completion joined) whose last n_last
+// messages are the completion: the prompt is the rest rendered with the generation prompt, the completion what
+// the whole rendering adds to it (the assistant turns and their end tokens), as TRL's conversational rows.
+static void encode_conversation(Loader *L, const cJSON *msgs, int n_last, IdList *out, int64_t *plen) {
+    need_tokenizer(L);
+    int n = cJSON_GetArraySize(msgs);
+    if (n_last < 1 || n_last >= n) die("%s: a conversation needs a prompt message and a final assistant message", L->r.where);
+    const cJSON *last = cJSON_GetArrayItem(msgs, n - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant"))
+        die("%s: the conversation's last message must be the assistant's (role \"assistant\")", L->r.where);
+    cJSON *head = cJSON_CreateArray();
+    if (!head) die("out of memory");
+    for (int i = 0; i < n - n_last; i++) cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(msgs, i));
+    Buf prompt = {0}, full = {0};
+    char *err = chat_render_messages_try(&L->tok, head, NULL, L->r.nul, 1, &prompt);
+    if (!err) err = chat_render_messages_try(&L->tok, msgs, NULL, L->r.nul, 0, &full);
+    if (err) die("%s: %s", L->r.where, err);
+    cJSON_Delete(head);
+    if (full.len <= prompt.len || memcmp(full.data, prompt.data, prompt.len) != 0)
+        die("%s: the chat template's rendering of the whole conversation does not start with its prompt's", L->r.where);
+    size_t bad_offset;
+    if (tokenizer_encode(&L->tok, prompt.data, prompt.len, out, &bad_offset) != 0)
+        die("%s: the conversation is not valid UTF-8", L->r.where);
+    *plen = (int64_t)out->n;
+    if (tokenizer_encode(&L->tok, full.data + prompt.len, full.len - prompt.len, out, &bad_offset) != 0)
+        die("%s: the conversation is not valid UTF-8", L->r.where);
+    buf_free(&prompt);
+    buf_free(&full);
+}
+
+// One row into ids (prompt then completion; *plen prompt tokens).
+static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList *ids, int64_t *plen) {
+    const cJSON *pi = cJSON_GetObjectItemCaseSensitive(root, "prompt_ids");
+    const cJSON *ci = cJSON_GetObjectItemCaseSensitive(root, "completion_ids");
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *comp = cJSON_GetObjectItemCaseSensitive(root, "completion");
+    if (pi || ci) {
+        read_ids(L, pi, "prompt_ids", c->vocab, ids);
+        *plen = (int64_t)ids->n;
+        read_ids(L, ci, "completion_ids", c->vocab, ids);
+        return;
+    }
+    if (cJSON_IsArray(msgs)) {
+        encode_conversation(L, msgs, 1, ids, plen);
+    } else if (cJSON_IsArray(p) && cJSON_IsArray(comp)) {  // TRL's conversational prompt-completion
+        cJSON *all = cJSON_CreateArray();
+        if (!all) die("out of memory");
+        for (const cJSON *m = p->child; m; m = m->next) cJSON_AddItemReferenceToArray(all, (cJSON *)m);
+        for (const cJSON *m = comp->child; m; m = m->next) cJSON_AddItemReferenceToArray(all, (cJSON *)m);
+        encode_conversation(L, all, cJSON_GetArraySize(comp), ids, plen);
+        cJSON_Delete(all);
+    } else {
+        if (!p || !comp)
+            die("%s: a row needs \"prompt\" and \"completion\", \"messages\", or \"prompt_ids\" and "
+                "\"completion_ids\"", L->r.where);
+        encode_text(L, p, "prompt", 1, ids);
+        *plen = (int64_t)ids->n;
+        encode_text(L, comp, "completion", 0, ids);
+        if ((int64_t)ids->n == *plen) die("%s: the completion is empty", L->r.where);
+        int32_t eos = L->tok.eos_id >= 0 ? L->tok.eos_id : (int32_t)c->eos_id;
+        if (eos < 0) die("%s: no eos token in tokenizer_config.json or config.json to end completions", L->model_dir);
+        idlist_push(ids, eos);
+    }
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->ids[i] >= c->vocab)
+            die("%s: token id %d does not fit the model's vocab_size %lld", L->r.where, ids->ids[i], (long long)c->vocab);
+}
+
 void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
-                   int64_t max_length) {
+                   int64_t max_length, int filter_overlong) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);
     Loader L = {.path = path, .model_dir = model_dir};
-    jsonl_open(&L.r, path, key);
+    static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages"};
+    records_open(&L.r, path, key, cols, 5);
     size_t n_cap = 0;
-    for (cJSON *root; (root = jsonl_next(&L.r));) {
-        int64_t line = L.r.line;
-        const cJSON *pi = cJSON_GetObjectItemCaseSensitive(root, "prompt_ids");
-        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(root, "completion_ids");
+    for (cJSON *root; (root = records_next(&L.r));) {
         IdList ids = {0};
         int64_t plen;
-        if (pi || ci) {
-            read_ids(&L, pi, "prompt_ids", c->vocab, &ids);
-            plen = (int64_t)ids.n;
-            read_ids(&L, ci, "completion_ids", c->vocab, &ids);
-        } else {
-            const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-            const cJSON *comp = cJSON_GetObjectItemCaseSensitive(root, "completion");
-            if (!p || !comp)
-                die("%s:%lld: a line needs \"prompt\" and \"completion\" (or \"prompt_ids\" and \"completion_ids\")",
-                    path, (long long)line);
-            encode_text(&L, p, "prompt", 1, &ids);
-            plen = (int64_t)ids.n;
-            encode_text(&L, comp, "completion", 0, &ids);
-            if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)line);
-            int32_t eos = L.tok.eos_id >= 0 ? L.tok.eos_id : (int32_t)c->eos_id;
-            if (eos < 0) die("%s: no eos token in tokenizer_config.json or config.json to end completions", model_dir);
-            idlist_push(&ids, eos);
-            for (size_t i = 0; i < ids.n; i++)
-                if (ids.ids[i] >= c->vocab)
-                    die("%s:%lld: token id %d does not fit the model's vocab_size %lld", path, (long long)line,
-                        ids.ids[i], (long long)c->vocab);
+        read_row(&L, root, c, &ids, &plen);
+        cJSON_Delete(root);
+        if (plen == 0) die("%s: the prompt is empty (the first completion token needs a token before it)", L.r.where);
+        if ((int64_t)ids.n == plen) die("%s: the completion is empty", L.r.where);
+        if (plen >= max_length && filter_overlong) {
+            d->n_filtered++;
+            free(ids.ids);
+            continue;
         }
-        if (plen == 0)
-            die("%s:%lld: the prompt is empty (the first completion token needs a token before it)", path,
-                (long long)line);
-        if ((int64_t)ids.n == plen) die("%s:%lld: the completion is empty", path, (long long)line);
+        if (plen >= max_length)
+            die("%s: the prompt alone has %lld tokens, --max-length is %lld (or --filter-overlong-prompts)",
+                L.r.where, (long long)plen, (long long)max_length);
         if ((int64_t)ids.n > max_length) {
-            if (plen >= max_length)
-                die("%s:%lld: the prompt alone has %lld tokens, --max-length is %lld", path, (long long)line,
-                    (long long)plen, (long long)max_length);
             ids.n = (size_t)max_length;
             d->n_truncated++;
         }
@@ -97,12 +150,11 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
             n_cap = n_cap ? 2 * n_cap : 64;
             d->s = xrealloc(d->s, n_cap * sizeof *d->s);
         }
-        d->s[d->n++] = (SftSample){ids.ids, (int64_t)ids.n, plen, line};
-        cJSON_Delete(root);
+        d->s[d->n++] = (SftSample){ids.ids, (int64_t)ids.n, plen, L.r.line};
     }
-    jsonl_close(&L.r);
+    records_close(&L.r);
     if (L.tok_loaded) tokenizer_free(&L.tok);
-    if (d->n == 0) die("%s: no samples (the file is empty)", path);
+    if (d->n == 0) die("%s: no samples (%s)", path, d->n_filtered ? "every prompt is over --max-length" : "the file is empty");
 }
 
 void sft_data_free(SftData *d) {

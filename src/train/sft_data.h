@@ -1,6 +1,9 @@
-// SFT datasets: JSONL lines of {"prompt_ids", "completion_ids"} (used exactly as given) or
-// {"prompt", "completion"} (the prompt as one user turn of the chat template plus the generation
-// prompt; the completion followed by the tokenizer's eos token).
+// SFT datasets: JSONL or Parquet rows (io/records.h) of {"prompt_ids", "completion_ids"} (used exactly as
+// given), {"prompt", "completion"} strings (the prompt as one user turn of the chat template plus the
+// generation prompt; the completion followed by the tokenizer's eos token), or conversations: {"messages"}
+// (verl's multi-turn SFT rows: the last message, the assistant's, is the completion) or TRL's conversational
+// {"prompt": [messages], "completion": [messages]}: the completion is what the chat template's rendering of
+// the whole conversation adds to the prompt's rendering with the generation prompt.
 #pragma once
 #include <stdint.h>
 
@@ -17,10 +20,13 @@ typedef struct {
     SftSample *s;         // n samples, in file order
     int64_t n;
     int64_t n_truncated;  // samples cut to max_length
+    int64_t n_filtered;   // samples skipped: the prompt alone reaches max_length (filter_overlong)
     char *path;
 } SftData;
 
-// Dies with "FILE:LINE: ..." on any malformed line. key: the option that named the file.
+// Dies with "FILE:LINE: ..." ("FILE: row N: ..." for Parquet) on any malformed row. key: the option that
+// named the file. filter_overlong: a row whose prompt alone reaches max_length is skipped and counted, else
+// an error.
 void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
-                   int64_t max_length);
+                   int64_t max_length, int filter_overlong);
 void sft_data_free(SftData *d);

@@ -16,7 +16,7 @@ script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
            [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b memory prefill
-                   serve tokenizer_throughput train]
+                   parquet serve tokenizer_throughput train]
 """
 import argparse
 import importlib.util
@@ -300,6 +300,14 @@ def serve():
            "TTFT p50", "load   throughput ratio")
 
 
+def parquet():
+    cat = os.path.join(os.path.dirname(GRPO), "tests", "records_cat")  # the build's test tool beside grpo
+    out, _ = bench("parquet", "parquet.py", ["--cat", cat, "--rows", 2000, "--repeats", 1, "--tmp", T("parquet"),
+                                             "--modes", "quiet", "load"])
+    prints("parquet", out, "2000 rows: parquet (snappy)", "quiet  grpo parquet", "load   grpo parquet", "arrow-rs",
+           "grpo jsonl")
+
+
 def tokenizer_throughput():
     out, _ = bench("tokenizer_throughput", "tokenizer_throughput.py", ["--grpo", GRPO, "--mb", 0.05, "--repeats", 1])
     prints("tokenizer_throughput", out, "MB of shuffled corpus entries (seed 0), median of 1 runs", "\ngrpo: ",
@@ -325,7 +333,7 @@ def train():
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
-          ("serve", serve), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
+          ("parquet", parquet), ("serve", serve), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
 harness.group("setup", setup)
 for name, fn in GROUPS:

@@ -28,13 +28,15 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     Qwen2Config c;
     qwen2_config_load(&c, model);
     SftData d;
-    sft_data_load(&d, path, "fuzz input", model, &c, 48);
+    sft_data_load(&d, path, "fuzz input", model, &c, 48, 0);
     sft_data_free(&d);
 #else
     Tokenizer tok;
     tokenizer_load(&tok, model);
     PromptData d;
-    prompt_data_load(&d, path, "fuzz input", "prompt", "answer", &tok, 1, NULL, 48);
+    PromptDataOptions po = {.prompt_key = "prompt", .answer_key = "answer", .tok = &tok, .chat_template = 1,
+                            .max_prompt_length = 48};
+    prompt_data_load(&d, (const char *const *)&path, 1, "fuzz input", &po);
     prompt_data_free(&d);
     tokenizer_free(&tok);
 #endif

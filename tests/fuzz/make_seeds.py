@@ -137,6 +137,50 @@ for text in ['<tool_call>\n{"name": "multiply", "arguments": {"a": 1234, "b": 56
     add("tool_call", text)
 
 # ---------------------------------------------------------------- dictionaries (libFuzzer's -dict)
+# ---------------------------------------------------------------- parquet
+# Small files written by arrow-rs (tests/parquet/write.mjs, npm): verl's GSM8K layout and a table of every
+# column kind, in each compression, page version, dictionary setting and value encoding.
+PEER = os.path.join(HERE, "..", "parquet")
+MSG = {"list": {"struct": [{"name": "role", "type": "utf8"}, {"name": "content", "type": "utf8"}]}}
+VERL = {"fields": [{"name": "data_source", "type": "utf8", "nullable": True},
+                   {"name": "prompt", "type": MSG, "nullable": True},
+                   {"name": "reward_model", "type": {"struct": [{"name": "style", "type": "utf8"},
+                                                                {"name": "ground_truth", "type": "utf8"}]},
+                    "nullable": True},
+                   {"name": "extra_info", "type": {"struct": [{"name": "index", "type": "int64"}]}, "nullable": True}]}
+KINDS = {"fields": [{"name": "i", "type": "int32", "nullable": True}, {"name": "l", "type": "int64", "nullable": True},
+                    {"name": "f", "type": "float32", "nullable": True}, {"name": "d", "type": "float64"},
+                    {"name": "b", "type": "bool", "nullable": True}, {"name": "s", "type": "utf8", "nullable": True},
+                    {"name": "ll", "type": {"list": {"list": "int32"}}, "nullable": True},
+                    {"name": "m", "type": {"map": {"key": "utf8", "value": "int64"}}, "nullable": True}]}
+verl_rows = jl(*({"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+                  "reward_model": {"style": "rule", "ground_truth": str(2 * i)}, "extra_info": {"index": i}}
+                 for i in range(3)), {"data_source": None, "prompt": [], "reward_model": None, "extra_info": None})
+kind_rows = jl({"i": 1, "l": "9007199254740993", "f": 0.5, "d": -2.25, "b": True, "s": "a\u0000b", "ll": [[1, 2], []],
+                "m": {"k": 3}},
+               {"i": None, "l": -7, "f": None, "d": 1e300, "b": None, "s": None, "ll": None, "m": None},
+               {"i": -2147483648, "l": 0, "f": -1.0, "d": 0.0, "b": False, "s": "\u00e9\u4e2d", "ll": [[None, 3]],
+                "m": {}})
+if os.path.isdir(os.path.join(PEER, "node_modules", "parquet-wasm")):
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, rows, schema in (("verl", verl_rows, VERL), ("kinds", kind_rows, KINDS)):
+            src, sch = os.path.join(tmp, name + ".jsonl"), os.path.join(tmp, name + ".json")
+            open(src, "w").write(rows)
+            json.dump(schema, open(sch, "w"))
+            variants = [["--compression", c, "--writer-version", v, "--dictionary", dct]
+                        for c, v, dct in (("snappy", "1", "on"), ("zstd", "2", "off"), ("gzip", "1", "off"),
+                                          ("uncompressed", "2", "on"), ("brotli", "1", "on"), ("lz4_raw", "2", "off"))]
+            if name == "kinds":
+                variants += [["--compression", "uncompressed", "--writer-version", "1", "--dictionary", "off",
+                              "--encoding", e] for e in ("plain", "byte_stream_split", "delta_binary_packed")]
+            for i, opts in enumerate(variants):
+                out = os.path.join(tmp, f"{name}{i}.parquet")
+                subprocess.run(["node", os.path.join(PEER, "write.mjs"), src, out, "--schema", sch,
+                                "--row-group-size", "2", *opts], check=True)
+                add("parquet", open(out, "rb").read())
+else:
+    print("parquet: tests/parquet/node_modules is missing (npm ci --prefix tests/parquet); its seeds are kept")
+
 # The words each parser looks for: the identifier-like string literals of its source files, plus the
 # syntax of its format. Mutations that insert them reach the keys' own checks much sooner.
 JSON = ['"', "{", "}", "[", "]", ":", ",", "null", "true", "false", "\\u0000", "\\ud800", "1e999", "-0",
@@ -161,6 +205,7 @@ DICT_SOURCES = {
     "report": (["src/cli/cmd_report.c", "src/cli/report.h"], JSON + YAML),
     "reward": (["src/rl/reward.c"], LATEX),
     "tool_call": ([], JSON + ["<tool_call>", "</tool_call>", '"name"', '"arguments"', "\n"]),
+    "parquet": ([], ["PAR1", "\x15", "\x16", "\x18", "\x19", "\x1c", "\x00"]),
 }
 
 
