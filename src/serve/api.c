@@ -213,7 +213,8 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(root, "seed");
     job->has_seed = se && !cJSON_IsNull(se);
     job->seed = (uint64_t)seed;
-    job->cfg.sampler.temperature = (float)t;
+    // as vLLM: a temperature below 1e-5 is greedy (dividing the logits by it would overflow)
+    job->cfg.sampler.temperature = t < 1e-5 ? 0.0f : (float)t;
     job->cfg.sampler.top_p = (float)top_p;
     job->cfg.sampler.top_k = top_k < 0 ? 0 : (int)top_k;
     job->cfg.share_prefill = 1;
@@ -248,6 +249,11 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
         goto out;
     }
     if (parse_fields(job, root, nul, lim, err)) goto out;
+    if (job->cfg.n_stop_strings && !tok) {  // stop strings are matched in decoded text
+        fail(err, 400, "stop",
+             xprintf("\"stop\" needs the model's tokenizer: this server has none (token ids only)"));
+        goto out;
+    }
     if (chat ? parse_messages(job, root, nul, tok, err)
              : parse_prompts(job, cJSON_GetObjectItemCaseSensitive(root, "prompt"), nul, tok, vocab, err))
         goto out;
@@ -415,9 +421,15 @@ static size_t out_text_len(const ApiJob *job, const ApiChoice *c) {
     return job->max_tokens == 0 ? 0 : (size_t)c->s->text_end;
 }
 
-// Completions' top_logprobs entry: {"token": lp, ...} (k of them), or null.
-static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int k) {
+// Completions' top_logprobs entry: {"token": lp, ...} (k of them). k = 0 (`"logprobs": 0`): the chosen
+// token alone, {"token": its lp}, as vLLM and OpenAI give.
+static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int k, int32_t id, double lp) {
     fputc('{', f);
+    if (k == 0) {
+        write_token(f, tok, id);
+        fputs(": ", f);
+        json_write_number(f, lp);
+    }
     for (int j = 0; j < k && top->id[j] >= 0; j++) {
         if (j) fputs(", ", f);
         write_token(f, tok, top->id[j]);
@@ -452,7 +464,9 @@ static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenize
         if (i == 0 && np)
             fputs("null", f);
         else
-            write_top_map(f, tok, i < np ? &job->prompt_tops[p][i] : &c->tops[from + i - np], k > 0 ? k : 1);
+            write_top_map(f, tok, i < np ? &job->prompt_tops[p][i] : &c->tops[from + i - np], k,
+                          i < np ? ids->ids[i] : c->s->tokens[from + i - np],
+                          i < np ? job->prompt_lp[p][i] : c->s->logprobs[from + i - np]);
     }
     fputs("], \"text_offset\": [", f);
     for (int i = 0; i < np + to - from; i++) {
@@ -518,9 +532,9 @@ static int tool_calls(const char *text, size_t n, const char *id, int with_index
         fputs(count ? ", {" : "{", g);
         if (with_index) fprintf(g, "\"index\": %d, ", count);
         fprintf(g, "\"id\": \"call_%s_%d\", \"type\": \"function\", \"function\": {\"name\": ", id, count);
-        json_write_string(g, name, strlen(name));
+        write_text(g, name, strlen(name));  // the model's bytes: made valid UTF-8
         fputs(", \"arguments\": ", g);
-        json_write_string(g, args.data ? args.data : "", args.len);
+        write_text(g, args.data, args.len);
         fputs("}}", g);
         buf_free(&args);
         cJSON_Delete(call);
@@ -784,7 +798,7 @@ char *api_error_body(const ApiError *err) {
     if (err->status >= 500) type = "server_error";
     fputs("{\"error\": {\"message\": ", f);
     const char *m = err->message ? err->message : "error";
-    json_write_string(f, m, strlen(m));
+    write_text(f, m, strlen(m));  // a message quoting the request (a cut at %.100s, a URL) may hold invalid UTF-8
     fprintf(f, ", \"type\": \"%s\", \"param\": ", type);
     if (err->param)
         json_write_string(f, err->param, strlen(err->param));

@@ -562,6 +562,7 @@ static struct MHD_Daemon *start_daemon(Server *s) {
             die("option --host: \"%s\" is not an IP address", o->host);
         addr = (const struct sockaddr *)&v6;
         flags |= MHD_USE_IPv6;
+        if (IN6_IS_ADDR_UNSPECIFIED(&v6.sin6_addr)) flags |= MHD_USE_DUAL_STACK;  // "::": IPv4 clients too
     } else if (inet_pton(AF_INET, o->host, &v4.sin_addr) != 1) {
         die("option --host: \"%s\" is not an IPv4 or IPv6 address", o->host);
     }
@@ -607,8 +608,8 @@ int serve_run(const Qwen2 *m, Tokenizer *tok, const int32_t *stop_ids, int n_sto
     sigwait(&sig, &got);
     fprintf(stderr, "grpo serve: %s: finishing the accepted requests, accepting no more\n",
             got == SIGINT ? "SIGINT" : "SIGTERM");
+    // ours to close, but only after MHD_stop_daemon: its threads may still be using it
     MHD_socket listen = MHD_quiesce_daemon(s.d);
-    if (listen != MHD_INVALID_SOCKET) close(listen);
     pthread_mutex_lock(&s.mu);
     s.draining = 1;
     pthread_cond_broadcast(&s.cv);
@@ -624,6 +625,7 @@ int serve_run(const Qwen2 *m, Tokenizer *tok, const int32_t *stop_ids, int n_sto
     }
     pthread_mutex_unlock(&s.mu);
     MHD_stop_daemon(s.d);
+    if (listen != MHD_INVALID_SOCKET) close(listen);
     rollout_engine_free(s.e);
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);

@@ -245,8 +245,8 @@ static void check_data_sources(const PromptData *d, const char *const *paths) {
         if (reward_rule_of_data_source(x->data_source) >= 0) continue;
         char *shown = x->data_source ? xprintf("data_source \"%s\"", x->data_source) : xstrdup("no data_source");
         die("%s%s%lld: %s has no rule reward (reward.by_data_source knows openai/gsm8k, lighteval/MATH, "
-            "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500)", paths[x->file], x->parquet ? ": row " : ":",
-            (long long)x->line, shown);
+            "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500)", paths[x->file],
+            x->parquet ? ": row " : ":", (long long)x->line, shown);
     }
 }
 
@@ -642,14 +642,16 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     int by_source = rc->by_data_source;
     if (rc->gsm8k.weight != 0 || by_source) {
         reward_spec_defaults(sp, REWARD_GSM8K);
-        sp->weight = rc->gsm8k.weight != 0 ? rc->gsm8k.weight : 1.0, sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
+        sp->weight = rc->gsm8k.weight != 0 ? rc->gsm8k.weight : 1.0;
+        sp->score = rc->gsm8k.score, sp->format_score = rc->gsm8k.format_score;
         sp->flexible = rc->gsm8k.method == GRPO_GSM8K_FLEXIBLE, sp->clip_chars = rc->gsm8k.clip_chars;
         sp->strip_think = rc->strip_think;
         sp++;
     }
     if (rc->boxed.weight != 0 || by_source) {
         reward_spec_defaults(sp, REWARD_BOXED);
-        sp->weight = rc->boxed.weight != 0 ? rc->boxed.weight : 1.0, sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
+        sp->weight = rc->boxed.weight != 0 ? rc->boxed.weight : 1.0;
+        sp->score = rc->boxed.score, sp->format_score = rc->boxed.format_score;
         sp->strip_think = rc->strip_think;
         sp++;
     }
@@ -759,13 +761,17 @@ static void run_load(Run *r) {
                             .chat_template = s->chat_template, .tools = tools,
                             .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong};
     prompt_data_load(&r->train, s->train_files, s->n_train_files, "data.train_file", &po);
-    if ((r->has_val = s->n_val_files > 0)) prompt_data_load(&r->val, s->val_files, s->n_val_files, "data.val_file", &po);
+    if ((r->has_val = s->n_val_files > 0))
+        prompt_data_load(&r->val, s->val_files, s->n_val_files, "data.val_file", &po);
     int lead = r->comm.rank == 0;
     if (lead && r->train.n_filtered + r->val.n_filtered > 0)
         fprintf(stderr, "grpo train: data.filter_overlong_prompts skipped %lld training and %lld validation prompts "
                 "over %lld tokens\n", (long long)r->train.n_filtered, (long long)r->val.n_filtered,
                 (long long)s->max_prompt_length);
-    if (s->by_data_source) check_data_sources(&r->train, s->train_files), check_data_sources(&r->val, s->val_files);
+    if (s->by_data_source) {
+        check_data_sources(&r->train, s->train_files);
+        check_data_sources(&r->val, s->val_files);
+    }
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);

@@ -184,6 +184,15 @@ def g_completions():
         d = max_diff(ch["logprobs"]["token_logprobs"], want["logprobs"])
         check("completions greedy: log-probs equal grpo generate's (1e-5)", d <= TOL, f"max diff {d:.1e}")
         check("completions greedy: text equals grpo generate's", ch["text"] == want["text"])
+        tops = ch["logprobs"]["top_logprobs"]
+        check("completions logprobs 0: each top_logprobs entry is the chosen token with its log-prob",
+              len(tops) == len(ch["logprobs"]["tokens"]) and all(
+                  list(t) == [tk] and abs(t[tk] - lp) < 1e-9
+                  for t, tk, lp in zip(tops, ch["logprobs"]["tokens"], ch["logprobs"]["token_logprobs"])), str(tops[:2]))
+        tiny = calls(srv, {"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[0], "max_tokens": 12,
+                                                           "temperature": 1e-40, "return_token_ids": True}})[0]
+        check("completions: a temperature of 1e-40 is greedy (as vLLM: below 1e-5)",
+              tiny["response"]["choices"][0]["token_ids"] == want["tokens"])
         check("completions: usage counts", r["response"]["usage"] == {
             "prompt_tokens": len(PROMPTS[0].encode()), "completion_tokens": len(want["tokens"]),
             "total_tokens": len(PROMPTS[0].encode()) + len(want["tokens"])}, str(r["response"]["usage"]))
@@ -386,6 +395,18 @@ def g_errors():
         check("api key: a wrong key -> 401 AuthenticationError, the right one works, /health stays open",
               not bad["ok"] and bad["status"] == 401 and bad["name"] == "AuthenticationError" and good["ok"]
               and st == 200, json.dumps(bad)[:200])
+
+
+    bare = os.path.join(TMP, "bare")  # the model without its tokenizer: token ids only
+    os.makedirs(bare, exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(RAND, name), bare)
+    with Server(bare) as srv:
+        r1, r2 = calls(srv, {"kind": "completions", "body": {"model": bare, "prompt": [5, 6], "max_tokens": 2,
+                                                             "stop": ["x"]}},
+                       {"kind": "completions", "body": {"model": bare, "prompt": [5, 6], "max_tokens": 2}})
+        check("error: \"stop\" on a server without a tokenizer -> 400 naming stop; token ids alone work",
+              not r1["ok"] and r1["status"] == 400 and r1["error"]["param"] == "stop" and r2["ok"], json.dumps(r1)[:300])
 
 
 def g_queue():
