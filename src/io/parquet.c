@@ -22,7 +22,16 @@
 // Caps on sizes read from a file, checked before allocating.
 #define PQ_MAX_FOOTER ((uint64_t)64 << 20)    // the footer (file metadata)
 #define PQ_MAX_PAGE ((uint64_t)256 << 20)     // one page, decompressed
-#define PQ_MAX_VALUES ((int64_t)1 << 26)      // level entries of one column chunk
+// Level entries of the chunks of a row group read at once (~20 bytes each in memory: a few bytes of RLE can
+// claim millions), and the bytes of its pages decompressed, in all. The fuzz build's are smaller, to stay
+// within the fuzzer's memory limit.
+#ifdef GRPO_FUZZ
+#define PQ_MAX_VALUES ((int64_t)1 << 22)
+#define PQ_MAX_GROUP_BYTES ((int64_t)1 << 28)
+#else
+#define PQ_MAX_VALUES ((int64_t)1 << 26)
+#define PQ_MAX_GROUP_BYTES ((int64_t)1 << 31)
+#endif
 #define PQ_MAX_DEPTH 32                       // nesting of the schema
 #define PQ_MAX_THRIFT_DEPTH 64
 
@@ -33,7 +42,7 @@ enum { E_PLAIN = 0, E_PLAIN_DICT = 2, E_RLE = 3, E_BIT_PACKED = 4, E_DELTA = 5, 
 enum { C_NONE, C_SNAPPY, C_GZIP, C_LZO, C_BROTLI, C_LZ4, C_ZSTD, C_LZ4_RAW };
 enum { P_DATA, P_INDEX, P_DICT, P_DATA_V2 };
 // What a leaf's values mean (from ConvertedType or LogicalType).
-enum { A_NONE, A_STRING, A_LIST, A_MAP, A_DECIMAL, A_UNSIGNED, A_FLOAT16 };
+enum { A_NONE, A_STRING, A_LIST, A_MAP, A_DECIMAL, A_UNSIGNED, A_FLOAT16, A_UUID };
 
 typedef struct {
     char *name;
@@ -56,6 +65,7 @@ typedef struct {
     int type;
     int64_t num_values;
     int64_t start, size;  // the column chunk's bytes in the file (dictionary page first)
+    int64_t unpacked;     // total_uncompressed_size: its pages decompressed
 } ChunkMeta;
 
 typedef struct {
@@ -103,6 +113,8 @@ struct ParquetReader {
     int group;          // the current row group (-1 before the first)
     int64_t group_row;  // rows of it returned
     int64_t row;        // rows returned in all
+    int64_t group_bytes;  // pages decompressed for the current row group
+    int64_t group_values;  // level entries of its chunks read so far
     uint32_t nul;       // the current row group's U+0000 sentinel (parquet_nul_sentinel), 0 when it needs none
     const char *where;  // what is being read, for messages ("footer", a column's path)
 };
@@ -126,9 +138,17 @@ static void *keep(ParquetReader *r, void *buf) {
     return buf;
 }
 
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 // ---------------------------------------------------------------- Thrift compact protocol
-enum { TT_STOP, TT_TRUE, TT_FALSE, TT_BYTE, TT_I16, TT_I32, TT_I64, TT_DOUBLE, TT_BINARY, TT_LIST, TT_SET, TT_MAP,
-       TT_STRUCT };
+enum { TT_STOP, TT_TRUE, TT_FALSE, TT_BYTE, TT_I16, TT_I32, TT_I64, TT_DOUBLE, TT_BINARY, TT_LIST, TT_SET,
+       TT_MAP, TT_STRUCT };
 
 typedef struct {
     const uint8_t *p, *end;
@@ -238,7 +258,8 @@ static void th_skip(Th *t, int type) {
         case TT_MAP: {
             if (++t->depth > PQ_MAX_THRIFT_DEPTH) bad(t->r, "corrupt metadata (nested too deep)");
             uint64_t count = th_varint(t);
-            if (count > (uint64_t)(t->end - t->p)) bad(t->r, "corrupt metadata (a map longer than the bytes left)");
+            if (count > (uint64_t)(t->end - t->p))
+                bad(t->r, "corrupt metadata (a map longer than the bytes left)");
             if (count) {
                 if (t->p >= t->end) bad(t->r, "truncated metadata");
                 uint8_t kv = *t->p++;
@@ -279,7 +300,8 @@ static void read_logical(Th *t, Node *nd) {
             th_skip(t, type);
             continue;
         }
-        if (id == 1 || id == 4 || id == 12 || id == 14) nd->annotation = A_STRING;  // STRING, ENUM, JSON, UUID
+        if (id == 1 || id == 4 || id == 12) nd->annotation = A_STRING;  // STRING, ENUM, JSON
+        else if (id == 14) nd->annotation = A_UUID;
         else if (id == 2) nd->annotation = A_MAP;
         else if (id == 3) nd->annotation = A_LIST;
         else if (id == 15) nd->annotation = A_FLOAT16;
@@ -311,26 +333,53 @@ static void read_schema_element(Th *t, Node *nd) {
     nd->repetition = R_REQUIRED;
     while (th_field(t, &id, &type)) {
         switch (id) {
-            case 1: th_expect(t, type, TT_I32); nd->type = th_i32(t); break;
-            case 2: th_expect(t, type, TT_I32); nd->type_len = th_i32(t); break;
-            case 3: th_expect(t, type, TT_I32); nd->repetition = th_i32(t); break;
-            case 4: th_expect(t, type, TT_BINARY); free(nd->name); nd->name = th_string(t); break;
-            case 5: th_expect(t, type, TT_I32); nd->n_children = th_i32(t); break;
-            case 6: th_expect(t, type, TT_I32); converted = th_i32(t); break;
-            case 7: th_expect(t, type, TT_I32); nd->scale = th_i32(t); break;
-            case 10: th_expect(t, type, TT_STRUCT); read_logical(t, nd); break;
+            case 1:
+                th_expect(t, type, TT_I32);
+                nd->type = th_i32(t);
+                break;
+            case 2:
+                th_expect(t, type, TT_I32);
+                nd->type_len = th_i32(t);
+                break;
+            case 3:
+                th_expect(t, type, TT_I32);
+                nd->repetition = th_i32(t);
+                break;
+            case 4:
+                th_expect(t, type, TT_BINARY);
+                free(nd->name);
+                nd->name = th_string(t);
+                break;
+            case 5:
+                th_expect(t, type, TT_I32);
+                nd->n_children = th_i32(t);
+                break;
+            case 6:
+                th_expect(t, type, TT_I32);
+                converted = th_i32(t);
+                break;
+            case 7:
+                th_expect(t, type, TT_I32);
+                nd->scale = th_i32(t);
+                break;
+            case 10:
+                th_expect(t, type, TT_STRUCT);
+                read_logical(t, nd);
+                break;
             default: th_skip(t, type);
         }
     }
     if (!nd->name) bad(t->r, "a schema element has no name");
     if (converted >= 0 && nd->annotation == A_NONE) nd->annotation = annotation_of_converted(converted);
-    if (nd->type < T_GROUP || nd->type > T_FIXED) bad(t->r, "schema element %s has unknown type %d", nd->name, nd->type);
+    if (nd->type < T_GROUP || nd->type > T_FIXED)
+        bad(t->r, "schema element %s has unknown type %d", nd->name, nd->type);
     if (nd->repetition < R_REQUIRED || nd->repetition > R_REPEATED)
         bad(t->r, "schema element %s has unknown repetition %d", nd->name, nd->repetition);
     if (nd->n_children < 0) bad(t->r, "schema element %s has %d children", nd->name, nd->n_children);
     if (nd->type == T_FIXED && (nd->type_len <= 0 || nd->type_len > (1 << 20)))
         bad(t->r, "schema element %s has FIXED_LEN_BYTE_ARRAY length %d", nd->name, nd->type_len);
-    if (nd->scale < 0 || nd->scale > 38) bad(t->r, "schema element %s has decimal scale %d", nd->name, nd->scale);
+    if (nd->scale < 0 || nd->scale > 76)
+        bad(t->r, "schema element %s has decimal scale %d", nd->name, nd->scale);
 }
 
 static void read_column_meta(Th *t, ChunkMeta *cm) {
@@ -342,12 +391,34 @@ static void read_column_meta(Th *t, ChunkMeta *cm) {
     cm->num_values = -1;
     while (th_field(t, &id, &type)) {
         switch (id) {
-            case 1: th_expect(t, type, TT_I32); cm->type = th_i32(t); break;
-            case 4: th_expect(t, type, TT_I32); cm->codec = th_i32(t); break;
-            case 5: th_expect(t, type, TT_I64); cm->num_values = th_i64(t); break;
-            case 7: th_expect(t, type, TT_I64); cm->size = th_i64(t); break;
-            case 9: th_expect(t, type, TT_I64); data_off = th_i64(t); break;
-            case 11: th_expect(t, type, TT_I64); dict_off = th_i64(t); break;
+            case 1:
+                th_expect(t, type, TT_I32);
+                cm->type = th_i32(t);
+                break;
+            case 4:
+                th_expect(t, type, TT_I32);
+                cm->codec = th_i32(t);
+                break;
+            case 5:
+                th_expect(t, type, TT_I64);
+                cm->num_values = th_i64(t);
+                break;
+            case 6:
+                th_expect(t, type, TT_I64);
+                cm->unpacked = th_i64(t);
+                break;
+            case 7:
+                th_expect(t, type, TT_I64);
+                cm->size = th_i64(t);
+                break;
+            case 9:
+                th_expect(t, type, TT_I64);
+                data_off = th_i64(t);
+                break;
+            case 11:
+                th_expect(t, type, TT_I64);
+                dict_off = th_i64(t);
+                break;
             default: th_skip(t, type);
         }
     }
@@ -360,7 +431,8 @@ static void read_column_meta(Th *t, ChunkMeta *cm) {
 static void read_column_chunk(Th *t, ChunkMeta *cm) {
     int id = 0, type, have_meta = 0;
     while (th_field(t, &id, &type)) {
-        if (id == 1 && type == TT_BINARY) bad(t->r, "column chunks in other files (file_path) are not supported");
+        if (id == 1 && type == TT_BINARY)
+            bad(t->r, "column chunks in other files (file_path) are not supported");
         if (id == 3 && type == TT_STRUCT) {
             read_column_meta(t, cm);
             have_meta = 1;
@@ -394,7 +466,8 @@ static void read_row_group(Th *t, ParquetReader *r, RowGroup *g) {
 }
 
 // Builds the tree from the flattened schema (depth first; each group gives its child count).
-static int build_node(ParquetReader *r, int *next, int depth, int parent_def, int parent_rep, const char *prefix) {
+static int build_node(ParquetReader *r, int *next, int depth, int parent_def, int parent_rep,
+                      const char *prefix) {
     if (*next >= r->n_nodes) bad(r, "the schema ends inside a group");
     if (depth > PQ_MAX_DEPTH) bad(r, "the schema nests deeper than %d", PQ_MAX_DEPTH);
     int i = (*next)++;
@@ -413,7 +486,8 @@ static int build_node(ParquetReader *r, int *next, int depth, int parent_def, in
         nd->type = T_GROUP;
         if (nd->n_children > r->n_nodes) bad(r, "schema element %s has %d children", nd->path, nd->n_children);
         nd->children = xmalloc((size_t)nd->n_children * sizeof *nd->children + 1);
-        for (int c = 0; c < nd->n_children; c++) nd->children[c] = build_node(r, next, depth + 1, nd->def, nd->rep, nd->path);
+        for (int c = 0; c < nd->n_children; c++)
+            nd->children[c] = build_node(r, next, depth + 1, nd->def, nd->rep, nd->path);
     }
     nd->leaf_hi = r->n_leaves;
     return i;
@@ -440,7 +514,8 @@ static void read_footer(ParquetReader *r, const uint8_t *p, size_t n) {
             if (!have_schema || have_groups) bad(r, "the row groups come before the schema, or twice");
             int next = 0;
             build_node(r, &next, 0, 0, 0, "");
-            if (next != r->n_nodes) bad(r, "the schema has %d elements after its root's tree", r->n_nodes - next);
+            if (next != r->n_nodes)
+                bad(r, "the schema has %d elements after its root's tree", r->n_nodes - next);
             int et;
             int64_t count = th_list(&t, &et);
             if (et != TT_STRUCT) bad(r, "corrupt row group list");
@@ -452,21 +527,32 @@ static void read_footer(ParquetReader *r, const uint8_t *p, size_t n) {
             th_skip(&t, type);
         }
     }
-    if (!have_schema || !have_groups || r->num_rows < 0) bad(r, "the footer lacks the schema, row groups or row count");
-    int64_t sum = 0;
+    if (!have_schema || !have_groups || r->num_rows < 0)
+        bad(r, "the footer lacks the schema, row groups or row count");
+    if (r->n_leaves == 0 && r->num_rows > 0) bad(r, "rows without columns");
+    int64_t sum = 0, bytes = 0;
     for (int g = 0; g < r->n_groups; g++) {
         if (r->groups[g].num_rows > r->num_rows - sum) break;
         sum += r->groups[g].num_rows;
+        for (int c = 0; c < r->n_leaves; c++) {  // chunks do not overlap: together they fit in the file
+            const ChunkMeta *cm = &r->groups[g].chunks[c];
+            if (cm->num_values < r->groups[g].num_rows)
+                bad(r, "row group %d: a column has %lld values for %lld rows", g, (long long)cm->num_values,
+                    (long long)r->groups[g].num_rows);
+            if (cm->size > r->file_size - bytes) bad(r, "the column chunks add up to more than the file");
+            bytes += cm->size;
+        }
         for (int c = 0; c < r->n_leaves; c++) {
             const ChunkMeta *cm = &r->groups[g].chunks[c];
             const Node *leaf = &r->nodes[r->leaves[c]];
             if (cm->type != leaf->type)
-                bad(r, "row group %d: column %s has type %d, the schema says %d", g, leaf->path, cm->type, leaf->type);
+                bad(r, "row group %d: column %s has type %d, the schema says %d",
+                    g, leaf->path, cm->type, leaf->type);
             if (cm->start > r->file_size || cm->size > r->file_size - cm->start)
                 bad(r, "row group %d: column %s lies past the end of the file", g, leaf->path);
             if (cm->num_values > PQ_MAX_VALUES)
-                bad(r, "row group %d: column %s has %lld values, more than the %lld this reader takes per column "
-                    "chunk (write smaller row groups)", g, leaf->path, (long long)cm->num_values,
+                bad(r, "row group %d: column %s has %lld values, more than the %lld this reader takes per "
+                    "column chunk (write smaller row groups)", g, leaf->path, (long long)cm->num_values,
                     (long long)PQ_MAX_VALUES);
         }
     }
@@ -506,7 +592,7 @@ ParquetReader *parquet_open(const char *path, const char *key) {
     if (memcmp(head, "PAR1", 4) != 0) die("%s: not a Parquet file (no PAR1 magic at the start)", path);
     if (memcmp(tail + 4, "PAR1", 4) != 0)
         die("%s: not a complete Parquet file (no PAR1 magic at the end: truncated, or encrypted)", path);
-    uint64_t len = (uint64_t)tail[0] | (uint64_t)tail[1] << 8 | (uint64_t)tail[2] << 16 | (uint64_t)tail[3] << 24;
+    uint64_t len = le32(tail);
     if (len > (uint64_t)r->file_size - 12) die("%s: the footer length %llu exceeds the file", path,
                                                (unsigned long long)len);
     if (len > PQ_MAX_FOOTER) die("%s: the footer is %llu bytes, over this reader's cap of %llu", path,
@@ -535,10 +621,43 @@ int64_t parquet_num_rows(const ParquetReader *r) { return r->num_rows; }
 uint32_t parquet_nul_sentinel(const ParquetReader *r) { return r->nul; }
 
 // ---------------------------------------------------------------- pages
+// A buffer of n bytes that values point into, kept until the row group is done and counted against its cap.
+static uint8_t *new_values(ParquetReader *r, uint64_t n) {
+    r->group_bytes += (int64_t)n;
+    if (n > PQ_MAX_PAGE || r->group_bytes > PQ_MAX_GROUP_BYTES)
+        bad(r, "the row group's values take over %lld bytes (write smaller row groups)",
+            (long long)PQ_MAX_GROUP_BYTES);
+    return keep(r, xmalloc((size_t)n + 1));
+}
+
+// Hadoop's LZ4 framing (parquet-mr's old LZ4): blocks of big-endian (decompressed size, compressed size, data);
+// some writers wrote one raw block instead. 1 when src held exactly out_n bytes that way.
+static int lz4_hadoop(const uint8_t *src, size_t n, uint8_t *dst, size_t out_n) {
+    size_t in = 0, out = 0;
+    while (n - in >= 8) {
+        uint32_t want = be32(src + in), size = be32(src + in + 4);
+        in += 8;
+        if (size > n - in || want > out_n - out || size > INT32_MAX || want > INT32_MAX) break;
+        int got = LZ4_decompress_safe((const char *)src + in, (char *)dst + out, (int)size, (int)want);
+        if (got < 0 || (uint32_t)got != want) break;
+        in += size;
+        out += want;
+    }
+    if (in == n && out == out_n) return 1;
+    if (n > INT32_MAX || out_n > INT32_MAX) return 0;
+    int got = LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)out_n);
+    return got >= 0 && (size_t)got == out_n;
+}
+
+// A page's out_n decompressed bytes (malloc'd: the caller keeps or frees them).
 static uint8_t *decompress(ParquetReader *r, int codec, const uint8_t *src, size_t n, size_t out_n) {
     if (out_n > PQ_MAX_PAGE) bad(r, "a page of %zu bytes, over this reader's cap of %llu", out_n,
                                  (unsigned long long)PQ_MAX_PAGE);
-    uint8_t *dst = keep(r, xmalloc(out_n + 1));
+    r->group_bytes += (int64_t)out_n;
+    if (r->group_bytes > PQ_MAX_GROUP_BYTES)
+        bad(r, "the row group decompresses to over %lld bytes (write smaller row groups)",
+            (long long)PQ_MAX_GROUP_BYTES);
+    uint8_t *dst = xmalloc(out_n + 1);
     int ok = 0;
     switch (codec) {
         case C_SNAPPY: {
@@ -575,11 +694,14 @@ static uint8_t *decompress(ParquetReader *r, int codec, const uint8_t *src, size
             ok = got >= 0 && (size_t)got == out_n;
             break;
         }
+        case C_LZ4: ok = lz4_hadoop(src, n, dst, out_n); break;
         case C_LZO: bad(r, "LZO compression is not supported");
-        case C_LZ4: bad(r, "the old LZ4 (Hadoop framing) compression is not supported; LZ4_RAW is");
         default: bad(r, "unknown compression codec %d", codec);
     }
-    if (!ok) bad(r, "a page does not decompress to its stated %zu bytes (corrupt)", out_n);
+    if (!ok) {
+        free(dst);
+        bad(r, "a page does not decompress to its stated %zu bytes (corrupt)", out_n);
+    }
     return dst;
 }
 
@@ -598,9 +720,6 @@ static uint64_t uleb(ParquetReader *r, Cur *c) {
     bad(r, "corrupt page (an over-long varint)");
 }
 
-static uint32_t le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 // The bits [bit, bit + w) of p, least significant first (w <= 64); p holds at least (bit + w + 7) / 8 bytes.
 static uint64_t get_bits(const uint8_t *p, uint64_t bit, int w) {
@@ -627,12 +746,14 @@ static void rle_hybrid(ParquetReader *r, Cur *c, int w, uint32_t *out, int64_t n
         uint64_t h = uleb(r, c);
         if (h & 1) {  // bit-packed: (h >> 1) groups of 8 values
             uint64_t groups = h >> 1;
-            if (groups == 0 || groups > (uint64_t)(n - done + 7) / 8 + 1) bad(r, "corrupt page (a bit-packed run)");
+            if (groups == 0 || groups > (uint64_t)(n - done + 7) / 8 + 1)
+                bad(r, "corrupt page (a bit-packed run)");
             int64_t vals = (int64_t)groups * 8, use = vals < n - done ? vals : n - done;
             size_t bytes = (size_t)groups * (size_t)w, need = ((size_t)use * (size_t)w + 7) / 8;
             size_t left = (size_t)(c->end - c->p);
             if (left < need) bad(r, "truncated page (a bit-packed run)");
-            for (int64_t i = 0; i < use; i++) out[done + i] = (uint32_t)get_bits(c->p, (uint64_t)i * (uint64_t)w, w);
+            for (int64_t i = 0; i < use; i++)
+                out[done + i] = (uint32_t)get_bits(c->p, (uint64_t)i * (uint64_t)w, w);
             c->p += bytes < left ? bytes : left;
             done += use;
         } else {  // a run of one value repeated (h >> 1) times
@@ -657,7 +778,23 @@ static int bit_width(int max) {
 // n levels (each <= max) into out; v1 pages prefix them with their byte length (len_prefixed).
 static void read_levels(ParquetReader *r, Cur *c, int max, int64_t n, uint16_t *out, int len_prefixed,
                         int encoding) {
-    if (encoding != E_RLE) bad(r, "level encoding %d is not supported (only RLE)", encoding);
+    if (encoding == E_BIT_PACKED && len_prefixed) {  // deprecated: most significant bit first, no length prefix
+        int w = bit_width(max);
+        uint64_t bytes = ((uint64_t)n * (uint64_t)w + 7) / 8;
+        if ((uint64_t)(c->end - c->p) < bytes) bad(r, "truncated page (levels)");
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t v = 0;
+            for (int b = 0; b < w; b++) {
+                uint64_t bit = (uint64_t)i * (uint64_t)w + (uint64_t)b;
+                v = v << 1 | ((c->p[bit >> 3] >> (7 - (bit & 7))) & 1);
+            }
+            if (v > (uint32_t)max) bad(r, "a level of %u exceeds the maximum %d (corrupt)", v, max);
+            out[i] = (uint16_t)v;
+        }
+        c->p += bytes;
+        return;
+    }
+    if (encoding != E_RLE) bad(r, "level encoding %d is not supported (RLE and BIT_PACKED are)", encoding);
     Cur sub = *c;
     if (len_prefixed) {
         if (c->end - c->p < 4) bad(r, "truncated page (levels)");
@@ -682,7 +819,8 @@ static int64_t *delta_ints(ParquetReader *r, Cur *c, int64_t max_n, int64_t *n_o
     if (block == 0 || block % 128 || minis == 0 || block % minis || (block / minis) % 32 || block > (1u << 20))
         bad(r, "corrupt DELTA_BINARY_PACKED header (block %llu, miniblocks %llu)", (unsigned long long)block,
             (unsigned long long)minis);
-    if (total > (uint64_t)max_n) bad(r, "corrupt DELTA_BINARY_PACKED header (%llu values)", (unsigned long long)total);
+    if (total > (uint64_t)max_n)
+        bad(r, "corrupt DELTA_BINARY_PACKED header (%llu values)", (unsigned long long)total);
     int64_t *v = xmalloc((size_t)total * sizeof *v + 1);
     uint64_t per = block / minis, i = 0;
     uint64_t prev = (zz >> 1) ^ -(zz & 1);
@@ -787,7 +925,7 @@ static void read_values(ParquetReader *r, const Node *leaf, Cur *c, int encoding
             if (w == 0 || leaf->type == T_INT96) bad(r, "BYTE_STREAM_SPLIT of a variable-width column");
             need(r, c, (uint64_t)n * (uint64_t)w);
             uint8_t tmp[8];  // one value of a number column; FIXED_LEN_BYTE_ARRAY values get a buffer
-            uint8_t *buf = leaf->type == T_FIXED ? keep(r, xmalloc((size_t)(n * w) + 1)) : NULL;
+            uint8_t *buf = leaf->type == T_FIXED ? new_values(r, (uint64_t)(n * w)) : NULL;
             for (int64_t i = 0; i < n; i++) {
                 uint8_t *dst = buf ? buf + i * w : tmp;
                 for (int b = 0; b < w; b++) dst[b] = c->p[(int64_t)b * n + i];
@@ -797,10 +935,12 @@ static void read_values(ParquetReader *r, const Node *leaf, Cur *c, int encoding
             return;
         }
         case E_DELTA: {
-            if (leaf->type != T_INT32 && leaf->type != T_INT64) bad(r, "DELTA_BINARY_PACKED of a non-integer column");
+            if (leaf->type != T_INT32 && leaf->type != T_INT64)
+                bad(r, "DELTA_BINARY_PACKED of a non-integer column");
             int64_t got;
             int64_t *v = delta_ints(r, c, n, &got);
-            if (got != n) bad(r, "DELTA_BINARY_PACKED holds %lld values, the page %lld", (long long)got, (long long)n);
+            if (got != n)
+                bad(r, "DELTA_BINARY_PACKED holds %lld values, the page %lld", (long long)got, (long long)n);
             for (int64_t i = 0; i < n; i++) {
                 if (leaf->type == T_INT32) out[i].i = leaf->annotation == A_UNSIGNED ? (int64_t)(uint32_t)v[i]
                                                                                        : (int64_t)(int32_t)v[i];
@@ -810,32 +950,39 @@ static void read_values(ParquetReader *r, const Node *leaf, Cur *c, int encoding
             return;
         }
         case E_DELTA_LENGTH: case E_DELTA_BYTES: {
-            if (leaf->type != T_BYTE_ARRAY && leaf->type != T_FIXED) bad(r, "a byte-array encoding of another type");
+            if (leaf->type != T_BYTE_ARRAY && leaf->type != T_FIXED)
+                bad(r, "a byte-array encoding of another type");
             int64_t np = 0, ns;
             int64_t *prefix = encoding == E_DELTA_BYTES ? delta_ints(r, c, n, &np) : NULL;
             int64_t *len = delta_ints(r, c, n, &ns);
-            if (ns != n || (prefix && np != n)) bad(r, "a byte-array encoding holds the wrong number of values");
+            if (ns != n || (prefix && np != n))
+                bad(r, "a byte-array encoding holds the wrong number of values");
             uint64_t total = 0;
             for (int64_t i = 0; i < n; i++) {
                 if (len[i] < 0 || (prefix && prefix[i] < 0)) bad(r, "a negative length (corrupt)");
+                if (len[i] > (int64_t)PQ_MAX_PAGE || (prefix && prefix[i] > (int64_t)PQ_MAX_PAGE))
+                    bad(r, "a value longer than a page (corrupt)");
                 total += (uint64_t)len[i] + (prefix ? (uint64_t)prefix[i] : 0);
-                if (total > PQ_MAX_PAGE) bad(r, "values of over %llu bytes in one page", (unsigned long long)PQ_MAX_PAGE);
+                if (total > PQ_MAX_PAGE)
+                    bad(r, "values of over %llu bytes in one page", (unsigned long long)PQ_MAX_PAGE);
             }
-            uint8_t *buf = prefix ? keep(r, xmalloc((size_t)total + 1)) : NULL;
+            uint8_t *buf = prefix ? new_values(r, total) : NULL;
             uint64_t at = 0;
             for (int64_t i = 0; i < n; i++) {
                 need(r, c, (uint64_t)len[i]);
                 if (!prefix) {
                     out[i].b = (Bytes){c->p, (uint32_t)len[i]};
                 } else {
-                    if (prefix[i] > (i ? (int64_t)out[i - 1].b.n : 0)) bad(r, "a prefix longer than the value before");
+                    if (prefix[i] > (i ? (int64_t)out[i - 1].b.n : 0))
+                        bad(r, "a prefix longer than the value before");
                     if (prefix[i]) memcpy(buf + at, out[i - 1].b.p, (size_t)prefix[i]);
                     memcpy(buf + at + prefix[i], c->p, (size_t)len[i]);
                     out[i].b = (Bytes){buf + at, (uint32_t)(prefix[i] + len[i])};
                     at += (uint64_t)(prefix[i] + len[i]);
                 }
                 if (leaf->type == T_FIXED && out[i].b.n != (uint32_t)leaf->type_len)
-                    bad(r, "a value of %u bytes in a FIXED_LEN_BYTE_ARRAY(%d) column", out[i].b.n, leaf->type_len);
+                    bad(r, "a value of %u bytes in a FIXED_LEN_BYTE_ARRAY(%d) column",
+                        out[i].b.n, leaf->type_len);
                 c->p += len[i];
             }
             free(prefix);
@@ -899,7 +1046,8 @@ static void read_page_header(ParquetReader *r, Cur *c, PageHeader *h) {
             th_skip(&t, type);
         }
     }
-    if (h->type < 0 || h->uncompressed < 0 || h->compressed < 0) bad(r, "a page header lacks its type or sizes");
+    if (h->type < 0 || h->uncompressed < 0 || h->compressed < 0)
+        bad(r, "a page header lacks its type or sizes");
     c->p = t.p;
 }
 
@@ -910,8 +1058,17 @@ static void read_chunk(ParquetReader *r, int li) {
     Column *col = &r->cols[li];
     r->where = leaf->path;
     if (leaf->type == T_INT96) bad(r, "INT96 (legacy timestamps) is not supported");
-    uint8_t *chunk = keep(r, xmalloc((size_t)cm->size + 1));
-    read_at(r, chunk, cm->start, cm->size);
+    r->group_values += cm->num_values;
+    if (r->group_values > PQ_MAX_VALUES)
+        bad(r, "the row group's columns read hold over %lld values (write smaller row groups)",
+            (long long)PQ_MAX_VALUES);
+    // byte-array values point into the pages: those stay until the row group is done; other pages go at once
+    int points = leaf->type == T_BYTE_ARRAY || leaf->type == T_FIXED;
+    uint8_t *chunk = xmalloc((size_t)cm->size + 1);
+    if (points) keep(r, chunk);
+    if (fseeko(r->f, cm->start, SEEK_SET) != 0 || fread(chunk, 1, (size_t)cm->size, r->f) != (size_t)cm->size)
+        bad(r, "cannot read the column chunk's %lld bytes at offset %lld", (long long)cm->size,
+            (long long)cm->start);
     Cur c = {chunk, chunk + cm->size};
     int64_t seen = 0;
     while (seen < cm->num_values) {
@@ -925,27 +1082,39 @@ static void read_chunk(ParquetReader *r, int li) {
         if (h.type == P_INDEX) continue;
         if (h.type != P_DATA && h.type != P_DATA_V2 && h.type != P_DICT) bad(r, "unknown page type %d", h.type);
         if (h.num_values < 0) bad(r, "a page header lacks its value count");
+        uint8_t *owned = NULL;  // the page decompressed
         if (h.type == P_DICT) {
             if (col->dict || seen) bad(r, "a second dictionary page, or one after data pages");
             const uint8_t *data = page;
-            if (cm->codec != C_NONE) data = decompress(r, cm->codec, page, (size_t)h.compressed, (size_t)h.uncompressed);
-            else if (h.uncompressed != h.compressed) bad(r, "an uncompressed page's sizes differ");
-            if (h.encoding != E_PLAIN && h.encoding != E_PLAIN_DICT) bad(r, "dictionary encoding %d", h.encoding);
-            if (h.num_values > h.uncompressed + 1 && leaf->type != T_BOOLEAN)
+            if (cm->codec != C_NONE) {
+                data = owned = decompress(r, cm->codec, page, (size_t)h.compressed, (size_t)h.uncompressed);
+            } else if (h.uncompressed != h.compressed) {
+                bad(r, "an uncompressed page's sizes differ");
+            }
+            if (h.encoding != E_PLAIN && h.encoding != E_PLAIN_DICT)
+                bad(r, "dictionary encoding %d", h.encoding);
+            int64_t most = (int64_t)h.uncompressed + 1;  // a value takes a byte at least, a boolean a bit
+            if (leaf->type == T_BOOLEAN) most = 8 * most;
+            if (h.num_values > most)
                 bad(r, "a dictionary of %d values in %d bytes", h.num_values, h.uncompressed);
             col->dict = xmalloc((size_t)h.num_values * sizeof *col->dict + 1);
             col->n_dict = h.num_values;
             Cur dc = {data, data + h.uncompressed};
             read_values(r, leaf, &dc, E_PLAIN, h.num_values, col->dict);
+            if (owned && points) keep(r, owned);
+            else free(owned);
             continue;
         }
         int64_t n = h.num_values;
-        if (n > cm->num_values - seen) bad(r, "pages hold more values than the chunk's %lld", (long long)cm->num_values);
+        if (n > cm->num_values - seen)
+            bad(r, "pages hold more values than the chunk's %lld", (long long)cm->num_values);
+        if (n == 0) continue;  // nothing to decode (parquet-mr writes such pages)
         const uint8_t *data = page;
         size_t size = (size_t)h.compressed;
         Cur lv;  // the levels
         if (h.type == P_DATA) {
-            if (cm->codec != C_NONE) data = decompress(r, cm->codec, page, size, (size_t)h.uncompressed);
+            if (cm->codec != C_NONE)
+                data = owned = decompress(r, cm->codec, page, size, (size_t)h.uncompressed);
             else if (h.uncompressed != h.compressed) bad(r, "an uncompressed page's sizes differ");
             size = (size_t)h.uncompressed;
             lv = (Cur){data, data + size};
@@ -957,8 +1126,9 @@ static void read_chunk(ParquetReader *r, int li) {
             size_t levels = (size_t)h.rep_len + (size_t)h.def_len;
             data = page + levels;
             size = (size_t)h.compressed - levels;
-            if (cm->codec != C_NONE && h.is_compressed) {
-                data = decompress(r, cm->codec, data, size, (size_t)h.uncompressed - levels);
+            // all-null pages of parquet-mr have no value bytes at all, "compressed" or not
+            if (cm->codec != C_NONE && h.is_compressed && (size_t)h.uncompressed > levels) {
+                data = owned = decompress(r, cm->codec, data, size, (size_t)h.uncompressed - levels);
                 size = (size_t)h.uncompressed - levels;
             } else if (h.uncompressed != h.compressed) {
                 bad(r, "an uncompressed page's sizes differ");
@@ -971,7 +1141,7 @@ static void read_chunk(ParquetReader *r, int li) {
             Cur rc = v1 ? lv : (Cur){lv.p, lv.p + h.rep_len};
             read_levels(r, &rc, leaf->rep, n, col->rep + col->n, v1, h.rep_encoding);
             lv.p = v1 ? rc.p : lv.p + h.rep_len;
-            if (col->n == 0 && n > 0 && col->rep[0] != 0) bad(r, "the first repetition level is not 0 (corrupt)");
+            if (col->n == 0 && col->rep[0] != 0) bad(r, "the first repetition level is not 0 (corrupt)");
         } else if (!v1) {
             lv.p += h.rep_len;
         }
@@ -1005,14 +1175,18 @@ static void read_chunk(ParquetReader *r, int li) {
         } else {
             read_values(r, leaf, &vc, h.encoding, present, out);
         }
+        if (owned && points) keep(r, owned);
+        else free(owned);
         col->n += n;
         col->nv += present;
         seen += n;
     }
+    if (!points) free(chunk);
     int64_t rows = 0;
     for (int64_t i = 0; i < col->n; i++) rows += leaf->rep == 0 || col->rep[i] == 0;
     if (rows != r->groups[r->group].num_rows)
-        bad(r, "%lld rows, the row group has %lld (corrupt)", (long long)rows, (long long)r->groups[r->group].num_rows);
+        bad(r, "%lld rows, the row group has %lld (corrupt)",
+            (long long)rows, (long long)r->groups[r->group].num_rows);
 }
 
 static void free_group(ParquetReader *r) {
@@ -1058,6 +1232,8 @@ static void choose_sentinel(ParquetReader *r) {
 
 static void load_group(ParquetReader *r) {
     free_group(r);
+    r->group_values = 0;
+    r->group_bytes = 0;
     const Node *root = &r->nodes[0];
     for (int c = 0; c < root->n_children; c++) {
         if (!r->selected[c]) continue;
@@ -1097,7 +1273,10 @@ static double decimal_of(const Bytes *b, int scale) {
 static double half_of(const Bytes *b) {
     if (b->n != 2) return NAN;
     int h = b->p[0] | b->p[1] << 8, e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    double v;
+    if (e == 0) v = ldexp(m, -24);  // subnormal
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexp(m + 1024, e - 25);
     return h & 0x8000 ? -v : v;
 }
 
@@ -1109,19 +1288,30 @@ static cJSON *checked(cJSON *item) {
 static cJSON *leaf_value(ParquetReader *r, const Node *nd) {
     Column *col = &r->cols[nd->leaf];
     if (col->vpos >= col->nv) bad_row(r, "a column ends early");
+    if (col->def && col->def[col->pos] != nd->def) bad_row(r, "the columns disagree");
     const Value *v = &col->val[col->vpos++];
     col->pos++;
     switch (nd->type) {
         case T_BOOLEAN: return cJSON_CreateBool(v->i != 0);
         case T_INT32: case T_INT64:
             if (nd->annotation == A_DECIMAL) return cJSON_CreateNumber((double)v->i / pow(10, nd->scale));
-            if (nd->annotation == A_UNSIGNED && nd->type == T_INT64) return cJSON_CreateNumber((double)(uint64_t)v->i);
+            if (nd->annotation == A_UNSIGNED && nd->type == T_INT64)
+                return cJSON_CreateNumber((double)(uint64_t)v->i);
             return cJSON_CreateNumber((double)v->i);
         case T_FLOAT: case T_DOUBLE: return cJSON_CreateNumber(v->d);
         default: break;
     }
     if (nd->annotation == A_DECIMAL) return cJSON_CreateNumber(decimal_of(&v->b, nd->scale));
     if (nd->annotation == A_FLOAT16) return cJSON_CreateNumber(half_of(&v->b));
+    if (nd->annotation == A_UUID && v->b.n == 16) {  // 8-4-4-4-12 hex digits
+        char u[37];
+        int at = 0;
+        for (int i = 0; i < 16; i++) {
+            if (i == 4 || i == 6 || i == 8 || i == 10) u[at++] = '-';
+            at += snprintf(u + at, sizeof u - (size_t)at, "%02x", v->b.p[i]);
+        }
+        return cJSON_CreateString(u);
+    }
     if (r->nul && memchr(v->b.p, 0, v->b.n)) {  // NUL bytes become the sentinel (3 bytes each)
         Buf b = {0};
         unsigned char sent[3] = {0xEF, (unsigned char)(0x80 | ((r->nul >> 6) & 0x3F)),
@@ -1191,8 +1381,7 @@ static cJSON *read_map(ParquetReader *r, const Node *nd) {
         cJSON *value = kv->n_children == 2 ? read_node(r, kv->children[1]) : checked(cJSON_CreateNull());
         char *name = cJSON_IsString(key) ? xstrdup(key->valuestring) : cJSON_PrintUnformatted(key);
         if (!name) die("out of memory");
-        cJSON_DeleteItemFromObjectCaseSensitive(obj, name);  // a repeated key keeps the last value
-        cJSON_AddItemToObject(obj, name, value);
+        cJSON_AddItemToObject(obj, name, value);  // keys are unique in a valid map: no search for repeats
         free(name);
         cJSON_Delete(key);
         if (first->pos >= first->n || !first->rep || first->rep[first->pos] != kv->rep) break;

@@ -10,7 +10,7 @@
 typedef struct {
     const char *path;   // borrowed
     int64_t line;       // JSONL: the 1-based line of the row records_next returned last; Parquet: its row
-    uint32_t nul;       // that row's U+0000 sentinel (json_parse_line; 0 for Parquet), for json_string_bytes
+    uint32_t nul;       // that row's U+0000 sentinel (json_parse_line; parquet_nul_sentinel), for json_string_bytes
     JsonlReader jsonl;
     ParquetReader *parquet;  // NULL for JSONL
     char where[512];    // "PATH:LINE" or "PATH: row N", for messages

@@ -20,6 +20,13 @@ static char *field_text(const cJSON *it, const RecordReader *r, const char *key)
     die("%s: \"%s\" must be a string%s", r->where, key, it ? "" : " (missing)");
 }
 
+// An item as JSON text, U+0000 restored (json_dump_py's form).
+static char *json_text(const cJSON *item, uint32_t nul) {
+    Buf b = {0};
+    json_dump_py(&b, item, nul);
+    return b.data ? b.data : xstrdup("null");
+}
+
 // The row's tools_kwargs ({tool name: {...}}): extra_info.tools_kwargs (verl) or tools_kwargs; NULL if none.
 static cJSON *tools_kwargs_of(const cJSON *row, const RecordReader *r) {
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(row, "extra_info");
@@ -62,11 +69,12 @@ static int read_row(const cJSON *row, const RecordReader *r, const PromptDataOpt
     char *prompt = NULL, *messages = NULL;
     if (cJSON_IsArray(prompt_item)) {
         render_messages(prompt_item, r, o, &ids, &prompt);
-        if (!(messages = cJSON_PrintUnformatted(prompt_item))) die("out of memory");
+        messages = json_text(prompt_item, r->nul);
     } else {
         prompt = field_text(prompt_item, r, o->prompt_key);
         size_t bad_offset;
-        if (chat_encode_prompt(o->tok, prompt, strlen(prompt), o->chat_template, o->tools, &ids, &bad_offset) != 0)
+        int rc = chat_encode_prompt(o->tok, prompt, strlen(prompt), o->chat_template, o->tools, &ids, &bad_offset);
+        if (rc != 0)
             die("%s: \"%s\" is not valid UTF-8", r->where, o->prompt_key);
     }
     if (ids.n == 0) die("%s: the prompt is empty", r->where);
@@ -74,18 +82,21 @@ static int read_row(const cJSON *row, const RecordReader *r, const PromptDataOpt
         if (!o->filter_overlong)
             die("%s: the prompt has %zu tokens, max_prompt_length is %lld (or set data.filter_overlong_prompts)",
                 r->where, ids.n, (long long)o->max_prompt_length);
-        free(ids.ids), free(prompt), free(messages);
+        free(ids.ids);
+        free(prompt);
+        free(messages);
         return 0;
     }
     const cJSON *source = cJSON_GetObjectItemCaseSensitive(row, "data_source");
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(row, "extra_info");
     if (source && !cJSON_IsNull(source) && !cJSON_IsString(source))
         die("%s: \"data_source\" must be a string", r->where);
-    *x = (PromptSample){.prompt = prompt, .answer = field_text(records_get(row, o->answer_key), r, o->answer_key),
+    char *answer = field_text(records_get(row, o->answer_key), r, o->answer_key);
+    *x = (PromptSample){.prompt = prompt, .answer = answer,
                         .messages = messages, .ids = ids.ids, .len = (int64_t)ids.n, .line = r->line,
                         .tools_kwargs = tools_kwargs_of(row, r)};
     if (cJSON_IsString(source)) x->data_source = xstrdup(source->valuestring);
-    if (extra && !cJSON_IsNull(extra) && !(x->extra_info = cJSON_PrintUnformatted(extra))) die("out of memory");
+    if (extra && !cJSON_IsNull(extra)) x->extra_info = json_text(extra, r->nul);
     return 1;
 }
 
@@ -97,8 +108,8 @@ void prompt_data_load(PromptData *d, const char *const *paths, int n_paths, cons
         // Parquet: decode only the columns a prompt needs
         char *prompt_col = xprintf("%.*s", (int)strcspn(o->prompt_key, "."), o->prompt_key);
         char *answer_col = xprintf("%.*s", (int)strcspn(o->answer_key, "."), o->answer_key);
-        const char *cols[7] = {o->prompt_key, o->answer_key, prompt_col, answer_col, "data_source", "extra_info",
-                                "tools_kwargs"};
+        const char *cols[7] = {o->prompt_key, o->answer_key, prompt_col, answer_col, "data_source",
+                               "extra_info", "tools_kwargs"};
         RecordReader r;
         records_open(&r, paths[f], key, cols, 7);
         for (cJSON *row; (row = records_next(&r));) {
@@ -115,7 +126,8 @@ void prompt_data_load(PromptData *d, const char *const *paths, int n_paths, cons
             cJSON_Delete(row);
         }
         records_close(&r);
-        free(prompt_col), free(answer_col);
+        free(prompt_col);
+        free(answer_col);
     }
     if (d->n == 0 && d->n_filtered) die("%s: every prompt is longer than max_prompt_length (%lld)", paths[0],
                                         (long long)o->max_prompt_length);
@@ -125,7 +137,12 @@ void prompt_data_load(PromptData *d, const char *const *paths, int n_paths, cons
 void prompt_data_free(PromptData *d) {
     for (int64_t i = 0; i < d->n; i++) {
         PromptSample *x = &d->s[i];
-        free(x->prompt), free(x->answer), free(x->messages), free(x->ids), free(x->data_source), free(x->extra_info);
+        free(x->prompt);
+        free(x->answer);
+        free(x->messages);
+        free(x->ids);
+        free(x->data_source);
+        free(x->extra_info);
         cJSON_Delete(x->tools_kwargs);
     }
     free(d->s);

@@ -24,7 +24,8 @@ static void read_ids(Loader *L, const cJSON *arr, const char *key, int64_t vocab
     for (const cJSON *e = arr->child; e; e = e->next, i++) {
         int64_t v;
         if (!json_as_int(e, 0, vocab - 1, &v))
-            die("%s: \"%s\"[%lld] is not a token id in [0, %lld)", L->r.where, key, (long long)i, (long long)vocab);
+            die("%s: \"%s\"[%lld] is not a token id in [0, %lld)",
+                L->r.where, key, (long long)i, (long long)vocab);
         idlist_push(out, (int32_t)v);
     }
 }
@@ -33,7 +34,8 @@ static void need_tokenizer(Loader *L) {
     if (L->tok_loaded) return;
     char *tj = path_join(L->model_dir, "tokenizer.json");
     if (!file_exists(tj))
-        die("%s: text rows need a tokenizer: %s does not exist (or give prompt_ids/completion_ids)", L->r.where, tj);
+        die("%s: text rows need a tokenizer: %s does not exist (or give prompt_ids/completion_ids)",
+            L->r.where, tj);
     tokenizer_load(&L->tok, tj);
     free(tj);
     L->tok_loaded = 1;
@@ -55,7 +57,8 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
 static void encode_conversation(Loader *L, const cJSON *msgs, int n_last, IdList *out, int64_t *plen) {
     need_tokenizer(L);
     int n = cJSON_GetArraySize(msgs);
-    if (n_last < 1 || n_last >= n) die("%s: a conversation needs a prompt message and a final assistant message", L->r.where);
+    if (n_last < 1 || n_last >= n)
+        die("%s: a conversation needs a prompt message and a final assistant message", L->r.where);
     const cJSON *last = cJSON_GetArrayItem(msgs, n - 1);
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
     if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant"))
@@ -69,7 +72,8 @@ static void encode_conversation(Loader *L, const cJSON *msgs, int n_last, IdList
     if (err) die("%s: %s", L->r.where, err);
     cJSON_Delete(head);
     if (full.len <= prompt.len || memcmp(full.data, prompt.data, prompt.len) != 0)
-        die("%s: the chat template's rendering of the whole conversation does not start with its prompt's", L->r.where);
+        die("%s: the chat template's rendering of the whole conversation does not start with its prompt's",
+            L->r.where);
     size_t bad_offset;
     if (tokenizer_encode(&L->tok, prompt.data, prompt.len, out, &bad_offset) != 0)
         die("%s: the conversation is not valid UTF-8", L->r.where);
@@ -111,12 +115,14 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
         encode_text(L, comp, "completion", 0, ids);
         if ((int64_t)ids->n == *plen) die("%s: the completion is empty", L->r.where);
         int32_t eos = L->tok.eos_id >= 0 ? L->tok.eos_id : (int32_t)c->eos_id;
-        if (eos < 0) die("%s: no eos token in tokenizer_config.json or config.json to end completions", L->model_dir);
+        if (eos < 0)
+            die("%s: no eos token in tokenizer_config.json or config.json to end completions", L->model_dir);
         idlist_push(ids, eos);
     }
     for (size_t i = 0; i < ids->n; i++)
         if (ids->ids[i] >= c->vocab)
-            die("%s: token id %d does not fit the model's vocab_size %lld", L->r.where, ids->ids[i], (long long)c->vocab);
+            die("%s: token id %d does not fit the model's vocab_size %lld",
+                L->r.where, ids->ids[i], (long long)c->vocab);
 }
 
 void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
@@ -132,7 +138,8 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
         int64_t plen;
         read_row(&L, root, c, &ids, &plen);
         cJSON_Delete(root);
-        if (plen == 0) die("%s: the prompt is empty (the first completion token needs a token before it)", L.r.where);
+        if (plen == 0)
+            die("%s: the prompt is empty (the first completion token needs a token before it)", L.r.where);
         if ((int64_t)ids.n == plen) die("%s: the completion is empty", L.r.where);
         if (plen >= max_length && filter_overlong) {
             d->n_filtered++;
@@ -154,7 +161,8 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
     }
     records_close(&L.r);
     if (L.tok_loaded) tokenizer_free(&L.tok);
-    if (d->n == 0) die("%s: no samples (%s)", path, d->n_filtered ? "every prompt is over --max-length" : "the file is empty");
+    if (d->n == 0 && d->n_filtered) die("%s: no samples (every prompt is over --max-length)", path);
+    if (d->n == 0) die("%s: no samples (the file is empty)", path);
 }
 
 void sft_data_free(SftData *d) {

@@ -181,6 +181,24 @@ if os.path.isdir(os.path.join(PEER, "node_modules", "parquet-wasm")):
 else:
     print("parquet: tests/parquet/node_modules is missing (npm ci --prefix tests/parquet); its seeds are kept")
 
+# ---------------------------------------------------------------- images
+# Small images in each format and mode Pillow writes (Debian's python3-pil).
+try:
+    import io
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(5)
+    base = Image.fromarray(rng.integers(0, 256, (23, 31, 3), dtype=np.uint8))
+    for mode, fmt, kw in (("RGB", "PNG", {}), ("RGBA", "PNG", {}), ("L", "PNG", {}), ("LA", "PNG", {}),
+                          ("P", "PNG", {"transparency": 2}), ("1", "PNG", {}), ("RGB", "JPEG", {"quality": 80}),
+                          ("L", "JPEG", {}), ("RGB", "JPEG", {"progressive": True}), ("RGB", "WEBP", {"quality": 60}),
+                          ("RGBA", "WEBP", {"lossless": True})):
+        b = io.BytesIO()
+        base.convert(mode).save(b, fmt, **kw)
+        add("image", b.getvalue())
+except ImportError:
+    print("image: python3-pil is missing; its seeds are kept")
+
 # The words each parser looks for: the identifier-like string literals of its source files, plus the
 # syntax of its format. Mutations that insert them reach the keys' own checks much sooner.
 JSON = ['"', "{", "}", "[", "]", ":", ",", "null", "true", "false", "\\u0000", "\\ud800", "1e999", "-0",
@@ -206,6 +224,8 @@ DICT_SOURCES = {
     "reward": (["src/rl/reward.c"], LATEX),
     "tool_call": ([], JSON + ["<tool_call>", "</tool_call>", '"name"', '"arguments"', "\n"]),
     "parquet": ([], ["PAR1", "\x15", "\x16", "\x18", "\x19", "\x1c", "\x00"]),
+    "image": ([], ["IHDR", "IDAT", "IEND", "PLTE", "tRNS", "\xff\xd8\xff", "\xff\xc0", "\xff\xc2", "\xff\xda",
+                   "RIFF", "WEBP", "VP8 ", "VP8L", "VP8X", "ALPH"]),
 }
 
 

@@ -1,0 +1,301 @@
+// Image decoding and Pillow's bicubic resize (image.h).
+#include "io/image.h"
+
+#include <stdio.h>  // before jpeglib.h, which uses FILE
+#include <jpeglib.h>
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <webp/decode.h>
+
+#include "base/util.h"
+
+typedef struct {
+    const char *name, *where;
+    int64_t max_pixels;
+} Ctx;
+
+GRPO_NORETURN static void bad(const Ctx *c, const char *why) { die("%s: %s: %s", c->where, c->name, why); }
+
+static void check_size(const Ctx *c, int64_t w, int64_t h) {
+    char msg[160];
+    if (w <= 0 || h <= 0) bad(c, "an image without pixels");
+    if (w > c->max_pixels / h) {
+        snprintf(msg, sizeof msg, "%lld x %lld pixels, over the cap of %lld (a decompression bomb?)",
+                 (long long)w,
+                 (long long)h, (long long)c->max_pixels);
+        bad(c, msg);
+    }
+}
+
+// ---------------------------------------------------------------- PNG
+typedef struct {
+    const uint8_t *p;
+    size_t n, at;
+    const Ctx *c;
+    char error[128];
+} PngSrc;
+
+static void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
+    PngSrc *s = png_get_io_ptr(png);
+    if (n > s->n - s->at) png_error(png, "the file is truncated");
+    memcpy(out, s->p + s->at, n);
+    s->at += n;
+}
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    PngSrc *s = png_get_error_ptr(png);
+    snprintf(s->error, sizeof s->error, "corrupt PNG (%s)", msg);
+    png_longjmp(png, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
+
+static void decode_png(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
+    PngSrc src = {data, n, 0, c, ""};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) die("out of memory (libpng)");
+    uint8_t *volatile pixels = NULL;
+    png_bytep *volatile rows = NULL;
+    if (setjmp(png_jmpbuf(png))) {
+        free(pixels);
+        free(rows);
+        png_destroy_read_struct(&png, &info, NULL);
+        bad(c, src.error[0] ? src.error : "corrupt PNG");
+    }
+    png_set_read_fn(png, &src, png_read_mem);
+    png_set_user_limits(png, 1 << 24, 1 << 24);
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+    check_size(c, w, h);
+    // Pillow's modes: a palette is looked up (tRNS ignored), grey below 8 bits scaled up, 16 bits keep their
+    // high byte, grey and alpha become RGB and lose the alpha.
+    if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (depth == 16) png_set_strip_16(png);
+    png_set_strip_alpha(png);  // also the alpha libpng makes of a palette's tRNS
+    if (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != (size_t)w * 3) png_error(png, "unexpected row layout");
+    pixels = xmalloc((size_t)w * h * 3);
+    rows = xmalloc(h * sizeof *rows);
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = pixels + (size_t)y * w * 3;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    *im = (Image){(int)w, (int)h, pixels};
+}
+
+// ---------------------------------------------------------------- JPEG
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char error[JMSG_LENGTH_MAX];
+} JpegErr;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+    JpegErr *e = (JpegErr *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, e->error);
+    longjmp(e->jump, 1);
+}
+
+static void jpeg_no_output(j_common_ptr cinfo) { (void)cinfo; }
+
+static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
+    struct jpeg_decompress_struct cinfo;
+    JpegErr err;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = jpeg_on_error;
+    err.pub.output_message = jpeg_no_output;
+    uint8_t *volatile pixels = NULL;
+    if (setjmp(err.jump)) {
+        free(pixels);
+        jpeg_destroy_decompress(&cinfo);
+        char msg[JMSG_LENGTH_MAX + 32];
+        snprintf(msg, sizeof msg, "corrupt JPEG (%s)", err.error);
+        bad(c, msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)n);
+    jpeg_read_header(&cinfo, TRUE);
+    check_size(c, cinfo.image_width, cinfo.image_height);
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK)
+        bad(c, "a CMYK JPEG (convert it to RGB)");
+    cinfo.out_color_space = JCS_RGB;  // grey and YCbCr alike: Pillow's L and YCbCr -> RGB agree with libjpeg's
+    jpeg_start_decompress(&cinfo);
+    size_t w = cinfo.output_width, h = cinfo.output_height;
+    pixels = xmalloc(w * h * 3);
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = pixels + (size_t)cinfo.output_scanline * w * 3;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+    // libjpeg warns and fills in grey where data is missing or corrupt; Pillow refuses a truncated file
+    long warnings = err.pub.num_warnings;
+    jpeg_destroy_decompress(&cinfo);
+    if (warnings) {
+        free(pixels);
+        bad(c, "a truncated or corrupt JPEG");
+    }
+    *im = (Image){(int)w, (int)h, pixels};
+}
+
+// ---------------------------------------------------------------- WebP
+static void decode_webp(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
+    WebPBitstreamFeatures f;
+    if (WebPGetFeatures(data, n, &f) != VP8_STATUS_OK) bad(c, "corrupt WebP (no header)");
+    if (f.has_animation) bad(c, "an animated WebP");
+    check_size(c, f.width, f.height);
+    int w, h;
+    uint8_t *got = WebPDecodeRGB(data, n, &w, &h);
+    if (!got) bad(c, "corrupt WebP");
+    uint8_t *pixels = xmalloc((size_t)w * h * 3);
+    memcpy(pixels, got, (size_t)w * h * 3);
+    WebPFree(got);
+    *im = (Image){w, h, pixels};
+}
+
+void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
+                  const char *where) {
+    Ctx c = {name, where, max_pixels};
+    memset(im, 0, sizeof *im);
+    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (n >= 8 && memcmp(data, png_magic, 8) == 0) decode_png(im, data, n, &c);
+    else if (n >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) decode_jpeg(im, data, n, &c);
+    else if (n >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0)
+        decode_webp(im, data, n, &c);
+    else bad(&c, "not a PNG, JPEG or WebP image");
+}
+
+void image_load(Image *im, const char *path, int64_t max_pixels, const char *where) {
+    size_t n;
+    // a compressed image is smaller than its pixels: the file cap follows the pixel cap
+    int64_t cap = max_pixels > (INT64_C(1) << 40) ? INT64_C(1) << 40 : max_pixels;
+    char *data = file_read_all(path, (size_t)cap * 4 + 4096, &n);
+    image_decode(im, (const uint8_t *)data, n, path, max_pixels, where);
+    free(data);
+}
+
+void image_free(Image *im) {
+    free(im->rgb);
+    memset(im, 0, sizeof *im);
+}
+
+// ---------------------------------------------------------------- Pillow's resample
+#define PRECISION_BITS (32 - 8 - 2)
+
+static double bicubic(double x) {
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+// Pillow's precompute_coeffs for in_size -> out_size (box 0..in_size) and normalize_coeffs_8bpc: per output
+// pixel its first input pixel (bounds[2i]), count (bounds[2i + 1]) and ksize fixed-point weights.
+static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out) {
+    double scale = (double)(float)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = 2.0 * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    int *bounds = xmalloc((size_t)out_size * 2 * sizeof *bounds);
+    int32_t *kk = xmalloc((size_t)out_size * (size_t)ksize * sizeof *kk);
+    double *k = xmalloc((size_t)ksize * sizeof *k);
+    for (int xx = 0; xx < out_size; xx++) {
+        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double w = bicubic((x + xmin - center + 0.5) * ss);
+            k[x] = w;
+            ww += w;
+        }
+        for (int x = 0; x < ksize; x++) {
+            double v = x < xmax ? (ww != 0.0 ? k[x] / ww : k[x]) : 0.0;
+            kk[(size_t)xx * ksize + x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
+                                               : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
+        }
+        bounds[2 * xx] = xmin;
+        bounds[2 * xx + 1] = xmax;
+    }
+    free(k);
+    *bounds_out = bounds;
+    *kk_out = kk;
+    return ksize;
+}
+
+static uint8_t clip8(int32_t ss) {
+    int32_t v = ss >> PRECISION_BITS;  // arithmetic shift, as Pillow's (gcc and clang)
+    if (v < 0) return 0;
+    return v > 255 ? 255 : (uint8_t)v;
+}
+
+void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
+    int *bx, *by;
+    int32_t *kx, *ky;
+    int ksx = coeffs(in->w, w, &bx, &kx), ksy = coeffs(in->h, h, &by, &ky);
+    int need_h = w != in->w, need_v = h != in->h;
+    // the rows the vertical pass reads
+    int y_first = by[0], y_last = by[2 * h - 2] + by[2 * h - 1];
+    const uint8_t *src = in->rgb;
+    uint8_t *tmp = NULL;
+    if (need_h) {  // into rows y_first .. y_last of the input only
+        for (int i = 0; i < h; i++) by[2 * i] -= y_first;
+        int src_h = y_last - y_first;
+        tmp = xmalloc((size_t)w * src_h * 3 + 1);
+        for (int yy = 0; yy < src_h; yy++) {
+            const uint8_t *row = in->rgb + (size_t)(yy + y_first) * in->w * 3;
+            for (int xx = 0; xx < w; xx++) {
+                const int32_t *k = kx + (size_t)xx * ksx;
+                int xmin = bx[2 * xx], xmax = bx[2 * xx + 1];
+                int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+                for (int x = 0; x < xmax; x++) {
+                    const uint8_t *p = row + (size_t)(x + xmin) * 3;
+                    s0 += p[0] * k[x];
+                    s1 += p[1] * k[x];
+                    s2 += p[2] * k[x];
+                }
+                uint8_t *o = tmp + ((size_t)yy * w + xx) * 3;
+                o[0] = clip8(s0);
+                o[1] = clip8(s1);
+                o[2] = clip8(s2);
+            }
+        }
+        src = tmp;
+    }
+    int sw = need_h ? w : in->w;
+    uint8_t *pixels = xmalloc((size_t)sw * h * 3 + 1);
+    if (need_v) {
+        for (int yy = 0; yy < h; yy++) {
+            const int32_t *k = ky + (size_t)yy * ksy;
+            int ymin = by[2 * yy], ymax = by[2 * yy + 1];
+            for (int xx = 0; xx < sw; xx++) {
+                int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+                for (int y = 0; y < ymax; y++) {
+                    const uint8_t *p = src + ((size_t)(y + ymin) * sw + xx) * 3;
+                    s0 += p[0] * k[y];
+                    s1 += p[1] * k[y];
+                    s2 += p[2] * k[y];
+                }
+                uint8_t *o = pixels + ((size_t)yy * sw + xx) * 3;
+                o[0] = clip8(s0);
+                o[1] = clip8(s1);
+                o[2] = clip8(s2);
+            }
+        }
+    } else {
+        memcpy(pixels, src, (size_t)sw * h * 3);
+    }
+    free(tmp);
+    free(bx), free(by), free(kx), free(ky);
+    *out = (Image){sw, h, pixels};
+}

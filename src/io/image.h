@@ -1,0 +1,31 @@
+// Images for vision-language models: PNG, JPEG and WebP decoded with Debian's libraries (libpng,
+// libjpeg-turbo, libwebp) into 8-bit RGB as Pillow gives them (`Image.open(path).convert("RGB")`: what
+// transformers' Qwen2-VL image processor starts from), and Pillow's bicubic resize, to the pixel.
+//
+// Conversions to RGB, as Pillow's convert("RGB"): grey repeats its value, an alpha channel is dropped (not
+// composited), a palette is looked up (its transparency ignored), 16-bit samples keep their high byte.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int w, h;
+    uint8_t *rgb;  // h rows of w pixels, 3 bytes each (R, G, B)
+} Image;
+
+// Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS * 2), the default cap of image_load.
+#define IMAGE_MAX_PIXELS ((int64_t)178956970)
+
+// Decodes the file (its type from its first bytes). An image over max_pixels is refused from its header,
+// before anything is decoded. Dies with "WHERE: PATH: why" on an unreadable, truncated, unknown or
+// over-large image (where: the data file and line that named it, or the option).
+void image_load(Image *im, const char *path, int64_t max_pixels, const char *where);
+// The same from memory (name: for messages).
+void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
+                  const char *where);
+void image_free(Image *im);
+
+// Pillow's Image.resize((w, h), Image.BICUBIC) of an RGB image: separable convolution with the a = -0.5
+// cubic, its support widened by the scale when shrinking (antialiasing), coefficients in 22-bit fixed point,
+// the horizontal pass first into 8-bit rows, then the vertical one. out is allocated.
+void image_resize_bicubic(const Image *in, int w, int h, Image *out);

@@ -1,0 +1,249 @@
+#include "model/vision.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "io/hf_weights.h"
+#include "nn/ops.h"
+
+static int get_int(const cJSON *vc, const char *key, int fallback, int lo, int hi, const char *where) {
+    int64_t v = json_get_int_or(vc, key, fallback, where);
+    if (v < lo || v > hi)
+        die("%s: vision_config.%s = %lld is out of range [%d, %d]", where, key, (long long)v, lo, hi);
+    return (int)v;
+}
+
+void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
+    if (!cJSON_IsObject(vc)) die("%s: \"vision_config\" must be an object", where);
+    memset(c, 0, sizeof *c);
+    c->depth = get_int(vc, "depth", 32, 1, 256, where);
+    c->hidden = get_int(vc, "hidden_size", 1280, 8, 1 << 16, where);
+    c->intermediate = get_int(vc, "intermediate_size", 3420, 1, 1 << 18, where);
+    c->heads = get_int(vc, "num_heads", 16, 1, 1024, where);
+    c->out_hidden = get_int(vc, "out_hidden_size", 3584, 1, 1 << 17, where);
+    c->patch = get_int(vc, "patch_size", 14, 1, 64, where);
+    c->merge = get_int(vc, "spatial_merge_size", 2, 1, 8, where);
+    c->temporal = get_int(vc, "temporal_patch_size", 2, 1, 4, where);
+    c->window = get_int(vc, "window_size", 112, 1, 1 << 16, where);
+    const char *in_key = cJSON_GetObjectItemCaseSensitive(vc, "in_chans") ? "in_chans" : "in_channels";
+    c->in_channels = get_int(vc, in_key, 3, 3, 3, where);
+    c->eps = 1e-6f;
+    if (c->hidden % c->heads || (c->hidden / c->heads) % 4)
+        die("%s: vision_config: hidden_size / num_heads must be a multiple of 4", where);
+    if (c->window % (c->merge * c->patch)) die("%s: vision_config.window_size must be a multiple of 28", where);
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(vc, "fullatt_block_indexes");
+    if (fa && !cJSON_IsArray(fa)) die("%s: vision_config.fullatt_block_indexes must be a list", where);
+    for (const cJSON *e = fa ? fa->child : NULL; e; e = e->next) {
+        int64_t i;
+        if (!json_as_int(e, 0, c->depth - 1, &i) || c->n_fullatt == VISION_MAX_FULLATT)
+            die("%s: vision_config.fullatt_block_indexes holds a bad block index", where);
+        c->fullatt[c->n_fullatt++] = (int)i;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+        die("%s: vision_config.hidden_act must be \"silu\" (Qwen2.5-VL)", where);
+}
+
+typedef struct {
+    HfWeights w;
+    const char *prefix;
+    const char *dir;
+    float *at;  // next free float of the slab
+} Loader;
+
+static const float *take(Loader *L, const char *name, int64_t d0, int64_t d1) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", L->prefix, name);
+    const StTensor *t = hf_weights_find(&L->w, full, NULL);
+    if (!t) die("%s: the vision tower lacks %s", L->dir, full);
+    if (t->numel != d0 * (d1 ? d1 : 1) || (d1 && (t->ndim < 2 || t->shape[0] != d0)))
+        die("%s: %s has %lld values, the config wants %lld x %lld", L->dir, full, (long long)t->numel,
+            (long long)d0, (long long)(d1 ? d1 : 1));
+    float *dst = L->at;
+    dtype_to_f32(t->dtype, t->data, dst, (size_t)t->numel);
+    L->at += t->numel;
+    return dst;
+}
+
+void vision_load(Vision *v, const VisionConfig *c, const char *model_dir) {
+    memset(v, 0, sizeof *v);
+    v->cfg = *c;
+    int64_t H = c->hidden, I = c->intermediate, P = 3LL * c->temporal * c->patch * c->patch;
+    int64_t M4 = H * c->merge * c->merge;
+    int64_t per_block = 2 * H + 3 * H * H + 3 * H + H * H + H + 2 * (I * H + I) + H * I + H;
+    int64_t total = H * P + c->depth * per_block + H + M4 * M4 + M4 + c->out_hidden * M4 + c->out_hidden;
+    Loader L = {.dir = model_dir};
+    hf_weights_open(&L.w, model_dir);
+    L.prefix = hf_weights_find(&L.w, "visual.patch_embed.proj.weight", NULL) ? "visual." : "model.visual.";
+    v->slab = xmalloc((size_t)total * sizeof *v->slab);
+    L.at = v->slab;
+    v->patch_w = take(&L, "patch_embed.proj.weight", H, P);
+    v->blocks = xcalloc((size_t)c->depth, sizeof *v->blocks);
+    for (int i = 0; i < c->depth; i++) {
+        VisionBlock *b = &v->blocks[i];
+        char n[96];
+#define W(field, name, d0, d1)                            \
+    snprintf(n, sizeof n, "blocks.%d.%s", i, name);       \
+    b->field = take(&L, n, d0, d1)
+        W(norm1, "norm1.weight", H, 0);
+        W(norm2, "norm2.weight", H, 0);
+        W(qkv_w, "attn.qkv.weight", 3 * H, H);
+        W(qkv_b, "attn.qkv.bias", 3 * H, 0);
+        W(proj_w, "attn.proj.weight", H, H);
+        W(proj_b, "attn.proj.bias", H, 0);
+        W(gate_w, "mlp.gate_proj.weight", I, H);
+        W(gate_b, "mlp.gate_proj.bias", I, 0);
+        W(up_w, "mlp.up_proj.weight", I, H);
+        W(up_b, "mlp.up_proj.bias", I, 0);
+        W(down_w, "mlp.down_proj.weight", H, I);
+        W(down_b, "mlp.down_proj.bias", H, 0);
+#undef W
+    }
+    v->ln_q = take(&L, "merger.ln_q.weight", H, 0);
+    v->m0_w = take(&L, "merger.mlp.0.weight", M4, M4);
+    v->m0_b = take(&L, "merger.mlp.0.bias", M4, 0);
+    v->m2_w = take(&L, "merger.mlp.2.weight", c->out_hidden, M4);
+    v->m2_b = take(&L, "merger.mlp.2.bias", c->out_hidden, 0);
+    hf_weights_close(&L.w);
+}
+
+void vision_free(Vision *v) {
+    free(v->slab);
+    free(v->blocks);
+    memset(v, 0, sizeof *v);
+}
+
+// Qwen2.5-VL's window order: the merged units (t, row, column) visited window by window (windows of ws x ws
+// units, row-major, the last ones cut by the grid's edge), each row-major inside. index[i]: the unit at window
+// position i; seg: unit offsets of each window (n_seg + 1 of them).
+static int window_order(const int grid[3], int merge, int ws, int64_t *index, int64_t *seg) {
+    int LH = grid[1] / merge, LW = grid[2] / merge, n_seg = 0;
+    int64_t at = 0;
+    seg[0] = 0;
+    for (int t = 0; t < grid[0]; t++)
+        for (int wh = 0; wh * ws < LH; wh++)
+            for (int ww = 0; ww * ws < LW; ww++) {
+                for (int r = wh * ws; r < (wh + 1) * ws && r < LH; r++)
+                    for (int col = ww * ws; col < (ww + 1) * ws && col < LW; col++)
+                        index[at++] = ((int64_t)t * LH + r) * LW + col;
+                seg[++n_seg] = at;
+            }
+    return n_seg;
+}
+
+// out (N, H*D) = softmax(q k^T / sqrt(D)) v within each segment [seg[s], seg[s+1]) of rows, every head.
+static void attend(float *out, const float *qkv, int64_t N, int H, int D, const int64_t *seg, int n_seg) {
+    int64_t stride = 3LL * H * D;
+    float scale = 1.0f / sqrtf((float)D);
+    (void)N;
+    for (int s = 0; s < n_seg; s++) {
+        int64_t a = seg[s], n = seg[s + 1] - seg[s];
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < n; i++) {
+                float *p = xmalloc((size_t)n * sizeof *p);
+                const float *q = qkv + (a + i) * stride + (int64_t)h * D;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    const float *k = qkv + (a + j) * stride + (int64_t)(H + h) * D;
+                    float d = 0;
+                    for (int e = 0; e < D; e++) d += q[e] * k[e];
+                    p[j] = d * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float *o = out + (a + i) * H * D + (int64_t)h * D;
+                memset(o, 0, (size_t)D * sizeof *o);
+                for (int64_t j = 0; j < n; j++) {
+                    const float *vv = qkv + (a + j) * stride + (int64_t)(2 * H + h) * D;
+                    float w = (float)(p[j] / sum);
+                    for (int e = 0; e < D; e++) o[e] += w * vv[e];
+                }
+                free(p);
+            }
+    }
+}
+
+static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out) {
+    const VisionConfig *c = &v->cfg;
+    int M = c->merge, U = M * M, H = c->heads, D = c->hidden / c->heads;
+    int64_t N = (int64_t)grid[0] * grid[1] * grid[2], C = c->hidden;
+    int64_t PD = 3LL * c->temporal * c->patch * c->patch;
+    int64_t units = N / U, per_t = (int64_t)grid[1] * grid[2];
+    // window order of the merged units, and each frame as one segment for the full-attention blocks
+    int64_t *index = xmalloc((size_t)units * sizeof *index);
+    int64_t *wseg = xmalloc((size_t)(units + 2) * sizeof *wseg);
+    int n_wseg = window_order(grid, M, c->window / M / c->patch, index, wseg);
+    for (int s = 0; s <= n_wseg; s++) wseg[s] *= U;  // in patches
+    int64_t *fseg = xmalloc((size_t)(grid[0] + 1) * sizeof *fseg);
+    for (int t = 0; t <= grid[0]; t++) fseg[t] = t * per_t;
+    // patch embedding, and each patch's rotation (its row, column: a quarter of D each), in window order
+    float *x = xmalloc((size_t)(N * C) * sizeof *x), *cs = xmalloc((size_t)(N * D) * sizeof *cs);
+    float *emb = xmalloc((size_t)(N * C) * sizeof *emb);
+    matmul_forward(emb, patches, v->patch_w, NULL, DTYPE_F32, N, PD, C);
+    int Q = D / 4;  // inv_freq entries (the rotary dim D/2 over pairs)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t src = index[u], r = src % (per_t / U);  // the unit's place in its frame
+        int64_t bh = r / (grid[2] / M), bw = r % (grid[2] / M);
+        for (int k = 0; k < U; k++) {
+            int64_t row = u * U + k, from = src * U + k;
+            memcpy(x + row * C, emb + from * C, (size_t)C * sizeof *x);
+            double hpos = (double)(bh * M + k / M), wpos = (double)(bw * M + k % M);
+            float *cr = cs + row * D;
+            for (int j = 0; j < Q; j++) {
+                float inv = (float)(1.0 / pow(10000.0, (double)(2 * j) / (D / 2)));
+                double ah = hpos * inv, aw = wpos * inv;
+                cr[j] = (float)cos(ah);
+                cr[Q + j] = (float)cos(aw);
+                cr[D / 2 + j] = (float)sin(ah);
+                cr[D / 2 + Q + j] = (float)sin(aw);
+            }
+        }
+    }
+    free(emb);
+    int64_t I = c->intermediate;
+    float *h = xmalloc((size_t)(N * C) * sizeof *h), *qkv = xmalloc((size_t)(N * 3 * C) * sizeof *qkv);
+    float *att = xmalloc((size_t)(N * C) * sizeof *att), *o = xmalloc((size_t)(N * C) * sizeof *o);
+    float *g = xmalloc((size_t)(N * I) * sizeof *g), *up = xmalloc((size_t)(N * I) * sizeof *up);
+    for (int l = 0; l < c->depth; l++) {
+        const VisionBlock *b = &v->blocks[l];
+        int full = 0;
+        for (int i = 0; i < c->n_fullatt; i++) full |= c->fullatt[i] == l;
+        rmsnorm_forward(h, x, b->norm1, DTYPE_F32, N, C, c->eps);
+        matmul_forward(qkv, h, b->qkv_w, b->qkv_b, DTYPE_F32, N, C, 3 * C);
+        // rotate q and k: rope_forward works on rows of n_heads * D; q and k are 2H heads of each qkv row
+        for (int64_t r = 0; r < N; r++) rope_forward(qkv + r * 3 * C, cs + r * D, 1, 2 * H, D);
+        attend(att, qkv, N, H, D, full ? fseg : wseg, full ? grid[0] : n_wseg);
+        matmul_forward(o, att, b->proj_w, b->proj_b, DTYPE_F32, N, C, C);
+        residual_forward(x, o, N * C);
+        rmsnorm_forward(h, x, b->norm2, DTYPE_F32, N, C, c->eps);
+        matmul_forward(g, h, b->gate_w, b->gate_b, DTYPE_F32, N, C, I);
+        matmul_forward(up, h, b->up_w, b->up_b, DTYPE_F32, N, C, I);
+        swiglu_forward(g, g, up, N * I);
+        matmul_forward(o, g, b->down_w, b->down_b, DTYPE_F32, N, I, C);
+        residual_forward(x, o, N * C);
+    }
+    // merger over each unit's U patches, then back to the image's order
+    int64_t M4 = C * U;
+    rmsnorm_forward(h, x, v->ln_q, DTYPE_F32, N, C, c->eps);
+    float *z = xmalloc((size_t)(units * M4) * sizeof *z);
+    float *y = xmalloc((size_t)(units * c->out_hidden) * sizeof *y);
+    matmul_forward(z, h, v->m0_w, v->m0_b, DTYPE_F32, units, M4, M4);
+    for (int64_t i = 0; i < units * M4; i++) z[i] = gelu(z[i]);
+    matmul_forward(y, z, v->m2_w, v->m2_b, DTYPE_F32, units, M4, c->out_hidden);
+    for (int64_t u = 0; u < units; u++)
+        memcpy(out + index[u] * c->out_hidden, y + u * c->out_hidden, (size_t)c->out_hidden * sizeof *out);
+    free(x), free(cs), free(h), free(qkv), free(att), free(o), free(g), free(up), free(z), free(y);
+    free(index), free(wseg), free(fseg);
+}

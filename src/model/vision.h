@@ -1,0 +1,45 @@
+// The vision tower of Qwen2.5-VL (Qwen2_5_VisionTransformerPretrainedModel), forward only, fp32 on the CPU:
+// patch embedding (the Conv3d as a matmul over vl_processor's patches), `depth` blocks of
+//   x += proj(attention(rope2d(qkv(rmsnorm1(x)))))     non-causal, within windows or the whole image
+//   x += down(silu(gate(rmsnorm2(x))) * up(rmsnorm2(x)))   (SwiGLU, with biases)
+// where the blocks of fullatt_block_indexes attend over the whole image and the others within windows of
+// window_size pixels (merged units reordered window by window), the 2-D rotary embedding (a patch's row
+// and column, each on a quarter of the head's dimensions), and the patch merger: rmsnorm, each 2 x 2 group
+// of patches concatenated, Linear, GELU, Linear to the language model's width. Weights are frozen: there is
+// no backward.
+#pragma once
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#define VISION_MAX_FULLATT 64
+
+typedef struct {
+    int depth, hidden, intermediate, heads, out_hidden;
+    int patch, merge, temporal, window, in_channels;
+    int fullatt[VISION_MAX_FULLATT];  // fullatt_block_indexes
+    int n_fullatt;
+    float eps;  // the norms' (1e-6)
+} VisionConfig;
+
+typedef struct {
+    const float *norm1, *norm2, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    const float *gate_w, *gate_b, *up_w, *up_b, *down_w, *down_b;
+} VisionBlock;
+
+typedef struct {
+    VisionConfig cfg;
+    float *slab;  // every weight, fp32
+    const float *patch_w;  // (hidden, 3 * temporal * patch * patch)
+    VisionBlock *blocks;
+    const float *ln_q, *m0_w, *m0_b, *m2_w, *m2_b;  // merger: rmsnorm, Linear(4h, 4h), Linear(4h, out_hidden)
+} Vision;
+
+// config.json's "vision_config" (Qwen2.5-VL's keys); dies naming `where` and the key on a bad value.
+void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where);
+// The tower's weights from a model directory: "visual.*" (transformers 4) or "model.visual.*" (5).
+void vision_load(Vision *v, const VisionConfig *c, const char *model_dir);
+void vision_free(Vision *v);
+// Features of one image: patches (grid t*h*w rows of 3 * temporal * patch^2, vl_preprocess's order) ->
+// out (t*h*w / merge^2 rows of out_hidden), in the order of the image's merged units (row-major), which is
+// the order of its <|image_pad|> tokens.
+void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out);
