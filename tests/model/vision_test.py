@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""The Qwen2.5-VL vision tower (src/model/vision.c) against a float64 PyTorch reference written from
+transformers' modeling_qwen2_5_vl (Qwen2_5_VisionTransformerPretrainedModel: patch embedding, rot_pos_emb,
+get_window_index, the blocks with window and full attention, the patch merger, the reverse window order).
+
+Random tiny towers (3 and 4 blocks, one or two of them full-attention, windows of 112 and 56 pixels), in
+checkpoints of transformers 4's ("visual.*") and 5's ("model.visual.*") names, on images whose grids leave
+partial windows at the edges: grpo's features must equal the reference's within 1e-4 (fp32 against fp64);
+the patches the tower reads are checked against tests/io/image_test.py's Pillow reference first.
+M-RoPE (src/model/vl_rope.c): the positions of token sequences with images against a port of transformers'
+get_rope_index, and the rotation table against the float64 angles of apply_multimodal_rotary_pos_emb."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "io"))
+import image_test  # noqa: E402
+import qwen2_ref as ref  # noqa: E402
+from harness import check, run_groups  # noqa: E402
+
+TOOL = ROPE_TOOL = TMP = None
+TOL = 1e-4
+
+
+def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels):
+    g = torch.Generator().manual_seed(seed)
+    P = 3 * 2 * 14 * 14
+    M4 = hidden * 4
+
+    def rnd(*shape, scale=None):
+        fan_in = shape[-1] if len(shape) > 1 else 1
+        s = scale if scale is not None else 1.0 / fan_in ** 0.5
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * s).float()
+
+    t = {f"{prefix}patch_embed.proj.weight": rnd(hidden, 3, 2, 14, 14, scale=0.05)}
+    for i in range(depth):
+        b = f"{prefix}blocks.{i}."
+        t[b + "norm1.weight"] = 1 + rnd(hidden, scale=0.1)
+        t[b + "norm2.weight"] = 1 + rnd(hidden, scale=0.1)
+        t[b + "attn.qkv.weight"] = rnd(3 * hidden, hidden)
+        t[b + "attn.qkv.bias"] = rnd(3 * hidden, scale=0.1)
+        t[b + "attn.proj.weight"] = rnd(hidden, hidden)
+        t[b + "attn.proj.bias"] = rnd(hidden, scale=0.1)
+        for n in ("gate_proj", "up_proj"):
+            t[b + f"mlp.{n}.weight"] = rnd(inter, hidden)
+            t[b + f"mlp.{n}.bias"] = rnd(inter, scale=0.1)
+        t[b + "mlp.down_proj.weight"] = rnd(hidden, inter)
+        t[b + "mlp.down_proj.bias"] = rnd(hidden, scale=0.1)
+    t[f"{prefix}merger.ln_q.weight"] = 1 + rnd(hidden, scale=0.1)
+    t[f"{prefix}merger.mlp.0.weight"] = rnd(M4, M4)
+    t[f"{prefix}merger.mlp.0.bias"] = rnd(M4, scale=0.1)
+    t[f"{prefix}merger.mlp.2.weight"] = rnd(out_hidden, M4)
+    t[f"{prefix}merger.mlp.2.bias"] = rnd(out_hidden, scale=0.1)
+    os.makedirs(d, exist_ok=True)
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), t, metadata={"format": "pt"})
+    vc = {"depth": depth, "hidden_size": hidden, "num_heads": heads, "intermediate_size": inter,
+          "out_hidden_size": out_hidden, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+          "window_size": window, "fullatt_block_indexes": fullatt, "hidden_act": "silu", "in_chans": 3}
+    json.dump({"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+               "vision_config": vc}, open(os.path.join(d, "config.json"), "w"))
+    json.dump({"min_pixels": 56 * 56, "max_pixels": max_pixels, "patch_size": 14, "temporal_patch_size": 2,
+               "merge_size": 2, "image_mean": image_test.MEAN, "image_std": image_test.STD},
+              open(os.path.join(d, "preprocessor_config.json"), "w"))
+    return {k[len(prefix):]: v.double() for k, v in t.items()}, vc
+
+
+def rms(x, w, eps=1e-6):
+    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+
+def tower(w, vc, patches, grid):
+    """Qwen2_5_VisionTransformerPretrainedModel.forward in float64, for one image (grid (t, h, w))."""
+    M, U = vc["spatial_merge_size"], vc["spatial_merge_size"] ** 2
+    H, C = vc["num_heads"], vc["hidden_size"]
+    D = C // H
+    x = torch.from_numpy(patches).double() @ w["patch_embed.proj.weight"].reshape(C, -1).T
+    t, gh, gw = grid
+    # rot_pos_emb: the patches' rows and columns in the merge order
+    hpos = torch.arange(gh).unsqueeze(1).expand(-1, gw).reshape(gh // M, M, gw // M, M).permute(0, 2, 1, 3).flatten()
+    wpos = torch.arange(gw).unsqueeze(0).expand(gh, -1).reshape(gh // M, M, gw // M, M).permute(0, 2, 1, 3).flatten()
+    pos = torch.stack([hpos, wpos], -1).repeat(t, 1)
+    dim = D // 2
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = torch.outer(torch.arange(max(gh, gw), dtype=torch.float64), inv_freq)
+    rot = freqs[pos].flatten(1)
+    # get_window_index
+    ws = vc["window_size"] // M // vc["patch_size"]
+    lh, lw = gh // M, gw // M
+    index = torch.arange(t * lh * lw).reshape(t, lh, lw)
+    ph, pw = ws - lh % ws, ws - lw % ws
+    nh, nw = (lh + ph) // ws, (lw + pw) // ws
+    ip = torch.nn.functional.pad(index, (0, pw, 0, ph), "constant", -100)
+    ip = ip.reshape(t, nh, ws, nw, ws).permute(0, 1, 3, 2, 4).reshape(t, nh * nw, ws, ws)
+    seqlens = (ip != -100).sum([2, 3]).reshape(-1)
+    ip = ip.reshape(-1)
+    window_index = ip[ip != -100]
+    cu_w = torch.unique_consecutive(torch.cat([torch.zeros(1, dtype=torch.long), seqlens.cumsum(0) * U]))
+    n = x.shape[0]
+    x = x.reshape(n // U, U, -1)[window_index].reshape(n, -1)
+    rot = rot.reshape(n // U, U, -1)[window_index].reshape(n, -1)
+    emb = torch.cat((rot, rot), -1)
+    cos, sin = emb.cos(), emb.sin()
+    cu_full = torch.tensor([0] + [gh * gw * (i + 1) for i in range(t)])
+    for i in range(vc["depth"]):
+        b = lambda k: w[f"blocks.{i}.{k}"]  # noqa: E731
+        cu = cu_full if i in vc["fullatt_block_indexes"] else cu_w
+        h = rms(x, b("norm1.weight"))
+        qkv = (h @ b("attn.qkv.weight").T + b("attn.qkv.bias")).reshape(n, 3, H, D).permute(1, 0, 2, 3)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        q = q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)
+        k = k * cos.unsqueeze(1) + rotate_half(k) * sin.unsqueeze(1)
+        out = torch.zeros(n, H, D, dtype=torch.float64)
+        for s in range(len(cu) - 1):
+            a, e = int(cu[s]), int(cu[s + 1])
+            att = torch.einsum("qhd,khd->hqk", q[a:e], k[a:e]) / D ** 0.5
+            out[a:e] = torch.einsum("hqk,khd->qhd", att.softmax(-1), v[a:e])
+        x = x + out.reshape(n, C) @ b("attn.proj.weight").T + b("attn.proj.bias")
+        h = rms(x, b("norm2.weight"))
+        gate = h @ b("mlp.gate_proj.weight").T + b("mlp.gate_proj.bias")
+        up = h @ b("mlp.up_proj.weight").T + b("mlp.up_proj.bias")
+        x = x + (torch.nn.functional.silu(gate) * up) @ b("mlp.down_proj.weight").T + b("mlp.down_proj.bias")
+    z = rms(x, w["merger.ln_q.weight"]).reshape(-1, C * U)
+    z = torch.nn.functional.gelu(z @ w["merger.mlp.0.weight"].T + w["merger.mlp.0.bias"])
+    y = z @ w["merger.mlp.2.weight"].T + w["merger.mlp.2.bias"]
+    return y[torch.argsort(window_index)]
+
+
+def run_tool(model, image):
+    out = os.path.join(TMP, "vision.bin")
+    r = subprocess.run([TOOL, model, image, out], capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise AssertionError(f"vision_tool exited {r.returncode}: {r.stderr[-500:]}")
+    data = open(out, "rb").read()
+    gt, gh, gw, dim, oh = np.frombuffer(data[:20], np.int32)
+    n = gt * gh * gw
+    patches = np.frombuffer(data, np.float32, n * dim, 20).reshape(n, dim)
+    feat = np.frombuffer(data, np.float32, n // 4 * oh, 20 + n * dim * 4).reshape(n // 4, oh)
+    return patches, feat, (int(gt), int(gh), int(gw))
+
+
+def g_tower():
+    img_dir = os.path.join(TMP, "img")
+    os.makedirs(img_dir, exist_ok=True)
+    cases = [  # (seed, depth, hidden, heads, inter, out, fullatt, window, prefix, max_pixels, image w x h)
+        (1, 3, 32, 2, 48, 24, [1], 112, "visual.", 80 * 28 * 28, (300, 200)),
+        (2, 4, 48, 3, 64, 40, [0, 3], 56, "model.visual.", 60 * 28 * 28, (170, 410)),
+        (3, 3, 32, 2, 48, 24, [2], 112, "visual.", 200 * 28 * 28, (640, 360)),
+    ]
+    for seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx, (iw, ih) in cases:
+        model = os.path.join(TMP, f"tower{seed}")
+        w, vc = make_tower(model, seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx)
+        image = os.path.join(img_dir, f"img{seed}.png")
+        Image.fromarray(image_test.content(iw, ih, seed)).save(image)
+        patches, feat, grid = run_tool(model, image)
+        _, _, want_patches, want_grid = image_test.reference(image, 56 * 56, maxpx)
+        ok_p = grid == tuple(want_grid) and np.array_equal(patches, want_patches.astype(np.float32))
+        want = tower(w, vc, want_patches.astype(np.float64), grid).numpy()
+        d = float(np.abs(feat - want).max())
+        lh, lw = grid[1] // 2, grid[2] // 2
+        ws = window // 28
+        partial = lh % ws != 0 or lw % ws != 0
+        check(f"tower {seed} ({depth} blocks, full attention in {fullatt}, window {window}, {prefix}*; grid "
+              f"{grid[1]} x {grid[2]}{', partial windows' if partial else ''}): patches equal Pillow's, features "
+              f"equal the float64 reference ({TOL})", ok_p and d <= TOL and np.abs(want).max() > 0.1,
+              f"max diff {d:.2e}, |features| up to {np.abs(want).max():.2f}")
+
+
+def get_rope_index(ids, grids, pad, merge=2):
+    """transformers' Qwen2.5-VL get_rope_index for images (second_per_grid_t 0: an image's time index is 0)."""
+    pos, st, nxt = [], 0, 0
+    for t, h, w in grids:
+        ed = ids.index(pad, st)
+        lt, lh, lw = t, h // merge, w // merge
+        text_len = ed - st
+        pos.append(torch.arange(text_len).view(1, -1).expand(3, -1) + nxt)
+        t_index = torch.zeros(lt * lh * lw, dtype=torch.long)
+        h_index = torch.arange(lh).view(1, -1, 1).expand(lt, -1, lw).flatten()
+        w_index = torch.arange(lw).view(1, 1, -1).expand(lt, lh, -1).flatten()
+        pos.append(torch.stack([t_index, h_index, w_index]) + text_len + nxt)
+        nxt = int(pos[-1].max()) + 1
+        st = ed + lt * lh * lw
+    if st < len(ids):
+        pos.append(torch.arange(len(ids) - st).view(1, -1).expand(3, -1) + nxt)
+    p = torch.cat(pos, 1)
+    return p, int(p.max()) + 1 - len(ids)
+
+
+def rope_call(ids, grids, pad, D, theta, section):
+    head = f"{len(ids)} {pad} 2 {len(grids)} {D} {theta} {section[0]} {section[1]} {section[2]}\n"
+    body = " ".join(f"{t} {h} {w}" for t, h, w in grids) + "\n" + " ".join(map(str, ids)) + "\n"
+    r = subprocess.run([ROPE_TOOL], input=head + body, capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        raise AssertionError(r.stderr[-300:])
+    lines = r.stdout.splitlines()
+    if lines[0] == "refused":
+        return None
+    n = len(ids)
+    pos = np.array([list(map(int, lines[1 + s].split())) for s in range(3)])
+    cs = np.array([list(map(float, ln.split())) for ln in lines[4:4 + n]], dtype=np.float32)
+    plain = np.array([list(map(float, ln.split())) for ln in lines[4 + n:4 + 2 * n]], dtype=np.float32)
+    return int(lines[0].split()[1]), pos, cs, plain
+
+
+def g_rope():
+    rng = np.random.default_rng(11)
+    PAD, D, theta, section = 151655, 32, 1000000.0, (4, 6, 6)
+    bad_pos = bad_cs = bad_text = 0
+    cases = 0
+    for case in range(60):
+        grids, ids = [], []
+        for _ in range(int(rng.integers(0, 4))):
+            ids += [int(x) for x in rng.integers(0, 1000, int(rng.integers(0, 6)))]  # text (maybe none) first
+            g = (1, 2 * int(rng.integers(1, 12)), 2 * int(rng.integers(1, 12)))
+            grids.append(g)
+            ids += [PAD] * (g[1] * g[2] // 4)
+        ids += [int(x) for x in rng.integers(0, 1000, int(rng.integers(1, 8)))]
+        got = rope_call(ids, grids, PAD, D, theta, section)
+        want, delta = get_rope_index(ids, grids, PAD)
+        cases += 1
+        if got is None or got[0] != delta or not np.array_equal(got[1], want.numpy()):
+            bad_pos += 1
+            continue
+        # the angles: pair i from position row s(i), theta^(-2i/D), in float64
+        sec = np.repeat([0, 1, 2], section)
+        inv = theta ** (-2.0 * np.arange(D // 2) / D)
+        ang = want.numpy()[sec, :].T * inv
+        ref_cs = np.concatenate([np.cos(ang), np.sin(ang)], 1)
+        bad_cs += float(np.abs(got[2] - ref_cs).max()) > 1e-6
+        text = (want[0] == want[1]) & (want[1] == want[2])
+        bad_text += not np.array_equal(got[2][text.numpy()], got[3][text.numpy()])
+    check(f"M-RoPE positions and delta of {cases} token sequences (0-3 images of random grids, adjacent images, "
+          "images at the ends) equal transformers' get_rope_index", bad_pos == 0, f"{bad_pos} differ")
+    check("M-RoPE's rotation table equals the float64 angles of apply_multimodal_rotary_pos_emb's sections (1e-6)",
+          bad_cs == 0, f"{bad_cs} differ")
+    check("on text tokens (three equal positions) M-RoPE's table is bit for bit plain RoPE's", bad_text == 0)
+    base = [5, 6] + [PAD] * 4 + [7]
+    refusals = [rope_call(base[:-2] + [7], [(1, 4, 4)], PAD, D, theta, section),  # a run one pad short
+                rope_call(base[:2] + [PAD] + base[2:], [(1, 4, 4)], PAD, D, theta, section),  # one pad too many
+                rope_call(base, [(1, 4, 4), (1, 2, 2)], PAD, D, theta, section),  # a grid without pads
+                rope_call(base, [], PAD, D, theta, section)]  # pads without a grid
+    check("image pads that do not match the grids (short, long, a grid or pads left over) are refused",
+          all(r is None for r in refusals), str([r is None for r in refusals]))
+
+
+def main():
+    global TOOL, ROPE_TOOL, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--rope-tool", required=True)
+    ap.add_argument("--tmp", required=True)
+    a = ap.parse_args()
+    TOOL, ROPE_TOOL, TMP = a.tool, a.rope_tool, a.tmp
+    image_test.TMP = TMP
+    os.makedirs(TMP, exist_ok=True)
+    torch.set_num_threads(2)
+    return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
