@@ -12,6 +12,7 @@
 #include "io/hf_weights.h"
 #include "io/safetensors.h"
 #include "model/lora.h"
+#include "model/vl_rope.h"
 #include "nn/ops.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -87,6 +88,13 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 }
 
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
+    qwen2_config_load_vl(c, dir);
+    if (c->image_pad_id >= 0)
+        die("%s: a Qwen2.5-VL model: vision-language support is in progress (its vision tower and M-RoPE exist, "
+            "grpo's commands do not take images yet)", dir);
+}
+
+void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) die("model directory %s does not exist", dir);
     char *path = path_join(dir, "config.json");
@@ -94,27 +102,49 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *model_type = json_str(root, "model_type", path);
-    int qwen3;
+    int qwen3, vl;
     if (cJSON_IsArray(arch)) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
         const char *name = cJSON_IsString(a0) ? a0->valuestring : "?";
         qwen3 = strcmp(name, "Qwen3ForCausalLM") == 0;
-        if (!qwen3 && strcmp(name, "Qwen2ForCausalLM") != 0)
-            die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM, Qwen3ForCausalLM)", path, name);
+        vl = strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0;
+        if (!qwen3 && !vl && strcmp(name, "Qwen2ForCausalLM") != 0)
+            die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                "Qwen2_5_VLForConditionalGeneration)", path, name);
     } else {
         qwen3 = model_type && strcmp(model_type, "qwen3") == 0;
-        if (!qwen3 && (!model_type || strcmp(model_type, "qwen2") != 0))
-            die("%s: unknown architecture: model_type \"%s\" (supported: qwen2, qwen3)", path,
+        vl = model_type && strcmp(model_type, "qwen2_5_vl") == 0;
+        if (!qwen3 && !vl && (!model_type || strcmp(model_type, "qwen2") != 0))
+            die("%s: unknown architecture: model_type \"%s\" (supported: qwen2, qwen3, qwen2_5_vl)", path,
                 model_type ? model_type : "");
     }
+    // Qwen2.5-VL: the language model's keys at the top (transformers 4) or in text_config (5)
+    const cJSON *top = root;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (vl && cJSON_IsObject(text) && cJSON_GetObjectItemCaseSensitive(text, "hidden_size")) root = (cJSON *)text;
     if (json_get_bool_or(root, "use_sliding_window", 0, path))
         die("%s: sliding-window attention (use_sliding_window: true) is unsupported", path);
     const char *act = json_str(root, "hidden_act", path);
     if (act && strcmp(act, "silu") != 0) die("%s: hidden_act \"%s\" is unsupported (only silu)", path, act);
+    memset(c, 0, sizeof *c);
+    c->image_pad_id = -1;
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (vl) {  // M-RoPE: mrope_section in rope_scaling (transformers 4) or rope_parameters (5)
+        const cJSON *holder = cJSON_IsObject(scaling) ? scaling : rp;
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(holder, "mrope_section");
+        int i = 0;
+        for (const cJSON *e = cJSON_IsArray(sec) && cJSON_GetArraySize(sec) == 3 ? sec->child : NULL; e; e = e->next) {
+            int64_t v;
+            if (!json_as_int(e, 0, 4096, &v)) break;
+            c->mrope_section[i++] = (int)v;
+        }
+        if (i != 3) die("%s: a Qwen2.5-VL config needs rope_scaling.mrope_section, 3 integers", path);
+        c->image_pad_id = json_get_int_or(top, "image_token_id", 151655, path);
+        scaling = NULL;
+    }
     if (scaling && !cJSON_IsNull(scaling)) die("%s: rope_scaling is unsupported", path);
 
-    memset(c, 0, sizeof *c);
     c->vocab = json_get_int(root, "vocab_size", path);
     c->hidden = json_get_int(root, "hidden_size", path);
     c->inter = json_get_int(root, "intermediate_size", path);
@@ -125,7 +155,6 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
     c->max_pos = json_get_int_or(root, "max_position_embeddings", 32768, path);
     c->rope_theta = json_get_number_or(root, "rope_theta", 10000.0, path);
     // transformers 5 writes rope_parameters {rope_type, rope_theta} instead of rope_theta / rope_scaling
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     if (rp && !cJSON_IsNull(rp)) {
         if (!cJSON_IsObject(rp)) die("%s: rope_parameters must be an object", path);
         const char *type = json_str(rp, "rope_type", path);
@@ -152,8 +181,11 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
             die("%s: head_dim %lld != hidden_size / num_attention_heads is unsupported for qwen2", path, (long long)hd);
         c->attn_bias = 1;
     }
+    if (vl && c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2] != c->head_dim / 2)
+        die("%s: mrope_section [%d, %d, %d] does not add up to head_dim / 2 = %lld", path, c->mrope_section[0],
+            c->mrope_section[1], c->mrope_section[2], (long long)(c->head_dim / 2));
     qwen2_config_check(c, path);
-    cJSON_Delete(root);
+    cJSON_Delete((cJSON *)top);
     free(path);
 }
 
@@ -320,8 +352,15 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 }
 
 void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
+    qwen2_load_vl(m, dir, dtype);
+    if (m->cfg.image_pad_id >= 0)
+        die("%s: a Qwen2.5-VL model: vision-language support is in progress (its vision tower and M-RoPE exist, "
+            "grpo's commands do not take images yet)", dir);
+}
+
+void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype) {
     Qwen2Config c;
-    qwen2_config_load(&c, dir);
+    qwen2_config_load_vl(&c, dir);
     HfWeights hw;
     hf_weights_open(&hw, dir);
     // Check every tensor against config.json before allocating the slab, so a wrong config
@@ -333,6 +372,11 @@ void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
     for (int i = 0; i < n; i++) {
         const char *file = NULL;
         const StTensor *st = src[i] = hf_weights_find(&hw, ts[i].name, &file);
+        if (!st && !strncmp(ts[i].name, "model.", 6)) {  // a VL checkpoint of transformers 5: model.language_model.*
+            char vl_name[128];
+            snprintf(vl_name, sizeof vl_name, "model.language_model.%s", ts[i].name + 6);
+            st = src[i] = hf_weights_find(&hw, vl_name, &file);
+        }
         if (!st) die("%s: missing tensor \"%s\"", dir, ts[i].name);
         int same = st->ndim == ts[i].ndim;
         for (int d = 0; same && d < st->ndim; d++) same = st->shape[d] == ts[i].shape[d];
@@ -599,8 +643,14 @@ void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerA
                           float *out, Qwen2KV *kv, const int32_t *slots) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
-    be->rope_table(be, views[0].rope, b->pos, b->N, (int)c->head_dim, c->rope_theta);
-    be->embedding_forward(be, views[0].xin, b->tokens, qwen2_at(m, m->w.embed), m->dtype, b->N, c->hidden);
+    if (b->rope)
+        be->copy(be, views[0].rope, b->rope, (size_t)(b->N * c->head_dim) * sizeof(float));
+    else
+        be->rope_table(be, views[0].rope, b->pos, b->N, (int)c->head_dim, c->rope_theta);
+    if (b->embeds)
+        be->copy(be, views[0].xin, b->embeds, (size_t)(b->N * c->hidden) * sizeof(float));
+    else
+        be->embedding_forward(be, views[0].xin, b->tokens, qwen2_at(m, m->w.embed), m->dtype, b->N, c->hidden);
     for (int64_t l = 0; l < c->layers; l++) qwen2_layer_forward(m, l, b, &views[n_views == 1 ? 0 : l], kv, slots);
     const float *last = views[n_views == 1 ? 0 : c->layers - 1].xout;
     be->rmsnorm_forward(be, out, last, qwen2_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps);
@@ -645,6 +695,36 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
                         m->cfg.hidden,
                         m->cfg.vocab, a->scratch);
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
+}
+
+void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
+                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out) {
+    const Backend *be = m->be;
+    const Qwen2Config *c = &m->cfg;
+    if (be != backend_cpu()) die("internal: vision-language forwards run on the CPU only");
+    int64_t seq_off[2] = {0, N}, C = c->hidden;
+    batch_fill(m, a, tokens, seq_off, 1);
+    for (int64_t i = 0; i < N; i++) a->host.targets[i] = i + 1 < N ? tokens[i + 1] : -1;
+    int32_t *pos3 = xmalloc((size_t)(3 * N) * sizeof *pos3);
+    int64_t delta;
+    if (vl_rope_index(tokens, N, (int32_t)c->image_pad_id, grids, n_images, merge, pos3, &delta) != 0)
+        die("the image pad tokens do not match the images' grids");
+    float *rope = xmalloc((size_t)(N * c->head_dim) * sizeof *rope), *emb = xmalloc((size_t)(N * C) * sizeof *emb);
+    vl_rope_table(rope, pos3, N, (int)c->head_dim, c->rope_theta, c->mrope_section);
+    be->embedding_forward(be, emb, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
+    for (int64_t i = 0, k = 0; i < N; i++)  // the pads' rows, in order, are the features' rows
+        if (tokens[i] == c->image_pad_id) memcpy(emb + i * C, features + (k++) * C, (size_t)C * sizeof *emb);
+    for (int64_t i = 0; i < N; i++) a->host.pos[i] = (int32_t)i;
+    meta_upload(m, a);
+    Qwen2Batch batch = {.B = 1, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
+                        .rope = rope, .embeds = emb};
+    qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, NULL, NULL);
+    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, C,
+                        c->vocab, a->scratch);
+    be->download(be, out, a->proj, (size_t)N * sizeof *out);
+    free(pos3);
+    free(rope);
+    free(emb);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,

@@ -18,6 +18,9 @@ typedef struct {
     double init_std;      // initializer_range, used by qwen2_init_random
     int attn_bias;        // q/k/v projections have biases (Qwen2: always; Qwen3: attention_bias)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
+    int mrope_section[3]; // Qwen2.5-VL / Qwen2-VL's language model: M-RoPE's sections (model/vl_rope.h); all 0
+                          // for a text model
+    int64_t image_pad_id; // the image pad token of a VL model (image_token_id), -1 for a text model
     int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
                           // workspaces leave room for (0: none; set by lora_attach)
 } Qwen2Config;
@@ -72,8 +75,12 @@ typedef struct {
     float *data;  // the tensor in an F32 slab; NULL in a 16-bit one
 } Qwen2Tensor;
 
-// Reads DIR/config.json; dies naming the file and key on anything unsupported or missing.
+// Reads DIR/config.json; dies naming the file and key on anything unsupported or missing, and on a
+// Qwen2.5-VL model (not yet taken by the commands).
 void qwen2_config_load(Qwen2Config *c, const char *dir);
+// The same, taking a Qwen2.5-VL model's language model too (its text_config, M-RoPE's sections, the image
+// pad id): for qwen2_vl_logprobs.
+void qwen2_config_load_vl(Qwen2Config *c, const char *dir);
 // Known shapes: "tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b". Returns 0 if unknown.
 int qwen2_config_preset(Qwen2Config *c, const char *name);
 const char *qwen2_preset_names(void);
@@ -91,6 +98,8 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
 
 // Loads DIR's weights into a slab of `dtype` (DTYPE_F32 or DTYPE_BF16), converting from the files' dtype.
 void qwen2_load(Qwen2 *m, const char *dir, DType dtype);
+// The same for a Qwen2.5-VL model's language model (model.layers.* or model.language_model.layers.*).
+void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype);
 // The dtype a checkpoint computes in by default: BF16 when its weights are stored in BF16, else F32
 // (F16 files widen to fp32: the CPU has no fast fp16 products).
 DType qwen2_file_dtype(const char *dir);
@@ -132,6 +141,8 @@ typedef struct {
     const int32_t *tokens, *pos;  // (N) ids and positions within their sequence
     const int64_t *seq_off;       // (B+1)
     const int64_t *host_seq_off;  // the same offsets in host memory, for the KV cache copies (NULL: no cache)
+    const float *rope;    // (N, D) a rotation table to use instead of pos's (M-RoPE), or NULL
+    const float *embeds;  // (N, C) the input rows to use instead of the tokens' embeddings (image features), or NULL
 } Qwen2Batch;
 
 // Workspace for a forward pass over at most max_tokens packed rows, in the backend's memory.
@@ -201,7 +212,11 @@ int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each
 // sequence's last row.
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
-
+// The same for one sequence of a Qwen2.5-VL model on the CPU: its image_pad tokens' rows take the image
+// features (n_images images of grids[k], features in pad order: vision_forward's rows, out_hidden = hidden),
+// and the rotation is M-RoPE's over vl_rope_index's positions. Dies when the pads do not match the grids.
+void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
+                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out);
 // ---------------------------------------------------------------------------------------------
 // training: a forward that keeps what backward needs, and the backward into a gradient slab
 
