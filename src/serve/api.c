@@ -439,12 +439,29 @@ static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int 
     fputc('}', f);
 }
 
-// Completions' logprobs object over tokens [from, to) of a choice, with the prompt's first when echo.
+// The bytes tokens ids[0..n) decode to (0 without a tokenizer).
+static size_t token_bytes(const Tokenizer *tok, const int32_t *ids, int64_t n) {
+    size_t total = 0;
+    for (int64_t i = 0; tok && i < n; i++) {
+        size_t len = 0;
+        tokenizer_id_bytes(tok, ids[i], &len);
+        total += len;
+    }
+    return total;
+}
+
+// Completions' logprobs object over tokens [from, to) of a choice, with the prompt's first when with_prompt.
+// text_offset counts from the start of the whole text (the echoed prompt's, then the choice's), so a stream's
+// chunks continue where the last one stopped.
 static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenizer *tok, int p,
                                       const ApiChoice *c, int from, int to, int with_prompt) {
     const IdList *ids = &job->prompts[p];
     int np = with_prompt ? (int)ids->n : 0, k = job->logprobs;
     size_t offset = 0;
+    if (!with_prompt) {
+        offset = token_bytes(tok, c->s->tokens, from);
+        if (job->echo) offset += token_bytes(tok, ids->ids, (int64_t)ids->n);
+    }
     fputs("{\"tokens\": [", f);
     for (int i = 0; i < np + to - from; i++) {
         if (i) fputs(", ", f);

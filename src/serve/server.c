@@ -443,16 +443,25 @@ static void job_finish(Server *s, Job *j, int client_gone) {
     job_release(s, j);
 }
 
-// Under the lock: queued jobs move into the engine while their samples fit its free slots (in order).
+// Under the lock: jobs whose clients left while queued are dropped, wherever they are in the queue (they
+// would count toward --max-queue), then queued jobs move into the engine while their samples fit its free
+// slots (in order).
 static void admit(Server *s) {
-    while (s->queue) {
-        Job *j = s->queue;
-        if (client_left(j)) {  // left while queued
-            s->queue = j->next;
+    Job **link = &s->queue;
+    s->queue_tail = NULL;
+    while (*link) {
+        Job *j = *link;
+        if (client_left(j)) {
+            *link = j->next;
             s->n_queued--;
             job_finish(s, j, 1);
-            continue;
+        } else {
+            s->queue_tail = j;
+            link = &j->next;
         }
+    }
+    while (s->queue) {
+        Job *j = s->queue;
         if (j->api.n_prompts * j->api.n > rollout_engine_free_slots(s->e)) break;
         s->queue = j->next;
         s->n_queued--;

@@ -300,9 +300,12 @@ def g_chat():
         for i in range(2):
             parts = [c["choices"][0] for c in stream["chunks"] if c["choices"] and c["choices"][0]["index"] == i]
             lps = [x for p in parts if p["logprobs"] for x in p["logprobs"]["token_logprobs"]]
-            check(f"completions stream (n=2, choice {i}): text and log-probs equal the whole response's",
-                  "".join(p["text"] for p in parts) == whole["response"]["choices"][i]["text"] and
-                  max_diff(lps, whole["response"]["choices"][i]["logprobs"]["token_logprobs"]) == 0)
+            offs = [x for p in parts if p["logprobs"] for x in p["logprobs"]["text_offset"]]
+            want = whole["response"]["choices"][i]["logprobs"]
+            check(f"completions stream (n=2, choice {i}): text, log-probs and text offsets equal the whole "
+                  "response's", "".join(p["text"] for p in parts) == whole["response"]["choices"][i]["text"] and
+                  max_diff(lps, want["token_logprobs"]) == 0 and offs == want["text_offset"],
+                  f"{offs} vs {want['text_offset']}")
         models = calls(srv, {"kind": "models", "body": None})[0]
         check("models: the served model is listed", [m["id"] for m in models["response"]["data"]] == [RAND])
 
