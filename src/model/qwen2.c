@@ -697,34 +697,61 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
 }
 
+int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
+                    const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in) {
+    const Qwen2Config *c = &m->cfg;
+    int64_t N = seq_off[B], C = c->hidden, D = c->head_dim;
+    memset(in, 0, sizeof *in);
+    in->rope = xmalloc((size_t)(N * D) * sizeof *in->rope);
+    in->embeds = xmalloc((size_t)(N * C) * sizeof *in->embeds);
+    in->image_rows = xmalloc((size_t)N * sizeof *in->image_rows + 1);
+    backend_cpu()->embedding_forward(backend_cpu(), in->embeds, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
+    for (int b = 0; b < B; b++) {
+        int64_t lo = seq_off[b], n = seq_off[b + 1] - lo, delta;
+        int32_t *pos3 = xmalloc((size_t)(3 * n) * sizeof *pos3 + 1);
+        int rc = vl_rope_index(tokens + lo, n, (int32_t)c->image_pad_id, grids[b], n_images[b], merge, pos3, &delta);
+        if (rc == 0) vl_rope_table(in->rope + lo * D, pos3, n, (int)D, c->rope_theta, c->mrope_section);
+        free(pos3);
+        if (rc != 0) {
+            qwen2_vl_inputs_free(in);
+            return -1;
+        }
+        for (int64_t i = lo, k = 0; i < lo + n; i++)  // the pads' rows, in order, are the features' rows
+            if (tokens[i] == c->image_pad_id) {
+                memcpy(in->embeds + i * C, feats[b] + (k++) * C, (size_t)C * sizeof *in->embeds);
+                in->image_rows[in->n_image_rows++] = i;
+            }
+    }
+    return 0;
+}
+
+void qwen2_vl_inputs_free(Qwen2VlInputs *in) {
+    free(in->rope);
+    free(in->embeds);
+    free(in->image_rows);
+    memset(in, 0, sizeof *in);
+}
+
 void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
                        const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     if (be != backend_cpu()) die("internal: vision-language forwards run on the CPU only");
-    int64_t seq_off[2] = {0, N}, C = c->hidden;
+    int64_t seq_off[2] = {0, N};
     batch_fill(m, a, tokens, seq_off, 1);
     for (int64_t i = 0; i < N; i++) a->host.targets[i] = i + 1 < N ? tokens[i + 1] : -1;
-    int32_t *pos3 = xmalloc((size_t)(3 * N) * sizeof *pos3);
-    int64_t delta;
-    if (vl_rope_index(tokens, N, (int32_t)c->image_pad_id, grids, n_images, merge, pos3, &delta) != 0)
+    Qwen2VlInputs in;
+    if (qwen2_vl_inputs(m, tokens, seq_off, 1, &features, &grids, &n_images, merge, &in) != 0)
         die("the image pad tokens do not match the images' grids");
-    float *rope = xmalloc((size_t)(N * c->head_dim) * sizeof *rope), *emb = xmalloc((size_t)(N * C) * sizeof *emb);
-    vl_rope_table(rope, pos3, N, (int)c->head_dim, c->rope_theta, c->mrope_section);
-    be->embedding_forward(be, emb, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
-    for (int64_t i = 0, k = 0; i < N; i++)  // the pads' rows, in order, are the features' rows
-        if (tokens[i] == c->image_pad_id) memcpy(emb + i * C, features + (k++) * C, (size_t)C * sizeof *emb);
     for (int64_t i = 0; i < N; i++) a->host.pos[i] = (int32_t)i;
     meta_upload(m, a);
     Qwen2Batch batch = {.B = 1, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
-                        .rope = rope, .embeds = emb};
+                        .rope = in.rope, .embeds = in.embeds};
     qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, NULL, NULL);
-    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N, C,
-                        c->vocab, a->scratch);
+    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N,
+                        c->hidden, c->vocab, a->scratch);
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
-    free(pos3);
-    free(rope);
-    free(emb);
+    qwen2_vl_inputs_free(&in);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,

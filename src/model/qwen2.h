@@ -220,8 +220,27 @@ void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const f
 // ---------------------------------------------------------------------------------------------
 // training: a forward that keeps what backward needs, and the backward into a gradient slab
 
+// A batch's image inputs (vision-language models, CPU): the rows' rotation table and input rows, which replace
+// the positions' RoPE and the tokens' embeddings; image_rows (host) are the rows holding image features, which
+// give the embedding table no gradient. Made by qwen2_vl_inputs.
+typedef struct {
+    float *rope;          // (N, D)
+    float *embeds;        // (N, C)
+    int64_t *image_rows;  // n_image_rows
+    int64_t n_image_rows;
+} Qwen2VlInputs;
+
+// The image inputs of a packed batch: sequence b's image_pad rows take feats[b]'s rows in order (its images'
+// merged units, vision_forward's order), its rotation M-RoPE's over vl_rope_index's positions (grids[b]: its
+// n_images[b] images). Allocates in (free with qwen2_vl_inputs_free). Returns 0, or -1 when a sequence's pads
+// do not match its grids.
+int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
+                    const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in);
+void qwen2_vl_inputs_free(Qwen2VlInputs *in);
+
 typedef struct {
     int64_t max_tokens, max_seq;
+    const Qwen2VlInputs *vl;  // image inputs of the next forward's batch, or NULL (text)
     int recompute;  // keep only each layer's input; rebuild the rest of a layer during backward
     int head_done;  // the fused forward already ran the head's backward
     float logit_scale;  // log-probs of softmax(logits * logit_scale): 1/temperature, as GRPO samples [1]

@@ -143,6 +143,11 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
 
     t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
                             .host_seq_off = NULL};  // no KV cache in training
+    if (t->vl) {
+        if (be != backend_cpu()) die("internal: vision-language training runs on the CPU only");
+        t->batch.rope = t->vl->rope;
+        t->batch.embeds = t->vl->embeds;
+    }
     qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     m->be->gather_rows(m->be, t->hsel, t->xf, t->sel, t->n_sel, C, t->logit_scale);
@@ -275,5 +280,8 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const floa
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->views[c->layers - 1].xout,
                          qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
+    // image rows were features, not embeddings: the table gets nothing from them
+    for (int64_t i = 0; t->vl && i < t->vl->n_image_rows; i++)
+        be->zero(be, t->dx + t->vl->image_rows[i] * C, (size_t)C * sizeof(float));
     if (!m->lora) be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
 }

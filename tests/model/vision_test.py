@@ -11,6 +11,7 @@ M-RoPE (src/model/vl_rope.c): the positions of token sequences with images again
 get_rope_index, and the rotation table against the float64 angles of apply_multimodal_rotary_pos_emb."""
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -285,6 +286,12 @@ def make_vl(d, seed, v5):
 
 def vl_logprobs(m, ids, feats, pos3, section):
     """qwen2_ref.hidden_states with the image rows' embeddings replaced by the features and M-RoPE's angles."""
+    lp = vl_logprob_rows(m, ids, feats, pos3, section)
+    return [float(lp[i, ids[i + 1]]) for i in range(len(ids) - 1)]
+
+
+def vl_logprob_rows(m, ids, feats, pos3, section):
+    """The log-softmax rows (T, V) of vl_logprobs, differentiable in m's tensors."""
     T, H, KVH, D = len(ids), m.H, m.KVH, m.D
     sec = torch.tensor(np.repeat([0, 1, 2], section))
     inv = 1.0 / (m.theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
@@ -309,8 +316,7 @@ def vl_logprobs(m, ids, feats, pos3, section):
         x = x + torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(h, L["wg"])) *
                                            torch.nn.functional.linear(h, L["wu"]), L["wd"])
     z = torch.nn.functional.linear(ref.rms_norm(x, m.norm, m.eps), m.lm_head)
-    lp = torch.log_softmax(z, -1)
-    return [float(lp[i, ids[i + 1]]) for i in range(T - 1)]
+    return torch.log_softmax(z, -1)
 
 
 def g_vl_forward():
@@ -352,6 +358,63 @@ def g_vl_forward():
               r.returncode == 1 and "vision-language support is in progress" in r.stderr, r.stderr.strip())
 
 
+def g_vl_grad():
+    """The training forward and backward of the language model with an image prompt: every gradient tensor
+    against PyTorch autograd through the float64 reference (features fixed: the vision tower is frozen)."""
+    if not SCORE_TOOL:
+        print("NOTE  --score-tool not given: VL gradients were not checked")
+        return
+    for seed, v5 in ((31, False), (32, True)):
+        d = os.path.join(TMP, f"vlg{seed}")
+        m, vis, vc = make_vl(d, seed, v5)
+        image = os.path.join(TMP, f"vlg{seed}.png")
+        Image.fromarray(image_test.content(150, 180, seed)).save(image)
+        ids = [5, 17, 300, -1, 302, 44, 45, 46, 47, 48]
+        out = os.path.join(TMP, "vlg.safetensors")
+        r = subprocess.run([SCORE_TOOL, "--grad", d, image, out, *map(str, ids)], capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode:
+            raise AssertionError(f"vl_score_tool --grad exited {r.returncode}: {r.stderr[-500:]}")
+        got = ref.load_safetensors(out)
+        _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
+        feats = tower(vis, vc, patches.astype(np.float64), grid)
+        units = grid[0] * grid[1] * grid[2] // 4
+        toks = [t for i in ids for t in ([319] * units if i < 0 else [i])]
+        pos3, _ = get_rope_index(toks, [tuple(grid)], 319)
+        named = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm, "lm_head.weight": m.lm_head}
+        short = {"ln1": "input_layernorm.weight", "ln2": "post_attention_layernorm.weight",
+                 "wq": "self_attn.q_proj.weight", "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight",
+                 "bk": "self_attn.k_proj.bias", "wv": "self_attn.v_proj.weight", "bv": "self_attn.v_proj.bias",
+                 "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
+                 "wd": "mlp.down_proj.weight"}
+        for li, L in enumerate(m.layers):
+            for k, n in short.items():
+                named[f"model.layers.{li}.{n}"] = L[k]
+        for t in named.values():
+            t.requires_grad_(True)
+        lp = vl_logprob_rows(m, toks, feats, pos3, (2, 2, 2))
+        loss = 0
+        want_lp = []
+        for i in range(len(toks) - 1):
+            if toks[i + 1] != 319:
+                loss = loss + 0.5 * math.sin(i + 1) * lp[i, toks[i + 1]]
+                want_lp.append((i, float(lp[i, toks[i + 1]])))
+        loss.backward()
+        worst, where = 0.0, ""
+        for name, t in named.items():
+            g = got["grad." + name].double()
+            e = float((g - t.grad).abs().max()) / max(float(t.grad.abs().max()), 1e-30)
+            if e > worst:
+                worst, where = e, name
+        lp_err = max(abs(float(got["logp"][i]) - v) for i, v in want_lp)
+        pad_rows = float(named["model.embed_tokens.weight"].grad[319].abs().max())
+        check(f"VL training ({'transformers 5' if v5 else 'transformers 4'} layout, {units} image pads): log-probs "
+              f"({lp_err:.1e}) and every gradient tensor (worst {where}: {worst:.1e} of its largest) equal PyTorch "
+              "autograd of the float64 reference (1e-4); the image pad's embedding row gets no gradient",
+              lp_err <= 1e-4 and worst <= 1e-4 and pad_rows == 0 and
+              float(got["grad.model.embed_tokens.weight"][319].abs().max()) == 0)
+
+
 def main():
     global TOOL, ROPE_TOOL, SCORE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -365,7 +428,8 @@ def main():
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
-    return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward})
+    return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
+                                     "vl_grad": g_vl_grad})
 
 
 if __name__ == "__main__":

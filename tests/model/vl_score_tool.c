@@ -1,18 +1,68 @@
-// vl_score_tool MODEL_DIR IMAGE OUT ID...: a Qwen2.5-VL model's log-probs of one sequence with one image, for
-// tests/model/vision_test.py. An id of -1 stands for the image: it becomes the image's pad tokens (t*h*w/4 of
-// them). OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] | ids[..i])).
+// vl_score_tool [--grad] MODEL_DIR IMAGE OUT ID...: a Qwen2.5-VL model's log-probs of one sequence with one
+// image, for tests/model/vision_test.py. An id of -1 stands for the image: it becomes the image's pad tokens
+// (t*h*w/4 of them). OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] |
+// ids[..i])). --grad: the training forward and backward instead (targets: the next token where it is text;
+// dlogp[i] = sin(i + 1) / 2), OUT a safetensors file of "logp" and "grad.<name>" of every parameter.
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/arena.h"
 #include "base/json.h"
 #include "base/util.h"
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "model/qwen2.h"
 #include "model/vision.h"
 #include "model/vl_processor.h"
 
+static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
+                        int merge, const char *out) {
+    int32_t *targets = xmalloc((size_t)n * sizeof *targets);
+    float *dlogp = xmalloc((size_t)n * sizeof *dlogp), *logp = xmalloc((size_t)n * sizeof *logp);
+    for (int64_t i = 0; i < n; i++) {
+        int text = i + 1 < n && ids[i + 1] != m->cfg.image_pad_id;
+        targets[i] = text ? ids[i + 1] : -1;
+        dlogp[i] = text ? 0.5f * sinf((float)(i + 1)) : 0.0f;
+    }
+    int64_t seq_off[2] = {0, n};
+    int n_images = 1;
+    const int(*grids)[3] = (const int(*)[3])grid;
+    Qwen2VlInputs in;
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    Arena arena;
+    arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
+    Qwen2Train t;
+    qwen2_train_init(&t, m->be, &m->cfg, m->dtype, n, n, 0, &arena);
+    t.vl = &in;
+    float *grads = xcalloc(m->n_params, sizeof(float));
+    qwen2_train_forward(m, ids, targets, seq_off, 1, &t, logp, NULL);
+    qwen2_backward(m, grads, dlogp, NULL, &t);
+    Qwen2 gm = {.cfg = m->cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m->n_params};
+    qwen2_layout(&m->cfg, &gm.w);
+    int nt = qwen2_tensors(&gm, NULL);
+    Qwen2Tensor *ts = xmalloc((size_t)nt * sizeof *ts);
+    qwen2_tensors(&gm, ts);
+    StWriteTensor *ws = xcalloc((size_t)nt + 1, sizeof *ws);
+    char (*names)[96] = xmalloc((size_t)nt * sizeof *names);
+    ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {n}, .data = logp};
+    for (int i = 0; i < nt; i++) {
+        snprintf(names[i], sizeof names[i], "grad.%s", ts[i].name);
+        ws[i + 1] = (StWriteTensor){.name = names[i], .ndim = ts[i].ndim, .data = ts[i].data};
+        memcpy(ws[i + 1].shape, ts[i].shape, sizeof ts[i].shape);
+    }
+    safetensors_write(out, ws, nt + 1, DTYPE_F32);
+    free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp);
+    qwen2_train_free(&t);
+    arena_free(&arena);
+    qwen2_vl_inputs_free(&in);
+}
+
 int main(int argc, char **argv) {
+    int grad = argc > 1 && strcmp(argv[1], "--grad") == 0;
+    argv += grad;
+    argc -= grad;
     if (argc < 5) {
         fprintf(stderr, "usage: vl_score_tool MODEL_DIR IMAGE OUT ID...\n");
         return 2;
@@ -41,6 +91,15 @@ int main(int argc, char **argv) {
         if (id >= 0) ids[n++] = id;
         else
             for (int64_t k = 0; k < units; k++) ids[n++] = (int32_t)m.cfg.image_pad_id;
+    }
+    if (grad) {
+        write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        free(ids), free(feat), free(patches), free(cfg_path);
+        image_free(&im);
+        qwen2_free(&m);
+        vision_free(&v);
+        cJSON_Delete(cfg);
+        return 0;
     }
     Arena arena;
     arena_init(&arena, qwen2_acts_bytes(m.be, &m.cfg, m.dtype, n, n) + 4096);
