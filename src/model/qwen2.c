@@ -656,8 +656,9 @@ void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerA
     be->rmsnorm_forward(be, out, last, qwen2_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps);
 }
 
-// The forward over the batch batch_fill put in a->host: positions, the upload, then every layer.
-static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int32_t *slots) {
+// The forward over the batch batch_fill put in a->host: positions, the upload, then every layer (vl: image
+// inputs, or NULL).
+static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int32_t *slots, const Qwen2VlInputs *vl) {
     const Qwen2Meta *h = &a->host;
     int64_t N = h->seq_off[B];
     for (int b = 0; b < B; b++)
@@ -665,6 +666,11 @@ static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int3
     meta_upload(m, a);
     Qwen2Batch batch = {.B = B, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
                         .host_seq_off = h->seq_off};
+    if (vl) {
+        if (m->be != backend_cpu()) die("internal: vision-language forwards run on the CPU only");
+        batch.rope = vl->rope;
+        batch.embeds = vl->embeds;
+    }
     qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, kv, slots);
 }
 
@@ -679,7 +685,13 @@ static void batch_fill(const Qwen2 *m, Qwen2Acts *a, const int32_t *tokens, cons
 void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
                    const int32_t *slots) {
     batch_fill(m, a, tokens, seq_off, B);
-    forward(m, B, a, kv, slots);
+    forward(m, B, a, kv, slots, NULL);
+}
+
+void qwen2_forward_vl(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a,
+                      Qwen2KV *kv, const int32_t *slots, const Qwen2VlInputs *vl) {
+    batch_fill(m, a, tokens, seq_off, B);
+    forward(m, B, a, kv, slots, vl);
 }
 
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
@@ -689,7 +701,7 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             a->host.targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
-    forward(m, B, a, NULL, NULL);
+    forward(m, B, a, NULL, NULL, NULL);
     // The log-probs land in a->proj (free by now), then come to the host.
     be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N,
                         m->cfg.hidden,
@@ -756,13 +768,18 @@ void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const f
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
                        int B, Qwen2Acts *a, float *logits) {
+    qwen2_decode_step_at(m, kv, tokens, slots, pos, pos, B, a, logits);
+}
+
+void qwen2_decode_step_at(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots,
+                          const int32_t *pos, const int32_t *rope_pos, int B, Qwen2Acts *a, float *logits) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
     int64_t KV = c->kv_heads * c->head_dim;
     check_workspace(m, a, B, "decode batch");
     Qwen2Meta *h = &a->host;
     memcpy(h->tokens, tokens, (size_t)B * sizeof *tokens);
-    memcpy(h->pos, pos, (size_t)B * sizeof *pos);
+    memcpy(h->pos, rope_pos, (size_t)B * sizeof *pos);  // the rotation's; the cache offsets below use pos
     for (int b = 0; b < B; b++) {  // offsets within a layer's cache: the slot, and the new position in it
         h->n_keys[b] = pos[b] + 1;
         h->kv_off[b] = kv_offset(kv, 0, slots[b]);

@@ -196,30 +196,6 @@ void qwen2_layer_forward(const Qwen2 *m, int64_t l, const Qwen2Batch *b, const Q
 void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerActs *views, int64_t n_views,
                           float *out, Qwen2KV *kv, const int32_t *slots);
 
-// tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
-// With kv, sequence b's keys and values also go to cache slot slots[b], positions 0..len-1.
-void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
-                   const int32_t *slots);
-// One new token per sequence: tokens[b] at position pos[b] of cache slot slots[b] (which holds
-// positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V) (in be's memory).
-// tokens, slots, pos, seq_off: host arrays.
-void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
-                       int B, Qwen2Acts *a, float *logits);
-// logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
-void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits);
-// Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
-int qwen2_stop_ids(const char *dir, int32_t *out, int max);
-// out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each
-// sequence's last row.
-void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
-// The same for one sequence of a Qwen2.5-VL model on the CPU: its image_pad tokens' rows take the image
-// features (n_images images of grids[k], features in pad order: vision_forward's rows, out_hidden = hidden),
-// and the rotation is M-RoPE's over vl_rope_index's positions. Dies when the pads do not match the grids.
-void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
-                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out);
-// ---------------------------------------------------------------------------------------------
-// training: a forward that keeps what backward needs, and the backward into a gradient slab
-
 // A batch's image inputs (vision-language models, CPU): the rows' rotation table and input rows, which replace
 // the positions' RoPE and the tokens' embeddings; image_rows (host) are the rows holding image features, which
 // give the embedding table no gradient. Made by qwen2_vl_inputs.
@@ -237,6 +213,37 @@ typedef struct {
 int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
                     const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in);
 void qwen2_vl_inputs_free(Qwen2VlInputs *in);
+
+// tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.
+// With kv, sequence b's keys and values also go to cache slot slots[b], positions 0..len-1.
+void qwen2_forward(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, Qwen2KV *kv,
+                   const int32_t *slots);
+// The same with image inputs (vl: the batch's rotation table and input rows, qwen2_vl_inputs; CPU).
+void qwen2_forward_vl(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a,
+                      Qwen2KV *kv, const int32_t *slots, const Qwen2VlInputs *vl);
+// One new token per sequence: tokens[b] at position pos[b] of cache slot slots[b] (which holds
+// positions 0..pos[b]-1). Appends its key/value to the cache and writes logits (B, V) (in be's memory).
+// tokens, slots, pos, seq_off: host arrays.
+void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
+                       int B, Qwen2Acts *a, float *logits);
+// The same with each token's rotation at rope_pos[b] instead of pos[b] (M-RoPE: pos + the prompt's delta; a
+// token after the image has three equal positions); the cache is still indexed by pos.
+void qwen2_decode_step_at(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots,
+                          const int32_t *pos, const int32_t *rope_pos, int B, Qwen2Acts *a, float *logits);
+// logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
+void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits);
+// Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
+int qwen2_stop_ids(const char *dir, int32_t *out, int max);
+// out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each
+// sequence's last row.
+void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
+// The same for one sequence of a Qwen2.5-VL model on the CPU: its image_pad tokens' rows take the image
+// features (n_images images of grids[k], features in pad order: vision_forward's rows, out_hidden = hidden),
+// and the rotation is M-RoPE's over vl_rope_index's positions. Dies when the pads do not match the grids.
+void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
+                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out);
+// ---------------------------------------------------------------------------------------------
+// training: a forward that keeps what backward needs, and the backward into a gradient slab
 
 typedef struct {
     int64_t max_tokens, max_seq;

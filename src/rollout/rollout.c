@@ -187,7 +187,7 @@ struct RolloutEngine {
     Seq *seqs;           // per slot; active ones hold a sequence
     RolloutRequest **pending;  // added, not yet prefilled, in order
     int n_pending;
-    int32_t *tokens, *slots, *pos;
+    int32_t *tokens, *slots, *pos, *rope_pos;
     int64_t *seq_off;
     int *row_seq;  // batch entry -> (first) slot it feeds
     float *lps;
@@ -213,6 +213,7 @@ RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_sl
     e->tokens = xmalloc((size_t)act_rows * sizeof *e->tokens);
     e->slots = xmalloc((size_t)act_rows * sizeof *e->slots);
     e->pos = xmalloc((size_t)n_slots * sizeof *e->pos);
+    e->rope_pos = xmalloc((size_t)n_slots * sizeof *e->rope_pos);
     e->seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *e->seq_off);
     e->row_seq = xmalloc((size_t)act_rows * sizeof *e->row_seq);
     e->lps = xmalloc((size_t)n_slots * sizeof *e->lps);
@@ -234,6 +235,7 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->row_seq);
     free(e->seq_off);
     free(e->pos);
+    free(e->rope_pos);
     free(e->slots);
     free(e->tokens);
     free(e->pending);
@@ -368,6 +370,39 @@ static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
 
 // Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
 // sample; every sequence samples its first token.
+// The prefill forward of the batch in e->tokens / seq_off / slots / row_seq; with a vision-language prompt in
+// it, every row's rotation table and input row are made here (text prompts' from their positions and tokens).
+static void prefill_forward(RolloutEngine *e, int B) {
+    const Qwen2 *m = e->m;
+    const Qwen2Config *c = &m->cfg;
+    int any = 0;
+    for (int b = 0; b < B; b++) any |= e->seqs[e->row_seq[b]].req->prompt->vl != NULL;
+    if (!any) {
+        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
+        return;
+    }
+    int64_t N = e->seq_off[B], C = c->hidden, D = c->head_dim;
+    Qwen2VlInputs in = {.rope = xmalloc((size_t)(N * D) * sizeof(float)),
+                        .embeds = xmalloc((size_t)(N * C) * sizeof(float))};
+    for (int b = 0; b < B; b++) {
+        const RolloutPrompt *p = e->seqs[e->row_seq[b]].req->prompt;
+        int64_t lo = e->seq_off[b], n = e->seq_off[b + 1] - lo;
+        if (p->vl) {
+            memcpy(in.rope + lo * D, p->vl->rope, (size_t)(n * D) * sizeof(float));
+            memcpy(in.embeds + lo * C, p->vl->embeds, (size_t)(n * C) * sizeof(float));
+            continue;
+        }
+        int32_t *pos = xmalloc((size_t)n * sizeof *pos);
+        for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+        rope_table(in.rope + lo * D, pos, n, (int)D, c->rope_theta);
+        free(pos);
+        m->be->embedding_forward(m->be, in.embeds + lo * C, e->tokens + lo, qwen2_at(m, m->w.embed), m->dtype, n, C);
+    }
+    qwen2_forward_vl(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots, &in);
+    free(in.rope);
+    free(in.embeds);
+}
+
 static void prefill(RolloutEngine *e) {
     const Qwen2 *m = e->m;
     const Qwen2Config *c = &m->cfg;
@@ -397,7 +432,7 @@ static void prefill(RolloutEngine *e) {
             e->seq_off[B + 1] = e->seq_off[B] + p->n;
             B++;
         }
-        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
+        prefill_forward(e, B);
         for (int b = 0; b < B; b++) {
             RolloutRequest *r = e->seqs[e->row_seq[b]].req;
             if (r->logits_fn && r->want_prompt_logits && e->seqs[e->row_seq[b]].sample == 0)
@@ -442,10 +477,11 @@ static void decode(RolloutEngine *e) {
         e->tokens[B] = q->last;
         e->slots[B] = s;
         e->pos[B] = (int32_t)q->pos - 1;  // the last sampled token sits at pos - 1
+        e->rope_pos[B] = e->pos[B] + (q->req->prompt->vl ? q->req->prompt->rope_delta : 0);
         e->row_seq[B++] = s;
     }
     if (B == 0) return;
-    qwen2_decode_step(m, &e->kv, e->tokens, e->slots, e->pos, B, &e->acts, e->logits);
+    qwen2_decode_step_at(m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, B, &e->acts, e->logits);
     for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
         Seq *q = &e->seqs[e->row_seq[b]];
         e->u[b] = q->feed.n ? 0.0 : draw_unit(q->req->cfg, q);

@@ -415,6 +415,45 @@ def g_vl_grad():
               float(got["grad.model.embed_tokens.weight"][319].abs().max()) == 0)
 
 
+def g_vl_generate():
+    """Greedy generation after an image prompt by the rollout engine (prefill with M-RoPE and the features, decode
+    with the prompt's position delta): the tokens and log-probs of a full float64 recompute at every step."""
+    if not SCORE_TOOL:
+        print("NOTE  --score-tool not given: VL generation was not checked")
+        return
+    d = os.path.join(TMP, "vlgen")
+    m, vis, vc = make_vl(d, 41, False)
+    image = os.path.join(TMP, "vlgen.png")
+    Image.fromarray(image_test.content(230, 140, 41)).save(image)
+    ids, K = [5, 17, 300, -1, 302, 44], 12
+    out = os.path.join(TMP, "vlgen.bin")
+    r = subprocess.run([SCORE_TOOL, "--generate", str(K), d, image, out, *map(str, ids)], capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode:
+        raise AssertionError(f"vl_score_tool --generate exited {r.returncode}: {r.stderr[-500:]}")
+    data = open(out, "rb").read()
+    k = int(np.frombuffer(data[:4], np.int32)[0])
+    got_ids = np.frombuffer(data, np.int32, k, 4).tolist()
+    got_lp = np.frombuffer(data, np.float32, k, 4 + 4 * k)
+    _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
+    feats = tower(vis, vc, patches.astype(np.float64), grid)
+    units = grid[0] * grid[1] * grid[2] // 4
+    toks = [t for i in ids for t in ([319] * units if i < 0 else [i])]
+    want_ids, want_lp = [], []
+    with torch.no_grad():
+        for _ in range(K):  # the whole sequence again each step: positions from get_rope_index, no cache
+            row = vl_logprob_rows(m, toks + [0], feats, get_rope_index(toks + [0], [tuple(grid)], 319)[0],
+                                  (2, 2, 2))[len(toks) - 1]
+            nxt = int(row.argmax())
+            want_ids.append(nxt)
+            want_lp.append(float(row[nxt]))
+            toks.append(nxt)
+    d_lp = float(np.abs(got_lp - np.array(want_lp)).max()) if k == K else float("inf")
+    check(f"VL greedy generation of {K} tokens after {units} image pads (rollout engine: shared prefill, decode at "
+          f"the M-RoPE delta): tokens and log-probs equal a float64 recompute at every step",
+          got_ids == want_ids and d_lp <= 1e-4, f"{got_ids} vs {want_ids}, lp diff {d_lp:.1e}")
+
+
 def main():
     global TOOL, ROPE_TOOL, SCORE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -429,7 +468,7 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
-                                     "vl_grad": g_vl_grad})
+                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate})
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 // (t*h*w/4 of them). OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] |
 // ids[..i])). --grad: the training forward and backward instead (targets: the next token where it is text;
 // dlogp[i] = sin(i + 1) / 2), OUT a safetensors file of "logp" and "grad.<name>" of every parameter.
+// --generate K: K greedy tokens after the sequence from the rollout engine (2 samples sharing the prefill);
+// OUT gets int32 K then the first sample's K ids and K float32 log-probs.
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +18,8 @@
 #include "model/qwen2.h"
 #include "model/vision.h"
 #include "model/vl_processor.h"
+#include "model/vl_rope.h"
+#include "rollout/rollout.h"
 
 static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
                         int merge, const char *out) {
@@ -59,10 +63,46 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
     qwen2_vl_inputs_free(&in);
 }
 
+static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
+                            int merge, int K, const char *out) {
+    int64_t seq_off[2] = {0, n};
+    int n_images = 1;
+    const int(*grids)[3] = (const int(*)[3])grid;
+    Qwen2VlInputs in;
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    int32_t *pos3 = xmalloc((size_t)(3 * n) * sizeof *pos3);
+    int64_t delta;
+    vl_rope_index(ids, n, (int32_t)m->cfg.image_pad_id, grids, 1, merge, pos3, &delta);
+    RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .rope_delta = (int32_t)delta, .max_new_tokens = K};
+    RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .share_prefill = 1,
+                        .prefill_tokens = n, .kv_budget_bytes = (size_t)1 << 26};
+    RolloutSample samples[2];
+    RolloutStats st;
+    rollout_generate(m, NULL, &rc, &p, 1, 2, samples, &st, NULL, NULL);
+    FILE *f = fopen(out, "wb");
+    if (!f) die("cannot open %s", out);
+    int32_t k = samples[0].n;
+    if (fwrite(&k, 4, 1, f) != 1 || fwrite(samples[0].tokens, 4, (size_t)k, f) != (size_t)k ||
+        fwrite(samples[0].logprobs, 4, (size_t)k, f) != (size_t)k)
+        die("cannot write %s", out);
+    file_close(f, out);
+    if (samples[1].n != k || memcmp(samples[1].tokens, samples[0].tokens, (size_t)k * 4))
+        die("the two greedy samples sharing the prefill differ");
+    for (int j = 0; j < 2; j++) rollout_sample_free(&samples[j]);
+    free(pos3);
+    qwen2_vl_inputs_free(&in);
+}
+
 int main(int argc, char **argv) {
     int grad = argc > 1 && strcmp(argv[1], "--grad") == 0;
     argv += grad;
     argc -= grad;
+    int gen = 0;
+    if (argc > 2 && strcmp(argv[1], "--generate") == 0) {
+        gen = atoi(argv[2]);
+        argv += 2;
+        argc -= 2;
+    }
     if (argc < 5) {
         fprintf(stderr, "usage: vl_score_tool MODEL_DIR IMAGE OUT ID...\n");
         return 2;
@@ -92,8 +132,9 @@ int main(int argc, char **argv) {
         else
             for (int64_t k = 0; k < units; k++) ids[n++] = (int32_t)m.cfg.image_pad_id;
     }
-    if (grad) {
-        write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
+    if (grad || gen) {
+        if (grad) write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        else write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
         free(ids), free(feat), free(patches), free(cfg_path);
         image_free(&im);
         qwen2_free(&m);
