@@ -239,6 +239,20 @@ static uint8_t clip8(int32_t ss) {
     return v > 255 ? 255 : (uint8_t)v;
 }
 
+// One output pixel of a pass: n input pixels `stride` bytes apart from p, weighted by k, rounded (Pillow's
+// ImagingResampleHorizontal_8bpc / Vertical_8bpc).
+static void convolve(const uint8_t *p, size_t stride, const int32_t *k, int n, uint8_t *o) {
+    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    for (int x = 0; x < n; x++, p += stride) {
+        s0 += p[0] * k[x];
+        s1 += p[1] * k[x];
+        s2 += p[2] * k[x];
+    }
+    o[0] = clip8(s0);
+    o[1] = clip8(s1);
+    o[2] = clip8(s2);
+}
+
 void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
     int *bx, *by;
     int32_t *kx, *ky;
@@ -254,21 +268,9 @@ void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
         tmp = xmalloc((size_t)w * src_h * 3 + 1);
         for (int yy = 0; yy < src_h; yy++) {
             const uint8_t *row = in->rgb + (size_t)(yy + y_first) * in->w * 3;
-            for (int xx = 0; xx < w; xx++) {
-                const int32_t *k = kx + (size_t)xx * ksx;
-                int xmin = bx[2 * xx], xmax = bx[2 * xx + 1];
-                int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-                for (int x = 0; x < xmax; x++) {
-                    const uint8_t *p = row + (size_t)(x + xmin) * 3;
-                    s0 += p[0] * k[x];
-                    s1 += p[1] * k[x];
-                    s2 += p[2] * k[x];
-                }
-                uint8_t *o = tmp + ((size_t)yy * w + xx) * 3;
-                o[0] = clip8(s0);
-                o[1] = clip8(s1);
-                o[2] = clip8(s2);
-            }
+            for (int xx = 0; xx < w; xx++)
+                convolve(row + (size_t)bx[2 * xx] * 3, 3, kx + (size_t)xx * ksx, bx[2 * xx + 1],
+                         tmp + ((size_t)yy * w + xx) * 3);
         }
         src = tmp;
     }
@@ -277,20 +279,9 @@ void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
     if (need_v) {
         for (int yy = 0; yy < h; yy++) {
             const int32_t *k = ky + (size_t)yy * ksy;
-            int ymin = by[2 * yy], ymax = by[2 * yy + 1];
-            for (int xx = 0; xx < sw; xx++) {
-                int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-                for (int y = 0; y < ymax; y++) {
-                    const uint8_t *p = src + ((size_t)(y + ymin) * sw + xx) * 3;
-                    s0 += p[0] * k[y];
-                    s1 += p[1] * k[y];
-                    s2 += p[2] * k[y];
-                }
-                uint8_t *o = pixels + ((size_t)yy * sw + xx) * 3;
-                o[0] = clip8(s0);
-                o[1] = clip8(s1);
-                o[2] = clip8(s2);
-            }
+            for (int xx = 0; xx < sw; xx++)
+                convolve(src + ((size_t)by[2 * yy] * sw + xx) * 3, (size_t)sw * 3, k, by[2 * yy + 1],
+                         pixels + ((size_t)yy * sw + xx) * 3);
         }
     } else {
         memcpy(pixels, src, (size_t)sw * h * 3);

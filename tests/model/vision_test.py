@@ -27,7 +27,7 @@ import image_test  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
 from harness import check, run_groups  # noqa: E402
 
-TOOL = ROPE_TOOL = SCORE_TOOL = GRPO = TMP = None
+TOOL = ROPE_TOOL = GRPO = TMP = None
 TOL = 1e-4
 
 
@@ -141,9 +141,9 @@ def tower(w, vc, patches, grid):
 
 def run_tool(model, image):
     out = os.path.join(TMP, "vision.bin")
-    r = subprocess.run([TOOL, model, image, out], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([TOOL, "--features", model, image, out], capture_output=True, text=True, timeout=300)
     if r.returncode:
-        raise AssertionError(f"vision_tool exited {r.returncode}: {r.stderr[-500:]}")
+        raise AssertionError(f"vl_tool --features exited {r.returncode}: {r.stderr[-500:]}")
     data = open(out, "rb").read()
     gt, gh, gw, dim, oh = np.frombuffer(data[:20], np.int32)
     n = gt * gh * gw
@@ -320,9 +320,6 @@ def vl_logprob_rows(m, ids, feats, pos3, section):
 
 
 def g_vl_forward():
-    if not SCORE_TOOL:
-        print("NOTE  --score-tool not given: the VL forward was not checked")
-        return
     for seed, v5, (iw, ih) in ((21, False, (200, 150)), (22, True, (130, 260))):
         d = os.path.join(TMP, f"vl{seed}")
         m, vis, vc = make_vl(d, seed, v5)
@@ -330,9 +327,10 @@ def g_vl_forward():
         Image.fromarray(image_test.content(iw, ih, seed)).save(image)
         ids = [5, 17, 300, 301, -1, 302, 44, 45, 46, 47]  # text, <|vision_start|>-like ids, the image, text
         out = os.path.join(TMP, "vl.bin")
-        r = subprocess.run([SCORE_TOOL, d, image, out, *map(str, ids)], capture_output=True, text=True, timeout=300)
+        r = subprocess.run([TOOL, "--score", d, image, out, *map(str, ids)], capture_output=True, text=True,
+                           timeout=300)
         if r.returncode:
-            raise AssertionError(f"vl_score_tool exited {r.returncode}: {r.stderr[-500:]}")
+            raise AssertionError(f"vl_tool exited {r.returncode}: {r.stderr[-500:]}")
         data = open(out, "rb").read()
         n = int(np.frombuffer(data[:4], np.int32)[0])
         toks = np.frombuffer(data, np.int32, n, 4).tolist()
@@ -361,9 +359,6 @@ def g_vl_forward():
 def g_vl_grad():
     """The training forward and backward of the language model with an image prompt: every gradient tensor
     against PyTorch autograd through the float64 reference (features fixed: the vision tower is frozen)."""
-    if not SCORE_TOOL:
-        print("NOTE  --score-tool not given: VL gradients were not checked")
-        return
     for seed, v5 in ((31, False), (32, True)):
         d = os.path.join(TMP, f"vlg{seed}")
         m, vis, vc = make_vl(d, seed, v5)
@@ -371,10 +366,10 @@ def g_vl_grad():
         Image.fromarray(image_test.content(150, 180, seed)).save(image)
         ids = [5, 17, 300, -1, 302, 44, 45, 46, 47, 48]
         out = os.path.join(TMP, "vlg.safetensors")
-        r = subprocess.run([SCORE_TOOL, "--grad", d, image, out, *map(str, ids)], capture_output=True, text=True,
+        r = subprocess.run([TOOL, "--grad", d, image, out, *map(str, ids)], capture_output=True, text=True,
                            timeout=300)
         if r.returncode:
-            raise AssertionError(f"vl_score_tool --grad exited {r.returncode}: {r.stderr[-500:]}")
+            raise AssertionError(f"vl_tool --grad exited {r.returncode}: {r.stderr[-500:]}")
         got = ref.load_safetensors(out)
         _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
         feats = tower(vis, vc, patches.astype(np.float64), grid)
@@ -418,19 +413,16 @@ def g_vl_grad():
 def g_vl_generate():
     """Greedy generation after an image prompt by the rollout engine (prefill with M-RoPE and the features, decode
     with the prompt's position delta): the tokens and log-probs of a full float64 recompute at every step."""
-    if not SCORE_TOOL:
-        print("NOTE  --score-tool not given: VL generation was not checked")
-        return
     d = os.path.join(TMP, "vlgen")
     m, vis, vc = make_vl(d, 41, False)
     image = os.path.join(TMP, "vlgen.png")
     Image.fromarray(image_test.content(230, 140, 41)).save(image)
     ids, K = [5, 17, 300, -1, 302, 44], 12
     out = os.path.join(TMP, "vlgen.bin")
-    r = subprocess.run([SCORE_TOOL, "--generate", str(K), d, image, out, *map(str, ids)], capture_output=True,
+    r = subprocess.run([TOOL, "--generate", str(K), d, image, out, *map(str, ids)], capture_output=True,
                        text=True, timeout=300)
     if r.returncode:
-        raise AssertionError(f"vl_score_tool --generate exited {r.returncode}: {r.stderr[-500:]}")
+        raise AssertionError(f"vl_tool --generate exited {r.returncode}: {r.stderr[-500:]}")
     data = open(out, "rb").read()
     k = int(np.frombuffer(data[:4], np.int32)[0])
     got_ids = np.frombuffer(data, np.int32, k, 4).tolist()
@@ -455,15 +447,14 @@ def g_vl_generate():
 
 
 def main():
-    global TOOL, ROPE_TOOL, SCORE_TOOL, GRPO, TMP
+    global TOOL, ROPE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
     ap.add_argument("--rope-tool", required=True)
-    ap.add_argument("--score-tool")
     ap.add_argument("--grpo")
     ap.add_argument("--tmp", required=True)
     a = ap.parse_args()
-    TOOL, ROPE_TOOL, SCORE_TOOL, GRPO, TMP = a.tool, a.rope_tool, a.score_tool, a.grpo, a.tmp
+    TOOL, ROPE_TOOL, GRPO, TMP = a.tool, a.rope_tool, a.grpo, a.tmp
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)

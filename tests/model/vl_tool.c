@@ -1,10 +1,12 @@
-// vl_score_tool [--grad] MODEL_DIR IMAGE OUT ID...: a Qwen2.5-VL model's log-probs of one sequence with one
-// image, for tests/model/vision_test.py. An id of -1 stands for the image: it becomes the image's pad tokens
-// (t*h*w/4 of them). OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] |
-// ids[..i])). --grad: the training forward and backward instead (targets: the next token where it is text;
-// dlogp[i] = sin(i + 1) / 2), OUT a safetensors file of "logp" and "grad.<name>" of every parameter.
-// --generate K: K greedy tokens after the sequence from the rollout engine (2 samples sharing the prefill);
-// OUT gets int32 K then the first sample's K ids and K float32 log-probs.
+// vl_tool MODE MODEL_DIR IMAGE OUT [ID...]: a Qwen2.5-VL model on one image, for tests/model/vision_test.py.
+// An id of -1 stands for the image: it becomes the image's pad tokens (t*h*w/4 of them).
+//   --features  the vision tower alone (a directory may hold just it): OUT gets int32 grid t, h, w, patch
+//               dim, out_hidden; the patches (float32) and the features (float32, t*h*w/4 rows)
+//   --score     OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] | ids[..i]))
+//   --grad      the training forward and backward (targets: the next token where it is text; dlogp[i] =
+//               sin(i + 1) / 2); OUT a safetensors file of "logp" and "grad.<name>" of every parameter
+//   --generate K  K greedy tokens after the sequence from the rollout engine (2 samples sharing the prefill);
+//               OUT gets int32 K, then the first sample's K ids and K float32 log-probs
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -93,72 +95,85 @@ static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const
     qwen2_vl_inputs_free(&in);
 }
 
+static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
+                         int merge, const char *out) {
+    Arena arena;
+    arena_init(&arena, qwen2_acts_bytes(m->be, &m->cfg, m->dtype, n, n) + 4096);
+    Qwen2Acts a;
+    qwen2_acts_init(&a, m->be, &m->cfg, m->dtype, n, n, &arena);
+    float *lp = xmalloc((size_t)n * sizeof *lp);
+    qwen2_vl_logprobs(m, ids, n, feat, (const int(*)[3])grid, 1, merge, &a, lp);
+    FILE *f = fopen(out, "wb");
+    if (!f) die("cannot open %s", out);
+    int32_t nn = (int32_t)n;
+    if (fwrite(&nn, 4, 1, f) != 1 || fwrite(ids, 4, (size_t)n, f) != (size_t)n ||
+        fwrite(lp, 4, (size_t)n, f) != (size_t)n)
+        die("cannot write %s", out);
+    file_close(f, out);
+    free(lp);
+    qwen2_acts_free(&a);
+    arena_free(&arena);
+}
+
+static void write_features(const int grid[3], int dim, int out_hidden, const float *patches, const float *feat,
+                           int64_t units, const char *out) {
+    int64_t n = (int64_t)grid[0] * grid[1] * grid[2];
+    int32_t head[5] = {grid[0], grid[1], grid[2], dim, out_hidden};
+    FILE *f = fopen(out, "wb");
+    if (!f) die("cannot open %s", out);
+    if (fwrite(head, sizeof head, 1, f) != 1 || fwrite(patches, (size_t)(n * dim) * sizeof(float), 1, f) != 1 ||
+        fwrite(feat, (size_t)(units * out_hidden) * sizeof(float), 1, f) != 1)
+        die("cannot write %s", out);
+    file_close(f, out);
+}
+
 int main(int argc, char **argv) {
-    int grad = argc > 1 && strcmp(argv[1], "--grad") == 0;
-    argv += grad;
-    argc -= grad;
-    int gen = 0;
-    if (argc > 2 && strcmp(argv[1], "--generate") == 0) {
-        gen = atoi(argv[2]);
-        argv += 2;
-        argc -= 2;
-    }
-    if (argc < 5) {
-        fprintf(stderr, "usage: vl_score_tool MODEL_DIR IMAGE OUT ID...\n");
+    static const char *const modes[] = {"--features", "--score", "--grad", "--generate"};
+    int mode = -1;
+    for (int i = 0; argc > 1 && i < 4; i++)
+        if (!strcmp(argv[1], modes[i])) mode = i;
+    int gen = mode == 3 && argc > 2 ? atoi(argv[2]) : 0;
+    int skip = mode == 3 ? 2 : 1;
+    if (mode < 0 || argc < 4 + skip || (mode == 3 && gen < 1)) {
+        fprintf(stderr, "usage: vl_tool --features|--score|--grad|--generate K MODEL_DIR IMAGE OUT [ID...]\n");
         return 2;
     }
+    argv += skip;
+    argc -= skip;
     char *cfg_path = path_join(argv[1], "config.json");
     cJSON *cfg = json_load_file(cfg_path, FILE_MAX_JSON);
     VisionConfig vc;
     vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), cfg_path);
     Vision v;
     vision_load(&v, &vc, argv[1]);
-    Qwen2 m;
-    qwen2_load_vl(&m, argv[1], DTYPE_F32);
     VlProcessor p;
     vl_processor_load(&p, argv[1]);
     Image im;
-    image_load(&im, argv[2], IMAGE_MAX_PIXELS, "vl_score_tool");
+    image_load(&im, argv[2], IMAGE_MAX_PIXELS, "vl_tool");
     int grid[3];
     float *patches = vl_preprocess(&p, &im, grid, NULL, argv[2]);
     int64_t units = (int64_t)grid[0] * grid[1] * grid[2] / (vc.merge * vc.merge);
     float *feat = xmalloc((size_t)(units * vc.out_hidden) * sizeof *feat);
     vision_forward(&v, patches, grid, feat);
-    int64_t n = 0, cap = argc + units;
-    int32_t *ids = xmalloc((size_t)cap * sizeof *ids);
-    for (int i = 4; i < argc; i++) {
-        int id = atoi(argv[i]);
-        if (id >= 0) ids[n++] = id;
-        else
-            for (int64_t k = 0; k < units; k++) ids[n++] = (int32_t)m.cfg.image_pad_id;
-    }
-    if (grad || gen) {
-        if (grad) write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
-        else write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
-        free(ids), free(feat), free(patches), free(cfg_path);
-        image_free(&im);
+    if (mode == 0) {
+        write_features(grid, vl_patch_dim(&p), vc.out_hidden, patches, feat, units, argv[3]);
+    } else {
+        Qwen2 m;
+        qwen2_load_vl(&m, argv[1], DTYPE_F32);
+        int32_t *ids = xmalloc((size_t)(argc + units) * sizeof *ids);
+        int64_t n = 0;
+        for (int i = 4; i < argc; i++) {
+            int id = atoi(argv[i]);
+            for (int64_t k = 0; k < (id >= 0 ? 1 : units); k++) ids[n++] = id >= 0 ? id : (int32_t)m.cfg.image_pad_id;
+        }
+        if (mode == 1) write_scores(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        if (mode == 2) write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        if (mode == 3) write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
+        free(ids);
         qwen2_free(&m);
-        vision_free(&v);
-        cJSON_Delete(cfg);
-        return 0;
     }
-    Arena arena;
-    arena_init(&arena, qwen2_acts_bytes(m.be, &m.cfg, m.dtype, n, n) + 4096);
-    Qwen2Acts a;
-    qwen2_acts_init(&a, m.be, &m.cfg, m.dtype, n, n, &arena);
-    float *lp = xmalloc((size_t)n * sizeof *lp);
-    qwen2_vl_logprobs(&m, ids, n, feat, (const int(*)[3])grid, 1, vc.merge, &a, lp);
-    FILE *f = fopen(argv[3], "wb");
-    if (!f) die("cannot open %s", argv[3]);
-    int32_t nn = (int32_t)n;
-    if (fwrite(&nn, 4, 1, f) != 1 || fwrite(ids, 4, (size_t)n, f) != (size_t)n || fwrite(lp, 4, (size_t)n, f) != (size_t)n)
-        die("cannot write %s", argv[3]);
-    file_close(f, argv[3]);
-    qwen2_acts_free(&a);
-    arena_free(&arena);
-    free(lp), free(ids), free(feat), free(patches), free(cfg_path);
+    free(feat), free(patches), free(cfg_path);
     image_free(&im);
-    qwen2_free(&m);
     vision_free(&v);
     cJSON_Delete(cfg);
     return 0;
