@@ -25,6 +25,7 @@ int main(void) {
     int64_t delta;
     if (vl_rope_index(ids, n, pad, (const int(*)[3])grids, n_img, merge, pos3, &delta) != 0) {
         puts("refused");
+        free(ids), free(pos3), free(grids);
         return 0;
     }
     printf("ok %lld\n", (long long)delta);
