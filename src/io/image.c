@@ -3,6 +3,7 @@
 
 #include <stdio.h>  // before jpeglib.h, which uses FILE
 #include <jpeglib.h>
+#include <jerror.h>  // JWRN_JPEG_EOF
 #include <math.h>
 #include <png.h>
 #include <setjmp.h>
@@ -73,22 +74,33 @@ static void decode_png(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
     int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
     check_size(c, w, h);
     // Pillow's modes: a palette is looked up (tRNS ignored), grey below 8 bits scaled up, 16 bits keep their
-    // high byte, grey and alpha become RGB and lose the alpha.
+    // high byte, grey and alpha become RGB and lose the alpha; but 16-bit grey is Pillow's mode I, whose
+    // conversion to RGB clamps each value to 255.
+    int grey16 = type == PNG_COLOR_TYPE_GRAY && depth == 16;
     if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
     if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-    if (depth == 16) png_set_strip_16(png);
+    if (depth == 16 && !grey16) png_set_strip_16(png);
     png_set_strip_alpha(png);  // also the alpha libpng makes of a palette's tRNS
-    if (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    if (!grey16 && (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)) png_set_gray_to_rgb(png);
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
-    if (png_get_rowbytes(png, info) != (size_t)w * 3) png_error(png, "unexpected row layout");
+    if (png_get_rowbytes(png, info) != (size_t)w * (grey16 ? 2 : 3)) png_error(png, "unexpected row layout");
     pixels = xmalloc((size_t)w * h * 3);
     rows = xmalloc(h * sizeof *rows);
-    for (png_uint_32 y = 0; y < h; y++) rows[y] = pixels + (size_t)y * w * 3;
-    png_read_image(png, rows);
-    png_read_end(png, NULL);
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = pixels + (size_t)y * w * 3;  // 2 bytes a pixel fit too
+    png_read_image(png, rows);  // no png_read_end: Pillow takes a file that stops after its image data
     png_destroy_read_struct(&png, &info, NULL);
     free(rows);
+    for (png_uint_32 y = 0; grey16 && y < h; y++) {  // big-endian 16-bit grey -> RGB, clamped, from the row's end
+        uint8_t *row = pixels + (size_t)y * w * 3;
+        for (png_uint_32 x = w; x-- > 0;) {
+            unsigned v = (unsigned)row[2 * x] << 8 | row[2 * x + 1];
+            uint8_t g = v > 255 ? 255 : (uint8_t)v;
+            row[3 * x] = g;
+            row[3 * x + 1] = g;
+            row[3 * x + 2] = g;
+        }
+    }
     *im = (Image){(int)w, (int)h, pixels};
 }
 
@@ -97,7 +109,23 @@ typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     char error[JMSG_LENGTH_MAX];
+    int truncated;  // libjpeg warned that the data ended early (it fills in grey; Pillow refuses the file)
 } JpegErr;
+
+#define JPEG_MAX_SCANS 1000  // a progressive file may hold many scans; thousands only burn time
+
+// Warnings: only premature end of data counts (other corrupt-data warnings Pillow lets pass too).
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+    JpegErr *e = (JpegErr *)cinfo->err;
+    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) e->truncated = 1;
+}
+
+static void jpeg_on_progress(j_common_ptr cinfo) {
+    if (((j_decompress_ptr)cinfo)->input_scan_number <= JPEG_MAX_SCANS) return;
+    JpegErr *e = (JpegErr *)cinfo->err;
+    snprintf(e->error, sizeof e->error, "over %d progressive scans", JPEG_MAX_SCANS);
+    longjmp(e->jump, 1);
+}
 
 static void jpeg_on_error(j_common_ptr cinfo) {
     JpegErr *e = (JpegErr *)cinfo->err;
@@ -113,6 +141,9 @@ static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) 
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = jpeg_on_error;
     err.pub.output_message = jpeg_no_output;
+    err.pub.emit_message = jpeg_on_message;
+    err.truncated = 0;
+    struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_on_progress};
     uint8_t *volatile pixels = NULL;
     if (setjmp(err.jump)) {
         free(pixels);
@@ -122,6 +153,7 @@ static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) 
         bad(c, msg);
     }
     jpeg_create_decompress(&cinfo);
+    cinfo.progress = &progress;
     jpeg_mem_src(&cinfo, data, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
     check_size(c, cinfo.image_width, cinfo.image_height);
@@ -136,12 +168,10 @@ static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) 
         jpeg_read_scanlines(&cinfo, &row, 1);
     }
     jpeg_finish_decompress(&cinfo);
-    // libjpeg warns and fills in grey where data is missing or corrupt; Pillow refuses a truncated file
-    long warnings = err.pub.num_warnings;
     jpeg_destroy_decompress(&cinfo);
-    if (warnings) {
+    if (err.truncated) {
         free(pixels);
-        bad(c, "a truncated or corrupt JPEG");
+        bad(c, "a truncated JPEG");
     }
     *im = (Image){(int)w, (int)h, pixels};
 }
@@ -220,7 +250,8 @@ static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out)
             ww += w;
         }
         for (int x = 0; x < ksize; x++) {
-            double v = x < xmax ? (ww != 0.0 ? k[x] / ww : k[x]) : 0.0;
+            double v = 0.0;
+            if (x < xmax) v = ww != 0.0 ? k[x] / ww : k[x];
             kk[(size_t)xx * ksize + x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
                                                : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
         }

@@ -89,7 +89,7 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
     qwen2_config_load_vl(c, dir);
-    if (c->image_pad_id >= 0)
+    if (c->vl)
         die("%s: a Qwen2.5-VL model: vision-language support is in progress (its vision tower and M-RoPE exist, "
             "grpo's commands do not take images yet)", dir);
 }
@@ -132,14 +132,20 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     if (vl) {  // M-RoPE: mrope_section in rope_scaling (transformers 4) or rope_parameters (5)
         const cJSON *holder = cJSON_IsObject(scaling) ? scaling : rp;
+        const char *type = json_str(holder, "rope_type", path);
+        if (!type) type = json_str(holder, "type", path);
+        if (type && strcmp(type, "mrope") && strcmp(type, "default"))
+            die("%s: rope type \"%s\" is unsupported for Qwen2.5-VL (only mrope / default)", path, type);
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(holder, "mrope_section");
         int i = 0;
-        for (const cJSON *e = cJSON_IsArray(sec) && cJSON_GetArraySize(sec) == 3 ? sec->child : NULL; e; e = e->next) {
+        const cJSON *e = cJSON_IsArray(sec) && cJSON_GetArraySize(sec) == 3 ? sec->child : NULL;
+        for (; e; e = e->next) {
             int64_t v;
             if (!json_as_int(e, 0, 4096, &v)) break;
             c->mrope_section[i++] = (int)v;
         }
         if (i != 3) die("%s: a Qwen2.5-VL config needs rope_scaling.mrope_section, 3 integers", path);
+        c->vl = 1;
         c->image_pad_id = json_get_int_or(top, "image_token_id", 151655, path);
         scaling = NULL;
     }
@@ -352,10 +358,9 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 }
 
 void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
+    Qwen2Config c;
+    qwen2_config_load(&c, dir);  // refuses a VL model before reading any weight
     qwen2_load_vl(m, dir, dtype);
-    if (m->cfg.image_pad_id >= 0)
-        die("%s: a Qwen2.5-VL model: vision-language support is in progress (its vision tower and M-RoPE exist, "
-            "grpo's commands do not take images yet)", dir);
 }
 
 void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype) {
@@ -713,7 +718,9 @@ int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
                     const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in) {
     const Qwen2Config *c = &m->cfg;
     int64_t N = seq_off[B], C = c->hidden, D = c->head_dim;
+    if (m->be != backend_cpu()) die("internal: vision-language inputs are made on the CPU only");
     memset(in, 0, sizeof *in);
+    in->N = N;
     in->rope = xmalloc((size_t)(N * D) * sizeof *in->rope);
     in->embeds = xmalloc((size_t)(N * C) * sizeof *in->embeds);
     in->image_rows = xmalloc((size_t)N * sizeof *in->image_rows + 1);
@@ -721,7 +728,8 @@ int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     for (int b = 0; b < B; b++) {
         int64_t lo = seq_off[b], n = seq_off[b + 1] - lo, delta;
         int32_t *pos3 = xmalloc((size_t)(3 * n) * sizeof *pos3 + 1);
-        int rc = vl_rope_index(tokens + lo, n, (int32_t)c->image_pad_id, grids[b], n_images[b], merge, pos3, &delta);
+        int32_t pad = (int32_t)c->image_pad_id;
+        int rc = vl_rope_index(tokens + lo, n, pad, grids[b], n_images[b], merge, pos3, &delta);
         if (rc == 0) vl_rope_table(in->rope + lo * D, pos3, n, (int)D, c->rope_theta, c->mrope_section);
         free(pos3);
         if (rc != 0) {

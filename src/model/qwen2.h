@@ -18,9 +18,9 @@ typedef struct {
     double init_std;      // initializer_range, used by qwen2_init_random
     int attn_bias;        // q/k/v projections have biases (Qwen2: always; Qwen3: attention_bias)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
-    int mrope_section[3]; // Qwen2.5-VL / Qwen2-VL's language model: M-RoPE's sections (model/vl_rope.h); all 0
-                          // for a text model
-    int64_t image_pad_id; // the image pad token of a VL model (image_token_id), -1 for a text model
+    int vl;               // a Qwen2.5-VL model's language model (0: a text model, as zeroed configs are)
+    int mrope_section[3]; // with vl: M-RoPE's sections (model/vl_rope.h)
+    int64_t image_pad_id; // with vl: the image pad token (image_token_id)
     int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
                           // workspaces leave room for (0: none; set by lora_attach)
 } Qwen2Config;
@@ -200,6 +200,7 @@ void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerA
 // the positions' RoPE and the tokens' embeddings; image_rows (host) are the rows holding image features, which
 // give the embedding table no gradient. Made by qwen2_vl_inputs.
 typedef struct {
+    int64_t N;            // rows
     float *rope;          // (N, D)
     float *embeds;        // (N, C)
     int64_t *image_rows;  // n_image_rows
@@ -207,9 +208,11 @@ typedef struct {
 } Qwen2VlInputs;
 
 // The image inputs of a packed batch: sequence b's image_pad rows take feats[b]'s rows in order (its images'
-// merged units, vision_forward's order), its rotation M-RoPE's over vl_rope_index's positions (grids[b]: its
-// n_images[b] images). Allocates in (free with qwen2_vl_inputs_free). Returns 0, or -1 when a sequence's pads
-// do not match its grids.
+// merged units, vision_forward's order; rows of the model's hidden width), its rotation M-RoPE's over
+// vl_rope_index's positions (grids[b]: its n_images[b] images). CPU models. Allocates in (free with
+// qwen2_vl_inputs_free). Returns 0, or -1 when a sequence's pads do not match its grids.
+// Every row is held (text rows' embeddings too, as of the weights now): GRPO's wiring should keep only the
+// image rows and scatter them into the embedding's output instead.
 int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
                     const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in);
 void qwen2_vl_inputs_free(Qwen2VlInputs *in);

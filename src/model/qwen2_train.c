@@ -145,6 +145,7 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
                             .host_seq_off = NULL};  // no KV cache in training
     if (t->vl) {
         if (be != backend_cpu()) die("internal: vision-language training runs on the CPU only");
+        if (t->vl->N != N) die("internal: image inputs of %lld rows for %lld", (long long)t->vl->N, (long long)N);
         t->batch.rope = t->vl->rope;
         t->batch.embeds = t->vl->embeds;
     }

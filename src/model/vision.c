@@ -1,6 +1,7 @@
 #include "model/vision.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
     c->eps = 1e-6f;
     if (c->hidden % c->heads || (c->hidden / c->heads) % 4)
         die("%s: vision_config: hidden_size / num_heads must be a multiple of 4", where);
-    if (c->window % (c->merge * c->patch)) die("%s: vision_config.window_size must be a multiple of 28", where);
+    if (c->window % (c->merge * c->patch))
+        die("%s: vision_config.window_size must be a multiple of spatial_merge_size x patch_size", where);
     const cJSON *fa = cJSON_GetObjectItemCaseSensitive(vc, "fullatt_block_indexes");
     if (fa && !cJSON_IsArray(fa)) die("%s: vision_config.fullatt_block_indexes must be a list", where);
     for (const cJSON *e = fa ? fa->child : NULL; e; e = e->next) {
@@ -112,6 +114,16 @@ void vision_load(Vision *v, const VisionConfig *c, const char *model_dir) {
     hf_weights_close(&L.w);
 }
 
+void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where) {
+    if (patch != c->patch || temporal != c->temporal || merge != c->merge)
+        die("%s: preprocessor_config.json's patches (%d, %d, merge %d) are not the vision tower's (%d, %d, merge %d)",
+            where, patch, temporal, merge, c->patch, c->temporal, c->merge);
+    if (lm_hidden > 0 && lm_hidden != c->out_hidden)
+        die("%s: vision_config.out_hidden_size %d is not the language model's hidden_size %lld",
+            where, c->out_hidden,
+            (long long)lm_hidden);
+}
+
 void vision_free(Vision *v) {
     free(v->slab);
     free(v->blocks);
@@ -136,24 +148,38 @@ static int window_order(const int grid[3], int merge, int ws, int64_t *index, in
     return n_seg;
 }
 
-// out (N, H*D) = softmax(q k^T / sqrt(D)) v within each segment [seg[s], seg[s+1]) of rows, every head.
-static void attend(float *out, const float *qkv, int64_t N, int H, int D, const int64_t *seg, int n_seg) {
-    int64_t stride = 3LL * H * D;
+// Sum of a[i] * b[i] in 8 partial sums (vectorises; the order is fixed, so results do not depend on threads).
+static float dot(const float *a, const float *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+    float t = 0;
+    for (; i < n; i++) t += a[i] * b[i];
+    return t + ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// out (N, H*D) = softmax(q k^T / sqrt(D)) v within each segment [seg[s], seg[s+1]) of rows, every head. Each
+// thread takes whole heads: it gathers the segment's keys and values of its head into contiguous rows first
+// (qkv rows are 3 * H * D floats apart). max_seg: the longest segment.
+static void attend(float *out, const float *qkv, int H, int D, const int64_t *seg, int n_seg, int64_t max_seg) {
+    int64_t stride = 3LL * H * D, per = max_seg * (2LL * D + 1);
     float scale = 1.0f / sqrtf((float)D);
-    (void)N;
+    float *buf = xmalloc((size_t)omp_get_max_threads() * (size_t)per * sizeof *buf);
     for (int s = 0; s < n_seg; s++) {
         int64_t a = seg[s], n = seg[s + 1] - seg[s];
-#pragma omp parallel for collapse(2) schedule(static)
-        for (int h = 0; h < H; h++)
+#pragma omp parallel for schedule(static)
+        for (int h = 0; h < H; h++) {
+            float *K = buf + (size_t)omp_get_thread_num() * (size_t)per, *V = K + n * D, *p = V + n * D;
+            for (int64_t j = 0; j < n; j++) {
+                memcpy(K + j * D, qkv + (a + j) * stride + (int64_t)(H + h) * D, (size_t)D * sizeof *K);
+                memcpy(V + j * D, qkv + (a + j) * stride + (int64_t)(2 * H + h) * D, (size_t)D * sizeof *V);
+            }
             for (int64_t i = 0; i < n; i++) {
-                float *p = xmalloc((size_t)n * sizeof *p);
                 const float *q = qkv + (a + i) * stride + (int64_t)h * D;
                 float mx = -INFINITY;
                 for (int64_t j = 0; j < n; j++) {
-                    const float *k = qkv + (a + j) * stride + (int64_t)(H + h) * D;
-                    float d = 0;
-                    for (int e = 0; e < D; e++) d += q[e] * k[e];
-                    p[j] = d * scale;
+                    p[j] = dot(q, K + j * D, D) * scale;
                     mx = p[j] > mx ? p[j] : mx;
                 }
                 double sum = 0;
@@ -164,19 +190,23 @@ static void attend(float *out, const float *qkv, int64_t N, int H, int D, const 
                 float *o = out + (a + i) * H * D + (int64_t)h * D;
                 memset(o, 0, (size_t)D * sizeof *o);
                 for (int64_t j = 0; j < n; j++) {
-                    const float *vv = qkv + (a + j) * stride + (int64_t)(2 * H + h) * D;
                     float w = (float)(p[j] / sum);
+                    const float *vv = V + j * D;
                     for (int e = 0; e < D; e++) o[e] += w * vv[e];
                 }
-                free(p);
             }
+        }
     }
+    free(buf);
 }
 
 static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
 void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out) {
     const VisionConfig *c = &v->cfg;
+    if (grid[0] < 1 || grid[1] < c->merge || grid[2] < c->merge || grid[1] % c->merge || grid[2] % c->merge)
+        die("internal: an image grid of %d x %d x %d patches for merge size %d",
+            grid[0], grid[1], grid[2], c->merge);
     int M = c->merge, U = M * M, H = c->heads, D = c->hidden / c->heads;
     int64_t N = (int64_t)grid[0] * grid[1] * grid[2], C = c->hidden;
     int64_t PD = 3LL * c->temporal * c->patch * c->patch;
@@ -224,7 +254,7 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
         matmul_forward(qkv, h, b->qkv_w, b->qkv_b, DTYPE_F32, N, C, 3 * C);
         // rotate q and k: rope_forward works on rows of n_heads * D; q and k are 2H heads of each qkv row
         for (int64_t r = 0; r < N; r++) rope_forward(qkv + r * 3 * C, cs + r * D, 1, 2 * H, D);
-        attend(att, qkv, N, H, D, full ? fseg : wseg, full ? grid[0] : n_wseg);
+        attend(att, qkv, H, D, full ? fseg : wseg, full ? grid[0] : n_wseg, per_t);
         matmul_forward(o, att, b->proj_w, b->proj_b, DTYPE_F32, N, C, C);
         residual_forward(x, o, N * C);
         rmsnorm_forward(h, x, b->norm2, DTYPE_F32, N, C, c->eps);

@@ -39,6 +39,9 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where);
 // The tower's weights from a model directory: "visual.*" (transformers 4) or "model.visual.*" (5).
 void vision_load(Vision *v, const VisionConfig *c, const char *model_dir);
 void vision_free(Vision *v);
+// Dies naming `where` unless the image processor's patches are the tower's (patch_size, temporal_patch_size,
+// merge_size) and, with lm_hidden > 0, its features are the language model's width.
+void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where);
 // Features of one image: patches (grid t*h*w rows of 3 * temporal * patch^2, vl_preprocess's order) ->
 // out (t*h*w / merge^2 rows of out_hidden), in the order of the image's merged units (row-major), which is
 // the order of its <|image_pad|> tokens.

@@ -64,10 +64,6 @@ int vl_patch_dim(const VlProcessor *p) { return 3 * p->temporal * p->patch * p->
 
 int vl_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw,
                     char *err, size_t err_len) {
-    if (h < 10 || w < 10) {
-        snprintf(err, err_len, "%d x %d pixels: both sides must be at least 10", w, h);
-        return -1;
-    }
     double big = h > w ? h : w, small = h > w ? w : h;
     if (big / small > 200) {
         snprintf(err, err_len, "%d x %d pixels: the aspect ratio must be at most 200", w, h);
@@ -77,8 +73,8 @@ int vl_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pi
     double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
     if (hb * wb > (double)max_pixels) {
         double beta = sqrt((double)h * w / (double)max_pixels);
-        hb = floor(h / beta / factor) * factor;
-        wb = floor(w / beta / factor) * factor;
+        hb = fmax(factor, floor(h / beta / factor) * factor);
+        wb = fmax(factor, floor(w / beta / factor) * factor);
     } else if (hb * wb < (double)min_pixels) {
         double beta = sqrt((double)min_pixels / ((double)h * w));
         hb = ceil(h * beta / factor) * factor;

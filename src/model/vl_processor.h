@@ -22,8 +22,8 @@ void vl_processor_defaults(VlProcessor *p);
 // longest_edge as transformers 5 writes them; patch_size, temporal_patch_size, merge_size, image_mean,
 // image_std, rescale_factor). A missing file keeps the defaults; a bad value dies naming file and key.
 void vl_processor_load(VlProcessor *p, const char *model_dir);
-// transformers' smart_resize: 0 and *rh, *rw; -1 with a message in err (a side under 10 pixels, an aspect
-// ratio over 200).
+// transformers' smart_resize (as of transformers 4.5x and 5: no smallest side; a shrunk side at least one
+// factor): 0 and *rh, *rw; -1 with a message in err (an aspect ratio over 200).
 int vl_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw, char *err,
                     size_t err_len);
 // The image's patches: grid[0] * grid[1] * grid[2] rows (t, h, w in patches) of vl_patch_dim(p) floats,

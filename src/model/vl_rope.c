@@ -14,6 +14,9 @@ int vl_rope_index(const int32_t *ids, int64_t n, int32_t image_pad, const int (*
             continue;
         }
         if (k == n_images) return -1;  // pads without an image
+        if (merge < 1 || grids[k][0] < 1 || grids[k][1] < merge || grids[k][2] < merge || grids[k][1] % merge ||
+            grids[k][2] % merge)
+            return -1;
         int t = grids[k][0], h = grids[k][1] / merge, w = grids[k][2] / merge;
         int64_t run = (int64_t)t * h * w, top = 0;
         if (i + run > n) return -1;

@@ -368,8 +368,6 @@ static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
     }
 }
 
-// Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
-// sample; every sequence samples its first token.
 // The prefill forward of the batch in e->tokens / seq_off / slots / row_seq; with a vision-language prompt in
 // it, every row's rotation table and input row are made here (text prompts' from their positions and tokens).
 static void prefill_forward(RolloutEngine *e, int B) {
@@ -382,11 +380,14 @@ static void prefill_forward(RolloutEngine *e, int B) {
         return;
     }
     int64_t N = e->seq_off[B], C = c->hidden, D = c->head_dim;
-    Qwen2VlInputs in = {.rope = xmalloc((size_t)(N * D) * sizeof(float)),
+    if (m->be != backend_cpu()) die("internal: vision-language prompts run on the CPU only");
+    Qwen2VlInputs in = {.N = N, .rope = xmalloc((size_t)(N * D) * sizeof(float)),
                         .embeds = xmalloc((size_t)(N * C) * sizeof(float))};
     for (int b = 0; b < B; b++) {
         const RolloutPrompt *p = e->seqs[e->row_seq[b]].req->prompt;
         int64_t lo = e->seq_off[b], n = e->seq_off[b + 1] - lo;
+        if (p->vl && p->vl->N != n)
+            die("internal: a prompt's image inputs of %lld rows for %lld", (long long)p->vl->N, (long long)n);
         if (p->vl) {
             memcpy(in.rope + lo * D, p->vl->rope, (size_t)(n * D) * sizeof(float));
             memcpy(in.embeds + lo * C, p->vl->embeds, (size_t)(n * C) * sizeof(float));
@@ -396,13 +397,16 @@ static void prefill_forward(RolloutEngine *e, int B) {
         for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
         rope_table(in.rope + lo * D, pos, n, (int)D, c->rope_theta);
         free(pos);
-        m->be->embedding_forward(m->be, in.embeds + lo * C, e->tokens + lo, qwen2_at(m, m->w.embed), m->dtype, n, C);
+        m->be->embedding_forward(m->be, in.embeds + lo * C, e->tokens + lo, qwen2_at(m, m->w.embed), m->dtype, n,
+                                 C);
     }
     qwen2_forward_vl(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots, &in);
     free(in.rope);
     free(in.embeds);
 }
 
+// Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
+// sample; every sequence samples its first token.
 static void prefill(RolloutEngine *e) {
     const Qwen2 *m = e->m;
     const Qwen2Config *c = &m->cfg;

@@ -148,6 +148,7 @@ int main(int argc, char **argv) {
     vision_load(&v, &vc, argv[1]);
     VlProcessor p;
     vl_processor_load(&p, argv[1]);
+    vision_check(&vc, p.patch, p.temporal, p.merge, 0, argv[1]);
     Image im;
     image_load(&im, argv[2], IMAGE_MAX_PIXELS, "vl_tool");
     int grid[3];
@@ -160,6 +161,7 @@ int main(int argc, char **argv) {
     } else {
         Qwen2 m;
         qwen2_load_vl(&m, argv[1], DTYPE_F32);
+        vision_check(&vc, p.patch, p.temporal, p.merge, m.cfg.hidden, argv[1]);
         int32_t *ids = xmalloc((size_t)(argc + units) * sizeof *ids);
         int64_t n = 0;
         for (int i = 4; i < argc; i++) {
