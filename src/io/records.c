@@ -1,10 +1,8 @@
 #include "io/records.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "base/util.h"
 
 void records_open(RecordReader *r, const char *path, const char *key, const char *const *columns, int n) {
     memset(r, 0, sizeof *r);
@@ -43,11 +41,12 @@ const cJSON *records_get(const cJSON *row, const char *dotted) {
     const cJSON *whole = cJSON_GetObjectItemCaseSensitive(row, dotted);
     if (whole || !strchr(dotted, '.')) return whole;
     const cJSON *at = row;
-    for (const char *p = dotted; at;) {
+    for (const char *p = dotted; at;) {  // each part names a member of the object reached so far
         size_t len = strcspn(p, ".");
-        char *part = xprintf("%.*s", (int)len, p);
-        at = cJSON_IsObject(at) ? cJSON_GetObjectItemCaseSensitive(at, part) : NULL;
-        free(part);
+        const cJSON *next = NULL;
+        for (const cJSON *e = cJSON_IsObject(at) ? at->child : NULL; e && !next; e = e->next)
+            if (e->string && strlen(e->string) == len && memcmp(e->string, p, len) == 0) next = e;
+        at = next;
         if (!p[len]) break;
         p += len + 1;
     }

@@ -699,19 +699,26 @@ void qwen2_forward_vl(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_
     forward(m, B, a, kv, slots, vl);
 }
 
-void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
+// Each row's log-prob of the next token of its sequence into out (host), over the forward with image inputs vl
+// (or NULL).
+static void logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a,
+                     const Qwen2VlInputs *vl, float *out) {
     const Backend *be = m->be;
     int64_t N = seq_off[B];
     batch_fill(m, a, tokens, seq_off, B);
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             a->host.targets[i] = i + 1 < seq_off[b + 1] ? tokens[i + 1] : -1;
-    forward(m, B, a, NULL, NULL, NULL);
+    forward(m, B, a, NULL, NULL, vl);
     // The log-probs land in a->proj (free by now), then come to the host.
     be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N,
                         m->cfg.hidden,
                         m->cfg.vocab, a->scratch);
     be->download(be, out, a->proj, (size_t)N * sizeof *out);
+}
+
+void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
+    logprobs(m, tokens, seq_off, B, a, NULL, out);
 }
 
 int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
@@ -754,23 +761,11 @@ void qwen2_vl_inputs_free(Qwen2VlInputs *in) {
 
 void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
                        const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out) {
-    const Backend *be = m->be;
-    const Qwen2Config *c = &m->cfg;
-    if (be != backend_cpu()) die("internal: vision-language forwards run on the CPU only");
     int64_t seq_off[2] = {0, N};
-    batch_fill(m, a, tokens, seq_off, 1);
-    for (int64_t i = 0; i < N; i++) a->host.targets[i] = i + 1 < N ? tokens[i + 1] : -1;
     Qwen2VlInputs in;
     if (qwen2_vl_inputs(m, tokens, seq_off, 1, &features, &grids, &n_images, merge, &in) != 0)
         die("the image pad tokens do not match the images' grids");
-    for (int64_t i = 0; i < N; i++) a->host.pos[i] = (int32_t)i;
-    meta_upload(m, a);
-    Qwen2Batch batch = {.B = 1, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
-                        .rope = in.rope, .embeds = in.embeds};
-    qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, NULL, NULL);
-    be->logprob_forward(be, a->proj, NULL, a->xn, qwen2_at(m, m->w.lm_head), m->dtype, a->dev.targets, N,
-                        c->hidden, c->vocab, a->scratch);
-    be->download(be, out, a->proj, (size_t)N * sizeof *out);
+    logprobs(m, tokens, seq_off, 1, a, &in, out);
     qwen2_vl_inputs_free(&in);
 }
 

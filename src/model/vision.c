@@ -223,6 +223,8 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
     float *emb = xmalloc((size_t)(N * C) * sizeof *emb);
     matmul_forward(emb, patches, v->patch_w, NULL, DTYPE_F32, N, PD, C);
     int Q = D / 4;  // inv_freq entries (the rotary dim D/2 over pairs)
+    float *inv = xmalloc((size_t)Q * sizeof *inv);
+    for (int j = 0; j < Q; j++) inv[j] = (float)(1.0 / pow(10000.0, (double)(2 * j) / (D / 2)));
     for (int64_t u = 0; u < units; u++) {
         int64_t src = index[u], r = src % (per_t / U);  // the unit's place in its frame
         int64_t bh = r / (grid[2] / M), bw = r % (grid[2] / M);
@@ -232,8 +234,7 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
             double hpos = (double)(bh * M + k / M), wpos = (double)(bw * M + k % M);
             float *cr = cs + row * D;
             for (int j = 0; j < Q; j++) {
-                float inv = (float)(1.0 / pow(10000.0, (double)(2 * j) / (D / 2)));
-                double ah = hpos * inv, aw = wpos * inv;
+                double ah = hpos * inv[j], aw = wpos * inv[j];
                 cr[j] = (float)cos(ah);
                 cr[Q + j] = (float)cos(aw);
                 cr[D / 2 + j] = (float)sin(ah);
@@ -242,6 +243,7 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
         }
     }
     free(emb);
+    free(inv);
     int64_t I = c->intermediate;
     float *h = xmalloc((size_t)(N * C) * sizeof *h), *qkv = xmalloc((size_t)(N * 3 * C) * sizeof *qkv);
     float *att = xmalloc((size_t)(N * C) * sizeof *att), *o = xmalloc((size_t)(N * C) * sizeof *o);

@@ -61,7 +61,9 @@ def same(ours, theirs):
         return isinstance(ours, list) and len(ours) == len(theirs) and all(same(a, b) for a, b in zip(ours, theirs))
     if isinstance(theirs, float) and isinstance(ours, (int, float)) and not isinstance(ours, bool):
         return theirs == ours or (math.isnan(theirs) and math.isnan(ours))
-    return type(ours) is type(theirs) and ours == theirs if not isinstance(theirs, (int, float)) else ours == theirs
+    if isinstance(theirs, (int, float)):
+        return ours == theirs
+    return type(ours) is type(theirs) and ours == theirs
 
 
 def setup():

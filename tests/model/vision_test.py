@@ -284,6 +284,20 @@ def make_vl(d, seed, v5):
     return m, vis, vc
 
 
+def run_vl(mode, d, image, ids, out):
+    """vl_tool MODE (a list: ["--score"], ["--generate", "K"], ...) on model d, the image and ids; OUT's bytes."""
+    r = subprocess.run([TOOL, *mode, d, image, out, *map(str, ids)], capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise AssertionError(f"vl_tool {' '.join(mode)} exited {r.returncode}: {r.stderr[-500:]}")
+    return open(out, "rb").read()
+
+
+def reference_features(image, vis, vc):
+    """The reference tower's features of the image (the processor of make_vl's models) and its grid."""
+    _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
+    return tower(vis, vc, patches.astype(np.float64), grid), grid
+
+
 def vl_logprobs(m, ids, feats, pos3, section):
     """qwen2_ref.hidden_states with the image rows' embeddings replaced by the features and M-RoPE's angles."""
     lp = vl_logprob_rows(m, ids, feats, pos3, section)
@@ -326,17 +340,11 @@ def g_vl_forward():
         image = os.path.join(TMP, f"vl{seed}.png")
         Image.fromarray(image_test.content(iw, ih, seed)).save(image)
         ids = [5, 17, 300, 301, -1, 302, 44, 45, 46, 47]  # text, <|vision_start|>-like ids, the image, text
-        out = os.path.join(TMP, "vl.bin")
-        r = subprocess.run([TOOL, "--score", d, image, out, *map(str, ids)], capture_output=True, text=True,
-                           timeout=300)
-        if r.returncode:
-            raise AssertionError(f"vl_tool exited {r.returncode}: {r.stderr[-500:]}")
-        data = open(out, "rb").read()
+        data = run_vl(["--score"], d, image, ids, os.path.join(TMP, "vl.bin"))
         n = int(np.frombuffer(data[:4], np.int32)[0])
         toks = np.frombuffer(data, np.int32, n, 4).tolist()
         got = np.frombuffer(data, np.float32, n, 4 + 4 * n)
-        _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
-        feats = tower(vis, vc, patches.astype(np.float64), grid)
+        feats, grid = reference_features(image, vis, vc)
         grids = [tuple(grid)]
         pos3, _ = get_rope_index(toks, grids, 319)
         want = vl_logprobs(m, toks, feats, pos3, (2, 2, 2))
@@ -366,13 +374,9 @@ def g_vl_grad():
         Image.fromarray(image_test.content(150, 180, seed)).save(image)
         ids = [5, 17, 300, -1, 302, 44, 45, 46, 47, 48]
         out = os.path.join(TMP, "vlg.safetensors")
-        r = subprocess.run([TOOL, "--grad", d, image, out, *map(str, ids)], capture_output=True, text=True,
-                           timeout=300)
-        if r.returncode:
-            raise AssertionError(f"vl_tool --grad exited {r.returncode}: {r.stderr[-500:]}")
+        run_vl(["--grad"], d, image, ids, out)
         got = ref.load_safetensors(out)
-        _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
-        feats = tower(vis, vc, patches.astype(np.float64), grid)
+        feats, grid = reference_features(image, vis, vc)
         units = grid[0] * grid[1] * grid[2] // 4
         toks = [t for i in ids for t in ([319] * units if i < 0 else [i])]
         pos3, _ = get_rope_index(toks, [tuple(grid)], 319)
@@ -418,17 +422,11 @@ def g_vl_generate():
     image = os.path.join(TMP, "vlgen.png")
     Image.fromarray(image_test.content(230, 140, 41)).save(image)
     ids, K = [5, 17, 300, -1, 302, 44], 12
-    out = os.path.join(TMP, "vlgen.bin")
-    r = subprocess.run([TOOL, "--generate", str(K), d, image, out, *map(str, ids)], capture_output=True,
-                       text=True, timeout=300)
-    if r.returncode:
-        raise AssertionError(f"vl_tool --generate exited {r.returncode}: {r.stderr[-500:]}")
-    data = open(out, "rb").read()
+    data = run_vl(["--generate", str(K)], d, image, ids, os.path.join(TMP, "vlgen.bin"))
     k = int(np.frombuffer(data[:4], np.int32)[0])
     got_ids = np.frombuffer(data, np.int32, k, 4).tolist()
     got_lp = np.frombuffer(data, np.float32, k, 4 + 4 * k)
-    _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
-    feats = tower(vis, vc, patches.astype(np.float64), grid)
+    feats, grid = reference_features(image, vis, vc)
     units = grid[0] * grid[1] * grid[2] // 4
     toks = [t for i in ids for t in ([319] * units if i < 0 else [i])]
     want_ids, want_lp = [], []
