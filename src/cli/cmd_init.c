@@ -66,7 +66,7 @@ int cmd_init(int argc, char **argv) {
     qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, seed);
     if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
-    qwen2_save(&m, out, dtype);
+    qwen2_save(&m, out, dtype, NULL);
     char params[16];
     fmt_count(params, sizeof params, (double)m.n_params);
     fprintf(stderr, "grpo init: wrote %s (%s, %s parameters, %s)\n", out, preset, params,

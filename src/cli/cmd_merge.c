@@ -35,7 +35,7 @@ int cmd_merge(int argc, char **argv) {
     lora_merge(&m, &lora);
     dir_create(out);
     copy_model_extras(base, out);
-    qwen2_save(&m, out, dtype);
+    qwen2_save(&m, out, dtype, NULL);
     fprintf(stderr, "grpo merge: wrote %s (%s + %s, r = %lld, scale %g)\n", out, base, adapter,
             (long long)lora.spec.rank, (double)lora.scale);
     lora_free(&lora);

@@ -161,7 +161,7 @@ void demo_write_model(const char *dir, uint64_t seed, int qwen3, const DemoVocab
     Qwen2 m;
     qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, seed);
-    qwen2_save(&m, dir, DTYPE_F32);
+    qwen2_save(&m, dir, DTYPE_F32, NULL);
     qwen2_free(&m);
 }
 

@@ -90,8 +90,8 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
     qwen2_config_load_vl(c, dir);
     if (c->vl)
-        die("%s: a Qwen2.5-VL model: vision-language support is in progress (its vision tower and M-RoPE exist, "
-            "grpo's commands do not take images yet)", dir);
+        die("%s: a Qwen2.5-VL model: of grpo's commands, only `grpo train` takes vision-language models so far",
+            dir);
 }
 
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
@@ -449,8 +449,61 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed) {
     free(ts);
 }
 
-void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
+// A VL model's frozen vision tower, as model_dir holds it: its tensors under transformers 4's names
+// ("visual.*"), in fp32 (malloc'd, with the data), appended to *ws (n of them).
+static float *vision_tensors(const char *model_dir, StWriteTensor **ws, int *n, char ***names) {
+    HfWeights hw;
+    hf_weights_open(&hw, model_dir);
+    size_t total = 0;
+    int count = 0;
+    for (int f = 0; f < hw.n_files; f++)
+        for (int i = 0; i < hw.files[f].n_tensors; i++) {
+            const StTensor *t = &hw.files[f].tensors[i];
+            if (strncmp(t->name, "visual.", 7) && strncmp(t->name, "model.visual.", 13)) continue;
+            total += (size_t)t->numel;
+            count++;
+        }
+    if (count == 0) die("%s: a vision-language model without its vision tower (visual.*)", model_dir);
+    float *data = xmalloc(total * sizeof *data), *at = data;
+    *ws = xrealloc(*ws, (size_t)(*n + count) * sizeof **ws);
+    *names = xcalloc((size_t)count, sizeof **names);
+    int k = 0;
+    for (int f = 0; f < hw.n_files; f++)
+        for (int i = 0; i < hw.files[f].n_tensors; i++) {
+            const StTensor *t = &hw.files[f].tensors[i];
+            if (strncmp(t->name, "visual.", 7) && strncmp(t->name, "model.visual.", 13)) continue;
+            const char *name = strncmp(t->name, "model.", 6) ? t->name : t->name + 6;
+            if (hw.n_map && hf_weights_find(&hw, t->name, NULL) != t) continue;  // a stale copy in a shard
+            dtype_to_f32(t->dtype, t->data, at, (size_t)t->numel);
+            StWriteTensor *w = &(*ws)[*n + k];
+            *w = (StWriteTensor){.name = (*names)[k] = xstrdup(name), .ndim = t->ndim, .data = at};
+            memcpy(w->shape, t->shape, sizeof t->shape);
+            at += t->numel;
+            k++;
+        }
+    *n += k;
+    hf_weights_close(&hw);
+    return data;
+}
+
+// model_dir's config.json (a VL model's) into dir, its dtype the saved weights'.
+static void vl_config_save(const char *model_dir, const char *dir, DType dtype) {
+    char *from = path_join(model_dir, "config.json"), *to = path_join(dir, "config.json");
+    cJSON *r = json_load_file(from, FILE_MAX_JSON);
+    const char *name = dtype == DTYPE_BF16 ? "bfloat16" : "float32";
+    static const char *const keys[2] = {"torch_dtype", "dtype"};  // transformers 4's and 5's
+    for (int i = 0; i < 2; i++)
+        if (cJSON_GetObjectItemCaseSensitive(r, keys[i]))
+            cJSON_ReplaceItemInObjectCaseSensitive(r, keys[i], cJSON_CreateString(name));
+    json_save_file(to, r);
+    cJSON_Delete(r);
+    free(from);
+    free(to);
+}
+
+void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_from) {
     if (m->dtype != DTYPE_F32) die("internal: qwen2_save of a %s slab", dtype_name(m->dtype));
+    if (m->cfg.vl && !vl_from) die("internal: qwen2_save of a vision-language model without its source");
     int n;
     Qwen2Tensor *ts = tensor_list(m, &n);
     StWriteTensor *ws = xmalloc((size_t)n * sizeof *ws);
@@ -458,9 +511,17 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype) {
         ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
         memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);
     }
+    int n_lm = n;
+    char **names = NULL;
+    float *vision = m->cfg.vl ? vision_tensors(vl_from, &ws, &n, &names) : NULL;
     char *path = path_join(dir, "model.safetensors");
     safetensors_write(path, ws, n, dtype);
-    config_save(&m->cfg, dir, dtype);  // last: a directory with a config has its weights
+    // last: a directory with a config has its weights
+    if (m->cfg.vl) vl_config_save(vl_from, dir, dtype);
+    else config_save(&m->cfg, dir, dtype);
+    for (int i = 0; names && i < n - n_lm; i++) free(names[i]);
+    free(names);
+    free(vision);
     free(path);
     free(ws);
     free(ts);
@@ -648,14 +709,16 @@ void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerA
                           float *out, Qwen2KV *kv, const int32_t *slots) {
     const Backend *be = m->be;
     const Qwen2Config *c = &m->cfg;
-    if (b->rope)
-        be->copy(be, views[0].rope, b->rope, (size_t)(b->N * c->head_dim) * sizeof(float));
+    const Qwen2VlInputs *vl = b->vl;
+    if (vl && vl->N != b->N) die("internal: image inputs of %lld rows for %lld", (long long)vl->N, (long long)b->N);
+    if (vl)
+        be->upload(be, views[0].rope, vl->rope, (size_t)(b->N * c->head_dim) * sizeof(float));
     else
         be->rope_table(be, views[0].rope, b->pos, b->N, (int)c->head_dim, c->rope_theta);
-    if (b->embeds)
-        be->copy(be, views[0].xin, b->embeds, (size_t)(b->N * c->hidden) * sizeof(float));
-    else
-        be->embedding_forward(be, views[0].xin, b->tokens, qwen2_at(m, m->w.embed), m->dtype, b->N, c->hidden);
+    be->embedding_forward(be, views[0].xin, b->tokens, qwen2_at(m, m->w.embed), m->dtype, b->N, c->hidden);
+    for (int64_t i = 0; vl && i < vl->n_image_rows; i++)  // image features in place of the pads' embeddings
+        be->upload(be, views[0].xin + vl->image_rows[i] * c->hidden, vl->image_feats[i],
+                   (size_t)c->hidden * sizeof(float));
     for (int64_t l = 0; l < c->layers; l++) qwen2_layer_forward(m, l, b, &views[n_views == 1 ? 0 : l], kv, slots);
     const float *last = views[n_views == 1 ? 0 : c->layers - 1].xout;
     be->rmsnorm_forward(be, out, last, qwen2_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps);
@@ -671,11 +734,7 @@ static void forward(const Qwen2 *m, int B, Qwen2Acts *a, Qwen2KV *kv, const int3
     meta_upload(m, a);
     Qwen2Batch batch = {.B = B, .N = N, .tokens = a->dev.tokens, .pos = a->dev.pos, .seq_off = a->dev.seq_off,
                         .host_seq_off = h->seq_off};
-    if (vl) {
-        if (m->be != backend_cpu()) die("internal: vision-language forwards run on the CPU only");
-        batch.rope = vl->rope;
-        batch.embeds = vl->embeds;
-    }
+    batch.vl = vl;
     qwen2_forward_layers(m, &batch, &a->view, 1, a->xn, kv, slots);
 }
 
@@ -721,41 +780,48 @@ void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     logprobs(m, tokens, seq_off, B, a, NULL, out);
 }
 
-int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
-                    const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in) {
+int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+                    const float *const *feats, const int (*const *grids)[3], const int *n_images, int merge,
+                    Qwen2VlInputs *in) {
     const Qwen2Config *c = &m->cfg;
-    int64_t N = seq_off[B], C = c->hidden, D = c->head_dim;
-    if (m->be != backend_cpu()) die("internal: vision-language inputs are made on the CPU only");
+    int64_t N = seq_off[B], D = c->head_dim, longest = 0;
+    int32_t pad = (int32_t)c->image_pad_id;
     memset(in, 0, sizeof *in);
     in->N = N;
-    in->rope = xmalloc((size_t)(N * D) * sizeof *in->rope);
-    in->embeds = xmalloc((size_t)(N * C) * sizeof *in->embeds);
+    in->rope = xmalloc((size_t)(N * D) * sizeof *in->rope + 1);
     in->image_rows = xmalloc((size_t)N * sizeof *in->image_rows + 1);
-    backend_cpu()->embedding_forward(backend_cpu(), in->embeds, tokens, qwen2_at(m, m->w.embed), m->dtype, N, C);
+    in->image_feats = xmalloc((size_t)N * sizeof *in->image_feats + 1);
+    in->delta = xmalloc((size_t)B * sizeof *in->delta + 1);
+    for (int b = 0; b < B; b++) longest = seq_off[b + 1] - seq_off[b] > longest ? seq_off[b + 1] - seq_off[b] : longest;
+    int32_t *pos3 = xmalloc((size_t)(3 * longest) * sizeof *pos3 + 1);
     for (int b = 0; b < B; b++) {
-        int64_t lo = seq_off[b], n = seq_off[b + 1] - lo, delta;
-        int32_t *pos3 = xmalloc((size_t)(3 * n) * sizeof *pos3 + 1);
-        int32_t pad = (int32_t)c->image_pad_id;
-        int rc = vl_rope_index(tokens + lo, n, pad, grids[b], n_images[b], merge, pos3, &delta);
-        if (rc == 0) vl_rope_table(in->rope + lo * D, pos3, n, (int)D, c->rope_theta, c->mrope_section);
-        free(pos3);
-        if (rc != 0) {
+        int64_t lo = seq_off[b], n = seq_off[b + 1] - lo, np = prompt_len ? prompt_len[b] : n;
+        if (vl_rope_index(tokens + lo, np, pad, grids[b], n_images[b], merge, pos3, &in->delta[b]) != 0) {
+            free(pos3);
             qwen2_vl_inputs_free(in);
             return -1;
         }
-        for (int64_t i = lo, k = 0; i < lo + n; i++)  // the pads' rows, in order, are the features' rows
-            if (tokens[i] == c->image_pad_id) {
-                memcpy(in->embeds + i * C, feats[b] + (k++) * C, (size_t)C * sizeof *in->embeds);
-                in->image_rows[in->n_image_rows++] = i;
+        // pos3 is 3 rows of n: the prompt's positions move to their rows' places, the response's count on
+        for (int s = 2; s >= 0; s--) {
+            memmove(pos3 + s * n, pos3 + s * np, (size_t)np * sizeof *pos3);
+            for (int64_t i = np; i < n; i++) pos3[s * n + i] = (int32_t)(i + in->delta[b]);
+        }
+        vl_rope_table(in->rope + lo * D, pos3, n, (int)D, c->rope_theta, c->mrope_section);
+        for (int64_t i = lo, k = 0; i < lo + np; i++)  // the prompt's pads, in order, are the features' rows
+            if (tokens[i] == pad) {
+                in->image_rows[in->n_image_rows] = i;
+                in->image_feats[in->n_image_rows++] = feats[b] + (k++) * c->hidden;
             }
     }
+    free(pos3);
     return 0;
 }
 
 void qwen2_vl_inputs_free(Qwen2VlInputs *in) {
     free(in->rope);
-    free(in->embeds);
     free(in->image_rows);
+    free(in->image_feats);
+    free(in->delta);
     memset(in, 0, sizeof *in);
 }
 
@@ -763,7 +829,7 @@ void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const f
                        const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out) {
     int64_t seq_off[2] = {0, N};
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, tokens, seq_off, 1, &features, &grids, &n_images, merge, &in) != 0)
+    if (qwen2_vl_inputs(m, tokens, seq_off, 1, NULL, &features, &grids, &n_images, merge, &in) != 0)
         die("the image pad tokens do not match the images' grids");
     logprobs(m, tokens, seq_off, 1, a, &in, out);
     qwen2_vl_inputs_free(&in);

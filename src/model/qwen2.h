@@ -106,7 +106,9 @@ DType qwen2_file_dtype(const char *dir);
 // HF's initialisation: N(0, init_std) matrices, zero biases, unit norms. F32 models.
 void qwen2_init_random(Qwen2 *m, uint64_t seed);
 // config.json + model.safetensors (F32 or BF16), each written atomically. F32 models.
-void qwen2_save(const Qwen2 *m, const char *dir, DType dtype);
+// A vision-language model's language model is saved with vl_from's vision tower beside it (transformers 4's
+// names: visual.*, model.layers.*, lm_head) and vl_from's config.json (NULL for text models).
+void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_from);
 
 // A forward's batch metadata: filled on the host, uploaded in one copy per forward.
 typedef struct {
@@ -141,8 +143,8 @@ typedef struct {
     const int32_t *tokens, *pos;  // (N) ids and positions within their sequence
     const int64_t *seq_off;       // (B+1)
     const int64_t *host_seq_off;  // the same offsets in host memory, for the KV cache copies (NULL: no cache)
-    const float *rope;    // (N, D) a rotation table to use instead of pos's (M-RoPE), or NULL
-    const float *embeds;  // (N, C) the input rows to use instead of the tokens' embeddings (image features), or NULL
+    const struct Qwen2VlInputs *vl;  // image inputs (host memory): M-RoPE's rotation instead of pos's, and
+                                     // image features in place of their rows' embeddings; NULL for text
 } Qwen2Batch;
 
 // Workspace for a forward pass over at most max_tokens packed rows, in the backend's memory.
@@ -196,25 +198,28 @@ void qwen2_layer_forward(const Qwen2 *m, int64_t l, const Qwen2Batch *b, const Q
 void qwen2_forward_layers(const Qwen2 *m, const Qwen2Batch *b, const Qwen2LayerActs *views, int64_t n_views,
                           float *out, Qwen2KV *kv, const int32_t *slots);
 
-// A batch's image inputs (vision-language models, CPU): the rows' rotation table and input rows, which replace
-// the positions' RoPE and the tokens' embeddings; image_rows (host) are the rows holding image features, which
-// give the embedding table no gradient. Made by qwen2_vl_inputs.
-typedef struct {
-    int64_t N;            // rows
-    float *rope;          // (N, D)
-    float *embeds;        // (N, C)
-    int64_t *image_rows;  // n_image_rows
+// A batch's image inputs (vision-language models), in host memory: every row's rotation table (M-RoPE), and the
+// rows that hold image features, which replace those rows' token embeddings after the embedding lookup (and
+// give the embedding table no gradient). Made by qwen2_vl_inputs.
+typedef struct Qwen2VlInputs {
+    int64_t N;                  // rows
+    float *rope;                // (N, D) rope_table's layout
     int64_t n_image_rows;
+    int64_t *image_rows;        // ascending
+    const float **image_feats;  // (n_image_rows) each one row of the model's hidden width: the caller's
+                                // features, which must outlive these inputs
+    int64_t *delta;             // (B) per sequence: what M-RoPE adds to a generated token's index
 } Qwen2VlInputs;
 
-// The image inputs of a packed batch: sequence b's image_pad rows take feats[b]'s rows in order (its images'
-// merged units, vision_forward's order; rows of the model's hidden width), its rotation M-RoPE's over
-// vl_rope_index's positions (grids[b]: its n_images[b] images). CPU models. Allocates in (free with
-// qwen2_vl_inputs_free). Returns 0, or -1 when a sequence's pads do not match its grids.
-// Every row is held (text rows' embeddings too, as of the weights now): GRPO's wiring should keep only the
-// image rows and scatter them into the embedding's output instead.
-int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const float *const *feats,
-                    const int (*const *grids)[3], const int *n_images, int merge, Qwen2VlInputs *in);
+// The image inputs of a packed batch (tokens, seq_off (B+1)): in sequence b, the image_pad tokens among its
+// first prompt_len[b] rows (its prompt; NULL: all of them) take feats[b]'s rows in order (its images' merged
+// units, vision_forward's order), and the rotation is M-RoPE's over vl_rope_index's positions of the prompt
+// (grids[b]: its n_images[b] images); rows after the prompt (a response) are text counting on from it, as
+// decoding placed them, whatever tokens they hold. Allocates in (free with qwen2_vl_inputs_free). Returns 0,
+// or -1 when a prompt's pads do not match its grids.
+int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+                    const float *const *feats, const int (*const *grids)[3], const int *n_images, int merge,
+                    Qwen2VlInputs *in);
 void qwen2_vl_inputs_free(Qwen2VlInputs *in);
 
 // tokens (N) packed, seq_off (B+1) with seq_off[0] = 0. Leaves the final hidden states (N, C) in a->xn.

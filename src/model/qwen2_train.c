@@ -143,12 +143,7 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
 
     t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
                             .host_seq_off = NULL};  // no KV cache in training
-    if (t->vl) {
-        if (be != backend_cpu()) die("internal: vision-language training runs on the CPU only");
-        if (t->vl->N != N) die("internal: image inputs of %lld rows for %lld", (long long)t->vl->N, (long long)N);
-        t->batch.rope = t->vl->rope;
-        t->batch.embeds = t->vl->embeds;
-    }
+    t->batch.vl = t->vl;
     qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     m->be->gather_rows(m->be, t->hsel, t->xf, t->sel, t->n_sel, C, t->logit_scale);

@@ -369,20 +369,24 @@ static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
 }
 
 // The prefill forward of the batch in e->tokens / seq_off / slots / row_seq; with a vision-language prompt in
-// it, every row's rotation table and input row are made here (text prompts' from their positions and tokens).
+// it, the batch's image inputs are its prompts' (text prompts' rows: their positions' rotation).
 static void prefill_forward(RolloutEngine *e, int B) {
     const Qwen2 *m = e->m;
-    const Qwen2Config *c = &m->cfg;
+    int64_t D = m->cfg.head_dim, n_images = 0;
     int any = 0;
-    for (int b = 0; b < B; b++) any |= e->seqs[e->row_seq[b]].req->prompt->vl != NULL;
+    for (int b = 0; b < B; b++) {
+        const RolloutPrompt *p = e->seqs[e->row_seq[b]].req->prompt;
+        any |= p->vl != NULL;
+        n_images += p->vl ? p->vl->n_image_rows : 0;
+    }
     if (!any) {
         qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
         return;
     }
-    int64_t N = e->seq_off[B], C = c->hidden, D = c->head_dim;
-    if (m->be != backend_cpu()) die("internal: vision-language prompts run on the CPU only");
+    int64_t N = e->seq_off[B];
     Qwen2VlInputs in = {.N = N, .rope = xmalloc((size_t)(N * D) * sizeof(float)),
-                        .embeds = xmalloc((size_t)(N * C) * sizeof(float))};
+                        .image_rows = xmalloc((size_t)n_images * sizeof(int64_t) + 1),
+                        .image_feats = xmalloc((size_t)n_images * sizeof(float *) + 1)};
     for (int b = 0; b < B; b++) {
         const RolloutPrompt *p = e->seqs[e->row_seq[b]].req->prompt;
         int64_t lo = e->seq_off[b], n = e->seq_off[b + 1] - lo;
@@ -390,19 +394,21 @@ static void prefill_forward(RolloutEngine *e, int B) {
             die("internal: a prompt's image inputs of %lld rows for %lld", (long long)p->vl->N, (long long)n);
         if (p->vl) {
             memcpy(in.rope + lo * D, p->vl->rope, (size_t)(n * D) * sizeof(float));
-            memcpy(in.embeds + lo * C, p->vl->embeds, (size_t)(n * C) * sizeof(float));
+            for (int64_t k = 0; k < p->vl->n_image_rows; k++) {
+                in.image_rows[in.n_image_rows] = lo + p->vl->image_rows[k];
+                in.image_feats[in.n_image_rows++] = p->vl->image_feats[k];
+            }
             continue;
         }
         int32_t *pos = xmalloc((size_t)n * sizeof *pos);
         for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
-        rope_table(in.rope + lo * D, pos, n, (int)D, c->rope_theta);
+        rope_table(in.rope + lo * D, pos, n, (int)D, m->cfg.rope_theta);
         free(pos);
-        m->be->embedding_forward(m->be, in.embeds + lo * C, e->tokens + lo, qwen2_at(m, m->w.embed), m->dtype, n,
-                                 C);
     }
     qwen2_forward_vl(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots, &in);
     free(in.rope);
-    free(in.embeds);
+    free(in.image_rows);
+    free(in.image_feats);
 }
 
 // Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
@@ -481,7 +487,7 @@ static void decode(RolloutEngine *e) {
         e->tokens[B] = q->last;
         e->slots[B] = s;
         e->pos[B] = (int32_t)q->pos - 1;  // the last sampled token sits at pos - 1
-        e->rope_pos[B] = e->pos[B] + (q->req->prompt->vl ? q->req->prompt->rope_delta : 0);
+        e->rope_pos[B] = e->pos[B] + (q->req->prompt->vl ? (int32_t)q->req->prompt->vl->delta[0] : 0);
         e->row_seq[B++] = s;
     }
     if (B == 0) return;

@@ -48,8 +48,8 @@ typedef struct {
 typedef struct {
     const int32_t *ids;
     int64_t n;
-    const Qwen2VlInputs *vl;  // a vision-language prompt's rows: M-RoPE table and inputs (qwen2_vl_inputs), or NULL
-    int32_t rope_delta;       // with vl: what M-RoPE adds to a generated token's index (vl_rope_index's delta)
+    const Qwen2VlInputs *vl;  // a vision-language prompt's image inputs (qwen2_vl_inputs of it alone), or NULL;
+                              // generated tokens rotate at their index + vl->delta[0]
     int max_new_tokens;
     int has_seed;  // sample j of this prompt is seeded by (seed, j) instead of (config seed, index, j)
     uint64_t seed;

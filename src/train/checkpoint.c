@@ -16,7 +16,8 @@
 #include "model/lora.h"
 
 void copy_model_extras(const char *from_dir, const char *to_dir) {
-    static const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    static const char *names[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                  "chat_template.json", "preprocessor_config.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *from = path_join(from_dir, names[i]), *to = path_join(to_dir, names[i]);
         if (file_exists(from)) file_copy(from, to);
@@ -143,7 +144,7 @@ void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, con
     write_optimizer(tmp, master, lora, m, v, !lora && save_dtype != DTYPE_F32);
     write_state(tmp, s);
     if (lora) lora_save(lora, tmp, model_dir);  // fp32, as trained
-    else qwen2_save(master, tmp, save_dtype);
+    else qwen2_save(master, tmp, save_dtype, master->cfg.vl ? model_dir : NULL);
     dir_fsync(tmp);
     if (file_exists(final)) remove_checkpoint(out, s->step);  // the same step, saved by an earlier attempt
     if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
@@ -256,7 +257,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
         load_adapter(dir, master, lora);
     } else {
         Qwen2 saved;
-        qwen2_load(&saved, dir, DTYPE_F32);
+        qwen2_load_vl(&saved, dir, DTYPE_F32);
         if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
             saved.cfg.tied != master->cfg.tied)

@@ -49,7 +49,7 @@ char *run_dir_claim(const char *out, const char *model_dir, int resume, int forc
 // size, data file and shuffle that differs, with both values. keys: the command's names for those four.
 void checkpoint_check_run(const char *ckpt, const TrainState *saved, const TrainState *now,
                           const char *const keys[4]);
-// Copies tokenizer and generation files of a model directory into another.
+// Copies the tokenizer, generation, chat template and image processor files of a model directory into another.
 void copy_model_extras(const char *from_dir, const char *to_dir);
 // On resume: drops the records of metrics.jsonl at `path` whose "step" is past `step` (about to be redone).
 void metrics_truncate(const char *path, int64_t step);

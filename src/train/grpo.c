@@ -13,6 +13,7 @@
 #include "base/util.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
+#include "model/vl.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
 #include "text/utf8.h"
@@ -29,6 +30,8 @@ typedef struct {
     RolloutSample *samples;
     const int32_t **prompt_ids;
     int64_t *prompt_len;
+    const PromptSample **prompt;  // per sample: its prompt's row
+    float **feats;        // per prompt (sample i: i / G): its images' features, NULL for none (or a text model)
     float *reward, *adv;  // per sample
     int *correct;         // per sample: 1, 0, or -1 when no reward judges correctness
     int64_t *kept;        // kept sample ids
@@ -49,6 +52,7 @@ typedef struct {
     int64_t model_tokens, turns, tool_calls, tool_errors;  // with tools (model_tokens: always)
     double t_tools;           // seconds in tool calls during the rollout
     double kl_reward, norm_sum, lr;
+    double probs_diff_max, probs_diff_sum, probs_diff_n;  // |p_rollout - p_old| over the loss tokens (need_old)
     GrpoLossStats loss;
 } StepStats;
 
@@ -70,6 +74,8 @@ typedef struct {
     Qwen2 ref;
     int has_ref;
     Tokenizer tok;
+    VlModel vl;  // a vision-language model's frozen vision tower and image processor (has_vl)
+    int has_vl;
     PromptData train, val;
     int has_val;
     RewardSet rewards;
@@ -159,15 +165,64 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
     p->sum = p->fixed + p->rollout + p->update;
 }
 
+// The grids of a prompt's images, as qwen2_vl_inputs takes them (malloc'd).
+static int (*prompt_grids(const PromptSample *x))[3] {
+    int(*g)[3] = xmalloc((size_t)(x->n_images + 1) * sizeof *g);
+    for (int k = 0; k < x->n_images; k++) memcpy(g[k], x->images[k].grid, sizeof g[k]);
+    return g;
+}
+
+// The image inputs of packed sequences of prompts x[b] (prompt_len[b] rows of each; NULL: whole sequences)
+// with features feats[b] into *in; returns in, or NULL when no sequence has an image (a text batch).
+static const Qwen2VlInputs *vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B,
+                                      const int64_t *prompt_len, const PromptSample *const *x, float *const *feats,
+                                      int merge, Qwen2VlInputs *in) {
+    int any = 0;
+    for (int b = 0; b < B; b++) any |= x[b]->n_images > 0;
+    if (!any) return NULL;
+    int(**grids)[3] = xmalloc((size_t)B * sizeof *grids);
+    int *n_images = xmalloc((size_t)B * sizeof *n_images);
+    for (int b = 0; b < B; b++) grids[b] = prompt_grids(x[b]), n_images[b] = x[b]->n_images;
+    int rc = qwen2_vl_inputs(m, tokens, seq_off, B, prompt_len, (const float *const *)feats,
+                             (const int(*const *)[3])grids, n_images, merge, in);
+    for (int b = 0; b < B; b++) free(grids[b]);
+    free(grids);
+    free(n_images);
+    if (rc != 0) die("internal: a prompt's image pads do not match its images");
+    return in;
+}
+
+// The features of prompts idx[0..n) of d, once per prompt (feats[i]; NULL for a prompt without images).
+static float **prompt_features(const Run *r, const PromptData *d, const int64_t *idx, int n,
+                               const char *const *paths) {
+    float **feats = xcalloc((size_t)n + 1, sizeof *feats);
+    for (int i = 0; r->has_vl && i < n; i++) {
+        const PromptSample *x = &d->s[idx[i]];
+        if (x->n_images == 0) continue;
+        char *where = xprintf(x->parquet ? "%s: row %lld" : "%s:%lld", paths[x->file], (long long)x->line);
+        feats[i] = vl_prompt_features(&r->vl, x->images, x->n_images, where);
+        free(where);
+    }
+    return feats;
+}
+
+static void features_free(float **feats, int64_t n) {
+    for (int64_t i = 0; feats && i < n; i++) free(feats[i]);
+    free(feats);
+}
+
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
-// prompt i is seeded as the batch's prompt pos[i].
+// prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
 static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
-                     float temperature, RolloutSample *out) {
+                     float temperature, float *const *feats, RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
+    Qwen2VlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
     for (int i = 0; i < n; i++) {
         const PromptSample *x = &d->s[idx[i]];
+        int64_t seq_off[2] = {0, x->len};
         p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)s->max_response_length};
+        if (r->has_vl) p[i].vl = vl_inputs(m, x->ids, seq_off, 1, NULL, &x, &feats[i], r->vl.proc.merge, &in[i]);
     }
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
@@ -185,6 +240,8 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
     rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
     r->hook.kwargs = NULL;
     free(kwargs);
+    for (int i = 0; i < n; i++) qwen2_vl_inputs_free(&in[i]);
+    free(in);
     free(p);
 }
 
@@ -217,12 +274,40 @@ static void rows_to_resp(const StepBatch *sb, int64_t a, int64_t b, const int64_
     }
 }
 
+// The image inputs of the micro-batch pack() made of kept samples [a, b) into *in, and u->act.vl (NULL for
+// a text batch): each prompt's features, its response rows text after it.
+static void pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u,
+                        Qwen2VlInputs *in) {
+    u->act.vl = NULL;
+    if (!r->has_vl) return;
+    int B = (int)(b - a);
+    const PromptSample **x = xmalloc((size_t)B * sizeof *x);
+    float **feats = xmalloc((size_t)B * sizeof *feats);
+    int64_t *plen = xmalloc((size_t)B * sizeof *plen);
+    for (int k = 0; k < B; k++) {
+        int64_t i = sb->kept[a + k];
+        x[k] = sb->prompt[i], feats[k] = sb->feats[i / r->s->G], plen[k] = sb->prompt_len[i];
+    }
+    u->act.vl = vl_inputs(m, u->tokens, u->seq_off, B, plen, x, feats, r->vl.proc.merge, in);
+    free(x);
+    free(feats);
+    free(plen);
+}
+
+static void unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
+    if (u->act.vl) qwen2_vl_inputs_free(in);
+    u->act.vl = NULL;
+}
+
 // Per-response-token log-probs of the kept samples under model m (no gradient), into out.
-static void score_kept(const Qwen2 *m, const StepBatch *sb, UpdateWs *u, float *out) {
+static void score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, UpdateWs *u, float *out) {
     for (int64_t a = 0; a < sb->n_kept; a += u->micro) {
         int64_t b = a + u->micro < sb->n_kept ? a + u->micro : sb->n_kept;
+        Qwen2VlInputs in;
         pack(sb, a, b, u);
+        pack_images(r, m, sb, a, b, u, &in);
         qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
+        unpack_images(u, &in);
         rows_to_resp(sb, a, b, u->seq_off, u->rows, out, 0);
     }
 }
@@ -258,7 +343,9 @@ static double validate(Run *r) {
     int64_t *idx = xmalloc((size_t)(n + 1) * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = v0 + i;
     RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
-    if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, out);
+    float **feats = prompt_features(r, &r->val, idx, (int)n, r->s->val_files);
+    if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, feats, out);
+    features_free(feats, n);
     for (int64_t i = 0; i < n; i++) {
         char *text = rollout_sample_final_text(&out[i]);
         RewardDetail det;
@@ -276,7 +363,7 @@ static double validate(Run *r) {
 
 static void step_batch_free(StepBatch *sb) {
     for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
-    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->reward), free(sb->adv), free(sb->correct);
+    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->prompt), free(sb->reward), free(sb->adv), free(sb->correct);
     free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
     free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
 }
@@ -286,10 +373,12 @@ static void score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *
     const GrpoSettings *s = r->s;
     int64_t n = sb->n_samples;
     sb->prompt_ids = xmalloc((size_t)n * sizeof *sb->prompt_ids), sb->prompt_len = xmalloc((size_t)n * 8);
+    sb->prompt = xmalloc((size_t)n * sizeof *sb->prompt);
     sb->reward = xmalloc((size_t)n * 4), sb->adv = xmalloc((size_t)n * 4), sb->correct = xmalloc((size_t)n * sizeof(int));
     for (int64_t i = 0; i < n; i++) {
         int64_t p = idx[i / s->G];
         const RolloutSample *x = &sb->samples[i];
+        sb->prompt[i] = &r->train.s[p];
         sb->prompt_ids[i] = r->train.s[p].ids;
         sb->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
@@ -351,6 +440,21 @@ static void count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double 
     }
 }
 
+// verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (the
+// same weights: only the two forwards' numerics, or a disagreement between them), over the loss tokens.
+static void probs_diff(const StepBatch *sb, StepStats *st) {
+    for (int64_t k = 0; k < sb->n_kept; k++) {
+        const RolloutSample *x = &sb->samples[sb->kept[k]];
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;
+            double d = fabs(exp((double)x->logprobs[t - sb->resp_off[k]]) - exp((double)sb->old_logp[t]));
+            st->probs_diff_max = d > st->probs_diff_max ? d : st->probs_diff_max;
+            st->probs_diff_sum += d;
+            st->probs_diff_n += 1.0;
+        }
+    }
+}
+
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
 // Returns the sum over responses of each one's mean KL (the metric divides by the responses).
 static double kl_into_reward(const GrpoSettings *s, StepBatch *sb) {
@@ -380,7 +484,9 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
     int bonus = lc.entropy_coeff != 0.0;
     for (int64_t a = m0; a < m1 && n_tok > 0; a += u->micro) {
         int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = sb->resp_off[a], t1 = sb->resp_off[b];
+        Qwen2VlInputs in;
         pack(sb, a, b, u);
+        pack_images(r, cm, sb, a, b, u, &in);
         qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
         rows_to_resp(sb, a, b, u->seq_off, u->rows, sb->logp, 0);
         rows_to_resp(sb, a, b, u->seq_off, u->ent_rows, sb->ent, 0);
@@ -401,6 +507,7 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
             rows_to_resp(sb, a, b, u->seq_off, u->dent_rows, sb->dent, 1);
         }
         qwen2_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
+        unpack_images(u, &in);
     }
 }
 
@@ -445,6 +552,9 @@ static void write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
+    double diff[3] = {st->probs_diff_max, st->probs_diff_sum, st->probs_diff_n};
+    comm_allreduce_f64(&r->comm, diff, 1, COMM_MAX, "metrics");
+    comm_allreduce_f64(&r->comm, diff + 1, 2, COMM_SUM, "metrics");
     double n = (double)(sb->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
     for (int64_t i = 0; i < sb->n_samples; i++) rvar += (sb->reward[i] - rmean) * (sb->reward[i] - rmean);
     comm_allreduce_f64(&r->comm, &rvar, 1, COMM_SUM, "metrics");  // two passes: exact 0 for equal rewards
@@ -477,6 +587,9 @@ static void write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
             "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f",
             st->lr, st->t_offload - st->t0, st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt,
             tok_s, st->rss_rollout, rss_gib("VmHWM:"), sum[M_REWARD_FAIL]);
+    if (st->t_old)  // old log-probs were computed: how far the rollout's were from them
+        fprintf(f, ", \"rollout_probs_diff_max\": %.6g, \"rollout_probs_diff_mean\": %.6g", diff[0],
+                diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
     if (r->has_tools)
         fprintf(f, ", \"turns_mean\": %.6g, \"tool_calls\": %.0f, \"tool_errors\": %.0f, \"time_tools_s\": %.4f",
                 sum[M_TURNS] / n, sum[M_TOOL_CALLS], sum[M_TOOL_ERRORS], st->t_tools);
@@ -502,6 +615,8 @@ static void dump_samples(Run *r, const StepBatch *sb, const int64_t *idx) {
         for (int64_t j = 0; j < sb->prompt_len[i]; j++) fprintf(f, j ? ", %d" : "%d", sb->prompt_ids[i][j]);
         fprintf(f, "], \"response_ids\": [");
         for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", sb->samples[i].tokens[j]);
+        fprintf(f, "], \"logprobs\": [");  // the rollout's, under softmax(logits / temperature)
+        for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %.9g" : "%.9g", (double)sb->samples[i].logprobs[j]);
         fprintf(f, "], \"response\": ");
         Buf clean = {0};  // valid UTF-8, as the reward program saw it
         utf8_append_lossy(&clean, text, strlen(text));
@@ -542,7 +657,8 @@ static void grpo_step(Run *r, Stream *stream) {
     const Qwen2 *policy = trainer_weights(&r->tr);
     sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
     ToolSet before = r->tools;
-    generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.samples);
+    sb.feats = prompt_features(r, &r->train, idx, (int)P, s->train_files);  // once per prompt, for every pass
+    generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
     st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;
     st.t_tools = r->tools.seconds - before.seconds;
     st.rss_rollout = rss_gib("VmRSS:");
@@ -561,8 +677,9 @@ static void grpo_step(Run *r, Stream *stream) {
     UpdateWs u;
     update_ws_init(&u, s, &r->tr.master.cfg, &r->workspace);
     int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward;
-    if (r->has_ref && sb.n_kept) score_kept(&r->ref, &sb, &u, sb.ref_logp), st.t_ref = time_now();
-    if (need_old && sb.n_kept) score_kept(policy, &sb, &u, sb.old_logp), st.t_old = time_now();
+    if (r->has_ref && sb.n_kept) score_kept(r, &r->ref, &sb, &u, sb.ref_logp), st.t_ref = time_now();
+    if (need_old && sb.n_kept) score_kept(r, policy, &sb, &u, sb.old_logp), st.t_old = time_now();
+    if (need_old) probs_diff(&sb, &st);
     if (s->use_kl_in_reward) st.kl_reward = kl_into_reward(s, &sb);
     // 4. group advantages
     grpo_advantages(sb.reward, P, s->G, s->norm_adv_by_std, 1e-6f, sb.adv);
@@ -576,6 +693,7 @@ static void grpo_step(Run *r, Stream *stream) {
     // 6. metrics
     write_metrics(r, &sb, &st);
     if (r->dump) dump_samples(r, &sb, idx);
+    features_free(sb.feats, P);
     step_batch_free(&sb);
     free(idx);
     free(pos);
@@ -604,6 +722,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .val_files = (const char *const *)c->data.val_file.items, .n_val_files = c->data.val_file.n,
         .filter_overlong = c->data.filter_overlong_prompts, .by_data_source = c->reward.by_data_source,
         .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
+        .image_key = c->data.image_key,
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
@@ -759,7 +878,13 @@ static void run_load(Run *r) {
     const char *tools = r->has_tools ? r->tools.schemas_text : NULL;
     PromptDataOptions po = {.prompt_key = s->prompt_key, .answer_key = s->answer_key, .tok = &r->tok,
                             .chat_template = s->chat_template, .tools = tools,
-                            .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong};
+                            .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong,
+                            .image_key = s->image_key};
+    if ((r->has_vl = c->vl)) {  // the vision tower is frozen: loaded once, fp32, never trained
+        vl_model_load(&r->vl, s->model_dir, c);
+        po.vl = &r->vl.proc;
+        po.image_pad = (int32_t)c->image_pad_id;
+    }
     prompt_data_load(&r->train, s->train_files, s->n_train_files, "data.train_file", &po);
     if ((r->has_val = s->n_val_files > 0))
         prompt_data_load(&r->val, s->val_files, s->n_val_files, "data.val_file", &po);
@@ -875,6 +1000,7 @@ static void run_finish(Run *r) {
     prompt_data_free(&r->train);
     if (r->has_val) prompt_data_free(&r->val);
     tokenizer_free(&r->tok);
+    if (r->has_vl) vl_model_free(&r->vl);
     trainer_free(&r->tr);
 }
 

@@ -20,7 +20,7 @@ typedef struct {
     int n_train_files, n_val_files;
     int filter_overlong;         // data.filter_overlong_prompts: skip longer prompts (else an error)
     int by_data_source;          // reward.by_data_source: each row's data_source picks gsm8k or boxed
-    const char *prompt_key, *answer_key;
+    const char *prompt_key, *answer_key, *image_key;
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
     int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block
     int64_t train_batch_size;    // prompts per step

@@ -70,6 +70,9 @@ static const ConfigKey KEYS[] = {
     KSTR("data.answer_key", data.answer_key, "answer",
          "field holding the ground truth the rewards compare with; dotted for nested fields (verl: "
          "`reward_model.ground_truth`)"),
+    KSTR("data.image_key", data.image_key, "images",
+         "field holding a vision-language row's images: files relative to the data file, each standing where "
+         "the prompt has an `<image>` (verl/EasyR1 geometry3k)"),
     KBOOL("data.filter_overlong_prompts", data.filter_overlong_prompts, "false",
           "skip (and count) prompts longer than data.max_prompt_length instead of stopping with an error"),
     KBOOL("data.chat_template", data.chat_template, "true",

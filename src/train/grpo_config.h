@@ -28,7 +28,7 @@ typedef enum {
 // null means "automatic" (trainer.steps, actor.mini_batch_size, ...) hold 0 for null.
 typedef struct {
     GrpoStrList train_file, val_file;  // one path or several
-    char *prompt_key, *answer_key;
+    char *prompt_key, *answer_key, *image_key;
     int chat_template, enable_thinking, shuffle, filter_overlong_prompts;
     int64_t train_batch_size, max_prompt_length, max_response_length, epochs, val_max_samples;
 } GrpoDataConfig;

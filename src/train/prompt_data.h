@@ -3,10 +3,14 @@
 // is a string, rendered as one user turn of the chat template with the generation prompt (or used raw),
 // or a list of chat messages ({"role", "content"}: verl's and TRL's conversational rows), rendered whole by
 // the chat template, system turns included.
+// Vision-language rows (verl's and EasyR1's geometry3k layout): `images`, a list of image files (paths
+// relative to the data file, or {"path": ...}, or a Parquet row's {"bytes": ...}), each standing where the
+// prompt has an "<image>"; or messages whose content is a list of parts ({"type": "image", "image": path}).
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+#include "model/vl.h"
 #include "text/tokenizer.h"
 
 typedef struct {
@@ -21,6 +25,8 @@ typedef struct {
     cJSON *tools_kwargs;    // verl's extra_info.tools_kwargs (or a top-level "tools_kwargs"), NULL when none
     char *data_source;      // the row's "data_source" (verl), NULL when it has none
     char *extra_info;       // the row's "extra_info" as JSON (for reward programs), NULL when it has none
+    VlImage *images;        // a vision-language prompt's images, in the order of their pads in ids
+    int n_images;
 } PromptSample;
 
 typedef struct {
@@ -36,6 +42,10 @@ typedef struct {
     const char *tools;       // chat_tools_text's list for the system turn (multi-turn rollout), or NULL
     int64_t max_prompt_length;
     int filter_overlong;     // skip (and count) longer prompts, as verl's filter_overlong_prompts; else die
+    const char *image_key;   // the row's list of images (data.image_key, "images")
+    const VlProcessor *vl;   // a vision-language model's image processor (NULL: a text model; rows with
+                             // images are refused)
+    int32_t image_pad;       // with vl: the image pad token
 } PromptDataOptions;
 
 // Reads the files in order. Dies with "FILE:LINE: ..." (Parquet: "FILE: row N: ...") on any bad row.

@@ -169,6 +169,8 @@ void sft_run(const SftConfig *cfg) {
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     int lead = r.lead = r.comm.rank == 0;
     static const RunDirOpts dir_opts = {"--out", "--resume", "--force", "--model"};
+    Qwen2Config mc;
+    qwen2_config_load(&mc, cfg->model_dir);  // refuses a vision-language model: SFT reads no images yet
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);

@@ -32,7 +32,7 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     t->precision = precision;
     t->has_lora = lora && (lora->spec.rank > 0 || lora->adapter);
     if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
-    qwen2_load(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);
+    qwen2_load_vl(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);  // a VL model: its language model
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
@@ -283,7 +283,7 @@ void trainer_load(Trainer *t, const char *dir) {
 
 void trainer_save_result(const Trainer *t, const char *dir, DType save_dtype, const char *model_dir) {
     if (t->has_lora) lora_save(&t->lora, dir, model_dir);
-    else qwen2_save(&t->master, dir, save_dtype);
+    else qwen2_save(&t->master, dir, save_dtype, t->master.cfg.vl ? model_dir : NULL);
 }
 
 int trainer_stop_signal(Trainer *t) {

@@ -301,7 +301,7 @@ const char *fuzz_model(void) {
     Qwen2 m;
     qwen2_build(&m, &c, DTYPE_F32);
     qwen2_init_random(&m, 1);
-    qwen2_save(&m, model, DTYPE_F32);
+    qwen2_save(&m, model, DTYPE_F32, NULL);
     qwen2_free(&m);
     return model;
 }

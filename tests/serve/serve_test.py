@@ -442,7 +442,7 @@ def g_disconnect():
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             if stream:
-                s.recv(100)  # the first bytes of the stream
+                first_token(s)
             else:
                 time.sleep(0.3)
             before = metric(srv, "grpo_generation_tokens_total")
@@ -453,6 +453,17 @@ def g_disconnect():
             made = metric(srv, "grpo_generation_tokens_total") - before
             check(f"disconnect ({'stream' if stream else 'waiting for the whole response'}): the slot is freed, the "
                   f"next request is served at once", r["ok"] and made < 500, f"{took:.2f}s, {made} tokens after leaving")
+
+
+def first_token(s):
+    """Read a streamed response until its first event: the response headers can come before the prompt is
+    admitted, the first `data:` line only after."""
+    got = b""
+    while b"data: " not in got:
+        chunk = s.recv(4096)
+        if not chunk:
+            raise RuntimeError("the stream ended before its first event")
+        got += chunk
 
 
 def metric(srv, name):
@@ -469,7 +480,7 @@ def g_left_queued():
             s.sendall(post_bytes("/v1/completions", json.dumps(body).encode()))
             return s
         running = send({"prompt": "a", "max_tokens": 1500, "temperature": 1.0, "seed": 2, "stream": True})
-        running.recv(100)
+        first_token(running)  # its prompt is admitted and counted before `before` is read
         before = metric(srv, "grpo_prompt_tokens_total")
         queued = send({"prompt": "q" * 50, "max_tokens": 5})
         time.sleep(0.3)

@@ -1,0 +1,55 @@
+// A Qwen2.5-VL model's image side, as the commands use it: the frozen vision tower and the image processor
+// of a model directory, images (a file, or encoded bytes as a dataset row holds them) to their grids and
+// features, and the chat side: an image stands in a message as <|vision_start|><|image_pad|><|vision_end|>,
+// whose one pad becomes the image's t*h*w / merge^2 pads once the text is tokenized (as transformers'
+// processor expands it).
+#pragma once
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/qwen2.h"
+#include "model/vision.h"
+#include "model/vl_processor.h"
+#include "text/tokenizer.h"
+
+#define VL_IMAGE_TEXT "<|vision_start|><|image_pad|><|vision_end|>"  // one image in a message's text
+
+typedef struct {
+    Vision vision;
+    VlProcessor proc;
+} VlModel;
+
+// DIR's vision tower (config.json's vision_config, visual.* weights) and preprocessor_config.json, checked
+// against the language model's config c (its hidden width).
+void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c);
+void vl_model_free(VlModel *v);
+
+// One image of a prompt: a file, or its encoded bytes (a Parquet row's {"bytes": ...}).
+typedef struct {
+    char *path;      // the file, or a name for messages when bytes are given (malloc'd)
+    uint8_t *bytes;  // NULL: read path
+    size_t n;
+    int grid[3];     // t, h, w in patches, after smart_resize
+} VlImage;
+
+// im's grid (decoding it once); dies naming `where` on a bad image.
+void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where);
+// im's features: grid t*h*w / merge^2 rows of the language model's width (malloc'd).
+float *vl_image_features(const VlModel *v, const VlImage *im, const char *where);
+// Every image's features of one prompt, concatenated in order (malloc'd; NULL for none).
+float *vl_prompt_features(const VlModel *v, const VlImage *ims, int n, const char *where);
+void vl_image_free(VlImage *im);
+// The pads of the images' merged units: t*h*w / merge^2.
+int64_t vl_image_units(const int grid[3], int merge);
+
+// ids (n) with each image_pad token expanded to its image's pads, in order, into *out (a fresh list).
+// Returns 0, or -1 when the ids hold another number of image_pad tokens than n_images.
+int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,
+                   IdList *out);
+
+// A message list whose contents may be lists of parts ({"type": "text", "text": ...}, {"type": "image",
+// "image": path} or {"type": "image_url", "image_url": {"url": path}}), rewritten in place so that every
+// content is a string, each image part VL_IMAGE_TEXT; the images' paths are appended to *paths (n_paths).
+// Returns NULL, or a message (malloc'd) naming the message and part that is not understood.
+char *vl_flatten_messages(cJSON *msgs, char ***paths, int *n_paths);
