@@ -75,6 +75,21 @@ void vl_image_free(VlImage *im) {
     memset(im, 0, sizeof *im);
 }
 
+int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+                    const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
+                    Qwen2VlInputs *in) {
+    int(**grids)[3] = xmalloc((size_t)B * sizeof *grids + 1);
+    for (int b = 0; b < B; b++) {
+        grids[b] = xmalloc((size_t)(n_images[b] + 1) * sizeof *grids[b]);
+        for (int k = 0; k < n_images[b]; k++) memcpy(grids[b][k], ims[b][k].grid, sizeof grids[b][k]);
+    }
+    int rc = qwen2_vl_inputs(m, tokens, seq_off, B, prompt_len, feats, (const int(*const *)[3])grids, n_images,
+                             merge, in);
+    for (int b = 0; b < B; b++) free(grids[b]);
+    free(grids);
+    return rc;
+}
+
 int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,
                    IdList *out) {
     memset(out, 0, sizeof *out);

@@ -43,6 +43,12 @@ void vl_image_free(VlImage *im);
 // The pads of the images' merged units: t*h*w / merge^2.
 int64_t vl_image_units(const int grid[3], int merge);
 
+// qwen2_vl_inputs of a packed batch whose sequence b has the n_images[b] images ims[b] (their grids) and their
+// features feats[b] in its first prompt_len[b] rows (NULL: all). Returns 0, or -1 when pads and images differ.
+int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+                    const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
+                    Qwen2VlInputs *in);
+
 // ids (n) with each image_pad token expanded to its image's pads, in order, into *out (a fresh list).
 // Returns 0, or -1 when the ids hold another number of image_pad tokens than n_images.
 int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,

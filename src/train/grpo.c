@@ -165,13 +165,6 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
     p->sum = p->fixed + p->rollout + p->update;
 }
 
-// The grids of a prompt's images, as qwen2_vl_inputs takes them (malloc'd).
-static int (*prompt_grids(const PromptSample *x))[3] {
-    int(*g)[3] = xmalloc((size_t)(x->n_images + 1) * sizeof *g);
-    for (int k = 0; k < x->n_images; k++) memcpy(g[k], x->images[k].grid, sizeof g[k]);
-    return g;
-}
-
 // The image inputs of packed sequences of prompts x[b] (prompt_len[b] rows of each; NULL: whole sequences)
 // with features feats[b] into *in; returns in, or NULL when no sequence has an image (a text batch).
 static const Qwen2VlInputs *vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B,
@@ -180,13 +173,12 @@ static const Qwen2VlInputs *vl_inputs(const Qwen2 *m, const int32_t *tokens, con
     int any = 0;
     for (int b = 0; b < B; b++) any |= x[b]->n_images > 0;
     if (!any) return NULL;
-    int(**grids)[3] = xmalloc((size_t)B * sizeof *grids);
+    const VlImage **ims = xmalloc((size_t)B * sizeof *ims);
     int *n_images = xmalloc((size_t)B * sizeof *n_images);
-    for (int b = 0; b < B; b++) grids[b] = prompt_grids(x[b]), n_images[b] = x[b]->n_images;
-    int rc = qwen2_vl_inputs(m, tokens, seq_off, B, prompt_len, (const float *const *)feats,
-                             (const int(*const *)[3])grids, n_images, merge, in);
-    for (int b = 0; b < B; b++) free(grids[b]);
-    free(grids);
+    for (int b = 0; b < B; b++) ims[b] = x[b]->images, n_images[b] = x[b]->n_images;
+    int rc = vl_batch_inputs(m, tokens, seq_off, B, prompt_len, ims, n_images, (const float *const *)feats, merge,
+                             in);
+    free(ims);
     free(n_images);
     if (rc != 0) die("internal: a prompt's image pads do not match its images");
     return in;

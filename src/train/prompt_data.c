@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "io/records.h"
 #include "text/chat.h"
+#include "train/vl_rows.h"
 
 static char *field_text(const cJSON *it, const RecordReader *r, const char *key) {
     size_t n;
@@ -62,94 +63,6 @@ static void render_messages(const cJSON *msgs, const RecordReader *r, const Prom
     if (!*last_user) *last_user = xstrdup("");
 }
 
-// One image of a row's list: a path (relative to the data file's directory), {"path": ...} / {"image": ...},
-// or {"bytes": ...} (a Parquet row's encoded image).
-static void row_image(const cJSON *it, const RecordReader *r, const char *key, int k, VlImage *im) {
-    const cJSON *bytes = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "bytes") : NULL;
-    const cJSON *path = it;
-    if (cJSON_IsObject(it)) path = cJSON_GetObjectItemCaseSensitive(it, "path");
-    if (cJSON_IsObject(it) && !cJSON_IsString(path)) path = cJSON_GetObjectItemCaseSensitive(it, "image");
-    memset(im, 0, sizeof *im);
-    if (cJSON_IsString(bytes) && bytes->valuestring[0]) {
-        im->bytes = (uint8_t *)json_string_bytes(bytes, r->nul, &im->n);
-        im->path = xprintf("%s[%d]", key, k);
-        return;
-    }
-    if (!cJSON_IsString(path) || !path->valuestring[0])
-        die("%s: \"%s\"[%d] must be an image file's path, {\"path\": ...} or {\"bytes\": ...}", r->where, key, k);
-    const char *p = path->valuestring, *slash = strrchr(r->path, '/');
-    if (p[0] == '/' || !slash) im->path = xstrdup(p);
-    else im->path = xprintf("%.*s/%s", (int)(slash - r->path), r->path, p);
-}
-
-// "<image>" in s replaced by VL_IMAGE_TEXT (a fresh string); *count += how many there were.
-static char *expand_placeholders(const char *s, int *count) {
-    Buf b = {0};
-    for (const char *at; (at = strstr(s, "<image>")); s = at + 7) {
-        buf_append(&b, s, (size_t)(at - s));
-        buf_append(&b, VL_IMAGE_TEXT, strlen(VL_IMAGE_TEXT));
-        ++*count;
-    }
-    buf_append(&b, s, strlen(s));
-    return b.data;
-}
-
-// A message-list prompt's copy for rendering: content parts flattened (their images after the row's list)
-// and "<image>" placeholders expanded; *placeholders counts the images the text now stands for.
-static cJSON *vl_messages(const cJSON *msgs, const RecordReader *r, const char *key, VlImage **ims, int *n,
-                          int *placeholders) {
-    cJSON *copy = cJSON_Duplicate(msgs, 1);
-    if (!copy) die("out of memory");
-    char **paths = NULL;
-    int n_paths = 0;
-    char *err = vl_flatten_messages(copy, &paths, &n_paths);
-    if (err) die("%s: \"%s\": %s", r->where, key, err);
-    if (n_paths && *n) die("%s: images both in \"%s\"'s content parts and in the row's image list", r->where, key);
-    for (cJSON *m = copy->child; m; m = m->next) {
-        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(content)) continue;
-        char *text = expand_placeholders(content->valuestring, placeholders);
-        cJSON *s = cJSON_CreateString(text);
-        free(text);
-        if (!s) die("out of memory");
-        cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
-    }
-    *placeholders += n_paths;
-    *ims = xrealloc(*ims, (size_t)(*n + n_paths + 1) * sizeof **ims);
-    for (int i = 0; i < n_paths; i++) {  // a part's path is as written (a request's), not the data file's
-        (*ims)[*n + i] = (VlImage){.path = paths[i]};
-    }
-    *n += n_paths;
-    free(paths);
-    return copy;
-}
-
-// The row's image list (o->image_key) into *ims, *n.
-static void row_images(const cJSON *row, const RecordReader *r, const PromptDataOptions *o, VlImage **ims, int *n) {
-    const cJSON *list = o->image_key ? records_get(row, o->image_key) : NULL;
-    *ims = NULL;
-    *n = 0;
-    if (!list || cJSON_IsNull(list)) return;
-    if (!cJSON_IsArray(list)) die("%s: \"%s\" must be a list of images", r->where, o->image_key);
-    *ims = xcalloc((size_t)cJSON_GetArraySize(list) + 1, sizeof **ims);
-    for (const cJSON *it = list->child; it; it = it->next, ++*n) row_image(it, r, o->image_key, *n, &(*ims)[*n]);
-}
-
-// A vision-language prompt's ids: each image's grid read, its one pad expanded to its merged units.
-static void expand_images(const RecordReader *r, const PromptDataOptions *o, VlImage *ims, int n, int placeholders,
-                          IdList *ids) {
-    if (!o->vl) die("%s: the row has images, but the model is not a vision-language model", r->where);
-    if (placeholders != n)
-        die("%s: the prompt has %d \"<image>\" placeholder%s for %d image%s", r->where, placeholders,
-            placeholders == 1 ? "" : "s", n, n == 1 ? "" : "s");
-    for (int i = 0; i < n; i++) vl_image_grid(o->vl, &ims[i], r->where);
-    IdList out;
-    if (vl_expand_pads(ids->ids, (int64_t)ids->n, o->image_pad, ims, n, o->vl->merge, &out) != 0)
-        die("%s: the prompt's text holds <|image_pad|> tokens of its own", r->where);
-    free(ids->ids);
-    *ids = out;
-}
-
 // One row into *x; 0 when the prompt is over max_prompt_length and filtered.
 static int read_row(const cJSON *row, const RecordReader *r, const PromptDataOptions *o, PromptSample *x) {
     const cJSON *prompt_item = records_get(row, o->prompt_key);
@@ -157,22 +70,25 @@ static int read_row(const cJSON *row, const RecordReader *r, const PromptDataOpt
     char *prompt = NULL, *messages = NULL;
     VlImage *ims;
     int n_images, placeholders = 0;
-    row_images(row, r, o, &ims, &n_images);
-    if (cJSON_IsArray(prompt_item)) {
-        cJSON *msgs = vl_messages(prompt_item, r, o->prompt_key, &ims, &n_images, &placeholders);
+    vl_row_images(row, r, o->image_key, &ims, &n_images);
+    if (cJSON_IsArray(prompt_item) && o->vl) {  // a text model's "<image>" is text
+        cJSON *msgs = vl_row_messages(prompt_item, r, o->prompt_key, &ims, &n_images, &placeholders);
         render_messages(msgs, r, o, &ids, &prompt);
         cJSON_Delete(msgs);
         messages = json_text(prompt_item, r->nul);
+    } else if (cJSON_IsArray(prompt_item)) {
+        render_messages(prompt_item, r, o, &ids, &prompt);
+        messages = json_text(prompt_item, r->nul);
     } else {
         prompt = field_text(prompt_item, r, o->prompt_key);
-        char *text = expand_placeholders(prompt, &placeholders);
+        char *text = o->vl ? vl_expand_placeholders(prompt, &placeholders) : xstrdup(prompt);
         size_t bad_offset;
         int rc = chat_encode_prompt(o->tok, text, strlen(text), o->chat_template, o->tools, &ids, &bad_offset);
         free(text);
         if (rc != 0)
             die("%s: \"%s\" is not valid UTF-8", r->where, o->prompt_key);
     }
-    if (n_images || placeholders) expand_images(r, o, ims, n_images, placeholders, &ids);
+    if (n_images || placeholders) vl_row_expand(r, o->vl, o->image_pad, ims, n_images, placeholders, &ids);
     if (ids.n == 0) die("%s: the prompt is empty", r->where);
     if ((int64_t)ids.n > o->max_prompt_length) {
         if (!o->filter_overlong)

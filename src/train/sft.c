@@ -10,6 +10,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "model/qwen2.h"
+#include "model/vl.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/sft_data.h"
@@ -94,6 +95,8 @@ typedef struct {
     float *logp, *dlogp;
     int64_t *seq_off, *batch;
     Stream stream;
+    VlModel vl;  // a vision-language model's frozen vision tower and image processor (has_vl)
+    int has_vl;
 } Sft;
 
 // What a step measured.
@@ -118,6 +121,39 @@ static void sft_workspace(Sft *r) {
     r->seq_off = arena_alloc(&r->arena, (size_t)(r->b + 1) * sizeof *r->seq_off);
 }
 
+// The image inputs of micro-batch samples ids[0..b) (packed in r->tokens) into *in and r->act.vl: each
+// sample's features (its images through the frozen tower, computed here) in its prompt. feats: b slots.
+static void micro_images(Sft *r, const int64_t *ids, int64_t b, float **feats, Qwen2VlInputs *in) {
+    r->act.vl = NULL;
+    int any = 0;
+    for (int64_t j = 0; r->has_vl && j < b; j++) any |= r->data.s[ids[j]].n_images > 0;
+    if (!any) return;
+    const VlImage **ims = xmalloc((size_t)b * sizeof *ims);
+    int *n_images = xmalloc((size_t)b * sizeof *n_images);
+    int64_t *plen = xmalloc((size_t)b * sizeof *plen);
+    for (int64_t j = 0; j < b; j++) {
+        const SftSample *x = &r->data.s[ids[j]];
+        char *where = xprintf("%s:%lld", r->data.path, (long long)x->line);
+        feats[j] = vl_prompt_features(&r->vl, x->images, x->n_images, where);
+        free(where);
+        ims[j] = x->images, n_images[j] = x->n_images, plen[j] = x->prompt_len;
+    }
+    if (vl_batch_inputs(&r->tr.master, r->tokens, r->seq_off, (int)b, plen, ims, n_images,
+                        (const float *const *)feats, r->vl.proc.merge, in) != 0)
+        die("internal: a sample's image pads do not match its images");
+    r->act.vl = in;
+    free(ims);
+    free(n_images);
+    free(plen);
+}
+
+static void micro_images_free(Sft *r, int64_t b, float **feats, Qwen2VlInputs *in) {
+    if (!r->act.vl) return;
+    qwen2_vl_inputs_free(in);
+    for (int64_t j = 0; j < b; j++) free(feats[j]), feats[j] = NULL;
+    r->act.vl = NULL;
+}
+
 // One optimiser step at learning rate lr: this rank's micro-batches forward and backward (the loss is
 // the mean of -log p over the batch's completion tokens), the loss summed over the ranks, the update.
 static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
@@ -134,8 +170,11 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
     float w = (float)(-tr->scaler.scale * (double)N / (double)o.n_target);
     const Qwen2 *cm = trainer_begin_step(&r->tr);
     double loss = 0.0;
+    float **feats = xcalloc((size_t)b, sizeof *feats);
+    Qwen2VlInputs in;
     for (int64_t mb = r->comm.rank * (B / N); mb < (r->comm.rank + 1) * (B / N); mb += b) {
         pack(&r->data, r->batch + mb, b, w, r->tokens, r->targets, r->dlogp, r->seq_off);
+        micro_images(r, r->batch + mb, b, feats, &in);
         qwen2_train_forward_fused(cm, r->tr.grads, r->tokens, r->targets, r->seq_off, (int)b, r->dlogp, &r->act,
                                   r->logp);
         for (int64_t j = 0; j < b; j++) {
@@ -145,7 +184,9 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
             loss += ls;
         }
         qwen2_backward(cm, r->tr.grads, r->dlogp, NULL, &r->act);
+        micro_images_free(r, b, feats, &in);
     }
+    free(feats);
     double red[2] = {loss, (double)bad};  // a non-finite sample on any rank skips the step on all
     comm_allreduce_f64(&r->comm, &red[0], 1, COMM_SUM, "the loss");
     comm_allreduce_f64(&r->comm, &red[1], 1, COMM_MAX, "the skip-step flag");
@@ -169,8 +210,6 @@ void sft_run(const SftConfig *cfg) {
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
     int lead = r.lead = r.comm.rank == 0;
     static const RunDirOpts dir_opts = {"--out", "--resume", "--force", "--model"};
-    Qwen2Config mc;
-    qwen2_config_load(&mc, cfg->model_dir);  // refuses a vision-language model: SFT reads no images yet
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);
@@ -181,6 +220,7 @@ void sft_run(const SftConfig *cfg) {
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
     sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, max_length, cfg->filter_overlong);
+    if ((r.has_vl = c->vl)) vl_model_load(&r.vl, cfg->model_dir, c);  // frozen: fp32, never trained
     int64_t B = r.B = cfg->batch_size, b = r.b = cfg->micro_batch_size, N = r.comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
     if (B % (N * b))
@@ -261,5 +301,6 @@ void sft_run(const SftConfig *cfg) {
     qwen2_train_free(&r.act);
     arena_free(&r.arena);
     trainer_free(tr);
+    if (r.has_vl) vl_model_free(&r.vl);
     sft_data_free(&r.data);
 }

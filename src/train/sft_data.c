@@ -9,12 +9,17 @@
 #include "io/records.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
+#include "train/vl_rows.h"
 
 typedef struct {
     RecordReader r;  // the file, its current row and that row's U+0000 sentinel
     const char *path, *model_dir;
     Tokenizer tok;
     int tok_loaded;
+    const VlProcessor *vl;  // a vision-language model's image processor, or NULL
+    int32_t image_pad;
+    VlImage *ims;           // the current row's images
+    int n_images, placeholders;
 } Loader;
 
 static void read_ids(Loader *L, const cJSON *arr, const char *key, int64_t vocab, IdList *out) {
@@ -46,6 +51,12 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
     need_tokenizer(L);
     size_t n, bad_offset;
     char *text = json_string_bytes(item, L->r.nul, &n);
+    if (chat && L->vl) {  // the prompt of a vision-language model: its "<image>" placeholders
+        char *expanded = vl_expand_placeholders(text, &L->placeholders);
+        free(text);
+        text = expanded;
+        n = strlen(text);
+    }
     if (chat_encode_prompt(&L->tok, text, n, chat, NULL, out, &bad_offset) != 0)
         die("%s: \"%s\" is not valid UTF-8 (byte %zu)", L->r.where, key, bad_offset);
     free(text);
@@ -54,8 +65,11 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
 // A conversation (msgs: a "messages" row, or a conversational prompt and completion joined) whose last n_last
 // messages are the completion: the prompt is the rest rendered with the generation prompt, the completion what
 // the whole rendering adds to it (the assistant turns and their end tokens), as TRL's conversational rows.
-static void encode_conversation(Loader *L, const cJSON *msgs, int n_last, IdList *out, int64_t *plen) {
+static void encode_conversation(Loader *L, const cJSON *given, int n_last, IdList *out, int64_t *plen) {
     need_tokenizer(L);
+    cJSON *msgs = L->vl ? vl_row_messages(given, &L->r, "messages", &L->ims, &L->n_images, &L->placeholders)
+                        : cJSON_Duplicate(given, 1);
+    if (!msgs) die("out of memory");
     int n = cJSON_GetArraySize(msgs);
     if (n_last < 1 || n_last >= n)
         die("%s: a conversation needs a prompt message and a final assistant message", L->r.where);
@@ -82,6 +96,20 @@ static void encode_conversation(Loader *L, const cJSON *msgs, int n_last, IdList
         die("%s: the conversation is not valid UTF-8", L->r.where);
     buf_free(&prompt);
     buf_free(&full);
+    cJSON_Delete(msgs);
+}
+
+// A row with images: their pads, all in the prompt, expanded (*plen grows by as much).
+static void expand_prompt_images(Loader *L, IdList *ids, int64_t *plen) {
+    for (size_t i = (size_t)*plen; i < ids->n; i++)
+        if (ids->ids[i] == L->image_pad) die("%s: an image in the completion (images go in the prompt)", L->r.where);
+    IdList prompt = {0};
+    for (int64_t i = 0; i < *plen; i++) idlist_push(&prompt, ids->ids[i]);
+    vl_row_expand(&L->r, L->vl, L->image_pad, L->ims, L->n_images, L->placeholders, &prompt);
+    for (size_t i = (size_t)*plen; i < ids->n; i++) idlist_push(&prompt, ids->ids[i]);
+    *plen += (int64_t)prompt.n - (int64_t)ids->n;
+    free(ids->ids);
+    *ids = prompt;
 }
 
 // One row into ids (prompt then completion; *plen prompt tokens).
@@ -92,6 +120,7 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *comp = cJSON_GetObjectItemCaseSensitive(root, "completion");
     if (pi || ci) {
+        if (L->n_images) die("%s: a row with images needs text (\"prompt\" or \"messages\"), not token ids", L->r.where);
         read_ids(L, pi, "prompt_ids", c->vocab, ids);
         *plen = (int64_t)ids->n;
         read_ids(L, ci, "completion_ids", c->vocab, ids);
@@ -119,6 +148,7 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
             die("%s: no eos token in tokenizer_config.json or config.json to end completions", L->model_dir);
         idlist_push(ids, eos);
     }
+    if (L->n_images || L->placeholders) expand_prompt_images(L, ids, plen);
     for (size_t i = 0; i < ids->n; i++)
         if (ids->ids[i] >= c->vocab)
             die("%s: token id %d does not fit the model's vocab_size %lld",
@@ -129,13 +159,20 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
                    int64_t max_length, int filter_overlong) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);
-    Loader L = {.path = path, .model_dir = model_dir};
-    static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages"};
-    records_open(&L.r, path, key, cols, 5);
+    Loader L = {.path = path, .model_dir = model_dir, .image_pad = (int32_t)c->image_pad_id};
+    VlProcessor proc;
+    if (c->vl) {
+        vl_processor_load(&proc, model_dir);
+        L.vl = &proc;
+    }
+    static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages", "images"};
+    records_open(&L.r, path, key, cols, 6);
     size_t n_cap = 0;
     for (cJSON *root; (root = records_next(&L.r));) {
         IdList ids = {0};
         int64_t plen;
+        L.placeholders = 0;
+        vl_row_images(root, &L.r, "images", &L.ims, &L.n_images);
         read_row(&L, root, c, &ids, &plen);
         cJSON_Delete(root);
         if (plen == 0)
@@ -144,6 +181,8 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
         if (plen >= max_length && filter_overlong) {
             d->n_filtered++;
             free(ids.ids);
+            for (int k = 0; k < L.n_images; k++) vl_image_free(&L.ims[k]);
+            free(L.ims);
             continue;
         }
         if (plen >= max_length)
@@ -157,7 +196,7 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
             n_cap = n_cap ? 2 * n_cap : 64;
             d->s = xrealloc(d->s, n_cap * sizeof *d->s);
         }
-        d->s[d->n++] = (SftSample){ids.ids, (int64_t)ids.n, plen, L.r.line};
+        d->s[d->n++] = (SftSample){ids.ids, (int64_t)ids.n, plen, L.r.line, L.ims, L.n_images};
     }
     records_close(&L.r);
     if (L.tok_loaded) tokenizer_free(&L.tok);
@@ -166,7 +205,11 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
 }
 
 void sft_data_free(SftData *d) {
-    for (int64_t i = 0; i < d->n; i++) free(d->s[i].ids);
+    for (int64_t i = 0; i < d->n; i++) {
+        free(d->s[i].ids);
+        for (int k = 0; k < d->s[i].n_images; k++) vl_image_free(&d->s[i].images[k]);
+        free(d->s[i].images);
+    }
     free(d->s);
     free(d->path);
     memset(d, 0, sizeof *d);

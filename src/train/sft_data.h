@@ -3,17 +3,22 @@
 // generation prompt; the completion followed by the tokenizer's eos token), or conversations: {"messages"}
 // (verl's multi-turn SFT rows: the last message, the assistant's, is the completion) or TRL's conversational
 // {"prompt": [messages], "completion": [messages]}: the completion is what the chat template's rendering of
-// the whole conversation adds to the prompt's rendering with the generation prompt.
+// the whole conversation adds to the prompt's rendering with the generation prompt. For a vision-language
+// model, text rows may have images in their prompts (train/vl_rows.h: an `images` list with "<image>"
+// placeholders, or image content parts).
 #pragma once
 #include <stdint.h>
 
 #include "model/qwen2.h"
+#include "model/vl.h"
 
 typedef struct {
     int32_t *ids;        // prompt then completion, len tokens
     int64_t len;
     int64_t prompt_len;  // the first prompt_len tokens are the prompt
     int64_t line;        // 1-based line of the file
+    VlImage *images;     // a vision-language sample's images (train/vl_rows.h's layout), in its prompt
+    int n_images;
 } SftSample;
 
 typedef struct {

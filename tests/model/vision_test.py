@@ -567,6 +567,71 @@ def g_vl_grpo():
     check("the result loads back (vl_tool --score on it)", len(data2) > 4)
 
 
+def g_vl_sft():
+    """grpo sft on a tiny Qwen2.5-VL with image rows ({"prompt", "completion", "images"} with "<image>", and a
+    "messages" conversation with an image part): the first step's loss equals the float64 reference's mean
+    negative log-likelihood of the completions (features in the prompts' pads, M-RoPE); the tower is saved
+    unchanged."""
+    d = os.path.join(TMP, "vlsft")
+    m, vis, vc = make_vl(d, 71, True, vocab=151936, pad=PAD)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    imgs = []
+    for i, (w, h) in enumerate([(100, 66), (64, 90)]):
+        imgs.append(os.path.join(TMP, f"vlsft{i}.png"))
+        Image.fromarray(image_test.content(w, h, 80 + i)).save(imgs[-1])
+    user = [{"type": "image", "image": imgs[1]}, {"type": "text", "text": "And this?"}]
+    rows = [{"prompt": "What is <image>?", "completion": "A test card.", "images": [os.path.basename(imgs[0])]},
+            {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "Stripes."}]}]
+    data = os.path.join(TMP, "vlsft.jsonl")
+    with open(data, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    out = os.path.join(TMP, "vlsft_out")
+    r = grpo(["sft", "--model", d, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2",
+              "--micro-batch-size", "1", "--no-shuffle", "--force", "--lr", "1e-2"])
+    check("grpo sft on a Qwen2.5-VL model with image rows runs", r.returncode == 0, r.stderr[-500:])
+    if r.returncode:
+        return
+    loss = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())["loss"]
+    # The reference ids: the chat template's rendering (grpo tokenize, checked against the tokenizer elsewhere)
+    # with each image's one pad expanded to its grid's merged units.
+    img_text = "<|vision_start|><|image_pad|><|vision_end|>"
+    convs = [([{"role": "user", "content": f"What is {img_text}?"}], "A test card."),
+             ([{"role": "user", "content": img_text + "And this?"}], "Stripes.")]
+    lines = "".join(json.dumps({"messages": msgs, "add_generation_prompt": True}) + "\n" +
+                    json.dumps({"messages": msgs + [{"role": "assistant", "content": c}],
+                                "add_generation_prompt": False}) + "\n" for msgs, c in convs)
+    tok = grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=lines).stdout
+    rendered = [json.loads(x)["ids"] for x in tok.splitlines()]
+    eos = json.load(open(os.path.join(QWEN_TOK, "tokenizer.json")))["added_tokens"]
+    eos_id = next(t["id"] for t in eos if t["content"] == "<|im_end|>")
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for k, image in enumerate(imgs):
+            prompt, full = rendered[2 * k], rendered[2 * k + 1]  # a conversation: what the rendering adds
+            if k == 0:  # a prompt/completion row: the completion's text then the eos token
+                comp = grpo(["tokenize", "--tokenizer", d], input="A test card.").stdout.split()
+                full = prompt + [int(t) for t in comp] + [eos_id]
+            _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
+            units = grid[0] * grid[1] * grid[2] // 4
+            at = full.index(PAD)
+            ids = full[:at] + [PAD] * units + full[at + 1:]
+            plen = len(prompt) + units - 1
+            feats = tower(vis, vc, patches.astype(np.float64), grid)
+            pos3, _ = get_rope_index(ids, [tuple(grid)], PAD)
+            rows_lp = vl_logprob_rows(m, ids, feats, pos3, (2, 2, 2))
+            for i in range(plen, len(ids)):
+                nll -= float(rows_lp[i - 1, ids[i]])
+                n += 1
+    want = nll / n
+    check(f"the first step's loss equals the float64 reference's mean NLL of the {n} completion tokens behind "
+          f"image prompts (1e-5 relative)", abs(loss - want) <= 1e-5 * abs(want), f"{loss} vs {want}")
+    saved = ref.load_safetensors(os.path.join(out, "model.safetensors"))
+    orig = ref.load_safetensors(os.path.join(d, "model.safetensors"))
+    same = all(torch.equal(saved[k[6:]].float(), orig[k].float()) for k in orig if k.startswith("model.visual."))
+    check("the vision tower is saved unchanged (transformers 5's model.visual.* written as visual.*)", same)
+
+
 def main():
     global TOOL, ROPE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -581,7 +646,7 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
-                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo}, a.only)
+                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft}, a.only)
 
 
 if __name__ == "__main__":
