@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/demo.h"
 #include "cli/demo_tools.h"
+#include "cli/demo_vl.h"
 #include "train/grpo.h"
 
 static void usage(FILE *f) {
@@ -16,7 +17,8 @@ static void usage(FILE *f) {
                "configuration table in README.md (grpo train --print-config shows the resolved values).\n\n"
                "With no arguments, or --demo: the built-in demo in runs/demo (--demo-smoke: shortened to\n"
                "seconds; --demo-qwen3: its model Qwen3-shaped). --demo-tools: the tool-use demo in\n"
-               "runs/demo-tools (multi-turn rollout; --demo-tools-smoke: shortened).\n");
+               "runs/demo-tools (multi-turn rollout; --demo-tools-smoke: shortened). --demo-vl: the vision-\n"
+               "language demo in runs/demo-vl (a tiny Qwen2.5-VL counts red squares; --demo-vl-smoke: shortened).\n");
 }
 
 // A word that names a config file (FILE.yaml, .yml or .json) rather than a key=value override.
@@ -33,7 +35,7 @@ static int config_like(const char *word) {
 int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
-    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0, tools = 0;  // no arguments: the built-in demo
+    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0, tools = 0, vl = 0;  // no arguments: the built-in demo
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -48,6 +50,8 @@ int cmd_train(int argc, char **argv) {
             demo = 1, qwen3 = 1;
         } else if (strcmp(argv[i], "--demo-tools") == 0 || strcmp(argv[i], "--demo-tools-smoke") == 0) {
             demo = 1, tools = 1, smoke = argv[i][12] != '\0';
+        } else if (strcmp(argv[i], "--demo-vl") == 0 || strcmp(argv[i], "--demo-vl-smoke") == 0) {
+            demo = 1, vl = 1, smoke = argv[i][9] != '\0';
         } else if (strcmp(argv[i], "--print-config") == 0) {
             print = 1;
         } else if (strncmp(argv[i], "--", 2) == 0) {
@@ -62,6 +66,7 @@ int cmd_train(int argc, char **argv) {
     if (demo) {
         if (config || print) die("--demo runs the built-in demo; it takes no --config or --print-config");
         if (tools) demo_tools_run("runs/demo-tools", 0, smoke, overrides, n, NULL);
+        else if (vl) demo_vl_run("runs/demo-vl", 0, smoke, overrides, n, NULL);
         else demo_run("runs/demo", 0, smoke, qwen3, overrides, n, NULL);
         free(overrides);
         return 0;

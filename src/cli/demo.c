@@ -9,6 +9,7 @@
 #include "base/util.h"
 #include "parallel/comm.h"
 #include "model/lora.h"
+#include "model/vl.h"
 #include "rl/reward.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
@@ -256,7 +257,9 @@ void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
 double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens,
                      const char *tools_file, double *call_rate) {
     Qwen2 m;
-    qwen2_load(&m, model_dir, DTYPE_F32);
+    qwen2_load_vl(&m, model_dir, DTYPE_F32);  // the VL demo's model too
+    VlModel vm;
+    if (m.cfg.vl) vl_model_load(&vm, model_dir, &m.cfg);
     Lora lora = {0};
     if (adapter) {
         lora_load(&lora, &m.cfg, adapter);
@@ -268,13 +271,21 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     if (tools_file) toolset_load(&ts, tools_file, "the demo's tools", 4, 10.0, 0);
     PromptData d;
     PromptDataOptions po = {.prompt_key = "prompt", .answer_key = "answer", .tok = &tok, .chat_template = tools_file != NULL,
-                            .tools = tools_file ? ts.schemas_text : NULL, .max_prompt_length = m.cfg.max_pos};
+                            .tools = tools_file ? ts.schemas_text : NULL, .max_prompt_length = m.cfg.max_pos,
+                            .image_key = "images"};
+    if (m.cfg.vl) po.vl = &vm.proc, po.image_pad = (int32_t)m.cfg.image_pad_id;
     prompt_data_load(&d, &data_file, 1, "the demo's data", &po);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
+    float **feats = xcalloc((size_t)d.n, sizeof *feats);
+    Qwen2VlInputs *in = xcalloc((size_t)d.n, sizeof *in);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {
-        p[i] = (RolloutPrompt){.ids = d.s[i].ids, .n = d.s[i].len, .max_new_tokens = (int)max_new_tokens};
-        longest = d.s[i].len > longest ? d.s[i].len : longest;
+        const PromptSample *x = &d.s[i];
+        p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)max_new_tokens};
+        longest = x->len > longest ? x->len : longest;
+        if (!m.cfg.vl || !x->n_images) continue;
+        feats[i] = vl_prompt_features(&vm, x->images, x->n_images, data_file);
+        p[i].vl = vl_prompt_inputs(&m, x->ids, x->len, x->images, x->n_images, feats[i], vm.proc.merge, &in[i]);
     }
     int32_t stop = tok.eos_id;
     ToolHook hook = {.tools = &ts, .tok = &tok};
@@ -295,6 +306,13 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     }
     if (call_rate) *call_rate = (double)called / (double)d.n;
     double acc = (double)correct / (double)d.n;
+    for (int64_t i = 0; i < d.n; i++) {
+        qwen2_vl_inputs_free(&in[i]);
+        free(feats[i]);
+    }
+    free(in);
+    free(feats);
+    if (m.cfg.vl) vl_model_free(&vm);
     free(out);
     free(p);
     prompt_data_free(&d);

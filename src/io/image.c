@@ -321,3 +321,19 @@ void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
     free(bx), free(by), free(kx), free(ky);
     *out = (Image){sw, h, pixels};
 }
+
+void image_save_png(const Image *im, const char *path) {
+    png_image img = {.version = PNG_IMAGE_VERSION, .width = (png_uint_32)im->w, .height = (png_uint_32)im->h,
+                     .format = PNG_FORMAT_RGB};
+    png_alloc_size_t size = 0;
+    if (!png_image_write_to_memory(&img, NULL, &size, 0, im->rgb, 0, NULL))
+        die("cannot encode %s: %s", path, img.message);
+    void *buf = xmalloc(size);
+    if (!png_image_write_to_memory(&img, buf, &size, 0, im->rgb, 0, NULL))
+        die("cannot encode %s: %s", path, img.message);
+    AtomicFile af;
+    atomic_file_open(&af, path);
+    atomic_file_write(&af, buf, size);
+    atomic_file_commit(&af);
+    free(buf);
+}

@@ -24,6 +24,8 @@ void image_load(Image *im, const char *path, int64_t max_pixels, const char *whe
 void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
                   const char *where);
 void image_free(Image *im);
+// im as an 8-bit RGB PNG file (written atomically; libpng's encoder).
+void image_save_png(const Image *im, const char *path);
 
 // Pillow's Image.resize((w, h), Image.BICUBIC) of an RGB image: separable convolution with the a = -0.5
 // cubic, its support widened by the scale when shrinking (antialiasing), coefficients in 22-bit fixed point,

@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "base/json.h"
+#include "base/rng.h"
 #include "base/util.h"
 #include "io/hf_weights.h"
 #include "nn/ops.h"
@@ -51,47 +52,21 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
         die("%s: vision_config.hidden_act must be \"silu\" (Qwen2.5-VL)", where);
 }
 
-typedef struct {
-    HfWeights w;
-    const char *prefix;
-    const char *dir;
-    float *at;  // next free float of the slab
-} Loader;
+// Each tensor of the tower in slab order, as the visitor `take` fills it: its name after the "visual." prefix,
+// its shape (d1 0: a vector), and where its pointer goes.
+typedef const float *(*TakeFn)(void *ctx, const char *name, int64_t d0, int64_t d1);
 
-static const float *take(Loader *L, const char *name, int64_t d0, int64_t d1) {
-    char full[256];
-    snprintf(full, sizeof full, "%s%s", L->prefix, name);
-    const StTensor *t = hf_weights_find(&L->w, full, NULL);
-    if (!t) die("%s: the vision tower lacks %s", L->dir, full);
-    if (t->numel != d0 * (d1 ? d1 : 1) || (d1 && (t->ndim < 2 || t->shape[0] != d0)))
-        die("%s: %s has %lld values, the config wants %lld x %lld", L->dir, full, (long long)t->numel,
-            (long long)d0, (long long)(d1 ? d1 : 1));
-    float *dst = L->at;
-    dtype_to_f32(t->dtype, t->data, dst, (size_t)t->numel);
-    L->at += t->numel;
-    return dst;
-}
-
-void vision_load(Vision *v, const VisionConfig *c, const char *model_dir) {
-    memset(v, 0, sizeof *v);
-    v->cfg = *c;
+static void vision_walk(Vision *v, TakeFn take, void *ctx) {
+    const VisionConfig *c = &v->cfg;
     int64_t H = c->hidden, I = c->intermediate, P = 3LL * c->temporal * c->patch * c->patch;
     int64_t M4 = H * c->merge * c->merge;
-    int64_t per_block = 2 * H + 3 * H * H + 3 * H + H * H + H + 2 * (I * H + I) + H * I + H;
-    int64_t total = H * P + c->depth * per_block + H + M4 * M4 + M4 + c->out_hidden * M4 + c->out_hidden;
-    Loader L = {.dir = model_dir};
-    hf_weights_open(&L.w, model_dir);
-    L.prefix = hf_weights_find(&L.w, "visual.patch_embed.proj.weight", NULL) ? "visual." : "model.visual.";
-    v->slab = xmalloc((size_t)total * sizeof *v->slab);
-    L.at = v->slab;
-    v->patch_w = take(&L, "patch_embed.proj.weight", H, P);
-    v->blocks = xcalloc((size_t)c->depth, sizeof *v->blocks);
+    v->patch_w = take(ctx, "patch_embed.proj.weight", H, P);
     for (int i = 0; i < c->depth; i++) {
         VisionBlock *b = &v->blocks[i];
         char n[96];
 #define W(field, name, d0, d1)                            \
     snprintf(n, sizeof n, "blocks.%d.%s", i, name);       \
-    b->field = take(&L, n, d0, d1)
+    b->field = take(ctx, n, d0, d1)
         W(norm1, "norm1.weight", H, 0);
         W(norm2, "norm2.weight", H, 0);
         W(qkv_w, "attn.qkv.weight", 3 * H, H);
@@ -106,13 +81,112 @@ void vision_load(Vision *v, const VisionConfig *c, const char *model_dir) {
         W(down_b, "mlp.down_proj.bias", H, 0);
 #undef W
     }
-    v->ln_q = take(&L, "merger.ln_q.weight", H, 0);
-    v->m0_w = take(&L, "merger.mlp.0.weight", M4, M4);
-    v->m0_b = take(&L, "merger.mlp.0.bias", M4, 0);
-    v->m2_w = take(&L, "merger.mlp.2.weight", c->out_hidden, M4);
-    v->m2_b = take(&L, "merger.mlp.2.bias", c->out_hidden, 0);
+    v->ln_q = take(ctx, "merger.ln_q.weight", H, 0);
+    v->m0_w = take(ctx, "merger.mlp.0.weight", M4, M4);
+    v->m0_b = take(ctx, "merger.mlp.0.bias", M4, 0);
+    v->m2_w = take(ctx, "merger.mlp.2.weight", c->out_hidden, M4);
+    v->m2_b = take(ctx, "merger.mlp.2.bias", c->out_hidden, 0);
+}
+
+// The slab's length: every tensor's values.
+static const float *count_take(void *ctx, const char *name, int64_t d0, int64_t d1) {
+    (void)name;
+    *(int64_t *)ctx += d0 * (d1 ? d1 : 1);
+    return NULL;
+}
+
+static void vision_alloc(Vision *v, const VisionConfig *c) {
+    memset(v, 0, sizeof *v);
+    v->cfg = *c;
+    v->blocks = xcalloc((size_t)c->depth, sizeof *v->blocks);
+    int64_t total = 0;
+    vision_walk(v, count_take, &total);
+    v->slab = xmalloc((size_t)total * sizeof *v->slab);
+}
+
+typedef struct {
+    HfWeights w;
+    const char *prefix;
+    const char *dir;
+    float *at;  // next free float of the slab
+} Loader;
+
+static const float *load_take(void *ctx, const char *name, int64_t d0, int64_t d1) {
+    Loader *L = ctx;
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", L->prefix, name);
+    const StTensor *t = hf_weights_find(&L->w, full, NULL);
+    if (!t) die("%s: the vision tower lacks %s", L->dir, full);
+    if (t->numel != d0 * (d1 ? d1 : 1) || (d1 && (t->ndim < 2 || t->shape[0] != d0)))
+        die("%s: %s has %lld values, the config wants %lld x %lld", L->dir, full, (long long)t->numel,
+            (long long)d0, (long long)(d1 ? d1 : 1));
+    float *dst = L->at;
+    dtype_to_f32(t->dtype, t->data, dst, (size_t)t->numel);
+    L->at += t->numel;
+    return dst;
+}
+
+void vision_load(Vision *v, const VisionConfig *c, const char *model_dir) {
+    vision_alloc(v, c);
+    Loader L = {.dir = model_dir, .at = v->slab};
+    hf_weights_open(&L.w, model_dir);
+    L.prefix = hf_weights_find(&L.w, "visual.patch_embed.proj.weight", NULL) ? "visual." : "model.visual.";
+    vision_walk(v, load_take, &L);
     hf_weights_close(&L.w);
 }
+
+typedef struct {
+    Rng rng;
+    double std;
+    float *at;
+} Init;
+
+// Hugging Face's initialisation: norm weights 1, biases 0, matrices N(0, std).
+static const float *init_take(void *ctx, const char *name, int64_t d0, int64_t d1) {
+    Init *it = ctx;
+    float *dst = it->at;
+    int norm = strstr(name, "norm") != NULL || strstr(name, "ln_q") != NULL;
+    for (int64_t i = 0; i < d0 * (d1 ? d1 : 1); i++) {
+        double x = d1 ? rng_normal(&it->rng) * it->std : 0.0;
+        dst[i] = norm ? 1.0f : (float)x;
+    }
+    it->at += d0 * (d1 ? d1 : 1);
+    return dst;
+}
+
+void vision_init_random(Vision *v, const VisionConfig *c, uint64_t seed, double std) {
+    vision_alloc(v, c);
+    Init it = {.std = std, .at = v->slab};
+    rng_init(&it.rng, seed);
+    vision_walk(v, init_take, &it);
+}
+
+typedef struct {
+    StWriteTensor *ws;
+    char (*names)[96];
+    int n;
+    const float *at;
+} Lister;
+
+static const float *list_take(void *ctx, const char *name, int64_t d0, int64_t d1) {
+    Lister *L = ctx;
+    snprintf(L->names[L->n], sizeof L->names[L->n], "visual.%s", name);
+    L->ws[L->n] = (StWriteTensor){.name = L->names[L->n], .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .data = L->at};
+    L->at += d0 * (d1 ? d1 : 1);
+    L->n++;
+    return L->at - d0 * (d1 ? d1 : 1);
+}
+
+int vision_tensors(const Vision *v, StWriteTensor *ws, char (*names)[96]) {
+    Vision shadow = *v;  // the walk sets the pointers again: on a copy, to the same places
+    shadow.blocks = xcalloc((size_t)v->cfg.depth, sizeof *shadow.blocks);
+    Lister L = {.ws = ws, .names = names, .at = v->slab};
+    vision_walk(&shadow, list_take, &L);
+    free(shadow.blocks);
+    return L.n;
+}
+
+int vision_n_tensors(const VisionConfig *c) { return 1 + 12 * c->depth + 5; }
 
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where) {
     if (patch != c->patch || temporal != c->temporal || merge != c->merge)

@@ -11,6 +11,8 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+#include "io/safetensors.h"
+
 #define VISION_MAX_FULLATT 64
 
 typedef struct {
@@ -39,6 +41,12 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where);
 // The tower's weights from a model directory: "visual.*" (transformers 4) or "model.visual.*" (5).
 void vision_load(Vision *v, const VisionConfig *c, const char *model_dir);
 void vision_free(Vision *v);
+// A tower of random weights, as Hugging Face initialises one: matrices N(0, std), biases 0, norms 1.
+void vision_init_random(Vision *v, const VisionConfig *c, uint64_t seed, double std);
+// The tower's tensors for safetensors_write, under transformers 4's names ("visual.*"): ws and names hold
+// vision_n_tensors(c) entries; returns their count. The data stays v's.
+int vision_tensors(const Vision *v, StWriteTensor *ws, char (*names)[96]);
+int vision_n_tensors(const VisionConfig *c);
 // Dies naming `where` unless the image processor's patches are the tower's (patch_size, temporal_patch_size,
 // merge_size) and, with lm_hidden > 0, its features are the language model's width.
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where);

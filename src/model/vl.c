@@ -90,6 +90,15 @@ int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     return rc;
 }
 
+const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const VlImage *ims,
+                                      int n_images, const float *feats, int merge, Qwen2VlInputs *in) {
+    if (n_images == 0) return NULL;
+    int64_t seq_off[2] = {0, n};
+    if (vl_batch_inputs(m, ids, seq_off, 1, NULL, &ims, &n_images, &feats, merge, in) != 0)
+        die("internal: a prompt's image pads do not match its images");
+    return in;
+}
+
 int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,
                    IdList *out) {
     memset(out, 0, sizeof *out);

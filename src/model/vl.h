@@ -49,6 +49,11 @@ int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
                     const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
                     Qwen2VlInputs *in);
 
+// A prompt's own image inputs (the rollout's RolloutPrompt.vl): ids (n) with its images and their features;
+// in when it has images, else NULL (a text prompt). Dies when its pads and images differ.
+const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const VlImage *ims,
+                                      int n_images, const float *feats, int merge, Qwen2VlInputs *in);
+
 // ids (n) with each image_pad token expanded to its image's pads, in order, into *out (a fresh list).
 // Returns 0, or -1 when the ids hold another number of image_pad tokens than n_images.
 int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,

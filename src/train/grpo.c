@@ -212,9 +212,9 @@ static void generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t 
     Qwen2VlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
     for (int i = 0; i < n; i++) {
         const PromptSample *x = &d->s[idx[i]];
-        int64_t seq_off[2] = {0, x->len};
         p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)s->max_response_length};
-        if (r->has_vl) p[i].vl = vl_inputs(m, x->ids, seq_off, 1, NULL, &x, &feats[i], r->vl.proc.merge, &in[i]);
+        if (r->has_vl)
+            p[i].vl = vl_prompt_inputs(m, x->ids, x->len, x->images, x->n_images, feats[i], r->vl.proc.merge, &in[i]);
     }
     RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,

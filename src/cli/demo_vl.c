@@ -1,0 +1,268 @@
+#include "cli/demo_vl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/json.h"
+#include "base/rng.h"
+#include "base/util.h"
+#include "io/image.h"
+#include "io/safetensors.h"
+#include "model/vision.h"
+#include "model/vl.h"
+#include "parallel/comm.h"
+#include "text/tokenizer.h"
+#include "train/grpo.h"
+
+#define SIDE 56             // pixels: min_pixels = max_pixels = 56 x 56, so a 4 x 4 grid of patches
+#define CELL (SIDE / 2)     // a quadrant: one merged unit
+#define VL_MAX_PROMPT 16    // 3 vision tokens + 4 pads + "How many red squares?" (about 8 tokens)
+#define VL_MAX_RESPONSE 3   // a digit and eos
+#define PROMPT "<image>How many red squares?"
+
+static const char *const WORDS[] = {"How", "many", "red", "squares"};
+static const char *const VISION_TOKENS[] = {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>"};
+
+typedef struct {
+    int64_t n_train, n_val, n_sft;
+    double careless;  // share of SFT demonstrations that count the blue squares too
+} DemoVlTask;
+
+// ---------------------------------------------------------------------------------------------
+// model
+
+// config.json of a Qwen2.5-VL (transformers 4's flat layout) over the language model c and tower vc.
+static void write_config(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3]) {
+    cJSON *r = cJSON_CreateObject(), *v = cJSON_CreateObject(), *rs = cJSON_CreateObject();
+    if (!r || !v || !rs) die("out of memory");
+    cJSON_AddItemToObject(r, "architectures", cJSON_CreateStringArray((const char *[]){"Qwen2_5_VLForConditionalGeneration"}, 1));
+    cJSON_AddStringToObject(r, "model_type", "qwen2_5_vl");
+    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(r, "hidden_size", (double)c->hidden);
+    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->inter);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->kv_heads);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(r, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
+    cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
+    cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
+    cJSON_AddNumberToObject(r, "image_token_id", vision[1]);
+    cJSON_AddNumberToObject(r, "vision_end_token_id", vision[2]);
+    cJSON_AddStringToObject(rs, "type", "mrope");
+    cJSON_AddItemToObject(rs, "mrope_section", cJSON_CreateIntArray(c->mrope_section, 3));
+    cJSON_AddItemToObject(r, "rope_scaling", rs);
+    cJSON_AddNumberToObject(v, "depth", vc->depth);
+    cJSON_AddNumberToObject(v, "hidden_size", vc->hidden);
+    cJSON_AddNumberToObject(v, "num_heads", vc->heads);
+    cJSON_AddNumberToObject(v, "intermediate_size", vc->intermediate);
+    cJSON_AddNumberToObject(v, "out_hidden_size", vc->out_hidden);
+    cJSON_AddNumberToObject(v, "patch_size", vc->patch);
+    cJSON_AddNumberToObject(v, "spatial_merge_size", vc->merge);
+    cJSON_AddNumberToObject(v, "temporal_patch_size", vc->temporal);
+    cJSON_AddNumberToObject(v, "window_size", vc->window);
+    cJSON_AddItemToObject(v, "fullatt_block_indexes", cJSON_CreateIntArray(vc->fullatt, vc->n_fullatt));
+    cJSON_AddStringToObject(v, "hidden_act", "silu");
+    cJSON_AddNumberToObject(v, "in_chans", 3);
+    cJSON_AddItemToObject(r, "vision_config", v);
+    cJSON_AddStringToObject(r, "torch_dtype", "float32");
+    char *path = path_join(dir, "config.json");
+    json_save_file(path, r);
+    free(path);
+    cJSON_Delete(r);
+    path = path_join(dir, "preprocessor_config.json");
+    cJSON *p = cJSON_CreateObject();
+    if (!p) die("out of memory");
+    cJSON_AddNumberToObject(p, "min_pixels", SIDE * SIDE);
+    cJSON_AddNumberToObject(p, "max_pixels", SIDE * SIDE);
+    cJSON_AddNumberToObject(p, "patch_size", 14);
+    cJSON_AddNumberToObject(p, "temporal_patch_size", 2);
+    cJSON_AddNumberToObject(p, "merge_size", 2);
+    json_save_file(path, p);
+    free(path);
+    cJSON_Delete(p);
+}
+
+// DIR: the tokenizer, config.json, preprocessor_config.json and model.safetensors of a random tiny Qwen2.5-VL.
+static void write_model(const char *dir, uint64_t seed) {
+    DemoVocab voc = {WORDS, sizeof WORDS / sizeof *WORDS, VISION_TOKENS, 3, NULL};
+    int n_ids = demo_write_vocab(dir, &voc);
+    Tokenizer tok;
+    tokenizer_load(&tok, dir);
+    int32_t vision[3];
+    for (int i = 0; i < 3; i++) vision[i] = tokenizer_token_id(&tok, VISION_TOKENS[i]);
+    Qwen2Config c;
+    demo_model_config(&c, n_ids, 0);
+    c.bos_id = c.eos_id = tok.eos_id;
+    c.vl = 1;
+    c.image_pad_id = vision[1];
+    memcpy(c.mrope_section, (int[3]){4, 6, 6}, sizeof c.mrope_section);  // head_dim 32: 16 pairs
+    tokenizer_free(&tok);
+    VisionConfig vc = {.depth = 2, .hidden = 64, .intermediate = 128, .heads = 2, .out_hidden = (int)c.hidden,
+                       .patch = 14, .merge = 2, .temporal = 2, .window = 112, .in_channels = 3,
+                       .fullatt = {1}, .n_fullatt = 1, .eps = 1e-6f};
+    Qwen2 m;
+    qwen2_build(&m, &c, DTYPE_F32);
+    qwen2_init_random(&m, seed);
+    Vision v;
+    vision_init_random(&v, &vc, seed ^ 0x5eed, c.init_std);
+    int n_lm = qwen2_tensors(&m, NULL), n_vis = vision_n_tensors(&vc);
+    Qwen2Tensor *ts = xmalloc((size_t)n_lm * sizeof *ts);
+    qwen2_tensors(&m, ts);
+    StWriteTensor *ws = xcalloc((size_t)(n_lm + n_vis), sizeof *ws);
+    for (int i = 0; i < n_lm; i++) {
+        ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
+        memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);
+    }
+    char (*names)[96] = xmalloc((size_t)n_vis * sizeof *names);
+    int n = n_lm + vision_tensors(&v, ws + n_lm, names);
+    char *path = path_join(dir, "model.safetensors");
+    safetensors_write(path, ws, n, DTYPE_F32);
+    write_config(dir, &c, &vc, vision);  // last: a directory with a config has its weights
+    free(path), free(names), free(ws), free(ts);
+    vision_free(&v);
+    qwen2_free(&m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// data
+
+typedef struct {
+    const DemoVlTask *t;
+    const char *dir;  // the data directory: images go to DIR/images
+    int64_t counter[3];
+    uint64_t *held;   // the held-out images' hashes (n_val of them), which the other splits must not draw
+    int64_t n_held;
+} VlData;
+
+static int draw(Rng *r, int lo, int hi) { return lo + (int)(rng_next_u64(r) % (uint64_t)(hi - lo + 1)); }
+
+// A fresh image: each quadrant empty (40%), a red square (35%) or a blue one (25%); *red, *blue: the counts.
+static void draw_image(Rng *r, Image *im, int *red, int *blue) {
+    im->w = im->h = SIDE;
+    im->rgb = xmalloc(SIDE * SIDE * 3);
+    int bg = draw(r, 200, 240);
+    memset(im->rgb, bg, SIDE * SIDE * 3);
+    *red = *blue = 0;
+    for (int q = 0; q < 4; q++) {
+        float u = rng_next_float(r);
+        if (u < 0.4f) continue;
+        int is_red = u < 0.75f, size = draw(r, 12, 22);
+        int x0 = (q % 2) * CELL + draw(r, 1, CELL - size - 1), y0 = (q / 2) * CELL + draw(r, 1, CELL - size - 1);
+        uint8_t col[3] = {(uint8_t)draw(r, 0, 60), (uint8_t)draw(r, 0, 60), (uint8_t)draw(r, 0, 60)};
+        col[is_red ? 0 : 2] = (uint8_t)draw(r, 190, 255);
+        *red += is_red, *blue += !is_red;
+        for (int y = y0; y < y0 + size; y++)
+            for (int x = x0; x < x0 + size; x++) memcpy(im->rgb + (y * SIDE + x) * 3, col, 3);
+    }
+}
+
+static int vl_line(void *ctx, int split, Rng *r, FILE *f) {
+    VlData *vd = ctx;
+    static const char *const tag[3] = {"val", "train", "sft"};
+    Image im;
+    int red, blue;
+    draw_image(r, &im, &red, &blue);
+    uint64_t h = hash_bytes(im.rgb, SIDE * SIDE * 3);
+    int seen = 0;
+    for (int64_t i = 0; i < vd->n_held; i++) seen |= vd->held[i] == h;
+    if (seen) {  // a held-out image (an empty one, most likely): draw again
+        image_free(&im);
+        return 0;
+    }
+    if (split == 0) vd->held[vd->n_held++] = h;
+    char name[64], answer[16];
+    snprintf(name, sizeof name, "images/%s-%05lld.png", tag[split], (long long)vd->counter[split]++);
+    char *path = path_join(vd->dir, name);
+    image_save_png(&im, path);
+    free(path);
+    image_free(&im);
+    int careless = split == 2 && rng_next_float(r) < vd->t->careless;
+    snprintf(answer, sizeof answer, "%d", careless ? red + blue : red);
+    fprintf(f, "{\"prompt\": \"%s\", \"%s\": \"%s\", \"images\": [\"%s\"]}\n", PROMPT,
+            split == 2 ? "completion" : "answer", answer, name);
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the whole run
+
+void demo_vl_run(const char *dir, uint64_t seed, int smoke, char **overrides, int n_overrides, DemoResult *res) {
+    if (comm_launched()) die("the built-in demo runs in one process: start it without mpirun");
+    DemoResult R = {0};
+    DemoVlTask task = {.n_train = 2000, .n_val = 200, .n_sft = 4000, .careless = 0.6};
+    double t0 = time_now();
+    char *init = path_join(dir, "init"), *data = path_join(dir, "data"), *sft = path_join(dir, "sft");
+    char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl"), *images = path_join(data, "images");
+    char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
+    fprintf(stderr, "grpo demo: count the red squares in 56 x 56 images of red and blue squares (\"%s\" -> "
+            "\"2\"), reward = exact match; a tiny Qwen2.5-VL (vision tower frozen) generated in %s\n", PROMPT, dir);
+    dir_create(dir);
+    write_model(init, seed);
+    dir_create(images);
+    VlData vd = {&task, data, {0}, xmalloc((size_t)task.n_val * sizeof(uint64_t)), 0};
+    demo_write_splits(data, seed ^ 0x1a9e, (int64_t[3]){task.n_val, task.n_train, task.n_sft}, vl_line, &vd);
+    free(vd.held);
+    R.t_setup = time_now() - t0;
+
+    double t = time_now();
+    R.acc_init = demo_accuracy(init, NULL, val_file, VL_MAX_RESPONSE, NULL, NULL);
+    R.t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers "
+            "count the blue squares too)\n", (long long)task.n_sft, 100.0 * task.careless);
+    t = time_now();
+    demo_sft(init, sft_file, sft, smoke ? 150 : 300, seed);
+    R.t_sft = time_now() - t;
+    t = time_now();
+    R.acc_before = demo_accuracy(sft, NULL, val_file, VL_MAX_RESPONSE, NULL, NULL);
+    R.t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
+
+    char *ov[25];
+    int n = 0;
+#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
+    OV("model.path=%s", sft);
+    OV("data.train_file=%s", train_file);
+    OV("data.val_file=%s", val_file);
+    OV("data.chat_template=false");
+    OV("data.max_prompt_length=%d", VL_MAX_PROMPT);
+    OV("data.max_response_length=%d", VL_MAX_RESPONSE);
+    OV("data.train_batch_size=16");
+    OV("rollout.n=8");
+    OV("rollout.temperature=1.0");
+    OV("reward.gsm8k.weight=0");
+    OV("reward.exact.weight=1");
+    OV("actor.use_kl_loss=false");
+    OV("actor.lr=1e-4");
+    OV("trainer.steps=%d", smoke ? 40 : 150);
+    OV("trainer.val_every=%d", smoke ? 40 : 50);
+    OV("trainer.val_before_train=false");
+    OV("trainer.seed=%llu", (unsigned long long)seed);
+    OV("trainer.out_dir=%s", grpo);
+    OV("trainer.overwrite=true");
+#undef OV
+    GrpoConfig gc;
+    t = time_now();
+    demo_grpo(&gc, ov, n, overrides, n_overrides);
+    R.t_grpo = time_now() - t;
+    t = time_now();
+    GrpoSettings s;
+    grpo_settings_resolve(&s, &gc);
+    const char *model = grpo_has_lora(&s) ? sft : gc.trainer.out_dir;
+    const char *adapter = grpo_has_lora(&s) ? gc.trainer.out_dir : NULL;
+    R.acc_after = demo_accuracy(model, adapter, val_file, VL_MAX_RESPONSE, NULL, NULL);
+    R.t_eval += time_now() - t;
+    R.t_total = time_now() - t0;
+    demo_finish(dir, smoke, task.n_val, "images", &R);
+    grpo_config_free(&gc);
+    for (int i = 0; i < n; i++) free(ov[i]);
+    free(init), free(data), free(sft), free(grpo), free(sft_file), free(images), free(train_file), free(val_file);
+    if (res) *res = R;
+}
