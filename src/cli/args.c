@@ -97,7 +97,7 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora) {
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, int vl) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter");
     if (adapter && dev && strcmp(dev, "cpu") != 0)
         die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);
@@ -105,7 +105,11 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     DType dt = be->on_device ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
     if (be->on_device && cli_str(spec, "--dtype") && cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16)
         die("--dtype f32: --device %s computes in bf16 (fp32 weights run on the CPU)", dev);
-    qwen2_load(m, model_dir, dt);
+    Qwen2Config c;
+    qwen2_config_load_vl(&c, model_dir);
+    if (c.vl && !vl) qwen2_config_load(&c, model_dir);  // refuses it in one line
+    if (c.vl && be->on_device) die("--device %s: vision-language models run on the CPU only so far", dev);
+    qwen2_load_vl(m, model_dir, dt);
     qwen2_to_backend(m, be);
     memset(lora, 0, sizeof *lora);
     if (adapter) {

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/qwen2.h"
+#include "model/vl.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
 #include "text/chat.h"
@@ -26,6 +27,10 @@ typedef struct {
     Utf8Stream stream;  // plain mode: text printed as it is generated
     ToolSet tools;      // --tools
     int has_tools;
+    VlModel vl;         // a vision-language model's tower and image processor (has_vl)
+    int has_vl;
+    VlImage **ims;      // --jsonl: each prompt's images (image parts of its messages)
+    int *n_ims;
 } Gen;
 
 static Tokenizer *need_tok(Gen *g, const char *where, const char *what) {
@@ -74,7 +79,8 @@ static const cJSON *prompt_of(const cJSON *root, const char *where, const char *
 }
 
 // One JSONL input line -> prompt ids (+ per-line max_new_tokens and seed).
-static void parse_prompt(Gen *g, const char *line, const char *where, IdList *ids, RolloutPrompt *p) {
+static void parse_prompt(Gen *g, const char *line, const char *where, IdList *ids, RolloutPrompt *p, VlImage **ims,
+                         int *n_ims) {
     uint32_t nul;
     cJSON *root = json_parse_line(line, strlen(line), &nul);
     if (!root || !cJSON_IsObject(root)) die("%s: not a JSON object", where);
@@ -104,13 +110,14 @@ static void parse_prompt(Gen *g, const char *line, const char *where, IdList *id
         encode_text(g, text, n, ids, where);
         free(text);
     } else {
-        Buf text = {0};
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
         if (tools && g->has_tools) die("%s: \"tools\" given with --tools; the tools come from the file", where);
         if (g->has_tools) tools = g->tools.schemas;
-        chat_render_json(need_tok(g, where, "\"messages\""), in, tools, nul, 1, &text, where);
-        encode_text(g, text.data, text.len, ids, where);
-        buf_free(&text);
+        IdList got;
+        vl_render_messages(g->has_vl ? &g->vl.proc : NULL, (int32_t)g->m->cfg.image_pad_id,
+                           need_tok(g, where, "\"messages\""), in, tools, nul, 1, &got, ims, n_ims, where);
+        for (size_t i = 0; i < got.n; i++) idlist_push(ids, got.ids[i]);
+        free(got.ids);
     }
     int openai = cJSON_GetObjectItemCaseSensitive(root, "max_tokens") != NULL;
     if (openai && cJSON_GetObjectItemCaseSensitive(root, "max_new_tokens"))
@@ -187,11 +194,15 @@ static int read_jsonl_prompts(Gen *g, int max_new, RolloutPrompt **prompts, IdLi
             cap = cap ? 2 * cap : 16;
             *prompts = xrealloc(*prompts, (size_t)cap * sizeof **prompts);
             *ids = xrealloc(*ids, (size_t)cap * sizeof **ids);
+            g->ims = xrealloc(g->ims, (size_t)cap * sizeof *g->ims);
+            g->n_ims = xrealloc(g->n_ims, (size_t)cap * sizeof *g->n_ims);
         }
+        g->ims[n] = NULL;
+        g->n_ims[n] = 0;
         snprintf(where, sizeof where, "stdin line %d", n + 1);
         (*ids)[n] = (IdList){0};
         (*prompts)[n] = (RolloutPrompt){.max_new_tokens = max_new};
-        parse_prompt(g, line, where, &(*ids)[n], &(*prompts)[n]);
+        parse_prompt(g, line, where, &(*ids)[n], &(*prompts)[n], &g->ims[n], &g->n_ims[n]);
         n++;
     }
     free(line);
@@ -297,7 +308,8 @@ int cmd_generate(int argc, char **argv) {
                     "--tools: the chat template lists the tools; a sample that writes\n"
                     "<tool_call>{\"name\", \"arguments\"}</tool_call> gets the tool's answer as a\n"
                     "<tool_response> turn and goes on (JSONL out adds \"mask\": 1 for the model's tokens,\n"
-                    "0 for the tool turns', and \"turns\").",
+                    "0 for the tool turns', and \"turns\"). A Qwen2.5-VL model takes images as content parts of\n"
+                    "\"messages\": {\"type\": \"image\", \"image\": PATH} (or \"image_url\" with a file path).",
                     opts, sizeof opts / sizeof opts[0], 64};
     cli_parse(&spec, argc, argv);
     RolloutConfig cfg = {0};
@@ -321,8 +333,9 @@ int cmd_generate(int argc, char **argv) {
     const char *dir = cli_str(&spec, "--model");
     Qwen2 m;
     Lora lora;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora);
-    Gen g = {.m = &m};
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, 1);
+    Gen g = {.m = &m, .has_vl = m.cfg.vl};
+    if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
     g.tok.no_thinking = cli_str(&spec, "--no-thinking") != NULL;
@@ -361,6 +374,15 @@ int cmd_generate(int argc, char **argv) {
             die("%s: %lld prompt tokens + %d new tokens exceed max_position_embeddings %lld", where,
                 (long long)prompts[i].n, prompts[i].max_new_tokens, (long long)m.cfg.max_pos);
     }
+    // Image prompts: each image through the frozen tower once, its features in its prompt's pads.
+    float **feats = xcalloc((size_t)n_prompts + 1, sizeof *feats);
+    Qwen2VlInputs *vin = xcalloc((size_t)n_prompts + 1, sizeof *vin);
+    for (int i = 0; jsonl && g.has_vl && i < n_prompts; i++) {
+        snprintf(where, sizeof where, "stdin line %d", i + 1);
+        feats[i] = vl_prompt_features(&g.vl, g.ims[i], g.n_ims[i], where);
+        prompts[i].vl = vl_prompt_inputs(&m, prompts[i].ids, prompts[i].n, g.ims[i], g.n_ims[i], feats[i],
+                                         g.vl.proc.merge, &vin[i]);
+    }
     cfg.kv_budget_bytes = cli_str(&spec, "--kv-cache-mb")
                               ? (size_t)cli_int(&spec, "--kv-cache-mb", 1, INT64_C(1) << 30) << 20
                               : default_kv_budget(&m.cfg, prompts, n_prompts, G);
@@ -380,7 +402,15 @@ int cmd_generate(int argc, char **argv) {
     print_samples(&g, out, n_prompts, G, jsonl, stream);
     if (cli_str(&spec, "--stats")) print_stats(&g, &st, n_prompts, G);
     for (int i = 0; i < n_prompts * G; i++) rollout_sample_free(&out[i]);
-    for (int i = 0; i < n_prompts; i++) free(ids[i].ids);
+    for (int i = 0; i < n_prompts; i++) {
+        free(ids[i].ids);
+        qwen2_vl_inputs_free(&vin[i]);
+        free(feats[i]);
+        for (int k = 0; g.ims && k < g.n_ims[i]; k++) vl_image_free(&g.ims[i][k]);
+        if (g.ims) free(g.ims[i]);
+    }
+    free(vin), free(feats), free(g.ims), free(g.n_ims);
+    if (g.has_vl) vl_model_free(&g.vl);
     free(out);
     free(ids);
     free(prompts);

@@ -69,7 +69,7 @@ int cmd_serve(int argc, char **argv) {
 
     Qwen2 m;
     Lora lora;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, 0);
     o.max_len = m.cfg.max_pos < 4096 ? m.cfg.max_pos : 4096;
     if (cli_str(&spec, "--max-len")) o.max_len = cli_int(&spec, "--max-len", 2, m.cfg.max_pos);
     Tokenizer tok;

@@ -90,8 +90,8 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
     qwen2_config_load_vl(c, dir);
     if (c->vl)
-        die("%s: a Qwen2.5-VL model: of grpo's commands, only `grpo train` takes vision-language models so far",
-            dir);
+        die("%s: a Qwen2.5-VL model: this command does not take vision-language models yet (grpo train, sft, "
+            "generate and score do)", dir);
 }
 
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
@@ -825,14 +825,9 @@ void qwen2_vl_inputs_free(Qwen2VlInputs *in) {
     memset(in, 0, sizeof *in);
 }
 
-void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
-                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out) {
-    int64_t seq_off[2] = {0, N};
-    Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, tokens, seq_off, 1, NULL, &features, &grids, &n_images, merge, &in) != 0)
-        die("the image pad tokens do not match the images' grids");
-    logprobs(m, tokens, seq_off, 1, a, &in, out);
-    qwen2_vl_inputs_free(&in);
+void qwen2_logprobs_vl(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a,
+                       const Qwen2VlInputs *vl, float *out) {
+    logprobs(m, tokens, seq_off, B, a, vl, out);
 }
 
 void qwen2_decode_step(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,

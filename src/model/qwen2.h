@@ -245,11 +245,9 @@ int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each
 // sequence's last row.
 void qwen2_logprobs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
-// The same for one sequence of a Qwen2.5-VL model on the CPU: its image_pad tokens' rows take the image
-// features (n_images images of grids[k], features in pad order: vision_forward's rows, out_hidden = hidden),
-// and the rotation is M-RoPE's over vl_rope_index's positions. Dies when the pads do not match the grids.
-void qwen2_vl_logprobs(const Qwen2 *m, const int32_t *tokens, int64_t N, const float *features,
-                       const int (*grids)[3], int n_images, int merge, Qwen2Acts *a, float *out);
+// The same with image inputs (a vision-language model's batch, qwen2_vl_inputs; NULL: text).
+void qwen2_logprobs_vl(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a,
+                       const Qwen2VlInputs *vl, float *out);
 // ---------------------------------------------------------------------------------------------
 // training: a forward that keeps what backward needs, and the backward into a gradient slab
 

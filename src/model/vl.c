@@ -6,6 +6,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "io/image.h"
+#include "text/chat.h"
 
 void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
     char *path = path_join(dir, "config.json");
@@ -174,4 +175,38 @@ char *vl_flatten_messages(cJSON *msgs, char ***paths, int *n_paths) {
         cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
     }
     return NULL;
+}
+
+void vl_render_messages(const VlProcessor *vl, int32_t image_pad, Tokenizer *tok, const cJSON *msgs,
+                        const cJSON *tools, uint32_t nul, int add_generation_prompt, IdList *ids, VlImage **ims,
+                        int *n_images, const char *where) {
+    cJSON *copy = cJSON_Duplicate(msgs, 1);
+    if (!copy) die("out of memory");
+    char **paths = NULL;
+    int n = 0;
+    char *err = cJSON_IsArray(copy) ? vl_flatten_messages(copy, &paths, &n) : NULL;
+    if (err) die("%s: \"messages\": %s", where, err);
+    if (n && !vl) die("%s: an image part, but the model is not a vision-language model", where);
+    Buf text = {0};
+    chat_render_json(tok, copy, tools, nul, add_generation_prompt, &text, where);
+    cJSON_Delete(copy);
+    IdList raw = {0};
+    size_t bad;
+    if (tokenizer_encode(tok, text.data ? text.data : "", text.len, &raw, &bad) != 0)
+        die("%s: invalid UTF-8 at byte %zu", where, bad);
+    buf_free(&text);
+    *ims = n ? xcalloc((size_t)n, sizeof **ims) : NULL;
+    *n_images = n;
+    for (int i = 0; i < n; i++) {
+        (*ims)[i].path = paths[i];
+        vl_image_grid(vl, &(*ims)[i], where);
+    }
+    free(paths);
+    if (!vl) {
+        *ids = raw;
+        return;
+    }
+    if (vl_expand_pads(raw.ids, (int64_t)raw.n, image_pad, *ims, n, vl->merge, ids) != 0)
+        die("%s: the messages' text holds <|image_pad|> tokens of its own", where);
+    free(raw.ids);
 }

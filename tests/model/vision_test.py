@@ -449,8 +449,8 @@ def g_vl_generate():
           got_ids == want_ids and d_lp <= 1e-4, f"{got_ids} vs {want_ids}, lp diff {d_lp:.1e}")
 
 
-def grpo(args, **kw):
-    return subprocess.run([GRPO, *args], capture_output=True, text=True, timeout=600, **kw)
+def grpo(args, timeout=600, **kw):
+    return subprocess.run([GRPO, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def collapse_pads(ids):
@@ -632,6 +632,76 @@ def g_vl_sft():
     check("the vision tower is saved unchanged (transformers 5's model.visual.* written as visual.*)", same)
 
 
+def g_vl_cli():
+    """grpo generate and grpo score with image messages ({"type": "image", "image": path} content parts) on a
+    tiny Qwen2.5-VL with the real Qwen tokenizer: generate's greedy tokens and log-probs, score's tokens and
+    log-probs against the float64 reference; a text model and grpo serve refuse images in one line."""
+    d = os.path.join(TMP, "vlcli")
+    m, vis, vc = make_vl(d, 91, False, vocab=151936, pad=PAD)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    image = os.path.join(TMP, "vlcli.png")
+    Image.fromarray(image_test.content(150, 95, 91)).save(image)
+    _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
+    feats = tower(vis, vc, patches.astype(np.float64), grid)
+    units = grid[0] * grid[1] * grid[2] // 4
+    user = {"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "image", "image": image},
+                                        {"type": "text", "text": " What now?"}]}
+    flat = {"role": "user", "content": "Look: <|vision_start|><|image_pad|><|vision_end|> What now?"}
+
+    def rendered(msgs, gen):
+        line = json.dumps({"messages": msgs, "add_generation_prompt": gen}) + "\n"
+        ids = json.loads(grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=line).stdout)["ids"]
+        at = ids.index(PAD)
+        return ids[:at] + [PAD] * units + ids[at + 1:]
+
+    K = 6
+    r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],
+             input=json.dumps({"messages": [user]}) + "\n")
+    got = json.loads(r.stdout) if r.returncode == 0 else {"tokens": [], "logprobs": []}
+    toks, want_ids, want_lp = rendered([flat], True), [], []
+    with torch.no_grad():
+        for _ in range(len(got["tokens"]) or K):
+            row = vl_logprob_rows(m, toks + [0], feats, get_rope_index(toks + [0], [tuple(grid)], PAD)[0],
+                                  (2, 2, 2))[len(toks) - 1]
+            nxt = int(row.argmax())
+            want_ids.append(nxt)
+            want_lp.append(float(row[nxt]))
+            toks.append(nxt)
+            if nxt in (151645, 151643):
+                break
+    d_lp = max((abs(a - b) for a, b in zip(got["logprobs"], want_lp)), default=float("inf"))
+    check("grpo generate --jsonl with an image part: greedy tokens and log-probs equal the float64 reference",
+          r.returncode == 0 and got["tokens"] == want_ids and d_lp <= 1e-4,
+          f"{r.stderr[-300:]} {got['tokens']} vs {want_ids}, lp diff {d_lp:.1e}")
+    conv = [user, {"role": "assistant", "content": "A card."}]
+    r = grpo(["score", "--model", d], input=json.dumps({"messages": conv}) + "\n" + json.dumps({"tokens": [5, 6, 7]})
+             + "\n")
+    lines = [json.loads(x) for x in r.stdout.splitlines()] if r.returncode == 0 else [{}, {}]
+    ids = rendered([flat, {"role": "assistant", "content": "A card."}], False)
+    with torch.no_grad():
+        rows = vl_logprob_rows(m, ids, feats, get_rope_index(ids, [tuple(grid)], PAD)[0], (2, 2, 2))
+    want = [float(rows[i, ids[i + 1]]) for i in range(len(ids) - 1)]
+    got_lp = lines[0].get("logprobs", [])
+    d_lp = max((abs(a - b) for a, b in zip(got_lp, want)), default=float("inf"))
+    check("grpo score with a messages line holding an image: its tokens (rendering + the image's pads) and "
+          "log-probs equal the float64 reference; a token line after it is scored as before",
+          lines[0].get("tokens") == ids and len(got_lp) == len(want) and d_lp <= 1e-4
+          and len(lines[1].get("logprobs", [])) == 2, f"{r.stderr[-300:]} lp diff {d_lp:.1e}")
+    text_model = os.path.join(TMP, "vlcli_text")
+    ref.make_model(text_model, seed=3, hidden=24, layers=1, heads=2, kv_heads=1, intermediate=48, vocab=151936,
+                   tied=True, max_pos=512)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, f), text_model)
+    r = grpo(["generate", "--model", text_model, "--jsonl"], input=json.dumps({"messages": [user]}) + "\n")
+    check("a text model refuses an image part in one line naming the line",
+          r.returncode == 1 and r.stderr.count("\n") == 1 and "stdin line 1" in r.stderr
+          and "not a vision-language model" in r.stderr, r.stderr.strip())
+    r = grpo(["serve", "--model", d, "--port", "0"], timeout=60)
+    check("grpo serve refuses a Qwen2.5-VL model in one line", r.returncode == 1 and r.stderr.count("\n") == 1
+          and "does not take vision-language models yet" in r.stderr, r.stderr.strip())
+
+
 def main():
     global TOOL, ROPE_TOOL, GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -646,7 +716,8 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
-                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft}, a.only)
+                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_cli": g_vl_cli},
+                     a.only)
 
 
 if __name__ == "__main__":

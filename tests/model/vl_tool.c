@@ -98,7 +98,13 @@ static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, const fl
     Qwen2Acts a;
     qwen2_acts_init(&a, m->be, &m->cfg, m->dtype, n, n, &arena);
     float *lp = xmalloc((size_t)n * sizeof *lp);
-    qwen2_vl_logprobs(m, ids, n, feat, (const int(*)[3])grid, 1, merge, &a, lp);
+    int64_t seq_off[2] = {0, n};
+    int n_images = 1;
+    const int(*grids)[3] = (const int(*)[3])grid;
+    Qwen2VlInputs in;
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    qwen2_logprobs_vl(m, ids, seq_off, 1, &a, &in, lp);
+    qwen2_vl_inputs_free(&in);
     FILE *f = fopen(out, "wb");
     if (!f) die("cannot open %s", out);
     int32_t nn = (int32_t)n;
