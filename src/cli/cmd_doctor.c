@@ -130,7 +130,7 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
         return;
     }
     Qwen2Config mc;
-    qwen2_config_load(&mc, s.model_dir);
+    qwen2_config_load_vl(&mc, s.model_dir);  // grpo train takes VL models: the plan counts their tower
     grpo_memory_plan(&s, &mc, ranks, &p->plan);
     p->plan_text = grpo_plan_text(&p->plan);
     p->plan.peak *= (size_t)ranks;  // every rank of this machine holds its own plan
@@ -139,6 +139,9 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
     size_t params = p->plan.policy / sizeof(float);
     p->checkpoint = params * dtype_size(s.save_dtype) + 2 * p->plan.policy + (s.save_dtype == DTYPE_F32 ? 0 : p->plan.policy);
     p->result = p->plan.policy;
+    size_t tower = p->plan.vision / sizeof(float) * dtype_size(s.save_dtype);  // a VL model's, saved beside it
+    p->checkpoint += tower;
+    p->result += tower;
     if (grpo_has_lora(&s)) {
         p->result = lora_params(&mc, &s.lora.spec) * sizeof(float);
         p->checkpoint = 3 * p->result;

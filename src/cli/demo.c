@@ -341,6 +341,49 @@ void demo_grpo(GrpoConfig *c, char **ov, int n, char **overrides, int n_override
     grpo_run(&s);
 }
 
+int demo_grpo_overrides(char **ov, const DemoGrpo *g) {
+    int n = 0;
+#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
+    OV("model.path=%s", g->sft);
+    OV("data.train_file=%s", g->train_file);
+    OV("data.val_file=%s", g->val_file);
+    OV("data.chat_template=%s", g->chat_template ? "true" : "false");
+    OV("data.max_prompt_length=%d", g->max_prompt);
+    OV("data.max_response_length=%d", g->max_response);
+    OV("data.train_batch_size=16");
+    OV("rollout.n=8");
+    OV("rollout.temperature=1.0");
+    OV("reward.gsm8k.weight=0");
+    OV("reward.exact.weight=1");
+    OV("actor.use_kl_loss=false");  // beta = 0: no reference model is kept or scored
+    OV("actor.lr=1e-4");
+    OV("trainer.steps=%d", g->steps);
+    OV("trainer.val_every=%d", g->val_every);
+    OV("trainer.val_before_train=false");  // the demos measure it themselves
+    OV("trainer.seed=%llu", (unsigned long long)g->seed);
+    OV("trainer.out_dir=%s", g->out_dir);
+    OV("trainer.overwrite=true");  // a demo makes its run directory anew each time
+#undef OV
+    return n;
+}
+
+void demo_grpo_eval(char **ov, int n, char **overrides, int n_overrides, const char *sft, const char *val_file,
+                    int64_t max_new_tokens, DemoResult *R) {
+    GrpoConfig c;
+    double t = time_now();
+    demo_grpo(&c, ov, n, overrides, n_overrides);
+    R->t_grpo = time_now() - t;
+    t = time_now();
+    GrpoSettings s;
+    grpo_settings_resolve(&s, &c);
+    const char *model = grpo_has_lora(&s) ? sft : c.trainer.out_dir;  // LoRA: the base and the adapter
+    const char *adapter = grpo_has_lora(&s) ? c.trainer.out_dir : NULL;
+    R->acc_after = demo_accuracy(model, adapter, val_file, max_new_tokens, NULL, NULL);
+    R->t_eval += time_now() - t;
+    grpo_config_free(&c);
+    for (int i = 0; i < n; i++) free(ov[i]);
+}
+
 void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, const DemoResult *r) {
     if (r->has_calls)
         fprintf(stderr, "grpo demo: tool calls (greedy, held out): after SFT %.1f%%, after GRPO %.1f%%\n",
@@ -396,44 +439,14 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
 
     // The demo's GRPO settings, as `grpo train` keys; the caller's overrides go on top.
-    char *ov[25];
-    int n = 0;
-#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
-    OV("model.path=%s", sft);
-    OV("data.train_file=%s", train_file);
-    OV("data.val_file=%s", val_file);
-    OV("data.chat_template=false");
-    OV("data.max_prompt_length=%d", DEMO_MAX_PROMPT);
-    OV("data.max_response_length=%d", DEMO_MAX_RESPONSE);
-    OV("data.train_batch_size=16");
-    OV("rollout.n=8");
-    OV("rollout.temperature=1.0");
-    OV("reward.gsm8k.weight=0");
-    OV("reward.exact.weight=1");
-    OV("actor.use_kl_loss=false");  // beta = 0: no reference model is kept or scored
-    OV("actor.lr=1e-4");
-    OV("trainer.steps=%d", smoke ? 40 : 200);
-    OV("trainer.val_every=%d", smoke ? 20 : 40);
-    OV("trainer.val_before_train=false");  // measured above
-    OV("trainer.seed=%llu", (unsigned long long)seed);
-    OV("trainer.out_dir=%s", grpo);
-    OV("trainer.overwrite=true");  // the demo makes runs/demo anew each time
-#undef OV
-    GrpoConfig c;
-    t = time_now();
-    demo_grpo(&c, ov, n, overrides, n_overrides);
-    R.t_grpo = time_now() - t;
-    t = time_now();
-    GrpoSettings s;
-    grpo_settings_resolve(&s, &c);
-    const char *model = grpo_has_lora(&s) ? sft : c.trainer.out_dir;  // LoRA: the base and the adapter
-    const char *adapter = grpo_has_lora(&s) ? c.trainer.out_dir : NULL;
-    R.acc_after = demo_accuracy(model, adapter, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
+    char *ov[24];
+    DemoGrpo g = {.sft = sft, .train_file = train_file, .val_file = val_file, .out_dir = grpo,
+                  .max_prompt = DEMO_MAX_PROMPT, .max_response = DEMO_MAX_RESPONSE, .steps = smoke ? 40 : 200,
+                  .val_every = smoke ? 20 : 40, .seed = seed};
+    int n = demo_grpo_overrides(ov, &g);
+    demo_grpo_eval(ov, n, overrides, n_overrides, sft, val_file, DEMO_MAX_RESPONSE, &R);
     R.t_total = time_now() - t0;
     demo_finish(dir, smoke, task.n_val, "digit sets", &R);
-    grpo_config_free(&c);
-    for (int i = 0; i < n; i++) free(ov[i]);
     free(init), free(data), free(sft), free(grpo), free(sft_file), free(train_file), free(val_file);
     if (res) *res = R;
 }

@@ -82,6 +82,19 @@ typedef struct {
 // settings ov[0..n) and the caller's overrides on top (c: the resolved config, the caller frees it).
 void demo_sft(const char *init, const char *data, const char *out, int64_t steps, uint64_t seed);
 void demo_grpo(GrpoConfig *c, char **ov, int n, char **overrides, int n_overrides);
+// The demos' common GRPO settings as `grpo train` keys into ov (malloc'd strings; returns how many, at most
+// 20): from model `sft` on train/val files, 16 prompts x 8 samples at temperature 1, the exact-match reward,
+// no KL, lr 1e-4, `steps` steps validated every val_every, into out_dir.
+typedef struct {
+    const char *sft, *train_file, *val_file, *out_dir;
+    int chat_template, max_prompt, max_response, steps, val_every;
+    uint64_t seed;
+} DemoGrpo;
+int demo_grpo_overrides(char **ov, const DemoGrpo *g);
+// demo_grpo with ov (freed here) and the caller's overrides, then the result's held-out greedy accuracy on
+// val_file (the SFT base and the adapter when the overrides turned LoRA on) into R (acc_after, t_grpo, t_eval).
+void demo_grpo_eval(char **ov, int n, char **overrides, int n_overrides, const char *sft, const char *val_file,
+                    int64_t max_new_tokens, DemoResult *R);
 // The end of a demo: the summary lines on stderr (held-out accuracy on n_val `what`, the tool calls, the times)
 // and DIR/demo_result.json.
 void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, const DemoResult *r);

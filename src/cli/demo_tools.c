@@ -232,31 +232,13 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%% (greedy calls the tool in %.1f%%); now GRPO\n",
             100.0 * R.acc_before, 100.0 * R.calls_before);
 
-    char *ov[25];
-    int n = 0;
-#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
-    OV("model.path=%s", sft);
-    OV("data.train_file=%s", train_file);
-    OV("data.val_file=%s", val_file);
-    OV("data.chat_template=true");
-    OV("data.max_prompt_length=%d", TOOLS_DEMO_MAX_PROMPT);
-    OV("data.max_response_length=%d", TOOLS_DEMO_MAX_RESPONSE);
-    OV("data.train_batch_size=16");
-    OV("rollout.n=8");
-    OV("rollout.temperature=1.0");
-    OV("rollout.multi_turn.tools_file=%s", tools);
-    OV("rollout.multi_turn.max_turns=1");
-    OV("reward.gsm8k.weight=0");
-    OV("reward.exact.weight=1");
-    OV("actor.use_kl_loss=false");
-    OV("actor.lr=1e-4");
-    OV("trainer.steps=%d", smoke ? 30 : 60);  // smoke: the same warm-up, half the GRPO steps
-    OV("trainer.val_every=%d", smoke ? 30 : 20);
-    OV("trainer.val_before_train=false");
-    OV("trainer.seed=%llu", (unsigned long long)seed);
-    OV("trainer.out_dir=%s", grpo);
-    OV("trainer.overwrite=true");
-#undef OV
+    char *ov[24];
+    DemoGrpo g = {.sft = sft, .train_file = train_file, .val_file = val_file, .out_dir = grpo, .chat_template = 1,
+                  .max_prompt = TOOLS_DEMO_MAX_PROMPT, .max_response = TOOLS_DEMO_MAX_RESPONSE,
+                  .steps = smoke ? 30 : 60, .val_every = smoke ? 30 : 20, .seed = seed};  // smoke: half the GRPO
+    int n = demo_grpo_overrides(ov, &g);
+    ov[n++] = xprintf("rollout.multi_turn.tools_file=%s", tools);
+    ov[n++] = xprintf("rollout.multi_turn.max_turns=1");
     GrpoConfig gc;
     t = time_now();
     demo_grpo(&gc, ov, n, overrides, n_overrides);

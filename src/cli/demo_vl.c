@@ -33,32 +33,13 @@ typedef struct {
 // ---------------------------------------------------------------------------------------------
 // model
 
-// config.json of a Qwen2.5-VL (transformers 4's flat layout) over the language model c and tower vc.
+// config.json of a Qwen2.5-VL (transformers 4's flat layout) over the language model c and tower vc, and
+// preprocessor_config.json (every image 56 x 56).
 static void write_config(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3]) {
-    cJSON *r = cJSON_CreateObject(), *v = cJSON_CreateObject(), *rs = cJSON_CreateObject();
-    if (!r || !v || !rs) die("out of memory");
-    cJSON_AddItemToObject(r, "architectures", cJSON_CreateStringArray((const char *[]){"Qwen2_5_VLForConditionalGeneration"}, 1));
-    cJSON_AddStringToObject(r, "model_type", "qwen2_5_vl");
-    cJSON_AddStringToObject(r, "hidden_act", "silu");
-    cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab);
-    cJSON_AddNumberToObject(r, "hidden_size", (double)c->hidden);
-    cJSON_AddNumberToObject(r, "intermediate_size", (double)c->inter);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", (double)c->layers);
-    cJSON_AddNumberToObject(r, "num_attention_heads", (double)c->heads);
-    cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->kv_heads);
-    cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_pos);
-    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(r, "rms_norm_eps", 1e-6);
-    cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
-    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
-    cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
-    cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
-    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
-    cJSON_AddNumberToObject(r, "image_token_id", vision[1]);
+    cJSON *r = qwen2_config_json(c, DTYPE_F32), *v = cJSON_CreateObject();
+    if (!v) die("out of memory");
+    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);  // transformers' get_rope_index finds images by it
     cJSON_AddNumberToObject(r, "vision_end_token_id", vision[2]);
-    cJSON_AddStringToObject(rs, "type", "mrope");
-    cJSON_AddItemToObject(rs, "mrope_section", cJSON_CreateIntArray(c->mrope_section, 3));
-    cJSON_AddItemToObject(r, "rope_scaling", rs);
     cJSON_AddNumberToObject(v, "depth", vc->depth);
     cJSON_AddNumberToObject(v, "hidden_size", vc->hidden);
     cJSON_AddNumberToObject(v, "num_heads", vc->heads);
@@ -72,7 +53,6 @@ static void write_config(const char *dir, const Qwen2Config *c, const VisionConf
     cJSON_AddStringToObject(v, "hidden_act", "silu");
     cJSON_AddNumberToObject(v, "in_chans", 3);
     cJSON_AddItemToObject(r, "vision_config", v);
-    cJSON_AddStringToObject(r, "torch_dtype", "float32");
     char *path = path_join(dir, "config.json");
     json_save_file(path, r);
     free(path);
@@ -225,44 +205,14 @@ void demo_vl_run(const char *dir, uint64_t seed, int smoke, char **overrides, in
     R.t_eval += time_now() - t;
     fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
 
-    char *ov[25];
-    int n = 0;
-#define OV(...) ov[n++] = xprintf(__VA_ARGS__)
-    OV("model.path=%s", sft);
-    OV("data.train_file=%s", train_file);
-    OV("data.val_file=%s", val_file);
-    OV("data.chat_template=false");
-    OV("data.max_prompt_length=%d", VL_MAX_PROMPT);
-    OV("data.max_response_length=%d", VL_MAX_RESPONSE);
-    OV("data.train_batch_size=16");
-    OV("rollout.n=8");
-    OV("rollout.temperature=1.0");
-    OV("reward.gsm8k.weight=0");
-    OV("reward.exact.weight=1");
-    OV("actor.use_kl_loss=false");
-    OV("actor.lr=1e-4");
-    OV("trainer.steps=%d", smoke ? 40 : 150);
-    OV("trainer.val_every=%d", smoke ? 40 : 50);
-    OV("trainer.val_before_train=false");
-    OV("trainer.seed=%llu", (unsigned long long)seed);
-    OV("trainer.out_dir=%s", grpo);
-    OV("trainer.overwrite=true");
-#undef OV
-    GrpoConfig gc;
-    t = time_now();
-    demo_grpo(&gc, ov, n, overrides, n_overrides);
-    R.t_grpo = time_now() - t;
-    t = time_now();
-    GrpoSettings s;
-    grpo_settings_resolve(&s, &gc);
-    const char *model = grpo_has_lora(&s) ? sft : gc.trainer.out_dir;
-    const char *adapter = grpo_has_lora(&s) ? gc.trainer.out_dir : NULL;
-    R.acc_after = demo_accuracy(model, adapter, val_file, VL_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
+    char *ov[24];
+    DemoGrpo g = {.sft = sft, .train_file = train_file, .val_file = val_file, .out_dir = grpo,
+                  .max_prompt = VL_MAX_PROMPT, .max_response = VL_MAX_RESPONSE, .steps = smoke ? 40 : 150,
+                  .val_every = smoke ? 40 : 50, .seed = seed};
+    int n = demo_grpo_overrides(ov, &g);
+    demo_grpo_eval(ov, n, overrides, n_overrides, sft, val_file, VL_MAX_RESPONSE, &R);
     R.t_total = time_now() - t0;
     demo_finish(dir, smoke, task.n_val, "images", &R);
-    grpo_config_free(&gc);
-    for (int i = 0; i < n; i++) free(ov[i]);
     free(init), free(data), free(sft), free(grpo), free(sft_file), free(images), free(train_file), free(val_file);
     if (res) *res = R;
 }

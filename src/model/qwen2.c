@@ -195,12 +195,14 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     free(path);
 }
 
-static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
+cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype) {
     cJSON *r = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!r || !arch) die("out of memory");
-    cJSON_AddItemToArray(arch, cJSON_CreateString(c->qk_norm ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"));
+    const char *name = c->qk_norm ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM", *type = c->qk_norm ? "qwen3" : "qwen2";
+    if (c->vl) name = "Qwen2_5_VLForConditionalGeneration", type = "qwen2_5_vl";
+    cJSON_AddItemToArray(arch, cJSON_CreateString(name));
     cJSON_AddItemToObject(r, "architectures", arch);
-    cJSON_AddStringToObject(r, "model_type", c->qk_norm ? "qwen3" : "qwen2");
+    cJSON_AddStringToObject(r, "model_type", type);
     if (c->qk_norm) {
         cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
         cJSON_AddBoolToObject(r, "attention_bias", c->attn_bias);
@@ -225,7 +227,19 @@ static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
     cJSON_AddNumberToObject(r, "attention_dropout", 0.0);
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);
     if (c->eos_id >= 0) cJSON_AddNumberToObject(r, "eos_token_id", (double)c->eos_id);
+    if (c->vl) {  // transformers 4's flat layout: M-RoPE in rope_scaling
+        cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
+        if (!rs) die("out of memory");
+        cJSON_AddStringToObject(rs, "type", "mrope");
+        cJSON_AddItemToObject(rs, "mrope_section", cJSON_CreateIntArray(c->mrope_section, 3));
+        cJSON_AddNumberToObject(r, "image_token_id", (double)c->image_pad_id);
+    }
     cJSON_AddStringToObject(r, "torch_dtype", dtype == DTYPE_BF16 ? "bfloat16" : "float32");
+    return r;
+}
+
+static void config_save(const Qwen2Config *c, const char *dir, DType dtype) {
+    cJSON *r = qwen2_config_json(c, dtype);
     char *path = path_join(dir, "config.json");
     json_save_file(path, r);
     free(path);

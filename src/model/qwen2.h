@@ -2,6 +2,7 @@
 // head's queries and keys before RoPE, no q/k/v biases, head_dim its own): config, one parameter slab
 // (fp32 or bf16) with named offsets, HF load/save, and the forward pass over a packed batch of sequences.
 #pragma once
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,6 +107,9 @@ DType qwen2_file_dtype(const char *dir);
 // HF's initialisation: N(0, init_std) matrices, zero biases, unit norms. F32 models.
 void qwen2_init_random(Qwen2 *m, uint64_t seed);
 // config.json + model.safetensors (F32 or BF16), each written atomically. F32 models.
+// config.json's object for c (Qwen2, Qwen3, or with c->vl a Qwen2.5-VL's language model in transformers 4's
+// flat layout, to which the caller adds the vision_config); the caller cJSON_Deletes it.
+cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype);
 // A vision-language model's language model is saved with vl_from's vision tower beside it (transformers 4's
 // names: visual.*, model.layers.*, lm_head) and vl_from's config.json (NULL for text models).
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_from);

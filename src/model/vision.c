@@ -188,6 +188,24 @@ int vision_tensors(const Vision *v, StWriteTensor *ws, char (*names)[96]) {
 
 int vision_n_tensors(const VisionConfig *c) { return 1 + 12 * c->depth + 5; }
 
+size_t vision_weight_bytes(const VisionConfig *c) {
+    Vision v = {.cfg = *c};
+    v.blocks = xcalloc((size_t)c->depth, sizeof *v.blocks);
+    int64_t total = 0;
+    vision_walk(&v, count_take, &total);
+    free(v.blocks);
+    return (size_t)total * sizeof(float);
+}
+
+size_t vision_forward_bytes(const VisionConfig *c, int64_t patches, int threads) {
+    int64_t N = patches, C = c->hidden, D = C / c->heads, U = (int64_t)c->merge * c->merge;
+    // x, h, att, o, the merger's z (C each), qkv (3 C), the rotations (D), gate and up (I each); attention's
+    // keys, values and scores per thread; the merged features
+    int64_t floats = N * (8 * C + D + 2 * c->intermediate) + (int64_t)threads * N * (2 * D + 1) +
+                     N / U * c->out_hidden;
+    return (size_t)floats * sizeof(float);
+}
+
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where) {
     if (patch != c->patch || temporal != c->temporal || merge != c->merge)
         die("%s: preprocessor_config.json's patches (%d, %d, merge %d) are not the vision tower's (%d, %d, merge %d)",

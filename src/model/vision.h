@@ -47,6 +47,10 @@ void vision_init_random(Vision *v, const VisionConfig *c, uint64_t seed, double 
 // vision_n_tensors(c) entries; returns their count. The data stays v's.
 int vision_tensors(const Vision *v, StWriteTensor *ws, char (*names)[96]);
 int vision_n_tensors(const VisionConfig *c);
+// Memory: the tower's fp32 weights, and what vision_forward allocates at its peak for an image of `patches`
+// patches on `threads` threads (its activations, SwiGLU's, the merger's and attention's scratch).
+size_t vision_weight_bytes(const VisionConfig *c);
+size_t vision_forward_bytes(const VisionConfig *c, int64_t patches, int threads);
 // Dies naming `where` unless the image processor's patches are the tower's (patch_size, temporal_patch_size,
 // merge_size) and, with lm_hidden > 0, its features are the language model's width.
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where);

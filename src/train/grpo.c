@@ -2,6 +2,7 @@
 #include "train/grpo.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "base/util.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
+#include "model/vision.h"
 #include "model/vl.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
@@ -133,6 +135,24 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
     u->micro = micro;
 }
 
+// A VL model's part of the plan: the tower (model.path's vision_config) and the images (its processor's
+// max_pixels: the largest image's patches and merged units) of this rank's prompts.
+static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
+    char *path = path_join(s->model_dir, "config.json");
+    cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
+    VisionConfig vc;
+    vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), path);
+    VlProcessor proc;
+    vl_processor_load(&proc, s->model_dir);
+    int64_t patches = proc.max_pixels / ((int64_t)proc.patch * proc.patch);
+    int64_t units = patches / ((int64_t)proc.merge * proc.merge);
+    p->vision = vision_weight_bytes(&vc);
+    p->images = (size_t)(s->train_batch_size / ranks * units * c->hidden) * sizeof(float) +
+                vision_forward_bytes(&vc, patches, omp_get_max_threads());
+    cJSON_Delete(cfg);
+    free(path);
+}
+
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
     Qwen2Config cfg = *model;
     const Qwen2Config *c = &cfg;
@@ -159,10 +179,11 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
         .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
+    if (c->vl) vision_plan(s, c, ranks, p);
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
-    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference;
-    p->peak = p->fixed + p->workspace;
-    p->sum = p->fixed + p->rollout + p->update;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision;
+    p->peak = p->fixed + p->workspace + p->images;
+    p->sum = p->fixed + p->rollout + p->update + p->images;
 }
 
 // The image inputs of packed sequences of prompts x[b] (prompt_len[b] rows of each; NULL: whole sequences)
@@ -808,12 +829,17 @@ static void save_config(const GrpoSettings *s) {
 }
 
 char *grpo_plan_text(const GrpoMemPlan *p) {
-    return xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f + "
-                   "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
-                   (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB, (double)p->moments / GIB,
-                   p->offloaded ? " (offloaded during rollout)" : "", (double)p->reference / GIB,
-                   (double)p->workspace / GIB, (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
-                   (double)p->sum / GIB);
+    char *vision = p->vision ? xprintf(" + vision tower %.2f + images %.2f", (double)p->vision / GIB,
+                                       (double)p->images / GIB)
+                             : xstrdup("");
+    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s + "
+                         "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
+                         (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
+                         (double)p->moments / GIB, p->offloaded ? " (offloaded during rollout)" : "",
+                         (double)p->reference / GIB, vision, (double)p->workspace / GIB, (double)p->rollout / GIB,
+                         (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
+    free(vision);
+    return text;
 }
 
 static void print_plan(const GrpoMemPlan *p, const Comm *comm) {

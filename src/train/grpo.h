@@ -78,6 +78,9 @@ typedef struct {
     size_t workspace;        // max(rollout, update)
     size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update
     size_t offloaded;        // moments held in a file-backed mapping during rollout (actor.offload_optimizer)
+    size_t vision;           // a VL model's frozen vision tower (fp32; in fixed)
+    size_t images;           // and beside the workspace: a step's image features (one image a prompt at the
+                             // processor's max_pixels) + the tower's forward on one such image (in peak)
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments.
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p);

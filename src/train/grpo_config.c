@@ -255,7 +255,8 @@ static const ConfigKey KEYS[] = {
          "greedy pass@1 on the validation prompts every N steps (0: never)"),
     KBOOL("trainer.val_before_train", trainer.val_before_train, "true", "validate once before the first step"),
     KBOOL("trainer.dump_samples", trainer.dump_samples, "false",
-          "append every response (prompt, response, reward, advantage) to trainer.out_dir/samples.jsonl"),
+          "append every response (prompt, its ids, the response's ids and rollout log-probs, text, reward, "
+          "advantage) to trainer.out_dir/samples.jsonl"),
     KINT("trainer.max_skips", trainer.max_skips, "5", 1, INT32_MAX,
          "stop after this many consecutive steps skipped for a non-finite loss or gradient"),
 
