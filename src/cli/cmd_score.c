@@ -175,7 +175,8 @@ static int messages_line(ScoreCtx *sc, const char *line, int64_t lineno, IdList 
             die("%s: unknown key \"%.60s\" beside \"messages\" (and \"tools\")", sc->where, e->string);
     if (!sc->has_tok) {
         char *tj = path_join(sc->dir, "tokenizer.json");
-        if (!file_exists(tj)) die("%s: \"messages\" need a tokenizer, and %s has no tokenizer.json", sc->where, sc->dir);
+        if (!file_exists(tj))
+            die("%s: \"messages\" need a tokenizer, and %s has no tokenizer.json", sc->where, sc->dir);
         tokenizer_load(&sc->tok, tj);
         free(tj);
         sc->has_tok = 1;
@@ -203,9 +204,10 @@ int cmd_score(int argc, char **argv) {
                     " < in.jsonl > out.jsonl",
                     "Reads lines {\"tokens\": [int, ...]} (or {\"ids\": ...}, as grpo tokenize --jsonl\n"
                     "writes) and writes one line {\"logprobs\": [float, ...]} per input with n-1 entries:\n"
-                    "entry i-1 is log p(tokens[i] | tokens[0..i-1]). A line {\"messages\": [...]} (and \"tools\")\n"
-                    "is the chat template's rendering of the conversation, and its output line adds \"tokens\";\n"
-                    "a Qwen2.5-VL model takes images there as content parts {\"type\": \"image\", \"image\": PATH}.\n"
+                    "entry i-1 is log p(tokens[i] | tokens[0..i-1]). A line {\"messages\": [...]}\n"
+                    "(and \"tools\") is the chat template's rendering of the conversation, and its output\n"
+                    "line adds \"tokens\"; a Qwen2.5-VL model takes images there as content parts\n"
+                    "{\"type\": \"image\", \"image\": PATH}.\n"
                     "At a bad line, the lines before it are written, then it stops.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);

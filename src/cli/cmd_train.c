@@ -18,7 +18,8 @@ static void usage(FILE *f) {
                "With no arguments, or --demo: the built-in demo in runs/demo (--demo-smoke: shortened to\n"
                "seconds; --demo-qwen3: its model Qwen3-shaped). --demo-tools: the tool-use demo in\n"
                "runs/demo-tools (multi-turn rollout; --demo-tools-smoke: shortened). --demo-vl: the vision-\n"
-               "language demo in runs/demo-vl (a tiny Qwen2.5-VL counts red squares; --demo-vl-smoke: shortened).\n");
+               "language demo in runs/demo-vl (a tiny Qwen2.5-VL counts red squares; --demo-vl-smoke:\n"
+               "shortened).\n");
 }
 
 // A word that names a config file (FILE.yaml, .yml or .json) rather than a key=value override.
@@ -35,7 +36,8 @@ static int config_like(const char *word) {
 int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
-    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0, tools = 0, vl = 0;  // no arguments: the built-in demo
+    // no arguments: the built-in demo
+    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0, tools = 0, vl = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);

@@ -38,7 +38,8 @@ typedef struct {
 static void write_config(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3]) {
     cJSON *r = qwen2_config_json(c, DTYPE_F32), *v = cJSON_CreateObject();
     if (!v) die("out of memory");
-    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);  // transformers' get_rope_index finds images by it
+    // transformers' get_rope_index finds the images by their vision_start
+    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
     cJSON_AddNumberToObject(r, "vision_end_token_id", vision[2]);
     cJSON_AddNumberToObject(v, "depth", vc->depth);
     cJSON_AddNumberToObject(v, "hidden_size", vc->hidden);
@@ -180,7 +181,8 @@ void demo_vl_run(const char *dir, uint64_t seed, int smoke, char **overrides, in
     DemoVlTask task = {.n_train = 2000, .n_val = 200, .n_sft = 4000, .careless = 0.6};
     double t0 = time_now();
     char *init = path_join(dir, "init"), *data = path_join(dir, "data"), *sft = path_join(dir, "sft");
-    char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl"), *images = path_join(data, "images");
+    char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl");
+    char *images = path_join(data, "images");
     char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
     fprintf(stderr, "grpo demo: count the red squares in 56 x 56 images of red and blue squares (\"%s\" -> "
             "\"2\"), reward = exact match; a tiny Qwen2.5-VL (vision tower frozen) generated in %s\n", PROMPT, dir);

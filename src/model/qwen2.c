@@ -806,7 +806,8 @@ int qwen2_vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     in->image_rows = xmalloc((size_t)N * sizeof *in->image_rows + 1);
     in->image_feats = xmalloc((size_t)N * sizeof *in->image_feats + 1);
     in->delta = xmalloc((size_t)B * sizeof *in->delta + 1);
-    for (int b = 0; b < B; b++) longest = seq_off[b + 1] - seq_off[b] > longest ? seq_off[b + 1] - seq_off[b] : longest;
+    for (int b = 0; b < B; b++)
+        if (seq_off[b + 1] - seq_off[b] > longest) longest = seq_off[b + 1] - seq_off[b];
     int32_t *pos3 = xmalloc((size_t)(3 * longest) * sizeof *pos3 + 1);
     for (int b = 0; b < B; b++) {
         int64_t lo = seq_off[b], n = seq_off[b + 1] - lo, np = prompt_len ? prompt_len[b] : n;

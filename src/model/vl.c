@@ -40,7 +40,9 @@ void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where) {
     image_free(&img);
 }
 
-int64_t vl_image_units(const int grid[3], int merge) { return (int64_t)grid[0] * grid[1] * grid[2] / (merge * merge); }
+int64_t vl_image_units(const int grid[3], int merge) {
+    return (int64_t)grid[0] * grid[1] * grid[2] / (merge * merge);
+}
 
 float *vl_image_features(const VlModel *v, const VlImage *im, const char *where) {
     Image img;

@@ -376,7 +376,8 @@ static double validate(Run *r) {
 
 static void step_batch_free(StepBatch *sb) {
     for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
-    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->prompt), free(sb->reward), free(sb->adv), free(sb->correct);
+    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->prompt);
+    free(sb->reward), free(sb->adv), free(sb->correct);
     free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
     free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
 }
@@ -629,7 +630,8 @@ static void dump_samples(Run *r, const StepBatch *sb, const int64_t *idx) {
         fprintf(f, "], \"response_ids\": [");
         for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %d" : "%d", sb->samples[i].tokens[j]);
         fprintf(f, "], \"logprobs\": [");  // the rollout's, under softmax(logits / temperature)
-        for (int j = 0; j < sb->samples[i].n; j++) fprintf(f, j ? ", %.9g" : "%.9g", (double)sb->samples[i].logprobs[j]);
+        for (int j = 0; j < sb->samples[i].n; j++)
+            fprintf(f, j ? ", %.9g" : "%.9g", (double)sb->samples[i].logprobs[j]);
         fprintf(f, "], \"response\": ");
         Buf clean = {0};  // valid UTF-8, as the reward program saw it
         utf8_append_lossy(&clean, text, strlen(text));

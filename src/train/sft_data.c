@@ -102,7 +102,8 @@ static void encode_conversation(Loader *L, const cJSON *given, int n_last, IdLis
 // A row with images: their pads, all in the prompt, expanded (*plen grows by as much).
 static void expand_prompt_images(Loader *L, IdList *ids, int64_t *plen) {
     for (size_t i = (size_t)*plen; i < ids->n; i++)
-        if (ids->ids[i] == L->image_pad) die("%s: an image in the completion (images go in the prompt)", L->r.where);
+        if (ids->ids[i] == L->image_pad)
+            die("%s: an image in the completion (images go in the prompt)", L->r.where);
     IdList prompt = {0};
     for (int64_t i = 0; i < *plen; i++) idlist_push(&prompt, ids->ids[i]);
     vl_row_expand(&L->r, L->vl, L->image_pad, L->ims, L->n_images, L->placeholders, &prompt);
@@ -120,7 +121,8 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *comp = cJSON_GetObjectItemCaseSensitive(root, "completion");
     if (pi || ci) {
-        if (L->n_images) die("%s: a row with images needs text (\"prompt\" or \"messages\"), not token ids", L->r.where);
+        if (L->n_images)
+            die("%s: a row with images needs text (\"prompt\" or \"messages\"), not token ids", L->r.where);
         read_ids(L, pi, "prompt_ids", c->vocab, ids);
         *plen = (int64_t)ids->n;
         read_ids(L, ci, "completion_ids", c->vocab, ids);
@@ -165,7 +167,8 @@ void sft_data_load(SftData *d, const char *path, const char *key, const char *mo
         vl_processor_load(&proc, model_dir);
         L.vl = &proc;
     }
-    static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages", "images"};
+    static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages",
+                                       "images"};
     records_open(&L.r, path, key, cols, 6);
     size_t n_cap = 0;
     for (cJSON *root; (root = records_next(&L.r));) {

@@ -32,7 +32,8 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     t->precision = precision;
     t->has_lora = lora && (lora->spec.rank > 0 || lora->adapter);
     if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
-    qwen2_load_vl(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);  // a VL model: its language model
+    // a vision-language model: its language model (the tower is the caller's, frozen)
+    qwen2_load_vl(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);

@@ -709,9 +709,9 @@ def main():
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
-    return run_groups(lambda: None, {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward,
-                                     "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_cli": g_vl_cli},
-                     a.only)
+    groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_grad": g_vl_grad,
+              "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_cli": g_vl_cli}
+    return run_groups(lambda: None, groups, a.only)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,16 @@
 #include "model/vl_rope.h"
 #include "rollout/rollout.h"
 
+// The one-image sequence's image inputs.
+static void image_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
+                         int merge, Qwen2VlInputs *in) {
+    int64_t seq_off[2] = {0, n};
+    int n_images = 1;
+    const int(*grids)[3] = (const int(*)[3])grid;
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, in) != 0)
+        die("pads and grid differ");
+}
+
 static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
                         int merge, const char *out) {
     int32_t *targets = xmalloc((size_t)n * sizeof *targets);
@@ -33,10 +43,8 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
         dlogp[i] = text ? 0.5f * sinf((float)(i + 1)) : 0.0f;
     }
     int64_t seq_off[2] = {0, n};
-    int n_images = 1;
-    const int(*grids)[3] = (const int(*)[3])grid;
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    image_inputs(m, ids, n, feat, grid, merge, &in);
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
     Qwen2Train t;
@@ -67,11 +75,8 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
 
 static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
                             int merge, int K, const char *out) {
-    int64_t seq_off[2] = {0, n};
-    int n_images = 1;
-    const int(*grids)[3] = (const int(*)[3])grid;
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    image_inputs(m, ids, n, feat, grid, merge, &in);
     RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .max_new_tokens = K};
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .share_prefill = 1,
                         .prefill_tokens = n, .kv_budget_bytes = (size_t)1 << 26};
@@ -99,10 +104,8 @@ static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, const fl
     qwen2_acts_init(&a, m->be, &m->cfg, m->dtype, n, n, &arena);
     float *lp = xmalloc((size_t)n * sizeof *lp);
     int64_t seq_off[2] = {0, n};
-    int n_images = 1;
-    const int(*grids)[3] = (const int(*)[3])grid;
     Qwen2VlInputs in;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, &in) != 0) die("pads and grid differ");
+    image_inputs(m, ids, n, feat, grid, merge, &in);
     qwen2_logprobs_vl(m, ids, seq_off, 1, &a, &in, lp);
     qwen2_vl_inputs_free(&in);
     FILE *f = fopen(out, "wb");

@@ -119,7 +119,8 @@ def reference_accuracy(model, val, data):
             n0, out = len(toks), []
             for _ in range(3):
                 pos3, _ = vision_test.get_rope_index(toks + [0], [tuple(grid)], m.pad)
-                row = vision_test.vl_logprob_rows(m, toks + [0], feats, pos3, tuple(cfg["rope_scaling"]["mrope_section"]))
+                section = tuple(cfg["rope_scaling"]["mrope_section"])
+                row = vision_test.vl_logprob_rows(m, toks + [0], feats, pos3, section)
                 nxt = int(row[len(toks) - 1].argmax())
                 toks.append(nxt)
                 if nxt == eos:
