@@ -309,8 +309,9 @@ def vl_logprobs(m, ids, feats, pos3, section):
     return [float(lp[i, ids[i + 1]]) for i in range(len(ids) - 1)]
 
 
-def vl_logprob_rows(m, ids, feats, pos3, section):
-    """The log-softmax rows (T, V) of vl_logprobs, differentiable in m's tensors."""
+def vl_logprob_rows(m, ids, feats, pos3, section, n_prompt=None):
+    """The log-softmax rows (T, V) of vl_logprobs, differentiable in m's tensors; only the pads among the first
+    n_prompt ids (None: all) take the features."""
     T, H, KVH, D = len(ids), m.H, m.KVH, m.D
     sec = torch.tensor(np.repeat([0, 1, 2], section))
     inv = 1.0 / (m.theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
@@ -319,7 +320,10 @@ def vl_logprob_rows(m, ids, feats, pos3, section):
     cos, sin = emb.cos(), emb.sin()
     tid = torch.tensor(ids)
     x = m.embed[tid].clone()
-    x[tid == m.pad] = feats
+    is_image = tid == m.pad
+    if n_prompt is not None:
+        is_image[n_prompt:] = False
+    x[is_image] = feats
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     for L in m.layers:
         h = ref.rms_norm(x, L["ln1"], m.eps)
@@ -361,6 +365,33 @@ def g_vl_forward():
         check(f"Qwen2.5-VL forward ({'transformers 5' if v5 else 'transformers 4'} layout, grid {grid[1]} x "
               f"{grid[2]}, {toks.count(319)} image pads): log-probs equal the float64 reference with M-RoPE and the "
               f"image features ({TOL})", d_max <= TOL and len(text_only) > 5, f"max diff {d_max:.2e}")
+
+
+def g_vl_response_pads():
+    """A response that holds image pad tokens (a sampled <|image_pad|>): they are text, their rows take the
+    pad's embedding and text positions after the prompt's delta, as decoding placed them (vl_tool --score with
+    "|" ending the prompt, the rows GRPO's update scores), against the float64 reference."""
+    d = os.path.join(TMP, "vlresp")
+    m, vis, vc = make_vl(d, 23, False)
+    image = os.path.join(TMP, "vlresp.png")
+    Image.fromarray(image_test.content(120, 90, 23)).save(image)
+    feats, grid = reference_features(image, vis, vc)
+    units = grid[0] * grid[1] * grid[2] // 4
+    prompt, resp = [5, 17, -1, 302, 44], [9, 319, 319, 12, 319, 7]
+    data = run_vl(["--score"], d, image, prompt + ["|"] + resp, os.path.join(TMP, "vlresp.bin"))
+    n = int(np.frombuffer(data[:4], np.int32)[0])
+    got = np.frombuffer(data, np.float32, n, 4 + 4 * n)[:-1]
+    toks = [t for i in prompt for t in ([319] * units if i < 0 else [i])]
+    n_prompt = len(toks)
+    pos_p, delta = get_rope_index(toks, [tuple(grid)], 319)
+    ids = toks + resp
+    pos3 = torch.cat([pos_p, torch.arange(n_prompt, len(ids)).view(1, -1).expand(3, -1) + delta], 1)
+    with torch.no_grad():
+        rows = vl_logprob_rows(m, ids, feats, pos3, (2, 2, 2), n_prompt)
+    want = np.array([float(rows[i, ids[i + 1]]) for i in range(len(ids) - 1)])
+    diff = float(np.abs(got - want).max()) if len(got) == len(want) else float("inf")
+    check(f"a response holding 3 image pad tokens after {units} image pads: log-probs equal the float64 reference "
+          f"with the response's pads as text at the prompt's delta ({TOL})", diff <= TOL, f"max diff {diff:.1e}")
 
 
 def g_vl_grad():
@@ -626,6 +657,61 @@ def g_vl_sft():
     check("the vision tower is saved unchanged (transformers 5's model.visual.* written as visual.*)", same)
 
 
+def g_vl_parquet():
+    """EasyR1's geometry3k layout as `datasets` writes it: a Parquet file (arrow-rs, pinned in tests/parquet)
+    whose `images` column is a list of {bytes, path} structs with the encoded PNG in `bytes` (its path naming
+    no file), and "<image>" in `problem`: grpo train on it equals grpo train on the same rows in JSONL with
+    image files, metric for metric and weight for weight."""
+    import base64
+    import hashlib
+    d = os.path.join(TMP, "vlpq")
+    make_vl(d, 95, False, vocab=151936, pad=PAD)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    data = os.path.join(TMP, "vlpq_data")
+    os.makedirs(data, exist_ok=True)
+    pq_rows, js_rows = [], []
+    for i, (w, h) in enumerate([(84, 60), (60, 110), (95, 95), (70, 50)]):
+        path = os.path.join(data, f"g{i}.png")
+        Image.fromarray(image_test.content(w, h, 95 + i)).save(path)
+        problem = f"<image>In the figure, find x{i}."
+        pq_rows.append({"images": [{"bytes": base64.b64encode(open(path, "rb").read()).decode(),
+                                    "path": f"not-a-file-{i}.png"}], "problem": problem, "answer": str(i)})
+        js_rows.append({"images": [f"g{i}.png"], "problem": problem, "answer": str(i)})
+    rows_file, schema = os.path.join(data, "rows.jsonl"), os.path.join(data, "schema.json")
+    with open(rows_file, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in pq_rows)
+    with open(os.path.join(data, "train.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in js_rows)
+    image = {"struct": [{"name": "bytes", "type": "binary"}, {"name": "path", "type": "utf8"}]}
+    json.dump({"fields": [{"name": "images", "type": {"list": image}}, {"name": "problem", "type": "utf8"},
+                          {"name": "answer", "type": "utf8"}]}, open(schema, "w"))
+    pq = os.path.join(data, "train.parquet")
+    w = subprocess.run(["node", os.path.join(HERE, "..", "parquet", "write.mjs"), rows_file, pq, "--schema", schema],
+                       capture_output=True, text=True, timeout=120)
+    check("arrow-rs writes the geometry3k-style Parquet file (binary image bytes)", w.returncode == 0, w.stderr[-300:])
+    results = []
+    for name, train in (("parquet", pq), ("jsonl", os.path.join(data, "train.jsonl"))):
+        out = os.path.join(TMP, f"vlpq_{name}")
+        r = grpo(["train", f"model.path={d}", f"data.train_file={train}", "data.prompt_key=problem",
+                  "data.train_batch_size=4", "data.max_prompt_length=96", "data.max_response_length=5",
+                  "data.shuffle=false", "rollout.n=2", "reward.gsm8k.weight=0", "reward.format.weight=1",
+                  "reward.format.regex='[a-z].*'", "actor.lr=0.01", "actor.kl_loss_coef=0.1", "trainer.steps=2",
+                  f"trainer.out_dir={out}", "trainer.overwrite=true", "trainer.seed=5"])
+        if r.returncode:
+            results.append((name, r.stderr[-400:], None))
+            continue
+        metrics = [{k: v for k, v in json.loads(x).items() if not k.startswith(("time_", "tokens_per_s", "rss", "peak"))}
+                   for x in open(os.path.join(out, "metrics.jsonl"))]
+        digest = hashlib.md5(open(os.path.join(out, "model.safetensors"), "rb").read()).hexdigest()
+        results.append((name, metrics, digest))
+    same = len(results) == 2 and results[0][2] is not None and results[0][1:] == results[1][1:]
+    moved = same and all(x["grad_norm"] > 0 for x in results[0][1])
+    check("grpo train on the Parquet rows (images from their bytes) equals the JSONL rows (image files): the same "
+          "metrics and the same weights (md5), and the policy moved", same and moved,
+          str([(n, str(m)[:200], h) for n, m, h in results]))
+
+
 def g_vl_cli():
     """grpo generate and grpo score with image messages ({"type": "image", "image": path} content parts) on a
     tiny Qwen2.5-VL with the real Qwen tokenizer: generate's greedy tokens and log-probs, score's tokens and
@@ -709,8 +795,10 @@ def main():
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
-    groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_grad": g_vl_grad,
-              "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_cli": g_vl_cli}
+    groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_response_pads": g_vl_response_pads,
+              "vl_grad": g_vl_grad,
+              "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_parquet": g_vl_parquet,
+              "vl_cli": g_vl_cli}
     return run_groups(lambda: None, groups, a.only)
 
 

@@ -1,5 +1,6 @@
 // vl_tool MODE MODEL_DIR IMAGE OUT [ID...]: a Qwen2.5-VL model on one image, for tests/model/vision_test.py.
-// An id of -1 stands for the image: it becomes the image's pad tokens (t*h*w/4 of them).
+// An id of -1 stands for the image: it becomes the image's pad tokens (t*h*w/4 of them). An id "|" ends the
+// prompt: the ids after it are a response (its image pad tokens are text).
 //   --features  the vision tower alone (a directory may hold just it): OUT gets int32 grid t, h, w, patch
 //               dim, out_hidden; the patches (float32) and the features (float32, t*h*w/4 rows)
 //   --score     OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] | ids[..i]))
@@ -23,13 +24,13 @@
 #include "model/vl_rope.h"
 #include "rollout/rollout.h"
 
-// The one-image sequence's image inputs.
-static void image_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
-                         int merge, Qwen2VlInputs *in) {
+// The one-image sequence's image inputs; its first plen ids are the prompt (later pads are a response's text).
+static void image_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
+                         const int grid[3], int merge, Qwen2VlInputs *in) {
     int64_t seq_off[2] = {0, n};
     int n_images = 1;
     const int(*grids)[3] = (const int(*)[3])grid;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, NULL, &feat, &grids, &n_images, merge, in) != 0)
+    if (qwen2_vl_inputs(m, ids, seq_off, 1, &plen, &feat, &grids, &n_images, merge, in) != 0)
         die("pads and grid differ");
 }
 
@@ -44,7 +45,7 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
     }
     int64_t seq_off[2] = {0, n};
     Qwen2VlInputs in;
-    image_inputs(m, ids, n, feat, grid, merge, &in);
+    image_inputs(m, ids, n, n, feat, grid, merge, &in);
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
     Qwen2Train t;
@@ -76,7 +77,7 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
 static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
                             int merge, int K, const char *out) {
     Qwen2VlInputs in;
-    image_inputs(m, ids, n, feat, grid, merge, &in);
+    image_inputs(m, ids, n, n, feat, grid, merge, &in);
     RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .max_new_tokens = K};
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .share_prefill = 1,
                         .prefill_tokens = n, .kv_budget_bytes = (size_t)1 << 26};
@@ -96,8 +97,8 @@ static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const
     qwen2_vl_inputs_free(&in);
 }
 
-static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
-                         int merge, const char *out) {
+static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
+                         const int grid[3], int merge, const char *out) {
     Arena arena;
     arena_init(&arena, qwen2_acts_bytes(m->be, &m->cfg, m->dtype, n, n) + 4096);
     Qwen2Acts a;
@@ -105,7 +106,7 @@ static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, const fl
     float *lp = xmalloc((size_t)n * sizeof *lp);
     int64_t seq_off[2] = {0, n};
     Qwen2VlInputs in;
-    image_inputs(m, ids, n, feat, grid, merge, &in);
+    image_inputs(m, ids, n, plen, feat, grid, merge, &in);
     qwen2_logprobs_vl(m, ids, seq_off, 1, &a, &in, lp);
     qwen2_vl_inputs_free(&in);
     FILE *f = fopen(out, "wb");
@@ -168,12 +169,16 @@ int main(int argc, char **argv) {
         qwen2_load_vl(&m, argv[1], DTYPE_F32);
         vision_check(&vc, p.patch, p.temporal, p.merge, m.cfg.hidden, argv[1]);
         int32_t *ids = xmalloc((size_t)(argc + units) * sizeof *ids);
-        int64_t n = 0;
+        int64_t n = 0, plen = -1;
         for (int i = 4; i < argc; i++) {
+            if (!strcmp(argv[i], "|")) {
+                plen = n;
+                continue;
+            }
             int id = atoi(argv[i]);
             for (int64_t k = 0; k < (id >= 0 ? 1 : units); k++) ids[n++] = id >= 0 ? id : (int32_t)m.cfg.image_pad_id;
         }
-        if (mode == 1) write_scores(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        if (mode == 1) write_scores(&m, ids, n, plen >= 0 ? plen : n, feat, grid, vc.merge, argv[3]);
         if (mode == 2) write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
         if (mode == 3) write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
         free(ids);

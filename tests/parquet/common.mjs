@@ -7,12 +7,13 @@
 // Schema JSON form:
 //   {"fields": [FIELD, ...]}
 //   FIELD = {"name": "x", "type": TYPE, "nullable": true}        (nullable defaults to true)
-//   TYPE  = "utf8" | "int32" | "int64" | "float32" | "float64" | "bool"
+//   TYPE  = "utf8" | "binary" | "int32" | "int64" | "float32" | "float64" | "bool"
 //         | {"struct": [FIELD, ...]}
 //         | {"list": TYPE, "element_nullable": true}               (element_nullable defaults to true)
 //         | {"map": {"key": TYPE, "value": TYPE}, "value_nullable": true}
 //
 // Value conventions (JSON rows in, dump out):
+//   binary   a base64 string (an encoded image, as `datasets` stores one)
 //   int64    JSON number when it is a safe integer, else a string of decimal digits
 //   float*   JSON number; NaN/Infinity/-Infinity as the strings "NaN", "Infinity", "-Infinity".
 //            float32 values come back as the double the float32 holds (Math.fround).
@@ -22,7 +23,7 @@
 import { readFileSync } from 'node:fs';
 import * as arrow from 'apache-arrow';
 
-export const PRIMITIVES = ['utf8', 'int32', 'int64', 'float32', 'float64', 'bool'];
+export const PRIMITIVES = ['utf8', 'binary', 'int32', 'int64', 'float32', 'float64', 'bool'];
 
 export function die(msg) {
   process.stderr.write(`error: ${msg}\n`);
@@ -83,6 +84,7 @@ function normType(t, where) {
 export function arrowType(t) {
   switch (t) {
     case 'utf8': return new arrow.Utf8();
+    case 'binary': return new arrow.Binary();
     case 'int32': return new arrow.Int32();
     case 'int64': return new arrow.Int64();
     case 'float32': return new arrow.Float32();
@@ -209,6 +211,9 @@ export function coerce(v, t, nullable, where) {
     case 'utf8':
       if (typeof v !== 'string') throw new Error(`${where}: expected a string, got ${JSON.stringify(v)}`);
       return v;
+    case 'binary':
+      if (typeof v !== 'string') throw new Error(`${where}: expected a base64 string, got ${JSON.stringify(v)}`);
+      return new Uint8Array(Buffer.from(v, 'base64'));
     case 'bool':
       if (typeof v !== 'boolean') throw new Error(`${where}: expected a boolean, got ${JSON.stringify(v)}`);
       return v;
@@ -290,7 +295,7 @@ export function canonScalar(v) {
     return v;
   }
   if (typeof v === 'string' || typeof v === 'boolean') return v;
-  if (v instanceof Uint8Array) return Buffer.from(v).toString('base64'); // binary: base64 (not used by the corpus)
+  if (v instanceof Uint8Array) return Buffer.from(v).toString('base64'); // binary: base64
   if (v instanceof Date) return v.toISOString();
   return v;
 }
