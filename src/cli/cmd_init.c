@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/qwen2.h"
+#include "model/vl.h"
 #include "text/tokenizer.h"
 
 // Checks the tokenizer fits the model, then copies tokenizer.json and tokenizer_config.json.
@@ -33,7 +34,7 @@ static void copy_tokenizer(const char *path, const char *out, const Qwen2Config 
 }
 
 int cmd_init(int argc, char **argv) {
-    char *shapes = xprintf("model shape: %s", qwen2_preset_names());
+    char *shapes = xprintf("model shape: %s; Qwen2.5-VL: %s", qwen2_preset_names(), vl_preset_names());
     CliOpt opts[] = {
         {"--out", "DIR", "model directory to create", NULL, 1},
         {"--preset", "NAME", shapes, "tiny", 0},
@@ -46,14 +47,18 @@ int cmd_init(int argc, char **argv) {
                     "[--force]",
                     "Writes a Qwen2 or Qwen3 model (Qwen2ForCausalLM / Qwen3ForCausalLM, by preset) with Hugging\n"
                     "Face's initialisation (normal(0, initializer_range) weights, zero biases, unit norms) as\n"
-                    "config.json + model.safetensors.",
+                    "config.json + model.safetensors; the qwen2.5-vl presets write a Qwen2.5-VL\n"
+                    "(Qwen2_5_VLForConditionalGeneration: a vision tower beside, preprocessor_config.json).",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset");
     uint64_t seed = (uint64_t)cli_int(&spec, "--seed", 0, INT64_MAX);
     DType dtype = cli_dtype(&spec, "--dtype", "f32", "bf16", NULL);
     Qwen2Config c;
-    if (!qwen2_config_preset(&c, preset)) die("option --preset: unknown preset \"%s\" (known: %s)", preset, qwen2_preset_names());
+    VisionConfig vc;
+    int vl = vl_preset(preset, &c, &vc);
+    if (!vl && !qwen2_config_preset(&c, preset))
+        die("option --preset: unknown preset \"%s\" (known: %s, %s)", preset, qwen2_preset_names(), vl_preset_names());
 
     dir_create(out);
     char *cfg = path_join(out, "config.json"), *weights = path_join(out, "model.safetensors");
@@ -62,16 +67,22 @@ int cmd_init(int argc, char **argv) {
     free(cfg);
     free(weights);
 
-    Qwen2 m;
-    qwen2_build(&m, &c, DTYPE_F32);
-    qwen2_init_random(&m, seed);
     if (cli_str(&spec, "--tokenizer")) copy_tokenizer(cli_str(&spec, "--tokenizer"), out, &c);
-    qwen2_save(&m, out, dtype, NULL);
+    size_t n_params = qwen2_layout(&c, &(Qwen2Layout){0});
+    if (vl) {  // Qwen's vision_start, image_pad, vision_end; the published processor's max_pixels
+        vl_write_random(out, &c, &vc, (const int32_t[3]){151652, 151655, 151653}, 12845056, seed, dtype);
+        n_params += vision_weight_bytes(&vc) / sizeof(float);
+    } else {
+        Qwen2 m;
+        qwen2_build(&m, &c, DTYPE_F32);
+        qwen2_init_random(&m, seed);
+        qwen2_save(&m, out, dtype, NULL);
+        qwen2_free(&m);
+    }
     char params[16];
-    fmt_count(params, sizeof params, (double)m.n_params);
+    fmt_count(params, sizeof params, (double)n_params);
     fprintf(stderr, "grpo init: wrote %s (%s, %s parameters, %s)\n", out, preset, params,
             cli_str(&spec, "--dtype"));
-    qwen2_free(&m);
     free(shapes);
     return 0;
 }

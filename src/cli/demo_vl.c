@@ -9,7 +9,6 @@
 #include "base/rng.h"
 #include "base/util.h"
 #include "io/image.h"
-#include "io/safetensors.h"
 #include "model/vision.h"
 #include "model/vl.h"
 #include "parallel/comm.h"
@@ -33,44 +32,6 @@ typedef struct {
 // ---------------------------------------------------------------------------------------------
 // model
 
-// config.json of a Qwen2.5-VL (transformers 4's flat layout) over the language model c and tower vc, and
-// preprocessor_config.json (every image 56 x 56).
-static void write_config(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3]) {
-    cJSON *r = qwen2_config_json(c, DTYPE_F32), *v = cJSON_CreateObject();
-    if (!v) die("out of memory");
-    // transformers' get_rope_index finds the images by their vision_start
-    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
-    cJSON_AddNumberToObject(r, "vision_end_token_id", vision[2]);
-    cJSON_AddNumberToObject(v, "depth", vc->depth);
-    cJSON_AddNumberToObject(v, "hidden_size", vc->hidden);
-    cJSON_AddNumberToObject(v, "num_heads", vc->heads);
-    cJSON_AddNumberToObject(v, "intermediate_size", vc->intermediate);
-    cJSON_AddNumberToObject(v, "out_hidden_size", vc->out_hidden);
-    cJSON_AddNumberToObject(v, "patch_size", vc->patch);
-    cJSON_AddNumberToObject(v, "spatial_merge_size", vc->merge);
-    cJSON_AddNumberToObject(v, "temporal_patch_size", vc->temporal);
-    cJSON_AddNumberToObject(v, "window_size", vc->window);
-    cJSON_AddItemToObject(v, "fullatt_block_indexes", cJSON_CreateIntArray(vc->fullatt, vc->n_fullatt));
-    cJSON_AddStringToObject(v, "hidden_act", "silu");
-    cJSON_AddNumberToObject(v, "in_chans", 3);
-    cJSON_AddItemToObject(r, "vision_config", v);
-    char *path = path_join(dir, "config.json");
-    json_save_file(path, r);
-    free(path);
-    cJSON_Delete(r);
-    path = path_join(dir, "preprocessor_config.json");
-    cJSON *p = cJSON_CreateObject();
-    if (!p) die("out of memory");
-    cJSON_AddNumberToObject(p, "min_pixels", SIDE * SIDE);
-    cJSON_AddNumberToObject(p, "max_pixels", SIDE * SIDE);
-    cJSON_AddNumberToObject(p, "patch_size", 14);
-    cJSON_AddNumberToObject(p, "temporal_patch_size", 2);
-    cJSON_AddNumberToObject(p, "merge_size", 2);
-    json_save_file(path, p);
-    free(path);
-    cJSON_Delete(p);
-}
-
 // DIR: the tokenizer, config.json, preprocessor_config.json and model.safetensors of a random tiny Qwen2.5-VL.
 static void write_model(const char *dir, uint64_t seed) {
     DemoVocab voc = {WORDS, sizeof WORDS / sizeof *WORDS, VISION_TOKENS, 3, NULL};
@@ -89,27 +50,7 @@ static void write_model(const char *dir, uint64_t seed) {
     VisionConfig vc = {.depth = 2, .hidden = 64, .intermediate = 128, .heads = 2, .out_hidden = (int)c.hidden,
                        .patch = 14, .merge = 2, .temporal = 2, .window = 112, .in_channels = 3,
                        .fullatt = {1}, .n_fullatt = 1, .eps = 1e-6f};
-    Qwen2 m;
-    qwen2_build(&m, &c, DTYPE_F32);
-    qwen2_init_random(&m, seed);
-    Vision v;
-    vision_init_random(&v, &vc, seed ^ 0x5eed, c.init_std);
-    int n_lm = qwen2_tensors(&m, NULL), n_vis = vision_n_tensors(&vc);
-    Qwen2Tensor *ts = xmalloc((size_t)n_lm * sizeof *ts);
-    qwen2_tensors(&m, ts);
-    StWriteTensor *ws = xcalloc((size_t)(n_lm + n_vis), sizeof *ws);
-    for (int i = 0; i < n_lm; i++) {
-        ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
-        memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);
-    }
-    char (*names)[96] = xmalloc((size_t)n_vis * sizeof *names);
-    int n = n_lm + vision_tensors(&v, ws + n_lm, names);
-    char *path = path_join(dir, "model.safetensors");
-    safetensors_write(path, ws, n, DTYPE_F32);
-    write_config(dir, &c, &vc, vision);  // last: a directory with a config has its weights
-    free(path), free(names), free(ws), free(ts);
-    vision_free(&v);
-    qwen2_free(&m);
+    vl_write_random(dir, &c, &vc, vision, SIDE * SIDE, seed, DTYPE_F32);  // max = min pixels: images stay 56 x 56
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "text/chat.h"
 
 void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
@@ -21,6 +22,99 @@ void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
 }
 
 void vl_model_free(VlModel *v) { vision_free(&v->vision); }
+
+int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc) {
+    // The published towers: 32 blocks of width 1280, full attention in 4 of them, 112-pixel windows.
+    VisionConfig big = {.depth = 32, .hidden = 1280, .intermediate = 3420, .heads = 16, .patch = 14, .merge = 2,
+                        .temporal = 2, .window = 112, .in_channels = 3, .fullatt = {7, 15, 23, 31}, .n_fullatt = 4,
+                        .eps = 1e-6f};
+    int section[3] = {16, 24, 24};  // head_dim 128
+    if (!strcmp(name, "qwen2.5-vl-tiny")) {
+        qwen2_config_preset(c, "tiny");
+        *vc = (VisionConfig){.depth = 2, .hidden = 32, .intermediate = 48, .heads = 2, .patch = 14, .merge = 2,
+                             .temporal = 2, .window = 112, .in_channels = 3, .fullatt = {1}, .n_fullatt = 1,
+                             .eps = 1e-6f};
+        memcpy(section, (int[3]){2, 3, 3}, sizeof section);  // head_dim 16
+    } else if (!strcmp(name, "qwen2.5-vl-3b")) {
+        qwen2_config_preset(c, "qwen2.5-3b");
+        *vc = big;
+    } else if (!strcmp(name, "qwen2.5-vl-7b")) {
+        qwen2_config_preset(c, "qwen2.5-7b");
+        *vc = big;
+    } else {
+        return 0;
+    }
+    c->max_pos = c->max_pos > 32768 ? c->max_pos : 128000;
+    c->vl = 1;
+    c->image_pad_id = 151655;
+    memcpy(c->mrope_section, section, sizeof section);
+    vc->out_hidden = (int)c->hidden;
+    return 1;
+}
+
+const char *vl_preset_names(void) { return "qwen2.5-vl-tiny, qwen2.5-vl-3b, qwen2.5-vl-7b"; }
+
+// config.json (transformers 4's flat layout: the language model's keys, the vision ids, vision_config) and
+// preprocessor_config.json.
+static void write_configs(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+                          int64_t max_pixels, DType dtype) {
+    cJSON *r = qwen2_config_json(c, dtype), *v = cJSON_CreateObject(), *p = cJSON_CreateObject();
+    if (!v || !p) die("out of memory");
+    // transformers' get_rope_index finds the images by their vision_start
+    cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
+    cJSON_AddNumberToObject(r, "vision_end_token_id", vision[2]);
+    cJSON_AddNumberToObject(v, "depth", vc->depth);
+    cJSON_AddNumberToObject(v, "hidden_size", vc->hidden);
+    cJSON_AddNumberToObject(v, "num_heads", vc->heads);
+    cJSON_AddNumberToObject(v, "intermediate_size", vc->intermediate);
+    cJSON_AddNumberToObject(v, "out_hidden_size", vc->out_hidden);
+    cJSON_AddNumberToObject(v, "patch_size", vc->patch);
+    cJSON_AddNumberToObject(v, "spatial_merge_size", vc->merge);
+    cJSON_AddNumberToObject(v, "temporal_patch_size", vc->temporal);
+    cJSON_AddNumberToObject(v, "window_size", vc->window);
+    cJSON_AddItemToObject(v, "fullatt_block_indexes", cJSON_CreateIntArray(vc->fullatt, vc->n_fullatt));
+    cJSON_AddStringToObject(v, "hidden_act", "silu");
+    cJSON_AddNumberToObject(v, "in_chans", 3);
+    cJSON_AddItemToObject(r, "vision_config", v);
+    cJSON_AddNumberToObject(p, "min_pixels", 56 * 56);
+    cJSON_AddNumberToObject(p, "max_pixels", (double)max_pixels);
+    cJSON_AddNumberToObject(p, "patch_size", vc->patch);
+    cJSON_AddNumberToObject(p, "temporal_patch_size", vc->temporal);
+    cJSON_AddNumberToObject(p, "merge_size", vc->merge);
+    char *path = path_join(dir, "preprocessor_config.json");
+    json_save_file(path, p);
+    free(path);
+    path = path_join(dir, "config.json");  // last: a directory with a config has its weights
+    json_save_file(path, r);
+    free(path);
+    cJSON_Delete(r);
+    cJSON_Delete(p);
+}
+
+void vl_write_random(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+                     int64_t max_pixels, uint64_t seed, DType dtype) {
+    Qwen2 m;
+    qwen2_build(&m, c, DTYPE_F32);
+    qwen2_init_random(&m, seed);
+    Vision v;
+    vision_init_random(&v, vc, seed ^ 0x5eed, c->init_std);
+    int n_lm = qwen2_tensors(&m, NULL), n_vis = vision_n_tensors(vc);
+    Qwen2Tensor *ts = xmalloc((size_t)n_lm * sizeof *ts);
+    qwen2_tensors(&m, ts);
+    StWriteTensor *ws = xcalloc((size_t)(n_lm + n_vis), sizeof *ws);
+    for (int i = 0; i < n_lm; i++) {
+        ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
+        memcpy(ws[i].shape, ts[i].shape, sizeof ts[i].shape);
+    }
+    char(*names)[96] = xmalloc((size_t)n_vis * sizeof *names);
+    int n = n_lm + vision_tensors(&v, ws + n_lm, names);
+    char *path = path_join(dir, "model.safetensors");
+    safetensors_write(path, ws, n, dtype);
+    write_configs(dir, c, vc, vision, max_pixels, dtype);
+    free(path), free(names), free(ws), free(ts);
+    vision_free(&v);
+    qwen2_free(&m);
+}
 
 static void image_read(const VlImage *im, Image *out, const char *where) {
     if (im->bytes) image_decode(out, im->bytes, im->n, im->path, IMAGE_MAX_PIXELS, where);

@@ -25,6 +25,16 @@ typedef struct {
 void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c);
 void vl_model_free(VlModel *v);
 
+// Qwen2.5-VL shapes for `grpo init`: "qwen2.5-vl-tiny" (the tiny text preset's language model, a 2-block tower
+// of width 32), "qwen2.5-vl-3b", "qwen2.5-vl-7b" (the published configs). Returns 0 for another name.
+int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc);
+const char *vl_preset_names(void);
+// DIR as a Qwen2.5-VL checkpoint of random weights (Hugging Face's initialisation, c->init_std): the language
+// model c and tower vc in model.safetensors (transformers 4's names; weights in dtype), config.json with
+// vision_start / image / vision_end ids `vision` and preprocessor_config.json (min_pixels 56 x 56, max_pixels).
+void vl_write_random(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+                     int64_t max_pixels, uint64_t seed, DType dtype);
+
 // One image of a prompt: a file, or its encoded bytes (a Parquet row's {"bytes": ...}).
 typedef struct {
     char *path;      // the file, or a name for messages when bytes are given (malloc'd)

@@ -777,6 +777,28 @@ def g_vl_cli():
     check("a text model refuses an image part in one line naming the line",
           r.returncode == 1 and r.stderr.count("\n") == 1 and "stdin line 1" in r.stderr
           and "not a vision-language model" in r.stderr, r.stderr.strip())
+    init = os.path.join(TMP, "vlinit")
+    r = grpo(["init", "--out", init, "--preset", "qwen2.5-vl-tiny", "--force", "--seed", "4"])
+    cfg = json.load(open(os.path.join(init, "config.json"))) if r.returncode == 0 else {}
+    pre = json.load(open(os.path.join(init, "preprocessor_config.json"))) if r.returncode == 0 else {}
+    if r.returncode == 0:
+        mi = ref.load_model(init)
+        mi.pad = cfg["image_token_id"]
+        vis_i = {k[len("visual."):]: t.double() for k, t in ref.load_weights(init).items() if k.startswith("visual.")}
+        _, _, patches_i, grid_i = image_test.reference(image, pre["min_pixels"], pre["max_pixels"])
+        feats_i = tower(vis_i, cfg["vision_config"], patches_i.astype(np.float64), grid_i)
+        units_i = grid_i[0] * grid_i[1] * grid_i[2] // 4
+        ids = [5, -1, 7, 9]
+        data = run_vl(["--score"], init, image, ids, os.path.join(TMP, "vlinit.bin"))
+        toks = [t for i in ids for t in ([mi.pad] * units_i if i < 0 else [i])]
+        got_i = np.frombuffer(data, np.float32, len(toks), 4 + 4 * len(toks))[:-1]
+        with torch.no_grad():
+            want_i = vl_logprobs(mi, toks, feats_i, get_rope_index(toks, [tuple(grid_i)], mi.pad)[0],
+                                 tuple(cfg["rope_scaling"]["mrope_section"]))
+        d_i = float(np.abs(got_i - np.array(want_i)).max())
+    check("grpo init --preset qwen2.5-vl-tiny writes a Qwen2.5-VL checkpoint the float64 reference reads: "
+          "log-probs of an image prompt agree (1e-4)", r.returncode == 0 and d_i <= TOL,
+          f"{r.stderr[-300:]} {d_i if r.returncode == 0 else ''}")
     r = grpo(["serve", "--model", d, "--port", "0"], timeout=60)
     check("grpo serve refuses a Qwen2.5-VL model in one line", r.returncode == 1 and r.stderr.count("\n") == 1
           and "does not take vision-language models yet" in r.stderr, r.stderr.strip())
