@@ -23,6 +23,13 @@ void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
 
 void vl_model_free(VlModel *v) { vision_free(&v->vision); }
 
+void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const char *what) {
+    if (min_pixels > 0) p->min_pixels = min_pixels;
+    if (max_pixels > 0) p->max_pixels = max_pixels;
+    if (p->min_pixels > p->max_pixels)
+        die("%s: min_pixels %lld exceeds max_pixels %lld", what, (long long)p->min_pixels, (long long)p->max_pixels);
+}
+
 int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc) {
     // The published towers: 32 blocks of width 1280, full attention in 4 of them, 112-pixel windows.
     VisionConfig big = {.depth = 32, .hidden = 1280, .intermediate = 3420, .heads = 16, .patch = 14, .merge = 2,

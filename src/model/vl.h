@@ -24,6 +24,9 @@ typedef struct {
 // against the language model's config c (its hidden width).
 void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c);
 void vl_model_free(VlModel *v);
+// The processor's resize bounds set by the user (data.min_pixels / data.max_pixels, --min-pixels / --max-pixels;
+// 0 keeps preprocessor_config.json's); dies naming `what` when min exceeds max.
+void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const char *what);
 
 // Qwen2.5-VL shapes for `grpo init`: "qwen2.5-vl-tiny" (the tiny text preset's language model, a 2-block tower
 // of width 32), "qwen2.5-vl-3b", "qwen2.5-vl-7b" (the published configs). Returns 0 for another name.

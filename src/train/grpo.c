@@ -144,6 +144,7 @@ static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, 
     vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), path);
     VlProcessor proc;
     vl_processor_load(&proc, s->model_dir);
+    vl_set_pixels(&proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
     int64_t patches = proc.max_pixels / ((int64_t)proc.patch * proc.patch);
     int64_t units = patches / ((int64_t)proc.merge * proc.merge);
     p->vision = vision_weight_bytes(&vc);
@@ -737,7 +738,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .val_files = (const char *const *)c->data.val_file.items, .n_val_files = c->data.val_file.n,
         .filter_overlong = c->data.filter_overlong_prompts, .by_data_source = c->reward.by_data_source,
         .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
-        .image_key = c->data.image_key,
+        .image_key = c->data.image_key, .min_pixels = c->data.min_pixels, .max_pixels = c->data.max_pixels,
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
@@ -902,6 +903,7 @@ static void run_load(Run *r) {
                             .image_key = s->image_key};
     if ((r->has_vl = c->vl)) {  // the vision tower is frozen: loaded once, fp32, never trained
         vl_model_load(&r->vl, s->model_dir, c);
+        vl_set_pixels(&r->vl.proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
         po.vl = &r->vl.proc;
         po.image_pad = (int32_t)c->image_pad_id;
     }

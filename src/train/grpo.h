@@ -21,6 +21,7 @@ typedef struct {
     int filter_overlong;         // data.filter_overlong_prompts: skip longer prompts (else an error)
     int by_data_source;          // reward.by_data_source: each row's data_source picks gsm8k or boxed
     const char *prompt_key, *answer_key, *image_key;
+    int64_t min_pixels, max_pixels;  // data.min_pixels, data.max_pixels: a VL model's resize bounds (0: its own)
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
     int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block
     int64_t train_batch_size;    // prompts per step

@@ -73,6 +73,11 @@ static const ConfigKey KEYS[] = {
     KSTR("data.image_key", data.image_key, "images",
          "field holding a vision-language row's images: files relative to the data file, each standing where "
          "the prompt has an `<image>` (verl/EasyR1 geometry3k)"),
+    KINT_NULL("data.min_pixels", data.min_pixels, 1, NOMAX,
+              "vision-language models: the image processor's min_pixels (null: the model's preprocessor_config.json)"),
+    KINT_NULL("data.max_pixels", data.max_pixels, 1, NOMAX,
+              "vision-language models: the image processor's max_pixels, which bounds an image's tokens (null: "
+              "the model's)"),
     KBOOL("data.filter_overlong_prompts", data.filter_overlong_prompts, "false",
           "skip (and count) prompts longer than data.max_prompt_length instead of stopping with an error"),
     KBOOL("data.chat_template", data.chat_template, "true",
@@ -695,6 +700,9 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  "actor.micro_batch_size %lld does not divide the %lld responses of a mini-batch "
                  "(actor.mini_batch_size x rollout.n)",
                  (long long)a->micro_batch_size, (long long)(mini * c->rollout.n));
+    if (c->data.min_pixels && c->data.max_pixels && c->data.min_pixels > c->data.max_pixels)
+        CONFLICT("data.min_pixels", "data.max_pixels", "data.min_pixels %lld exceeds data.max_pixels %lld",
+                 (long long)c->data.min_pixels, (long long)c->data.max_pixels);
     if (a->clip_ratio_c != 0 && a->clip_ratio_c <= 1)
         CONFLICT("actor.clip_ratio_c", "", "actor.clip_ratio_c must be 0 (off) or above 1, not %g", a->clip_ratio_c);
     if (a->use_kl_loss && c->algorithm.use_kl_in_reward)

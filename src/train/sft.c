@@ -219,8 +219,12 @@ void sft_run(const SftConfig *cfg) {
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
-    sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, max_length, cfg->filter_overlong);
-    if ((r.has_vl = c->vl)) vl_model_load(&r.vl, cfg->model_dir, c);  // frozen: fp32, never trained
+    if ((r.has_vl = c->vl)) {  // frozen: fp32, never trained
+        vl_model_load(&r.vl, cfg->model_dir, c);
+        vl_set_pixels(&r.vl.proc, cfg->min_pixels, cfg->max_pixels, "--min-pixels / --max-pixels");
+    }
+    sft_data_load(&r.data, cfg->data_path, "--data", cfg->model_dir, c, r.has_vl ? &r.vl.proc : NULL, max_length,
+                  cfg->filter_overlong);
     int64_t B = r.B = cfg->batch_size, b = r.b = cfg->micro_batch_size, N = r.comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
     if (B % (N * b))

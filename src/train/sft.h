@@ -12,6 +12,7 @@ typedef struct {
     int64_t steps;  // 0: one epoch
     int64_t batch_size, micro_batch_size, warmup, save_every, keep, max_length, max_skips;
     int filter_overlong;  // skip rows whose prompt alone reaches max_length (else an error)
+    int64_t min_pixels, max_pixels;  // a vision-language model's resize bounds (0: its preprocessor_config.json)
     AdamW adam;     // lr, betas, eps, weight decay
     double clip;    // 0: off
     LrSchedule schedule;

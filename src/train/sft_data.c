@@ -158,15 +158,10 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
 }
 
 void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
-                   int64_t max_length, int filter_overlong) {
+                   const VlProcessor *vl, int64_t max_length, int filter_overlong) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);
-    Loader L = {.path = path, .model_dir = model_dir, .image_pad = (int32_t)c->image_pad_id};
-    VlProcessor proc;
-    if (c->vl) {
-        vl_processor_load(&proc, model_dir);
-        L.vl = &proc;
-    }
+    Loader L = {.path = path, .model_dir = model_dir, .image_pad = (int32_t)c->image_pad_id, .vl = vl};
     static const char *const cols[] = {"prompt_ids", "completion_ids", "prompt", "completion", "messages",
                                        "images"};
     records_open(&L.r, path, key, cols, 6);

@@ -32,6 +32,7 @@ typedef struct {
 // Dies with "FILE:LINE: ..." ("FILE: row N: ..." for Parquet) on any malformed row. key: the option that
 // named the file. filter_overlong: a row whose prompt alone reaches max_length is skipped and counted, else
 // an error.
+// vl: a vision-language model's image processor (NULL for a text model, whose rows with images are refused).
 void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
-                   int64_t max_length, int filter_overlong);
+                   const VlProcessor *vl, int64_t max_length, int filter_overlong);
 void sft_data_free(SftData *d);

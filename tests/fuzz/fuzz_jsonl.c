@@ -28,7 +28,7 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     Qwen2Config c;
     qwen2_config_load(&c, model);
     SftData d;
-    sft_data_load(&d, path, "fuzz input", model, &c, 48, 0);
+    sft_data_load(&d, path, "fuzz input", model, &c, NULL, 48, 0);
     sft_data_free(&d);
 #else
     Tokenizer tok;

@@ -590,6 +590,21 @@ def g_vl_grpo():
           f"vision equal {vis_same}, all {vis_all}, lm moved {lm_moved}")
     data2 = run_vl(["--score"], out, imgs[0], [5, -1, 7, 9], os.path.join(TMP, "vlgrpo_score.bin"))
     check("the result loads back (vl_tool --score on it)", len(data2) > 4)
+    # data.max_pixels overrides the processor's: every image now resizes within about 63 x 63 pixels
+    small = os.path.join(TMP, "vlgrpo_small")
+    r = grpo(["train", "--config", cfg, "data.min_pixels=784", "data.max_pixels=4000", "trainer.steps=1",
+              f"trainer.out_dir={small}"])
+    got = {}
+    if r.returncode == 0:
+        got = {x["prompt_index"]: x["prompt_ids"] for x in map(json.loads, open(os.path.join(small, "samples.jsonl")))}
+    want = [[g[0] * g[1] * g[2] // 4 for g in (image_test.reference(p, 784, 4000)[3] for p in ps)] for ps in row_images]
+    runs = [[n for _, n in pad_runs(got.get(i, []))] for i in range(4)]
+    check("data.min_pixels / data.max_pixels override the model's processor: the pads are the reference "
+          "processor's count at those bounds", r.returncode == 0 and runs == want, f"{runs} vs {want} {r.stderr[-200:]}")
+    r = grpo(["train", "--config", cfg, "data.min_pixels=5000", "data.max_pixels=4000"])
+    check("data.min_pixels above data.max_pixels is refused in one line naming both keys",
+          r.returncode == 1 and r.stderr.count("\n") == 1 and "data.min_pixels" in r.stderr
+          and "data.max_pixels" in r.stderr, r.stderr.strip())
 
 
 def g_vl_sft():
