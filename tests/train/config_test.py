@@ -447,6 +447,8 @@ for trial in range(6):
                  "reward.gsm8k.weight": 1.0})
     if vals["actor.use_kl_loss"]:
         vals["algorithm.use_kl_in_reward"] = False
+    if None not in (vals["data.min_pixels"], vals["data.max_pixels"]) and vals["data.min_pixels"] > vals["data.max_pixels"]:
+        vals["data.min_pixels"], vals["data.max_pixels"] = vals["data.max_pixels"], vals["data.min_pixels"]
     vals["actor.lora.dropout"] = 0.0  # the only value the loader accepts
     vals["actor.lora.target_modules"] = rng.choice([[], ["q_proj", "v_proj"], ["all-linear"], ["down", "up"]])
     if vals["actor.lora.rank"] > 0 or vals["model.adapter"] is not None:
