@@ -51,7 +51,7 @@ int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc) {
     } else {
         return 0;
     }
-    c->max_pos = c->max_pos > 32768 ? c->max_pos : 128000;
+    c->max_pos = 128000;
     c->vl = 1;
     c->image_pad_id = 151655;
     memcpy(c->mrope_section, section, sizeof section);

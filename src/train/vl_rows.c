@@ -5,6 +5,13 @@
 
 #include "base/util.h"
 
+// An image path as a data row names it: relative to the data file's directory unless absolute.
+static char *row_path(const RecordReader *r, const char *p) {
+    const char *slash = strrchr(r->path, '/');
+    if (p[0] == '/' || !slash) return xstrdup(p);
+    return xprintf("%.*s/%s", (int)(slash - r->path), r->path, p);
+}
+
 // One image of a row's list: a path (relative to the data file's directory), {"path": ...} / {"image": ...},
 // or {"bytes": ...} (a Parquet row's encoded image).
 static void row_image(const cJSON *it, const RecordReader *r, const char *key, int k, VlImage *im) {
@@ -20,9 +27,7 @@ static void row_image(const cJSON *it, const RecordReader *r, const char *key, i
     }
     if (!cJSON_IsString(path) || !path->valuestring[0])
         die("%s: \"%s\"[%d] must be an image file's path, {\"path\": ...} or {\"bytes\": ...}", r->where, key, k);
-    const char *p = path->valuestring, *slash = strrchr(r->path, '/');
-    if (p[0] == '/' || !slash) im->path = xstrdup(p);
-    else im->path = xprintf("%.*s/%s", (int)(slash - r->path), r->path, p);
+    im->path = row_path(r, path->valuestring);
 }
 
 // "<image>" in s replaced by VL_IMAGE_TEXT (a fresh string); *count += how many there were.
@@ -37,10 +42,11 @@ char *vl_expand_placeholders(const char *s, int *count) {
     return b.data;
 }
 
-// A message-list prompt's copy for rendering: content parts flattened (their images after the row's list)
+// A message-list prompt's copy for rendering: content parts flattened (their images, paths relative to the
+// data file as the row list's are, after the row's list)
 // and "<image>" placeholders expanded; *placeholders counts the images the text now stands for.
 cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key, VlImage **ims, int *n,
-                          int *placeholders) {
+                         int *placeholders) {
     cJSON *copy = cJSON_Duplicate(msgs, 1);
     if (!copy) die("out of memory");
     char **paths = NULL;
@@ -59,15 +65,16 @@ cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key
     }
     *placeholders += n_paths;
     *ims = xrealloc(*ims, (size_t)(*n + n_paths + 1) * sizeof **ims);
-    for (int i = 0; i < n_paths; i++) {  // a part's path is as written (a request's), not the data file's
-        (*ims)[*n + i] = (VlImage){.path = paths[i]};
+    for (int i = 0; i < n_paths; i++) {
+        (*ims)[*n + i] = (VlImage){.path = row_path(r, paths[i])};
+        free(paths[i]);
     }
     *n += n_paths;
     free(paths);
     return copy;
 }
 
-// The row's image list (o->image_key) into *ims, *n.
+// The row's image list (key) into *ims, *n.
 void vl_row_images(const cJSON *row, const RecordReader *r, const char *key, VlImage **ims, int *n) {
     const cJSON *list = key ? records_get(row, key) : NULL;
     *ims = NULL;

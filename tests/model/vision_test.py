@@ -513,7 +513,7 @@ def g_vl_grpo():
         Image.fromarray(image_test.content(w, h, 60 + i)).save(imgs[-1])
     rows = [{"prompt": "<image>What is it?", "answer": "a", "images": ["img0.png"]},
             {"prompt": "Compare <image> with <image>.", "answer": "b", "images": [{"path": "img1.png"}, "img2.png"]},
-            {"prompt": [{"role": "user", "content": [{"type": "image", "image": imgs[2]},
+            {"prompt": [{"role": "user", "content": [{"type": "image", "image": "img2.png"},
                                                       {"type": "text", "text": "Describe."}]}], "answer": "c"},
             {"prompt": "No image here.", "answer": "d"}]
     row_images = [[imgs[0]], [imgs[1], imgs[2]], [imgs[2]], []]
