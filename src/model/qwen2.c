@@ -255,12 +255,13 @@ typedef struct {
     int64_t rows, cols;  // cols 0: a vector
 } KindSpec;
 
-enum { N_KINDS = 17 };
+enum { N_KINDS = 22 };
 
 // Kinds with 0 rows (biases without attn_bias, q/k norms without qk_norm, a tied head) have no storage.
 static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter, V = c->vocab;
     int64_t bias = c->attn_bias ? 1 : 0, norm = c->qk_norm ? D : 0;
+    int64_t mh = c->merger_in, m4 = c->merger_in * c->merger_units, mc = mh ? C : 0;
     const KindSpec specs[N_KINDS] = {
         {"model.embed_tokens.weight", 0, V, C},
         {"model.layers.%d.input_layernorm.weight", 1, C, 0},
@@ -279,6 +280,11 @@ static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
         {"model.layers.%d.mlp.down_proj.weight", 1, C, I},
         {"model.norm.weight", 0, C, 0},
         {"lm_head.weight", 0, c->tied ? 0 : V, C},  // no storage when tied
+        {"visual.merger.ln_q.weight", 0, mh, 0},  // a trained merger (merger_in), else no storage
+        {"visual.merger.mlp.0.weight", 0, m4, m4},
+        {"visual.merger.mlp.0.bias", 0, m4, 0},
+        {"visual.merger.mlp.2.weight", 0, mc, m4},
+        {"visual.merger.mlp.2.bias", 0, mc, 0},
     };
     memcpy(k, specs, sizeof specs);
 }
@@ -287,7 +293,8 @@ static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->co
 
 static void layout_fields(Qwen2Layout *w, size_t *f[N_KINDS]) {
     size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv, &w->wo,
-                             &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head};
+                             &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head,
+                             &w->merger_ln_q, &w->merger_w0, &w->merger_b0, &w->merger_w2, &w->merger_b2};
     memcpy(f, list, sizeof list);
 }
 
@@ -380,6 +387,11 @@ void qwen2_load(Qwen2 *m, const char *dir, DType dtype) {
 void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype) {
     Qwen2Config c;
     qwen2_config_load_vl(&c, dir);
+    qwen2_load_config(m, dir, dtype, &c);
+}
+
+void qwen2_load_config(Qwen2 *m, const char *dir, DType dtype, const Qwen2Config *config) {
+    Qwen2Config c = *config;
     HfWeights hw;
     hf_weights_open(&hw, dir);
     // Check every tensor against config.json before allocating the slab, so a wrong config
@@ -391,11 +403,12 @@ void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype) {
     for (int i = 0; i < n; i++) {
         const char *file = NULL;
         const StTensor *st = src[i] = hf_weights_find(&hw, ts[i].name, &file);
-        if (!st && !strncmp(ts[i].name, "model.", 6)) {  // a VL checkpoint of transformers 5: model.language_model.*
-            char vl_name[128];
+        char vl_name[128];  // a VL checkpoint of transformers 5: model.language_model.*, model.visual.*
+        if (!st && !strncmp(ts[i].name, "model.", 6))
             snprintf(vl_name, sizeof vl_name, "model.language_model.%s", ts[i].name + 6);
-            st = src[i] = hf_weights_find(&hw, vl_name, &file);
-        }
+        else if (!st)
+            snprintf(vl_name, sizeof vl_name, "model.%s", ts[i].name);
+        if (!st) st = src[i] = hf_weights_find(&hw, vl_name, &file);
         if (!st) die("%s: missing tensor \"%s\"", dir, ts[i].name);
         int same = st->ndim == ts[i].ndim;
         for (int d = 0; same && d < st->ndim; d++) same = st->shape[d] == ts[i].shape[d];
@@ -463,9 +476,15 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed) {
     free(ts);
 }
 
+// Whether t is not a tensor of the tower (nor, with skip_merger, of its merger) that vision_tensors keeps.
+static int vision_skipped(const StTensor *t, int skip_merger) {
+    const char *name = strncmp(t->name, "model.", 6) ? t->name : t->name + 6;
+    return strncmp(name, "visual.", 7) || (skip_merger && !strncmp(name, "visual.merger.", 14));
+}
+
 // A VL model's frozen vision tower, as model_dir holds it: its tensors under transformers 4's names
 // ("visual.*"), in fp32 (malloc'd, with the data), appended to *ws (n of them).
-static float *vision_tensors(const char *model_dir, StWriteTensor **ws, int *n, char ***names) {
+static float *vision_tensors(const char *model_dir, int skip_merger, StWriteTensor **ws, int *n, char ***names) {
     HfWeights hw;
     hf_weights_open(&hw, model_dir);
     size_t total = 0;
@@ -473,7 +492,7 @@ static float *vision_tensors(const char *model_dir, StWriteTensor **ws, int *n, 
     for (int f = 0; f < hw.n_files; f++)
         for (int i = 0; i < hw.files[f].n_tensors; i++) {
             const StTensor *t = &hw.files[f].tensors[i];
-            if (strncmp(t->name, "visual.", 7) && strncmp(t->name, "model.visual.", 13)) continue;
+            if (vision_skipped(t, skip_merger)) continue;
             total += (size_t)t->numel;
             count++;
         }
@@ -485,7 +504,7 @@ static float *vision_tensors(const char *model_dir, StWriteTensor **ws, int *n, 
     for (int f = 0; f < hw.n_files; f++)
         for (int i = 0; i < hw.files[f].n_tensors; i++) {
             const StTensor *t = &hw.files[f].tensors[i];
-            if (strncmp(t->name, "visual.", 7) && strncmp(t->name, "model.visual.", 13)) continue;
+            if (vision_skipped(t, skip_merger)) continue;
             const char *name = strncmp(t->name, "model.", 6) ? t->name : t->name + 6;
             if (hw.n_map && hf_weights_find(&hw, t->name, NULL) != t) continue;  // a stale copy in a shard
             dtype_to_f32(t->dtype, t->data, at, (size_t)t->numel);
@@ -527,7 +546,7 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_fro
     }
     int n_lm = n;
     char **names = NULL;
-    float *vision = m->cfg.vl ? vision_tensors(vl_from, &ws, &n, &names) : NULL;
+    float *vision = m->cfg.vl ? vision_tensors(vl_from, m->cfg.merger_in > 0, &ws, &n, &names) : NULL;
     char *path = path_join(dir, "model.safetensors");
     safetensors_write(path, ws, n, dtype);
     // last: a directory with a config has its weights
@@ -836,6 +855,7 @@ void qwen2_vl_inputs_free(Qwen2VlInputs *in) {
     free(in->rope);
     free(in->image_rows);
     free(in->image_feats);
+    free(in->image_grads);
     free(in->delta);
     memset(in, 0, sizeof *in);
 }

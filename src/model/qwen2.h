@@ -22,6 +22,9 @@ typedef struct {
     int vl;               // a Qwen2.5-VL model's language model (0: a text model, as zeroed configs are)
     int mrope_section[3]; // with vl: M-RoPE's sections (model/vl_rope.h)
     int64_t image_pad_id; // with vl: the image pad token (image_token_id)
+    int64_t merger_in;    // not from config.json: with a trained patch merger (actor.vision.train_merger), the
+                          // vision tower's width, and its tensors are in the slab (0: not there, frozen)
+    int64_t merger_units; // with merger_in: the patches a merged unit concatenates (merge^2)
     int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
                           // workspaces leave room for (0: none; set by lora_attach)
 } Qwen2Config;
@@ -44,6 +47,11 @@ typedef struct {
     size_t wdown;        // (L, C, I)
     size_t norm;         // (C)
     size_t lm_head;      // (V, C); equals embed when tied
+    // With merger_in (h) > 0, the patch merger (vision.h's VisionMerger; U h = merger_in * merger_units);
+    // the forward passes do not read it.
+    size_t merger_ln_q;  // (h)
+    size_t merger_w0, merger_b0;  // (U h, U h), (U h)
+    size_t merger_w2, merger_b2;  // (C, U h), (C)
 } Qwen2Layout;
 
 typedef struct {
@@ -101,6 +109,9 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out);
 void qwen2_load(Qwen2 *m, const char *dir, DType dtype);
 // The same for a Qwen2.5-VL model's language model (model.layers.* or model.language_model.layers.*).
 void qwen2_load_vl(Qwen2 *m, const char *dir, DType dtype);
+// The same with the slab of config c (qwen2_config_load_vl's, which may add merger_in: the merger's
+// visual.merger.* or model.visual.merger.* tensors are loaded too).
+void qwen2_load_config(Qwen2 *m, const char *dir, DType dtype, const Qwen2Config *c);
 // The dtype a checkpoint computes in by default: BF16 when its weights are stored in BF16, else F32
 // (F16 files widen to fp32: the CPU has no fast fp16 products).
 DType qwen2_file_dtype(const char *dir);
@@ -111,7 +122,8 @@ void qwen2_init_random(Qwen2 *m, uint64_t seed);
 // flat layout, to which the caller adds the vision_config); the caller cJSON_Deletes it.
 cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype);
 // A vision-language model's language model is saved with vl_from's vision tower beside it (transformers 4's
-// names: visual.*, model.layers.*, lm_head) and vl_from's config.json (NULL for text models).
+// names: visual.*, model.layers.*, lm_head; a merger in the slab replaces vl_from's) and vl_from's
+// config.json (NULL for text models).
 void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_from);
 
 // A forward's batch metadata: filled on the host, uploaded in one copy per forward.
@@ -212,6 +224,8 @@ typedef struct Qwen2VlInputs {
     int64_t *image_rows;        // ascending
     const float **image_feats;  // (n_image_rows) each one row of the model's hidden width: the caller's
                                 // features, which must outlive these inputs
+    float **image_grads;        // NULL, or (n_image_rows) rows where qwen2_backward adds d(loss)/d(that row's
+                                // feature) (a trained merger's input; host; set by the caller, freed with in)
     int64_t *delta;             // (B) per sequence: what M-RoPE adds to a generated token's index
 } Qwen2VlInputs;
 

@@ -276,8 +276,16 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const floa
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->views[c->layers - 1].xout,
                          qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
-    // image rows were features, not embeddings: the table gets nothing from them
-    for (int64_t i = 0; t->vl && i < t->vl->n_image_rows; i++)
-        be->zero(be, t->dx + t->vl->image_rows[i] * C, (size_t)C * sizeof(float));
+    // image rows were features, not embeddings: the table gets nothing from them, a trained merger their rows
+    float *row = t->vl && t->vl->image_grads ? xmalloc((size_t)C * sizeof *row) : NULL;
+    for (int64_t i = 0; t->vl && i < t->vl->n_image_rows; i++) {
+        float *dx = t->dx + t->vl->image_rows[i] * C;
+        if (row) {
+            be->download(be, row, dx, (size_t)C * sizeof *row);
+            for (int64_t j = 0; j < C; j++) t->vl->image_grads[i][j] += row[j];
+        }
+        be->zero(be, dx, (size_t)C * sizeof(float));
+    }
+    free(row);
     if (!m->lora) be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
 }

@@ -81,11 +81,11 @@ static void vision_walk(Vision *v, TakeFn take, void *ctx) {
         W(down_b, "mlp.down_proj.bias", H, 0);
 #undef W
     }
-    v->ln_q = take(ctx, "merger.ln_q.weight", H, 0);
-    v->m0_w = take(ctx, "merger.mlp.0.weight", M4, M4);
-    v->m0_b = take(ctx, "merger.mlp.0.bias", M4, 0);
-    v->m2_w = take(ctx, "merger.mlp.2.weight", c->out_hidden, M4);
-    v->m2_b = take(ctx, "merger.mlp.2.bias", c->out_hidden, 0);
+    v->merger.ln_q = take(ctx, "merger.ln_q.weight", H, 0);
+    v->merger.w0 = take(ctx, "merger.mlp.0.weight", M4, M4);
+    v->merger.b0 = take(ctx, "merger.mlp.0.bias", M4, 0);
+    v->merger.w2 = take(ctx, "merger.mlp.2.weight", c->out_hidden, M4);
+    v->merger.b2 = take(ctx, "merger.mlp.2.bias", c->out_hidden, 0);
 }
 
 // The slab's length: every tensor's values.
@@ -199,9 +199,9 @@ size_t vision_weight_bytes(const VisionConfig *c) {
 
 size_t vision_forward_bytes(const VisionConfig *c, int64_t patches, int threads) {
     int64_t N = patches, C = c->hidden, D = C / c->heads, U = (int64_t)c->merge * c->merge;
-    // x, h, att, o, the merger's z (C each), qkv (3 C), the rotations (D), gate and up (I each); attention's
-    // keys, values and scores per thread; the merged features
-    int64_t floats = N * (8 * C + D + 2 * c->intermediate) + (int64_t)threads * N * (2 * D + 1) +
+    // the merger's input, x, h, att, o, the merger's norm and GELU (C each), qkv (3 C), the rotations (D), gate
+    // and up (I each); attention's keys, values and scores per thread; the merged features
+    int64_t floats = N * (10 * C + D + 2 * c->intermediate) + (int64_t)threads * N * (2 * D + 1) +
                      N / U * c->out_hidden;
     return (size_t)floats * sizeof(float);
 }
@@ -294,7 +294,7 @@ static void attend(float *out, const float *qkv, int H, int D, const int64_t *se
 
 static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
-void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out) {
+void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden) {
     const VisionConfig *c = &v->cfg;
     if (grid[0] < 1 || grid[1] < c->merge || grid[2] < c->merge || grid[1] % c->merge || grid[2] % c->merge)
         die("internal: an image grid of %d x %d x %d patches for merge size %d",
@@ -358,16 +358,59 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
         matmul_forward(o, g, b->down_w, b->down_b, DTYPE_F32, N, I, C);
         residual_forward(x, o, N * C);
     }
-    // merger over each unit's U patches, then back to the image's order
-    int64_t M4 = C * U;
-    rmsnorm_forward(h, x, v->ln_q, DTYPE_F32, N, C, c->eps);
-    float *z = xmalloc((size_t)(units * M4) * sizeof *z);
-    float *y = xmalloc((size_t)(units * c->out_hidden) * sizeof *y);
-    matmul_forward(z, h, v->m0_w, v->m0_b, DTYPE_F32, units, M4, M4);
-    for (int64_t i = 0; i < units * M4; i++) z[i] = gelu(z[i]);
-    matmul_forward(y, z, v->m2_w, v->m2_b, DTYPE_F32, units, M4, c->out_hidden);
+    // each unit's U patches back to the image's order
     for (int64_t u = 0; u < units; u++)
-        memcpy(out + index[u] * c->out_hidden, y + u * c->out_hidden, (size_t)c->out_hidden * sizeof *out);
-    free(x), free(cs), free(h), free(qkv), free(att), free(o), free(g), free(up), free(z), free(y);
+        memcpy(hidden + index[u] * U * C, x + u * U * C, (size_t)(U * C) * sizeof *hidden);
+    free(x), free(cs), free(h), free(qkv), free(att), free(o), free(g), free(up);
     free(index), free(wseg), free(fseg);
+}
+
+// The merger's forward, keeping what its backward reads: h (units, U*C) the normed input, z (units, U*C)
+// before GELU (NULL: not kept), y (units, out_hidden).
+static void merge_forward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
+                          float *h, float *z, float *y) {
+    int64_t C = c->hidden, M4 = C * c->merge * c->merge;
+    float *a = xmalloc((size_t)(units * M4) * sizeof *a + 1);
+    rmsnorm_forward(h, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    matmul_forward(a, h, w->w0, w->b0, DTYPE_F32, units, M4, M4);
+    if (z) memcpy(z, a, (size_t)(units * M4) * sizeof *z);
+    for (int64_t i = 0; i < units * M4; i++) a[i] = gelu(a[i]);
+    matmul_forward(y, a, w->w2, w->b2, DTYPE_F32, units, M4, c->out_hidden);
+    free(a);
+}
+
+void vision_merge(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units, float *out) {
+    int64_t M4 = (int64_t)c->hidden * c->merge * c->merge;
+    float *h = xmalloc((size_t)(units * M4) * sizeof *h + 1);
+    merge_forward(c, w, hidden, units, h, NULL, out);
+    free(h);
+}
+
+void vision_merge_backward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
+                           const float *dout, const VisionMergerGrads *dw) {
+    int64_t C = c->hidden, M4 = C * c->merge * c->merge, O = c->out_hidden;
+    size_t n = (size_t)(units * M4) + 1;
+    float *h = xmalloc(n * sizeof *h), *z = xmalloc(n * sizeof *z), *a = xmalloc(n * sizeof *a);
+    float *y = xmalloc((size_t)(units * O) * sizeof *y + 1);
+    float *da = xcalloc(n, sizeof *da), *dh = xcalloc(n, sizeof *dh), *dx = xcalloc(n, sizeof *dx);
+    merge_forward(c, w, hidden, units, h, z, y);
+    for (int64_t i = 0; i < units * M4; i++) a[i] = gelu(z[i]);
+    matmul_backward(da, dw->w2, dw->b2, dout, a, w->w2, DTYPE_F32, units, M4, O);
+    for (int64_t i = 0; i < units * M4; i++) {  // GELU'(z) = Phi(z) + z phi(z)
+        double x = z[i], cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
+        double pdf = 0.3989422804014327 * exp(-0.5 * x * x);
+        da[i] *= (float)(cdf + x * pdf);
+    }
+    matmul_backward(dh, dw->w0, dw->b0, da, h, w->w0, DTYPE_F32, units, M4, M4);
+    rmsnorm_backward(dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    free(h), free(z), free(a), free(y), free(da), free(dh), free(dx);
+}
+
+void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out) {
+    const VisionConfig *c = &v->cfg;
+    int64_t units = (int64_t)grid[0] * grid[1] * grid[2] / (c->merge * c->merge);
+    float *hidden = xmalloc((size_t)(units * c->merge * c->merge * c->hidden) * sizeof *hidden + 1);
+    vision_hidden(v, patches, grid, hidden);
+    vision_merge(c, &v->merger, hidden, units, out);
+    free(hidden);
 }

@@ -5,8 +5,8 @@
 // where the blocks of fullatt_block_indexes attend over the whole image and the others within windows of
 // window_size pixels (merged units reordered window by window), the 2-D rotary embedding (a patch's row
 // and column, each on a quarter of the head's dimensions), and the patch merger: rmsnorm, each 2 x 2 group
-// of patches concatenated, Linear, GELU, Linear to the language model's width. Weights are frozen: there is
-// no backward.
+// of patches concatenated, Linear, GELU, Linear to the language model's width. The tower is frozen (no
+// backward); the merger has one (vision_merge_backward), for actor.vision.train_merger.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -28,12 +28,22 @@ typedef struct {
     const float *gate_w, *gate_b, *up_w, *up_b, *down_w, *down_b;
 } VisionBlock;
 
+// The patch merger (h: the tower's width, U = merge^2): rmsnorm (h), Linear(U h, U h), GELU, Linear(U h,
+// out_hidden). The same fields hold weights or (VisionMergerGrads) their gradients.
+typedef struct {
+    const float *ln_q, *w0, *b0, *w2, *b2;
+} VisionMerger;
+
+typedef struct {
+    float *ln_q, *w0, *b0, *w2, *b2;
+} VisionMergerGrads;
+
 typedef struct {
     VisionConfig cfg;
     float *slab;  // every weight, fp32
     const float *patch_w;  // (hidden, 3 * temporal * patch * patch)
     VisionBlock *blocks;
-    const float *ln_q, *m0_w, *m0_b, *m2_w, *m2_b;  // merger: rmsnorm, Linear(4h, 4h), Linear(4h, out_hidden)
+    VisionMerger merger;
 } Vision;
 
 // config.json's "vision_config" (Qwen2.5-VL's keys); dies naming `where` and the key on a bad value.
@@ -54,6 +64,15 @@ size_t vision_forward_bytes(const VisionConfig *c, int64_t patches, int threads)
 // Dies naming `where` unless the image processor's patches are the tower's (patch_size, temporal_patch_size,
 // merge_size) and, with lm_hidden > 0, its features are the language model's width.
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where);
+// The tower without its merger: hidden (t*h*w / merge^2 rows of merge^2 * hidden) each merged unit's patches'
+// last hidden states, in the order of the image's merged units (row-major), the merger's input.
+void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden);
+// out (units, out_hidden) = the merger w of hidden (units, merge^2 * hidden): each unit on its own.
+void vision_merge(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units, float *out);
+// dw += d(loss)/d(w) for dout = d(loss)/d(out) (units, out_hidden) of vision_merge(c, w, hidden, units), which
+// it recomputes. The tower below gets nothing (frozen).
+void vision_merge_backward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
+                           const float *dout, const VisionMergerGrads *dw);
 // Features of one image: patches (grid t*h*w rows of 3 * temporal * patch^2, vl_preprocess's order) ->
 // out (t*h*w / merge^2 rows of out_hidden), in the order of the image's merged units (row-major), which is
 // the order of its <|image_pad|> tokens.

@@ -145,32 +145,45 @@ int64_t vl_image_units(const int grid[3], int merge) {
     return (int64_t)grid[0] * grid[1] * grid[2] / (merge * merge);
 }
 
-float *vl_image_features(const VlModel *v, const VlImage *im, const char *where) {
+// im's merger input (vision_hidden): units rows of merge^2 * the tower's width (malloc'd).
+static float *image_hidden(const VlModel *v, const VlImage *im, const char *where) {
     Image img;
     image_read(im, &img, where);
     int grid[3];
     float *patches = vl_preprocess(&v->proc, &img, grid, NULL, where);
     image_free(&img);
     if (memcmp(grid, im->grid, sizeof grid) != 0) die("%s: %s changed since it was read", where, im->path);
-    float *feat = xmalloc((size_t)(vl_image_units(grid, v->proc.merge) * v->vision.cfg.out_hidden) * sizeof *feat);
-    vision_forward(&v->vision, patches, grid, feat);
+    int64_t width = (int64_t)v->proc.merge * v->proc.merge * v->vision.cfg.hidden;
+    float *hidden = xmalloc((size_t)(vl_image_units(grid, v->proc.merge) * width) * sizeof *hidden);
+    vision_hidden(&v->vision, patches, grid, hidden);
     free(patches);
-    return feat;
+    return hidden;
+}
+
+float *vl_prompt_hidden(const VlModel *v, const VlImage *ims, int n, const char *where, int64_t *units) {
+    *units = 0;
+    if (n == 0) return NULL;
+    int64_t width = (int64_t)v->proc.merge * v->proc.merge * v->vision.cfg.hidden;
+    for (int i = 0; i < n; i++) *units += vl_image_units(ims[i].grid, v->proc.merge);
+    float *all = xmalloc((size_t)(*units * width) * sizeof *all), *at = all;
+    for (int i = 0; i < n; i++) {
+        int64_t rows = vl_image_units(ims[i].grid, v->proc.merge);
+        float *h = image_hidden(v, &ims[i], where);
+        memcpy(at, h, (size_t)(rows * width) * sizeof *h);
+        at += rows * width;
+        free(h);
+    }
+    return all;
 }
 
 float *vl_prompt_features(const VlModel *v, const VlImage *ims, int n, const char *where) {
-    if (n == 0) return NULL;
-    int64_t rows = 0, C = v->vision.cfg.out_hidden;
-    for (int i = 0; i < n; i++) rows += vl_image_units(ims[i].grid, v->proc.merge);
-    float *all = xmalloc((size_t)(rows * C) * sizeof *all), *at = all;
-    for (int i = 0; i < n; i++) {
-        int64_t units = vl_image_units(ims[i].grid, v->proc.merge);
-        float *f = vl_image_features(v, &ims[i], where);
-        memcpy(at, f, (size_t)(units * C) * sizeof *f);
-        at += units * C;
-        free(f);
-    }
-    return all;
+    int64_t units;
+    float *hidden = vl_prompt_hidden(v, ims, n, where, &units);
+    if (!hidden) return NULL;
+    float *feats = xmalloc((size_t)(units * v->vision.cfg.out_hidden) * sizeof *feats);
+    vision_merge(&v->vision.cfg, &v->vision.merger, hidden, units, feats);
+    free(hidden);
+    return feats;
 }
 
 void vl_image_free(VlImage *im) {
@@ -192,6 +205,14 @@ int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_of
     for (int b = 0; b < B; b++) free(grids[b]);
     free(grids);
     return rc;
+}
+
+void vl_inputs_grads(Qwen2VlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads) {
+    in->image_grads = xmalloc((size_t)in->n_image_rows * sizeof *in->image_grads + 1);
+    for (int64_t i = 0, b = 0; i < in->n_image_rows; i++) {
+        while (in->image_rows[i] >= seq_off[b + 1]) b++;
+        in->image_grads[i] = grads[b] + (in->image_feats[i] - feats[b]);
+    }
 }
 
 const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const VlImage *ims,

@@ -48,10 +48,12 @@ typedef struct {
 
 // im's grid (decoding it once); dies naming `where` on a bad image.
 void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where);
-// im's features: grid t*h*w / merge^2 rows of the language model's width (malloc'd).
-float *vl_image_features(const VlModel *v, const VlImage *im, const char *where);
-// Every image's features of one prompt, concatenated in order (malloc'd; NULL for none).
+// Every image's features of one prompt, concatenated in order: t*h*w / merge^2 rows of the language model's
+// width per image (malloc'd; NULL for none).
 float *vl_prompt_features(const VlModel *v, const VlImage *ims, int n, const char *where);
+// The same images' merger input (vision_hidden, concatenated; malloc'd, NULL for none); *units its rows. The
+// merger works on each row alone: vision_merge of it is vl_prompt_features.
+float *vl_prompt_hidden(const VlModel *v, const VlImage *ims, int n, const char *where, int64_t *units);
 void vl_image_free(VlImage *im);
 // The pads of the images' merged units: t*h*w / merge^2.
 int64_t vl_image_units(const int grid[3], int merge);
@@ -61,6 +63,10 @@ int64_t vl_image_units(const int grid[3], int merge);
 int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
                     const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
                     Qwen2VlInputs *in);
+
+// in->image_grads (qwen2_backward's) of a batch (sequences seq_off) whose sequence b took its features from
+// feats[b] (vl_batch_inputs): each image row's gradient goes to the same place of grads[b].
+void vl_inputs_grads(Qwen2VlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads);
 
 // A prompt's own image inputs (the rollout's RolloutPrompt.vl): ids (n) with its images and their features;
 // in when it has images, else NULL (a text prompt). Dies when its pads and images differ.

@@ -257,7 +257,11 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
         load_adapter(dir, master, lora);
     } else {
         Qwen2 saved;
-        qwen2_load_vl(&saved, dir, DTYPE_F32);
+        Qwen2Config c;  // the checkpoint's, with this run's merger (a trained one is in the slab)
+        qwen2_config_load_vl(&c, dir);
+        c.merger_in = master->cfg.merger_in;
+        c.merger_units = master->cfg.merger_units;
+        qwen2_load_config(&saved, dir, DTYPE_F32, &c);
         if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
             saved.cfg.tied != master->cfg.tied)

@@ -34,6 +34,11 @@ typedef struct {
     int64_t *prompt_len;
     const PromptSample **prompt;  // per sample: its prompt's row
     float **feats;        // per prompt (sample i: i / G): its images' features, NULL for none (or a text model)
+    // With a trained merger, per prompt: its merger input (vl_prompt_hidden; units rows), the features'
+    // gradient while a mini-batch accumulates, and the reference's features (the initial merger's; NULL without
+    // a reference: then feats serve)
+    float **hidden, **dfeats, **ref_feats;
+    int64_t *units;
     float *reward, *adv;  // per sample
     int *correct;         // per sample: 1, 0, or -1 when no reward judges correctness
     int64_t *kept;        // kept sample ids
@@ -78,6 +83,9 @@ typedef struct {
     Tokenizer tok;
     VlModel vl;  // a vision-language model's frozen vision tower and image processor (has_vl)
     int has_vl;
+    int train_merger;     // actor.vision.train_merger: the policy's merger is in the trainer's slab; vl's own
+                          // stays the initial one, the reference's
+    VisionMerger merger;  // the policy's merger (has_vl): the trainer's, or vl's
     PromptData train, val;
     int has_val;
     RewardSet rewards;
@@ -135,32 +143,45 @@ static void update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config
     u->micro = micro;
 }
 
-// A VL model's part of the plan: the tower (model.path's vision_config) and the images (its processor's
-// max_pixels: the largest image's patches and merged units) of this rank's prompts.
-static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p) {
+// model.path's vision_config into *vc.
+static void vision_config_of(const GrpoSettings *s, VisionConfig *vc) {
     char *path = path_join(s->model_dir, "config.json");
     cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
-    VisionConfig vc;
-    vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), path);
-    VlProcessor proc;
-    vl_processor_load(&proc, s->model_dir);
-    vl_set_pixels(&proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
-    int64_t patches = proc.max_pixels / ((int64_t)proc.patch * proc.patch);
-    int64_t units = patches / ((int64_t)proc.merge * proc.merge);
-    p->vision = vision_weight_bytes(&vc);
-    p->images = (size_t)(s->train_batch_size / ranks * units * c->hidden) * sizeof(float) +
-                vision_forward_bytes(&vc, patches, omp_get_max_threads());
+    vision_config_parse(vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), path);
     cJSON_Delete(cfg);
     free(path);
 }
 
+// A VL model's part of the plan: the tower vc and the images (its processor's max_pixels: the largest
+// image's patches and merged units) of this rank's prompts: their features, and with a trained merger its
+// input, the reference's features and the features' gradients too.
+static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const VisionConfig *vc, int ranks,
+                        GrpoMemPlan *p) {
+    VlProcessor proc;
+    vl_processor_load(&proc, s->model_dir);
+    vl_set_pixels(&proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
+    int64_t patches = proc.max_pixels / ((int64_t)proc.patch * proc.patch);
+    int64_t units = patches / ((int64_t)proc.merge * proc.merge), per_unit = c->hidden;
+    if (s->train_merger) per_unit += (int64_t)proc.merge * proc.merge * vc->hidden + 2 * c->hidden;
+    p->vision = vision_weight_bytes(vc);
+    p->images = (size_t)(s->train_batch_size / ranks * units * per_unit) * sizeof(float) +
+                vision_forward_bytes(vc, patches, omp_get_max_threads());
+}
+
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
-    Qwen2Config cfg = *model;
+    Qwen2Config cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
     const Qwen2Config *c = &cfg;
+    lm.merger_in = lm.merger_units = 0;
+    VisionConfig vc;
+    if (c->vl) vision_config_of(s, &vc);
+    if (c->vl && s->train_merger) {  // the merger's tensors join the trained slab
+        cfg.merger_in = vc.hidden;
+        cfg.merger_units = (int64_t)vc.merge * vc.merge;
+    }
     Qwen2Layout w;
-    size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab;
+    size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab, n_ref = qwen2_layout(&lm, &w);
     size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
-    size_t reference = s->loss.kl_coef > 0 ? n * dtype_size(compute_storage(s->ref_dtype)) : 0;
+    size_t reference = s->loss.kl_coef > 0 ? n_ref * dtype_size(compute_storage(s->ref_dtype)) : 0;
     DType rollout_dt = compute_storage(s->precision);
     if (grpo_has_lora(s)) {  // a frozen base (no gradients, moments, copies; it is the reference) + fp32 adapters
         cfg.lora_rank = s->lora.spec.rank;
@@ -180,7 +201,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
         .update = update_ws_bytes(s, c, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
-    if (c->vl) vision_plan(s, c, ranks, p);
+    if (c->vl) vision_plan(s, c, &vc, ranks, p);
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
     p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision;
     p->peak = p->fixed + p->workspace + p->images;
@@ -206,16 +227,30 @@ static const Qwen2VlInputs *vl_inputs(const Qwen2 *m, const int32_t *tokens, con
     return in;
 }
 
-// The features of prompts idx[0..n) of d, once per prompt (feats[i]; NULL for a prompt without images).
-static float **prompt_features(const Run *r, const PromptData *d, const int64_t *idx, int n,
-                               const char *const *paths) {
-    float **feats = xcalloc((size_t)n + 1, sizeof *feats);
-    for (int i = 0; r->has_vl && i < n; i++) {
+// The merger inputs of prompts idx[0..n) of d, once per prompt (hidden[i], units[i] rows; NULL and 0 for a
+// prompt without images).
+static float **prompt_hidden(const Run *r, const PromptData *d, const int64_t *idx, int n,
+                             const char *const *paths, int64_t *units) {
+    float **hidden = xcalloc((size_t)n + 1, sizeof *hidden);
+    for (int i = 0; i < n; i++) {
         const PromptSample *x = &d->s[idx[i]];
-        if (x->n_images == 0) continue;
+        units[i] = 0;
+        if (!r->has_vl || x->n_images == 0) continue;
         char *where = xprintf(x->parquet ? "%s: row %lld" : "%s:%lld", paths[x->file], (long long)x->line);
-        feats[i] = vl_prompt_features(&r->vl, x->images, x->n_images, where);
+        hidden[i] = vl_prompt_hidden(&r->vl, x->images, x->n_images, where, &units[i]);
         free(where);
+    }
+    return hidden;
+}
+
+// Each prompt's features under merger w (feats[i]: into it when given, else fresh; NULL without images).
+static float **merged(const Run *r, const VisionMerger *w, float *const *hidden, const int64_t *units, int n,
+                      float **feats) {
+    if (!feats) feats = xcalloc((size_t)n + 1, sizeof *feats);
+    for (int i = 0; i < n; i++) {
+        if (!hidden[i]) continue;
+        if (!feats[i]) feats[i] = xmalloc((size_t)(units[i] * r->tr.master.cfg.hidden) * sizeof *feats[i]);
+        vision_merge(&r->vl.vision.cfg, w, hidden[i], units[i], feats[i]);
     }
     return feats;
 }
@@ -223,6 +258,27 @@ static float **prompt_features(const Run *r, const PromptData *d, const int64_t 
 static void features_free(float **feats, int64_t n) {
     for (int64_t i = 0; feats && i < n; i++) free(feats[i]);
     free(feats);
+}
+
+// The features of prompts idx[0..n) of d under the policy's merger, once per prompt; with a trained merger and
+// sb, its merger input, the reference's features and room for their gradients go to sb too.
+static float **prompt_features(const Run *r, const PromptData *d, const int64_t *idx, int n,
+                               const char *const *paths, StepBatch *sb) {
+    int64_t *units = xcalloc((size_t)n + 1, sizeof *units);
+    float **hidden = prompt_hidden(r, d, idx, n, paths, units);
+    float **feats = merged(r, &r->merger, hidden, units, n, NULL);
+    if (!sb || !r->train_merger) {
+        features_free(hidden, n);
+        free(units);
+        return feats;
+    }
+    sb->hidden = hidden;
+    sb->units = units;
+    if (r->has_ref) sb->ref_feats = merged(r, &r->vl.vision.merger, hidden, units, n, NULL);
+    sb->dfeats = xcalloc((size_t)n + 1, sizeof *sb->dfeats);
+    for (int i = 0; i < n; i++)
+        if (hidden[i]) sb->dfeats[i] = xcalloc((size_t)(units[i] * r->tr.master.cfg.hidden), sizeof(float));
+    return feats;
 }
 
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
@@ -289,22 +345,26 @@ static void rows_to_resp(const StepBatch *sb, int64_t a, int64_t b, const int64_
 }
 
 // The image inputs of the micro-batch pack() made of kept samples [a, b) into *in, and u->act.vl (NULL for
-// a text batch): each prompt's features, its response rows text after it.
-static void pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u,
-                        Qwen2VlInputs *in) {
+// a text batch): each prompt's features (pf: per prompt), its response rows text after it; with pg (per
+// prompt, feats' layout) the backward adds the features' gradients there.
+static void pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *pf, float *const *pg,
+                        int64_t a, int64_t b, UpdateWs *u, Qwen2VlInputs *in) {
     u->act.vl = NULL;
     if (!r->has_vl) return;
     int B = (int)(b - a);
     const PromptSample **x = xmalloc((size_t)B * sizeof *x);
-    float **feats = xmalloc((size_t)B * sizeof *feats);
+    float **feats = xmalloc((size_t)B * sizeof *feats), **grads = xmalloc((size_t)B * sizeof *grads);
     int64_t *plen = xmalloc((size_t)B * sizeof *plen);
     for (int k = 0; k < B; k++) {
         int64_t i = sb->kept[a + k];
-        x[k] = sb->prompt[i], feats[k] = sb->feats[i / r->s->G], plen[k] = sb->prompt_len[i];
+        x[k] = sb->prompt[i], feats[k] = pf[i / r->s->G], plen[k] = sb->prompt_len[i];
+        grads[k] = pg ? pg[i / r->s->G] : NULL;
     }
     u->act.vl = vl_inputs(m, u->tokens, u->seq_off, B, plen, x, feats, r->vl.proc.merge, in);
+    if (u->act.vl && pg) vl_inputs_grads(in, u->seq_off, (const float *const *)feats, grads);
     free(x);
     free(feats);
+    free(grads);
     free(plen);
 }
 
@@ -313,13 +373,15 @@ static void unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
     u->act.vl = NULL;
 }
 
-// Per-response-token log-probs of the kept samples under model m (no gradient), into out.
-static void score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, UpdateWs *u, float *out) {
+// Per-response-token log-probs of the kept samples under model m and image features feats (per prompt; no
+// gradient), into out.
+static void score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *feats, UpdateWs *u,
+                       float *out) {
     for (int64_t a = 0; a < sb->n_kept; a += u->micro) {
         int64_t b = a + u->micro < sb->n_kept ? a + u->micro : sb->n_kept;
         Qwen2VlInputs in;
         pack(sb, a, b, u);
-        pack_images(r, m, sb, a, b, u, &in);
+        pack_images(r, m, sb, feats, NULL, a, b, u, &in);
         qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
         unpack_images(u, &in);
         rows_to_resp(sb, a, b, u->seq_off, u->rows, out, 0);
@@ -357,7 +419,7 @@ static double validate(Run *r) {
     int64_t *idx = xmalloc((size_t)(n + 1) * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = v0 + i;
     RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
-    float **feats = prompt_features(r, &r->val, idx, (int)n, r->s->val_files);
+    float **feats = prompt_features(r, &r->val, idx, (int)n, r->s->val_files, NULL);
     if (n > 0) generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, feats, out);
     features_free(feats, n);
     for (int64_t i = 0; i < n; i++) {
@@ -375,7 +437,12 @@ static double validate(Run *r) {
     return correct / (double)r->val.n;
 }
 
-static void step_batch_free(StepBatch *sb) {
+static void step_batch_free(StepBatch *sb, int64_t n_prompts) {
+    features_free(sb->feats, n_prompts);
+    features_free(sb->hidden, n_prompts);
+    features_free(sb->dfeats, n_prompts);
+    features_free(sb->ref_feats, n_prompts);
+    free(sb->units);
     for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
     free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->prompt);
     free(sb->reward), free(sb->adv), free(sb->correct);
@@ -501,7 +568,7 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = sb->resp_off[a], t1 = sb->resp_off[b];
         Qwen2VlInputs in;
         pack(sb, a, b, u);
-        pack_images(r, cm, sb, a, b, u, &in);
+        pack_images(r, cm, sb, sb->feats, sb->dfeats, a, b, u, &in);
         qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
         rows_to_resp(sb, a, b, u->seq_off, u->rows, sb->logp, 0);
         rows_to_resp(sb, a, b, u->seq_off, u->ent_rows, sb->ent, 0);
@@ -526,7 +593,27 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
     }
 }
 
-// ppo_epochs passes over the mini-batches; clip + AdamW after each.
+// A trained merger's gradient (into the trainer's slab) from the features' gradients of the mini-batch just
+// accumulated (sb->dfeats, zeroed again); prompts outside it have none.
+static void merger_backward(Run *r, StepBatch *sb) {
+    const Qwen2Layout *w = &r->tr.master.w;
+    float *g = r->tr.grads;
+    VisionMergerGrads dw = {g + w->merger_ln_q, g + w->merger_w0, g + w->merger_b0, g + w->merger_w2,
+                            g + w->merger_b2};
+    size_t C = (size_t)r->tr.master.cfg.hidden;
+    for (int64_t i = 0; i < r->s->train_batch_size; i++) {
+        if (!sb->hidden[i]) continue;
+        size_t n = (size_t)sb->units[i] * C;
+        int any = 0;
+        for (size_t j = 0; j < n && !any; j++) any = sb->dfeats[i][j] != 0.0f;
+        if (!any) continue;
+        vision_merge_backward(&r->vl.vision.cfg, &r->merger, sb->hidden[i], sb->units[i], sb->dfeats[i], &dw);
+        memset(sb->dfeats[i], 0, n * sizeof(float));
+    }
+}
+
+// ppo_epochs passes over the mini-batches; clip + AdamW after each (a trained merger's features refreshed
+// before each, as its weights move).
 static void update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st) {
     const GrpoSettings *s = r->s;
     int64_t it = r->tr.st.iteration;
@@ -540,7 +627,10 @@ static void update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *
             count_loss_tokens(sb, m0, m1, &tot[0], &tot[1]);
             comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
             const Qwen2 *cm = trainer_begin_step(&r->tr);
+            if (r->train_merger)  // the merger's weights moved with the last update
+                merged(r, &r->merger, sb->hidden, sb->units, (int)s->train_batch_size, sb->feats);
             accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
+            if (r->train_merger) merger_backward(r, sb);
             double norm = trainer_apply(&r->tr, st->lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
             else st->norm_sum += norm, st->n_updates++;
@@ -673,7 +763,7 @@ static void grpo_step(Run *r, Stream *stream) {
     const Qwen2 *policy = trainer_weights(&r->tr);
     sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
     ToolSet before = r->tools;
-    sb.feats = prompt_features(r, &r->train, idx, (int)P, s->train_files);  // once per prompt, for every pass
+    sb.feats = prompt_features(r, &r->train, idx, (int)P, s->train_files, &sb);  // once per prompt a step
     generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
     st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;
     st.t_tools = r->tools.seconds - before.seconds;
@@ -693,8 +783,12 @@ static void grpo_step(Run *r, Stream *stream) {
     UpdateWs u;
     update_ws_init(&u, s, &r->tr.master.cfg, &r->workspace);
     int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward;
-    if (r->has_ref && sb.n_kept) score_kept(r, &r->ref, &sb, &u, sb.ref_logp), st.t_ref = time_now();
-    if (need_old && sb.n_kept) score_kept(r, policy, &sb, &u, sb.old_logp), st.t_old = time_now();
+    float **ref_feats = sb.ref_feats ? sb.ref_feats : sb.feats;
+    if (r->has_ref && sb.n_kept) {
+        score_kept(r, &r->ref, &sb, ref_feats, &u, sb.ref_logp);
+        st.t_ref = time_now();
+    }
+    if (need_old && sb.n_kept) score_kept(r, policy, &sb, sb.feats, &u, sb.old_logp), st.t_old = time_now();
     if (need_old) probs_diff(&sb, &st);
     if (s->use_kl_in_reward) st.kl_reward = kl_into_reward(s, &sb);
     // 4. group advantages
@@ -709,8 +803,7 @@ static void grpo_step(Run *r, Stream *stream) {
     // 6. metrics
     write_metrics(r, &sb, &st);
     if (r->dump) dump_samples(r, &sb, idx);
-    features_free(sb.feats, P);
-    step_batch_free(&sb);
+    step_batch_free(&sb, P);
     free(idx);
     free(pos);
 }
@@ -753,7 +846,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .schedule = a->lr_schedule, .warmup = a->lr_warmup_steps, .steps = c->trainer.steps, .epochs = c->data.epochs,
         .precision = a->precision, .ref_dtype = c->model.ref_dtype, .save_dtype = c->trainer.save_dtype,
         .loss_scale = a->loss_scale, .loss_scale_window = a->loss_scale_window, .max_skips = c->trainer.max_skips,
-        .recompute = a->recompute, .offload_optimizer = a->offload_optimizer, .shuffle = c->data.shuffle, .seed = c->trainer.seed,
+        .recompute = a->recompute, .offload_optimizer = a->offload_optimizer, .shuffle = c->data.shuffle,
+        .seed = c->trainer.seed, .train_merger = a->vision.train_merger,
         .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
         .resume = c->trainer.resume, .overwrite = c->trainer.overwrite,
@@ -879,10 +973,26 @@ static void write_val_metrics(Run *r, int64_t step, double acc) {
 // The run's model (trainer), tokenizer, data, stop tokens, rewards and reference: all but its files.
 static void run_load(Run *r) {
     const GrpoSettings *s = r->s;
+    Qwen2Config lm;
+    qwen2_config_load_vl(&lm, s->model_dir);
+    if ((r->has_vl = lm.vl)) {  // the vision tower is frozen: loaded once, fp32, never trained
+        vl_model_load(&r->vl, s->model_dir, &lm);
+        vl_set_pixels(&r->vl.proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
+        r->merger = r->vl.vision.merger;
+    } else if (s->train_merger) {
+        die("%s: actor.vision.train_merger needs a vision-language model", s->model_dir);
+    }
+    r->train_merger = s->train_merger;  // then the merger is trained with the language model, in its slab
     trainer_init(&r->tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
-                 &s->lora);
+                 &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL);
     trainer_set_dist(&r->tr, &r->comm, s->zero, s->topk_ratio);
     const Qwen2Config *c = &r->tr.master.cfg;
+    if (r->train_merger) {
+        const float *p = r->tr.master.params;
+        const Qwen2Layout *w = &r->tr.master.w;
+        r->merger = (VisionMerger){p + w->merger_ln_q, p + w->merger_w0, p + w->merger_b0, p + w->merger_w2,
+                                   p + w->merger_b2};
+    }
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
     tokenizer_load(&r->tok, tj);
@@ -901,9 +1011,7 @@ static void run_load(Run *r) {
                             .chat_template = s->chat_template, .tools = tools,
                             .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong,
                             .image_key = s->image_key};
-    if ((r->has_vl = c->vl)) {  // the vision tower is frozen: loaded once, fp32, never trained
-        vl_model_load(&r->vl, s->model_dir, c);
-        vl_set_pixels(&r->vl.proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
+    if (r->has_vl) {
         po.vl = &r->vl.proc;
         po.image_pad = (int32_t)c->image_pad_id;
     }
@@ -933,7 +1041,9 @@ static void run_load(Run *r) {
     if ((r->has_ref = s->loss.kl_coef > 0) && r->tr.has_lora) {
         r->ref = trainer_base(&r->tr);
     } else if (r->has_ref) {
-        qwen2_build(&r->ref, c, compute_storage(s->ref_dtype));
+        Qwen2Config rc = *c;  // the language model: a trained merger's initial weights are vl's
+        rc.merger_in = rc.merger_units = 0;
+        qwen2_build(&r->ref, &rc, compute_storage(s->ref_dtype));
         compute_copy_round(&r->ref, &r->tr.master, s->ref_dtype);
     }
     r->tr.st.seed = s->seed;

@@ -44,6 +44,7 @@ typedef struct {
     double loss_scale;           // fp16
     int64_t loss_scale_window, max_skips;
     int recompute, offload_optimizer, shuffle;
+    int train_merger;            // actor.vision.train_merger
     uint64_t seed;
     int64_t save_every, keep, val_every;
     int val_before_train;

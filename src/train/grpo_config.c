@@ -232,6 +232,9 @@ static const ConfigKey KEYS[] = {
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
           "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout"),
+    KBOOL("actor.vision.train_merger", actor.vision.train_merger, "false",
+          "a vision-language model's patch merger trains with the language model (full fine-tuning; the rest of "
+          "the vision tower stays frozen)"),
     KINT("actor.lora.rank", actor.lora.rank, "0", 0, 65536,
          "LoRA rank r (0: full fine-tuning). The base is frozen and only the adapters train; the output directory "
          "holds a PEFT adapter (adapter_config.json, adapter_model.safetensors)"),
@@ -717,6 +720,10 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
         CONFLICT("reward.program.weight", "reward.program.command",
                  "reward.program is on but reward.program.command is null");
     int lora = a->lora.rank > 0 || c->model.adapter;
+    if (lora && a->vision.train_merger)
+        CONFLICT("actor.vision.train_merger", "actor.lora.rank",
+                 "actor.vision.train_merger trains the merger fully: it does not combine with LoRA (actor.lora.rank, "
+                 "model.adapter) yet");
     if (lora && a->precision != DTYPE_F32)
         CONFLICT("actor.precision", "actor.lora.rank",
                  "actor.precision must be fp32 with LoRA: the adapters train in fp32 and the frozen base is stored "

@@ -106,6 +106,9 @@ typedef struct {
     int64_t loss_scale_window;
     int recompute, offload_optimizer;
     struct {
+        int train_merger;
+    } vision;
+    struct {
         int64_t rank;  // 0: off
         double alpha, dropout;
         GrpoStrList target_modules;  // empty: all-linear

@@ -215,7 +215,7 @@ void sft_run(const SftConfig *cfg) {
     if (ckpt) resume_lora(&lora, ckpt);
     Trainer *tr = &r.tr;
     trainer_init(tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
-                 &lora);
+                 &lora, NULL);
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;

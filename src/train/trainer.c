@@ -25,15 +25,22 @@ static const Backend *be_of(const Trainer *t) { return t->master.be; }
 static float *slab(const Trainer *t, size_t n) { return be_of(t)->alloc(be_of(t), (n ? n : 1) * F); }
 
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window, const TrainerLora *lora) {
+                  int64_t loss_scale_window, const TrainerLora *lora, const VisionConfig *train_merger) {
     memset(t, 0, sizeof *t);
     t->adam = adam;
     t->clip = clip;
     t->precision = precision;
     t->has_lora = lora && (lora->spec.rank > 0 || lora->adapter);
     if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
-    // a vision-language model: its language model (the tower is the caller's, frozen)
-    qwen2_load_vl(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32);
+    if (t->has_lora && train_merger) die("internal: a trained merger with LoRA");
+    // a vision-language model: its language model (the tower is the caller's, frozen), and its merger
+    Qwen2Config c;
+    qwen2_config_load_vl(&c, model_dir);
+    if (train_merger) {
+        c.merger_in = train_merger->hidden;
+        c.merger_units = (int64_t)train_merger->merge * train_merger->merge;
+    }
+    qwen2_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
@@ -172,8 +179,9 @@ DType compute_storage(DType precision) { return precision == DTYPE_BF16 ? DTYPE_
 
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
     const Backend *be = master->be;
-    if (dst->dtype == DTYPE_BF16) be->round_operand(be, DTYPE_BF16, master->params, dst->params, (int64_t)master->n_params);
-    else be->round_values(be, dst->params, master->params, master->n_params, precision);
+    size_t n = dst->n_params;  // the master's slab may go on past dst's: a trained merger
+    if (dst->dtype == DTYPE_BF16) be->round_operand(be, DTYPE_BF16, master->params, dst->params, (int64_t)n);
+    else be->round_values(be, dst->params, master->params, n, precision);
 }
 
 Qwen2 trainer_base(const Trainer *t) {
@@ -210,11 +218,13 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         o.lr = lr;
         t->st.adam_t++;
         t->st.skips_in_row = 0;
-        for (int i = 0; i < t->n_tensors; i++) {  // Hugging Face Trainer's groups: no decay for biases and norms
+        // Hugging Face Trainer's groups: no decay for biases and norms (ln_q: the merger's norm)
+        for (int i = 0; i < t->n_tensors; i++) {
             const Qwen2Tensor *x = &t->tensors[i];
             size_t off = x->off, end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
-            double wd = strstr(x->name, "bias") || strstr(x->name, "norm") ? 0.0 : o.weight_decay;
+            int no_decay = strstr(x->name, "bias") || strstr(x->name, "norm") || strstr(x->name, "ln_q");
+            double wd = no_decay ? 0.0 : o.weight_decay;
             if (a < b)
                 be->adamw(be, &o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
                              t->st.adam_t);

@@ -14,6 +14,7 @@
 #include "parallel/topk.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
+#include "model/vision.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
 
@@ -54,8 +55,10 @@ typedef struct {
 } Trainer;
 
 // lora: NULL or rank 0 without an adapter for full fine-tuning (precision must be F32 with LoRA).
+// train_merger: a VL model's tower whose patch merger is trained too (its tensors join the slab after the
+// language model's: Qwen2Config.merger_in), or NULL (full fine-tuning only).
 void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window, const TrainerLora *lora);
+                  int64_t loss_scale_window, const TrainerLora *lora, const VisionConfig *train_merger);
 void trainer_free(Trainer *t);
 // Makes the trainer one of comm's ranks: ZeRO stage 0, 1 or 2 (see Trainer.zero) and top-k gradient
 // compression with error feedback at topk_ratio (0: off; only with ZeRO 0). Before trainer_load and
@@ -70,7 +73,8 @@ void trainer_offload(Trainer *t);
 // A compute copy of precision p (F32, BF16 or F16) is stored as compute_storage(p): bf16 in 2 bytes a
 // parameter; fp16 values in fp32 (the CPU has no fast fp16 products), rounded to fp16.
 DType compute_storage(DType precision);
-// dst (built with compute_storage(precision)) = master's fp32 weights rounded to precision.
+// dst (built with compute_storage(precision)) = master's fp32 weights rounded to precision (dst's n_params of
+// them: a reference without the master's trained merger).
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
 const Qwen2 *trainer_weights(Trainer *t);

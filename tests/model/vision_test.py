@@ -396,7 +396,8 @@ def g_vl_response_pads():
 
 def g_vl_grad():
     """The training forward and backward of the language model with an image prompt: every gradient tensor
-    against PyTorch autograd through the float64 reference (features fixed: the vision tower is frozen)."""
+    against PyTorch autograd through the float64 reference, the patch merger's too (actor.vision.train_merger;
+    the rest of the tower is frozen)."""
     for seed, v5 in ((31, False), (32, True)):
         d = os.path.join(TMP, f"vlg{seed}")
         m, vis, vc = make_vl(d, seed, v5)
@@ -406,21 +407,15 @@ def g_vl_grad():
         out = os.path.join(TMP, "vlg.safetensors")
         run_vl(["--grad"], d, image, ids, out)
         got = ref.load_safetensors(out)
+        merger = {"visual." + k: t.requires_grad_(True) for k, t in vis.items() if k.startswith("merger.")}
         feats, grid = reference_features(image, vis, vc)
         units = grid[0] * grid[1] * grid[2] // 4
         toks = [t for i in ids for t in ([319] * units if i < 0 else [i])]
         pos3, _ = get_rope_index(toks, [tuple(grid)], 319)
-        named = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm, "lm_head.weight": m.lm_head}
-        short = {"ln1": "input_layernorm.weight", "ln2": "post_attention_layernorm.weight",
-                 "wq": "self_attn.q_proj.weight", "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight",
-                 "bk": "self_attn.k_proj.bias", "wv": "self_attn.v_proj.weight", "bv": "self_attn.v_proj.bias",
-                 "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
-                 "wd": "mlp.down_proj.weight"}
-        for li, L in enumerate(m.layers):
-            for k, n in short.items():
-                named[f"model.layers.{li}.{n}"] = L[k]
+        named = lm_tensors(m)
         for t in named.values():
             t.requires_grad_(True)
+        named.update(merger)
         lp = vl_logprob_rows(m, toks, feats, pos3, (2, 2, 2))
         loss = 0
         want_lp = []
@@ -438,8 +433,9 @@ def g_vl_grad():
         lp_err = max(abs(float(got["logp"][i]) - v) for i, v in want_lp)
         pad_rows = float(named["model.embed_tokens.weight"].grad[319].abs().max())
         check(f"VL training ({'transformers 5' if v5 else 'transformers 4'} layout, {units} image pads): log-probs "
-              f"({lp_err:.1e}) and every gradient tensor (worst {where}: {worst:.1e} of its largest) equal PyTorch "
-              "autograd of the float64 reference (1e-4); the image pad's embedding row gets no gradient",
+              f"({lp_err:.1e}) and every gradient tensor, the merger's 5 too (worst {where}: {worst:.1e} of its "
+              "largest), equal PyTorch autograd of the float64 reference (1e-4); the image pad's embedding row gets "
+              "no gradient",
               lp_err <= 1e-4 and worst <= 1e-4 and pad_rows == 0 and
               float(got["grad.model.embed_tokens.weight"][319].abs().max()) == 0)
 
@@ -494,13 +490,11 @@ def pad_runs(ids):
     return runs
 
 
-def g_vl_grpo():
-    """grpo train on a tiny Qwen2.5-VL with the real Qwen tokenizer and image rows in the three layouts (an
-    "images" list with "<image>" placeholders, {"path"} objects, a message with content parts) and a text row:
-    the prompts' pads are the reference processor's count, the rollout's log-probs of every sample equal the
-    float64 reference (features, M-RoPE, the position delta), the trainer's old log-probs the rollout's (its
-    micro-batches' image inputs), the language model learns while the vision tower is saved unchanged, and the
-    result loads back as a Qwen2.5-VL checkpoint."""
+def vl_grpo_setup():
+    """The tiny Qwen2.5-VL of the GRPO groups (the real Qwen tokenizer) and its data: image rows in the three
+    layouts (an "images" list with "<image>" placeholders, {"path"} objects, a message with content parts) and a
+    text row. Returns the model directory, the reference model and tower (make_vl), the data directory, the
+    images and each row's images."""
     d = os.path.join(TMP, "vlgrpo")
     m, vis, vc = make_vl(d, 61, False, vocab=151936, pad=PAD)
     for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -519,6 +513,26 @@ def g_vl_grpo():
     row_images = [[imgs[0]], [imgs[1], imgs[2]], [imgs[2]], []]
     with open(os.path.join(data, "train.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+    return d, m, vis, vc, data, imgs, row_images
+
+
+def vl_sample_rows(m, s, feats, grids, row_images):
+    """The log-softmax rows of sample s of samples.jsonl (prompt + response) under the reference m and the
+    images' features feats (path -> tensor), and the prompt's length."""
+    ps = row_images[s["prompt_index"]]
+    ids = s["prompt_ids"] + s["response_ids"]
+    f = torch.cat([feats[p] for p in ps]) if ps else torch.zeros(0, 24, dtype=torch.float64)
+    prompt_pos, delta = get_rope_index(s["prompt_ids"], [tuple(grids[p]) for p in ps], PAD)
+    resp = torch.arange(len(s["prompt_ids"]), len(ids)).view(1, -1).expand(3, -1) + delta
+    return vl_logprob_rows(m, ids, f, torch.cat([prompt_pos, resp], 1), (2, 2, 2)), len(s["prompt_ids"])
+
+
+def g_vl_grpo():
+    """grpo train on vl_grpo_setup's model and rows: the prompts' pads are the reference processor's count, the
+    rollout's log-probs of every sample equal the float64 reference (features, M-RoPE, the position delta), the
+    trainer's old log-probs the rollout's (its micro-batches' image inputs), the language model learns while
+    the vision tower is saved unchanged, and the result loads back as a Qwen2.5-VL checkpoint."""
+    d, m, vis, vc, data, imgs, row_images = vl_grpo_setup()
     out = os.path.join(TMP, "vlgrpo_out")
     cfg = os.path.join(TMP, "vlgrpo.yaml")
     with open(cfg, "w") as f:
@@ -558,14 +572,8 @@ def g_vl_grpo():
     worst = 0.0
     with torch.no_grad():
         for s in (s for s in samples if s["step"] == 1):
-            ps = row_images[s["prompt_index"]]
-            ids = s["prompt_ids"] + s["response_ids"]
-            f = torch.cat([feats[p] for p in ps]) if ps else torch.zeros(0, 24, dtype=torch.float64)
-            prompt_pos, delta = get_rope_index(s["prompt_ids"], [tuple(grids[p]) for p in ps], PAD)
-            resp = torch.arange(len(s["prompt_ids"]), len(ids)).view(1, -1).expand(3, -1) + delta
-            rows = vl_logprob_rows(m, ids, f, torch.cat([prompt_pos, resp], 1), (2, 2, 2))
-            n0 = len(s["prompt_ids"])
-            want = [float(rows[n0 - 1 + t, ids[n0 + t]]) for t in range(len(s["response_ids"]))]
+            rows, n0 = vl_sample_rows(m, s, feats, grids, row_images)
+            want = [float(rows[n0 - 1 + t, s["response_ids"][t]]) for t in range(len(s["response_ids"]))]
             worst = max([worst] + [abs(a - b) for a, b in zip(want, s["logprobs"])])
     n0 = sum(1 for s in samples if s["step"] == 1)
     check(f"the rollout's log-probs of all {n0} samples of step 1 equal the float64 reference (image features, "
@@ -605,6 +613,209 @@ def g_vl_grpo():
     check("data.min_pixels above data.max_pixels is refused in one line naming both keys",
           r.returncode == 1 and r.stderr.count("\n") == 1 and "data.min_pixels" in r.stderr
           and "data.max_pixels" in r.stderr, r.stderr.strip())
+
+
+def lm_tensors(m):
+    """The reference language model's tensors under their Hugging Face names."""
+    named = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm, "lm_head.weight": m.lm_head}
+    short = {"ln1": "input_layernorm.weight", "ln2": "post_attention_layernorm.weight",
+             "wq": "self_attn.q_proj.weight", "bq": "self_attn.q_proj.bias", "wk": "self_attn.k_proj.weight",
+             "bk": "self_attn.k_proj.bias", "wv": "self_attn.v_proj.weight", "bv": "self_attn.v_proj.bias",
+             "wo": "self_attn.o_proj.weight", "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight",
+             "wd": "mlp.down_proj.weight"}
+    for li, L in enumerate(m.layers):
+        for k, n in short.items():
+            named[f"model.layers.{li}.{n}"] = L[k]
+    return named
+
+
+def g_vl_merger():
+    """actor.vision.train_merger: one on-policy GRPO step (no KL, no clipping, no weight decay) whose gradient,
+    the patch merger's included, is PyTorch autograd's through the float64 reference over the dumped samples
+    (token-mean loss -A * log p): the step's grad_norm is the reference's, and every merger weight moved by
+    AdamW's first step -lr * g / (|g| + eps) of the reference's g; the rest of the tower is saved unchanged; two
+    ranks give the same step; a run resumed from its step-1 checkpoint (merger moments in it) ends byte for byte
+    as the uninterrupted one, and its step-2 KL is the reference's between checkpoint-1 and the initial model
+    (initial merger); with two mini-batches the second one's features are the updated merger's."""
+    d, m, vis, vc, data, imgs, row_images = vl_grpo_setup()
+    out, lr = os.path.join(TMP, "vlmerger_out"), 1e-3
+    cfg = os.path.join(TMP, "vlmerger.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
+                "max_prompt_length: 160, max_response_length: 6, shuffle: false}\n"
+                "rollout: {n: 3, temperature: 1.0}\n"
+                "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
+                f"actor: {{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, "
+                "vision: {train_merger: true}}\n"
+                f"trainer: {{steps: 1, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
+    r = grpo(["train", "--config", cfg])
+    check("grpo train with actor.vision.train_merger runs to the end", r.returncode == 0, r.stderr[-600:])
+    if r.returncode:
+        return
+    samples = [json.loads(x) for x in open(os.path.join(out, "samples.jsonl"))]
+    metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
+    named = lm_tensors(m)
+    for t in named.values():
+        t.requires_grad_(True)
+    merger = {"visual." + k: t.requires_grad_(True) for k, t in vis.items() if k.startswith("merger.")}
+    named.update(merger)
+    grids = {p: image_test.reference(p, 56 * 56, 48 * 28 * 28)[3] for p in imgs}
+
+    def features(w=vis):  # each image's, under w's merger as it is now
+        return {p: tower(w, vc, image_test.reference(p, 56 * 56, 48 * 28 * 28)[2].astype(np.float64), grids[p])
+                for p in imgs}
+    feats = features()
+    n_tok = sum(len(s["response_ids"]) for s in samples)
+    loss = 0
+    for s in samples:
+        rows, n0 = vl_sample_rows(m, s, feats, grids, row_images)
+        lp = sum(rows[n0 - 1 + t, tok] for t, tok in enumerate(s["response_ids"]))
+        loss = loss - s["advantage"] * lp / n_tok
+    loss.backward()
+    norm = math.sqrt(sum(float((t.grad ** 2).sum()) for t in named.values()))
+    norm_lm = math.sqrt(sum(float((t.grad ** 2).sum()) for k, t in named.items() if k not in merger))
+    got = metrics[0]["grad_norm"]
+    check(f"the step's gradient norm ({got:.6g}) is the float64 reference's ({norm:.6g}) within 1e-4 relative; "
+          f"the merger's part matters (without it {norm_lm:.6g})",
+          abs(got - norm) <= 1e-4 * norm and abs(norm - norm_lm) > 1e-3 * norm)
+    saved = ref.load_safetensors(os.path.join(out, "model.safetensors"))
+    orig = ref.load_safetensors(os.path.join(d, "model.safetensors"))
+    worst, covered, total = 0.0, 0, 0
+    for k, t in merger.items():
+        g = t.grad
+        delta = saved[k].double() - orig[k].double()
+        want = -lr * g / (g.abs() + 1e-8)
+        sure = g.abs() > 1e-4 * float(g.abs().max())  # far from AdamW's eps: the step is sign(g) lr
+        worst = max(worst, float((delta - want)[sure].abs().max()) / lr)
+        covered, total = covered + int(sure.sum()), total + g.numel()
+    tower_same = all(torch.equal(saved[k].float(), orig[k].float()) for k in orig
+                     if k.startswith("visual.") and k not in merger)
+    check(f"every merger weight moved by AdamW's first step of the reference gradient ({covered} of {total} "
+          f"weights with |g| > 1e-4 max|g|: worst {worst:.1e} lr, within 1e-3 lr); the rest of the tower is saved "
+          "unchanged", worst <= 1e-3 and covered > total // 2 and tower_same, f"tower unchanged {tower_same}")
+    # two ranks (each with 2 of the 4 prompts): the gradients all-reduced, the merger's with the rest
+    np2 = os.path.join(TMP, "vlmerger_np2")
+    r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2", GRPO,
+                        "train", "--config", cfg, f"trainer.out_dir={np2}", "trainer.dump_samples=false"],
+                       capture_output=True, text=True, timeout=600)
+    two_ranks = ref.load_safetensors(os.path.join(np2, "model.safetensors")) if r.returncode == 0 else {}
+    norm2 = json.loads(open(os.path.join(np2, "metrics.jsonl")).readline())["grad_norm"] if two_ranks else 0
+    diff = max((float((two_ranks[k].double() - saved[k].double()).abs().max()) / lr for k in merger), default=1)
+    check(f"under mpirun -np 2 the step's grad_norm ({norm2:.9g}) is the single process's within 1e-6 relative and "
+          f"the merger's weights its own (worst {diff:.1e} lr, within 1e-3 lr)",
+          r.returncode == 0 and abs(norm2 - got) <= 1e-6 * got and diff <= 1e-3, r.stderr[-400:])
+    # resumed == uninterrupted, the merger's moments in the checkpoint
+    two = os.path.join(TMP, "vlmerger_two")
+    full = ["train", "--config", cfg, "trainer.steps=2", "actor.kl_loss_coef=0.1", "trainer.save_every=1"]
+    r1 = grpo(full + [f"trainer.out_dir={two}", "trainer.steps=1"])
+    r2 = grpo(full + [f"trainer.out_dir={two}", "trainer.resume=true", "trainer.overwrite=false"])
+    r3 = grpo(full + [f"trainer.out_dir={out}"])
+    ok = r1.returncode == 0 and r2.returncode == 0 and r3.returncode == 0
+    same = ok and open(os.path.join(two, "model.safetensors"), "rb").read() == \
+        open(os.path.join(out, "model.safetensors"), "rb").read()
+    moments = ok and "exp_avg.visual.merger.mlp.0.weight" in ref.load_safetensors(
+        os.path.join(two, "checkpoint-1", "optimizer.safetensors"))
+    check("with a reference (actor.kl_loss_coef 0.1): 2 steps resumed from checkpoint-1 (which holds the merger's "
+          "Adam moments) equal 2 uninterrupted steps byte for byte", same and moments,
+          f"{r1.stderr[-200:]} {r2.stderr[-200:]} {r3.stderr[-200:]}")
+    if not ok:
+        return
+    # Step 2's KL: the policy is checkpoint-1's (its language model and merger), the reference the initial model
+    # with the initial merger. verl's low_var_kl, token-mean over step 2's samples.
+    p1 = ref.load_safetensors(os.path.join(out, "checkpoint-1", "model.safetensors"))
+    samples = [json.loads(x) for x in open(os.path.join(out, "samples.jsonl"))]
+    got = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))][1]["kl"]
+    with torch.no_grad():
+        init = {k: t.detach().clone() for k, t in named.items()}
+        feats0 = features()
+        for k, t in named.items():
+            t.copy_(p1[k].double())
+        feats1 = features()
+        lp1 = [vl_sample_rows(m, s, feats1, grids, row_images) for s in samples if s["step"] == 2]
+        lp1_ref_merger = [vl_sample_rows(m, s, feats0, grids, row_images) for s in samples if s["step"] == 2]
+        for k, t in named.items():
+            if k not in merger:
+                t.copy_(init[k])
+        lp0 = [vl_sample_rows(m, s, feats0, grids, row_images) for s in samples if s["step"] == 2]
+        lp0_new_merger = [vl_sample_rows(m, s, feats1, grids, row_images) for s in samples if s["step"] == 2]
+        for k, t in named.items():
+            t.copy_(init[k])
+    step2 = [s for s in samples if s["step"] == 2]
+
+    def token_kl(pol, rf):
+        total, n = 0.0, 0
+        for s, (a, n0), (b, _) in zip(step2, pol, rf):
+            for t, tok in enumerate(s["response_ids"]):
+                d = float(b[n0 - 1 + t, tok] - a[n0 - 1 + t, tok])
+                total += min(max(math.exp(d) - d - 1, -10.0), 10.0)
+                n += 1
+        return total / n
+    want, wrong = token_kl(lp1, lp0), token_kl(lp1, lp0_new_merger)
+    check(f"step 2's KL ({got:.6g}) is the float64 reference's between checkpoint-1 (with its trained merger) and "
+          f"the initial model with the initial merger ({want:.6g}) within 1e-3 relative; a reference with the "
+          f"trained merger would give {wrong:.6g}, a policy with the initial one "
+          f"{token_kl(lp1_ref_merger, lp0):.6g}",
+          abs(got - want) <= 1e-3 * want and abs(wrong - want) > 1e-2 * want
+          and abs(token_kl(lp1_ref_merger, lp0) - want) > 1e-2 * want)
+    # Two mini-batches (prompts 0-1, then 2-3): the second one's features come from the merger after the first
+    # update (AdamW's first step: -lr * g / (|g| + eps)), its loss is PPO's clipped one against the old log-probs.
+    # (seed 1: an image prompt with rewards that differ in each)
+    lr2, mini = 1e-4, os.path.join(TMP, "vlmerger_mini")
+    r = grpo(["train", "--config", cfg, f"actor.lr={lr2}", "actor.mini_batch_size=2", f"trainer.out_dir={mini}",
+              "trainer.seed=1"])
+    if r.returncode:
+        check("two mini-batches with a trained merger run", False, r.stderr[-400:])
+        return
+    samples = [json.loads(x) for x in open(os.path.join(mini, "samples.jsonl"))]
+    got = json.loads(open(os.path.join(mini, "metrics.jsonl")).readline())["grad_norm"]
+    batches = [[s for s in samples if s["prompt_index"] in ab] for ab in ((0, 1), (2, 3))]
+
+    def minibatch_loss(batch, feats, old=None):
+        total, n_tok = 0, sum(len(s["response_ids"]) for s in batch)
+        for j, s in enumerate(batch):
+            rows, n0 = vl_sample_rows(m, s, feats, grids, row_images)
+            lp = torch.stack([rows[n0 - 1 + t, tok] for t, tok in enumerate(s["response_ids"])])
+            ratio = torch.exp(lp - (lp.detach() if old is None else old[j]))
+            a = s["advantage"]
+            total = total + torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2)).sum() / n_tok
+        return total
+
+    def grad_norm(tensors):
+        return math.sqrt(sum(float((t.grad ** 2).sum()) for t in tensors))
+    for t in named.values():
+        t.grad = None
+    with torch.no_grad():
+        feats0 = features()
+        old = []
+        for s in batches[1]:
+            rows, n0 = vl_sample_rows(m, s, feats0, grids, row_images)
+            old.append(torch.stack([rows[n0 - 1 + t, tok] for t, tok in enumerate(s["response_ids"])]))
+    minibatch_loss(batches[0], features()).backward()
+    n1 = grad_norm(named.values())
+    with torch.no_grad():
+        for t in named.values():
+            t -= lr2 * t.grad / (t.grad.abs() + 1e-8)
+            t.grad = None
+    minibatch_loss(batches[1], features(), old).backward()
+    n2 = grad_norm(named.values())
+    for t in named.values():
+        t.grad = None
+    merger0 = {k: init["visual." + k].clone().requires_grad_(True) for k in vis if k.startswith("merger.")}
+    minibatch_loss(batches[1], features({**vis, **merger0}), old).backward()
+    n2_stale = grad_norm([t for k, t in named.items() if k not in merger] + list(merger0.values()))
+    with torch.no_grad():
+        for k, t in named.items():
+            t.copy_(init[k])
+            t.grad = None
+    want, stale = (n1 + n2) / 2, (n1 + n2_stale) / 2
+    check(f"two mini-batches: the mean grad_norm ({got:.8g}) is the float64 reference's ({want:.8g}) within 1e-5 "
+          f"relative, the second mini-batch's features from the merger after the first update (features kept "
+          f"from before it would give {stale:.8g})",
+          abs(got - want) <= 1e-5 * want and abs(stale - want) > 1e-4 * want)
+    r = grpo(["train", "--config", cfg, "actor.lora.rank=4"])
+    check("actor.vision.train_merger with LoRA is refused in one line naming both keys",
+          r.returncode == 1 and r.stderr.count("\n") == 1 and "actor.vision.train_merger" in r.stderr
+          and "actor.lora.rank" in r.stderr, r.stderr.strip())
 
 
 def g_vl_sft():
@@ -833,8 +1044,8 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_response_pads": g_vl_response_pads,
-              "vl_grad": g_vl_grad,
-              "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_sft": g_vl_sft, "vl_parquet": g_vl_parquet,
+              "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_merger": g_vl_merger,
+              "vl_sft": g_vl_sft, "vl_parquet": g_vl_parquet,
               "vl_cli": g_vl_cli}
     return run_groups(lambda: None, groups, a.only)
 

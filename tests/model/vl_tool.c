@@ -5,7 +5,8 @@
 //               dim, out_hidden; the patches (float32) and the features (float32, t*h*w/4 rows)
 //   --score     OUT gets int32 N, the N token ids, then N float32 log-probs (out[i] = log p(ids[i+1] | ids[..i]))
 //   --grad      the training forward and backward (targets: the next token where it is text; dlogp[i] =
-//               sin(i + 1) / 2); OUT a safetensors file of "logp" and "grad.<name>" of every parameter
+//               sin(i + 1) / 2); OUT a safetensors file of "logp" and "grad.<name>" of every parameter, the
+//               patch merger's too (visual.merger.*: actor.vision.train_merger's gradient)
 //   --generate K  K greedy tokens after the sequence from the rollout engine (2 samples sharing the prefill);
 //               OUT gets int32 K, then the first sample's K ids and K float32 log-probs
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "io/safetensors.h"
 #include "model/qwen2.h"
 #include "model/vision.h"
+#include "model/vl.h"
 #include "model/vl_processor.h"
 #include "model/vl_rope.h"
 #include "rollout/rollout.h"
@@ -34,8 +36,8 @@ static void image_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t 
         die("pads and grid differ");
 }
 
-static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
-                        int merge, const char *out) {
+static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, const int32_t *ids, int64_t n,
+                        const float *feat, const int grid[3], int merge, const char *out) {
     int32_t *targets = xmalloc((size_t)n * sizeof *targets);
     float *dlogp = xmalloc((size_t)n * sizeof *dlogp), *logp = xmalloc((size_t)n * sizeof *logp);
     for (int64_t i = 0; i < n; i++) {
@@ -46,6 +48,10 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
     int64_t seq_off[2] = {0, n};
     Qwen2VlInputs in;
     image_inputs(m, ids, n, n, feat, grid, merge, &in);
+    int64_t units = vl_image_units(grid, merge), M4 = (int64_t)v->cfg.hidden * merge * merge;
+    int64_t O = v->cfg.out_hidden;
+    float *dfeat = xcalloc((size_t)(units * O), sizeof *dfeat);
+    vl_inputs_grads(&in, seq_off, &feat, &dfeat);
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
     Qwen2Train t;
@@ -54,21 +60,37 @@ static void write_grads(const Qwen2 *m, const int32_t *ids, int64_t n, const flo
     float *grads = xcalloc(m->n_params, sizeof(float));
     qwen2_train_forward(m, ids, targets, seq_off, 1, &t, logp, NULL);
     qwen2_backward(m, grads, dlogp, NULL, &t);
+    size_t sizes[5] = {(size_t)v->cfg.hidden, (size_t)(M4 * M4), (size_t)M4, (size_t)(O * M4), (size_t)O};
+    float *mg = xcalloc(sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4], sizeof *mg);
+    VisionMergerGrads dw = {mg, mg + sizes[0], mg + sizes[0] + sizes[1], mg + sizes[0] + sizes[1] + sizes[2],
+                            mg + sizes[0] + sizes[1] + sizes[2] + sizes[3]};
+    vision_merge_backward(&v->cfg, &v->merger, hidden, units, dfeat, &dw);
     Qwen2 gm = {.cfg = m->cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m->n_params};
     qwen2_layout(&m->cfg, &gm.w);
     int nt = qwen2_tensors(&gm, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)nt * sizeof *ts);
     qwen2_tensors(&gm, ts);
-    StWriteTensor *ws = xcalloc((size_t)nt + 1, sizeof *ws);
+    StWriteTensor *ws = xcalloc((size_t)nt + 6, sizeof *ws);
     char (*names)[96] = xmalloc((size_t)nt * sizeof *names);
+    static const char *const merger_names[5] = {"ln_q.weight", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
+                                                "mlp.2.bias"};
+    const int64_t shapes[5][2] = {{v->cfg.hidden, 0}, {M4, M4}, {M4, 0}, {O, M4}, {O, 0}};
+    char mnames[5][64];
+    float *at = mg;
+    for (int i = 0; i < 5; i++) {
+        snprintf(mnames[i], sizeof mnames[i], "grad.visual.merger.%s", merger_names[i]);
+        ws[nt + 1 + i] = (StWriteTensor){.name = mnames[i], .ndim = shapes[i][1] ? 2 : 1,
+                                         .shape = {shapes[i][0], shapes[i][1]}, .data = at};
+        at += sizes[i];
+    }
     ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {n}, .data = logp};
     for (int i = 0; i < nt; i++) {
         snprintf(names[i], sizeof names[i], "grad.%s", ts[i].name);
         ws[i + 1] = (StWriteTensor){.name = names[i], .ndim = ts[i].ndim, .data = ts[i].data};
         memcpy(ws[i + 1].shape, ts[i].shape, sizeof ts[i].shape);
     }
-    safetensors_write(out, ws, nt + 1, DTYPE_F32);
-    free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp);
+    safetensors_write(out, ws, nt + 6, DTYPE_F32);
+    free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp), free(mg), free(dfeat);
     qwen2_train_free(&t);
     arena_free(&arena);
     qwen2_vl_inputs_free(&in);
@@ -161,7 +183,9 @@ int main(int argc, char **argv) {
     float *patches = vl_preprocess(&p, &im, grid, NULL, argv[2]);
     int64_t units = (int64_t)grid[0] * grid[1] * grid[2] / (vc.merge * vc.merge);
     float *feat = xmalloc((size_t)(units * vc.out_hidden) * sizeof *feat);
-    vision_forward(&v, patches, grid, feat);
+    float *hidden = xmalloc((size_t)(units * vc.merge * vc.merge * vc.hidden) * sizeof *hidden);
+    vision_hidden(&v, patches, grid, hidden);
+    vision_merge(&vc, &v.merger, hidden, units, feat);
     if (mode == 0) {
         write_features(grid, vl_patch_dim(&p), vc.out_hidden, patches, feat, units, argv[3]);
     } else {
@@ -179,12 +203,12 @@ int main(int argc, char **argv) {
             for (int64_t k = 0; k < (id >= 0 ? 1 : units); k++) ids[n++] = id >= 0 ? id : (int32_t)m.cfg.image_pad_id;
         }
         if (mode == 1) write_scores(&m, ids, n, plen >= 0 ? plen : n, feat, grid, vc.merge, argv[3]);
-        if (mode == 2) write_grads(&m, ids, n, feat, grid, vc.merge, argv[3]);
+        if (mode == 2) write_grads(&m, &v, hidden, ids, n, feat, grid, vc.merge, argv[3]);
         if (mode == 3) write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
         free(ids);
         qwen2_free(&m);
     }
-    free(feat), free(patches), free(cfg_path);
+    free(feat), free(hidden), free(patches), free(cfg_path);
     image_free(&im);
     vision_free(&v);
     cJSON_Delete(cfg);

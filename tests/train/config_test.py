@@ -453,6 +453,7 @@ for trial in range(6):
     vals["actor.lora.target_modules"] = rng.choice([[], ["q_proj", "v_proj"], ["all-linear"], ["down", "up"]])
     if vals["actor.lora.rank"] > 0 or vals["model.adapter"] is not None:
         vals["actor.precision"] = "fp32"  # LoRA trains fp32 adapters
+        vals["actor.vision.train_merger"] = False  # a trained merger is full fine-tuning
     if vals["reward.program.weight"] != 0 and vals["reward.program.command"] is None:
         vals["reward.program.command"] = "./score"
     for style in ("block", "flow", "overrides"):
