@@ -516,6 +516,26 @@ def vl_grpo_setup():
     return d, m, vis, vc, data, imgs, row_images
 
 
+def vl_grpo_config(path, d, data, out, actor, steps):
+    """A grpo train config over vl_grpo_setup's model d and data, with `actor` (YAML flow mapping text)."""
+    with open(path, "w") as f:
+        f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
+                "max_prompt_length: 160, max_response_length: 6, shuffle: false}\n"
+                "rollout: {n: 3, temperature: 1.0}\n"
+                "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
+                f"actor: {actor}\n"
+                f"trainer: {{steps: {steps}, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
+
+
+def train_dumped(cfg, out, what):
+    """grpo train --config cfg, checked to run as `what`; its samples.jsonl and metrics.jsonl rows, or None."""
+    r = grpo(["train", "--config", cfg])
+    check(f"{what} runs to the end", r.returncode == 0, r.stderr[-600:])
+    if r.returncode:
+        return None, None
+    return [[json.loads(x) for x in open(os.path.join(out, f))] for f in ("samples.jsonl", "metrics.jsonl")]
+
+
 def vl_sample_rows(m, s, feats, grids, row_images):
     """The log-softmax rows of sample s of samples.jsonl (prompt + response) under the reference m and the
     images' features feats (path -> tensor), and the prompt's length."""
@@ -535,19 +555,10 @@ def g_vl_grpo():
     d, m, vis, vc, data, imgs, row_images = vl_grpo_setup()
     out = os.path.join(TMP, "vlgrpo_out")
     cfg = os.path.join(TMP, "vlgrpo.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
-                "max_prompt_length: 160, max_response_length: 6, shuffle: false}\n"
-                "rollout: {n: 3, temperature: 1.0}\n"
-                "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
-                "actor: {ppo_epochs: 2, lr: 0.01, kl_loss_coef: 0.1}\n"
-                f"trainer: {{steps: 2, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
-    r = grpo(["train", "--config", cfg])
-    check("grpo train on a Qwen2.5-VL model with image rows runs to the end", r.returncode == 0, r.stderr[-600:])
-    if r.returncode:
+    vl_grpo_config(cfg, d, data, out, "{ppo_epochs: 2, lr: 0.01, kl_loss_coef: 0.1}", 2)
+    samples, metrics = train_dumped(cfg, out, "grpo train on a Qwen2.5-VL model with image rows")
+    if samples is None:
         return
-    samples = [json.loads(x) for x in open(os.path.join(out, "samples.jsonl"))]
-    metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
     # The prompts: each image's pads are its grid's merged units, between vision_start and vision_end.
     grids = {p: image_test.reference(p, 56 * 56, 48 * 28 * 28)[3] for p in imgs}
     first = {s["prompt_index"]: s["prompt_ids"] for s in samples}
@@ -640,20 +651,11 @@ def g_vl_merger():
     d, m, vis, vc, data, imgs, row_images = vl_grpo_setup()
     out, lr = os.path.join(TMP, "vlmerger_out"), 1e-3
     cfg = os.path.join(TMP, "vlmerger.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
-                "max_prompt_length: 160, max_response_length: 6, shuffle: false}\n"
-                "rollout: {n: 3, temperature: 1.0}\n"
-                "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
-                f"actor: {{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, "
-                "vision: {train_merger: true}}\n"
-                f"trainer: {{steps: 1, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
-    r = grpo(["train", "--config", cfg])
-    check("grpo train with actor.vision.train_merger runs to the end", r.returncode == 0, r.stderr[-600:])
-    if r.returncode:
+    vl_grpo_config(cfg, d, data, out,
+                   f"{{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, vision: {{train_merger: true}}}}", 1)
+    samples, metrics = train_dumped(cfg, out, "grpo train with actor.vision.train_merger")
+    if samples is None:
         return
-    samples = [json.loads(x) for x in open(os.path.join(out, "samples.jsonl"))]
-    metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
     named = lm_tensors(m)
     for t in named.values():
         t.requires_grad_(True)
