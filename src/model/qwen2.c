@@ -90,8 +90,8 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 void qwen2_config_load(Qwen2Config *c, const char *dir) {
     qwen2_config_load_vl(c, dir);
     if (c->vl)
-        die("%s: a Qwen2.5-VL model: this command does not take vision-language models yet (grpo train, sft, "
-            "generate and score do)", dir);
+        die("%s: a vision-language model: this command does not take them yet (grpo train, sft, generate and "
+            "score do)", dir);
 }
 
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
@@ -107,18 +107,18 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
         const char *name = cJSON_IsString(a0) ? a0->valuestring : "?";
         qwen3 = strcmp(name, "Qwen3ForCausalLM") == 0;
-        vl = strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0;
+        vl = !strcmp(name, "Qwen2_5_VLForConditionalGeneration") || !strcmp(name, "Qwen2VLForConditionalGeneration");
         if (!qwen3 && !vl && strcmp(name, "Qwen2ForCausalLM") != 0)
             die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                "Qwen2_5_VLForConditionalGeneration)", path, name);
+                "Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration)", path, name);
     } else {
         qwen3 = model_type && strcmp(model_type, "qwen3") == 0;
-        vl = model_type && strcmp(model_type, "qwen2_5_vl") == 0;
+        vl = model_type && (!strcmp(model_type, "qwen2_5_vl") || !strcmp(model_type, "qwen2_vl"));
         if (!qwen3 && !vl && (!model_type || strcmp(model_type, "qwen2") != 0))
-            die("%s: unknown architecture: model_type \"%s\" (supported: qwen2, qwen3, qwen2_5_vl)", path,
-                model_type ? model_type : "");
+            die("%s: unknown architecture: model_type \"%s\" (supported: qwen2, qwen3, qwen2_5_vl, qwen2_vl)",
+                path, model_type ? model_type : "");
     }
-    // Qwen2.5-VL: the language model's keys at the top (transformers 4) or in text_config (5)
+    // Qwen2.5-VL and Qwen2-VL: the language model's keys at the top (transformers 4) or in text_config (5)
     const cJSON *top = root;
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
     if (vl && cJSON_IsObject(text) && cJSON_GetObjectItemCaseSensitive(text, "hidden_size")) root = (cJSON *)text;
@@ -135,7 +135,7 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
         const char *type = json_str(holder, "rope_type", path);
         if (!type) type = json_str(holder, "type", path);
         if (type && strcmp(type, "mrope") && strcmp(type, "default"))
-            die("%s: rope type \"%s\" is unsupported for Qwen2.5-VL (only mrope / default)", path, type);
+            die("%s: rope type \"%s\" is unsupported for Qwen2-VL / Qwen2.5-VL (only mrope / default)", path, type);
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(holder, "mrope_section");
         int i = 0;
         const cJSON *e = cJSON_IsArray(sec) && cJSON_GetArraySize(sec) == 3 ? sec->child : NULL;
@@ -144,7 +144,7 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
             if (!json_as_int(e, 0, 4096, &v)) break;
             c->mrope_section[i++] = (int)v;
         }
-        if (i != 3) die("%s: a Qwen2.5-VL config needs rope_scaling.mrope_section, 3 integers", path);
+        if (i != 3) die("%s: a Qwen2-VL / Qwen2.5-VL config needs rope_scaling.mrope_section, 3 integers", path);
         c->vl = 1;
         c->image_pad_id = json_get_int_or(top, "image_token_id", 151655, path);
         scaling = NULL;
@@ -255,13 +255,14 @@ typedef struct {
     int64_t rows, cols;  // cols 0: a vector
 } KindSpec;
 
-enum { N_KINDS = 22 };
+enum { N_KINDS = 23 };
 
 // Kinds with 0 rows (biases without attn_bias, q/k norms without qk_norm, a tied head) have no storage.
 static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter, V = c->vocab;
     int64_t bias = c->attn_bias ? 1 : 0, norm = c->qk_norm ? D : 0;
     int64_t mh = c->merger_in, m4 = c->merger_in * c->merger_units, mc = mh ? C : 0;
+    int64_t mb = c->merger_ln_bias ? mh : 0;
     const KindSpec specs[N_KINDS] = {
         {"model.embed_tokens.weight", 0, V, C},
         {"model.layers.%d.input_layernorm.weight", 1, C, 0},
@@ -281,6 +282,7 @@ static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
         {"model.norm.weight", 0, C, 0},
         {"lm_head.weight", 0, c->tied ? 0 : V, C},  // no storage when tied
         {"visual.merger.ln_q.weight", 0, mh, 0},  // a trained merger (merger_in), else no storage
+        {"visual.merger.ln_q.bias", 0, mb, 0},    // Qwen2-VL's LayerNorm
         {"visual.merger.mlp.0.weight", 0, m4, m4},
         {"visual.merger.mlp.0.bias", 0, m4, 0},
         {"visual.merger.mlp.2.weight", 0, mc, m4},
@@ -294,7 +296,8 @@ static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->co
 static void layout_fields(Qwen2Layout *w, size_t *f[N_KINDS]) {
     size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv, &w->wo,
                              &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head,
-                             &w->merger_ln_q, &w->merger_w0, &w->merger_b0, &w->merger_w2, &w->merger_b2};
+                             &w->merger_ln_q, &w->merger_ln_q_b, &w->merger_w0, &w->merger_b0, &w->merger_w2,
+                             &w->merger_b2};
     memcpy(f, list, sizeof list);
 }
 

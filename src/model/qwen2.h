@@ -19,12 +19,14 @@ typedef struct {
     double init_std;      // initializer_range, used by qwen2_init_random
     int attn_bias;        // q/k/v projections have biases (Qwen2: always; Qwen3: attention_bias)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
-    int vl;               // a Qwen2.5-VL model's language model (0: a text model, as zeroed configs are)
+    int vl;               // a Qwen2.5-VL or Qwen2-VL model's language model (0: a text model, as zeroed configs
+                          // are)
     int mrope_section[3]; // with vl: M-RoPE's sections (model/vl_rope.h)
     int64_t image_pad_id; // with vl: the image pad token (image_token_id)
     int64_t merger_in;    // not from config.json: with a trained patch merger (actor.vision.train_merger), the
                           // vision tower's width, and its tensors are in the slab (0: not there, frozen)
     int64_t merger_units; // with merger_in: the patches a merged unit concatenates (merge^2)
+    int merger_ln_bias;   // with merger_in: its norm is a LayerNorm with a bias (Qwen2-VL)
     int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
                           // workspaces leave room for (0: none; set by lora_attach)
 } Qwen2Config;
@@ -49,7 +51,7 @@ typedef struct {
     size_t lm_head;      // (V, C); equals embed when tied
     // With merger_in (h) > 0, the patch merger (vision.h's VisionMerger; U h = merger_in * merger_units);
     // the forward passes do not read it.
-    size_t merger_ln_q;  // (h)
+    size_t merger_ln_q, merger_ln_q_b;  // (h), (h: Qwen2-VL's LayerNorm; else empty)
     size_t merger_w0, merger_b0;  // (U h, U h), (U h)
     size_t merger_w2, merger_b2;  // (C, U h), (C)
 } Qwen2Layout;

@@ -20,14 +20,35 @@ static int get_int(const cJSON *vc, const char *key, int fallback, int lo, int h
     return (int)v;
 }
 
+// Qwen2-VL's keys: the tower's width is embed_dim, hidden_size is the merger's output, the MLP is mlp_ratio wide.
+static void qwen2_vision_keys(VisionConfig *c, const cJSON *vc, const char *where) {
+    c->qwen2 = 1;
+    c->hidden = get_int(vc, "embed_dim", 1280, 8, 1 << 16, where);
+    c->out_hidden = get_int(vc, "hidden_size", 3584, 1, 1 << 17, where);
+    double ratio = json_get_number_or(vc, "mlp_ratio", 4.0, where);
+    double inter = ratio * c->hidden;
+    if (!(inter >= 1 && inter <= (1 << 18)) || inter != (double)(int)inter)
+        die("%s: vision_config.mlp_ratio %g x embed_dim %d is not a whole MLP width", where, ratio, c->hidden);
+    c->intermediate = (int)inter;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "quick_gelu")))
+        die("%s: vision_config.hidden_act must be \"quick_gelu\" (Qwen2-VL)", where);
+}
+
 void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
     if (!cJSON_IsObject(vc)) die("%s: \"vision_config\" must be an object", where);
     memset(c, 0, sizeof *c);
     c->depth = get_int(vc, "depth", 32, 1, 256, where);
-    c->hidden = get_int(vc, "hidden_size", 1280, 8, 1 << 16, where);
-    c->intermediate = get_int(vc, "intermediate_size", 3420, 1, 1 << 18, where);
     c->heads = get_int(vc, "num_heads", 16, 1, 1024, where);
-    c->out_hidden = get_int(vc, "out_hidden_size", 3584, 1, 1 << 17, where);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(vc, "model_type");
+    if (cJSON_GetObjectItemCaseSensitive(vc, "embed_dim") ||
+        (cJSON_IsString(type) && !strcmp(type->valuestring, "qwen2_vl"))) {
+        qwen2_vision_keys(c, vc, where);
+    } else {
+        c->hidden = get_int(vc, "hidden_size", 1280, 8, 1 << 16, where);
+        c->intermediate = get_int(vc, "intermediate_size", 3420, 1, 1 << 18, where);
+        c->out_hidden = get_int(vc, "out_hidden_size", 3584, 1, 1 << 17, where);
+    }
     c->patch = get_int(vc, "patch_size", 14, 1, 64, where);
     c->merge = get_int(vc, "spatial_merge_size", 2, 1, 8, where);
     c->temporal = get_int(vc, "temporal_patch_size", 2, 1, 4, where);
@@ -48,13 +69,20 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
         c->fullatt[c->n_fullatt++] = (int)i;
     }
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
-    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+    if (!c->qwen2 && act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
         die("%s: vision_config.hidden_act must be \"silu\" (Qwen2.5-VL)", where);
 }
 
 // Each tensor of the tower in slab order, as the visitor `take` fills it: its name after the "visual." prefix,
 // its shape (d1 0: a vector), and where its pointer goes.
 typedef const float *(*TakeFn)(void *ctx, const char *name, int64_t d0, int64_t d1);
+
+// Block i's tensor `name` through take.
+static const float *block_take(TakeFn take, void *ctx, int i, const char *name, int64_t d0, int64_t d1) {
+    char n[96];
+    snprintf(n, sizeof n, "blocks.%d.%s", i, name);
+    return take(ctx, n, d0, d1);
+}
 
 static void vision_walk(Vision *v, TakeFn take, void *ctx) {
     const VisionConfig *c = &v->cfg;
@@ -63,16 +91,22 @@ static void vision_walk(Vision *v, TakeFn take, void *ctx) {
     v->patch_w = take(ctx, "patch_embed.proj.weight", H, P);
     for (int i = 0; i < c->depth; i++) {
         VisionBlock *b = &v->blocks[i];
-        char n[96];
-#define W(field, name, d0, d1)                            \
-    snprintf(n, sizeof n, "blocks.%d.%s", i, name);       \
-    b->field = take(ctx, n, d0, d1)
+#define W(field, name, d0, d1) b->field = block_take(take, ctx, i, name, d0, d1)
         W(norm1, "norm1.weight", H, 0);
+        if (c->qwen2) W(norm1_b, "norm1.bias", H, 0);
         W(norm2, "norm2.weight", H, 0);
+        if (c->qwen2) W(norm2_b, "norm2.bias", H, 0);
         W(qkv_w, "attn.qkv.weight", 3 * H, H);
         W(qkv_b, "attn.qkv.bias", 3 * H, 0);
         W(proj_w, "attn.proj.weight", H, H);
         W(proj_b, "attn.proj.bias", H, 0);
+        if (c->qwen2) {
+            W(up_w, "mlp.fc1.weight", I, H);
+            W(up_b, "mlp.fc1.bias", I, 0);
+            W(down_w, "mlp.fc2.weight", H, I);
+            W(down_b, "mlp.fc2.bias", H, 0);
+            continue;
+        }
         W(gate_w, "mlp.gate_proj.weight", I, H);
         W(gate_b, "mlp.gate_proj.bias", I, 0);
         W(up_w, "mlp.up_proj.weight", I, H);
@@ -82,6 +116,7 @@ static void vision_walk(Vision *v, TakeFn take, void *ctx) {
 #undef W
     }
     v->merger.ln_q = take(ctx, "merger.ln_q.weight", H, 0);
+    if (c->qwen2) v->merger.ln_q_b = take(ctx, "merger.ln_q.bias", H, 0);
     v->merger.w0 = take(ctx, "merger.mlp.0.weight", M4, M4);
     v->merger.b0 = take(ctx, "merger.mlp.0.bias", M4, 0);
     v->merger.w2 = take(ctx, "merger.mlp.2.weight", c->out_hidden, M4);
@@ -145,7 +180,7 @@ typedef struct {
 static const float *init_take(void *ctx, const char *name, int64_t d0, int64_t d1) {
     Init *it = ctx;
     float *dst = it->at;
-    int norm = strstr(name, "norm") != NULL || strstr(name, "ln_q") != NULL;
+    int norm = (strstr(name, "norm") || strstr(name, "ln_q")) && strstr(name, ".weight");
     for (int64_t i = 0; i < d0 * (d1 ? d1 : 1); i++) {
         double x = d1 ? rng_normal(&it->rng) * it->std : 0.0;
         dst[i] = norm ? 1.0f : (float)x;
@@ -186,7 +221,7 @@ int vision_tensors(const Vision *v, StWriteTensor *ws, char (*names)[96]) {
     return L.n;
 }
 
-int vision_n_tensors(const VisionConfig *c) { return 1 + 12 * c->depth + 5; }
+int vision_n_tensors(const VisionConfig *c) { return 1 + 12 * c->depth + 5 + c->qwen2; }
 
 size_t vision_weight_bytes(const VisionConfig *c) {
     Vision v = {.cfg = *c};
@@ -294,6 +329,32 @@ static void attend(float *out, const float *qkv, int H, int D, const int64_t *se
 
 static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
+// A row's mean and 1 / sqrt(variance + eps), as LayerNorm normalises it.
+static void row_moments(const float *x, int64_t C, float eps, double *mean, double *rstd) {
+    double m = 0, var = 0;
+    for (int64_t j = 0; j < C; j++) m += x[j];
+    m /= (double)C;
+    for (int64_t j = 0; j < C; j++) var += (x[j] - m) * (x[j] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt(var / (double)C + eps);
+}
+
+// out (N, C) = the block's norm of x: RMSNorm (Qwen2.5-VL), or LayerNorm with bias b (Qwen2-VL: b not NULL).
+static void norm_forward(float *out, const float *x, const float *w, const float *b, int64_t N, int64_t C,
+                         float eps) {
+    if (!b) {
+        rmsnorm_forward(out, x, w, DTYPE_F32, N, C, eps);
+        return;
+    }
+#pragma omp parallel for
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = x + r * C;
+        double mean, rstd;
+        row_moments(xr, C, eps, &mean, &rstd);
+        for (int64_t j = 0; j < C; j++) out[r * C + j] = ((float)(xr[j] - mean) * (float)rstd) * w[j] + b[j];
+    }
+}
+
 void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden) {
     const VisionConfig *c = &v->cfg;
     if (grid[0] < 1 || grid[1] < c->merge || grid[2] < c->merge || grid[1] % c->merge || grid[2] % c->merge)
@@ -342,19 +403,23 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
     float *g = xmalloc((size_t)(N * I) * sizeof *g), *up = xmalloc((size_t)(N * I) * sizeof *up);
     for (int l = 0; l < c->depth; l++) {
         const VisionBlock *b = &v->blocks[l];
-        int full = 0;
+        int full = c->qwen2;  // Qwen2-VL: every block over the whole image
         for (int i = 0; i < c->n_fullatt; i++) full |= c->fullatt[i] == l;
-        rmsnorm_forward(h, x, b->norm1, DTYPE_F32, N, C, c->eps);
+        norm_forward(h, x, b->norm1, b->norm1_b, N, C, c->eps);
         matmul_forward(qkv, h, b->qkv_w, b->qkv_b, DTYPE_F32, N, C, 3 * C);
         // rotate q and k: rope_forward works on rows of n_heads * D; q and k are 2H heads of each qkv row
         for (int64_t r = 0; r < N; r++) rope_forward(qkv + r * 3 * C, cs + r * D, 1, 2 * H, D);
         attend(att, qkv, H, D, full ? fseg : wseg, full ? grid[0] : n_wseg, per_t);
         matmul_forward(o, att, b->proj_w, b->proj_b, DTYPE_F32, N, C, C);
         residual_forward(x, o, N * C);
-        rmsnorm_forward(h, x, b->norm2, DTYPE_F32, N, C, c->eps);
-        matmul_forward(g, h, b->gate_w, b->gate_b, DTYPE_F32, N, C, I);
+        norm_forward(h, x, b->norm2, b->norm2_b, N, C, c->eps);
         matmul_forward(up, h, b->up_w, b->up_b, DTYPE_F32, N, C, I);
-        swiglu_forward(g, g, up, N * I);
+        if (c->qwen2) {  // fc1, quick_gelu
+            for (int64_t i = 0; i < N * I; i++) g[i] = up[i] / (1.0f + expf(-1.702f * up[i]));
+        } else {  // SwiGLU
+            matmul_forward(g, h, b->gate_w, b->gate_b, DTYPE_F32, N, C, I);
+            swiglu_forward(g, g, up, N * I);
+        }
         matmul_forward(o, g, b->down_w, b->down_b, DTYPE_F32, N, I, C);
         residual_forward(x, o, N * C);
     }
@@ -365,13 +430,34 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
     free(index), free(wseg), free(fseg);
 }
 
+// dw (C) += sum over rows of dout * x_hat, db (C) += sum of dout: norm_forward's LayerNorm's weight and bias
+// gradients (its input gets none: the tower below the merger is frozen).
+static void layernorm_param_grads(float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t C,
+                                  float eps) {
+    double *sw = xcalloc((size_t)(2 * C), sizeof *sw), *sb = sw + C;
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = x + r * C, *dy = dout + r * C;
+        double mean, rstd;
+        row_moments(xr, C, eps, &mean, &rstd);
+        for (int64_t j = 0; j < C; j++) {
+            sw[j] += dy[j] * (xr[j] - mean) * rstd;
+            sb[j] += dy[j];
+        }
+    }
+    for (int64_t j = 0; j < C; j++) {
+        dw[j] += (float)sw[j];
+        db[j] += (float)sb[j];
+    }
+    free(sw);
+}
+
 // The merger's forward, keeping what its backward reads: h (units, U*C) the normed input, z (units, U*C)
 // before GELU (NULL: not kept), y (units, out_hidden).
 static void merge_forward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
                           float *h, float *z, float *y) {
     int64_t C = c->hidden, M4 = C * c->merge * c->merge;
     float *a = xmalloc((size_t)(units * M4) * sizeof *a + 1);
-    rmsnorm_forward(h, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    norm_forward(h, hidden, w->ln_q, w->ln_q_b, units * M4 / C, C, c->eps);
     matmul_forward(a, h, w->w0, w->b0, DTYPE_F32, units, M4, M4);
     if (z) memcpy(z, a, (size_t)(units * M4) * sizeof *z);
     for (int64_t i = 0; i < units * M4; i++) a[i] = gelu(a[i]);
@@ -402,7 +488,10 @@ void vision_merge_backward(const VisionConfig *c, const VisionMerger *w, const f
         da[i] *= (float)(cdf + x * pdf);
     }
     matmul_backward(dh, dw->w0, dw->b0, da, h, w->w0, DTYPE_F32, units, M4, M4);
-    rmsnorm_backward(dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    if (w->ln_q_b)
+        layernorm_param_grads(dw->ln_q, dw->ln_q_b, dh, hidden, units * M4 / C, C, c->eps);
+    else
+        rmsnorm_backward(dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
     free(h), free(z), free(a), free(y), free(da), free(dh), free(dx);
 }
 

@@ -1,12 +1,14 @@
-// The vision tower of Qwen2.5-VL (Qwen2_5_VisionTransformerPretrainedModel), forward only, fp32 on the CPU:
-// patch embedding (the Conv3d as a matmul over vl_processor's patches), `depth` blocks of
+// The vision tower of Qwen2.5-VL (Qwen2_5_VisionTransformerPretrainedModel), fp32 on the CPU: patch
+// embedding (the Conv3d as a matmul over vl_processor's patches), `depth` blocks of
 //   x += proj(attention(rope2d(qkv(rmsnorm1(x)))))     non-causal, within windows or the whole image
 //   x += down(silu(gate(rmsnorm2(x))) * up(rmsnorm2(x)))   (SwiGLU, with biases)
 // where the blocks of fullatt_block_indexes attend over the whole image and the others within windows of
 // window_size pixels (merged units reordered window by window), the 2-D rotary embedding (a patch's row
 // and column, each on a quarter of the head's dimensions), and the patch merger: rmsnorm, each 2 x 2 group
-// of patches concatenated, Linear, GELU, Linear to the language model's width. The tower is frozen (no
-// backward); the merger has one (vision_merge_backward), for actor.vision.train_merger.
+// of patches concatenated, Linear, GELU, Linear to the language model's width. Qwen2-VL's tower
+// (Qwen2VisionTransformerPretrainedModel, VisionConfig.qwen2) differs in LayerNorms with biases for every
+// norm, x += fc2(quick_gelu(fc1(norm2(x)))) as the MLP, and the whole image in every block's attention. The
+// tower is frozen (no backward); the merger has one (vision_merge_backward), for actor.vision.train_merger.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -21,21 +23,25 @@ typedef struct {
     int fullatt[VISION_MAX_FULLATT];  // fullatt_block_indexes
     int n_fullatt;
     float eps;  // the norms' (1e-6)
+    int qwen2;  // Qwen2-VL's tower: its vision_config has embed_dim (hidden here; its hidden_size is
+                // out_hidden), mlp_ratio (intermediate = hidden * mlp_ratio), no windows
 } VisionConfig;
 
 typedef struct {
     const float *norm1, *norm2, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    const float *gate_w, *gate_b, *up_w, *up_b, *down_w, *down_b;
+    const float *gate_w, *gate_b, *up_w, *up_b, *down_w, *down_b;  // Qwen2-VL: up is fc1, down fc2, no gate
+    const float *norm1_b, *norm2_b;                                // Qwen2-VL's LayerNorm biases, else NULL
 } VisionBlock;
 
-// The patch merger (h: the tower's width, U = merge^2): rmsnorm (h), Linear(U h, U h), GELU, Linear(U h,
-// out_hidden). The same fields hold weights or (VisionMergerGrads) their gradients.
+// The patch merger (h: the tower's width, U = merge^2): rmsnorm (h; Qwen2-VL: LayerNorm, with ln_q_b),
+// Linear(U h, U h), GELU, Linear(U h, out_hidden). The same fields hold weights or (VisionMergerGrads) their
+// gradients.
 typedef struct {
-    const float *ln_q, *w0, *b0, *w2, *b2;
+    const float *ln_q, *ln_q_b, *w0, *b0, *w2, *b2;
 } VisionMerger;
 
 typedef struct {
-    float *ln_q, *w0, *b0, *w2, *b2;
+    float *ln_q, *ln_q_b, *w0, *b0, *w2, *b2;
 } VisionMergerGrads;
 
 typedef struct {
@@ -46,7 +52,8 @@ typedef struct {
     VisionMerger merger;
 } Vision;
 
-// config.json's "vision_config" (Qwen2.5-VL's keys); dies naming `where` and the key on a bad value.
+// config.json's "vision_config" (Qwen2.5-VL's keys, or Qwen2-VL's: embed_dim, mlp_ratio); dies naming `where`
+// and the key on a bad value.
 void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where);
 // The tower's weights from a model directory: "visual.*" (transformers 4) or "model.visual.*" (5).
 void vision_load(Vision *v, const VisionConfig *c, const char *model_dir);

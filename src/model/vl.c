@@ -23,6 +23,12 @@ void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
 
 void vl_model_free(VlModel *v) { vision_free(&v->vision); }
 
+void vl_config_merger(Qwen2Config *c, const VisionConfig *vc) {
+    c->merger_in = vc ? vc->hidden : 0;
+    c->merger_units = vc ? (int64_t)vc->merge * vc->merge : 0;
+    c->merger_ln_bias = vc ? vc->qwen2 : 0;
+}
+
 void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const char *what) {
     if (min_pixels > 0) p->min_pixels = min_pixels;
     if (max_pixels > 0) p->max_pixels = max_pixels;

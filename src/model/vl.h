@@ -28,6 +28,10 @@ void vl_model_free(VlModel *v);
 // 0 keeps preprocessor_config.json's); dies naming `what` when min exceeds max.
 void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const char *what);
 
+// c's parameter slab with the patch merger of tower vc in it (a trained merger: Qwen2Config.merger_*), or
+// without (vc NULL).
+void vl_config_merger(Qwen2Config *c, const VisionConfig *vc);
+
 // Qwen2.5-VL shapes for `grpo init`: "qwen2.5-vl-tiny" (the tiny text preset's language model, a 2-block tower
 // of width 32), "qwen2.5-vl-3b", "qwen2.5-vl-7b" (the published configs). Returns 0 for another name.
 int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc);

@@ -261,6 +261,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
         qwen2_config_load_vl(&c, dir);
         c.merger_in = master->cfg.merger_in;
         c.merger_units = master->cfg.merger_units;
+        c.merger_ln_bias = master->cfg.merger_ln_bias;
         qwen2_load_config(&saved, dir, DTYPE_F32, &c);
         if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||

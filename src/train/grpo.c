@@ -171,13 +171,10 @@ static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const Visio
 void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
     Qwen2Config cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
     const Qwen2Config *c = &cfg;
-    lm.merger_in = lm.merger_units = 0;
+    vl_config_merger(&lm, NULL);
     VisionConfig vc;
     if (c->vl) vision_config_of(s, &vc);
-    if (c->vl && s->train_merger) {  // the merger's tensors join the trained slab
-        cfg.merger_in = vc.hidden;
-        cfg.merger_units = (int64_t)vc.merge * vc.merge;
-    }
+    if (c->vl && s->train_merger) vl_config_merger(&cfg, &vc);  // the merger's tensors join the trained slab
     Qwen2Layout w;
     size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab, n_ref = qwen2_layout(&lm, &w);
     size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
@@ -598,8 +595,8 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
 static void merger_backward(Run *r, StepBatch *sb) {
     const Qwen2Layout *w = &r->tr.master.w;
     float *g = r->tr.grads;
-    VisionMergerGrads dw = {g + w->merger_ln_q, g + w->merger_w0, g + w->merger_b0, g + w->merger_w2,
-                            g + w->merger_b2};
+    VisionMergerGrads dw = {g + w->merger_ln_q, g + w->merger_ln_q_b, g + w->merger_w0, g + w->merger_b0,
+                            g + w->merger_w2, g + w->merger_b2};
     size_t C = (size_t)r->tr.master.cfg.hidden;
     for (int64_t i = 0; i < r->s->train_batch_size; i++) {
         if (!sb->hidden[i]) continue;
@@ -990,8 +987,8 @@ static void run_load(Run *r) {
     if (r->train_merger) {
         const float *p = r->tr.master.params;
         const Qwen2Layout *w = &r->tr.master.w;
-        r->merger = (VisionMerger){p + w->merger_ln_q, p + w->merger_w0, p + w->merger_b0, p + w->merger_w2,
-                                   p + w->merger_b2};
+        r->merger = (VisionMerger){p + w->merger_ln_q, c->merger_ln_bias ? p + w->merger_ln_q_b : NULL,
+                                   p + w->merger_w0, p + w->merger_b0, p + w->merger_w2, p + w->merger_b2};
     }
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
@@ -1042,7 +1039,7 @@ static void run_load(Run *r) {
         r->ref = trainer_base(&r->tr);
     } else if (r->has_ref) {
         Qwen2Config rc = *c;  // the language model: a trained merger's initial weights are vl's
-        rc.merger_in = rc.merger_units = 0;
+        vl_config_merger(&rc, NULL);
         qwen2_build(&r->ref, &rc, compute_storage(s->ref_dtype));
         compute_copy_round(&r->ref, &r->tr.master, s->ref_dtype);
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "model/vl.h"
 
 #define F (sizeof(float))
 
@@ -36,10 +37,7 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     // a vision-language model: its language model (the tower is the caller's, frozen), and its merger
     Qwen2Config c;
     qwen2_config_load_vl(&c, model_dir);
-    if (train_merger) {
-        c.merger_in = train_merger->hidden;
-        c.merger_units = (int64_t)train_merger->merge * train_merger->merge;
-    }
+    vl_config_merger(&c, train_merger);
     qwen2_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);

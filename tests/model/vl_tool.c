@@ -48,49 +48,38 @@ static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, co
     int64_t seq_off[2] = {0, n};
     Qwen2VlInputs in;
     image_inputs(m, ids, n, n, feat, grid, merge, &in);
-    int64_t units = vl_image_units(grid, merge), M4 = (int64_t)v->cfg.hidden * merge * merge;
-    int64_t O = v->cfg.out_hidden;
-    float *dfeat = xcalloc((size_t)(units * O), sizeof *dfeat);
+    int64_t units = vl_image_units(grid, merge);
+    float *dfeat = xcalloc((size_t)(units * v->cfg.out_hidden), sizeof *dfeat);
     vl_inputs_grads(&in, seq_off, &feat, &dfeat);
     Arena arena;
     arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
     Qwen2Train t;
     qwen2_train_init(&t, m->be, &m->cfg, m->dtype, n, n, 0, &arena);
     t.vl = &in;
-    float *grads = xcalloc(m->n_params, sizeof(float));
+    // the gradient slab of the language model with a trained merger (its tensors after the model's)
+    Qwen2 gm = {.cfg = m->cfg, .dtype = DTYPE_F32};
+    vl_config_merger(&gm.cfg, &v->cfg);
+    gm.n_params = qwen2_layout(&gm.cfg, &gm.w);
+    float *grads = gm.params = xcalloc(gm.n_params, sizeof(float));
     qwen2_train_forward(m, ids, targets, seq_off, 1, &t, logp, NULL);
     qwen2_backward(m, grads, dlogp, NULL, &t);
-    size_t sizes[5] = {(size_t)v->cfg.hidden, (size_t)(M4 * M4), (size_t)M4, (size_t)(O * M4), (size_t)O};
-    float *mg = xcalloc(sizes[0] + sizes[1] + sizes[2] + sizes[3] + sizes[4], sizeof *mg);
-    VisionMergerGrads dw = {mg, mg + sizes[0], mg + sizes[0] + sizes[1], mg + sizes[0] + sizes[1] + sizes[2],
-                            mg + sizes[0] + sizes[1] + sizes[2] + sizes[3]};
+    const Qwen2Layout *w = &gm.w;
+    VisionMergerGrads dw = {grads + w->merger_ln_q, grads + w->merger_ln_q_b, grads + w->merger_w0,
+                            grads + w->merger_b0, grads + w->merger_w2, grads + w->merger_b2};
     vision_merge_backward(&v->cfg, &v->merger, hidden, units, dfeat, &dw);
-    Qwen2 gm = {.cfg = m->cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m->n_params};
-    qwen2_layout(&m->cfg, &gm.w);
     int nt = qwen2_tensors(&gm, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)nt * sizeof *ts);
     qwen2_tensors(&gm, ts);
-    StWriteTensor *ws = xcalloc((size_t)nt + 6, sizeof *ws);
+    StWriteTensor *ws = xcalloc((size_t)nt + 1, sizeof *ws);
     char (*names)[96] = xmalloc((size_t)nt * sizeof *names);
-    static const char *const merger_names[5] = {"ln_q.weight", "mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
-                                                "mlp.2.bias"};
-    const int64_t shapes[5][2] = {{v->cfg.hidden, 0}, {M4, M4}, {M4, 0}, {O, M4}, {O, 0}};
-    char mnames[5][64];
-    float *at = mg;
-    for (int i = 0; i < 5; i++) {
-        snprintf(mnames[i], sizeof mnames[i], "grad.visual.merger.%s", merger_names[i]);
-        ws[nt + 1 + i] = (StWriteTensor){.name = mnames[i], .ndim = shapes[i][1] ? 2 : 1,
-                                         .shape = {shapes[i][0], shapes[i][1]}, .data = at};
-        at += sizes[i];
-    }
     ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {n}, .data = logp};
     for (int i = 0; i < nt; i++) {
         snprintf(names[i], sizeof names[i], "grad.%s", ts[i].name);
         ws[i + 1] = (StWriteTensor){.name = names[i], .ndim = ts[i].ndim, .data = ts[i].data};
         memcpy(ws[i + 1].shape, ts[i].shape, sizeof ts[i].shape);
     }
-    safetensors_write(out, ws, nt + 6, DTYPE_F32);
-    free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp), free(mg), free(dfeat);
+    safetensors_write(out, ws, nt + 1, DTYPE_F32);
+    free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp), free(dfeat);
     qwen2_train_free(&t);
     arena_free(&arena);
     qwen2_vl_inputs_free(&in);
