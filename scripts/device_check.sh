@@ -2,7 +2,7 @@
 # The GPU checks and benchmarks on the device machine, as two calls: a device command may run 10 minutes
 # and a task has 15 minutes of device time, the machine's start included, so each half's step limits sum
 # to 390 s (the device tool's timeout_s: 480):
-#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, generate
+#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, vl, generate
 #   bash scripts/device_check.sh perf                      hf-7b, bench
 # scripts/device_pack.sh made the pack here; the device tool carries .devpack. Steps, most important first:
 #   ops       tests/cuda/test_cuda_ops: every CUDA op against the CPU op
@@ -10,6 +10,8 @@
 #             `grpo: error:` line each; then plain --device cuda must score
 #   hf        tests/cuda/hf_parity.py (default: tiny qwen3-tiny qwen2.5-0.5b qwen3-0.6b): score against
 #             transformers and against --device cpu, greedy against transformers' greedy
+#   vl        tests/cuda/hf_vl_parity.py: the CPU's Qwen2.5-VL and Qwen2-VL forward (vl_tool) against
+#             transformers' own models and image processor (installed only on the device machine)
 #   generate  tests/rollout/generate_test.py --device cuda: logprobs, sampler statistics, seeding
 #   hf-7b     hf_parity.py on the qwen2.5-7b shape (its model is the bench's next)
 #   bench     bench/cuda.py: prefill and decode against transformers, ceilings of this run
@@ -59,7 +61,7 @@ PY
 fi
 # Wrappers: only grpo's processes see the carried libraries (python3 keeps its own).
 # shellcheck disable=SC2016  # $LD_LIBRARY_PATH and $@ are the wrapper's, expanded when it runs
-for exe in grpo test_cuda_ops; do
+for exe in grpo test_cuda_ops vl_tool; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
     "$R" "${cudalib:+:$cudalib}" "$R" "$exe" > "$R/$exe"
   chmod +x "$R/$exe"
@@ -124,7 +126,8 @@ if [ "$mode" = correct ]; then
   step ops 60 env CUDA_LAUNCH_BLOCKING=1 "$R/test_cuda_ops"  # a kernel fault named at its launch
   step errors 30 bash -c errors
   # shellcheck disable=SC2086  # shapes: several words
-  step hf 180 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  step hf 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  step vl 30 python3 tests/cuda/hf_vl_parity.py --vl-tool "$R/vl_tool" --tmp "$W/vl"
   # bf16: the decode and score log-probs against the float64 reference with bf16 rounding points (mean
   # yardsticks); sampler: the sampling statistics. (greedy, score and repro hold fp32 to 1e-4 or to
   # batch invariance, which a bf16 device does not promise.)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what the device run needs into .devpack/grpo-device.tar.xz (ignored by git; the device tool's
-# `carry: [".devpack"]` takes it along): grpo, the CUDA module and test_cuda_ops from a release build,
+# `carry: [".devpack"]` takes it along): grpo, the CUDA module, test_cuda_ops and vl_tool from a release build,
 # and the shared libraries they use that the device image lacks (oneDNN, cJSON, PCRE2, utf8proc, libyaml,
 # Open MPI). glibc, libstdc++ and the CUDA libraries come from the device image itself.
 # usage: scripts/device_pack.sh [BUILD_DIR]   (default build-device; configured and built here)
@@ -12,7 +12,7 @@ scripts/build.sh "$dir" >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$dir/grpo" "$dir/libgrpo_cuda.so" "$dir/tests/test_cuda_ops" "$stage/bin/"
+cp "$dir/grpo" "$dir/libgrpo_cuda.so" "$dir/tests/test_cuda_ops" "$dir/tests/vl_tool" "$stage/bin/"
 for f in "$stage"/bin/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
