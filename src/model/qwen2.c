@@ -151,15 +151,24 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     }
     if (scaling && !cJSON_IsNull(scaling)) die("%s: rope_scaling is unsupported", path);
 
-    c->vocab = json_get_int(root, "vocab_size", path);
-    c->hidden = json_get_int(root, "hidden_size", path);
-    c->inter = json_get_int(root, "intermediate_size", path);
-    c->layers = json_get_int(root, "num_hidden_layers", path);
-    c->heads = json_get_int(root, "num_attention_heads", path);
-    c->kv_heads = json_get_int_or(root, "num_key_value_heads", c->heads, path);  // HF's default
-    // Defaults below are Qwen2Config's own, so a config that omits them means what it means in HF.
+    if (vl) {  // transformers writes a VL text config's keys only where they differ from its class defaults
+        c->vocab = json_get_int_or(root, "vocab_size", 152064, path);
+        c->hidden = json_get_int_or(root, "hidden_size", 8192, path);
+        c->inter = json_get_int_or(root, "intermediate_size", 29568, path);
+        c->layers = json_get_int_or(root, "num_hidden_layers", 80, path);
+        c->heads = json_get_int_or(root, "num_attention_heads", 64, path);
+    } else {
+        c->vocab = json_get_int(root, "vocab_size", path);
+        c->hidden = json_get_int(root, "hidden_size", path);
+        c->inter = json_get_int(root, "intermediate_size", path);
+        c->layers = json_get_int(root, "num_hidden_layers", path);
+        c->heads = json_get_int(root, "num_attention_heads", path);
+    }
+    c->kv_heads = json_get_int_or(root, "num_key_value_heads", vl ? 8 : c->heads, path);  // HF's default
+    // Defaults below are HF's own (Qwen2Config's; Qwen2VLTextConfig's for VL), so a config that omits them
+    // means what it means in HF.
     c->max_pos = json_get_int_or(root, "max_position_embeddings", 32768, path);
-    c->rope_theta = json_get_number_or(root, "rope_theta", 10000.0, path);
+    c->rope_theta = json_get_number_or(root, "rope_theta", vl ? 1e6 : 10000.0, path);
     // transformers 5 writes rope_parameters {rope_type, rope_theta} instead of rope_theta / rope_scaling
     if (rp && !cJSON_IsNull(rp)) {
         if (!cJSON_IsObject(rp)) die("%s: rope_parameters must be an object", path);
@@ -168,8 +177,10 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
             die("%s: rope_parameters.rope_type \"%s\" is unsupported (only default)", path, type);
         c->rope_theta = json_get_number_or(rp, "rope_theta", c->rope_theta, path);
     }
-    c->eps = (float)json_get_number_or(root, "rms_norm_eps", 1e-6, path);
-    c->tied = json_get_bool_or(root, "tie_word_embeddings", 0, path);
+    c->eps = (float)json_get_number_or(root, "rms_norm_eps", vl ? 1e-5 : 1e-6, path);
+    // transformers 5 keeps a VL model's tie_word_embeddings at the top, beside text_config
+    int tied_top = json_get_bool_or(top, "tie_word_embeddings", 0, path);
+    c->tied = json_get_bool_or(root, "tie_word_embeddings", tied_top, path);
     c->init_std = json_get_number_or(root, "initializer_range", 0.02, path);
     c->bos_id = token_id_or(root, "bos_token_id", path);
     c->eos_id = token_id_or(root, "eos_token_id", path);

@@ -45,7 +45,7 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
         (cJSON_IsString(type) && !strcmp(type->valuestring, "qwen2_vl"))) {
         qwen2_vision_keys(c, vc, where);
     } else {
-        c->hidden = get_int(vc, "hidden_size", 1280, 8, 1 << 16, where);
+        c->hidden = get_int(vc, "hidden_size", 3584, 8, 1 << 16, where);  // transformers' defaults throughout
         c->intermediate = get_int(vc, "intermediate_size", 3420, 1, 1 << 18, where);
         c->out_hidden = get_int(vc, "out_hidden_size", 3584, 1, 1 << 17, where);
     }
@@ -62,6 +62,10 @@ void vision_config_parse(VisionConfig *c, const cJSON *vc, const char *where) {
         die("%s: vision_config.window_size must be a multiple of spatial_merge_size x patch_size", where);
     const cJSON *fa = cJSON_GetObjectItemCaseSensitive(vc, "fullatt_block_indexes");
     if (fa && !cJSON_IsArray(fa)) die("%s: vision_config.fullatt_block_indexes must be a list", where);
+    // Qwen2.5-VL's default (what an omitted key means: transformers leaves out values equal to the defaults)
+    static const int fullatt_default[4] = {7, 15, 23, 31};
+    for (int i = 0; !fa && !c->qwen2 && i < 4; i++)
+        if (fullatt_default[i] < c->depth) c->fullatt[c->n_fullatt++] = fullatt_default[i];
     for (const cJSON *e = fa ? fa->child : NULL; e; e = e->next) {
         int64_t i;
         if (!json_as_int(e, 0, c->depth - 1, &i) || c->n_fullatt == VISION_MAX_FULLATT)

@@ -8,13 +8,15 @@ usage: python3 tests/cuda/hf_vl_parity.py --vl-tool PATH --tmp DIR
 Needs torch, transformers and Pillow; without them it prints SKIPPED and exits 77. For each kind, a tiny random
 model made by transformers itself (its initialisation, biases and norms randomised so none is trivially 0 or 1)
 is saved in fp32 (transformers' own layout and names) with a preprocessor_config.json; a random RGB image goes
-through transformers' Qwen2VLImageProcessor (the slow, PIL-based one) and, separately, through vl_tool --score
-(tests/model/vl_tool.c: grpo's processor, tower, M-RoPE and language model on token ids where -1 stands for the
-image's pads). Checks: grpo's pad count is the processor's image_grid_thw product / 4, and every next-token
-log-prob of the sequence equals the log-softmax of transformers' logits (float32 both; 1e-4).
+through transformers' PIL-based Qwen2VL image processor (Qwen2VLImageProcessorPil in transformers 5, whose
+Qwen2VLImageProcessor resizes with torchvision) and, separately, through vl_tool --score (tests/model/vl_tool.c:
+grpo's processor, tower, M-RoPE and language model on token ids where -1 stands for the image's pads). Checks:
+grpo's sequence is the ids with the image's grid product / 4 pads; transformers applied M-RoPE (its rope_deltas
+is the sequence's); every next-token log-prob equals the log-softmax of transformers' logits (fp32, 1e-4).
 One line per check (PASS/FAIL), then "N passed, N failed"; exit 1 on any failure.
 """
 import argparse
+import inspect
 import json
 import os
 import struct
@@ -59,7 +61,7 @@ def make(kind, d, seed):
                     if kind == "qwen2_5_vl" else
                     (transformers.Qwen2VLForConditionalGeneration, transformers.Qwen2VLConfig))
     cfg = cfg_cls(text_config=text, vision_config=VISION[kind], image_token_id=PAD, video_token_id=151656,
-                  vision_start_token_id=151652, vision_end_token_id=151653)
+                  vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=False)
     m = cls(cfg).float().eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
@@ -88,6 +90,31 @@ def vl_tool_score(tool, d, image, ids, out):
     return toks, lp
 
 
+def compare(m, kind, toks, lp, enc, check):
+    """transformers' forward of toks with the image (enc: its processor's output) against vl_tool's lp."""
+    ids = torch.tensor([toks])
+    extra = {}
+    if "mm_token_type_ids" in inspect.signature(m.forward).parameters:  # transformers >= 5.3: M-RoPE from it
+        extra["mm_token_type_ids"] = (ids == PAD).int()
+    with torch.no_grad():
+        out = m(input_ids=ids, pixel_values=enc["pixel_values"], image_grid_thw=enc["image_grid_thw"], **extra)
+    # M-RoPE: text after the image resumes at (its start + the larger of the grid's merged height and width),
+    # so the last position is below the sequence's length by rope_deltas
+    t, h, w = (int(x) for x in enc["image_grid_thw"][0])
+    start = toks.index(PAD)
+    last = start + max(h, w) // 2 + (len(toks) - 1 - (start + t * h * w // 4))
+    delta = getattr(out, "rope_deltas", None)
+    check(delta is not None and int(delta.reshape(-1)[0]) == last + 1 - len(toks),
+          f"{kind}: transformers used M-RoPE positions (rope_deltas {last + 1 - len(toks)})",
+          f"rope_deltas {None if delta is None else delta.tolist()}")
+    want = torch.log_softmax(out.logits[0].double(), -1)
+    n = len(toks)
+    d = np.abs(np.array(lp[:-1], np.float64) - want[torch.arange(n - 1), torch.tensor(toks[1:])].numpy())
+    check(bool(np.isfinite(d).all()) and float(d.max()) <= 1e-4,
+          f"{kind}: every next-token log-prob of an image prompt equals transformers' {type(m).__name__} "
+          "(fp32, 1e-4)", f"max diff {float(np.nanmax(d)):.2e} over {n - 1} positions, finite {np.isfinite(d).all()}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vl-tool", required=True)
@@ -104,12 +131,16 @@ def main():
     image = os.path.join(a.tmp, "image.png")
     img = Image.fromarray(rng.integers(0, 256, (110, 150, 3), dtype=np.uint8), "RGB")
     img.save(image)
-    proc = transformers.Qwen2VLImageProcessor(min_pixels=MIN_PX, max_pixels=MAX_PX, patch_size=14,
-                                              temporal_patch_size=2, merge_size=2, image_mean=MEAN, image_std=STD)
-    enc = proc(images=[Image.open(image).convert("RGB")], return_tensors="pt")
-    grid = enc["image_grid_thw"]
+    try:  # transformers 5: the PIL processor has its own class (Qwen2VLImageProcessor resizes with torchvision)
+        cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
+        proc = cls(min_pixels=MIN_PX, max_pixels=MAX_PX, patch_size=14, temporal_patch_size=2, merge_size=2,
+                   image_mean=MEAN, image_std=STD)
+        enc = proc(images=[Image.open(image).convert("RGB")], return_tensors="pt")
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        check(False, "transformers' Qwen2-VL image processor reads the image", repr(e)[-400:])
+        enc = None
     ids = [151644, 872, 198, 151652, -1, 151653, 3838, 374, 432, 30, 151645, 198, 151644, 77091, 198, 32, 2518]
-    for seed, kind in enumerate(VISION):
+    for seed, kind in enumerate(VISION if enc is not None else []):
         d = os.path.join(a.tmp, kind)
         try:
             m = make(kind, d, seed)
@@ -117,16 +148,16 @@ def main():
         except Exception as e:  # noqa: BLE001 - reported as the check's failure
             check(False, f"{kind}: transformers makes the model and vl_tool scores it", repr(e)[-400:])
             continue
-        pads = sum(t == PAD for t in toks)
-        check(pads == int(grid.prod()) // 4, f"{kind}: grpo's image pads are the processor's grid / 4",
-              f"{pads} vs {grid.tolist()}")
-        with torch.no_grad():
-            logits = m(input_ids=torch.tensor([toks]), pixel_values=enc["pixel_values"],
-                       image_grid_thw=grid).logits[0].double()
-        want = torch.log_softmax(logits, -1)
-        diff = max(abs(lp[i] - float(want[i, toks[i + 1]])) for i in range(len(toks) - 1))
-        check(diff <= 1e-4, f"{kind}: every next-token log-prob of an image prompt equals transformers' "
-              f"{type(m).__name__} (fp32, 1e-4)", f"max diff {diff:.2e} over {len(toks) - 1} positions")
+        units = int(enc["image_grid_thw"].prod()) // 4
+        want_toks = [t for i in ids for t in ([PAD] * units if i < 0 else [i])]
+        check(toks == want_toks, f"{kind}: grpo's sequence is the ids with the processor's grid / 4 image pads",
+              f"{sum(t == PAD for t in toks)} pads vs {enc['image_grid_thw'].tolist()}")
+        if toks != want_toks:
+            continue
+        try:
+            compare(m, kind, toks, lp, enc, check)
+        except Exception as e:  # noqa: BLE001 - reported as the check's failure
+            check(False, f"{kind}: transformers' forward of the image prompt", repr(e)[-400:])
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
     sys.exit(0 if results and all(results) else 1)
 

@@ -37,7 +37,8 @@ PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_sta
 
 def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels, qwen2=False):
     """A random Qwen2.5-VL vision tower in d (or with qwen2, Qwen2-VL's: LayerNorms with biases, fc1/fc2 MLPs of
-    inter = hidden * mlp_ratio, no windows; its config's embed_dim and hidden_size the width and the output)."""
+    inter = hidden * mlp_ratio, no windows; its config's embed_dim and hidden_size the width and the output).
+    fullatt None leaves fullatt_block_indexes out of the config (transformers' default [7, 15, 23, 31])."""
     g = torch.Generator().manual_seed(seed)
     P = 3 * 2 * 14 * 14
     M4 = hidden * 4
@@ -81,6 +82,8 @@ def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window
     vc = {"depth": depth, "hidden_size": hidden, "num_heads": heads, "intermediate_size": inter,
           "out_hidden_size": out_hidden, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
           "window_size": window, "fullatt_block_indexes": fullatt, "hidden_act": "silu", "in_chans": 3}
+    if fullatt is None:
+        del vc["fullatt_block_indexes"]
     arch, model_type = "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"
     if qwen2:
         vc = {"depth": depth, "embed_dim": hidden, "hidden_size": out_hidden, "num_heads": heads,
@@ -145,7 +148,7 @@ def tower(w, vc, patches, grid):
     cu_full = torch.tensor([0] + [gh * gw * (i + 1) for i in range(t)])
     for i in range(vc["depth"]):
         b = lambda k: w[f"blocks.{i}.{k}"]  # noqa: E731
-        cu = cu_full if qwen2 or i in vc["fullatt_block_indexes"] else cu_w
+        cu = cu_full if qwen2 or i in vc.get("fullatt_block_indexes", [7, 15, 23, 31]) else cu_w
         h = layer_norm(x, b("norm1.weight"), b("norm1.bias")) if qwen2 else rms(x, b("norm1.weight"))
         qkv = (h @ b("attn.qkv.weight").T + b("attn.qkv.bias")).reshape(n, 3, H, D).permute(1, 0, 2, 3)
         q, k, v = qkv[0], qkv[1], qkv[2]
@@ -196,6 +199,7 @@ def g_tower():
         (3, 3, 32, 2, 48, 24, [2], 112, "visual.", 200 * 28 * 28, (640, 360), False),
         (4, 3, 32, 2, 128, 24, [], 112, "visual.", 80 * 28 * 28, (300, 200), True),
         (5, 2, 48, 3, 96, 40, [], 112, "model.visual.", 60 * 28 * 28, (170, 410), True),
+        (6, 9, 32, 2, 48, 24, None, 56, "visual.", 60 * 28 * 28, (300, 200), False),  # the default: block 7
     ]
     for seed, depth, hidden, heads, inter, outh, fullatt, window, prefix, maxpx, (iw, ih), qwen2 in cases:
         model = os.path.join(TMP, f"tower{seed}")
@@ -210,8 +214,9 @@ def g_tower():
         lh, lw = grid[1] // 2, grid[2] // 2
         ws = window // 28
         partial = lh % ws != 0 or lw % ws != 0
+        full = "transformers' default [7, 15, 23, 31]" if fullatt is None else fullatt
         kind = "Qwen2-VL: LayerNorms, fc1/fc2, no windows" if qwen2 else \
-            f"full attention in {fullatt}, window {window}{', partial windows' if partial else ''}"
+            f"full attention in {full}, window {window}{', partial windows' if partial else ''}"
         check(f"tower {seed} ({depth} blocks, {kind}, {prefix}*; grid {grid[1]} x {grid[2]}): patches equal Pillow's, "
               f"features equal the float64 reference ({TOL})", ok_p and d <= TOL and np.abs(want).max() > 0.1,
               f"max diff {d:.2e}, |features| up to {np.abs(want).max():.2f}")
