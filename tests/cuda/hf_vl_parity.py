@@ -23,6 +23,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from harness import check, summary  # noqa: E402
+
 try:
     import numpy as np
     import torch
@@ -90,7 +93,7 @@ def vl_tool_score(tool, d, image, ids, out):
     return toks, lp
 
 
-def compare(m, kind, toks, lp, enc, check):
+def compare(m, kind, toks, lp, enc):
     """transformers' forward of toks with the image (enc: its processor's output) against vl_tool's lp."""
     ids = torch.tensor([toks])
     extra = {}
@@ -104,15 +107,15 @@ def compare(m, kind, toks, lp, enc, check):
     start = toks.index(PAD)
     last = start + max(h, w) // 2 + (len(toks) - 1 - (start + t * h * w // 4))
     delta = getattr(out, "rope_deltas", None)
-    check(delta is not None and int(delta.reshape(-1)[0]) == last + 1 - len(toks),
-          f"{kind}: transformers used M-RoPE positions (rope_deltas {last + 1 - len(toks)})",
+    check(f"{kind}: transformers used M-RoPE positions (rope_deltas {last + 1 - len(toks)})",
+          delta is not None and int(delta.reshape(-1)[0]) == last + 1 - len(toks),
           f"rope_deltas {None if delta is None else delta.tolist()}")
     want = torch.log_softmax(out.logits[0].double(), -1)
     n = len(toks)
     d = np.abs(np.array(lp[:-1], np.float64) - want[torch.arange(n - 1), torch.tensor(toks[1:])].numpy())
-    check(bool(np.isfinite(d).all()) and float(d.max()) <= 1e-4,
-          f"{kind}: every next-token log-prob of an image prompt equals transformers' {type(m).__name__} "
-          "(fp32, 1e-4)", f"max diff {float(np.nanmax(d)):.2e} over {n - 1} positions, finite {np.isfinite(d).all()}")
+    check(f"{kind}: every next-token log-prob of an image prompt equals transformers' {type(m).__name__} "
+          "(fp32, 1e-4)", bool(np.isfinite(d).all()) and float(d.max()) <= 1e-4,
+          f"max diff {float(np.nanmax(d)):.2e} over {n - 1} positions, finite {np.isfinite(d).all()}")
 
 
 def main():
@@ -121,12 +124,6 @@ def main():
     ap.add_argument("--tmp", required=True)
     a = ap.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
-    results = []
-
-    def check(ok, name, detail=""):
-        results.append(bool(ok))
-        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""), flush=True)
-
     rng = np.random.default_rng(7)
     image = os.path.join(a.tmp, "image.png")
     img = Image.fromarray(rng.integers(0, 256, (110, 150, 3), dtype=np.uint8), "RGB")
@@ -137,7 +134,7 @@ def main():
                    image_mean=MEAN, image_std=STD)
         enc = proc(images=[Image.open(image).convert("RGB")], return_tensors="pt")
     except Exception as e:  # noqa: BLE001 - reported as a failure
-        check(False, "transformers' Qwen2-VL image processor reads the image", repr(e)[-400:])
+        check("transformers' Qwen2-VL image processor reads the image", False, repr(e)[-400:])
         enc = None
     ids = [151644, 872, 198, 151652, -1, 151653, 3838, 374, 432, 30, 151645, 198, 151644, 77091, 198, 32, 2518]
     for seed, kind in enumerate(VISION if enc is not None else []):
@@ -146,20 +143,19 @@ def main():
             m = make(kind, d, seed)
             toks, lp = vl_tool_score(a.vl_tool, d, image, ids, os.path.join(a.tmp, kind + ".bin"))
         except Exception as e:  # noqa: BLE001 - reported as the check's failure
-            check(False, f"{kind}: transformers makes the model and vl_tool scores it", repr(e)[-400:])
+            check(f"{kind}: transformers makes the model and vl_tool scores it", False, repr(e)[-400:])
             continue
         units = int(enc["image_grid_thw"].prod()) // 4
         want_toks = [t for i in ids for t in ([PAD] * units if i < 0 else [i])]
-        check(toks == want_toks, f"{kind}: grpo's sequence is the ids with the processor's grid / 4 image pads",
+        check(f"{kind}: grpo's sequence is the ids with the processor's grid / 4 image pads", toks == want_toks,
               f"{sum(t == PAD for t in toks)} pads vs {enc['image_grid_thw'].tolist()}")
         if toks != want_toks:
             continue
         try:
-            compare(m, kind, toks, lp, enc, check)
+            compare(m, kind, toks, lp, enc)
         except Exception as e:  # noqa: BLE001 - reported as the check's failure
-            check(False, f"{kind}: transformers' forward of the image prompt", repr(e)[-400:])
-    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-    sys.exit(0 if results and all(results) else 1)
+            check(f"{kind}: transformers' forward of the image prompt", False, repr(e)[-400:])
+    sys.exit(summary())
 
 
 if __name__ == "__main__":
