@@ -408,6 +408,24 @@ void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, co
     free(rp);
 }
 
+void demo_warmup(const DemoWarmup *w, DemoResult *R) {
+    double t = time_now(), calls;
+    R->acc_init = demo_accuracy(w->init, NULL, w->val_file, w->max_response, w->tools, &calls);
+    R->t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers "
+            "%s)\n", (long long)w->n_sft, 100.0 * w->careless, w->errs);
+    t = time_now();
+    demo_sft(w->init, w->sft_file, w->sft, w->steps, w->seed);
+    R->t_sft = time_now() - t;
+    t = time_now();
+    R->has_calls = w->tools != NULL;
+    R->acc_before = demo_accuracy(w->sft, NULL, w->val_file, w->max_response, w->tools, &R->calls_before);
+    R->t_eval += time_now() - t;
+    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%", 100.0 * R->acc_before);
+    if (w->tools) fprintf(stderr, " (greedy calls the tool in %.1f%%)", 100.0 * R->calls_before);
+    fprintf(stderr, "; now GRPO\n");
+}
+
 void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
               DemoResult *res) {
     // Its ranks would write the same files, and SFT then GRPO would initialise MPI twice.
@@ -425,18 +443,10 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     demo_write_data(data, seed, &task);
     R.t_setup = time_now() - t0;
 
-    double t = time_now();
-    R.acc_init = demo_accuracy(init, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers drop "
-            "the 0)\n", (long long)task.n_sft, 100.0 * task.careless);
-    t = time_now();
-    demo_sft(init, sft_file, sft, smoke ? 300 : 400, seed);
-    R.t_sft = time_now() - t;
-    t = time_now();
-    R.acc_before = demo_accuracy(sft, NULL, val_file, DEMO_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
+    DemoWarmup w = {.init = init, .sft_file = sft_file, .sft = sft, .val_file = val_file, .errs = "drop the 0",
+                    .max_response = DEMO_MAX_RESPONSE, .steps = smoke ? 300 : 400, .n_sft = task.n_sft,
+                    .careless = task.careless, .seed = seed};
+    demo_warmup(&w, &R);
 
     // The demo's GRPO settings, as `grpo train` keys; the caller's overrides go on top.
     char *ov[24];

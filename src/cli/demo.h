@@ -81,6 +81,16 @@ typedef struct {
 // The demos' pieces: the SFT warm-up (AdamW 1e-3, cosine, 64 per step) of init into out; GRPO with the demo's
 // settings ov[0..n) and the caller's overrides on top (c: the resolved config, the caller frees it).
 void demo_sft(const char *init, const char *data, const char *out, int64_t steps, uint64_t seed);
+// A demo's warm-up: the initial model's held-out accuracy, `steps` of SFT on sft_file from a careless teacher
+// (its answers `errs` in `careless` of n_sft demonstrations) into sft, then the SFT model's accuracy, each timed
+// into R. tools: as demo_accuracy's (R->calls_before then gets the SFT model's tool-call rate).
+typedef struct {
+    const char *init, *sft_file, *sft, *val_file, *tools, *errs;
+    int64_t max_response, steps, n_sft;
+    double careless;
+    uint64_t seed;
+} DemoWarmup;
+void demo_warmup(const DemoWarmup *w, DemoResult *R);
 void demo_grpo(GrpoConfig *c, char **ov, int n, char **overrides, int n_overrides);
 // The demos' common GRPO settings as `grpo train` keys into ov (malloc'd strings; returns how many, at most
 // 20): from model `sft` on train/val files, 16 prompts x 8 samples at temperature 1, the exact-match reward,

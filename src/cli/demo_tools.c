@@ -217,20 +217,10 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
     cJSON_Delete(schemas);
     R.t_setup = time_now() - t0;
 
-    double t = time_now(), calls;
-    R.acc_init = demo_accuracy(init, NULL, val_file, TOOLS_DEMO_MAX_RESPONSE, tools, &calls);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers "
-            "guess without the tool)\n", (long long)task.n_sft, 100.0 * task.careless);
-    t = time_now();
-    demo_sft(init, sft_file, sft, 800, seed);
-    R.t_sft = time_now() - t;
-    t = time_now();
-    R.has_calls = 1;
-    R.acc_before = demo_accuracy(sft, NULL, val_file, TOOLS_DEMO_MAX_RESPONSE, tools, &R.calls_before);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%% (greedy calls the tool in %.1f%%); now GRPO\n",
-            100.0 * R.acc_before, 100.0 * R.calls_before);
+    DemoWarmup w = {.init = init, .sft_file = sft_file, .sft = sft, .val_file = val_file, .tools = tools,
+                    .errs = "guess without the tool", .max_response = TOOLS_DEMO_MAX_RESPONSE, .steps = 800,
+                    .n_sft = task.n_sft, .careless = task.careless, .seed = seed};
+    demo_warmup(&w, &R);
 
     char *ov[24];
     DemoGrpo g = {.sft = sft, .train_file = train_file, .val_file = val_file, .out_dir = grpo, .chat_template = 1,
@@ -240,7 +230,7 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
     ov[n++] = xprintf("rollout.multi_turn.tools_file=%s", tools);
     ov[n++] = xprintf("rollout.multi_turn.max_turns=1");
     GrpoConfig gc;
-    t = time_now();
+    double t = time_now();
     demo_grpo(&gc, ov, n, overrides, n_overrides);
     R.t_grpo = time_now() - t;
     t = time_now();

@@ -135,18 +135,10 @@ void demo_vl_run(const char *dir, uint64_t seed, int smoke, char **overrides, in
     free(vd.held);
     R.t_setup = time_now() - t0;
 
-    double t = time_now();
-    R.acc_init = demo_accuracy(init, NULL, val_file, VL_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: SFT warm-up on %lld demonstrations from a careless teacher (%.0f%% of its answers "
-            "count the blue squares too)\n", (long long)task.n_sft, 100.0 * task.careless);
-    t = time_now();
-    demo_sft(init, sft_file, sft, smoke ? 150 : 300, seed);
-    R.t_sft = time_now() - t;
-    t = time_now();
-    R.acc_before = demo_accuracy(sft, NULL, val_file, VL_MAX_RESPONSE, NULL, NULL);
-    R.t_eval += time_now() - t;
-    fprintf(stderr, "grpo demo: held-out accuracy after SFT: %.1f%%; now GRPO\n", 100.0 * R.acc_before);
+    DemoWarmup w = {.init = init, .sft_file = sft_file, .sft = sft, .val_file = val_file,
+                    .errs = "count the blue squares too", .max_response = VL_MAX_RESPONSE,
+                    .steps = smoke ? 150 : 300, .n_sft = task.n_sft, .careless = task.careless, .seed = seed};
+    demo_warmup(&w, &R);
 
     char *ov[24];
     DemoGrpo g = {.sft = sft, .train_file = train_file, .val_file = val_file, .out_dir = grpo,
