@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The test suite: a release build and an ASan+UBSan build, each running every test under ctest, then the
+# The test suite: a release build and an ASan+UBSan build, each running every test under ctest; a ThreadSanitizer
+# build of the emulated device's two tests (its threads are TSan fibers: a missing barrier is a race); then the
 # fuzz build (clang, libFuzzer + ASan + UBSan): each harness replays its corpus and fuzzes for 10 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test || exit 1
 passed=0 failed=0 skipped=0
-for variant in release asan fuzz; do
+for variant in release asan tsan fuzz; do
   dir=build-test-$variant
   args=()
+  targets=()
   [ $variant = asan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_SANITIZE=ON)
+  [ $variant = tsan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_TSAN=ON) && targets=(test_emu test_cuda_ops)
   [ $variant = fuzz ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_FUZZ=ON -DCMAKE_C_COMPILER=clang)
-  if ! scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
+  if ! GRPO_BUILD_TARGETS="${targets[*]}" scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
     cat "$dir.log"
     echo "build ($variant) failed"
     failed=$((failed + 1))

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "cuda/cuda_backend.h"
 
 #ifdef GRPO_CUDA
 #include <dlfcn.h>
@@ -66,8 +67,15 @@ int backend_cuda_devices(char *why, size_t n) {
 
 const Backend *backend_open(const char *spec, const char *what) {
     if (!strcmp(spec, "cpu")) return backend_cpu();
+    if (!strcmp(spec, "emu")) {
+#ifdef GRPO_HAVE_EMU
+        return emu_backend_open();
+#else
+        die("%s emu: this grpo was built without the emulated device (GRPO_EMU)", what);
+#endif
+    }
     if (strncmp(spec, "cuda", 4) || (spec[4] && spec[4] != ':'))
-        die("%s: unknown device '%s' (cpu, cuda or cuda:N)", what, spec);
+        die("%s: unknown device '%s' (cpu, cuda, cuda:N or emu)", what, spec);
     int ordinal = 0;
     if (spec[4] == ':') {
         char *end;

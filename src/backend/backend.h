@@ -1,7 +1,9 @@
 // The backend seam: where a model's memory lives and what runs its ops. The model and rollout code is
 // written once against this table; the CPU backend runs nn/ops.h on host memory, the CUDA backend
-// (src/cuda/) runs kernels and cuBLASLt on device memory. Every op keeps nn/ops.h's contract (shapes,
-// adds vs overwrites); pointers are the backend's memory unless a comment says host.
+// (src/cuda/) runs kernels and cuBLASLt on device memory; the emulated device ("emu") runs the same kernels on
+// the CPU, its "device memory" host memory that host code must still reach only through upload/download.
+// Every op keeps nn/ops.h's contract (shapes, adds vs overwrites); pointers are the backend's memory unless a
+// comment says host.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +15,7 @@
 
 typedef struct Backend Backend;
 struct Backend {
-    const char *name;  // "cpu", "cuda:0"
+    const char *name;  // "cpu", "cuda:0", "emu"
     int on_device;     // memory is not host memory (upload/download needed)
     void *ctx;         // the backend's own state (CUDA: stream, cuBLASLt handle, scratch)
 
@@ -106,7 +108,7 @@ struct Backend {
 
 // The CPU backend (host memory, nn/ops.h): a constant, nothing to close.
 const Backend *backend_cpu(void);
-// "cpu", "cuda" or "cuda:N". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
+// "cpu", "cuda", "cuda:N" or "emu". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
 // unknown, the build has no CUDA, or no such GPU is visible.
 const Backend *backend_open(const char *spec, const char *what);
 void backend_close(const Backend *be);

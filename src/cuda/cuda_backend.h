@@ -1,5 +1,6 @@
 // The CUDA backend (built when CMake finds nvcc): device memory, cuBLASLt GEMMs (bf16 in, fp32
-// accumulation) and our own kernels for the rest, behind the table in backend/backend.h.
+// accumulation) and our own kernels for the rest, behind the table in backend/backend.h. The same kernels run
+// on the CPU as the emulated device (emu_backend_open, in every build but the fuzz build).
 #pragma once
 #include "backend/backend.h"
 
@@ -19,6 +20,8 @@ const Backend *cuda_backend_open(int ordinal, const char *what);
 // How many GPUs the CUDA runtime sees: 0 when there is no driver or no GPU, -1 when CUDA fails otherwise
 // (a driver older than the runtime, a GPU that cannot be used); the reason for 0 or -1 into why (n bytes).
 int cuda_device_count(char *why, size_t n);
+// The emulated device ("emu"): the CUDA backend's kernels on the CPU (cuda/emu.h), device memory in host memory.
+const Backend *emu_backend_open(void);
 
 #ifdef __cplusplus
 }

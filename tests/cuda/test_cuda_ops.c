@@ -424,61 +424,84 @@ static void test_attention_lane_map(void) {
     report(op, bad, 0.0);
 }
 
-int main(void) {
-    test_attention_lane_map();
-    if (g_failures) {
-        printf("test_cuda_ops: %d checks, %d failed (host checks; the CUDA ops were not run)\n", g_checks,
-               g_failures);
-        return 1;
-    }
-    char why[1024];
-    int n_gpus = backend_cuda_devices(why, sizeof why);
-    if (n_gpus < 0) {
-        printf("FAIL  the CUDA backend cannot be used: %s\n", why);
-        return 1;
-    }
-    if (n_gpus == 0) {
-        printf("SKIPPED: no CUDA GPU visible (%s): the CUDA ops were not run\n", why);
-        return 77;
-    }
-    g_cpu = backend_cpu();
-    g_gpu = backend_open("cuda", "test_cuda_ops");
-    rng_init(&g_rng, 2024);
+// Every op on shapes that cross the kernels' tiles and blocks: rows and widths that are not multiples of them,
+// head_dim 16..128 (multiples of 32 or not), long rows, the real vocabulary for the sampler and log-prob head.
+static void test_all_ops(void) {
     test_elementwise(1);
     test_elementwise(100003);
     test_embedding_rmsnorm(37, 896, 1000);
     test_embedding_rmsnorm(3, 3584, 50);
+    test_embedding_rmsnorm(5, 100, 7);  // C below one block of threads
     test_matmul(1, 96, 200, 1);
     test_matmul(5, 130, 33, 1);  // odd sizes: unaligned operands
     test_matmul(7, 64, 96, 2);   // a bias 2 bytes past an allocation's start
     test_matmul(300, 896, 1152, 1);
     test_matmul(300, 896, 1152, 2);
     test_matmul(64, 4864, 896, 0);
-    // The bias added by our kernel instead of cuBLASLt's epilogue (its fallback when cuBLASLt refuses).
-    setenv("GRPO_CUDA_BIAS_EPILOGUE", "0", 1);
-    const Backend *unfused = backend_open("cuda", "test_cuda_ops");
-    unsetenv("GRPO_CUDA_BIAS_EPILOGUE");
-    test_matmul_on(unfused, ", bias kernel", 5, 130, 33, 1);
-    test_matmul_on(unfused, ", bias kernel", 300, 896, 1152, 2);
-    backend_close(unfused);
     test_rope(37, 14, 64);
     test_rope(300, 28, 128);
     test_rope(37, 4, 16);
+    test_rope(5, 3, 40);
     const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2};
     test_attention(l1, 3, 14, 2, 64);  // GQA 7, tiles crossed at 32 and 64 keys
     test_attention(l2, 2, 28, 4, 128);
     test_attention(l3, 3, 4, 4, 64);   // MHA
     test_attention(l1, 3, 4, 2, 16);   // the tiny preset's head_dim: half a warp's lanes idle
     test_attention(l3, 3, 6, 2, 24);   // the generate test models': not a multiple of 16 either
+    test_attention(l2, 2, 6, 3, 40);   // past one lane per dimension, not a multiple of 32
+    test_attention(l1, 3, 16, 1, 80);  // 16 query heads per kv head: the largest group
+    test_attention(l3, 3, 2, 2, 96);
+    test_attention(l2, 2, 4, 2, 112);
     test_logprob(300, 64, 1000);       // crosses the 256-row chunk; target -1 rows
     test_logprob(5, 896, 151936);
     test_sample(37, 1000);
     test_sample(3, 151936);
+}
+
+// test_cuda_ops [--device cuda|emu]: the GPU (default; skipped without one) or the emulated device.
+int main(int argc, char **argv) {
+    const char *device = argc == 3 && !strcmp(argv[1], "--device") ? argv[2] : "cuda";
+    if (argc != 1 && argc != 3) {
+        fprintf(stderr, "usage: test_cuda_ops [--device cuda|emu]\n");
+        return 2;
+    }
+    test_attention_lane_map();
+    if (g_failures) {
+        printf("test_cuda_ops: %d checks, %d failed (host checks; the CUDA ops were not run)\n", g_checks,
+               g_failures);
+        return 1;
+    }
+    g_cpu = backend_cpu();
+    rng_init(&g_rng, 2024);
+    if (!strcmp(device, "emu")) {
+        g_gpu = backend_open("emu", "test_cuda_ops");
+        test_all_ops();
+    } else {
+        char why[1024];
+        int n_gpus = backend_cuda_devices(why, sizeof why);
+        if (n_gpus < 0) {
+            printf("FAIL  the CUDA backend cannot be used: %s\n", why);
+            return 1;
+        }
+        if (n_gpus == 0) {
+            printf("SKIPPED: no CUDA GPU visible (%s): the CUDA ops were not run\n", why);
+            return 77;
+        }
+        g_gpu = backend_open(device, "test_cuda_ops");
+        test_all_ops();
+        // The bias added by our kernel instead of cuBLASLt's epilogue (its fallback when cuBLASLt refuses).
+        setenv("GRPO_CUDA_BIAS_EPILOGUE", "0", 1);
+        const Backend *unfused = backend_open(device, "test_cuda_ops");
+        unsetenv("GRPO_CUDA_BIAS_EPILOGUE");
+        test_matmul_on(unfused, ", bias kernel", 5, 130, 33, 1);
+        test_matmul_on(unfused, ", bias kernel", 300, 896, 1152, 2);
+        backend_close(unfused);
+    }
     // Training ops this backend has not implemented yet: listed, neither passed nor failed.
     char missing[512];
     backend_missing_training_ops(g_gpu, missing, sizeof missing);
     if (*missing) printf("NOT IMPLEMENTED on this backend (training ops): %s\n", missing);
+    printf("test_cuda_ops on %s: %d checks, %d failed\n", g_gpu->name, g_checks, g_failures);
     backend_close(g_gpu);
-    printf("test_cuda_ops: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures != 0;
 }

@@ -49,7 +49,7 @@ DIRS = {}  # model name -> directory
 # ------------------------------------------------------------------ running grpo
 
 def grpo(args, stdin="", env=None):
-    if DEVICE and args and args[0] in ("generate", "score"):
+    if DEVICE and args and args[0] in ("generate", "score") and "--device" not in args:
         args = list(args) + ["--device", DEVICE]
     return subprocess.run([GRPO] + [str(a) for a in args], input=stdin, capture_output=True, text=True,
                           encoding="utf-8", env=env, timeout=900)
@@ -301,7 +301,19 @@ def g_greedy(check):
         note = f" ({ties} near-tie divergences accepted)" if ties else ""
         check(not diffs, f"greedy ids == reference [{name}]", "; ".join(diffs) + note)
         check(not fins, f"greedy finish_reason == reference [{name}]", "; ".join(fins))
-        check(lp <= TOL, f"T=0 logprobs == log_softmax(reference logits) [{name}]", f"max diff {lp:.2e}")
+        if DEVICE:  # bf16: the CPU's bf16 decode of the same prompts (g_bf16 holds it to the reference). Sums in
+            # another order flip an occasional bf16 rounding, which moves the rest of that sequence by ~1e-3: a rare
+            # event, where a wrong kernel moves every sequence. Most sequences must agree within TOL.
+            cpu, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 0, "--max-new-tokens", 24,
+                              "--device", "cpu", "--dtype", "bf16")
+            worst = [max([abs(a - b) for a, b, x, y in zip(r["logprobs"], c["logprobs"], r["tokens"], c["tokens"])
+                          if x == y] or [0.0]) for r, c in zip(recs, cpu)]
+            near = sum(w <= TOL for w in worst)
+            check(2 * near > len(worst), f"T=0 logprobs vs --device cpu --dtype bf16 [{name}]",
+                  f"{near} of {len(worst)} sequences within {TOL:g}; worst per sequence "
+                  + " ".join(f"{w:.1e}" for w in worst))
+        else:
+            check(lp <= TOL, f"T=0 logprobs == log_softmax(reference logits) [{name}]", f"max diff {lp:.2e}")
         if name == "twin-rows":  # rows 128..255 of lm_head copy rows 0..127: every such argmax is a tie
             high = [t for r in recs for t in r["tokens"] if 128 <= t < 256]
             check(not high, "exact ties go to the lower id (no token from the twin rows)",
@@ -316,10 +328,17 @@ def g_score(check):
         recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 1, "--seed", 1, "--n", 3,
                            "--max-new-tokens", 40)
         seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
-        worst = max(abs(a - b) for r, s in zip(recs, grpo_score(d, seqs))
-                    for a, b in zip(r["logprobs"], s[len(prompts[r["index"]]) - 1:]))
-        check(worst <= TOL, f"sampled logprobs == `grpo score` of prompt+tokens [{name}]",
-              f"max diff {worst:.2e} over {sum(len(r['tokens']) for r in recs)} tokens")
+        scored = [s[len(prompts[r["index"]]) - 1:] for r, s in zip(recs, grpo_score(d, seqs))]
+        got = [r["logprobs"] for r in recs]
+        worst = max(abs(a - b) for u, v in zip(got, scored) for a, b in zip(u, v))
+        detail = f"max diff {worst:.2e} over {sum(len(r['tokens']) for r in recs)} tokens"
+        if DEVICE:  # bf16: decode and prefill sum in other orders, and a flipped rounding runs on (g_bf16)
+            _, _, want, torch32, _ = bf16_yardstick(d, prompts, recs)
+            e, e_torch = mean_abs(got, scored), mean_abs(torch32, want)
+            check(e <= 2 * e_torch + 1e-6, f"sampled logprobs vs `grpo score` of prompt+tokens (bf16) [{name}]",
+                  f"mean |diff| {e:.2e}, torch fp32's to the bf16 reference {e_torch:.2e}; {detail}")
+        else:
+            check(worst <= TOL, f"sampled logprobs == `grpo score` of prompt+tokens [{name}]", detail)
 
 
 def first_tokens(d, prompt, *opts):
@@ -377,7 +396,12 @@ def g_repro(check):
     alone = [run([l])[0] for l in lines]
     rot = [run(lines[i:] + lines[:i])[0] if i else want for i in range(4)]
     bad = [i for i in range(4) if any(alone[i][0, j] != rot[i][0, j] for j in range(n))]
-    check(not bad, "one line per run == same line first in a batch of 4", f"differ for lines {bad}")
+    # bf16 (a device): a GEMM over another batch may sum a row in another order, and a flipped bf16 rounding
+    # moves a logit by ~1e-3, not 1e-7: a draw near a boundary then picks another token. Not a contract there.
+    if DEVICE:
+        print(f"NOTE  one line per run vs in a batch of 4: not compared in bf16 (differ for lines {bad})")
+    else:
+        check(not bad, "one line per run == same line first in a batch of 4", f"differ for lines {bad}")
     other = [lines[0], {"tokens": [3]}, lines[2], {"tokens": rand_prompts(6, [140], V)[0]}]
     got = run(other)[0]
     check(all(got[i, j] == want[i, j] for i in (0, 2) for j in range(n)),
@@ -395,6 +419,9 @@ def g_repro(check):
         got, s = run(lines, *extra, env=env)
         if s is None:
             check(got == want, f"{label}: identical tokens")
+        elif DEVICE and "--no-shared-prefill" not in extra:  # waves change the batch (above): only the waves
+            check(s["waves"] > 1, f"{label}: in waves (tokens not compared in bf16)",
+                  f"waves={s['waves']}; {sum(got[k] != want[k] for k in want)} of {len(want)} sequences differ")
         else:
             check(got == want and s["waves"] > 1, f"{label}: identical tokens, in waves",
                   f"waves={s['waves']}; one prompt's {n} samples need {group:.2f} MiB")
@@ -553,6 +580,25 @@ def g_errors(check):
     check(recs == [] and st["samples"] == 0, "empty input: no output, exit 0", str(st))
 
 
+def bf16_yardstick(d, prompts, recs):
+    """The float64 reference with bf16's rounding points against the records' tokens (prompt r["index"] + its
+    tokens): per record the reference's log-probs of them, PyTorch fp32's with the same rounding and the unrounded
+    model's; each pick's gap to the reference's best logit, and fp32's largest logit difference (its spread)."""
+    m64, m32 = ref.load_model(d, torch.float64, bf16=True), ref.load_model(d, torch.float32, bf16=True)
+    exact = ref.load_model(d, torch.float64)
+    gaps, spread, want, torch32, unrounded = [], 0.0, [], [], []
+    for r in recs:
+        p = prompts[r["index"]]
+        s = p + r["tokens"]
+        z64, z32, zx = (ref.logits(m, s[:-1])[len(p) - 1:] for m in (m64, m32, exact))
+        t = torch.tensor(r["tokens"])
+        gaps += (z64.max(-1).values - z64.gather(1, t[:, None])[:, 0]).tolist()
+        spread = max(spread, float((z32.double() - z64).abs().max()))
+        for z, out in ((z64, want), (z32.double(), torch32), (zx, unrounded)):
+            out.append((z.gather(1, t[:, None])[:, 0] - torch.logsumexp(z, -1)).tolist())
+    return gaps, spread, want, torch32, unrounded
+
+
 def g_bf16(check):
     """7. --dtype bf16 on the CPU (this level's decode kernel, bf16 products native or widened) against the
     float64 reference with the same rounding points. fp32 sums flip an occasional bf16 rounding, whose effect
@@ -561,21 +607,12 @@ def g_bf16(check):
     midpoint to the unrounded model's, and the KV decode's logprobs as near `grpo score --dtype bf16`'s."""
     for name in ("untied", "qwen3"):
         d = DIRS[name]
-        m64, m32 = ref.load_model(d, torch.float64, bf16=True), ref.load_model(d, torch.float32, bf16=True)
-        exact = ref.load_model(d, torch.float64)
-        prompts = rand_prompts(21, [3, 17, 40, 64], m64.V)
+        prompts = rand_prompts(21, [3, 17, 40, 64], refm(d).V)
         recs, _ = generate(d, [{"tokens": p} for p in prompts], "--temperature", 0, "--max-new-tokens", 24,
                            "--dtype", "bf16")
         seqs = [prompts[r["index"]] + r["tokens"] for r in recs]
         got = [r["logprobs"] for r in recs]
-        gaps, spread, want, torch32, unrounded = [], 0.0, [], [], []
-        for p, r, s in zip(prompts, recs, seqs):
-            z64, z32, zx = (ref.logits(m, s[:-1])[len(p) - 1:] for m in (m64, m32, exact))
-            t = torch.tensor(r["tokens"])
-            gaps += (z64.max(-1).values - z64.gather(1, t[:, None])[:, 0]).tolist()
-            spread = max(spread, float((z32.double() - z64).abs().max()))
-            for z, out in ((z64, want), (z32.double(), torch32), (zx, unrounded)):
-                out.append((z.gather(1, t[:, None])[:, 0] - torch.logsumexp(z, -1)).tolist())
+        gaps, spread, want, torch32, unrounded = bf16_yardstick(d, prompts, recs)
         e_grpo, e_torch, e_exact = mean_abs(got, want), mean_abs(torch32, want), mean_abs(unrounded, want)
         check(max(gaps) <= 2 * spread, f"bf16 greedy picks within 2x torch fp32's logit spread [{name}]",
               f"largest gap to the reference's best {max(gaps):.2e}, spread {spread:.2e}")

@@ -2,9 +2,19 @@
 // (bf16 operands, fp32 accumulation and output, the bias widened to fp32 and fused as an epilogue when
 // cuBLASLt offers one); the rest are our own kernels, fp32 in registers, as on the CPU. Weights are bf16:
 // a GPU model is a BF16 slab. Activations, the KV cache and log-probs stay fp32, as on the CPU.
-#include <cublasLt.h>
+//
+// This text is compiled twice: by nvcc for the GPU (cuda.cu: cuBLASLt, the device count, cuda_backend_open) and as
+// host C++ for the emulated device (emu.cpp with emu.h: --device emu, where the GEMM is the CPU's). So everything
+// here is CUDA's runtime API and kernels launched through LAUNCH; what differs is the includer's:
+//   gemm_new(c), gemm_free(c), gemm_bf16(...)  (below).
+#ifdef GRPO_EMU
+#include "cuda/emu.h"
+#define LAUNCH EMU_LAUNCH
+#else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#define DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,44 +28,30 @@ extern "C" {
 }
 
 #define CK(call) cuda_check((call), #call, __FILE__, __LINE__)
-#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
-#define LAUNCHED() cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 static void cuda_check(cudaError_t e, const char *what, const char *file, int line) {
     if (e != cudaSuccess) die("CUDA: %s failed at %s:%d: %s", what, file, line, cudaGetErrorString(e));
 }
 
-static void lt_check(cublasStatus_t s, const char *what, const char *file, int line) {
-    if (s != CUBLAS_STATUS_SUCCESS) die("cuBLASLt: %s failed at %s:%d: status %d", what, file, line, (int)s);
-}
+#ifndef GRPO_EMU
+// kernel<<<grid, block, smem, stream>>>(...), its launch error checked.
+#define LAUNCH(kernel, grid, block, smem, stream, ...)                             \
+    do {                                                                           \
+        kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);                \
+        cuda_check(cudaGetLastError(), "launching " #kernel, __FILE__, __LINE__); \
+    } while (0)
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // state
 
-#define MAX_PLANS 256
-#define LT_WORKSPACE (32u << 20)
-
-// A cuBLASLt matmul for one shape, operand alignment and epilogue (align_bias: the fp32 bias's alignment,
-// 0 without the bias epilogue), made once and reused. ok = 0 remembers that cuBLASLt offered no
-// algorithm (status: the heuristic's), so it is not asked again for every call of that shape.
-typedef struct {
-    int64_t m, n, k;
-    int align_a, align_b, align_c, align_bias, ok;
-    cublasStatus_t status;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-} Plan;
-
 typedef struct {
     Backend be;
     char name[24];
+    int ordinal;
     cudaStream_t stream;
-    cublasLtHandle_t lt;
-    void *lt_ws;
-    Plan plans[MAX_PLANS];
-    int n_plans;
-    int bias_epilogue;  // 0: biases added by k_bias, not cuBLASLt's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
+    void *gemm;         // the includer's GEMM state (cuBLASLt's handle, workspace and plans; none on the emulator)
+    int bias_epilogue;  // 0: biases added by k_bias, not the GEMM's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
     float *bias32;      // matmul: the bias widened to fp32, the epilogue's documented type
     int64_t bias_cap;
     float *prob;  // sampler: (rows, V) probabilities
@@ -66,7 +62,20 @@ typedef struct {
     int rows_cap;
 } Cuda;
 
-static Cuda *cu(const Backend *be) { return (Cuda *)be->ctx; }
+// The includer's GEMM: out (N, OC) fp32 = inp (N, C) bf16 @ weight (OC, C)^T bf16, fp32 accumulation; with bias32
+// (OC, fp32) it may add the bias as an epilogue, and says so by returning 1 (0: the caller adds it).
+static void gemm_new(Cuda *c);
+static void gemm_free(Cuda *c);
+static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, const float *bias32, int64_t N,
+                     int64_t C, int64_t OC);
+
+// The backend's state, its device made the calling thread's current one: every entry point of the table starts
+// here, since the host thread calling it (a server's engine thread, say) need not be the one that opened it.
+static Cuda *use(const Backend *be) {
+    Cuda *c = (Cuda *)be->ctx;
+    CK(cudaSetDevice(c->ordinal));
+    return c;
+}
 
 static unsigned blocks_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
@@ -77,6 +86,7 @@ static unsigned blocks_for(int64_t n, int threads) {
 // memory
 
 static void *cu_alloc(const Backend *be, size_t bytes) {
+    Cuda *c = use(be);
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         size_t free_b = 0, total = 0;
@@ -84,28 +94,32 @@ static void *cu_alloc(const Backend *be, size_t bytes) {
         die("%s: out of memory allocating %zu MB (%zu of %zu MB free)", be->name, bytes >> 20, free_b >> 20,
             total >> 20);
     }
-    CK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, cu(be)->stream));
+    CK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, c->stream));
     return p;
 }
 
 static void cu_free(const Backend *be, void *p) {
+    Cuda *c = use(be);
     if (!p) return;
-    CK(cudaStreamSynchronize(cu(be)->stream));
+    CK(cudaStreamSynchronize(c->stream));
     CK(cudaFree(p));
 }
 
 // From pageable memory cudaMemcpyAsync returns once the host bytes are staged: the caller may reuse them.
 static void cu_upload(const Backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu(be)->stream));
+    Cuda *c = use(be);
+    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
 }
 
 static void cu_download(const Backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu(be)->stream));
-    CK(cudaStreamSynchronize(cu(be)->stream));
+    Cuda *c = use(be);
+    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
 }
 
 static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes && dst != src) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu(be)->stream));
+    Cuda *c = use(be);
+    if (bytes && dst != src) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,9 +209,12 @@ __global__ void k_rope_table(float *cs, const int32_t *pos, int64_t N, int D, do
     FOR_EACH(e, N * half) {
         int64_t i = e / half;
         int j = (int)(e % half);
-        double angle = (double)pos[i] * pow(theta, -2.0 * j / D);  // in double, as on the CPU
-        cs[i * D + j] = (float)cos(angle);
-        cs[i * D + half + j] = (float)sin(angle);
+        // In double, as on the CPU; as a multiple of pi, whose reduction needs no local memory (cos and sin of
+        // large arguments reduce through a table on the stack). Within 1e-12 of the CPU's, far below float's ulp.
+        double turns = (double)pos[i] * (pow(theta, -2.0 * j / D) / M_PI), s, c;
+        sincospi(turns, &s, &c);
+        cs[i * D + j] = (float)c;
+        cs[i * D + half + j] = (float)s;
     }
 }
 
@@ -256,175 +273,75 @@ static void need_bf16(const Backend *be, DType dt, const char *op) {
 }
 
 static void cu_round_operand(const Backend *be, DType dt, const float *x, void *dst, int64_t n) {
+    Cuda *c = use(be);
     need_bf16(be, dt, "round_operand");
-    k_round_bf16<<<blocks_for(n, 256), 256, 0, cu(be)->stream>>>(x, (__nv_bfloat16 *)dst, n);
-    LAUNCHED();
+    LAUNCH(k_round_bf16, blocks_for(n, 256), 256, 0, c->stream, x, (__nv_bfloat16 *)dst, n);
 }
 
 static void cu_embedding(const Backend *be, float *out, const int32_t *tokens, const void *table, DType wt, int64_t N,
                          int64_t C) {
+    Cuda *c = use(be);
     need_bf16(be, wt, "embedding");
-    k_embedding<<<blocks_for(N * C, 256), 256, 0, cu(be)->stream>>>(out, tokens, (const __nv_bfloat16 *)table, N, C);
-    LAUNCHED();
+    LAUNCH(k_embedding, blocks_for(N * C, 256), 256, 0, c->stream, out, tokens, (const __nv_bfloat16 *)table, N, C);
 }
 
 static void cu_rmsnorm(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
                        int64_t C, float eps) {
+    Cuda *c = use(be);
     need_bf16(be, wt, "rmsnorm");
     if (N == 0) return;
-    k_rmsnorm<<<(unsigned)N, 256, 0, cu(be)->stream>>>(out, inp, (const __nv_bfloat16 *)weight, C, eps);
-    LAUNCHED();
+    LAUNCH(k_rmsnorm, (unsigned)N, 256, 0, c->stream, out, inp, (const __nv_bfloat16 *)weight, C, eps);
 }
 
 static void cu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta) {
-    k_rope_table<<<blocks_for(N * (D / 2), 256), 256, 0, cu(be)->stream>>>(cs, pos, N, D, theta);
-    LAUNCHED();
+    Cuda *c = use(be);
+    LAUNCH(k_rope_table, blocks_for(N * (D / 2), 256), 256, 0, c->stream, cs, pos, N, D, theta);
 }
 
 static void cu_rope(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D) {
-    k_rope<<<blocks_for(N * n_heads * (D / 2), 256), 256, 0, cu(be)->stream>>>(x, cs, N, n_heads, D);
-    LAUNCHED();
+    Cuda *c = use(be);
+    LAUNCH(k_rope, blocks_for(N * n_heads * (D / 2), 256), 256, 0, c->stream, x, cs, N, n_heads, D);
 }
 
 static void cu_swiglu(const Backend *be, float *out, const float *gate, const float *up, int64_t n) {
-    k_swiglu<<<blocks_for(n, 256), 256, 0, cu(be)->stream>>>(out, gate, up, n);
-    LAUNCHED();
+    Cuda *c = use(be);
+    LAUNCH(k_swiglu, blocks_for(n, 256), 256, 0, c->stream, out, gate, up, n);
 }
 
 static void cu_residual(const Backend *be, float *x, const float *y, int64_t n) {
-    k_residual<<<blocks_for(n, 256), 256, 0, cu(be)->stream>>>(x, y, n);
-    LAUNCHED();
+    Cuda *c = use(be);
+    LAUNCH(k_residual, blocks_for(n, 256), 256, 0, c->stream, x, y, n);
 }
 
 static void cu_kv_append(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
                          const int64_t *dst, int B, int64_t row) {
-    k_kv_append<<<blocks_for(B * row, 256), 256, 0, cu(be)->stream>>>(k_cache, v_cache, k, v, dst, B, row);
-    LAUNCHED();
+    Cuda *c = use(be);
+    LAUNCH(k_kv_append, blocks_for(B * row, 256), 256, 0, c->stream, k_cache, v_cache, k, v, dst, B, row);
 }
 
 // ---------------------------------------------------------------------------------------------
-// matmul: cuBLASLt
-
-static int align_of(const void *p) {
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 2 && a % (uintptr_t)al) al /= 2;
-    return al;
-}
-
-static void plan_destroy(Plan *p) {
-    LT(cublasLtMatrixLayoutDestroy(p->la));
-    LT(cublasLtMatrixLayoutDestroy(p->lb));
-    LT(cublasLtMatrixLayoutDestroy(p->lc));
-    LT(cublasLtMatmulDescDestroy(p->desc));
-}
-
-// out (n, m) row-major = inp (n, k) @ W (m, k)^T, i.e. column-major out^T = W^T-op applied to inp^T;
-// bias (m) fp32 or NULL. The plan may be one cuBLASLt refused (ok = 0).
-static Plan *plan_get(Cuda *c, int64_t m, int64_t n, int64_t k, int aa, int ab, int ac, const float *bias) {
-    int abias = bias ? align_of(bias) : 0;
-    for (int i = 0; i < c->n_plans; i++) {
-        Plan *p = &c->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->align_a == aa && p->align_b == ab && p->align_c == ac &&
-            p->align_bias == abias)
-            return p;
-    }
-    if (c->n_plans == MAX_PLANS) {  // shapes past the cache's size: start it over
-        for (int i = 0; i < c->n_plans; i++) plan_destroy(&c->plans[i]);
-        c->n_plans = 0;
-    }
-    Plan *p = &c->plans[c->n_plans++];
-    memset(p, 0, sizeof *p);
-    p->m = m;
-    p->n = n;
-    p->k = k;
-    p->align_a = aa;
-    p->align_b = ab;
-    p->align_c = ac;
-    p->align_bias = abias;
-    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
-    if (bias) {
-        // cublasLt.h (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the bias has D's type, fp32 here. The heuristic
-        // reads the bias pointer's alignment, so the real one is set before it.
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    LT(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k));
-    LT(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
-    LT(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)m, (uint64_t)n, m));
-    cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = LT_WORKSPACE;
-    uint32_t a32 = (uint32_t)aa, b32 = (uint32_t)ab, c32 = (uint32_t)ac;
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof a32));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32, sizeof c32));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32, sizeof c32));
-    // No split-K reductions: a row's sums then do not depend on how many rows share the product (the seeding
-    // contract of generate: one line alone samples as it does in a batch).
-    uint32_t no_split = CUBLASLT_REDUCTION_SCHEME_NONE;
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split,
-                                            sizeof no_split));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    // A failure here is a refusal, remembered (ok = 0): the caller falls back (bias) or says so.
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                                       &found);
-    if (st == CUBLAS_STATUS_SUCCESS && found == 0) {  // no algorithm without split-K: any, rather than none
-        uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
-        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any, sizeof any));
-        st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
-    }
-    LT(cublasLtMatmulPreferenceDestroy(pref));
-    p->status = st;
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        p->algo = res.algo;
-        p->ok = 1;
-    }
-    return p;
-}
+// matmul: the includer's GEMM (cuBLASLt on the GPU)
 
 // The bf16 bias (OC) widened into the backend's fp32 bias buffer, which it returns.
 static const float *widen_bias(const Backend *be, const void *bias, int64_t OC) {
-    Cuda *c = cu(be);
+    Cuda *c = use(be);
     if (OC > c->bias_cap) {
         cu_free(be, c->bias32);
         c->bias_cap = OC;
         c->bias32 = (float *)cu_alloc(be, (size_t)OC * sizeof(float));
     }
-    k_widen_bf16<<<blocks_for(OC, 256), 256, 0, c->stream>>>((const __nv_bfloat16 *)bias, c->bias32, OC);
-    LAUNCHED();
+    LAUNCH(k_widen_bf16, blocks_for(OC, 256), 256, 0, c->stream, (const __nv_bfloat16 *)bias, c->bias32, OC);
     return c->bias32;
 }
 
 static void cu_matmul(const Backend *be, float *out, const void *inp, const void *weight, const void *bias, DType dt,
                       int64_t N, int64_t C, int64_t OC) {
-    Cuda *c = cu(be);
+    Cuda *c = use(be);
     need_bf16(be, dt, "matmul");
     if (N == 0) return;
     const float *b32 = bias ? widen_bias(be, bias, OC) : NULL;
-    int aa = align_of(weight), ab = align_of(inp), ac = align_of(out);
-    Plan *p = b32 && c->bias_epilogue ? plan_get(c, OC, N, C, aa, ab, ac, b32) : NULL;
-    int fused = p != NULL && p->ok;
-    if (!fused) p = plan_get(c, OC, N, C, aa, ab, ac, NULL);
-    if (!p->ok)
-        die("cuBLASLt offers no algorithm for a bf16 matmul of %lld x %lld x %lld (heuristic status %d)",
-            (long long)N, (long long)OC, (long long)C, (int)p->status);
-    if (fused) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b32, sizeof b32));
-    float alpha = 1.0f, beta = 0.0f;
-    LT(cublasLtMatmul(c->lt, p->desc, &alpha, weight, p->la, inp, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
-                      c->lt_ws, LT_WORKSPACE, c->stream));
-    if (b32 && !fused) {
-        k_bias<<<blocks_for(N * OC, 256), 256, 0, c->stream>>>(out, b32, N, OC);
-        LAUNCHED();
-    }
+    int fused = gemm_bf16(c, out, inp, weight, c->bias_epilogue ? b32 : NULL, N, C, OC);
+    if (b32 && !fused) LAUNCH(k_bias, blocks_for(N * OC, 256), 256, 0, c->stream, out, b32, N, OC);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,13 +419,13 @@ k_attend(float *out, const float *q, const float *k, const float *v, const int64
 static void attend(const Backend *be, float *out, const float *q, const float *k, const float *v,
                    const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H,
                    int KVH, int D) {
+    Cuda *c = use(be);
     if (D < 1 || D > ATT_DMAX || KVH < 1 || H % KVH || H / KVH > ATT_GMAX)
         die("%s: attention with head_dim %d, %d query heads and %d kv heads is not supported (head_dim up to "
             "%d, at most %d query heads per kv head)", be->name, D, H, KVH, ATT_DMAX, ATT_GMAX);
     if (rows == 0) return;
     dim3 grid((unsigned)rows, (unsigned)KVH);
-    k_attend<<<grid, 32 * (H / KVH), 0, cu(be)->stream>>>(out, q, k, v, seq_off, B, kv_off, n_keys, H, KVH, D);
-    LAUNCHED();
+    LAUNCH(k_attend, grid, 32 * (H / KVH), 0, c->stream, out, q, k, v, seq_off, B, kv_off, n_keys, H, KVH, D);
 }
 
 static void cu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
@@ -550,6 +467,7 @@ k_logprob_rows(float *out, const float *logits, const int32_t *targets, int64_t 
 
 static void cu_logprob(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
                        const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
+    Cuda *c = use(be);
     need_bf16(be, wt, "logprob_forward");
     if (ent) die("%s: the log-prob head's entropy (training) is not implemented on this backend yet", be->name);
     __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // cu_logprob_scratch
@@ -557,8 +475,7 @@ static void cu_logprob(const Backend *be, float *out, float *ent, const float *h
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
         cu_round_operand(be, wt, h + i0 * C, h16, rows * C);
         cu_matmul(be, scratch, h16, W, NULL, wt, rows, C, V);
-        k_logprob_rows<<<(unsigned)rows, LOGPROB_THREADS, 0, cu(be)->stream>>>(out + i0, scratch, targets + i0, V);
-        LAUNCHED();
+        LAUNCH(k_logprob_rows, (unsigned)rows, LOGPROB_THREADS, 0, c->stream, out + i0, scratch, targets + i0, V);
     }
 }
 
@@ -658,7 +575,7 @@ k_sample(const float *logits, int64_t V, float inv_t, int greedy, int top_k, flo
 static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *logits, int B, int64_t V,
                       const double *u, void *scr, int32_t *ids, float *logprobs) {
     (void)scr;
-    Cuda *c = cu(be);
+    Cuda *c = use(be);
     if (B == 0) return;
     if ((size_t)B * (size_t)V > c->prob_cap) {
         cu_free(be, c->prob);
@@ -677,9 +594,8 @@ static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *l
     int greedy = sc->temperature <= 0;
     float inv_t = greedy ? 1.0f : 1.0f / sc->temperature;
     if (!greedy) cu_upload(be, c->u, u, (size_t)B * sizeof(double));
-    k_sample<<<(unsigned)B, SAMPLE_THREADS, 0, c->stream>>>(logits, V, inv_t, greedy, sc->top_k, sc->top_p, c->u,
+    LAUNCH(k_sample, (unsigned)B, SAMPLE_THREADS, 0, c->stream, logits, V, inv_t, greedy, sc->top_k, sc->top_p, c->u,
                                                             c->prob, c->ids, c->lps);
-    LAUNCHED();
     CK(cudaMemcpyAsync(ids, c->ids, (size_t)B * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
     cu_download(be, logprobs, c->lps, (size_t)B * sizeof(float));
 }
@@ -688,16 +604,14 @@ static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *l
 // open / close
 
 static void cu_close(const Backend *be) {
-    Cuda *c = cu(be);
+    Cuda *c = use(be);
     CK(cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < c->n_plans; i++) plan_destroy(&c->plans[i]);
+    gemm_free(c);
     CK(cudaFree(c->bias32));
     CK(cudaFree(c->prob));
     CK(cudaFree(c->u));
     CK(cudaFree(c->ids));
     CK(cudaFree(c->lps));
-    CK(cudaFree(c->lt_ws));
-    LT(cublasLtDestroy(c->lt));
     CK(cudaStreamDestroy(c->stream));
     free(c);
 }
@@ -729,42 +643,14 @@ static void cu_sampler_free(const Backend *be, void *scr) {
     (void)scr;
 }
 
-int cuda_device_count(char *why, size_t n) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e == cudaSuccess) {
-        if (count == 0) snprintf(why, n, "0 devices");
-        return count;
-    }
-    int driver = 0, runtime = 0;
-    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = -1;  // driver 0: none installed
-    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-    if (driver == 0) {
-        snprintf(why, n, "no CUDA driver is installed");
-        return 0;
-    }
-    if (e == cudaErrorNoDevice) {
-        snprintf(why, n, "%s", cudaGetErrorString(e));
-        return 0;
-    }
-    snprintf(why, n, "cudaGetDeviceCount: %s (the driver supports CUDA %d.%d, the runtime is %d.%d)",
-             cudaGetErrorString(e), driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
-    return -1;
-}
-
-const Backend *cuda_backend_open(int ordinal, const char *what) {
-    char why[256];
-    int n = cuda_device_count(why, sizeof why);
-    if (n < 0) die("%s cuda:%d: CUDA does not work on this machine: %s", what, ordinal, why);
-    if (n == 0) die("%s cuda:%d: no CUDA GPU is visible (%s)", what, ordinal, why);
-    if (ordinal >= n)
-        die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
+// The backend named `name` on device `ordinal` (which exists).
+static const Backend *backend_new(const char *name, int ordinal) {
     CK(cudaSetDevice(ordinal));
     Cuda *c = (Cuda *)xcalloc(1, sizeof *c);
-    snprintf(c->name, sizeof c->name, "cuda:%d", ordinal);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->ordinal = ordinal;
     CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    LT(cublasLtCreate(&c->lt));
-    CK(cudaMalloc(&c->lt_ws, LT_WORKSPACE));
+    gemm_new(c);
     const char *epi = getenv("GRPO_CUDA_BIAS_EPILOGUE");  // "0": the op test's way to reach k_bias
     c->bias_epilogue = !(epi && !strcmp(epi, "0"));
     Backend *be = &c->be;

@@ -1,0 +1,187 @@
+// The CUDA backend for the GPU: backend.cuh's kernels and ops compiled by nvcc, with cuBLASLt for the GEMM (bf16
+// operands, fp32 accumulation and output, the fp32 bias fused as an epilogue when cuBLASLt offers one).
+#include <cublasLt.h>
+
+#include "cuda/backend.cuh"
+
+#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
+
+static void lt_check(cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) die("cuBLASLt: %s failed at %s:%d: status %d", what, file, line, (int)s);
+}
+
+#define MAX_PLANS 256
+#define LT_WORKSPACE (32u << 20)
+
+// A cuBLASLt matmul for one shape, operand alignment and epilogue (align_bias: the fp32 bias's alignment,
+// 0 without the bias epilogue), made once and reused. ok = 0 remembers that cuBLASLt offered no
+// algorithm (status: the heuristic's), so it is not asked again for every call of that shape.
+typedef struct {
+    int64_t m, n, k;
+    int align_a, align_b, align_c, align_bias, ok;
+    cublasStatus_t status;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} Plan;
+
+// Cuda.gemm: cuBLASLt's handle, its workspace and the plans made so far.
+typedef struct {
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    Plan plans[MAX_PLANS];
+    int n_plans;
+} Lt;
+
+static int align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 2 && a % (uintptr_t)al) al /= 2;
+    return al;
+}
+
+static void plan_destroy(Plan *p) {
+    LT(cublasLtMatrixLayoutDestroy(p->la));
+    LT(cublasLtMatrixLayoutDestroy(p->lb));
+    LT(cublasLtMatrixLayoutDestroy(p->lc));
+    LT(cublasLtMatmulDescDestroy(p->desc));
+}
+
+// out (n, m) row-major = inp (n, k) @ W (m, k)^T, i.e. column-major out^T = W^T-op applied to inp^T;
+// bias (m) fp32 or NULL. The plan may be one cuBLASLt refused (ok = 0).
+static Plan *plan_get(Lt *c, int64_t m, int64_t n, int64_t k, int aa, int ab, int ac, const float *bias) {
+    int abias = bias ? align_of(bias) : 0;
+    for (int i = 0; i < c->n_plans; i++) {
+        Plan *p = &c->plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->align_a == aa && p->align_b == ab && p->align_c == ac &&
+            p->align_bias == abias)
+            return p;
+    }
+    if (c->n_plans == MAX_PLANS) {  // shapes past the cache's size: start it over
+        for (int i = 0; i < c->n_plans; i++) plan_destroy(&c->plans[i]);
+        c->n_plans = 0;
+    }
+    Plan *p = &c->plans[c->n_plans++];
+    memset(p, 0, sizeof *p);
+    p->m = m;
+    p->n = n;
+    p->k = k;
+    p->align_a = aa;
+    p->align_b = ab;
+    p->align_c = ac;
+    p->align_bias = abias;
+    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+    if (bias) {
+        // cublasLt.h (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the bias has D's type, fp32 here. The heuristic
+        // reads the bias pointer's alignment, so the real one is set before it.
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    LT(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k));
+    LT(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
+    LT(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)m, (uint64_t)n, m));
+    cublasLtMatmulPreference_t pref;
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t a32 = (uint32_t)aa, b32 = (uint32_t)ab, c32 = (uint32_t)ac;
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof a32));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32, sizeof c32));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c32, sizeof c32));
+    // No split-K reductions: a row's sums then do not depend on how many rows share the product (the seeding
+    // contract of generate: one line alone samples as it does in a batch).
+    uint32_t no_split = CUBLASLT_REDUCTION_SCHEME_NONE;
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split,
+                                            sizeof no_split));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    // A failure here is a refusal, remembered (ok = 0): the caller falls back (bias) or says so.
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                                       &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found == 0) {  // no algorithm without split-K: any, rather than none
+        uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any, sizeof any));
+        st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    }
+    LT(cublasLtMatmulPreferenceDestroy(pref));
+    p->status = st;
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        p->algo = res.algo;
+        p->ok = 1;
+    }
+    return p;
+}
+
+
+static void gemm_new(Cuda *c) {
+    Lt *g = (Lt *)xcalloc(1, sizeof *g);
+    LT(cublasLtCreate(&g->lt));
+    CK(cudaMalloc(&g->lt_ws, LT_WORKSPACE));
+    c->gemm = g;
+}
+
+static void gemm_free(Cuda *c) {
+    Lt *g = (Lt *)c->gemm;
+    for (int i = 0; i < g->n_plans; i++) plan_destroy(&g->plans[i]);
+    CK(cudaFree(g->lt_ws));
+    LT(cublasLtDestroy(g->lt));
+    free(g);
+}
+
+static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, const float *bias32, int64_t N,
+                     int64_t C, int64_t OC) {
+    Lt *g = (Lt *)c->gemm;
+    int aa = align_of(weight), ab = align_of(inp), ac = align_of(out);
+    Plan *p = bias32 ? plan_get(g, OC, N, C, aa, ab, ac, bias32) : NULL;
+    int fused = p != NULL && p->ok;
+    if (!fused) p = plan_get(g, OC, N, C, aa, ab, ac, NULL);
+    if (!p->ok)
+        die("cuBLASLt offers no algorithm for a bf16 matmul of %lld x %lld x %lld (heuristic status %d)",
+            (long long)N, (long long)OC, (long long)C, (int)p->status);
+    if (fused) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias32, sizeof bias32));
+    float alpha = 1.0f, beta = 0.0f;
+    LT(cublasLtMatmul(g->lt, p->desc, &alpha, weight, p->la, inp, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
+                      g->lt_ws, LT_WORKSPACE, c->stream));
+    return fused;
+}
+
+int cuda_device_count(char *why, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess) {
+        if (count == 0) snprintf(why, n, "0 devices");
+        return count;
+    }
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = -1;  // driver 0: none installed
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    if (driver == 0) {
+        snprintf(why, n, "no CUDA driver is installed");
+        return 0;
+    }
+    if (e == cudaErrorNoDevice) {
+        snprintf(why, n, "%s", cudaGetErrorString(e));
+        return 0;
+    }
+    snprintf(why, n, "cudaGetDeviceCount: %s (the driver supports CUDA %d.%d, the runtime is %d.%d)",
+             cudaGetErrorString(e), driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    return -1;
+}
+
+const Backend *cuda_backend_open(int ordinal, const char *what) {
+    char why[256], name[24];
+    int n = cuda_device_count(why, sizeof why);
+    if (n < 0) die("%s cuda:%d: CUDA does not work on this machine: %s", what, ordinal, why);
+    if (n == 0) die("%s cuda:%d: no CUDA GPU is visible (%s)", what, ordinal, why);
+    if (ordinal >= n)
+        die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
+    snprintf(name, sizeof name, "cuda:%d", ordinal);
+    return backend_new(name, ordinal);
+}
