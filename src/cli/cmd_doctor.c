@@ -14,7 +14,7 @@
 #include "cli/doctor.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
-#include "train/grpo.h"
+#include "train/grpo/grpo.h"
 
 static const char *const status_names[] = {"PASS", "WARN", "FAIL"};
 

@@ -8,7 +8,7 @@
 #include "cli/demo.h"
 #include "cli/demo_tools.h"
 #include "cli/demo_vl.h"
-#include "train/grpo.h"
+#include "train/grpo/grpo.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: grpo train [--config FILE.yaml] [section.key=value ...] [--print-config]\n\n"

@@ -19,7 +19,7 @@
 
 #include "base/rng.h"
 #include "model/qwen2.h"
-#include "train/grpo_config.h"
+#include "train/grpo/config.h"
 
 #define DEMO_CARELESS 0.6
 

@@ -16,8 +16,8 @@
 #include "rollout/tools.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
-#include "train/grpo.h"
-#include "train/grpo_config.h"
+#include "train/grpo/grpo.h"
+#include "train/grpo/config.h"
 #include "train/prompt_data.h"
 #include "train/sft.h"
 

@@ -13,7 +13,7 @@
 #include "model/vl.h"
 #include "parallel/comm.h"
 #include "text/tokenizer.h"
-#include "train/grpo.h"
+#include "train/grpo/grpo.h"
 
 #define SIDE 56             // pixels: min_pixels = max_pixels = 56 x 56, so a 4 x 4 grid of patches
 #define CELL (SIDE / 2)     // a quadrant: one merged unit

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "train/grpo_config.h"
+#include "train/grpo/config.h"
 
 #define MAX_OVERRIDES 16
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/grpo_config.h"
+#include "train/grpo/config.h"
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--markdown")) {

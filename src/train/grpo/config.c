@@ -1,4 +1,4 @@
-#include "train/grpo_config.h"
+#include "train/grpo/config.h"
 
 #include <errno.h>
 #include <math.h>

@@ -9,7 +9,7 @@
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
 #include "nn/sampler.h"
-#include "train/grpo_config.h"
+#include "train/grpo/config.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 

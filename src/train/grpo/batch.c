@@ -1,0 +1,172 @@
+// A step's batch: every sample's rewards, the samples that enter the loss, and their packing into micro-batches.
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "model/lora.h"
+#include "text/utf8.h"
+#include "train/checkpoint.h"
+#include "train/grpo/step.h"
+
+// Packs kept samples [a, b) into the workspace's batch: tokens, targets (the response tokens, each
+// predicted from the row before it), seq_off. Returns the number of rows.
+int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
+    int64_t *seq_off = u->seq_off;
+    seq_off[0] = 0;
+    for (int64_t k = a; k < b; k++) {
+        int64_t i = sb->kept[k], off = seq_off[k - a], pl = sb->prompt_len[i];
+        const RolloutSample *x = &sb->samples[i];
+        int32_t *tokens = u->tokens + off;
+        memcpy(tokens, sb->prompt_ids[i], (size_t)pl * 4);
+        memcpy(tokens + pl, x->tokens, (size_t)x->n * 4);
+        for (int64_t j = 0; j < pl + x->n; j++) u->targets[off + j] = j + 1 >= pl && j + 1 < pl + x->n ? tokens[j + 1] : -1;
+        seq_off[k - a + 1] = off + pl + x->n;
+    }
+    return seq_off[b - a];
+}
+
+// The rewards of one sample of prompt x (text: its final answer) into *det; returns the conversation's
+// messages of a multi-turn sample (NULL for single turn), which the caller frees.
+char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text,
+                        RewardDetail *det) {
+    char *msgs = r->has_tools ? rollout_sample_messages(out, x->prompt, x->messages) : NULL;
+    RewardRow row = {x->prompt, x->answer, msgs, x->extra_info, -1};
+    if (r->s->by_data_source) row.rule = reward_rule_of_data_source(x->data_source);
+    reward_score_row(&r->rewards, &row, text, det);
+    return msgs;
+}
+
+// reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
+void grpo_check_data_sources(const PromptData *d, const char *const *paths) {
+    for (int64_t i = 0; i < d->n; i++) {
+        const PromptSample *x = &d->s[i];
+        if (reward_rule_of_data_source(x->data_source) >= 0) continue;
+        char *shown = x->data_source ? xprintf("data_source \"%s\"", x->data_source) : xstrdup("no data_source");
+        die("%s%s%lld: %s has no rule reward (reward.by_data_source knows openai/gsm8k, lighteval/MATH, "
+            "DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500)", paths[x->file],
+            x->parquet ? ": row " : ":", (long long)x->line, shown);
+    }
+}
+
+void grpo_step_batch_free(StepBatch *sb, int64_t n_prompts) {
+    grpo_features_free(sb->feats, n_prompts);
+    grpo_features_free(sb->hidden, n_prompts);
+    grpo_features_free(sb->dfeats, n_prompts);
+    grpo_features_free(sb->ref_feats, n_prompts);
+    free(sb->units);
+    for (int64_t i = 0; i < sb->n_samples; i++) rollout_sample_free(&sb->samples[i]);
+    free(sb->samples), free(sb->prompt_ids), free(sb->prompt_len), free(sb->prompt);
+    free(sb->reward), free(sb->adv), free(sb->correct);
+    free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
+    free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
+}
+
+// Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
+void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
+    const GrpoSettings *s = r->s;
+    int64_t n = sb->n_samples;
+    sb->prompt_ids = xmalloc((size_t)n * sizeof *sb->prompt_ids), sb->prompt_len = xmalloc((size_t)n * 8);
+    sb->prompt = xmalloc((size_t)n * sizeof *sb->prompt);
+    sb->reward = xmalloc((size_t)n * 4), sb->adv = xmalloc((size_t)n * 4), sb->correct = xmalloc((size_t)n * sizeof(int));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = idx[i / s->G];
+        const RolloutSample *x = &sb->samples[i];
+        sb->prompt[i] = &r->train.s[p];
+        sb->prompt_ids[i] = r->train.s[p].ids;
+        sb->prompt_len[i] = r->train.s[p].len;
+        char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
+        RewardDetail det;
+        char *msgs = grpo_score_sample(r, &r->train.s[p], x, text, &det);
+        double rw = det.total;
+        free(text);
+        free(msgs);
+        int64_t lim = s->max_response_length - s->overlong_buffer;
+        if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
+        sb->reward[i] = (float)rw;
+        sb->correct[i] = det.correct;
+        st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
+        st->n_trunc += x->finish == FINISH_LENGTH;
+        st->reward_failures += det.program_failures;
+        int64_t own = x->n;  // the model's tokens (tool turns' not counted)
+        for (int t = 0; x->mask && t < x->n; t++) own -= !x->mask[t];
+        st->model_tokens += own;
+        st->resp_max = own > st->resp_max ? own : st->resp_max;
+        st->tokens_total += sb->prompt_len[i] + x->n;
+        st->turns += x->turns;
+    }
+}
+
+// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
+// keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
+void grpo_select_kept(const GrpoSettings *s, StepBatch *sb) {
+    int64_t n = sb->n_samples, n_slots = 0;
+    sb->kept = xmalloc((size_t)n * 8), sb->kept_adv = xmalloc((size_t)n * 4), sb->resp_off = xmalloc((size_t)(n + 1) * 8);
+    sb->mb_start = xmalloc((size_t)(n / s->mini_batch_size + 2) * 8);
+    sb->resp_off[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (s->dynamic_sampling && grpo_group_is_flat(sb->reward + (i / s->G) * s->G, s->G)) continue;
+        for (int64_t slot = n_slots++; sb->n_mini <= slot / s->mini_batch_size;) sb->mb_start[sb->n_mini++] = sb->n_kept;
+        if (s->mask_truncated && sb->samples[i].finish == FINISH_LENGTH) continue;
+        sb->kept[sb->n_kept] = i;
+        sb->resp_off[sb->n_kept + 1] = sb->resp_off[sb->n_kept] + sb->samples[i].n;
+        sb->n_kept++;
+    }
+    sb->mb_start[sb->n_mini] = sb->n_kept;
+    sb->n_resp = sb->resp_off[sb->n_kept];
+    size_t bytes = (size_t)sb->n_resp * 4 + 4;
+    sb->old_logp = xmalloc(bytes), sb->ref_logp = xmalloc(bytes), sb->logp = xmalloc(bytes), sb->dlogp = xmalloc(bytes);
+    sb->ent = xmalloc(bytes), sb->dent = xmalloc(bytes);
+    if (!sb->samples[0].mask) return;
+    sb->mask = xmalloc((size_t)sb->n_resp + 1);
+    for (int64_t k = 0; k < sb->n_kept; k++)
+        memcpy(sb->mask + sb->resp_off[k], sb->samples[sb->kept[k]].mask, (size_t)sb->samples[sb->kept[k]].n);
+}
+
+// Tokens of kept samples [a, b) that enter the loss (the model's own), and how many of those samples have one.
+void grpo_count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n_tok, double *n_seq) {
+    *n_tok = *n_seq = 0;
+    for (int64_t k = a; k < b; k++) {
+        int64_t own = 0;
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) own += !sb->mask || sb->mask[t];
+        *n_tok += (double)own;
+        *n_seq += own > 0;
+    }
+}
+
+// verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (the
+// same weights: only the two forwards' numerics, or a disagreement between them), over the loss tokens.
+void grpo_probs_diff(const StepBatch *sb, StepStats *st) {
+    for (int64_t k = 0; k < sb->n_kept; k++) {
+        const RolloutSample *x = &sb->samples[sb->kept[k]];
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;
+            double d = fabs(exp((double)x->logprobs[t - sb->resp_off[k]]) - exp((double)sb->old_logp[t]));
+            st->probs_diff_max = d > st->probs_diff_max ? d : st->probs_diff_max;
+            st->probs_diff_sum += d;
+            st->probs_diff_n += 1.0;
+        }
+    }
+}
+
+// verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
+// Returns the sum over responses of each one's mean KL (the metric divides by the responses).
+double grpo_kl_into_reward(const GrpoSettings *s, StepBatch *sb) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < sb->n_kept; k++) {
+        double kl = 0.0, len = 0.0;
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;  // a tool's token: not the policy's
+            kl += kl_estimate(s->loss.kl, sb->old_logp[t], sb->ref_logp[t], NULL);
+            len += 1.0;
+        }
+        sb->reward[sb->kept[k]] -= (float)(s->loss.kl_coef * kl);
+        sum += len > 0 ? kl / len : 0.0;
+    }
+    return sum;
+}

@@ -1,0 +1,99 @@
+// The run's memory plan: fixed slabs, and one workspace that is the rollout's KV cache, then the update's
+// activations.
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "model/lora.h"
+#include "text/utf8.h"
+#include "train/checkpoint.h"
+#include "train/grpo/step.h"
+
+// model.path's vision_config into *vc.
+static void vision_config_of(const GrpoSettings *s, VisionConfig *vc) {
+    char *path = path_join(s->model_dir, "config.json");
+    cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
+    vision_config_parse(vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), path);
+    cJSON_Delete(cfg);
+    free(path);
+}
+
+// A VL model's part of the plan: the tower vc and the images (its processor's max_pixels: the largest
+// image's patches and merged units) of this rank's prompts: their features, and with a trained merger its
+// input, the reference's features and the features' gradients too.
+static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const VisionConfig *vc, int ranks,
+                        GrpoMemPlan *p) {
+    VlProcessor proc;
+    vl_processor_load(&proc, s->model_dir);
+    vl_set_pixels(&proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
+    int64_t patches = proc.max_pixels / ((int64_t)proc.patch * proc.patch);
+    int64_t units = patches / ((int64_t)proc.merge * proc.merge), per_unit = c->hidden;
+    if (s->train_merger) per_unit += (int64_t)proc.merge * proc.merge * vc->hidden + 2 * c->hidden;
+    p->vision = vision_weight_bytes(vc);
+    p->images = (size_t)(s->train_batch_size / ranks * units * per_unit) * sizeof(float) +
+                vision_forward_bytes(vc, patches, omp_get_max_threads());
+}
+
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
+    Qwen2Config cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
+    const Qwen2Config *c = &cfg;
+    vl_config_merger(&lm, NULL);
+    VisionConfig vc;
+    if (c->vl) vision_config_of(s, &vc);
+    if (c->vl && s->train_merger) vl_config_merger(&cfg, &vc);  // the merger's tensors join the trained slab
+    Qwen2Layout w;
+    size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab, n_ref = qwen2_layout(&lm, &w);
+    size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
+    size_t reference = s->loss.kl_coef > 0 ? n_ref * dtype_size(compute_storage(s->ref_dtype)) : 0;
+    DType rollout_dt = compute_storage(s->precision);
+    if (grpo_has_lora(s)) {  // a frozen base (no gradients, moments, copies; it is the reference) + fp32 adapters
+        cfg.lora_rank = s->lora.spec.rank;
+        slab = lora_params(c, &s->lora.spec) * 4;
+        policy = n * dtype_size(s->lora.base_dtype) + slab;
+        compute = reference = 0;
+        rollout_dt = s->lora.base_dtype;
+    }
+    size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
+    int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
+    int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
+    *p = (GrpoMemPlan){
+        .policy = policy, .compute = compute, .moments = 2 * shard, .reference = reference,
+        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
+        .rollout = rollout_workspace_bytes(backend_cpu(), c, rollout_dt, seqs, max_seq_len(s), prefill),
+        .update = grpo_update_ws_bytes(s, c, micro, max_seq_len(s)),
+        .offloaded = s->offload_optimizer ? 2 * shard : 0,
+    };
+    if (c->vl) vision_plan(s, c, &vc, ranks, p);
+    p->workspace = p->rollout > p->update ? p->rollout : p->update;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision;
+    p->peak = p->fixed + p->workspace + p->images;
+    p->sum = p->fixed + p->rollout + p->update + p->images;
+}
+
+char *grpo_plan_text(const GrpoMemPlan *p) {
+    char *vision = p->vision ? xprintf(" + vision tower %.2f + images %.2f", (double)p->vision / GIB,
+                                       (double)p->images / GIB)
+                             : xstrdup("");
+    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s + "
+                         "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
+                         (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
+                         (double)p->moments / GIB, p->offloaded ? " (offloaded during rollout)" : "",
+                         (double)p->reference / GIB, vision, (double)p->workspace / GIB, (double)p->rollout / GIB,
+                         (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
+    free(vision);
+    return text;
+}
+
+void grpo_print_plan(const GrpoMemPlan *p, const Comm *comm) {
+    if (comm->size > 1) fprintf(stderr, "grpo train: memory plan per process of %d:\n", comm->size);
+    char *text = grpo_plan_text(p);
+    fprintf(stderr, "grpo train: memory plan (GiB): %s\n", text);
+    free(text);
+}

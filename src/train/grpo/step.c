@@ -1,0 +1,117 @@
+// One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old log-probs, update,
+// metrics; and the rollout itself.
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "model/lora.h"
+#include "text/utf8.h"
+#include "train/checkpoint.h"
+#include "train/grpo/step.h"
+
+// Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
+// prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
+void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
+                   float temperature, float *const *feats, RolloutSample *out) {
+    const GrpoSettings *s = r->s;
+    RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
+    Qwen2VlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
+    for (int i = 0; i < n; i++) {
+        const PromptSample *x = &d->s[idx[i]];
+        p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)s->max_response_length};
+        if (r->has_vl)
+            p[i].vl = vl_prompt_inputs(m, x->ids, x->len, x->images, x->n_images, feats[i], r->vl.proc.merge, &in[i]);
+    }
+    RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
+                        .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
+                        .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
+                        .workspace = &r->workspace, .seed_index = pos};
+    rc.sampler.temperature = temperature;
+    const cJSON **kwargs = NULL;
+    if (r->has_tools) {  // each prompt's tools_kwargs reach its tool calls
+        kwargs = xcalloc((size_t)n, sizeof *kwargs);
+        for (int i = 0; i < n; i++) kwargs[i] = d->s[idx[i]].tools_kwargs;
+        r->hook.kwargs = kwargs;
+        rc.max_turns = s->max_turns, rc.tool_fn = tools_rollout_turns, rc.tool_user = &r->hook;
+    }
+    RolloutStats st;
+    rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
+    r->hook.kwargs = NULL;
+    free(kwargs);
+    for (int i = 0; i < n; i++) qwen2_vl_inputs_free(&in[i]);
+    free(in);
+    free(p);
+}
+
+// One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
+// log-probs, update, metrics. The rollout and the update take turns in r->workspace.
+void grpo_step(Run *r, Stream *stream) {
+    const GrpoSettings *s = r->s;
+    int64_t P = s->train_batch_size, it = r->tr.st.iteration;
+    StepStats st = {.t0 = time_now()};
+    StepBatch sb = {.n_samples = P * s->G};
+    int64_t *idx = xmalloc((size_t)P * sizeof *idx), *pos = xmalloc((size_t)P * sizeof *pos);
+    for (int64_t i = 0; i < P; i++) {
+        // This rank's share of every mini-batch: local prompt i is the step's prompt pos[i].
+        int64_t mini = s->mini_batch_size / s->G;  // this rank's prompts per mini-batch
+        pos[i] = i / mini * mini * r->comm.size + r->comm.rank * mini + i % mini;
+        idx[i] = stream_at(stream, it * r->P_global + pos[i]);
+    }
+
+    // 0. the Adam moments leave memory until the update needs them (actor.offload_optimizer)
+    trainer_offload(&r->tr);
+    st.t_offload = time_now();
+    // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
+    const Qwen2 *policy = trainer_weights(&r->tr);
+    sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
+    ToolSet before = r->tools;
+    sb.feats = grpo_prompt_features(r, &r->train, idx, (int)P, s->train_files, &sb);  // once per prompt a step
+    grpo_generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
+    st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;
+    st.t_tools = r->tools.seconds - before.seconds;
+    st.rss_rollout = grpo_rss_gib("VmRSS:");
+    st.t_roll = time_now();
+    // 2. rewards, and which samples enter the loss
+    grpo_score_rewards(r, idx, &sb, &st);
+    grpo_select_kept(s, &sb);
+    st.t_rew = time_now();
+    // Dynamic sampling can leave ranks with different numbers of mini-batches: all take the largest.
+    double n_mini = (double)sb.n_mini;
+    comm_allreduce_f64(&r->comm, &n_mini, 1, COMM_MAX, "mini-batch count");
+    for (; sb.n_mini < (int64_t)n_mini; sb.n_mini++) sb.mb_start[sb.n_mini + 1] = sb.n_kept;
+
+    // 3. reference log-probs (frozen initial policy); old log-probs before any update when needed.
+    // From here on the workspace holds training activations.
+    UpdateWs u;
+    grpo_update_ws_init(&u, s, &r->tr.master.cfg, &r->workspace);
+    int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward;
+    float **ref_feats = sb.ref_feats ? sb.ref_feats : sb.feats;
+    if (r->has_ref && sb.n_kept) {
+        grpo_score_kept(r, &r->ref, &sb, ref_feats, &u, sb.ref_logp);
+        st.t_ref = time_now();
+    }
+    if (need_old && sb.n_kept) grpo_score_kept(r, policy, &sb, sb.feats, &u, sb.old_logp), st.t_old = time_now();
+    if (need_old) grpo_probs_diff(&sb, &st);
+    if (s->use_kl_in_reward) st.kl_reward = grpo_kl_into_reward(s, &sb);
+    // 4. group advantages
+    grpo_advantages(sb.reward, P, s->G, s->norm_adv_by_std, 1e-6f, sb.adv);
+    for (int64_t k = 0; k < sb.n_kept; k++) sb.kept_adv[k] = sb.adv[sb.kept[k]];
+    // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch
+    grpo_update(r, &sb, need_old, &u, &st);
+    qwen2_train_free(&u.act);
+    st.t_end = time_now();
+    r->tr.st.iteration++;
+
+    // 6. metrics
+    grpo_write_metrics(r, &sb, &st);
+    if (r->dump) grpo_dump_samples(r, &sb, idx);
+    grpo_step_batch_free(&sb, P);
+    free(idx);
+    free(pos);
+}
