@@ -83,6 +83,14 @@ struct Backend {
                                const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch);
     void (*swiglu_backward)(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
                             const float *up, int64_t n);
+    // LayerNorm with fp32 weight and bias, and GELU (erf form): a vision-language model's patch merger, trained
+    // with the language model (actor.vision.train_merger).
+    void (*layernorm_forward)(const Backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                              int64_t N, int64_t C, float eps);
+    void (*layernorm_backward)(const Backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int64_t N, int64_t C, float eps);
+    void (*gelu_forward)(const Backend *be, float *out, const float *inp, int64_t n);
+    void (*gelu_backward)(const Backend *be, float *dinp, const float *dout, const float *inp, int64_t n);
     void (*logprob_backward)(const Backend *be, float *dh, float *dW, float *out, const float *dlogp,
                              const float *dent, const float *h, const void *W, DType wt, const int32_t *targets,
                              int64_t N, int64_t C, int64_t V, float *scratch);

@@ -182,6 +182,28 @@ static void cpu_attention_backward(const Backend *be, float *dq, float *dk, floa
     attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seq_off, B, H, KVH, D, scratch);
 }
 
+static void cpu_layernorm(const Backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                          int64_t N, int64_t C, float eps) {
+    (void)be;
+    layernorm_forward(out, inp, weight, bias, N, C, eps);
+}
+
+static void cpu_layernorm_backward(const Backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, int64_t N, int64_t C, float eps) {
+    (void)be;
+    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, N, C, eps);
+}
+
+static void cpu_gelu(const Backend *be, float *out, const float *inp, int64_t n) {
+    (void)be;
+    gelu_forward(out, inp, n);
+}
+
+static void cpu_gelu_backward(const Backend *be, float *dinp, const float *dout, const float *inp, int64_t n) {
+    (void)be;
+    gelu_backward(dinp, dout, inp, n);
+}
+
 static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
                                 const float *up, int64_t n) {
     (void)be;
@@ -274,6 +296,10 @@ static const Backend cpu = {
     .rope_backward = cpu_rope_backward,
     .attention_backward = cpu_attention_backward,
     .swiglu_backward = cpu_swiglu_backward,
+    .layernorm_forward = cpu_layernorm,
+    .layernorm_backward = cpu_layernorm_backward,
+    .gelu_forward = cpu_gelu,
+    .gelu_backward = cpu_gelu_backward,
     .logprob_backward = cpu_logprob_backward,
     .gemm = cpu_gemm,
     .gather_rows = cpu_gather_rows,

@@ -331,32 +331,11 @@ static void attend(float *out, const float *qkv, int H, int D, const int64_t *se
     free(buf);
 }
 
-static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-
-// A row's mean and 1 / sqrt(variance + eps), as LayerNorm normalises it.
-static void row_moments(const float *x, int64_t C, float eps, double *mean, double *rstd) {
-    double m = 0, var = 0;
-    for (int64_t j = 0; j < C; j++) m += x[j];
-    m /= (double)C;
-    for (int64_t j = 0; j < C; j++) var += (x[j] - m) * (x[j] - m);
-    *mean = m;
-    *rstd = 1.0 / sqrt(var / (double)C + eps);
-}
-
 // out (N, C) = the block's norm of x: RMSNorm (Qwen2.5-VL), or LayerNorm with bias b (Qwen2-VL: b not NULL).
 static void norm_forward(float *out, const float *x, const float *w, const float *b, int64_t N, int64_t C,
                          float eps) {
-    if (!b) {
-        rmsnorm_forward(out, x, w, DTYPE_F32, N, C, eps);
-        return;
-    }
-#pragma omp parallel for
-    for (int64_t r = 0; r < N; r++) {
-        const float *xr = x + r * C;
-        double mean, rstd;
-        row_moments(xr, C, eps, &mean, &rstd);
-        for (int64_t j = 0; j < C; j++) out[r * C + j] = ((float)(xr[j] - mean) * (float)rstd) * w[j] + b[j];
-    }
+    if (b) layernorm_forward(out, x, w, b, N, C, eps);
+    else rmsnorm_forward(out, x, w, DTYPE_F32, N, C, eps);
 }
 
 void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden) {
@@ -434,69 +413,45 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
     free(index), free(wseg), free(fseg);
 }
 
-// dw (C) += sum over rows of dout * x_hat, db (C) += sum of dout: norm_forward's LayerNorm's weight and bias
-// gradients (its input gets none: the tower below the merger is frozen).
-static void layernorm_param_grads(float *dw, float *db, const float *dout, const float *x, int64_t N, int64_t C,
-                                  float eps) {
-    double *sw = xcalloc((size_t)(2 * C), sizeof *sw), *sb = sw + C;
-    for (int64_t r = 0; r < N; r++) {
-        const float *xr = x + r * C, *dy = dout + r * C;
-        double mean, rstd;
-        row_moments(xr, C, eps, &mean, &rstd);
-        for (int64_t j = 0; j < C; j++) {
-            sw[j] += dy[j] * (xr[j] - mean) * rstd;
-            sb[j] += dy[j];
-        }
-    }
-    for (int64_t j = 0; j < C; j++) {
-        dw[j] += (float)sw[j];
-        db[j] += (float)sb[j];
-    }
-    free(sw);
-}
-
-// The merger's forward, keeping what its backward reads: h (units, U*C) the normed input, z (units, U*C)
-// before GELU (NULL: not kept), y (units, out_hidden).
-static void merge_forward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
-                          float *h, float *z, float *y) {
+// The merger's forward on be, keeping what its backward reads: h (units, U*C) the normed input, z (units, U*C)
+// before GELU (NULL: not kept), y (units, out_hidden); a (units, U*C) is scratch.
+static void merge_forward(const Backend *be, const VisionConfig *c, const VisionMerger *w, const float *hidden,
+                          int64_t units, float *h, float *z, float *a, float *y) {
     int64_t C = c->hidden, M4 = C * c->merge * c->merge;
-    float *a = xmalloc((size_t)(units * M4) * sizeof *a + 1);
-    norm_forward(h, hidden, w->ln_q, w->ln_q_b, units * M4 / C, C, c->eps);
-    matmul_forward(a, h, w->w0, w->b0, DTYPE_F32, units, M4, M4);
-    if (z) memcpy(z, a, (size_t)(units * M4) * sizeof *z);
-    for (int64_t i = 0; i < units * M4; i++) a[i] = gelu(a[i]);
-    matmul_forward(y, a, w->w2, w->b2, DTYPE_F32, units, M4, c->out_hidden);
-    free(a);
+    if (w->ln_q_b) be->layernorm_forward(be, h, hidden, w->ln_q, w->ln_q_b, units * M4 / C, C, c->eps);
+    else be->rmsnorm_forward(be, h, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    be->matmul_forward(be, a, h, w->w0, w->b0, DTYPE_F32, units, M4, M4);
+    if (z) be->copy(be, z, a, (size_t)(units * M4) * sizeof *z);
+    be->gelu_forward(be, a, a, units * M4);
+    be->matmul_forward(be, y, a, w->w2, w->b2, DTYPE_F32, units, M4, c->out_hidden);
 }
 
-void vision_merge(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units, float *out) {
+// n floats of be's memory (at least one).
+static float *floats(const Backend *be, int64_t n) { return be->alloc(be, (size_t)(n > 0 ? n : 1) * sizeof(float)); }
+
+void vision_merge(const Backend *be, const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
+                  float *out) {
     int64_t M4 = (int64_t)c->hidden * c->merge * c->merge;
-    float *h = xmalloc((size_t)(units * M4) * sizeof *h + 1);
-    merge_forward(c, w, hidden, units, h, NULL, out);
-    free(h);
+    float *h = floats(be, units * M4), *a = floats(be, units * M4);
+    merge_forward(be, c, w, hidden, units, h, NULL, a, out);
+    be->free(be, h);
+    be->free(be, a);
 }
 
-void vision_merge_backward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
-                           const float *dout, const VisionMergerGrads *dw) {
-    int64_t C = c->hidden, M4 = C * c->merge * c->merge, O = c->out_hidden;
-    size_t n = (size_t)(units * M4) + 1;
-    float *h = xmalloc(n * sizeof *h), *z = xmalloc(n * sizeof *z), *a = xmalloc(n * sizeof *a);
-    float *y = xmalloc((size_t)(units * O) * sizeof *y + 1);
-    float *da = xcalloc(n, sizeof *da), *dh = xcalloc(n, sizeof *dh), *dx = xcalloc(n, sizeof *dx);
-    merge_forward(c, w, hidden, units, h, z, y);
-    for (int64_t i = 0; i < units * M4; i++) a[i] = gelu(z[i]);
-    matmul_backward(da, dw->w2, dw->b2, dout, a, w->w2, DTYPE_F32, units, M4, O);
-    for (int64_t i = 0; i < units * M4; i++) {  // GELU'(z) = Phi(z) + z phi(z)
-        double x = z[i], cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
-        double pdf = 0.3989422804014327 * exp(-0.5 * x * x);
-        da[i] *= (float)(cdf + x * pdf);
-    }
-    matmul_backward(dh, dw->w0, dw->b0, da, h, w->w0, DTYPE_F32, units, M4, M4);
-    if (w->ln_q_b)
-        layernorm_param_grads(dw->ln_q, dw->ln_q_b, dh, hidden, units * M4 / C, C, c->eps);
-    else
-        rmsnorm_backward(dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
-    free(h), free(z), free(a), free(y), free(da), free(dh), free(dx);
+void vision_merge_backward(const Backend *be, const VisionConfig *c, const VisionMerger *w, const float *hidden,
+                           int64_t units, const float *dout, const VisionMergerGrads *dw) {
+    int64_t C = c->hidden, M4 = C * c->merge * c->merge, O = c->out_hidden, n = units * M4;
+    float *h = floats(be, n), *z = floats(be, n), *a = floats(be, n), *y = floats(be, units * O);
+    float *da = floats(be, n), *dh = floats(be, n), *dx = floats(be, n);  // zeroed: the backward ops add
+    merge_forward(be, c, w, hidden, units, h, z, a, y);  // a = GELU(z)
+    be->matmul_backward(be, da, dw->w2, dw->b2, dout, a, w->w2, DTYPE_F32, units, M4, O);
+    be->gelu_backward(be, da, da, z, n);
+    be->matmul_backward(be, dh, dw->w0, dw->b0, da, h, w->w0, DTYPE_F32, units, M4, M4);
+    // the tower below is frozen: the norm's input gradient (dx) is not needed, only its weights'
+    if (w->ln_q_b) be->layernorm_backward(be, NULL, dw->ln_q, dw->ln_q_b, dh, hidden, w->ln_q, n / C, C, c->eps);
+    else be->rmsnorm_backward(be, dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, n / C, C, c->eps);
+    float *bufs[] = {h, z, a, y, da, dh, dx};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
 }
 
 void vision_forward(const Vision *v, const float *patches, const int grid[3], float *out) {
@@ -504,6 +459,6 @@ void vision_forward(const Vision *v, const float *patches, const int grid[3], fl
     int64_t units = (int64_t)grid[0] * grid[1] * grid[2] / (c->merge * c->merge);
     float *hidden = xmalloc((size_t)(units * c->merge * c->merge * c->hidden) * sizeof *hidden + 1);
     vision_hidden(v, patches, grid, hidden);
-    vision_merge(c, &v->merger, hidden, units, out);
+    vision_merge(backend_cpu(), c, &v->merger, hidden, units, out);
     free(hidden);
 }

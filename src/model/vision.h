@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "io/safetensors.h"
 
 #define VISION_MAX_FULLATT 64
@@ -74,12 +75,14 @@ void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int
 // The tower without its merger: hidden (t*h*w / merge^2 rows of merge^2 * hidden) each merged unit's patches'
 // last hidden states, in the order of the image's merged units (row-major), the merger's input.
 void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden);
-// out (units, out_hidden) = the merger w of hidden (units, merge^2 * hidden): each unit on its own.
-void vision_merge(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units, float *out);
-// dw += d(loss)/d(w) for dout = d(loss)/d(out) (units, out_hidden) of vision_merge(c, w, hidden, units), which
-// it recomputes. The tower below gets nothing (frozen).
-void vision_merge_backward(const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
-                           const float *dout, const VisionMergerGrads *dw);
+// out (units, out_hidden) = the merger w of hidden (units, merge^2 * hidden): each unit on its own. On be: w,
+// hidden and out are be's memory (the tower's merger is the CPU's; a trained one is the trainer's).
+void vision_merge(const Backend *be, const VisionConfig *c, const VisionMerger *w, const float *hidden, int64_t units,
+                  float *out);
+// dw += d(loss)/d(w) for dout = d(loss)/d(out) (units, out_hidden) of vision_merge(be, c, w, hidden, units), which
+// it recomputes, on be (every pointer be's memory). The tower below gets nothing (frozen).
+void vision_merge_backward(const Backend *be, const VisionConfig *c, const VisionMerger *w, const float *hidden,
+                           int64_t units, const float *dout, const VisionMergerGrads *dw);
 // Features of one image: patches (grid t*h*w rows of 3 * temporal * patch^2, vl_preprocess's order) ->
 // out (t*h*w / merge^2 rows of out_hidden), in the order of the image's merged units (row-major), which is
 // the order of its <|image_pad|> tokens.

@@ -17,6 +17,7 @@ void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
     vl_processor_load(&v->proc, dir);
     vision_check(&vc, v->proc.patch, v->proc.temporal, v->proc.merge, c->hidden, dir);
     vision_load(&v->vision, &vc, dir);
+    v->be = backend_cpu();
     cJSON_Delete(cfg);
     free(path);
 }
@@ -187,7 +188,7 @@ float *vl_prompt_features(const VlModel *v, const VlImage *ims, int n, const cha
     float *hidden = vl_prompt_hidden(v, ims, n, where, &units);
     if (!hidden) return NULL;
     float *feats = xmalloc((size_t)(units * v->vision.cfg.out_hidden) * sizeof *feats);
-    vision_merge(&v->vision.cfg, &v->vision.merger, hidden, units, feats);
+    vision_merge(v->be, &v->vision.cfg, &v->vision.merger, hidden, units, feats);
     free(hidden);
     return feats;
 }

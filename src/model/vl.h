@@ -18,6 +18,7 @@
 typedef struct {
     Vision vision;
     VlProcessor proc;
+    const Backend *be;  // where the tower and its merger run: the CPU
 } VlModel;
 
 // DIR's vision tower (config.json's vision_config, visual.* weights) and preprocessor_config.json, checked

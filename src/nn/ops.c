@@ -1,8 +1,10 @@
 #include "nn/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/skinny.h"
@@ -119,6 +121,79 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
         for (int64_t j = 0; j < C; j++) ss += (double)x[j] * x[j];
         float r = (float)(1.0 / sqrt(ss / (double)C + eps));
         for (int64_t j = 0; j < C; j++) dweight[j] += dy[j] * x[j] * r;
+    }
+}
+
+// A row's mean and 1 / sqrt(variance + eps), as LayerNorm normalises it.
+static void row_moments(const float *x, int64_t C, float eps, double *mean, double *rstd) {
+    double m = 0, var = 0;
+    for (int64_t j = 0; j < C; j++) m += x[j];
+    m /= (double)C;
+    for (int64_t j = 0; j < C; j++) var += (x[j] - m) * (x[j] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt(var / (double)C + eps);
+}
+
+void layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                       float eps) {
+#pragma omp parallel for PAR_IF(N * C)
+    for (int64_t r = 0; r < N; r++) {
+        const float *x = inp + r * C;
+        double mean, rstd;
+        row_moments(x, C, eps, &mean, &rstd);
+        for (int64_t j = 0; j < C; j++) out[r * C + j] = ((float)(x[j] - mean) * (float)rstd) * weight[j] + bias[j];
+    }
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, int64_t N, int64_t C, float eps) {
+    // y = xh * w + b with xh = (x - mean) * rstd:  dx = rstd * (g - mean(g) - xh * mean(g * xh)), g = dy * w
+    if (dinp) {
+#pragma omp parallel for PAR_IF(N * C)
+        for (int64_t r = 0; r < N; r++) {
+            const float *x = inp + r * C, *dy = dout + r * C;
+            double mean, rstd, sg = 0.0, sgx = 0.0;
+            row_moments(x, C, eps, &mean, &rstd);
+            for (int64_t j = 0; j < C; j++) {
+                double g = (double)dy[j] * weight[j];
+                sg += g;
+                sgx += g * (x[j] - mean) * rstd;
+            }
+            double mg = sg / (double)C, mgx = sgx / (double)C;
+            for (int64_t j = 0; j < C; j++)
+                dinp[r * C + j] += (float)(rstd * ((double)dy[j] * weight[j] - mg - (x[j] - mean) * rstd * mgx));
+        }
+    }
+    if (!dweight && !dbias) return;
+    // dweight, dbias: sums over rows in row order (deterministic), in double
+    double *sw = xcalloc((size_t)(2 * C), sizeof *sw), *sb = sw + C;
+    for (int64_t r = 0; r < N; r++) {
+        const float *x = inp + r * C, *dy = dout + r * C;
+        double mean, rstd;
+        row_moments(x, C, eps, &mean, &rstd);
+        for (int64_t j = 0; j < C; j++) {
+            sw[j] += dy[j] * (x[j] - mean) * rstd;
+            sb[j] += dy[j];
+        }
+    }
+    for (int64_t j = 0; j < C; j++) {
+        if (dweight) dweight[j] += (float)sw[j];
+        if (dbias) dbias[j] += (float)sb[j];
+    }
+    free(sw);
+}
+
+void gelu_forward(float *out, const float *inp, int64_t n) {
+#pragma omp parallel for PAR_IF(n)
+    for (int64_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * 0.70710678118654752f));
+}
+
+void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n) {
+#pragma omp parallel for PAR_IF(n)
+    for (int64_t i = 0; i < n; i++) {  // GELU'(x) = Phi(x) + x phi(x)
+        double x = inp[i], cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
+        double pdf = 0.3989422804014327 * exp(-0.5 * x * x);
+        dinp[i] = dout[i] * (float)(cdf + x * pdf);
     }
 }
 

@@ -25,6 +25,15 @@ void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt,
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
                       int64_t N, int64_t C, float eps);
 
+// out (N,C) = (inp - mean) * rsqrt(var + eps) * weight + bias per row (LayerNorm; the row's statistics in double);
+// weight, bias (C) fp32; out may be inp
+void layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                       float eps);
+// dinp (N,C) += (may be NULL: no input gradient), dweight, dbias (C) += (each may be NULL); the statistics are
+// recomputed from inp
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, int64_t N, int64_t C, float eps);
+
 // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) ; bias may be NULL; inp, weight and bias are all `dt`
 void matmul_forward(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                     int64_t OC);
@@ -54,6 +63,11 @@ size_t attention_backward_scratch_floats(int64_t max_T);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                         const float *q, const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH,
                         int D, float *scratch);
+
+// out (n) = GELU(inp) = inp * Phi(inp), the erf form (PyTorch's nn.GELU()); out may be inp
+void gelu_forward(float *out, const float *inp, int64_t n);
+// dinp (n) OVERWRITTEN = dout * GELU'(inp) (in double); dinp may be dout
+void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
 
 // Decode attention: one query row per sequence against its cached keys.
 // out, q (B, H*D); sequence b reads n_keys[b] rows of k_cache/v_cache starting at float offset

@@ -66,7 +66,7 @@ static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, co
     const Qwen2Layout *w = &gm.w;
     VisionMergerGrads dw = {grads + w->merger_ln_q, grads + w->merger_ln_q_b, grads + w->merger_w0,
                             grads + w->merger_b0, grads + w->merger_w2, grads + w->merger_b2};
-    vision_merge_backward(&v->cfg, &v->merger, hidden, units, dfeat, &dw);
+    vision_merge_backward(backend_cpu(), &v->cfg, &v->merger, hidden, units, dfeat, &dw);
     int nt = qwen2_tensors(&gm, NULL);
     Qwen2Tensor *ts = xmalloc((size_t)nt * sizeof *ts);
     qwen2_tensors(&gm, ts);
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
     float *feat = xmalloc((size_t)(units * vc.out_hidden) * sizeof *feat);
     float *hidden = xmalloc((size_t)(units * vc.merge * vc.merge * vc.hidden) * sizeof *hidden);
     vision_hidden(&v, patches, grid, hidden);
-    vision_merge(&vc, &v.merger, hidden, units, feat);
+    vision_merge(backend_cpu(), &vc, &v.merger, hidden, units, feat);
     if (mode == 0) {
         write_features(grid, vl_patch_dim(&p), vc.out_hidden, patches, feat, units, argv[3]);
     } else {

@@ -202,6 +202,72 @@ static void test_rmsnorm(int64_t N, int64_t C, float eps) {
     free(c.out), free(c.inp), free(c.w), free(c.r), free(dx), free(dw), free(px), free(pw), free(ax), free(aw);
 }
 
+// ------------------------------------------------------------------------------------- layernorm
+
+typedef struct {
+    float *out, *inp, *w, *b, *r;
+    int64_t N, C;
+    float eps;
+} LnCtx;
+
+static double ln_loss(void *p) {
+    LnCtx *c = p;
+    layernorm_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->eps);
+    return dot_d(c->r, c->out, c->N * c->C);
+}
+
+static void test_layernorm(int64_t N, int64_t C, float eps) {
+    char op[64];
+    snprintf(op, sizeof op, "layernorm N%lld C%lld eps%g", (long long)N, (long long)C, eps);
+    LnCtx c = {fnew(N * C), frandn(N * C, 1.0f), frandn(C, 0.1f), frandn(C, 0.5f), frandn(N * C, 1.0f), N, C, eps};
+    for (int64_t j = 0; j < C; j++) c.w[j] += 1.0f;
+    for (int64_t j = 0; j < C; j++) c.inp[C + j] = 3.0f + 0.05f * c.inp[C + j];  // a row with a large mean
+    float *dx = fnew(N * C), *dw = fnew(C), *db = fnew(C);
+    layernorm_backward(dx, dw, db, c.r, c.inp, c.w, N, C, eps);
+    fd_check(op, "dinp", ln_loss, &c, c.inp, dx, N * C, 1e-3f, 1 << 30);
+    fd_check(op, "dweight", ln_loss, &c, c.w, dw, C, 1e-2f, 1 << 30);
+    fd_check(op, "dbias", ln_loss, &c, c.b, db, C, 1e-2f, 1 << 30);
+    float *px = frandn(N * C, 1.0f), *pw = frandn(C, 1.0f), *pb = frandn(C, 1.0f);
+    float *ax = fcopy(px, N * C), *aw = fcopy(pw, C), *ab = fcopy(pb, C), *nw = fcopy(pw, C);
+    layernorm_backward(ax, aw, ab, c.r, c.inp, c.w, N, C, eps);
+    acc_check(op, "dinp", ax, px, dx, N * C);
+    acc_check(op, "dweight", aw, pw, dw, C);
+    acc_check(op, "dbias", ab, pb, db, C);
+    layernorm_backward(NULL, nw, NULL, c.r, c.inp, c.w, N, C, eps);  // the merger's use: weights only
+    acc_check(op, "dweight (no dinp, no dbias)", nw, pw, dw, C);
+    free(c.out), free(c.inp), free(c.w), free(c.b), free(c.r), free(dx), free(dw), free(db);
+    free(px), free(pw), free(pb), free(ax), free(aw), free(ab), free(nw);
+}
+
+// ------------------------------------------------------------------------------------------ gelu
+
+typedef struct {
+    float *out, *inp, *r;
+    int64_t n;
+} GeluCtx;
+
+static double gelu_loss(void *p) {
+    GeluCtx *c = p;
+    gelu_forward(c->out, c->inp, c->n);
+    return dot_d(c->r, c->out, c->n);
+}
+
+static void test_gelu(void) {
+    const char *op = "gelu n41";
+    int64_t n = 41;
+    GeluCtx c = {fnew(n), frandn(n, 2.0f), frandn(n, 1.0f), n};
+    c.inp[0] = -9.0f, c.inp[1] = 9.0f, c.inp[2] = 0.0f;  // saturated ends and the origin
+    float *dx = nan_filled(n);                              // OVERWRITTEN
+    gelu_backward(dx, c.r, c.inp, n);
+    fd_check(op, "dinp", gelu_loss, &c, c.inp, dx, n, 1e-2f, 1 << 30);
+    float *ad = fcopy(c.r, n);  // dout aliases dinp
+    gelu_backward(ad, ad, c.inp, n);
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)ad[i] - dx[i]));
+    report(op, "dout aliasing dinp", e / fmax(maxabs(dx, n), 1e-30), 0.0, "");
+    free(c.out), free(c.inp), free(c.r), free(dx), free(ad);
+}
+
 // ---------------------------------------------------------------------------------------- matmul
 
 typedef struct {
@@ -545,6 +611,9 @@ int main(void) {
     test_embedding();
     test_rmsnorm(5, 37, 1e-5f);
     test_rmsnorm(3, 16, 1e-6f);
+    test_layernorm(5, 37, 1e-6f);
+    test_layernorm(3, 16, 1e-5f);
+    test_gelu();
     test_matmul(1, 19, 23, 1);   // gemv path
     test_matmul(5, 19, 23, 1);   // skinny kernel (N <= 16)
     test_matmul(16, 24, 10, 0);  // skinny, no bias

@@ -50,14 +50,33 @@ static float **prompt_hidden(const Run *r, const PromptData *d, const int64_t *i
     return hidden;
 }
 
-// Each prompt's features under merger w (feats[i]: into it when given, else fresh; NULL without images).
-float **grpo_merge_features(const Run *r, const VisionMerger *w, float *const *hidden, const int64_t *units, int n,
-                            float **feats) {
+// n floats of host memory x where be's ops read them: x itself on the CPU, else a copy in be's memory (unstage
+// frees it).
+static float *stage(const Backend *be, const float *x, int64_t n) {
+    if (!be->on_device) return (float *)x;
+    float *d = be->alloc(be, (size_t)n * sizeof *d);
+    be->upload(be, d, x, (size_t)n * sizeof *d);
+    return d;
+}
+
+static void unstage(const Backend *be, float *d) {
+    if (be->on_device) be->free(be, d);
+}
+
+float **grpo_merge_features(const Run *r, const Backend *be, const VisionMerger *w, float *const *hidden,
+                            const int64_t *units, int n, float **feats) {
+    const VisionConfig *vc = &r->vl.vision.cfg;
+    int64_t C = r->tr.master.cfg.hidden, M4 = (int64_t)vc->hidden * vc->merge * vc->merge;
     if (!feats) feats = xcalloc((size_t)n + 1, sizeof *feats);
     for (int i = 0; i < n; i++) {
         if (!hidden[i]) continue;
-        if (!feats[i]) feats[i] = xmalloc((size_t)(units[i] * r->tr.master.cfg.hidden) * sizeof *feats[i]);
-        vision_merge(&r->vl.vision.cfg, w, hidden[i], units[i], feats[i]);
+        if (!feats[i]) feats[i] = xmalloc((size_t)(units[i] * C) * sizeof *feats[i]);
+        float *h = stage(be, hidden[i], units[i] * M4);
+        float *out = be->on_device ? be->alloc(be, (size_t)(units[i] * C) * sizeof *out) : feats[i];
+        vision_merge(be, vc, w, h, units[i], out);
+        if (be->on_device) be->download(be, feats[i], out, (size_t)(units[i] * C) * sizeof *out);
+        unstage(be, h);
+        unstage(be, out);
     }
     return feats;
 }
@@ -73,7 +92,7 @@ float **grpo_prompt_features(const Run *r, const PromptData *d, const int64_t *i
                              const char *const *paths, StepBatch *sb) {
     int64_t *units = xcalloc((size_t)n + 1, sizeof *units);
     float **hidden = prompt_hidden(r, d, idx, n, paths, units);
-    float **feats = grpo_merge_features(r, &r->merger, hidden, units, n, NULL);
+    float **feats = grpo_merge_features(r, r->merger_be, &r->merger, hidden, units, n, NULL);
     if (!sb || !r->train_merger) {
         grpo_features_free(hidden, n);
         free(units);
@@ -81,7 +100,7 @@ float **grpo_prompt_features(const Run *r, const PromptData *d, const int64_t *i
     }
     sb->hidden = hidden;
     sb->units = units;
-    if (r->has_ref) sb->ref_feats = grpo_merge_features(r, &r->vl.vision.merger, hidden, units, n, NULL);
+    if (r->has_ref) sb->ref_feats = grpo_merge_features(r, r->vl.be, &r->vl.vision.merger, hidden, units, n, NULL);
     sb->dfeats = xcalloc((size_t)n + 1, sizeof *sb->dfeats);
     for (int i = 0; i < n; i++)
         if (hidden[i]) sb->dfeats[i] = xcalloc((size_t)(units[i] * r->tr.master.cfg.hidden), sizeof(float));
@@ -120,6 +139,8 @@ void grpo_unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
 // A trained merger's gradient (into the trainer's slab) from the features' gradients of the mini-batch just
 // accumulated (sb->dfeats, zeroed again); prompts outside it have none.
 void grpo_merger_backward(Run *r, StepBatch *sb) {
+    const Backend *be = r->tr.master.be;
+    const VisionConfig *vc = &r->vl.vision.cfg;
     const Qwen2Layout *w = &r->tr.master.w;
     float *g = r->tr.grads;
     VisionMergerGrads dw = {g + w->merger_ln_q, g + w->merger_ln_q_b, g + w->merger_w0, g + w->merger_b0,
@@ -131,7 +152,11 @@ void grpo_merger_backward(Run *r, StepBatch *sb) {
         int any = 0;
         for (size_t j = 0; j < n && !any; j++) any = sb->dfeats[i][j] != 0.0f;
         if (!any) continue;
-        vision_merge_backward(&r->vl.vision.cfg, &r->merger, sb->hidden[i], sb->units[i], sb->dfeats[i], &dw);
+        float *h = stage(be, sb->hidden[i], sb->units[i] * vc->hidden * vc->merge * vc->merge);
+        float *dout = stage(be, sb->dfeats[i], (int64_t)n);
+        vision_merge_backward(be, vc, &r->merger, h, sb->units[i], dout, &dw);
+        unstage(be, h);
+        unstage(be, dout);
         memset(sb->dfeats[i], 0, n * sizeof(float));
     }
 }

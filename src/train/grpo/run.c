@@ -200,6 +200,7 @@ static void run_load(Run *r) {
         r->merger = (VisionMerger){p + w->merger_ln_q, c->merger_ln_bias ? p + w->merger_ln_q_b : NULL,
                                    p + w->merger_w0, p + w->merger_b0, p + w->merger_w2, p + w->merger_b2};
     }
+    r->merger_be = r->train_merger ? r->tr.master.be : r->vl.be;
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
     tokenizer_load(&r->tok, tj);

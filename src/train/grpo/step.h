@@ -81,6 +81,7 @@ typedef struct {
     int train_merger;     // actor.vision.train_merger: the policy's merger is in the trainer's slab; vl's own
                           // stays the initial one, the reference's
     VisionMerger merger;  // the policy's merger (has_vl): the trainer's, or vl's
+    const Backend *merger_be;  // where it runs: the trainer's backend, or vl's
     PromptData train, val;
     int has_val;
     RewardSet rewards;
@@ -136,9 +137,10 @@ double grpo_kl_into_reward(const GrpoSettings *s, StepBatch *sb);
 
 // images.c: image features of a VL model's prompts, and a trained merger's backward
 
-// Each prompt's features under merger w (feats[i]: into it when given, else fresh; NULL without images).
-float **grpo_merge_features(const Run *r, const VisionMerger *w, float *const *hidden, const int64_t *units, int n,
-                            float **feats);
+// Each prompt's features (host memory) under merger w, which runs on be (hidden: host memory, staged through be's
+// memory on a device) into feats[i] when given, else fresh; NULL without images.
+float **grpo_merge_features(const Run *r, const Backend *be, const VisionMerger *w, float *const *hidden,
+                            const int64_t *units, int n, float **feats);
 void grpo_features_free(float **feats, int64_t n);
 // The features of prompts idx[0..n) of d under the policy's merger, once per prompt; with a trained merger and
 // sb, its merger input, the reference's features and room for their gradients go to sb too.

@@ -123,7 +123,7 @@ void grpo_update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st
             comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
             const Qwen2 *cm = trainer_begin_step(&r->tr);
             if (r->train_merger)  // the merger's weights moved with the last update
-                grpo_merge_features(r, &r->merger, sb->hidden, sb->units, (int)s->train_batch_size, sb->feats);
+                grpo_merge_features(r, r->merger_be, &r->merger, sb->hidden, sb->units, (int)s->train_batch_size, sb->feats);
             accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
             if (r->train_merger) grpo_merger_backward(r, sb);
             double norm = trainer_apply(&r->tr, st->lr, 1);
