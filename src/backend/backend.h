@@ -116,13 +116,18 @@ struct Backend {
 
 // The CPU backend (host memory, nn/ops.h): a constant, nothing to close.
 const Backend *backend_cpu(void);
-// "cpu", "cuda", "cuda:N" or "emu". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
+// "cpu-staged": the CPU backend's ops and memory behind on_device = 1 (every crossing an explicit copy), a test device
+// for the seam whose results must equal the CPU's bit for bit; a constant too.
+const Backend *backend_cpu_staged(void);
+// "cpu", "cuda", "cuda:N", "emu" or "cpu-staged". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
 // unknown, the build has no CUDA, or no such GPU is visible.
 const Backend *backend_open(const char *spec, const char *what);
 void backend_close(const Backend *be);
 // The training ops be lacks, as a ", "-separated list of their names into buf ("" when it has them all):
 // a run that trains checks it before any work starts.
 void backend_missing_training_ops(const Backend *be, char *buf, size_t n);
+// Dies with one line naming `what` (the option that chose be) when be lacks training ops.
+void backend_require_training(const Backend *be, const char *what);
 // How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU; -1
 // when the build has CUDA and it cannot be used (its module does not load, a driver older than its
 // runtime). The reason for 0 or -1 goes into why (n bytes): the loader's or CUDA's own words.

@@ -265,51 +265,61 @@ static void cpu_round_values(const Backend *be, float *dst, const float *src, si
 
 static void cpu_close(const Backend *be) { (void)be; }
 
-static const Backend cpu = {
-    .name = "cpu",
-    .attention_scratch = cpu_attention_scratch,
-    .logprob_scratch = cpu_logprob_scratch,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .round_operand = cpu_round_operand,
-    .embedding_forward = cpu_embedding,
-    .rmsnorm_forward = cpu_rmsnorm,
-    .matmul_forward = cpu_matmul,
-    .rope_table = cpu_rope_table,
-    .rope_forward = cpu_rope,
-    .swiglu_forward = cpu_swiglu,
-    .residual_forward = cpu_residual,
-    .attention_forward = cpu_attention,
-    .attention_decode_forward = cpu_attention_decode,
-    .kv_append = cpu_kv_append,
-    .logprob_forward = cpu_logprob,
-    .sample = cpu_sample,
-    .sampler_new = cpu_sampler_new,
-    .sampler_free = cpu_sampler_free,
-    .zero = cpu_zero,
-    .embedding_backward = cpu_embedding_backward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .matmul_backward = cpu_matmul_backward,
-    .rope_backward = cpu_rope_backward,
-    .attention_backward = cpu_attention_backward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .layernorm_forward = cpu_layernorm,
-    .layernorm_backward = cpu_layernorm_backward,
-    .gelu_forward = cpu_gelu,
-    .gelu_backward = cpu_gelu_backward,
-    .logprob_backward = cpu_logprob_backward,
-    .gemm = cpu_gemm,
-    .gather_rows = cpu_gather_rows,
-    .scatter_rows = cpu_scatter_rows,
-    .adamw = cpu_adamw,
-    .grad_norm = cpu_grad_norm,
-    .all_finite = cpu_all_finite,
-    .scale = cpu_scale,
-    .round_values = cpu_round_values,
+// Every op and the memory functions of the CPU backend, for its two tables below.
+#define CPU_TABLE \
+    .attention_scratch = cpu_attention_scratch, \
+    .logprob_scratch = cpu_logprob_scratch, \
+    .alloc = cpu_alloc, \
+    .free = cpu_free, \
+    .upload = cpu_copy, \
+    .download = cpu_copy, \
+    .copy = cpu_copy, \
+    .round_operand = cpu_round_operand, \
+    .embedding_forward = cpu_embedding, \
+    .rmsnorm_forward = cpu_rmsnorm, \
+    .matmul_forward = cpu_matmul, \
+    .rope_table = cpu_rope_table, \
+    .rope_forward = cpu_rope, \
+    .swiglu_forward = cpu_swiglu, \
+    .residual_forward = cpu_residual, \
+    .attention_forward = cpu_attention, \
+    .attention_decode_forward = cpu_attention_decode, \
+    .kv_append = cpu_kv_append, \
+    .logprob_forward = cpu_logprob, \
+    .sample = cpu_sample, \
+    .sampler_new = cpu_sampler_new, \
+    .sampler_free = cpu_sampler_free, \
+    .zero = cpu_zero, \
+    .embedding_backward = cpu_embedding_backward, \
+    .rmsnorm_backward = cpu_rmsnorm_backward, \
+    .matmul_backward = cpu_matmul_backward, \
+    .rope_backward = cpu_rope_backward, \
+    .attention_backward = cpu_attention_backward, \
+    .swiglu_backward = cpu_swiglu_backward, \
+    .layernorm_forward = cpu_layernorm, \
+    .layernorm_backward = cpu_layernorm_backward, \
+    .gelu_forward = cpu_gelu, \
+    .gelu_backward = cpu_gelu_backward, \
+    .logprob_backward = cpu_logprob_backward, \
+    .gemm = cpu_gemm, \
+    .gather_rows = cpu_gather_rows, \
+    .scatter_rows = cpu_scatter_rows, \
+    .adamw = cpu_adamw, \
+    .grad_norm = cpu_grad_norm, \
+    .all_finite = cpu_all_finite, \
+    .scale = cpu_scale, \
+    .round_values = cpu_round_values, \
     .close = cpu_close,
-};
+
+static const Backend cpu = {.name = "cpu", CPU_TABLE};
+
+// "cpu-staged": the same ops and memory, but on_device, so that model, rollout and trainer code take a device's
+// paths (workspaces from alloc, explicit upload/download, files staged through the host) while every number is
+// the CPU's: a run on it must equal the CPU's bit for bit. A test device for the seam. Its memory is host memory,
+// so it cannot tell a missing copy from a real one (the emulated device under ASan can).
+static const Backend cpu_staged = {.name = "cpu-staged", .on_device = 1, CPU_TABLE};
+
 
 const Backend *backend_cpu(void) { return &cpu; }
+
+const Backend *backend_cpu_staged(void) { return &cpu_staged; }

@@ -131,7 +131,7 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
     }
     Qwen2Config mc;
     qwen2_config_load_vl(&mc, s.model_dir);  // grpo train takes VL models: the plan counts their tower
-    grpo_memory_plan(&s, &mc, ranks, &p->plan);
+    grpo_memory_plan(&s, &mc, backend_cpu(), ranks, &p->plan);
     p->plan_text = grpo_plan_text(&p->plan);
     p->plan.peak *= (size_t)ranks;  // every rank of this machine holds its own plan
     // The model in save_dtype, Adam's two moments (whole, also under ZeRO), and fp32 master weights

@@ -33,6 +33,8 @@ int cmd_sft(int argc, char **argv) {
          NULL, 0},
         {"--max-pixels", "N", "vision-language models: the image processor's max_pixels (default: the model's)",
          NULL, 0},
+        {"--device", "cpu|cuda[:N]|emu", "where training runs (a device must have every training op: the CUDA "
+                                         "backend's are not built yet)", "cpu", 0},
         {"--precision", "P", "compute weights: fp32, bf16 or fp16 (fp32 master weights either way)", "fp32", 0},
         {"--loss-scale", "X", "fp16: initial loss scale", "1024", 0},
         {"--loss-scale-window", "N", "fp16: double the scale after N clean steps (0: static scale)", "1000", 0},
@@ -66,6 +68,7 @@ int cmd_sft(int argc, char **argv) {
         .model_dir = cli_str(&spec, "--model"),
         .data_path = cli_str(&spec, "--data"),
         .out_dir = cli_str(&spec, "--out"),
+        .device = cli_str(&spec, "--device"),
         .steps = cli_str(&spec, "--steps") ? cli_int(&spec, "--steps", 1, INT32_MAX) : 0,
         .batch_size = cli_int(&spec, "--batch-size", 1, 1 << 20),
         .warmup = cli_int(&spec, "--warmup", 0, INT32_MAX),

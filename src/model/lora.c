@@ -58,6 +58,7 @@ void lora_init(Lora *lo, const Qwen2Config *c, const LoraSpec *spec, uint64_t se
     if (spec->rank < 1 || !spec->targets) die("internal: lora_init with rank %lld", (long long)spec->rank);
     lora_layout(lo, c, spec);
     lo->params = xcalloc(lo->n ? lo->n : 1, 4);
+    lo->be = backend_cpu();
     Rng rng;
     rng_init(&rng, seed);
     for (int t = 0; t < LORA_TARGETS; t++) {
@@ -74,8 +75,28 @@ size_t lora_params(const Qwen2Config *c, const LoraSpec *spec) {
 }
 
 void lora_free(Lora *lo) {
-    free(lo->params);
+    if (lo->be && lo->be->on_device) lo->be->free(lo->be, lo->params);
+    else free(lo->params);
     memset(lo, 0, sizeof *lo);
+}
+
+void lora_to_backend(Lora *lo, const Backend *be) {
+    if (!be->on_device || be == lo->be) return;
+    size_t bytes = (lo->n ? lo->n : 1) * sizeof(float);
+    float *dev = be->alloc(be, bytes);
+    be->upload(be, dev, lo->params, bytes);
+    free(lo->params);
+    lo->params = dev;
+    lo->be = be;
+}
+
+const Lora *lora_host(const Lora *lo, Lora *copy) {
+    if (!lo->be->on_device) return lo;
+    *copy = *lo;
+    copy->params = xmalloc((lo->n ? lo->n : 1) * sizeof(float));
+    lo->be->download(lo->be, copy->params, lo->params, lo->n * sizeof(float));
+    copy->be = backend_cpu();
+    return copy;
 }
 
 int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
@@ -94,7 +115,7 @@ int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
                 x->shape[0] = ab ? lo->out[t] : r;
                 x->shape[1] = ab ? r : lo->in[t];
                 x->off = ab ? lo->b[t] + (size_t)(l * lo->out[t] * r) : lo->a[t] + (size_t)(l * r * lo->in[t]);
-                x->data = lo->params ? lo->params + x->off : NULL;
+                x->data = lo->params && !lo->be->on_device ? lo->params + x->off : NULL;
             }
     }
     return n;
@@ -107,7 +128,9 @@ static Qwen2Tensor *tensor_list(const Lora *lo, int *n) {
     return ts;
 }
 
-void lora_save(const Lora *lo, const char *dir, const char *base_model) {
+void lora_save(const Lora *dlo, const char *dir, const char *base_model) {
+    Lora copy;
+    const Lora *lo = lora_host(dlo, &copy);
     int n;
     Qwen2Tensor *ts = tensor_list(lo, &n);
     StWriteTensor *ws = xcalloc((size_t)(n ? n : 1), sizeof *ws);
@@ -142,6 +165,7 @@ void lora_save(const Lora *lo, const char *dir, const char *base_model) {
     cJSON_Delete(r);
     free(ws);
     free(ts);
+    if (lo == &copy) lora_free(&copy);
 }
 
 // adapter_config.json -> spec; dies naming the key on what grpo cannot run.
@@ -211,6 +235,7 @@ void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
     int n;
     Qwen2Tensor *ts = tensor_list(lo, &n);
     lo->params = xcalloc(lo->n ? lo->n : 1, 4);
+    lo->be = backend_cpu();
     for (int i = 0; i < n; i++) {
         const StTensor *x = safetensors_find(&st, ts[i].name);
         if (!x) die("%s: missing tensor \"%s\" (adapter_config.json's target_modules need it)", wp, ts[i].name);
@@ -231,7 +256,7 @@ void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
 }
 
 void lora_attach(Qwen2 *m, const Lora *lo) {
-    if (m->be->on_device) die("LoRA adapters run on the CPU only (--device %s)", m->be->name);
+    if (lo->be != m->be) die("internal: adapters on %s attached to a model on %s", lo->be->name, m->be->name);
     if (lo->layers != m->cfg.layers) die("internal: adapters of %lld layers on a %lld-layer model",
                                          (long long)lo->layers, (long long)m->cfg.layers);
     m->lora = lo;

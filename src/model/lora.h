@@ -25,8 +25,9 @@ struct Lora {
     // Element offsets of A (L, r, in) and B (L, out, r), layer-stacked like Qwen2Layout; 0-sized when
     // the target is not adapted.
     size_t a[LORA_TARGETS], b[LORA_TARGETS];
-    float *params;  // n fp32 elements
+    float *params;  // n fp32 elements, in be's memory
     size_t n;
+    const Backend *be;  // where params live (the CPU unless moved: lora_to_backend)
 };
 
 // PEFT's module name of a target ("q_proj", ..., "down_proj").
@@ -49,12 +50,18 @@ void lora_spec_from_adapter(LoraSpec *spec, const char *adapter, const char *ran
 // The adapter tensors with PEFT's names (base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight,
 // ...), in slab order; returns their count. `out` may be NULL.
 int lora_tensors(const Lora *lo, Qwen2Tensor *out);
-// DIR/adapter_config.json and DIR/adapter_model.safetensors (F32), each written atomically.
+// DIR/adapter_config.json and DIR/adapter_model.safetensors (F32), each written atomically (a device's params staged
+// through the host).
 void lora_save(const Lora *lo, const char *dir, const char *base_model);
 // Reads a PEFT LoRA adapter directory for a model of config c; dies with one line naming the file and
 // key or tensor on anything else (DoRA, rsLoRA, biases, other modules, wrong shapes).
 void lora_load(Lora *lo, const Qwen2Config *c, const char *dir);
-// Attaches lo to m: every forward of m (and the training passes) then adds the adapters. CPU only.
+// Moves lo's params into be's memory (the host copy is freed).
+void lora_to_backend(Lora *lo, const Backend *be);
+// Adapters whose params host code may read: lo itself on the CPU, else *copy with lo's params downloaded
+// (lora_free it when the result is copy).
+const Lora *lora_host(const Lora *lo, Lora *copy);
+// Attaches lo to m (both on the same backend): every forward of m (and the training passes) then adds the adapters.
 void lora_attach(Qwen2 *m, const Lora *lo);
 // W += scale * B A for every adapted weight of m (an F32 model): a plain model equal to base + adapters.
 void lora_merge(Qwen2 *m, const Lora *lo);

@@ -326,14 +326,27 @@ size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w) {
     return total;
 }
 
-void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype) {
+void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype) { qwen2_build_on(m, c, dtype, backend_cpu()); }
+
+void qwen2_build_on(Qwen2 *m, const Qwen2Config *c, DType dtype, const Backend *be) {
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16) die("internal: a %s model slab", dtype_name(dtype));
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     m->dtype = dtype;
     m->n_params = qwen2_layout(c, &m->w);
-    m->be = backend_cpu();
-    m->params = xcalloc(m->n_params, dtype_size(dtype));
+    m->be = be;
+    m->params = be->on_device ? be->alloc(be, m->n_params * dtype_size(dtype)) : xcalloc(m->n_params, dtype_size(dtype));
+}
+
+const Qwen2 *qwen2_host(const Qwen2 *m, Qwen2 *copy) {
+    if (!m->be->on_device) return m;
+    *copy = *m;
+    size_t bytes = m->n_params * dtype_size(m->dtype);
+    copy->params = xmalloc(bytes ? bytes : 1);
+    m->be->download(m->be, copy->params, m->params, bytes);
+    copy->be = backend_cpu();
+    copy->lora = NULL;
+    return copy;
 }
 
 void qwen2_free(Qwen2 *m) {
@@ -371,7 +384,7 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
             t->shape[0] = k[i].rows;
             t->shape[1] = k[i].cols;
             t->off = *f[i] + (size_t)(l * numel);
-            t->data = m->params && m->dtype == DTYPE_F32 ? (float *)m->params + t->off : NULL;
+            t->data = m->params && m->dtype == DTYPE_F32 && !m->be->on_device ? (float *)m->params + t->off : NULL;
         }
     }
     return n;
@@ -548,7 +561,9 @@ static void vl_config_save(const char *model_dir, const char *dir, DType dtype) 
     free(to);
 }
 
-void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_from) {
+void qwen2_save(const Qwen2 *dm, const char *dir, DType dtype, const char *vl_from) {
+    Qwen2 copy;
+    const Qwen2 *m = qwen2_host(dm, &copy);  // the file is written from host memory
     if (m->dtype != DTYPE_F32) die("internal: qwen2_save of a %s slab", dtype_name(m->dtype));
     if (m->cfg.vl && !vl_from) die("internal: qwen2_save of a vision-language model without its source");
     int n;
@@ -572,6 +587,7 @@ void qwen2_save(const Qwen2 *m, const char *dir, DType dtype, const char *vl_fro
     free(path);
     free(ws);
     free(ts);
+    if (m == &copy) qwen2_free(&copy);
 }
 
 // ---------------------------------------------------------------------------------------------

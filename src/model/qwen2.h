@@ -83,7 +83,7 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     size_t off;   // element offset in the slab
-    float *data;  // the tensor in an F32 slab; NULL in a 16-bit one
+    float *data;  // the tensor in an F32 slab in host memory; NULL in a 16-bit one or on a device
 } Qwen2Tensor;
 
 // Reads DIR/config.json; dies naming the file and key on anything unsupported or missing, and on a
@@ -99,6 +99,11 @@ const char *qwen2_preset_names(void);
 void qwen2_config_check(const Qwen2Config *c, const char *where);
 
 void qwen2_build(Qwen2 *m, const Qwen2Config *c, DType dtype);  // zeroed slab of DTYPE_F32 or DTYPE_BF16
+// The same in be's memory.
+void qwen2_build_on(Qwen2 *m, const Qwen2Config *c, DType dtype, const Backend *be);
+// A model whose slab host code may read (files, checkpoints): m itself on the CPU, else *copy with m's slab
+// downloaded (qwen2_free it when the result is copy). The copy has no adapters attached.
+const Qwen2 *qwen2_host(const Qwen2 *m, Qwen2 *copy);
 // Fills the offsets of the parameter layout; returns the slab's length in elements.
 size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w);
 void qwen2_free(Qwen2 *m);
@@ -119,7 +124,8 @@ void qwen2_load_config(Qwen2 *m, const char *dir, DType dtype, const Qwen2Config
 DType qwen2_file_dtype(const char *dir);
 // HF's initialisation: N(0, init_std) matrices, zero biases, unit norms. F32 models.
 void qwen2_init_random(Qwen2 *m, uint64_t seed);
-// config.json + model.safetensors (F32 or BF16), each written atomically. F32 models.
+// config.json + model.safetensors (F32 or BF16), each written atomically. F32 models (on any backend: a device's
+// slab is staged through the host).
 // config.json's object for c (Qwen2, Qwen3, or with c->vl a Qwen2.5-VL's language model in transformers 4's
 // flat layout, to which the caller adds the vision_config); the caller cJSON_Deletes it.
 cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype);

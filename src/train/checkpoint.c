@@ -141,10 +141,13 @@ void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, con
     if (file_exists(tmp)) dir_remove_flat(tmp);  // left by a run killed mid-save
     dir_create(tmp);
     copy_model_extras(model_dir, tmp);
-    write_optimizer(tmp, master, lora, m, v, !lora && save_dtype != DTYPE_F32);
+    Qwen2 copy;  // the files are written from host memory: a device's weights downloaded once for both
+    const Qwen2 *host = lora ? master : qwen2_host(master, &copy);
+    write_optimizer(tmp, host, lora, m, v, !lora && save_dtype != DTYPE_F32);
     write_state(tmp, s);
     if (lora) lora_save(lora, tmp, model_dir);  // fp32, as trained
-    else qwen2_save(master, tmp, save_dtype, master->cfg.vl ? model_dir : NULL);
+    else qwen2_save(host, tmp, save_dtype, master->cfg.vl ? model_dir : NULL);
+    if (host == &copy) qwen2_free(&copy);
     dir_fsync(tmp);
     if (file_exists(final)) remove_checkpoint(out, s->step);  // the same step, saved by an earlier attempt
     if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
@@ -248,15 +251,15 @@ static void load_adapter(const char *dir, const Qwen2 *master, Lora *lora) {
     if (saved.spec.rank != lora->spec.rank || saved.spec.alpha != lora->spec.alpha ||
         saved.spec.targets != lora->spec.targets)
         die("%s: the checkpoint's adapters have another r, lora_alpha or target_modules than this run's", dir);
-    memcpy(lora->params, saved.params, lora->n * 4);
+    lora->be->upload(lora->be, lora->params, saved.params, lora->n * 4);
     lora_free(&saved);
 }
 
 void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s) {
+    Qwen2 saved;  // full fine-tuning: the checkpoint's weights, read on the host, then uploaded into master
     if (lora) {
         load_adapter(dir, master, lora);
     } else {
-        Qwen2 saved;
         Qwen2Config c;  // the checkpoint's, with this run's merger (a trained one is in the slab)
         qwen2_config_load_vl(&c, dir);
         c.merger_in = master->cfg.merger_in;
@@ -267,8 +270,6 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
             saved.cfg.tied != master->cfg.tied)
             die("%s: the checkpoint's model has a different shape from --model", dir);
-        master->be->upload(master->be, master->params, saved.params, master->n_params * sizeof(float));
-        qwen2_free(&saved);
     }
 
     char *path = path_join(dir, "optimizer.safetensors");
@@ -283,11 +284,15 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
         size_t off = ts[i].off;
         read_moments(&st, "exp_avg", &ts[i], m + off);
         read_moments(&st, "exp_avg_sq", &ts[i], v + off);
-        if (with_master) read_moments(&st, "master", &ts[i], ts[i].data);
+        if (with_master) read_moments(&st, "master", &ts[i], (float *)saved.params + off);  // exact fp32 weights
     }
     free(ts);
     safetensors_close(&st);
     free(path);
+    if (!lora) {
+        master->be->upload(master->be, master->params, saved.params, master->n_params * sizeof(float));
+        qwen2_free(&saved);
+    }
 
     path = path_join(dir, "trainer_state.json");
     cJSON *r = json_load_file(path, FILE_MAX_JSON);

@@ -23,7 +23,8 @@ typedef struct {
 } TrainState;
 
 // lora: NULL, or the adapters being trained (with master their frozen base): the checkpoint then holds
-// the PEFT adapter files instead of the model, and the moments are the adapters'.
+// the PEFT adapter files instead of the model, and the moments are the adapters'. m, v: host memory; master and
+// lora may be a device's (their weights are downloaded for the files).
 void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
                      DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep);
 // The trained tensors (malloc'd; *n their count): master's, or with LoRA the adapters' (PEFT names).
@@ -32,7 +33,8 @@ Qwen2Tensor *checkpoint_tensors(const Qwen2 *master, const Lora *lora, int *n);
 void checkpoint_prune(const char *out, int64_t keep);
 // The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.
 char *checkpoint_latest(const char *out);
-// Restores master weights, moments and state; dies naming the file and tensor/key on any mismatch.
+// Restores master weights (or lora's adapters; either may be in a device's memory: staged through the host), the
+// moments m and v (host memory) and state; dies naming the file and tensor/key on any mismatch.
 void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s);
 // How a command names its options, for messages: {"--out", "--resume", "--force", "--model"} or
 // {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true", "model.path"}.

@@ -89,10 +89,11 @@ typedef struct {
     Trainer tr;
     SftData data;
     int64_t steps, B, b;  // B samples a step, in micro-batches of b
-    Arena arena;          // the training workspace and the micro-batch buffers below
+    Arena arena;          // the training workspace and logp, dlogp: the backend's memory
     Qwen2Train act;
-    int32_t *tokens, *targets;
     float *logp, *dlogp;
+    int32_t *tokens, *targets;        // the host's: the packed micro-batch,
+    float *host_logp, *host_dlogp;    // its log-probs and their loss weights
     int64_t *seq_off, *batch;
     Stream stream;
     VlModel vl;  // a vision-language model's frozen vision tower and image processor (has_vl)
@@ -111,14 +112,23 @@ static void sft_workspace(Sft *r) {
     const Backend *be = r->tr.master.be;
     int64_t max_tokens = max_micro_tokens(&r->data, r->b), max_seq = max_micro_tokens(&r->data, 1);
     DType wdt = r->tr.has_lora ? r->tr.master.dtype : compute_storage(r->cfg->precision);
-    size_t buffers = (size_t)max_tokens * (2 * sizeof(int32_t) + 2 * sizeof(float)) + (size_t)(r->b + 1) * 8;
-    arena_init(&r->arena, qwen2_train_bytes(be, c, wdt, max_tokens, max_seq, r->cfg->recompute) + buffers + 4096);
+    size_t buffers = (size_t)max_tokens * 2 * sizeof(float);
+    size_t bytes = qwen2_train_bytes(be, c, wdt, max_tokens, max_seq, r->cfg->recompute) + buffers + 4096;
+    backend_arena_init(be, &r->arena, bytes);
     qwen2_train_init(&r->act, be, c, wdt, max_tokens, max_seq, r->cfg->recompute, &r->arena);
-    r->tokens = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->tokens);
-    r->targets = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->targets);
     r->logp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->logp);
     r->dlogp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->dlogp);
-    r->seq_off = arena_alloc(&r->arena, (size_t)(r->b + 1) * sizeof *r->seq_off);
+    r->tokens = xmalloc((size_t)max_tokens * sizeof *r->tokens);
+    r->targets = xmalloc((size_t)max_tokens * sizeof *r->targets);
+    r->host_logp = xmalloc((size_t)max_tokens * sizeof *r->host_logp);
+    r->host_dlogp = xmalloc((size_t)max_tokens * sizeof *r->host_dlogp);
+    r->seq_off = xmalloc((size_t)(r->b + 1) * sizeof *r->seq_off);
+}
+
+static void sft_workspace_free(Sft *r) {
+    qwen2_train_free(&r->act);
+    backend_arena_free(r->tr.master.be, &r->arena);
+    free(r->tokens), free(r->targets), free(r->host_logp), free(r->host_dlogp), free(r->seq_off);
 }
 
 // The image inputs of micro-batch samples ids[0..b) (packed in r->tokens) into *in and r->act.vl: each
@@ -173,13 +183,16 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
     float **feats = xcalloc((size_t)b, sizeof *feats);
     Qwen2VlInputs in;
     for (int64_t mb = r->comm.rank * (B / N); mb < (r->comm.rank + 1) * (B / N); mb += b) {
-        pack(&r->data, r->batch + mb, b, w, r->tokens, r->targets, r->dlogp, r->seq_off);
+        pack(&r->data, r->batch + mb, b, w, r->tokens, r->targets, r->host_dlogp, r->seq_off);
+        int64_t n = r->seq_off[b];
+        cm->be->upload(cm->be, r->dlogp, r->host_dlogp, (size_t)n * sizeof *r->dlogp);
         micro_images(r, r->batch + mb, b, feats, &in);
         qwen2_train_forward_fused(cm, r->tr.grads, r->tokens, r->targets, r->seq_off, (int)b, r->dlogp, &r->act,
                                   r->logp);
+        cm->be->download(cm->be, r->host_logp, r->logp, (size_t)n * sizeof *r->logp);
         for (int64_t j = 0; j < b; j++) {
             double ls = 0.0;
-            for (int64_t i = r->seq_off[j]; i < r->seq_off[j + 1]; i++) ls -= r->logp[i];
+            for (int64_t i = r->seq_off[j]; i < r->seq_off[j + 1]; i++) ls -= r->host_logp[i];
             if (!isfinite(ls) && bad < 0) bad = r->batch[mb + j];
             loss += ls;
         }
@@ -205,6 +218,8 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
 
 void sft_run(const SftConfig *cfg) {
     Sft r = {.cfg = cfg};
+    const Backend *be = backend_open(cfg->device ? cfg->device : "cpu", "--device");
+    backend_require_training(be, "--device");
     comm_init(&r.comm, cfg->dist_timeout_s);
     comm_pin_cpu(&r.comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -214,8 +229,8 @@ void sft_run(const SftConfig *cfg) {
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);
     Trainer *tr = &r.tr;
-    trainer_init(tr, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale, cfg->loss_scale_window,
-                 &lora, NULL);
+    trainer_init(tr, be, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale,
+                 cfg->loss_scale_window, &lora, NULL);
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
@@ -302,9 +317,9 @@ void sft_run(const SftConfig *cfg) {
     free(metrics_path);
     free(r.batch);
     stream_free(&r.stream);
-    qwen2_train_free(&r.act);
-    arena_free(&r.arena);
+    sft_workspace_free(&r);
     trainer_free(tr);
+    backend_close(be);
     if (r.has_vl) vl_model_free(&r.vl);
     sft_data_free(&r.data);
 }

@@ -9,6 +9,7 @@
 
 typedef struct {
     const char *model_dir, *data_path, *out_dir;
+    const char *device;  // where training runs: cpu, cuda[:N], emu
     int64_t steps;  // 0: one epoch
     int64_t batch_size, micro_batch_size, warmup, save_every, keep, max_length, max_skips;
     int filter_overlong;  // skip rows whose prompt alone reaches max_length (else an error)

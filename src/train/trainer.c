@@ -25,8 +25,10 @@ static const Backend *be_of(const Trainer *t) { return t->master.be; }
 // n floats of the backend's memory, zeroed (at least one, so a rank's empty shard is a valid pointer).
 static float *slab(const Trainer *t, size_t n) { return be_of(t)->alloc(be_of(t), (n ? n : 1) * F); }
 
-void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window, const TrainerLora *lora, const VisionConfig *train_merger) {
+void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW adam, double clip, DType precision,
+                  double loss_scale, int64_t loss_scale_window, const TrainerLora *lora,
+                  const VisionConfig *train_merger) {
+    backend_require_training(be, "training on");  // before any work (the commands check first, naming the option)
     memset(t, 0, sizeof *t);
     t->adam = adam;
     t->clip = clip;
@@ -39,21 +41,20 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
     qwen2_config_load_vl(&c, model_dir);
     vl_config_merger(&c, train_merger);
     qwen2_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
+    qwen2_to_backend(&t->master, be);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
+        lora_to_backend(&t->lora, be);
         lora_attach(&t->master, &t->lora);
         t->w = t->lora.params;
         t->n = t->lora.n;
     } else {
-        if (precision != DTYPE_F32) qwen2_build(&t->compute, &t->master.cfg, compute_storage(precision));
+        if (precision != DTYPE_F32) qwen2_build_on(&t->compute, &t->master.cfg, compute_storage(precision), be);
         t->w = t->master.params;
         t->n = t->master.n_params;
     }
     t->tensors = checkpoint_tensors(&t->master, t->has_lora ? &t->lora : NULL, &t->n_tensors);
-    char missing[512];
-    backend_missing_training_ops(be_of(t), missing, sizeof missing);
-    if (*missing) die("training on %s: its backend lacks %s", be_of(t)->name, missing);
     t->grads = slab(t, t->n);
     t->m = slab(t, t->n);
     t->v = slab(t, t->n);
@@ -66,6 +67,10 @@ void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DT
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     if (t->offloaded) die("internal: trainer_set_dist after trainer_offload_init");
     if (topk_ratio > 0 && zero > 0) die("compression.type topk needs dist.zero 0 (it replaces the all-reduce ZeRO shards)");
+    if (be_of(t)->on_device && (comm->size > 1 || topk_ratio > 0))
+        die("training on %s with %s: the gradients cross processes through MPI on host memory; collectives on "
+            "device memory (NCCL) are not built yet", be_of(t)->name,
+            comm->size > 1 ? "several processes (mpirun)" : "top-k compression (compression.type topk)");
     t->comm = comm->size > 1 ? comm : NULL;
     t->zero = t->comm ? zero : 0;
     if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
@@ -87,7 +92,7 @@ static int average_gradients(Trainer *t, int loss_finite) {
     } else if (t->topk.ratio > 0) {
         // The residual is in units of the loss scale it was made at: follow fp16's scale changes.
         if (t->topk_scale > 0 && t->topk_scale != t->scaler.scale && t->topk.residual)
-            grad_scale(t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));  // host: top-k's own
+            be_of(t)->scale(be_of(t), t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));
         t->topk_scale = t->scaler.scale;
         Comm single = {.rank = 0, .size = 1};
         topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
@@ -123,7 +128,7 @@ static double global_norm(Trainer *t) {
 }
 
 void trainer_offload_init(Trainer *t, const char *dir) {
-    if (be_of(t)->on_device) die("internal: the optimizer offload file holds host moments");
+    const Backend *be = be_of(t);
     size_t nm = n_moments(t), bytes = 2 * nm * F;
     char *path = path_join(dir, ".optimizer-offload-XXXXXX");
     int fd = mkostemp(path, O_CLOEXEC);  // not inherited by reward programs
@@ -134,11 +139,14 @@ void trainer_offload_init(Trainer *t, const char *dir) {
     if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
     float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
-    memcpy(map, t->m, nm * F);
-    memcpy(map + nm, t->v, nm * F);
-    be_of(t)->free(be_of(t), t->m);
-    be_of(t)->free(be_of(t), t->v);
-    t->m = map, t->v = map + nm;
+    be->download(be, map, t->m, nm * F);
+    be->download(be, map + nm, t->v, nm * F);
+    if (!be->on_device) {  // host moments live in the mapping itself: AdamW faults them back in
+        be->free(be, t->m);
+        be->free(be, t->v);
+        t->m = map, t->v = map + nm;
+    }
+    t->offload_map = map;
     t->offload_fd = fd;
     t->offloaded = 1;
     free(path);
@@ -146,24 +154,41 @@ void trainer_offload_init(Trainer *t, const char *dir) {
 
 void trainer_offload(Trainer *t) {
     if (!t->offloaded) return;
-    size_t bytes = 2 * n_moments(t) * F;
-    if (msync(t->m, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
-    if (madvise(t->m, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
+    const Backend *be = be_of(t);
+    size_t nm = n_moments(t), bytes = 2 * nm * F;
+    if (be->on_device && t->m) {  // a device's moments go to the file and leave device memory
+        be->download(be, t->offload_map, t->m, nm * F);
+        be->download(be, t->offload_map + nm, t->v, nm * F);
+        be->free(be, t->m);
+        be->free(be, t->v);
+        t->m = t->v = NULL;
+    }
+    if (msync(t->offload_map, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
+    if (madvise(t->offload_map, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
     // Clean pages now; also drop them from the page cache, so the memory is really free for rollout.
     int err = posix_fadvise(t->offload_fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
     if (err) die("releasing the optimizer moments' file pages: %s", strerror(err));
 }
 
+// A device's moments back from the offload file before AdamW or a checkpoint needs them.
+static void moments_back(Trainer *t) {
+    if (t->m) return;
+    size_t nm = n_moments(t);
+    t->m = slab(t, nm);
+    t->v = slab(t, nm);
+    be_of(t)->upload(be_of(t), t->m, t->offload_map, nm * F);
+    be_of(t)->upload(be_of(t), t->v, t->offload_map + nm, nm * F);
+}
+
 void trainer_free(Trainer *t) {
     const Backend *be = be_of(t);
     be->free(be, t->grads);
-    if (t->offloaded) {
-        if (munmap(t->m, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0)
-            die("closing the optimizer offload file");
-    } else {
-        be->free(be, t->m);
-        be->free(be, t->v);
+    if (!t->offloaded || be->on_device) {  // a host run's offloaded moments are the mapping
+        if (t->m) be->free(be, t->m);
+        if (t->v) be->free(be, t->v);
     }
+    if (t->offloaded && (munmap(t->offload_map, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0))
+        die("closing the optimizer offload file");
     free(t->tensors);
     if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
@@ -212,6 +237,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         if (t->scaler.scale != 1.0) be->scale(be, g, n_moments(t), (float)(1.0 / t->scaler.scale));
         norm = global_norm(t);
         if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) be->scale(be, g, n_moments(t), (float)(t->clip / (norm + 1e-6)));
+        moments_back(t);
         AdamW o = t->adam;
         o.lr = lr;
         t->st.adam_t++;
@@ -237,8 +263,9 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
     return norm;
 }
 
-void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
+void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
     const Backend *be = be_of(t);
+    moments_back(t);
     const float *m = t->m, *v = t->v;
     float *full = NULL;
     if (t->zero) {  // the moments' shards, sent to rank 0 one rank at a time (only rank 0 holds them all)
@@ -301,7 +328,7 @@ int trainer_stop_signal(Trainer *t) {
     return (int)sig;
 }
 
-void trainer_save_on_signal(const Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
+void trainer_save_on_signal(Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
                             const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
     trainer_save(t, out, save_dtype, model_dir, keep);
     if (!t->comm || t->comm->rank == 0)

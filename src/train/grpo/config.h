@@ -120,6 +120,7 @@ typedef struct {
     int64_t steps;  // 0: data.epochs passes over the training prompts
     uint64_t seed;
     char *out_dir;
+    char *device;  // where training runs: cpu, cuda[:N], emu
     int resume, overwrite;
     int64_t save_every, keep;
     DType save_dtype;

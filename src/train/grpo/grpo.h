@@ -16,6 +16,7 @@
 typedef struct {
     const GrpoConfig *config;    // what was resolved (saved to OUT/config.yaml)
     const char *model_dir, *out_dir;
+    const char *device;          // trainer.device
     const char *const *train_files, *const *val_files;  // data.train_file, data.val_file: paths
     int n_train_files, n_val_files;
     int filter_overlong;         // data.filter_overlong_prompts: skip longer prompts (else an error)
@@ -84,8 +85,9 @@ typedef struct {
     size_t images;           // and beside the workspace: a step's image features (one image a prompt at the
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
 } GrpoMemPlan;
-// Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments.
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, int ranks, GrpoMemPlan *p);
+// Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
+// the model runs (its workspaces' scratch is the backend's).
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int ranks, GrpoMemPlan *p);
 // The plan in GiB as one line: "policy 0.92 + compute copy ... -> peak 10.55 (not shared: 10.74)" (malloc'd).
 char *grpo_plan_text(const GrpoMemPlan *p);
 // The run; under `mpirun -np N` every rank calls it: rank r takes the r-th N-th of each step's prompts

@@ -40,7 +40,7 @@ static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const Visio
                 vision_forward_bytes(vc, patches, omp_get_max_threads());
 }
 
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks, GrpoMemPlan *p) {
+void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Backend *be, int ranks, GrpoMemPlan *p) {
     Qwen2Config cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
     const Qwen2Config *c = &cfg;
     vl_config_merger(&lm, NULL);
@@ -66,8 +66,8 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, int ranks
     *p = (GrpoMemPlan){
         .policy = policy, .compute = compute, .moments = 2 * shard, .reference = reference,
         .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
-        .rollout = rollout_workspace_bytes(backend_cpu(), c, rollout_dt, seqs, max_seq_len(s), prefill),
-        .update = grpo_update_ws_bytes(s, c, micro, max_seq_len(s)),
+        .rollout = rollout_workspace_bytes(be, c, rollout_dt, seqs, max_seq_len(s), prefill),
+        .update = grpo_update_ws_bytes(s, c, be, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
     if (c->vl) vision_plan(s, c, &vc, ranks, p);

@@ -66,7 +66,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .train_files = (const char *const *)c->data.train_file.items, .n_train_files = c->data.train_file.n,
         .val_files = (const char *const *)c->data.val_file.items, .n_val_files = c->data.val_file.n,
         .filter_overlong = c->data.filter_overlong_prompts, .by_data_source = c->reward.by_data_source,
-        .out_dir = c->trainer.out_dir, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
+        .out_dir = c->trainer.out_dir, .device = c->trainer.device, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
         .image_key = c->data.image_key, .min_pixels = c->data.min_pixels, .max_pixels = c->data.max_pixels,
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
@@ -190,8 +190,8 @@ static void run_load(Run *r) {
         die("%s: actor.vision.train_merger needs a vision-language model", s->model_dir);
     }
     r->train_merger = s->train_merger;  // then the merger is trained with the language model, in its slab
-    trainer_init(&r->tr, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale, s->loss_scale_window,
-                 &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL);
+    trainer_init(&r->tr, r->be, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale,
+                 s->loss_scale_window, &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL);
     trainer_set_dist(&r->tr, &r->comm, s->zero, s->topk_ratio);
     const Qwen2Config *c = &r->tr.master.cfg;
     if (r->train_merger) {
@@ -251,7 +251,7 @@ static void run_load(Run *r) {
     } else if (r->has_ref) {
         Qwen2Config rc = *c;  // the language model: a trained merger's initial weights are vl's
         vl_config_merger(&rc, NULL);
-        qwen2_build(&r->ref, &rc, compute_storage(s->ref_dtype));
+        qwen2_build_on(&r->ref, &rc, compute_storage(s->ref_dtype), r->be);
         compute_copy_round(&r->ref, &r->tr.master, s->ref_dtype);
     }
     r->tr.st.seed = s->seed;
@@ -334,7 +334,7 @@ static void run_finish(Run *r) {
     free(r->metrics_path);
     free(r->dump_path);
     if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
-    arena_free(&r->workspace);
+    backend_arena_free(r->tr.master.be, &r->workspace);
     reward_set_free(&r->rewards);
     if (r->has_tools) toolset_free(&r->tools);
     prompt_data_free(&r->train);
@@ -342,12 +342,15 @@ static void run_finish(Run *r) {
     tokenizer_free(&r->tok);
     if (r->has_vl) vl_model_free(&r->vl);
     trainer_free(&r->tr);
+    backend_close(r->be);
 }
 
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || global->n_train_files == 0)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
     Run r = {.P_global = global->train_batch_size};
+    r.be = backend_open(global->device ? global->device : "cpu", "trainer.device");
+    backend_require_training(r.be, "trainer.device");
     comm_init(&r.comm, global->dist_timeout_s);
     comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -361,8 +364,8 @@ void grpo_run(const GrpoSettings *global) {
     run_open(&r, ckpt);
     free(ckpt);
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
-    grpo_memory_plan(global, &r.tr.master.cfg, r.comm.size, &r.plan);
-    arena_init(&r.workspace, r.plan.workspace);
+    grpo_memory_plan(global, &r.tr.master.cfg, r.tr.master.be, r.comm.size, &r.plan);
+    backend_arena_init(r.tr.master.be, &r.workspace, r.plan.workspace);
     if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);

@@ -58,13 +58,17 @@ typedef struct {
     GrpoLossStats loss;
 } StepStats;
 
-// The update's workspace: training activations for one micro-batch and its packing buffers. It
-// lives in the run's workspace arena, where the rollout's KV cache was.
+// The update's workspace: training activations for one micro-batch, in the run's workspace arena (the backend's
+// memory, where the rollout's KV cache was), and the packed micro-batch as the host makes it.
 typedef struct {
     Qwen2Train act;
+    // host memory: the packed micro-batch (grpo_pack) and, per response token, the row its log-prob comes from
     int32_t *tokens, *targets;
-    float *rows, *drows, *ent_rows, *dent_rows;
-    int64_t *seq_off;
+    int64_t *seq_off, *resp_rows;
+    // the backend's: the rows' log-probs and entropies and their gradients; the response tokens' values gathered
+    // from (or to scatter into) them, and resp_rows uploaded (the rows to gather)
+    float *rows, *drows, *ent_rows, *dent_rows, *resp;
+    int64_t *resp_idx;
     int64_t micro;
 } UpdateWs;
 
@@ -72,6 +76,7 @@ typedef struct {
     const GrpoSettings *s;  // this rank's share: train_batch_size and mini_batch_size divided by the ranks
     Comm comm;
     int64_t P_global;       // prompts per step over all ranks
+    const Backend *be;      // trainer.device: where the trainer, reference and rollout run
     Trainer tr;
     Qwen2 ref;
     int has_ref;
@@ -158,8 +163,12 @@ void grpo_merger_backward(Run *r, StepBatch *sb);
 
 // update.c: the update's workspace, scoring, and the mini-batch / micro-batch update
 
-size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, int64_t micro, int64_t max_seq);
-void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a);
+// The update's workspace on backend be: its bytes in the arena, plus its host part; init lays it out in the arena a
+// (of be's memory), free releases the host part.
+size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int64_t micro,
+                            int64_t max_seq);
+void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, const Backend *be, Arena *a);
+void grpo_update_ws_free(UpdateWs *u);
 // Per-response-token log-probs of the kept samples under model m and image features feats (per prompt; no
 // gradient), into out.
 void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *feats, UpdateWs *u,

@@ -23,34 +23,61 @@ static DType update_ws_dtype(const GrpoSettings *s) {
     return bf16 ? DTYPE_BF16 : DTYPE_F32;
 }
 
-size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, int64_t micro, int64_t max_seq) {
+// Per row of the micro-batch: the backend's rows, drows, ent_rows, dent_rows, resp (floats) and resp_idx (int64),
+// and the host's tokens, targets (int32) and resp_rows (int64).
+#define WS_DEVICE_ROW (5 * sizeof(float) + sizeof(int64_t))
+#define WS_HOST_ROW (2 * sizeof(int32_t) + sizeof(int64_t))
+
+size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int64_t micro,
+                            int64_t max_seq) {
     int64_t rows = micro * max_seq;
-    return qwen2_train_bytes(backend_cpu(), c, update_ws_dtype(s), rows, max_seq, s->recompute) + (size_t)rows * 24 +
-           (size_t)(micro + 1) * 8 + 8 * 64;
+    size_t act = qwen2_train_bytes(be, c, update_ws_dtype(s), rows, max_seq, s->recompute);
+    return act + (size_t)rows * (WS_DEVICE_ROW + WS_HOST_ROW) + (size_t)(micro + 1) * sizeof(int64_t) + 8 * 64;
 }
 
-void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, Arena *a) {
+void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, const Backend *be, Arena *a) {
     int64_t micro = s->micro_batch_size, max_seq = max_seq_len(s), rows = micro * max_seq;
     arena_reset(a);
-    qwen2_train_init(&u->act, backend_cpu(), c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
+    qwen2_train_init(&u->act, be, c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
     u->act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
-    u->tokens = arena_alloc(a, (size_t)rows * 4), u->targets = arena_alloc(a, (size_t)rows * 4);
     u->rows = arena_alloc(a, (size_t)rows * 4), u->drows = arena_alloc(a, (size_t)rows * 4);
     u->ent_rows = arena_alloc(a, (size_t)rows * 4), u->dent_rows = arena_alloc(a, (size_t)rows * 4);
-    u->seq_off = arena_alloc(a, (size_t)(micro + 1) * 8);
+    u->resp = arena_alloc(a, (size_t)rows * 4);
+    u->resp_idx = arena_alloc(a, (size_t)rows * 8);
+    u->tokens = xmalloc((size_t)rows * 4), u->targets = xmalloc((size_t)rows * 4);
+    u->resp_rows = xmalloc((size_t)rows * 8);
+    u->seq_off = xmalloc((size_t)(micro + 1) * 8);
     u->micro = micro;
 }
 
-// Row values of a packed micro-batch -> the response-token layout (and back for gradients).
-static void rows_to_resp(const StepBatch *sb, int64_t a, int64_t b, const int64_t *seq_off, float *rows, float *resp,
-                         int to_rows) {
+void grpo_update_ws_free(UpdateWs *u) {
+    qwen2_train_free(&u->act);
+    free(u->tokens), free(u->targets), free(u->resp_rows), free(u->seq_off);
+}
+
+// Which row of the packed micro-batch of kept samples [a, b) (grpo_pack's) holds each of their response tokens' log-
+// prob: resp_rows, and uploaded to the backend as resp_idx. Returns their count (resp_off[b] - resp_off[a]).
+static int64_t response_rows(const Backend *be, const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
+    int64_t n = 0;
     for (int64_t k = a; k < b; k++) {
-        int64_t r0 = seq_off[k - a] + sb->prompt_len[sb->kept[k]] - 1, n = sb->resp_off[k + 1] - sb->resp_off[k];
-        for (int64_t t = 0; t < n; t++) {
-            if (to_rows) rows[r0 + t] = resp[sb->resp_off[k] + t];
-            else resp[sb->resp_off[k] + t] = rows[r0 + t];
-        }
+        int64_t r0 = u->seq_off[k - a] + sb->prompt_len[sb->kept[k]] - 1, len = sb->resp_off[k + 1] - sb->resp_off[k];
+        for (int64_t t = 0; t < len; t++) u->resp_rows[n++] = r0 + t;
     }
+    be->upload(be, u->resp_idx, u->resp_rows, (size_t)n * sizeof *u->resp_rows);
+    return n;
+}
+
+// The response tokens' values of rows (the backend's, one per row) into host out (n).
+static void rows_to_host(const Backend *be, UpdateWs *u, const float *rows, int64_t n, float *out) {
+    be->gather_rows(be, u->resp, rows, u->resp_idx, n, 1, 1.0f);
+    be->download(be, out, u->resp, (size_t)n * sizeof *out);
+}
+
+// Host values in (n, per response token) into rows (the backend's, N of them); the other rows 0.
+static void host_to_rows(const Backend *be, UpdateWs *u, const float *in, int64_t n, int64_t N, float *rows) {
+    be->upload(be, u->resp, in, (size_t)n * sizeof *in);
+    be->zero(be, rows, (size_t)N * sizeof *rows);
+    be->scatter_rows(be, rows, u->resp, u->resp_idx, n, 1, 1.0f);
 }
 
 // Per-response-token log-probs of the kept samples under model m and image features feats (per prompt; no
@@ -64,7 +91,7 @@ void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *c
         grpo_pack_images(r, m, sb, feats, NULL, a, b, u, &in);
         qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
         grpo_unpack_images(u, &in);
-        rows_to_resp(sb, a, b, u->seq_off, u->rows, out, 0);
+        rows_to_host(m->be, u, u->rows, response_rows(m->be, sb, a, b, u), out + sb->resp_off[a]);
     }
 }
 
@@ -75,6 +102,7 @@ void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *c
 static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t m0, int64_t m1, double n_tok,
                                  double n_seq, int on_policy, UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
+    const Backend *be = cm->be;
     GrpoLossConfig lc = s->loss;
     if (s->use_kl_in_reward) lc.kl_coef = 0.0;
     int bonus = lc.entropy_coeff != 0.0;
@@ -84,8 +112,9 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         grpo_pack(sb, a, b, u);
         grpo_pack_images(r, cm, sb, sb->feats, sb->dfeats, a, b, u, &in);
         qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
-        rows_to_resp(sb, a, b, u->seq_off, u->rows, sb->logp, 0);
-        rows_to_resp(sb, a, b, u->seq_off, u->ent_rows, sb->ent, 0);
+        int64_t n = response_rows(be, sb, a, b, u), N = u->seq_off[b - a];
+        rows_to_host(be, u, u->rows, n, sb->logp + t0);
+        rows_to_host(be, u, u->ent_rows, n, sb->ent + t0);
         // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
         if (on_policy) memcpy(sb->old_logp + t0, sb->logp + t0, (size_t)(t1 - t0) * 4);
         GrpoLossStats st;
@@ -96,12 +125,8 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         float scale = (float)(r->tr.scaler.scale * r->comm.size);
         for (int64_t t = t0; t < t1; t++) sb->dlogp[t] *= scale;
         for (int64_t t = t0; bonus && t < t1; t++) sb->dent[t] *= scale;
-        memset(u->drows, 0, (size_t)u->seq_off[b - a] * 4);
-        rows_to_resp(sb, a, b, u->seq_off, u->drows, sb->dlogp, 1);
-        if (bonus) {
-            memset(u->dent_rows, 0, (size_t)u->seq_off[b - a] * 4);
-            rows_to_resp(sb, a, b, u->seq_off, u->dent_rows, sb->dent, 1);
-        }
+        host_to_rows(be, u, sb->dlogp + t0, n, N, u->drows);
+        if (bonus) host_to_rows(be, u, sb->dent + t0, n, N, u->dent_rows);
         qwen2_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
         grpo_unpack_images(u, &in);
     }

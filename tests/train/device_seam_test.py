@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The training path through the Backend seam: SFT and GRPO (fp32, bf16, fp16, recompute, LoRA, KL, entropy bonus,
+several mini-batches, offloaded moments, resumed runs, Qwen3) and bf16 score/generate on `--device cpu-staged`, the
+CPU's own ops behind a device's paths (workspaces in the backend's memory, every crossing an explicit
+upload/download, checkpoints and results staged through the host, offloaded moments copied out and back), must write
+the same bytes as on the CPU: scripts/bitwise.py's listing twice, every line of the staged one equal to the CPU's.
+Then a backend without the training ops (the emulated device, until its CUDA training ops exist) is refused in one
+line naming the option, before any file is written.
+
+usage: device_seam_test.py --grpo build/grpo --tmp DIR
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BITWISE = os.path.join(HERE, "..", "..", "scripts", "bitwise.py")
+ap = argparse.ArgumentParser()
+ap.add_argument("--grpo", required=True)
+ap.add_argument("--tmp", required=True)
+a = ap.parse_args()
+shutil.rmtree(a.tmp, ignore_errors=True)
+os.makedirs(a.tmp)
+results = []
+
+
+def check(ok, name, detail=""):
+    results.append(bool(ok))
+    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
+    sys.stdout.flush()
+
+
+def listing(device):
+    p = subprocess.run([sys.executable, BITWISE, "--grpo", a.grpo, "--tmp", os.path.join(a.tmp, device), "--no-vl",
+                        "--device", device], capture_output=True, text=True, timeout=3000)
+    if p.returncode != 0:
+        return None, p.stdout[-300:] + p.stderr[-1200:]
+    return dict(l.split(" ", 1) for l in p.stdout.splitlines() if l.strip()), ""
+
+
+cpu, err_cpu = listing("cpu")
+staged, err_staged = listing("cpu-staged")
+check(cpu is not None and staged is not None, "scripts/bitwise.py ran on cpu and cpu-staged", err_cpu + err_staged)
+if cpu and staged:
+    differ = [k for k in staged if cpu.get(k) != staged[k]]
+    check(len(staged) >= 80 and not differ, f"cpu-staged writes the CPU's bytes ({len(staged)} files and outputs)",
+          ", ".join(differ[:8]))
+
+model = os.path.join(a.tmp, "cpu", "model")
+data = os.path.join(a.tmp, "cpu", "sft.jsonl")
+prompts = os.path.join(a.tmp, "cpu", "grpo.jsonl")
+for label, args, out in [
+        ("grpo sft --device emu", ["sft", "--model", model, "--data", data, "--device", "emu"], "sft_emu"),
+        ("grpo train trainer.device=emu", ["train", f"model.path={model}", f"data.train_file={prompts}",
+                                           "trainer.device=emu"], "train_emu")]:
+    o = os.path.join(a.tmp, out)
+    args = args + (["--out", o] if args[0] == "sft" else [f"trainer.out_dir={o}"])
+    p = subprocess.run([a.grpo] + args, capture_output=True, text=True, timeout=300)
+    err = [l for l in p.stderr.splitlines() if l.strip()]
+    want = "--device emu" if args[0] == "sft" else "trainer.device emu"
+    check(p.returncode == 1 and len(err) == 1 and err[0].startswith(f"grpo: error: {want}: training needs ops")
+          and not os.path.exists(o), f"{label}: refused in one line before any file", err[0] if err else "")
+
+passed = sum(results)
+print(f"{passed} passed, {len(results) - passed} failed")
+sys.exit(0 if passed == len(results) else 1)
