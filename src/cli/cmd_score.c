@@ -197,10 +197,11 @@ int cmd_score(int argc, char **argv) {
         {"--dtype", "f32|bf16",
          "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
         {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
-        {"--device", "cpu|cuda[:N]", "where the forward runs (a GPU computes in bf16)", "cpu", 0},
+        {"--device", "cpu|cuda[:N]|emu", "where the forward runs (a GPU, or the emulated one, computes in bf16)",
+         "cpu", 0},
         {"--stats", NULL, "print timing as one JSON line on stderr at the end", NULL, 0},
     };
-    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] [--device cpu|cuda[:N]]"
+    CliSpec spec = {"grpo score --model DIR [--batch-tokens N] [--dtype f32|bf16] [--device cpu|cuda[:N]|emu]"
                     " < in.jsonl > out.jsonl",
                     "Reads lines {\"tokens\": [int, ...]} (or {\"ids\": ...}, as grpo tokenize --jsonl\n"
                     "writes) and writes one line {\"logprobs\": [float, ...]} per input with n-1 entries:\n"
