@@ -10,7 +10,9 @@
 //   the block, the barrier and the threads.
 // - Warp intrinsics (__shfl_*_sync, __ballot_sync, __all_sync, __any_sync, __syncwarp) wait for every lane of
 //   their mask at the same call with the same mask; a lane that is missing (returned, or waiting elsewhere), a
-//   mask without the calling lane, or a shuffle from a lane outside the mask is the same kind of error.
+//   mask without the calling lane, or a shuffle from a lane outside the mask is the same kind of error. Stricter
+//   than the guide on purpose: a lane of the mask that has returned counts as missing, and the lanes of one
+//   __syncwarp must call it at the same place.
 // - __shared__ variables are per block (thread-local to the host thread running the block); dynamic shared
 //   memory is DYNAMIC_SHARED(type, name).
 // - Memory: cudaMalloc is host memory (ASan sees overruns) in a registry; a copy or memset whose device side is
@@ -19,6 +21,8 @@
 //   host code that reads or writes it is reported.
 // - Under ThreadSanitizer (GRPO_TSAN) every thread is a TSan fiber and only barriers and __syncwarp order their
 //   memory accesses (a shuffle does not, as on the device): a missing __syncthreads() is a reported data race.
+//   Blocks one host thread runs one after another are ordered (they share its __shared__ memory), so a race
+//   between blocks shows only between blocks of different host threads (the op tests run one).
 // - __nv_bfloat16 rounds to nearest even, and NaN to 0x7fff, as cuda_bf16.h does.
 #pragma once
 #include <cmath>

@@ -106,6 +106,7 @@ struct Fiber {
     unsigned mask;    // a warp op's
     uint64_t value;   // a warp op's value, a barrier's predicate; then the result
     int arg, width;   // a shuffle's lane argument and width
+    unsigned wsync;   // __syncwarp()s this thread passed in its block (TSan: which of its two objects it releases)
     void *tsan;
     void *asan_fake;
 };
@@ -121,12 +122,14 @@ struct Sched {
     void *main_sp;
     Launch *L;
     int n, cur;
-    unsigned gen;       // barriers passed in this block
-    unsigned wgen[32];  // __syncwarp()s passed, per warp
+    unsigned gen;  // barriers passed in this block
     const void *main_bottom;
     size_t main_size;
     void *main_fake, *tsan_main;
-    char bar_sync[2], warp_sync[32][2];  // TSan's synchronisation objects: barrier and __syncwarp generations
+    // TSan's synchronisation objects: barrier generations; each thread's __syncwarp arrivals (two, alternating) and
+    // which one its last completed __syncwarp used; the blocks this host thread started and the ones it finished
+    char bar_sync[2], lane_sync[MAX_THREADS][2], start_sync, end_sync;
+    unsigned char lane_parity[MAX_THREADS];
     char *smem;
     size_t smem_cap;
 };
@@ -202,10 +205,12 @@ void fiber_entry() {
 #endif
 #ifdef GRPO_EMU_TSAN
     __tsan_acquire((void *)&s->L->launch_sync);
+    __tsan_acquire(&s->start_sync);
 #endif
     s->L->fn(s->L->closure);
 #ifdef GRPO_EMU_TSAN
     __tsan_release((void *)&s->L->end_sync);
+    __tsan_release(&s->end_sync);
 #endif
     f->state = DONE;
     yield(s, f);
@@ -311,7 +316,7 @@ void warp_complete(Sched *s, Launch *L, int w0, unsigned mask) {
         if (op == WARP_SHFL) src = base + (f[j].arg & (w - 1));
         if (op == WARP_SHFL_UP) src = j - f[j].arg >= base ? j - f[j].arg : j;
         if (op == WARP_SHFL_DOWN) src = j + f[j].arg < base + w ? j + f[j].arg : j;
-        if (op == WARP_SHFL_XOR) src = ((j ^ f[j].arg) & ~(w - 1)) == base ? j ^ f[j].arg : j;
+        if (op == WARP_SHFL_XOR) src = (j ^ f[j].arg) < base + w ? j ^ f[j].arg : j;  // an earlier group's lane is read
         if (src < 0 || src > 31 || !(mask >> src & 1)) {
             fail(L, "block (%u,%u,%u): %s at %s:%d: lane %d of warp %d reads lane %d, which is not in the mask 0x%08x",
                  f[j].ids.block.x, f[j].ids.block.y, f[j].ids.block.z, warp_op_name(op), base_name(f[j].file),
@@ -326,7 +331,11 @@ void warp_complete(Sched *s, Launch *L, int w0, unsigned mask) {
         f[j].value = result[j];
         f[j].state = READY;
     }
-    if (f[__builtin_ctz(mask)].op == WARP_SYNC) s->wgen[w0 / 32]++;
+    for (int j = 0; j < 32 && f[__builtin_ctz(mask)].op == WARP_SYNC; j++) {
+        if (!(mask >> j & 1)) continue;
+        s->lane_parity[w0 + j] = f[j].wsync & 1;  // the object it released on arrival, for its partners' acquires
+        f[j].wsync++;
+    }
 }
 
 // Completes every warp intrinsic whose mask's lanes all wait at it; returns how many.
@@ -406,16 +415,16 @@ void stuck(Sched *s, Launch *L) {
          w->state == AT_WARP ? "of the mask" : "of the block");
 }
 
-void run_block(Sched *s, Launch *L, unsigned linear) {
+void run_block(Sched *s, Launch *L, uint64_t linear) {
     const dim3 g = L->grid, b = L->block;
-    uint3 bid = {linear % g.x, linear / g.x % g.y, linear / g.x / g.y};
+    uint3 bid = {(unsigned)(linear % g.x), (unsigned)(linear / g.x % g.y), (unsigned)(linear / g.x / g.y)};
     s->L = L;
     s->n = L->threads;
     s->gen = 0;
-    memset(s->wgen, 0, sizeof s->wgen);
     for (int t = 0; t < s->n; t++) {
         Fiber *f = &s->f[t];
         f->ids = Ids{uint3{t % b.x, t / b.x % b.y, t / b.x / b.y}, bid, b, g};
+        f->wsync = 0;
         fiber_start(f);
     }
     for (;;) {
@@ -518,12 +527,12 @@ uint64_t warp(WarpOp op, const char *file, int line, unsigned mask, uint64_t val
     f->arg = arg;
     f->width = width;
 #ifdef GRPO_EMU_TSAN
-    char *sync = s->warp_sync[w0 / 32];
-    if (op == WARP_SYNC) __tsan_release(sync + (s->wgen[w0 / 32] & 1));
+    if (op == WARP_SYNC) __tsan_release(s->lane_sync[t] + (f->wsync & 1));
 #endif
     yield(s, f);  // not resumed after a failure
 #ifdef GRPO_EMU_TSAN
-    if (op == WARP_SYNC) __tsan_acquire(sync + ((s->wgen[w0 / 32] - 1) & 1));
+    for (int j = 0; j < 32 && op == WARP_SYNC; j++)  // every lane of the mask, before any has run on
+        if (mask >> j & 1) __tsan_acquire(s->lane_sync[w0 + j] + s->lane_parity[w0 + j]);
 #endif
     return f->value;
 }
@@ -593,14 +602,16 @@ void launch(const char *kernel, const char *file, int line, dim3 grid, dim3 bloc
             s->smem = (char *)xmalloc(smem);
             s->smem_cap = smem;
         }
+        if (smem) memset(s->smem, 0xff, smem);  // what the previous block left is not this block's to read
 #ifdef GRPO_EMU_TSAN
         // The blocks this host thread ran before (they used the same __shared__ memory, where a GPU gives each its
-        // own) and its setup above, before this block's threads; nothing orders the threads of one block.
+        // own) and its setup above, before this block's threads; nothing orders the threads of one block, nor
+        // blocks of other host threads (the op tests run one: their races between blocks go unseen).
         s->tsan_main = __tsan_get_current_fiber();
-        __tsan_acquire(&L.end_sync);
-        __tsan_release(&L.launch_sync);
+        __tsan_acquire(&s->end_sync);
+        __tsan_release(&s->start_sync);
 #endif
-        run_block(s, &L, (unsigned)b);
+        run_block(s, &L, (uint64_t)b);
         s->L = NULL;
     }
 #ifdef GRPO_EMU_TSAN
@@ -729,10 +740,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
         bad = "the source is not device memory";
     if (!dst_dev && emu::overlaps_device(d, dst, bytes) && !bad) bad = "the destination is device memory";
     if (!src_dev && emu::overlaps_device(d, src, bytes) && !bad) bad = "the source is device memory";
+    uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst;
+    if (s0 < d0 + bytes && d0 < s0 + bytes && !bad) bad = "the source and destination overlap (undefined in CUDA)";
     if (bad) die("emulated device: cudaMemcpyAsync(%p, %p, %zu bytes, %s): %s", dst, src, bytes, emu::kind_name(kind), bad);
     if (dst_dev) emu::poison((void *)a->first, a->second, 0);
     if (src_dev) emu::poison((void *)b->first, b->second, 0);
-    memmove(dst, src, bytes);
+    memcpy(dst, src, bytes);
     if (dst_dev) emu::poison((void *)a->first, a->second, 1);
     if (src_dev) emu::poison((void *)b->first, b->second, 1);
     return cudaSuccess;

@@ -91,7 +91,7 @@ void lora_to_backend(Lora *lo, const Backend *be) {
 }
 
 const Lora *lora_host(const Lora *lo, Lora *copy) {
-    if (!lo->be->on_device) return lo;
+    if (!lo->be || !lo->be->on_device) return lo;
     *copy = *lo;
     copy->params = xmalloc((lo->n ? lo->n : 1) * sizeof(float));
     lo->be->download(lo->be, copy->params, lo->params, lo->n * sizeof(float));
@@ -115,7 +115,7 @@ int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
                 x->shape[0] = ab ? lo->out[t] : r;
                 x->shape[1] = ab ? r : lo->in[t];
                 x->off = ab ? lo->b[t] + (size_t)(l * lo->out[t] * r) : lo->a[t] + (size_t)(l * r * lo->in[t]);
-                x->data = lo->params && !lo->be->on_device ? lo->params + x->off : NULL;
+                x->data = lo->params && (!lo->be || !lo->be->on_device) ? lo->params + x->off : NULL;
             }
     }
     return n;
@@ -256,7 +256,8 @@ void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
 }
 
 void lora_attach(Qwen2 *m, const Lora *lo) {
-    if (lo->be != m->be) die("internal: adapters on %s attached to a model on %s", lo->be->name, m->be->name);
+    const Backend *lb = lo->be ? lo->be : backend_cpu();  // NULL: made by hand on the host
+    if (lb != m->be) die("internal: adapters on %s attached to a model on %s", lb->name, m->be->name);
     if (lo->layers != m->cfg.layers) die("internal: adapters of %lld layers on a %lld-layer model",
                                          (long long)lo->layers, (long long)m->cfg.layers);
     m->lora = lo;

@@ -335,11 +335,12 @@ void qwen2_build_on(Qwen2 *m, const Qwen2Config *c, DType dtype, const Backend *
     m->dtype = dtype;
     m->n_params = qwen2_layout(c, &m->w);
     m->be = be;
-    m->params = be->on_device ? be->alloc(be, m->n_params * dtype_size(dtype)) : xcalloc(m->n_params, dtype_size(dtype));
+    size_t bytes = m->n_params * dtype_size(dtype);
+    m->params = be->on_device ? be->alloc(be, bytes) : xcalloc(m->n_params, dtype_size(dtype));
 }
 
 const Qwen2 *qwen2_host(const Qwen2 *m, Qwen2 *copy) {
-    if (!m->be->on_device) return m;
+    if (!m->be || !m->be->on_device) return m;
     *copy = *m;
     size_t bytes = m->n_params * dtype_size(m->dtype);
     copy->params = xmalloc(bytes ? bytes : 1);
@@ -384,7 +385,8 @@ int qwen2_tensors(const Qwen2 *m, Qwen2Tensor *out) {
             t->shape[0] = k[i].rows;
             t->shape[1] = k[i].cols;
             t->off = *f[i] + (size_t)(l * numel);
-            t->data = m->params && m->dtype == DTYPE_F32 && !m->be->on_device ? (float *)m->params + t->off : NULL;
+            int host = m->params && m->dtype == DTYPE_F32 && (!m->be || !m->be->on_device);
+            t->data = host ? (float *)m->params + t->off : NULL;
         }
     }
     return n;

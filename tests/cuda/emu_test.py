@@ -25,19 +25,16 @@ import signal
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # keep tests/reference free of __pycache__
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from harness import check, summary  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--grpo", required=True)
 ap.add_argument("--tmp", required=True)
 a = ap.parse_args()
 shutil.rmtree(a.tmp, ignore_errors=True)
 os.makedirs(a.tmp)
-results = []
-
-
-def check(ok, name, detail=""):
-    results.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
 
 
 def run(args, stdin=""):
@@ -68,7 +65,7 @@ for preset in ("tiny", "qwen3-tiny"):
     diffs = [abs(x - y) for u, v in zip(emu, cpu) for x, y in zip(u, v)]
     same_shape = [len(u) for u in emu] == [len(u) for u in cpu] == [len(s) - 1 for s in seqs]
     mean = sum(diffs) / len(diffs)
-    check(same_shape and mean <= 1e-4, f"{preset}: score emu == cpu bf16 (mean within 1e-4)",
+    check(f"{preset}: score emu == cpu bf16 (mean within 1e-4)", same_shape and mean <= 1e-4,
           f"mean {mean:.2e}, max {max(diffs):.2e} over {len(diffs)} log-probs")
 
     prompts = [{"tokens": s[:n]} for s, n in zip(seqs[2:], (5, 20, 40, 64))]
@@ -87,7 +84,7 @@ for preset in ("tiny", "qwen3-tiny"):
         if abs(lp[0] - lp[1]) > 1e-3:
             bad.append(f"prompt {len(p['tokens'])}: step {k} emu {x['tokens'][k]} cpu {y['tokens'][k]} "
                        f"(log-probs {lp[0]:.4f} vs {lp[1]:.4f})")
-    check(len(ge) == len(gc) == len(prompts) and not bad, f"{preset}: greedy generate emu == cpu bf16",
+    check(f"{preset}: greedy generate emu == cpu bf16", len(ge) == len(gc) == len(prompts) and not bad,
           "; ".join(bad))
 
     sampled = run(["generate", "--model", m, "--jsonl", "--temperature", 1, "--top-p", 0.9, "--n", 3, "--seed", 3,
@@ -97,7 +94,7 @@ for preset in ("tiny", "qwen3-tiny"):
     scored = records(run(["score", "--model", m] + EMU, jsonl({"tokens": s} for s in full)), "logprobs")
     d = [abs(x - y) for r, s in zip(recs, scored)
          for x, y in zip(r["logprobs"], s[len(prompts[r["index"]]["tokens"]) - 1:])]
-    check(len(recs) == 6 and sum(d) / len(d) <= 1e-4, f"{preset}: sampled log-probs == grpo score on emu",
+    check(f"{preset}: sampled log-probs == grpo score on emu", len(recs) == 6 and sum(d) / len(d) <= 1e-4,
           f"mean {sum(d) / len(d):.2e}, max {max(d):.2e} over {len(d)} tokens")
 
 # serve: one greedy completion
@@ -116,11 +113,11 @@ try:
         got = json.loads(c.getresponse().read())["choices"][0]["token_ids"]
     want = records(run(["generate", "--model", m, "--jsonl", "--temperature", 0, "--max-new-tokens", 10] + EMU,
                        jsonl([{"tokens": prompt}])), "tokens")[0]
-    check(got == want, "serve --device emu: greedy completion == generate --device emu", f"{got} vs {want}")
+    check("serve --device emu: greedy completion == generate --device emu", got == want, f"{got} vs {want}")
 finally:
     srv.send_signal(signal.SIGTERM)
     rc = srv.wait(120)
-check(rc == 0, "serve --device emu: SIGTERM ends it with exit 0", f"rc {rc}")
+check("serve --device emu: SIGTERM ends it with exit 0", rc == 0, f"rc {rc}")
 
 # errors: one line each
 lora = os.path.join(a.tmp, "adapter")
@@ -131,9 +128,8 @@ for label, args, pattern in [
         ("unknown device", ["score", "--model", m, "--device", "emux"], r"unknown device 'emux'")]:
     p = subprocess.run([a.grpo] + args, input="", capture_output=True, text=True, timeout=300)
     err = [l for l in p.stderr.splitlines() if l.strip()]
-    check(p.returncode == 1 and len(err) == 1 and err[0].startswith("grpo: error:") and re.search(pattern, err[0]),
-          f"error: {label}", err[0] if err else f"rc {p.returncode}")
+    check(f"error: {label}",
+          p.returncode == 1 and len(err) == 1 and err[0].startswith("grpo: error:") and re.search(pattern, err[0]),
+          err[0] if err else f"rc {p.returncode}")
 
-passed = sum(results)
-print(f"{passed} passed, {len(results) - passed} failed")
-sys.exit(0 if passed == len(results) else 1)
+sys.exit(summary())

@@ -45,13 +45,14 @@ static void download(T *host, const T *dev, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // good cases
 
-enum { SH_XOR, SH_UP, SH_DOWN, SH_IDX, SH_IDX8, BALLOT, ALL, ANY, N_WARP_RESULTS };
+enum { SH_XOR, SH_XOR8, SH_UP, SH_DOWN, SH_IDX, SH_IDX8, BALLOT, ALL, ANY, N_WARP_RESULTS };
 
 __global__ void k_warp(int *out) {
     int t = threadIdx.x, lane = t & 31;
     int v = 1000 + t;
     int *o = out + t * N_WARP_RESULTS;
     o[SH_XOR] = __shfl_xor_sync(0xffffffffu, v, 1);
+    o[SH_XOR8] = __shfl_xor_sync(0xffffffffu, v, 8, 8);
     o[SH_UP] = __shfl_up_sync(0xffffffffu, v, 3, 8);
     o[SH_DOWN] = __shfl_down_sync(0xffffffffu, v, 5, 16);
     o[SH_IDX] = __shfl_sync(0xffffffffu, v, 31 - lane);
@@ -66,6 +67,7 @@ static int want_warp(int t, int r) {
     int lane = t & 31, w0 = t - lane;
     switch (r) {
     case SH_XOR: return 1000 + w0 + (lane ^ 1);
+    case SH_XOR8: return 1000 + t - (lane % 16 >= 8 ? 8 : 0);  // an earlier group's lane is read; a later one not
     case SH_UP: return 1000 + t - (lane % 8 >= 3 ? 3 : 0);
     case SH_DOWN: return 1000 + t + (lane % 16 + 5 < 16 ? 5 : 0);
     case SH_IDX: return 1000 + w0 + 31 - lane;
@@ -81,7 +83,7 @@ static void test_warp(void) {
     int *d = (int *)dev_alloc(64 * N_WARP_RESULTS * sizeof(int)), h[64 * N_WARP_RESULTS];
     EMU_LAUNCH(k_warp, 1, 64, 0, NULL, d);
     download(h, d, 64 * N_WARP_RESULTS);
-    static const char *names[] = {"__shfl_xor_sync", "__shfl_up_sync width 8", "__shfl_down_sync width 16",
+    static const char *names[] = {"__shfl_xor_sync", "__shfl_xor_sync width 8", "__shfl_up_sync width 8", "__shfl_down_sync width 16",
                                   "__shfl_sync", "__shfl_sync width 8", "__ballot_sync", "__all_sync", "__any_sync"};
     for (int r = 0; r < N_WARP_RESULTS; r++) {
         int bad = 0;
@@ -96,12 +98,15 @@ static void test_warp(void) {
     cudaFree(d);
 }
 
-// Half-warp masks: lanes 0-15 and 16-31 synchronise and shuffle among themselves.
+// Half-warp masks: lanes 0-15 and 16-31 pass shared memory after their own __syncwarp and shuffle among
+// themselves (under TSan: no race reported).
 __global__ void k_half_warps(int *out) {
+    __shared__ int sh[32];
     int lane = threadIdx.x & 31;
     unsigned mask = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    sh[lane] = 3 * lane;
     __syncwarp(mask);
-    out[threadIdx.x] = __shfl_xor_sync(mask, (int)threadIdx.x, 8);
+    out[threadIdx.x] = __shfl_xor_sync(mask, (int)threadIdx.x, 8) + 1000 * sh[lane ^ 8];
 }
 
 __global__ void k_barriers(int *out, int *shared_seen) {
@@ -140,8 +145,8 @@ static void test_block_features(void) {
     EMU_LAUNCH(k_half_warps, 1, 32, 0, NULL, d);
     download(h, d, 32);
     int bad = 0;
-    for (int t = 0; t < 32; t++) bad += h[t] != (t ^ 8);
-    report(!bad, "__syncwarp and __shfl_xor_sync on half-warp masks", "");
+    for (int t = 0; t < 32; t++) bad += h[t] != (t ^ 8) + 3000 * (t ^ 8);
+    report(!bad, "__syncwarp (shared memory passed after it) and __shfl_xor_sync on half-warp masks", "");
     cudaFree(d);
 
     int *res = (int *)dev_alloc(7 * 3 * sizeof(int)), *seen = (int *)dev_alloc(7 * 256 * sizeof(int));

@@ -15,6 +15,10 @@ import shutil
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # keep tests/reference free of __pycache__
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from harness import check, summary  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BITWISE = os.path.join(HERE, "..", "..", "scripts", "bitwise.py")
 ap = argparse.ArgumentParser()
@@ -23,13 +27,6 @@ ap.add_argument("--tmp", required=True)
 a = ap.parse_args()
 shutil.rmtree(a.tmp, ignore_errors=True)
 os.makedirs(a.tmp)
-results = []
-
-
-def check(ok, name, detail=""):
-    results.append(bool(ok))
-    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  [{detail}]" if detail else ""))
-    sys.stdout.flush()
 
 
 def listing(device):
@@ -42,10 +39,10 @@ def listing(device):
 
 cpu, err_cpu = listing("cpu")
 staged, err_staged = listing("cpu-staged")
-check(cpu is not None and staged is not None, "scripts/bitwise.py ran on cpu and cpu-staged", err_cpu + err_staged)
+check("scripts/bitwise.py ran on cpu and cpu-staged", cpu is not None and staged is not None, err_cpu + err_staged)
 if cpu and staged:
     differ = [k for k in staged if cpu.get(k) != staged[k]]
-    check(len(staged) >= 80 and not differ, f"cpu-staged writes the CPU's bytes ({len(staged)} files and outputs)",
+    check(f"cpu-staged writes the CPU's bytes ({len(staged)} files and outputs)", len(staged) >= 80 and not differ,
           ", ".join(differ[:8]))
 
 model = os.path.join(a.tmp, "cpu", "model")
@@ -60,9 +57,8 @@ for label, args, out in [
     p = subprocess.run([a.grpo] + args, capture_output=True, text=True, timeout=300)
     err = [l for l in p.stderr.splitlines() if l.strip()]
     want = "--device emu" if args[0] == "sft" else "trainer.device emu"
-    check(p.returncode == 1 and len(err) == 1 and err[0].startswith(f"grpo: error: {want}: training needs ops")
-          and not os.path.exists(o), f"{label}: refused in one line before any file", err[0] if err else "")
+    check(f"{label}: refused in one line before any file", p.returncode == 1 and len(err) == 1
+          and err[0].startswith(f"grpo: error: {want}: training needs ops") and not os.path.exists(o),
+          err[0] if err else "")
 
-passed = sum(results)
-print(f"{passed} passed, {len(results) - passed} failed")
-sys.exit(0 if passed == len(results) else 1)
+sys.exit(summary())
