@@ -34,7 +34,9 @@
 #include <type_traits>
 #include <utility>
 
-#define __global__
+// Kernels are static: the executable exports its symbols to the CUDA module it loads, whose kernels' launch stubs
+// have these names (public before CUDA 13) and would otherwise call the emulated ones.
+#define __global__ static
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -53,12 +55,14 @@ struct dim3 {
 
 namespace emu {
 
-// The running thread's indices (set by the scheduler before it switches to a thread).
+// The running thread's indices (set by the scheduler before it switches to a thread). A call, not a thread_local
+// read in the kernel's own code: GCC 12 with UBSan checks the address of an extern thread_local with flags a call
+// (here, every barrier and shuffle) has clobbered.
 struct Ids {
     uint3 thread, block;
     dim3 block_dim, grid_dim;
 };
-extern thread_local const Ids *ids;
+const Ids *current();
 
 enum WarpOp { WARP_SHFL, WARP_SHFL_UP, WARP_SHFL_DOWN, WARP_SHFL_XOR, WARP_BALLOT, WARP_ALL, WARP_ANY, WARP_SYNC };
 enum BarrierOp { BARRIER_SYNC, BARRIER_COUNT, BARRIER_AND, BARRIER_OR };
@@ -135,10 +139,10 @@ struct DeviceAccess {
 
 }  // namespace emu
 
-#define threadIdx (emu::ids->thread)
-#define blockIdx (emu::ids->block)
-#define blockDim (emu::ids->block_dim)
-#define gridDim (emu::ids->grid_dim)
+#define threadIdx (emu::current()->thread)
+#define blockIdx (emu::current()->block)
+#define blockDim (emu::current()->block_dim)
+#define gridDim (emu::current()->grid_dim)
 
 #define __syncthreads() (void)emu::barrier(emu::BARRIER_SYNC, __FILE__, __LINE__, 0)
 #define __syncthreads_count(pred) emu::barrier(emu::BARRIER_COUNT, __FILE__, __LINE__, (pred) != 0)

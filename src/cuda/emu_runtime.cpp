@@ -80,7 +80,11 @@ extern "C" void grpo_emu_switch(void **save_sp, void *to_sp);
 
 namespace emu {
 
+namespace {
 thread_local const Ids *ids;
+}
+
+const Ids *current() { return ids; }
 
 namespace {
 
