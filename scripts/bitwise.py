@@ -8,8 +8,8 @@ line as it was.
     scripts/bitwise.py --grpo OLD/grpo --tmp /tmp/bw-old > old.txt
     scripts/bitwise.py --grpo build/grpo --tmp /tmp/bw-new > new.txt && diff old.txt new.txt
 
-With --device D the training (and bf16 score/generate) commands run there: `--device cpu-staged`, the CPU's ops behind
-a device's staging, must print the CPU's lines (MPI, f32 inference and the VL demo are left out there).
+With --device D the training (and bf16 score/generate) commands run there: `--device cpu-staged`, the CPU's ops
+behind a device's staging, must print the CPU's lines (MPI, f32 inference and the VL demo are left out there).
 """
 import argparse
 import glob
@@ -57,7 +57,8 @@ def listing(name, d):
         keep = []
         for line in open(mp):
             o = json.loads(line)
-            keep.append({k: v for k, v in o.items() if not (k.startswith("time") or "rss" in k or k in ("tokens_per_s", "elapsed_s"))})
+            timing = lambda k: k.startswith("time") or "rss" in k or k in ("tokens_per_s", "elapsed_s")  # noqa: E731
+            keep.append({k: v for k, v in o.items() if not timing(k)})
         print(name + ":metrics", hashlib.md5(json.dumps(keep).encode()).hexdigest())
     sp = os.path.join(d, "samples.jsonl")
     if os.path.exists(sp):
@@ -76,7 +77,8 @@ run([grpo, "init", "--out", q3, "--tokenizer", a.tokenizer, "--seed", "4", "--pr
 sft = T("sft.jsonl")
 with open(sft, "w") as f:
     for i in range(24):
-        f.write(json.dumps({"prompt": "Sort %d%d%d" % (i % 7, i % 5, i % 3), "completion": "%d" % (i * 37 % 1000)}) + "\n")
+        row = {"prompt": "Sort %d%d%d" % (i % 7, i % 5, i % 3), "completion": "%d" % (i * 37 % 1000)}
+        f.write(json.dumps(row) + "\n")
 SFT = ["--data", sft, "--steps", "3", "--batch-size", "4", "--micro-batch-size", "2", "--lr", "1e-3",
        "--save-every", "1", "--keep", "3"]
 DEV = [] if a.device == "cpu" else ["--device", a.device]
@@ -110,8 +112,8 @@ cases = [
     ("grpo_lora", ["actor.lora.rank=4", "actor.use_kl_loss=true", "actor.kl_loss_coef=0.05",
                    "actor.mini_batch_size=1"]),
     ("grpo_offload", ["actor.offload_optimizer=true", "actor.recompute=true", "actor.mini_batch_size=1"]),
-    ("grpo_klreward", ["actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true", "algorithm.kl_coef=0.05", "algorithm.dynamic_sampling=true",
-                       "actor.loss_agg_mode=seq-mean-token-mean"]),
+    ("grpo_klreward", ["actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true", "algorithm.kl_coef=0.05",
+                       "algorithm.dynamic_sampling=true", "actor.loss_agg_mode=seq-mean-token-mean"]),
     ("grpo_qwen3", ["model.path=" + q3, "actor.use_kl_loss=true", "actor.kl_loss_coef=0.05"]),
 ]
 TDEV = [] if a.device == "cpu" else ["trainer.device=" + a.device]

@@ -119,8 +119,8 @@ const Backend *backend_cpu(void);
 // "cpu-staged": the CPU backend's ops and memory behind on_device = 1 (every crossing an explicit copy), a test device
 // for the seam whose results must equal the CPU's bit for bit; a constant too.
 const Backend *backend_cpu_staged(void);
-// "cpu", "cuda", "cuda:N", "emu" or "cpu-staged". Dies with one clear line (naming `what`, e.g. "--device") when the spec is
-// unknown, the build has no CUDA, or no such GPU is visible.
+// "cpu", "cuda", "cuda:N", "emu" or "cpu-staged". Dies with one clear line (naming `what`, e.g. "--device") when
+// the spec is unknown, the build has no CUDA (or no emulator), or no such GPU is visible.
 const Backend *backend_open(const char *spec, const char *what);
 void backend_close(const Backend *be);
 // The training ops be lacks, as a ", "-separated list of their names into buf ("" when it has them all):

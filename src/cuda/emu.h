@@ -160,7 +160,8 @@ struct DeviceAccess {
 
 // kernel<<<grid, block, smem, stream>>>(...) on the emulated device (synchronous: the stream is not used).
 #define EMU_LAUNCH(kernel, grid, block, smem, stream, ...) \
-    ((void)(stream), emu::launch_kernel(#kernel, __FILE__, __LINE__, dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__))
+    ((void)(stream),                                      \
+     emu::launch_kernel(#kernel, __FILE__, __LINE__, dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__))
 #define DYNAMIC_SHARED(type, name) type *name = (type *)emu::dynamic_shared()
 
 // ---------------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ inline long long __double_as_longlong(double x) { return emu_bits<long long>(x);
 inline double __longlong_as_double(long long x) { return emu_bits<double>(x); }
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-// sin(pi x), cos(pi x): x reduced modulo 2 exactly first, as the device's sincospi needs no large-argument reduction.
+// sin(pi x), cos(pi x): x reduced modulo 2 exactly first (the device's sincospi needs no large-argument reduction).
 inline void sincospi(double x, double *s, double *c) {
     double r = remainder(x, 2.0) * M_PI;
     *s = sin(r);

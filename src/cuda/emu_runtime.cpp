@@ -320,11 +320,12 @@ void warp_complete(Sched *s, Launch *L, int w0, unsigned mask) {
         if (op == WARP_SHFL) src = base + (f[j].arg & (w - 1));
         if (op == WARP_SHFL_UP) src = j - f[j].arg >= base ? j - f[j].arg : j;
         if (op == WARP_SHFL_DOWN) src = j + f[j].arg < base + w ? j + f[j].arg : j;
-        if (op == WARP_SHFL_XOR) src = (j ^ f[j].arg) < base + w ? j ^ f[j].arg : j;  // an earlier group's lane is read
+        if (op == WARP_SHFL_XOR) src = (j ^ f[j].arg) < base + w ? j ^ f[j].arg : j;  // earlier groups are read
         if (src < 0 || src > 31 || !(mask >> src & 1)) {
-            fail(L, "block (%u,%u,%u): %s at %s:%d: lane %d of warp %d reads lane %d, which is not in the mask 0x%08x",
-                 f[j].ids.block.x, f[j].ids.block.y, f[j].ids.block.z, warp_op_name(op), base_name(f[j].file),
-                 f[j].line, j, w0 / 32, src, mask);
+            const Fiber *x = &f[j];
+            fail(L, "block (%u,%u,%u): %s at %s:%d: lane %d of warp %d reads lane %d, which is not in the mask "
+                 "0x%08x", x->ids.block.x, x->ids.block.y, x->ids.block.z, warp_op_name(op), base_name(x->file),
+                 x->line, j, w0 / 32, src, mask);
             return;
         }
         result[j] = op == WARP_BALLOT ? vote : op == WARP_ALL ? (uint64_t)all : op == WARP_ANY ? (uint64_t)any
@@ -521,7 +522,8 @@ uint64_t warp(WarpOp op, const char *file, int line, unsigned mask, uint64_t val
         fail(L, "block (%u,%u,%u): %s (%s:%d) with mask 0x%08x names lanes past the block's last thread",
              f->ids.block.x, f->ids.block.y, f->ids.block.z, warp_op_name(op), base_name(file), line, mask);
     else if (width < 1 || width > 32 || (width & (width - 1)))
-        fail(L, "%s (%s:%d): width %d is not a power of two up to 32", warp_op_name(op), base_name(file), line, width);
+        fail(L, "%s (%s:%d): width %d is not a power of two up to 32", warp_op_name(op), base_name(file), line,
+             width);
     f->state = AT_WARP;
     f->op = op;
     f->file = file;
