@@ -165,7 +165,7 @@ struct DeviceAccess {
 #define DYNAMIC_SHARED(type, name) type *name = (type *)emu::dynamic_shared()
 
 // ---------------------------------------------------------------------------------------------
-// bf16 and bit casts
+// bf16, bit casts and device math (only what the kernels use)
 
 struct __nv_bfloat16 {
     unsigned short x;
@@ -196,32 +196,17 @@ inline To emu_bits(From x) {
 }
 inline unsigned __float_as_uint(float x) { return emu_bits<unsigned>(x); }
 inline float __uint_as_float(unsigned x) { return emu_bits<float>(x); }
-inline int __float_as_int(float x) { return emu_bits<int>(x); }
-inline float __int_as_float(int x) { return emu_bits<float>(x); }
-inline long long __double_as_longlong(double x) { return emu_bits<long long>(x); }
-inline double __longlong_as_double(long long x) { return emu_bits<double>(x); }
 
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 // sin(pi x), cos(pi x): x reduced modulo 2 exactly first (the device's sincospi needs no large-argument reduction).
 inline void sincospi(double x, double *s, double *c) {
     double r = remainder(x, 2.0) * M_PI;
     *s = sin(r);
     *c = cos(r);
 }
-inline float __expf(float x) { return expf(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __fdividef(float a, float b) { return a / b; }
 
 // ---------------------------------------------------------------------------------------------
-// atomics (relaxed, as on the device: they order nothing else)
+// atomics (relaxed, as on the device: they order nothing else); only what the kernels and tests use, each tested
 
-template <class T>
-inline T emu_atomic_update(T *p, T (*f)(T, T), T v) {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(p, &old, f(old, v), 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    return old;
-}
 inline float atomicAdd(float *p, float v) {
     uint32_t *u = (uint32_t *)p, old = __atomic_load_n(u, __ATOMIC_RELAXED);
     while (!__atomic_compare_exchange_n(u, &old, __float_as_uint(__uint_as_float(old) + v), 1, __ATOMIC_RELAXED,
@@ -229,35 +214,17 @@ inline float atomicAdd(float *p, float v) {
     }
     return __uint_as_float(old);
 }
-inline double atomicAdd(double *p, double v) {
-    uint64_t *u = (uint64_t *)p, old = __atomic_load_n(u, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(u, &old, emu_bits<uint64_t>(emu_bits<double>(old) + v), 1,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    return emu_bits<double>(old);
-}
 template <class T>
 inline T atomicAdd(T *p, T v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 template <class T>
 inline T atomicMax(T *p, T v) {
-    return emu_atomic_update<T>(p, [](T a, T b) { return a > b ? a : b; }, v);
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
 }
-template <class T>
-inline T atomicMin(T *p, T v) {
-    return emu_atomic_update<T>(p, [](T a, T b) { return a < b ? a : b; }, v);
-}
-template <class T>
-inline T atomicExch(T *p, T v) {
-    return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
-}
-template <class T>
-inline T atomicCAS(T *p, T compare, T v) {
-    __atomic_compare_exchange_n(p, &compare, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-    return compare;
-}
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 // ---------------------------------------------------------------------------------------------
 // The runtime API the backend calls, on the emulated device (one device, ordinal 0; streams are synchronous).

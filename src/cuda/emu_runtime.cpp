@@ -734,12 +734,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     Device &d = device();
     std::lock_guard<std::mutex> g(d.mu);
     auto a = d.allocs.end(), b = d.allocs.end();
-    int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind == cudaMemcpyDefault) {
-        dst_dev = emu::overlaps_device(d, dst, bytes);
-        src_dev = emu::overlaps_device(d, src, bytes);
-    }
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice)
+        die("emulated device: cudaMemcpyAsync: %s copies are not emulated", emu::kind_name(kind));
+    int dst_dev = kind != cudaMemcpyDeviceToHost, src_dev = kind != cudaMemcpyHostToDevice;
     const char *bad = NULL;
     if (dst_dev && (a = emu::find_alloc(d, dst, bytes)) == d.allocs.end()) bad = "the destination is not device memory";
     if (src_dev && (b = emu::find_alloc(d, src, bytes)) == d.allocs.end() && !bad)
