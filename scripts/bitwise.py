@@ -49,7 +49,8 @@ def md5(path):
 
 def listing(name, d):
     """Every .safetensors / .jsonl of a run directory whose bits must not move (metrics have timings: their
-    numbers other than times and memory are compared through a filtered copy)."""
+    numbers other than times and memory are compared through a filtered copy); then the directory goes (a run's
+    checkpoints are hundreds of MB: the whole listing would hold GBs)."""
     for p in sorted(glob.glob(os.path.join(d, "**", "*.safetensors"), recursive=True)):
         print(name + ":" + os.path.relpath(p, d), md5(p))
     mp = os.path.join(d, "metrics.jsonl")
@@ -63,6 +64,7 @@ def listing(name, d):
     sp = os.path.join(d, "samples.jsonl")
     if os.path.exists(sp):
         print(name + ":samples", md5(sp))
+    shutil.rmtree(d)
 
 
 model = T("model")
