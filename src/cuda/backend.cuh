@@ -6,7 +6,7 @@
 // This text is compiled twice: by nvcc for the GPU (cuda.cu: cuBLASLt, the device count, cuda_backend_open) and as
 // host C++ for the emulated device (emu.cpp with emu.h: --device emu, where the GEMM is the CPU's). So everything
 // here is CUDA's runtime API and kernels launched through LAUNCH; what differs is the includer's:
-//   gemm_new(c), gemm_free(c), gemm_bf16(...)  (below).
+//   gemm_new(c), gemm_free(c), gemm_bf16(...), gemm_ex(...)  (below).
 #ifdef GRPO_EMU
 #include "cuda/emu.h"
 #define LAUNCH EMU_LAUNCH
@@ -60,6 +60,9 @@ typedef struct {
     int32_t *ids;
     float *lps;
     int rows_cap;
+    void *rows;  // training: per-row statistics (norms' 1/rms, mean and 1/std; attention's rowsum(dO * O))
+    size_t rows_bytes;
+    double *partial;  // grad_norm / all_finite: REDUCE_BLOCKS block partials, then their sum
 } Cuda;
 
 // The includer's GEMM: out (N, OC) fp32 = inp (N, C) bf16 @ weight (OC, C)^T bf16, fp32 accumulation; with bias32
@@ -68,6 +71,10 @@ static void gemm_new(Cuda *c);
 static void gemm_free(Cuda *c);
 static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, const float *bias32, int64_t N,
                      int64_t C, int64_t OC);
+// nn/gemm.h's gemm without bias: C (M,N) fp32 = alpha op(A) (M,K) @ op(B) (K,N) [+ C when accumulate], row-major;
+// A and B bf16 when bf16, else fp32 (LoRA's products, every backward's).
+static void gemm_ex(Cuda *c, int bf16, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, int accumulate, float *C, int64_t ldc);
 
 // The backend's state, its device made the calling thread's current one: every entry point of the table starts
 // here, since the host thread calling it (a server's engine thread, say) need not be the one that opened it.
@@ -115,6 +122,16 @@ static void cu_download(const Backend *be, void *dst, const void *src, size_t by
     Cuda *c = use(be);
     if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
+}
+
+// The backend's buffer *p of *cap bytes, made at least `bytes` long (its contents are not kept).
+static void *grow(const Backend *be, void **p, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        cu_free(be, *p);
+        *cap = bytes;
+        *p = cu_alloc(be, bytes);
+    }
+    return *p;
 }
 
 static void cu_copy(const Backend *be, void *dst, const void *src, size_t bytes) {
@@ -219,13 +236,14 @@ __global__ void k_rope_table(float *cs, const int32_t *pos, int64_t N, int D, do
     }
 }
 
-__global__ void k_rope(float *x, const float *cs, int64_t N, int n_heads, int D) {
+// sign -1: the inverse rotation (the backward: a rotation's transpose).
+__global__ void k_rope(float *x, const float *cs, int64_t N, int n_heads, int D, float sign) {
     int half = D / 2;
     FOR_EACH(e, N * n_heads * half) {
         int64_t i = e / ((int64_t)n_heads * half);
         int j = (int)(e % half);
         float *v = x + (e / half) * D;  // row i, head (e / half) % n_heads
-        float c = cs[i * D + j], s = cs[i * D + half + j], a = v[j], b = v[j + half];
+        float c = cs[i * D + j], s = sign * cs[i * D + half + j], a = v[j], b = v[j + half];
         v[j] = a * c - b * s;
         v[j + half] = b * c + a * s;
     }
@@ -301,7 +319,7 @@ static void cu_rope_table(const Backend *be, float *cs, const int32_t *pos, int6
 
 static void cu_rope(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D) {
     Cuda *c = use(be);
-    LAUNCH(k_rope, blocks_for(N * n_heads * (D / 2), 256), 256, 0, c->stream, x, cs, N, n_heads, D);
+    LAUNCH(k_rope, blocks_for(N * n_heads * (D / 2), 256), 256, 0, c->stream, x, cs, N, n_heads, D, 1.0f);
 }
 
 static void cu_swiglu(const Backend *be, float *out, const float *gate, const float *up, int64_t n) {
@@ -355,26 +373,33 @@ static void cu_matmul(const Backend *be, float *out, const void *inp, const void
 static_assert(sizeof(float) * (2 * ATT_TK * (ATT_DMAX + 1) + ATT_GMAX * ATT_DMAX) <= 48 * 1024,
               "k_attend's shared tiles exceed 48 KiB");
 
+// The sequence b holding packed row i: seq_off[b] <= i < seq_off[b + 1].
+__device__ int seq_of(const int64_t *seq_off, int B, int64_t i) {
+    int lo = 0, hi = B;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (seq_off[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 // One block per (query row, kv head), one warp per query head of the group: each tile of keys and
 // values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
 // accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
 // Prefill (seq_off): row i attends to its sequence's rows up to itself, keys packed like the queries.
 // Decode (kv_off, n_keys): row i attends to n_keys[i] cached positions from element kv_off[i].
+// lse (rows, H), may be NULL: each row's log-sum-exp of its scaled scores (training's backward).
 __global__ void __launch_bounds__(32 * ATT_GMAX)
-k_attend(float *out, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
+k_attend(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
          const int64_t *kv_off, const int32_t *n_keys, int H, int KVH, int D) {
     __shared__ float Ks[ATT_TK][ATT_DMAX + 1], Vs[ATT_TK][ATT_DMAX + 1], Qs[ATT_GMAX][ATT_DMAX];
     int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D, start, nk;
     int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
     if (seq_off) {
-        int lo = 0, hi = B;  // seq_off[lo] <= i < seq_off[hi]
-        while (hi - lo > 1) {
-            int mid = (lo + hi) / 2;
-            if (seq_off[mid] <= i) lo = mid;
-            else hi = mid;
-        }
-        start = seq_off[lo] * kvs;
-        nk = i - seq_off[lo] + 1;
+        int b = seq_of(seq_off, B, i);
+        start = seq_off[b] * kvs;
+        nk = i - seq_off[b] + 1;
     } else {
         start = kv_off[i];
         nk = n_keys[i];
@@ -418,32 +443,36 @@ k_attend(float *out, const float *q, const float *k, const float *v, const int64
         int d = CUDA_ATT_DIM(lane, r);
         if (d < D) out[i * qs + (int64_t)h * D + d] = acc[r] / l;
     }
+    if (lse && lane == 0) lse[i * H + h] = m + logf(l);
 }
 
-static void attend(const Backend *be, float *out, const float *q, const float *k, const float *v,
-                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H,
-                   int KVH, int D) {
-    Cuda *c = use(be);
+static void attention_shape(const Backend *be, int H, int KVH, int D) {
     if (D < 1 || D > ATT_DMAX || KVH < 1 || H % KVH || H / KVH > ATT_GMAX)
         die("%s: attention with head_dim %d, %d query heads and %d kv heads is not supported (head_dim up to "
             "%d, at most %d query heads per kv head)", be->name, D, H, KVH, ATT_DMAX, ATT_GMAX);
+}
+
+static void attend(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H,
+                   int KVH, int D) {
+    Cuda *c = use(be);
+    attention_shape(be, H, KVH, D);
     if (rows == 0) return;
     dim3 grid((unsigned)rows, (unsigned)KVH);
-    LAUNCH(k_attend, grid, 32 * (H / KVH), 0, c->stream, out, q, k, v, seq_off, B, kv_off, n_keys, H, KVH, D);
+    LAUNCH(k_attend, grid, 32 * (H / KVH), 0, c->stream, out, lse, q, k, v, seq_off, B, kv_off, n_keys, H, KVH, D);
 }
 
 static void cu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                          const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
     (void)scratch;
-    if (lse) die("%s: attention's log-sum-exp (training) is not implemented on this backend yet", be->name);
-    attend(be, out, q, k, v, seq_off, B, NULL, NULL, N, H, KVH, D);
+    attend(be, out, lse, q, k, v, seq_off, B, NULL, NULL, N, H, KVH, D);
 }
 
 static void cu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
                                 const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
                                 int KVH, int D, float *scratch) {
     (void)scratch;
-    attend(be, out, q, k_cache, v_cache, NULL, 0, kv_off, n_keys, B, H, KVH, D);
+    attend(be, out, NULL, q, k_cache, v_cache, NULL, 0, kv_off, n_keys, B, H, KVH, D);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,35 +480,56 @@ static void cu_attention_decode(const Backend *be, float *out, const float *q, c
 
 #define LOGPROB_THREADS 1024
 
+// A row's largest logit mx, sum_j e^(z_j - mx) and, with want_sz (the entropy), sz = sum_j e^(z_j - mx) (z_j - mx)
+// (else 0): every thread of the block gets them.
+typedef struct {
+    float mx;
+    double sum, sz;
+} RowSums;
+
+__device__ RowSums row_sums(const float *z, int64_t V, int want_sz) {
+    RowSums r;
+    r.mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) r.mx = fmaxf(r.mx, z[j]);
+    r.mx = block_max(r.mx);
+    double s = 0.0, w = 0.0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = z[j] - r.mx, e = expf(d);
+        s += e;
+        if (want_sz) w += (double)e * (double)d;
+    }
+    r.sum = block_sum_d(s);
+    r.sz = want_sz ? block_sum_d(w) : 0.0;
+    return r;
+}
+
+// ent, may be NULL: each row's entropy, log sum - sz / sum.
 __global__ void __launch_bounds__(LOGPROB_THREADS)
-k_logprob_rows(float *out, const float *logits, const int32_t *targets, int64_t V) {
+k_logprob_rows(float *out, float *ent, const float *logits, const int32_t *targets, int64_t V) {
     int64_t r = blockIdx.x;
     int32_t t = targets[r];
     if (t < 0 || t >= V) {  // the whole block leaves together; an id past the vocabulary (unchecked input) is NaN
         if (threadIdx.x == 0) out[r] = t < 0 ? 0.0f : NAN;
+        if (threadIdx.x == 0 && ent) ent[r] = t < 0 ? 0.0f : NAN;
         return;
     }
     const float *z = logits + r * V;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, z[j]);
-    mx = block_max(mx);
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += expf(z[j] - mx);
-    s = block_sum_d(s);
-    if (threadIdx.x == 0) out[r] = (float)((double)(z[t] - mx) - log(s));
+    RowSums rs = row_sums(z, V, ent != NULL);
+    if (threadIdx.x == 0) out[r] = (float)((double)(z[t] - rs.mx) - log(rs.sum));
+    if (threadIdx.x == 0 && ent) ent[r] = (float)(log(rs.sum) - rs.sz / rs.sum);
 }
 
 static void cu_logprob(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,
                        const int32_t *targets, int64_t N, int64_t C, int64_t V, float *scratch) {
     Cuda *c = use(be);
     need_bf16(be, wt, "logprob_forward");
-    if (ent) die("%s: the log-prob head's entropy (training) is not implemented on this backend yet", be->name);
     __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // cu_logprob_scratch
     for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
         int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
         cu_round_operand(be, wt, h + i0 * C, h16, rows * C);
         cu_matmul(be, scratch, h16, W, NULL, wt, rows, C, V);
-        LAUNCH(k_logprob_rows, (unsigned)rows, LOGPROB_THREADS, 0, c->stream, out + i0, scratch, targets + i0, V);
+        float *e = ent ? ent + i0 : NULL;
+        LAUNCH(k_logprob_rows, (unsigned)rows, LOGPROB_THREADS, 0, c->stream, out + i0, e, scratch, targets + i0, V);
     }
 }
 
@@ -605,6 +655,519 @@ static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *l
 }
 
 // ---------------------------------------------------------------------------------------------
+// training: every backward beside its forward, the LoRA GEMM, row gathers and the optimizer. Deterministic: no
+// float atomics; a sum over rows runs in row order in one thread, a block's sum in block_sum_d's fixed tree.
+
+static void cu_zero(const Backend *be, void *p, size_t bytes) {
+    Cuda *c = use(be);
+    if (bytes) CK(cudaMemsetAsync(p, 0, bytes, c->stream));
+}
+
+// One thread a column, the rows in order: rows that repeat a token add into the same row of dtable in turn.
+__global__ void k_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C) {
+    FOR_EACH(j, C) {
+        for (int64_t i = 0; i < N; i++) dtable[(int64_t)tokens[i] * C + j] += dout[i * C + j];
+    }
+}
+
+static void cu_embedding_backward(const Backend *be, float *dtable, const float *dout, const int32_t *tokens,
+                                  int64_t N, int64_t C) {
+    Cuda *c = use(be);
+    LAUNCH(k_embedding_backward, blocks_for(C, 128), 128, 0, c->stream, dtable, dout, tokens, N, C);
+}
+
+// The per-row buffer (training's statistics), at least `bytes`.
+static void *rows_buffer(const Backend *be, size_t bytes) {
+    Cuda *c = use(be);
+    return grow(be, &c->rows, &c->rows_bytes, bytes);
+}
+
+// One block a row. y = x r w with r = 1 / sqrt(mean(x^2) + eps): dx += r (dy w) - x r^3 mean(dy w x) (dinp may
+// be NULL); r (float) into rstd[row] for the weight's gradient.
+__global__ void k_rmsnorm_backward(float *dinp, float *rstd, const float *dout, const float *inp,
+                                   const __nv_bfloat16 *w, int64_t C, float eps) {
+    int64_t row = blockIdx.x;
+    const float *x = inp + row * C, *dy = dout + row * C;
+    double ss = 0.0, dot = 0.0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        ss += (double)x[j] * x[j];
+        dot += (double)dy[j] * __bfloat162float(w[j]) * x[j];
+    }
+    ss = block_sum_d(ss);
+    dot = block_sum_d(dot);
+    double r = 1.0 / sqrt(ss / (double)C + eps);
+    float a = (float)r, b = (float)(r * r * r * dot / (double)C);
+    for (int64_t j = threadIdx.x; dinp && j < C; j += blockDim.x)
+        dinp[row * C + j] += a * dy[j] * __bfloat162float(w[j]) - b * x[j];
+    if (threadIdx.x == 0) rstd[row] = a;
+}
+
+// dweight (C) += sum over rows, in row order, of dy x r.
+__global__ void k_rmsnorm_dweight(float *dweight, const float *dout, const float *inp, const float *rstd, int64_t N,
+                                  int64_t C) {
+    FOR_EACH(j, C) {
+        float s = dweight[j];
+        for (int64_t i = 0; i < N; i++) s += dout[i * C + j] * inp[i * C + j] * rstd[i];
+        dweight[j] = s;
+    }
+}
+
+static void cu_rmsnorm_backward(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+    Cuda *c = use(be);
+    need_bf16(be, wt, "rmsnorm_backward");
+    if (N == 0) return;
+    float *rstd = (float *)rows_buffer(be, (size_t)N * sizeof(float));
+    LAUNCH(k_rmsnorm_backward, (unsigned)N, 256, 0, c->stream, dinp, rstd, dout, inp,
+           (const __nv_bfloat16 *)weight, C, eps);
+    if (dweight) LAUNCH(k_rmsnorm_dweight, blocks_for(C, 128), 128, 0, c->stream, dweight, dout, inp, rstd, N, C);
+}
+
+// A row's mean and 1 / sqrt(variance + eps) in double, as LayerNorm normalises it; every thread gets them.
+__device__ void row_moments(const float *x, int64_t C, float eps, double *mean, double *rstd) {
+    double m = 0.0, var = 0.0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) m += x[j];
+    m = block_sum_d(m) / (double)C;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) var += (x[j] - m) * (x[j] - m);
+    var = block_sum_d(var);
+    *mean = m;
+    *rstd = 1.0 / sqrt(var / (double)C + eps);
+}
+
+// One block a row.
+__global__ void k_layernorm(float *out, const float *inp, const float *w, const float *b, int64_t C, float eps) {
+    const float *x = inp + blockIdx.x * C;
+    double mean, rstd;
+    row_moments(x, C, eps, &mean, &rstd);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        out[blockIdx.x * C + j] = ((float)(x[j] - mean) * (float)rstd) * w[j] + b[j];
+}
+
+// One block a row: dx += rstd (g - mean(g) - xh mean(g xh)), g = dy w, xh = (x - mean) rstd (dinp may be NULL);
+// the row's mean and rstd into stats[2 row], [2 row + 1] for the parameters' gradients.
+__global__ void k_layernorm_backward(float *dinp, double *stats, const float *dout, const float *inp, const float *w,
+                                     int64_t C, float eps) {
+    int64_t row = blockIdx.x;
+    const float *x = inp + row * C, *dy = dout + row * C;
+    double mean, rstd, sg = 0.0, sgx = 0.0;
+    row_moments(x, C, eps, &mean, &rstd);
+    if (threadIdx.x == 0) stats[2 * row] = mean, stats[2 * row + 1] = rstd;
+    if (!dinp) return;  // the same for the whole block
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        double g = (double)dy[j] * w[j];
+        sg += g;
+        sgx += g * (x[j] - mean) * rstd;
+    }
+    double mg = block_sum_d(sg) / (double)C, mgx = block_sum_d(sgx) / (double)C;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        dinp[row * C + j] += (float)(rstd * ((double)dy[j] * w[j] - mg - (x[j] - mean) * rstd * mgx));
+}
+
+// dweight, dbias (C) += sums over rows in row order, in double (each may be NULL).
+__global__ void k_layernorm_params(float *dweight, float *dbias, const float *dout, const float *inp,
+                                   const double *stats, int64_t N, int64_t C) {
+    FOR_EACH(j, C) {
+        double sw = 0.0, sb = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            float dy = dout[i * C + j];
+            sw += dy * (inp[i * C + j] - stats[2 * i]) * stats[2 * i + 1];
+            sb += dy;
+        }
+        if (dweight) dweight[j] += (float)sw;
+        if (dbias) dbias[j] += (float)sb;
+    }
+}
+
+static void cu_layernorm(const Backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                         int64_t N, int64_t C, float eps) {
+    Cuda *c = use(be);
+    if (N == 0) return;
+    LAUNCH(k_layernorm, (unsigned)N, 256, 0, c->stream, out, inp, weight, bias, C, eps);
+}
+
+static void cu_layernorm_backward(const Backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, int64_t N, int64_t C, float eps) {
+    Cuda *c = use(be);
+    if (N == 0) return;
+    double *stats = (double *)rows_buffer(be, (size_t)N * 2 * sizeof(double));
+    LAUNCH(k_layernorm_backward, (unsigned)N, 256, 0, c->stream, dinp, stats, dout, inp, weight, C, eps);
+    if (dweight || dbias)
+        LAUNCH(k_layernorm_params, blocks_for(C, 128), 128, 0, c->stream, dweight, dbias, dout, inp, stats, N, C);
+}
+
+__global__ void k_gelu(float *out, const float *inp, int64_t n) {
+    FOR_EACH(i, n) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * 0.70710678118654752f));
+}
+
+// GELU'(x) = Phi(x) + x phi(x), in double; dinp may be dout.
+__global__ void k_gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n) {
+    FOR_EACH(i, n) {
+        double x = inp[i], cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
+        double pdf = 0.3989422804014327 * exp(-0.5 * x * x);
+        dinp[i] = dout[i] * (float)(cdf + x * pdf);
+    }
+}
+
+static void cu_gelu(const Backend *be, float *out, const float *inp, int64_t n) {
+    Cuda *c = use(be);
+    LAUNCH(k_gelu, blocks_for(n, 256), 256, 0, c->stream, out, inp, n);
+}
+
+static void cu_gelu_backward(const Backend *be, float *dinp, const float *dout, const float *inp, int64_t n) {
+    Cuda *c = use(be);
+    LAUNCH(k_gelu_backward, blocks_for(n, 256), 256, 0, c->stream, dinp, dout, inp, n);
+}
+
+// dout may be dgate: each element is read before it is written.
+__global__ void k_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                  int64_t n) {
+    FOR_EACH(i, n) {
+        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), d = dout[i];
+        dup[i] = d * g * sig;
+        dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+    }
+}
+
+static void cu_swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                               const float *up, int64_t n) {
+    Cuda *c = use(be);
+    LAUNCH(k_swiglu_backward, blocks_for(n, 256), 256, 0, c->stream, dgate, dup, dout, gate, up, n);
+}
+
+static void cu_rope_backward(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D) {
+    Cuda *c = use(be);
+    LAUNCH(k_rope, blocks_for(N * n_heads * (D / 2), 256), 256, 0, c->stream, dx, cs, N, n_heads, D, -1.0f);
+}
+
+// dbias (OC) += column sums of the bf16 dout (N, OC), one thread a column, rows in order.
+__global__ void k_bias_backward(float *dbias, const __nv_bfloat16 *dout, int64_t N, int64_t OC) {
+    FOR_EACH(o, OC) {
+        float s = dbias[o];
+        for (int64_t i = 0; i < N; i++) s += __bfloat162float(dout[i * OC + o]);
+        dbias[o] = s;
+    }
+}
+
+static void cu_matmul_backward(const Backend *be, float *dinp, float *dweight, float *dbias, const void *dout,
+                               const void *inp, const void *weight, DType dt, int64_t N, int64_t C, int64_t OC) {
+    Cuda *c = use(be);
+    need_bf16(be, dt, "matmul_backward");
+    if (N == 0) return;
+    if (dinp) gemm_ex(c, 1, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1, dinp, C);
+    if (dweight) gemm_ex(c, 1, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1, dweight, C);
+    if (dbias)
+        LAUNCH(k_bias_backward, blocks_for(OC, 128), 128, 0, c->stream, dbias, (const __nv_bfloat16 *)dout, N, OC);
+}
+
+static void cu_gemm(const Backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, int accumulate, float *C, int64_t ldc) {
+    gemm_ex(use(be), 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+}
+
+// ---- attention backward (FlashAttention-2's recomputation: probabilities rebuilt from the forward's lse)
+
+// delta (N, H) = rowsum(dO * O) of each query row and head: one warp a (row, head), warps grid-striding.
+__global__ void k_attention_delta(float *delta, const float *dout, const float *out, int64_t NH, int D) {
+    int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    int lane = threadIdx.x & 31;
+    for (int64_t x = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); x < NH; x += warps) {
+        float s = 0.0f;  // x is the same for the whole warp
+        for (int d = lane; d < D; d += 32) s += dout[x * D + d] * out[x * D + d];
+        s = warp_sum(s);
+        if (lane == 0) delta[x] = s;
+    }
+}
+
+// dq: one block per (query row, kv head), one warp per query head of the group, as k_attend: tiles of the row's keys
+// and values in shared memory; lane j scores key j of the tile, p = exp(s - lse), ds = p (dO.v - delta); then
+// dq = scale sum_j ds_j k_j, each lane owning head dimensions CUDA_ATT_DIM(lane, r).
+__global__ void __launch_bounds__(32 * ATT_GMAX)
+k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, const float *q, const float *k,
+            const float *v, const int64_t *seq_off, int B, int H, int KVH, int D) {
+    __shared__ float Ks[ATT_TK][ATT_DMAX + 1], Vs[ATT_TK][ATT_DMAX + 1], Qs[ATT_GMAX][ATT_DMAX];
+    int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
+    int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
+    int b = seq_of(seq_off, B, i);
+    int64_t nk = i - seq_off[b] + 1;
+    const float *kb = k + seq_off[b] * kvs + (int64_t)g * D, *vb = v + seq_off[b] * kvs + (int64_t)g * D;
+    const float *dor = dout + i * qs + (int64_t)h * D;
+    float scale = 1.0f / sqrtf((float)D), L = lse[i * H + h], Di = delta[i * H + h], acc[CUDA_ATT_DREGS];
+#pragma unroll
+    for (int r = 0; r < CUDA_ATT_DREGS; r++) acc[r] = 0.0f;
+    for (int d = lane; d < D; d += 32) Qs[w][d] = q[i * qs + (int64_t)h * D + d] * scale;
+    for (int64_t t0 = 0; t0 < nk; t0 += ATT_TK) {
+        int nt = nk - t0 < ATT_TK ? (int)(nk - t0) : ATT_TK;
+        __syncthreads();  // Qs written; the previous tile consumed
+        for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
+            int j = e / D, d = e % D;
+            Ks[j][d] = kb[(t0 + j) * kvs + d];
+            Vs[j][d] = vb[(t0 + j) * kvs + d];
+        }
+        __syncthreads();
+        float ds = 0.0f;
+        if (lane < nt) {
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < D; d++) {
+                s += Qs[w][d] * Ks[lane][d];
+                dp += dor[d] * Vs[lane][d];
+            }
+            ds = expf(s - L) * (dp - Di);
+        }
+        for (int j = 0; j < nt; j++) {
+            float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+            for (int r = 0; r < CUDA_ATT_DREGS; r++) {
+                int d = CUDA_ATT_DIM(lane, r);
+                if (d < D) acc[r] += dsj * Ks[j][d];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CUDA_ATT_DREGS; r++) {
+        int d = CUDA_ATT_DIM(lane, r);
+        if (d < D) dq[i * qs + (int64_t)h * D + d] = acc[r] * scale;
+    }
+}
+
+// dk, dv: one block per (key row j, kv head), one warp per query head of the group. Lane l takes query row
+// j + l + 32 t of the key's sequence (the rows that see key j), scores it against the key (held in shared memory),
+// p = exp(s - lse), ds = p (dO.v - delta); then the warp sums p dO and ds q over those rows, lane owning head
+// dimensions; the group's heads are added in head order.
+__global__ void __launch_bounds__(32 * ATT_GMAX)
+k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const float *delta, const float *q,
+             const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH, int D) {
+    __shared__ float kj[ATT_DMAX], vj[ATT_DMAX], sdk[ATT_GMAX][ATT_DMAX], sdv[ATT_GMAX][ATT_DMAX];
+    int64_t j = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
+    int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
+    int64_t end = seq_off[seq_of(seq_off, B, j) + 1];
+    float scale = 1.0f / sqrtf((float)D), ak[CUDA_ATT_DREGS], av[CUDA_ATT_DREGS];
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        kj[d] = k[j * kvs + (int64_t)g * D + d];
+        vj[d] = v[j * kvs + (int64_t)g * D + d];
+    }
+#pragma unroll
+    for (int r = 0; r < CUDA_ATT_DREGS; r++) ak[r] = av[r] = 0.0f;
+    __syncthreads();
+    for (int64_t i0 = j; i0 < end; i0 += 32) {
+        int64_t i = i0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (i < end) {
+            const float *qr = q + i * qs + (int64_t)h * D, *dor = dout + i * qs + (int64_t)h * D;
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < D; d++) {
+                s += qr[d] * scale * kj[d];  // as k_attend scores: the query scaled first
+                dp += dor[d] * vj[d];
+            }
+            p = expf(s - lse[i * H + h]);
+            ds = p * (dp - delta[i * H + h]);
+        }
+        int n = end - i0 < 32 ? (int)(end - i0) : 32;
+        for (int t = 0; t < n; t++) {
+            float pt = __shfl_sync(0xffffffffu, p, t), dst = __shfl_sync(0xffffffffu, ds, t);
+            const float *qr = q + (i0 + t) * qs + (int64_t)h * D, *dor = dout + (i0 + t) * qs + (int64_t)h * D;
+#pragma unroll
+            for (int r = 0; r < CUDA_ATT_DREGS; r++) {
+                int d = CUDA_ATT_DIM(lane, r);
+                if (d < D) {
+                    av[r] += pt * dor[d];
+                    ak[r] += dst * qr[d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CUDA_ATT_DREGS; r++) {
+        int d = CUDA_ATT_DIM(lane, r);
+        if (d < D) sdk[w][d] = ak[r], sdv[w][d] = av[r];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float sk = 0.0f, sv = 0.0f;
+        for (int x = 0; x < group; x++) sk += sdk[x][d], sv += sdv[x][d];
+        dk[j * kvs + (int64_t)g * D + d] = sk * scale;
+        dv[j * kvs + (int64_t)g * D + d] = sv;
+    }
+}
+
+static void cu_attention_backward(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                  const float *out, const float *lse, const float *q, const float *k, const float *v,
+                                  const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+    (void)scratch;
+    Cuda *c = use(be);
+    attention_shape(be, H, KVH, D);
+    if (N == 0) return;
+    float *delta = (float *)rows_buffer(be, (size_t)N * (size_t)H * sizeof(float));
+    LAUNCH(k_attention_delta, blocks_for(N * H * 32, 256), 256, 0, c->stream, delta, dout, out, N * H, D);
+    dim3 grid((unsigned)N, (unsigned)KVH);
+    int threads = 32 * (H / KVH);
+    LAUNCH(k_attend_dq, grid, threads, 0, c->stream, dq, dout, lse, delta, q, k, v, seq_off, B, H, KVH, D);
+    LAUNCH(k_attend_dkv, grid, threads, 0, c->stream, dk, dv, dout, lse, delta, q, k, v, seq_off, B, H, KVH, D);
+}
+
+// ---- log-prob head backward
+
+// One block a row of logits z (rows of the chunk): g = d(loss)/d(logits) = dlogp (onehot(target) - p)
+// - dent p (log p + H), rounded to bf16 into g16; out, may be NULL, gets the row's log-prob as logprob_forward's.
+// A row without a target, or (without out) without a gradient, gets zeros.
+__global__ void __launch_bounds__(LOGPROB_THREADS)
+k_logprob_grad(float *out, __nv_bfloat16 *g16, const float *logits, const int32_t *targets, const float *dlogp,
+               const float *dent, int64_t V) {
+    int64_t r = blockIdx.x;
+    int32_t t = targets[r];
+    const float *z = logits + r * V;
+    __nv_bfloat16 *g = g16 + r * V;
+    float d = t >= 0 ? dlogp[r] : 0.0f, de = t >= 0 && dent ? dent[r] : 0.0f;
+    if (t < 0 || t >= V || (d == 0.0f && de == 0.0f && !out)) {  // the whole block leaves together
+        if (out && threadIdx.x == 0) out[r] = t < 0 ? 0.0f : NAN;  // an id past the vocabulary: NaN
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) g[j] = __float2bfloat16_rn(0.0f);
+        return;
+    }
+    RowSums rs = row_sums(z, V, de != 0.0f);
+    float mx = rs.mx;
+    if (out && threadIdx.x == 0) out[r] = (float)((double)(z[t] - mx) - log(rs.sum));
+    float inv = (float)(1.0 / rs.sum), lse = (float)log(rs.sum), H = (float)(log(rs.sum) - rs.sz / rs.sum);
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(z[j] - mx) * inv, x;
+        if (de == 0.0f) x = -d * p;
+        else x = -d * p - de * p * (z[j] - mx - lse + H);
+        if (j == t) x += d;
+        g[j] = __float2bfloat16_rn(x);
+    }
+}
+
+static void cu_logprob_backward(const Backend *be, float *dh, float *dW, float *out, const float *dlogp,
+                                const float *dent, const float *h, const void *W, DType wt, const int32_t *targets,
+                                int64_t N, int64_t C, int64_t V, float *scratch) {
+    Cuda *c = use(be);
+    need_bf16(be, wt, "logprob_backward");
+    __nv_bfloat16 *h16 = (__nv_bfloat16 *)(scratch + (size_t)LOGPROB_CHUNK * (size_t)V);  // cu_logprob_scratch
+    __nv_bfloat16 *g16 = h16 + (size_t)LOGPROB_CHUNK * (size_t)C;
+    for (int64_t i0 = 0; i0 < N; i0 += LOGPROB_CHUNK) {
+        int64_t rows = N - i0 < LOGPROB_CHUNK ? N - i0 : LOGPROB_CHUNK;
+        cu_round_operand(be, wt, h + i0 * C, h16, rows * C);
+        cu_matmul(be, scratch, h16, W, NULL, wt, rows, C, V);
+        const float *de = dent ? dent + i0 : NULL;
+        float *o = out ? out + i0 : NULL;
+        LAUNCH(k_logprob_grad, (unsigned)rows, LOGPROB_THREADS, 0, c->stream, o, g16, scratch, targets + i0,
+               dlogp + i0, de, V);
+        gemm_ex(c, 1, 0, 0, rows, C, V, 1.0f, g16, V, W, C, 1, dh + i0 * C, C);
+        if (dW) gemm_ex(c, 1, 1, 0, V, C, rows, 1.0f, g16, V, h16, C, 1, dW, C);
+    }
+}
+
+// ---- rows, optimizer
+
+__global__ void k_gather_rows(float *dst, const float *src, const int64_t *rows, int64_t n, int64_t width,
+                              float scale) {
+    FOR_EACH(e, n * width) dst[e] = src[rows[e / width] * width + e % width] * scale;
+}
+
+__global__ void k_scatter_rows(float *dst, const float *src, const int64_t *rows, int64_t n, int64_t width,
+                               float scale) {
+    FOR_EACH(e, n * width) dst[rows[e / width] * width + e % width] = src[e] * scale;
+}
+
+static void cu_gather_rows(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                           int64_t width, float scale) {
+    Cuda *c = use(be);
+    LAUNCH(k_gather_rows, blocks_for(n * width, 256), 256, 0, c->stream, dst, src, rows, n, width, scale);
+}
+
+static void cu_scatter_rows(const Backend *be, float *dst, const float *src, const int64_t *rows, int64_t n,
+                            int64_t width, float scale) {
+    Cuda *c = use(be);
+    LAUNCH(k_scatter_rows, blocks_for(n * width, 256), 256, 0, c->stream, dst, src, rows, n, width, scale);
+}
+
+// nn/optim.c's float operations, in its order, with its constants (adamw_constants).
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, AdamWConstants k) {
+    FOR_EACH(i, n) {
+        float pi = p[i] * k.decay, gi = g[i];
+        float mi = m[i] * k.b1 + k.a1 * gi;
+        float vi = v[i] * k.b2 + k.a2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + -k.step * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
+    }
+}
+
+static void cu_adamw(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v, size_t n,
+                     double wd, int64_t t) {
+    Cuda *c = use(be);
+    AdamWConstants k = adamw_constants(o, wd, t);
+    LAUNCH(k_adamw, blocks_for((int64_t)n, 256), 256, 0, c->stream, p, g, m, v, (int64_t)n, k);
+}
+
+#define REDUCE_BLOCKS 256
+#define REDUCE_THREADS 256
+
+// Block b's sum over its grid-stride elements (a fixed set, in a fixed order): of g^2 (squares), or of the
+// non-finite count.
+__global__ void k_reduce_partial(double *partial, const float *g, int64_t n, int squares) {
+    double s = 0.0;
+    FOR_EACH(i, n) s += squares ? (double)g[i] * g[i] : (double)!isfinite(g[i]);
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// One block: partial[n] = the sum of partial[0..n).
+__global__ void k_reduce_final(double *partial, int n) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) partial[n] = s;
+}
+
+static double reduce(const Backend *be, const float *g, size_t n, int squares) {
+    Cuda *c = use(be);
+    LAUNCH(k_reduce_partial, REDUCE_BLOCKS, REDUCE_THREADS, 0, c->stream, c->partial, g, (int64_t)n, squares);
+    LAUNCH(k_reduce_final, 1, REDUCE_THREADS, 0, c->stream, c->partial, REDUCE_BLOCKS);
+    double s = 0.0;
+    cu_download(be, &s, c->partial + REDUCE_BLOCKS, sizeof s);
+    return s;
+}
+
+static double cu_grad_norm(const Backend *be, const float *g, size_t n) { return sqrt(reduce(be, g, n, 1)); }
+
+static int cu_all_finite(const Backend *be, const float *g, size_t n) { return reduce(be, g, n, 0) == 0.0; }
+
+__global__ void k_scale(float *g, int64_t n, float s) {
+    FOR_EACH(i, n) g[i] *= s;
+}
+
+static void cu_scale(const Backend *be, float *g, size_t n, float s) {
+    Cuda *c = use(be);
+    LAUNCH(k_scale, blocks_for((int64_t)n, 256), 256, 0, c->stream, g, (int64_t)n, s);
+}
+
+// x rounded to the nearest fp16 value (ties to even; past 65504 infinity; subnormals on their 2^-24 grid),
+// as a float: by exponent arithmetic, the same on the GPU and the emulator.
+__device__ float round_f16(float x) {
+    float a = fabsf(x);
+    if (!(a < 65520.0f)) return a == a ? copysignf(INFINITY, x) : x;  // 65520 is the tie above 65504: even is inf
+    if (a < 6.103515625e-05f) return rintf(x * 16777216.0f) / 16777216.0f;  // below 2^-14: multiples of 2^-24
+    int e;
+    float m = frexpf(x, &e);  // x = m 2^e, 0.5 <= |m| < 1: fp16 keeps 11 significant bits
+    return ldexpf(rintf(ldexpf(m, 11)), e - 11);
+}
+
+// 0: bf16, 1: fp16, 2: a copy.
+__global__ void k_round_values(float *dst, const float *src, int64_t n, int kind) {
+    FOR_EACH(i, n) {
+        float x = src[i];
+        if (kind == 0) x = __bfloat162float(__float2bfloat16_rn(x));
+        else if (kind == 1) x = round_f16(x);
+        dst[i] = x;
+    }
+}
+
+static void cu_round_values(const Backend *be, float *dst, const float *src, size_t n, DType d) {
+    Cuda *c = use(be);
+    int kind = d == DTYPE_BF16 ? 0 : d == DTYPE_F16 ? 1 : 2;
+    LAUNCH(k_round_values, blocks_for((int64_t)n, 256), 256, 0, c->stream, dst, src, (int64_t)n, kind);
+}
+
+// ---------------------------------------------------------------------------------------------
 // open / close
 
 static void cu_close(const Backend *be) {
@@ -616,6 +1179,8 @@ static void cu_close(const Backend *be) {
     CK(cudaFree(c->u));
     CK(cudaFree(c->ids));
     CK(cudaFree(c->lps));
+    CK(cudaFree(c->rows));
+    CK(cudaFree(c->partial));
     CK(cudaStreamDestroy(c->stream));
     free(c);
 }
@@ -628,11 +1193,12 @@ static size_t cu_attention_scratch(const Backend *be, int64_t max_T, int backwar
     return 0;
 }
 
-// cu_logprob: one chunk's logits (LOGPROB_CHUNK, V) fp32, then its rows of h rounded to bf16.
+// cu_logprob(_backward): one chunk's logits (LOGPROB_CHUNK, V) fp32, then its rows of h rounded to bf16, then
+// (backward) the logits' gradients in bf16: the CPU's layout (nn/logprob.c).
 static size_t cu_logprob_scratch(const Backend *be, int64_t V, int64_t C, DType wt) {
     (void)be;
     (void)wt;
-    return (size_t)LOGPROB_CHUNK * (size_t)V + ((size_t)LOGPROB_CHUNK * (size_t)C + 1) / 2;
+    return (size_t)LOGPROB_CHUNK * (size_t)V + (size_t)LOGPROB_CHUNK * (size_t)(C + V) / 2 + 1;
 }
 
 // The sampler kernel keeps its scratch in shared memory and the backend's own buffers.
@@ -661,6 +1227,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->name = c->name;
     be->on_device = 1;
     be->ctx = c;
+    c->partial = (double *)cu_alloc(be, (REDUCE_BLOCKS + 1) * sizeof(double));
     be->attention_scratch = cu_attention_scratch;
     be->logprob_scratch = cu_logprob_scratch;
     be->alloc = cu_alloc;
@@ -683,6 +1250,26 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->sample = cu_sample;
     be->sampler_new = cu_sampler_new;
     be->sampler_free = cu_sampler_free;
+    be->zero = cu_zero;
+    be->embedding_backward = cu_embedding_backward;
+    be->rmsnorm_backward = cu_rmsnorm_backward;
+    be->matmul_backward = cu_matmul_backward;
+    be->rope_backward = cu_rope_backward;
+    be->attention_backward = cu_attention_backward;
+    be->swiglu_backward = cu_swiglu_backward;
+    be->layernorm_forward = cu_layernorm;
+    be->layernorm_backward = cu_layernorm_backward;
+    be->gelu_forward = cu_gelu;
+    be->gelu_backward = cu_gelu_backward;
+    be->logprob_backward = cu_logprob_backward;
+    be->gemm = cu_gemm;
+    be->gather_rows = cu_gather_rows;
+    be->scatter_rows = cu_scatter_rows;
+    be->adamw = cu_adamw;
+    be->grad_norm = cu_grad_norm;
+    be->all_finite = cu_all_finite;
+    be->scale = cu_scale;
+    be->round_values = cu_round_values;
     be->close = cu_close;
     return be;
 }

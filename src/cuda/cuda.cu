@@ -1,6 +1,8 @@
-// The CUDA backend for the GPU: backend.cuh's kernels and ops compiled by nvcc, with cuBLASLt for the GEMM (bf16
-// operands, fp32 accumulation and output, the fp32 bias fused as an epilogue when cuBLASLt offers one).
+// The CUDA backend for the GPU: backend.cuh's kernels and ops compiled by nvcc, with cuBLASLt for the forward GEMM
+// (bf16 operands, fp32 accumulation and output, the fp32 bias fused as an epilogue when cuBLASLt offers one) and
+// cuBLAS's GemmEx for the others (the backwards', LoRA's fp32 products).
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include "cuda/backend.cuh"
 
@@ -25,8 +27,9 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } Plan;
 
-// Cuda.gemm: cuBLASLt's handle, its workspace and the plans made so far.
+// Cuda.gemm: cuBLASLt's handle, its workspace and the plans made so far; cuBLAS's handle (on the backend's stream).
 typedef struct {
+    cublasHandle_t blas;
     cublasLtHandle_t lt;
     void *lt_ws;
     Plan plans[MAX_PLANS];
@@ -124,6 +127,8 @@ static void gemm_new(Cuda *c) {
     Lt *g = (Lt *)xcalloc(1, sizeof *g);
     LT(cublasLtCreate(&g->lt));
     CK(cudaMalloc(&g->lt_ws, LT_WORKSPACE));
+    LT(cublasCreate(&g->blas));
+    LT(cublasSetStream(g->blas, c->stream));
     c->gemm = g;
 }
 
@@ -132,6 +137,7 @@ static void gemm_free(Cuda *c) {
     for (int i = 0; i < g->n_plans; i++) plan_destroy(&g->plans[i]);
     CK(cudaFree(g->lt_ws));
     LT(cublasLtDestroy(g->lt));
+    LT(cublasDestroy(g->blas));
     free(g);
 }
 
@@ -150,6 +156,22 @@ static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, c
     LT(cublasLtMatmul(g->lt, p->desc, &alpha, weight, p->la, inp, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
                       g->lt_ws, LT_WORKSPACE, c->stream));
     return fused;
+}
+
+// Row-major C (M,N) is column-major C^T (N,M) = op(B)^T op(A)^T: cuBLAS gets B first. B stored (K,N) (tb = 0) reads
+// column-major as B^T, (N,K) already; stored (N,K) (tb = 1) reads as (K,N) and is transposed; A likewise.
+static void gemm_ex(Cuda *c, int bf16, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, int accumulate, float *C, int64_t ldc) {
+    Lt *g = (Lt *)c->gemm;
+    if (M == 0 || N == 0) return;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX)
+        die("%s: a GEMM of %lld x %lld x %lld is past cuBLAS's int sizes", c->name, (long long)M, (long long)N,
+            (long long)K);
+    cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    float beta = accumulate ? 1.0f : 0.0f;
+    LT(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                    &alpha, B, t, (int)ldb, A, t, (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
 }
 
 int cuda_device_count(char *why, size_t n) {

@@ -24,13 +24,16 @@
 #define PQ_MAX_PAGE ((uint64_t)256 << 20)     // one page, decompressed
 // Level entries of the chunks of a row group read at once (~20 bytes each in memory: a few bytes of RLE can
 // claim millions), and the bytes of its pages decompressed, in all. The fuzz build's are smaller, to stay
-// within the fuzzer's memory limit.
+// within the fuzzer's memory limit, and it caps the values of the whole file too: each one becomes a few
+// JSON nodes (allocations), and the harness fails an input that makes over a million.
 #ifdef GRPO_FUZZ
 #define PQ_MAX_VALUES ((int64_t)1 << 22)
 #define PQ_MAX_GROUP_BYTES ((int64_t)1 << 28)
+#define PQ_MAX_FILE_VALUES ((int64_t)1 << 14)
 #else
 #define PQ_MAX_VALUES ((int64_t)1 << 26)
 #define PQ_MAX_GROUP_BYTES ((int64_t)1 << 31)
+#define PQ_MAX_FILE_VALUES INT64_MAX
 #endif
 #define PQ_MAX_DEPTH 32                       // nesting of the schema
 #define PQ_MAX_THRIFT_DEPTH 64
@@ -530,7 +533,7 @@ static void read_footer(ParquetReader *r, const uint8_t *p, size_t n) {
     if (!have_schema || !have_groups || r->num_rows < 0)
         bad(r, "the footer lacks the schema, row groups or row count");
     if (r->n_leaves == 0 && r->num_rows > 0) bad(r, "rows without columns");
-    int64_t sum = 0, bytes = 0;
+    int64_t sum = 0, bytes = 0, values = 0;
     for (int g = 0; g < r->n_groups; g++) {
         if (r->groups[g].num_rows > r->num_rows - sum) break;
         sum += r->groups[g].num_rows;
@@ -554,6 +557,9 @@ static void read_footer(ParquetReader *r, const uint8_t *p, size_t n) {
                 bad(r, "row group %d: column %s has %lld values, more than the %lld this reader takes per "
                     "column chunk (write smaller row groups)", g, leaf->path, (long long)cm->num_values,
                     (long long)PQ_MAX_VALUES);
+            values += cm->num_values;  // each under 2^26, and fewer chunks than footer bytes: no overflow
+            if (values > PQ_MAX_FILE_VALUES)
+                bad(r, "the file holds over %lld values, this build's cap", (long long)PQ_MAX_FILE_VALUES);
         }
     }
     if (sum != r->num_rows) bad(r, "the row groups hold %lld rows, the footer says %lld", (long long)sum,

@@ -4,16 +4,13 @@
 
 void adamw_update(const AdamW *o, float *p, const float *g, float *m, float *v, size_t n, double wd, int64_t t) {
     // The same float operations, in the same order, as torch's single-tensor AdamW.
-    float decay = (float)(1.0 - o->lr * wd), b1 = (float)o->beta1, b2 = (float)o->beta2;
-    float a1 = (float)(1.0 - o->beta1), a2 = (float)(1.0 - o->beta2);
-    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    float step = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2), eps = (float)o->eps;
+    AdamWConstants k = adamw_constants(o, wd, t);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
-        p[i] *= decay;
-        m[i] = m[i] * b1 + a1 * g[i];
-        v[i] = v[i] * b2 + a2 * g[i] * g[i];
-        p[i] += -step * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
+        p[i] *= k.decay;
+        m[i] = m[i] * k.b1 + k.a1 * g[i];
+        v[i] = v[i] * k.b2 + k.a2 * g[i] * g[i];
+        p[i] += -k.step * (m[i] / (sqrtf(v[i]) / k.bc2_sqrt + k.eps));
     }
 }
 

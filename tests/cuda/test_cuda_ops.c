@@ -19,6 +19,7 @@
 #include "base/util.h"
 #include "cuda/cuda_backend.h"
 #include "nn/ops.h"
+#include "nn/optim.h"
 
 #define U 6e-8
 
@@ -176,6 +177,13 @@ static void test_rope(int64_t N, int H, int D) {
     g_gpu->rope_forward(g_gpu, dx, dcs, N, H, D);
     got = down(dx, N * H * D);
     snprintf(op, sizeof op, "rope N%lld H%d D%d", (long long)N, H, D);
+    report(op, rel_err(got, x, N * H * D, 0.0), 1e-6);
+    free(got);
+    g_gpu->upload(g_gpu, dx, x, (size_t)(N * H * D) * 4);  // the backward from the same values
+    rope_backward(x, cs, N, H, D);
+    g_gpu->rope_backward(g_gpu, dx, dcs, N, H, D);
+    got = down(dx, N * H * D);
+    snprintf(op, sizeof op, "rope_backward N%lld H%d D%d", (long long)N, H, D);
     report(op, rel_err(got, x, N * H * D, 0.0), 1e-6);
     free(got), free(pos), free(x), free(cs);
     gfree(dpos), gfree(dx), gfree(dcs);
@@ -424,6 +432,350 @@ static void test_attention_lane_map(void) {
     report(op, bad, 0.0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// training ops: each against the CPU's on the same inputs; gradients that add (+=) start from random values.
+
+// The device result at dev (n floats) against the host's want: report(op, rel_err(..., floor), tol).
+static void check(const char *op, const void *dev, const float *want, int64_t n, double floor, double tol) {
+    float *got = down(dev, n);
+    report(op, rel_err(got, want, n, floor), tol);
+    free(got);
+}
+
+static float *copy_of(const float *x, int64_t n) {
+    float *p = xmalloc((size_t)(n > 0 ? n : 1) * 4);
+    memcpy(p, x, (size_t)n * 4);
+    return p;
+}
+
+static void test_train_elementwise(int64_t n) {
+    char op[96];
+    float *x = randn(n, 3.0f), *y = randn(n, 1.0f), *d = randn(n, 1.0f);
+    float *wg = xmalloc((size_t)n * 4), *wu = xmalloc((size_t)n * 4);
+    void *dx = up(x, (size_t)n * 4), *dy = up(y, (size_t)n * 4), *dd = up(d, (size_t)n * 4);
+    void *dg = g_gpu->alloc(g_gpu, (size_t)n * 4), *du = g_gpu->alloc(g_gpu, (size_t)n * 4);
+    swiglu_backward(wg, wu, d, x, y, n);
+    g_gpu->swiglu_backward(g_gpu, dg, du, dd, dx, dy, n);
+    snprintf(op, sizeof op, "swiglu_backward n%lld (dgate, dup)", (long long)n);
+    float *gg = down(dg, n), *gu = down(du, n);
+    report(op, fmax(rel_err(gg, wg, n, 1e-3), rel_err(gu, wu, n, 1e-3)), 1e-6);  // expf vs exp_approx: ulps
+    free(gg), free(gu);
+    g_gpu->swiglu_backward(g_gpu, dd, du, dd, dx, dy, n);  // dout aliasing dgate
+    snprintf(op, sizeof op, "swiglu_backward n%lld, dout = dgate", (long long)n);
+    check(op, dd, wg, n, 1e-3, 1e-6);
+
+    gelu_forward(wg, x, n);
+    g_gpu->gelu_forward(g_gpu, dg, dx, n);
+    snprintf(op, sizeof op, "gelu n%lld", (long long)n);
+    check(op, dg, wg, n, 1e-3, 1e-6);  // erff on both sides: ulps
+    gelu_backward(wg, d, x, n);
+    g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);
+    g_gpu->gelu_backward(g_gpu, dg, dd, dx, n);
+    snprintf(op, sizeof op, "gelu_backward n%lld", (long long)n);
+    check(op, dg, wg, n, 0.0, 1e-7);  // in double on both sides, then one float product
+
+    memcpy(wg, x, (size_t)n * 4);
+    grad_scale(wg, (size_t)n, 0.37f);
+    g_gpu->upload(g_gpu, dg, x, (size_t)n * 4);
+    g_gpu->scale(g_gpu, dg, (size_t)n, 0.37f);
+    snprintf(op, sizeof op, "scale n%lld", (long long)n);
+    check(op, dg, wg, n, 0.0, 0.0);
+    // rounding: values across fp16's range (normal, subnormal, past 65504) and bf16's
+    float *r = randn(n, 1.0f);
+    for (int64_t i = 0; i < n; i++) r[i] *= powf(2.0f, (float)(i % 48) - 30.0f);
+    g_gpu->upload(g_gpu, dx, r, (size_t)n * 4);
+    const DType kinds[3] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32};
+    for (int k = 0; k < 3; k++) {
+        round_to_dtype(wg, r, (size_t)n, kinds[k]);
+        g_gpu->round_values(g_gpu, dg, dx, (size_t)n, kinds[k]);
+        float *got = down(dg, n);
+        snprintf(op, sizeof op, "round_values %s n%lld (bits)", dtype_name(kinds[k]), (long long)n);
+        report(op, memcmp(got, wg, (size_t)n * 4) ? 1.0 : 0.0, 0.0);
+        free(got);
+    }
+    g_gpu->zero(g_gpu, dg, (size_t)n * 4);
+    memset(wg, 0, (size_t)n * 4);
+    snprintf(op, sizeof op, "zero n%lld", (long long)n);
+    check(op, dg, wg, n, 1.0, 0.0);
+    free(x), free(y), free(d), free(wg), free(wu), free(r);
+    gfree(dx), gfree(dy), gfree(dd), gfree(dg), gfree(du);
+}
+
+// gather_rows / scatter_rows of n rows of width floats out of (into) `rows_total` rows.
+static void test_rows(int64_t rows_total, int64_t n, int64_t width) {
+    char op[96];
+    float *src = randn(rows_total * width, 1.0f), *dst = randn(rows_total * width, 1.0f);
+    int64_t *idx = xmalloc((size_t)n * 8);
+    for (int64_t i = 0; i < n; i++) idx[i] = (i * 7 + 3) % rows_total;  // distinct while n <= rows_total
+    float *want = xmalloc((size_t)(n * width) * 4);
+    backend_cpu()->gather_rows(backend_cpu(), want, src, idx, n, width, 0.5f);
+    void *dsrc = up(src, (size_t)(rows_total * width) * 4), *didx = up(idx, (size_t)n * 8);
+    void *dg = g_gpu->alloc(g_gpu, (size_t)(n * width) * 4), *ddst = up(dst, (size_t)(rows_total * width) * 4);
+    g_gpu->gather_rows(g_gpu, dg, dsrc, didx, n, width, 0.5f);
+    snprintf(op, sizeof op, "gather_rows %lld of %lld, width %lld", (long long)n, (long long)rows_total,
+             (long long)width);
+    check(op, dg, want, n * width, 0.0, 0.0);
+    backend_cpu()->scatter_rows(backend_cpu(), dst, want, idx, n, width, 3.0f);
+    g_gpu->scatter_rows(g_gpu, ddst, dg, didx, n, width, 3.0f);
+    snprintf(op, sizeof op, "scatter_rows %lld of %lld, width %lld", (long long)n, (long long)rows_total,
+             (long long)width);
+    check(op, ddst, dst, rows_total * width, 0.0, 0.0);
+    free(src), free(dst), free(idx), free(want);
+    gfree(dsrc), gfree(didx), gfree(dg), gfree(ddst);
+}
+
+// embedding, RMSNorm and LayerNorm backwards; tokens repeat (V < N) so rows of dtable take several adds.
+static void test_norms_backward(int64_t N, int64_t C, int64_t V) {
+    char op[96];
+    float *x = randn(N * C, 2.0f), *dy = randn(N * C, 1.0f), *w = randn(C, 1.0f), *b = randn(C, 1.0f);
+    float *dx0 = randn(N * C, 1.0f), *dw0 = randn(C, 1.0f), *db0 = randn(C, 1.0f), *dt0 = randn(V * C, 1.0f);
+    uint16_t *w16 = to_bf16(w, C);
+    int32_t *tok = xmalloc((size_t)N * 4);
+    for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(rng_next_u64(&g_rng) % (uint64_t)V);
+    void *dX = up(x, (size_t)(N * C) * 4), *dDY = up(dy, (size_t)(N * C) * 4), *dW16 = up(w16, (size_t)C * 2);
+    void *dWf = up(w, (size_t)C * 4), *dB = up(b, (size_t)C * 4), *dTok = up(tok, (size_t)N * 4);
+    void *ddx = up(dx0, (size_t)(N * C) * 4), *ddw = up(dw0, (size_t)C * 4), *ddb = up(db0, (size_t)C * 4);
+    void *ddt = up(dt0, (size_t)(V * C) * 4);
+    float *wdt = copy_of(dt0, V * C), *wdx = copy_of(dx0, N * C), *wdw = copy_of(dw0, C), *wdb = copy_of(db0, C);
+
+    embedding_backward(wdt, dy, tok, N, C);
+    g_gpu->embedding_backward(g_gpu, ddt, dDY, dTok, N, C);
+    snprintf(op, sizeof op, "embedding_backward N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
+    check(op, ddt, wdt, V * C, 0.0, 0.0);  // the same adds in the same order
+
+    rmsnorm_backward(wdx, wdw, dy, x, w16, DTYPE_BF16, N, C, 1e-6f);
+    g_gpu->rmsnorm_backward(g_gpu, ddx, ddw, dDY, dX, dW16, DTYPE_BF16, N, C, 1e-6f);
+    snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld: dinp", (long long)N, (long long)C);
+    check(op, ddx, wdx, N * C, 0.0, 1e-6);  // sums in double on both sides: rounding of r and r^3 mean
+    snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld: dweight", (long long)N, (long long)C);
+    check(op, ddw, wdw, C, 0.0, 8.0 * U * sqrt((double)N));
+
+    float *want = xmalloc((size_t)(N * C) * 4);
+    layernorm_forward(want, x, w, b, N, C, 1e-6f);
+    void *dout = g_gpu->alloc(g_gpu, (size_t)(N * C) * 4);
+    g_gpu->layernorm_forward(g_gpu, dout, dX, dWf, dB, N, C, 1e-6f);
+    snprintf(op, sizeof op, "layernorm N%lld C%lld", (long long)N, (long long)C);
+    check(op, dout, want, N * C, 0.0, 4e-7);  // statistics in double: rounding only
+    memcpy(wdx, dx0, (size_t)(N * C) * 4);
+    memcpy(wdw, dw0, (size_t)C * 4);
+    g_gpu->upload(g_gpu, ddx, dx0, (size_t)(N * C) * 4);
+    g_gpu->upload(g_gpu, ddw, dw0, (size_t)C * 4);
+    layernorm_backward(wdx, wdw, wdb, dy, x, w, N, C, 1e-6f);
+    g_gpu->layernorm_backward(g_gpu, ddx, ddw, ddb, dDY, dX, dWf, N, C, 1e-6f);
+    snprintf(op, sizeof op, "layernorm_backward N%lld C%lld: dinp, dweight, dbias", (long long)N, (long long)C);
+    float *gx = down(ddx, N * C), *gw = down(ddw, C), *gb = down(ddb, C);
+    double err = fmax(rel_err(gx, wdx, N * C, 0.0), fmax(rel_err(gw, wdw, C, 0.0), rel_err(gb, wdb, C, 0.0)));
+    report(op, err, 1e-6);  // every sum in double: the statistics' last bits only
+    free(gx), free(gw), free(gb);
+    free(x), free(dy), free(w), free(b), free(dx0), free(dw0), free(db0), free(dt0), free(w16), free(tok);
+    free(wdt), free(wdx), free(wdw), free(wdb), free(want);
+    gfree(dX), gfree(dDY), gfree(dW16), gfree(dWf), gfree(dB), gfree(dTok), gfree(ddx), gfree(ddw), gfree(ddb);
+    gfree(ddt), gfree(dout);
+}
+
+// matmul_backward with bf16 operands (dinp, dweight, dbias add), and the fp32 gemm in its four transpositions.
+static void test_matmul_backward(int64_t N, int64_t C, int64_t OC) {
+    char op[96];
+    float *dy = randn(N * OC, 1.0f), *x = randn(N * C, 1.0f), *w = randn(OC * C, 1.0f);
+    float *dx0 = randn(N * C, 1.0f), *dw0 = randn(OC * C, 1.0f), *db0 = randn(OC, 1.0f);
+    uint16_t *dy16 = to_bf16(dy, N * OC), *x16 = to_bf16(x, N * C), *w16 = to_bf16(w, OC * C);
+    float *wdx = copy_of(dx0, N * C), *wdw = copy_of(dw0, OC * C), *wdb = copy_of(db0, OC);
+    void *dDY = up(dy16, (size_t)(N * OC) * 2), *dX = up(x16, (size_t)(N * C) * 2), *dW = up(w16, (size_t)(OC * C) * 2);
+    void *ddx = up(dx0, (size_t)(N * C) * 4), *ddw = up(dw0, (size_t)(OC * C) * 4), *ddb = up(db0, (size_t)OC * 4);
+    matmul_backward(wdx, wdw, wdb, dy16, x16, w16, DTYPE_BF16, N, C, OC);
+    g_gpu->matmul_backward(g_gpu, ddx, ddw, ddb, dDY, dX, dW, DTYPE_BF16, N, C, OC);
+    snprintf(op, sizeof op, "matmul_backward bf16 N%lld C%lld OC%lld: dinp", (long long)N, (long long)C,
+             (long long)OC);
+    check(op, ddx, wdx, N * C, 0.0, 8.0 * U * sqrt((double)OC));
+    snprintf(op, sizeof op, "matmul_backward bf16 N%lld C%lld OC%lld: dweight", (long long)N, (long long)C,
+             (long long)OC);
+    check(op, ddw, wdw, OC * C, 0.0, 8.0 * U * sqrt((double)N));
+    snprintf(op, sizeof op, "matmul_backward bf16 N%lld C%lld OC%lld: dbias", (long long)N, (long long)C,
+             (long long)OC);
+    check(op, ddb, wdb, OC, 0.0, 0.0);  // the same adds in the same order
+    // fp32 gemm: C (M, N') = alpha op(A) op(B) (+ C), with M = N, K = C, N' = OC
+    float *a = randn(N * C, 1.0f), *bm = randn(C * OC, 1.0f), *c0 = randn(N * OC, 1.0f);
+    void *dA = up(a, (size_t)(N * C) * 4), *dBm = up(bm, (size_t)(C * OC) * 4), *dC = g_gpu->alloc(g_gpu, (size_t)(N * OC) * 4);
+    float *want = xmalloc((size_t)(N * OC) * 4);
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1, acc = t != 1;
+        int64_t lda = ta ? N : C, ldb = tb ? C : OC;  // A stored (K, M) when transposed, B (N', K)
+        memcpy(want, c0, (size_t)(N * OC) * 4);
+        g_gpu->upload(g_gpu, dC, c0, (size_t)(N * OC) * 4);
+        backend_cpu()->gemm(backend_cpu(), ta, tb, N, OC, C, 0.5f, a, lda, bm, ldb, acc, want, OC);
+        g_gpu->gemm(g_gpu, ta, tb, N, OC, C, 0.5f, dA, lda, dBm, ldb, acc, dC, OC);
+        snprintf(op, sizeof op, "gemm f32 ta%d tb%d%s M%lld N%lld K%lld", ta, tb, acc ? " +C" : "", (long long)N,
+                 (long long)OC, (long long)C);
+        check(op, dC, want, N * OC, 0.0, 8.0 * U * sqrt((double)C));
+    }
+    free(dy), free(x), free(w), free(dx0), free(dw0), free(db0), free(dy16), free(x16), free(w16);
+    free(wdx), free(wdw), free(wdb), free(a), free(bm), free(c0), free(want);
+    gfree(dDY), gfree(dX), gfree(dW), gfree(ddx), gfree(ddw), gfree(ddb), gfree(dA), gfree(dBm), gfree(dC);
+}
+
+// The forward's log-sum-exp and the backward (dq, dk, dv overwritten) of packed causal sequences with GQA.
+static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, int D) {
+    char op[96];
+    int64_t *off = xmalloc((size_t)(B + 1) * sizeof *off), T = 0;
+    off[0] = 0;
+    for (int b = 0; b < B; b++) {
+        off[b + 1] = off[b] + lens[b];
+        T = lens[b] > T ? lens[b] : T;
+    }
+    int64_t N = off[B], nq = N * H * D, nkv = N * KVH * D, group = H / KVH;
+    float *q = randn(nq, 1.0f), *k = randn(nkv, 1.0f), *v = randn(nkv, 1.0f), *dout = randn(nq, 1.0f);
+    float *out = xmalloc((size_t)nq * 4), *lse = xmalloc((size_t)(N * H) * 4);
+    float *scratch = xmalloc(attention_backward_scratch_floats(T) * 4);
+    float *dq = xmalloc((size_t)nq * 4), *dk = xmalloc((size_t)nkv * 4), *dv = xmalloc((size_t)nkv * 4);
+    attention_forward(out, lse, q, k, v, off, B, H, KVH, D, scratch);
+    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, off, B, H, KVH, D, scratch);
+    void *dQ = up(q, (size_t)nq * 4), *dK = up(k, (size_t)nkv * 4), *dV = up(v, (size_t)nkv * 4);
+    void *dOff = up(off, (size_t)(B + 1) * 8), *dDO = up(dout, (size_t)nq * 4);
+    void *dO = g_gpu->alloc(g_gpu, (size_t)nq * 4), *dL = g_gpu->alloc(g_gpu, (size_t)(N * H) * 4);
+    void *gdq = up(dq, (size_t)nq * 4), *gdk = up(dk, (size_t)nkv * 4), *gdv = up(dv, (size_t)nkv * 4);
+    g_gpu->zero(g_gpu, gdq, (size_t)nq * 4);  // poisoned with the answer, then zeroed: overwritten, not added
+    g_gpu->scale(g_gpu, gdk, (size_t)nkv, 3.0f);
+    g_gpu->scale(g_gpu, gdv, (size_t)nkv, -1.0f);
+    g_gpu->attention_forward(g_gpu, dO, dL, dQ, dK, dV, dOff, B, N, H, KVH, D, NULL);
+    snprintf(op, sizeof op, "attention lse B%d N%lld H%d KVH%d D%d", B, (long long)N, H, KVH, D);
+    check(op, dL, lse, N * H, 1.0, 8.0 * U * (double)(T + D));  // a log of a sum of <= T positive terms
+    // The backward from the CPU's forward (out, lse), so only the backward's own error is measured.
+    g_gpu->upload(g_gpu, dO, out, (size_t)nq * 4);
+    g_gpu->upload(g_gpu, dL, lse, (size_t)(N * H) * 4);
+    g_gpu->attention_backward(g_gpu, gdq, gdk, gdv, dDO, dO, dL, dQ, dK, dV, dOff, B, N, H, KVH, D, NULL);
+    // dq: sums over <= T keys of terms p (dp - delta) k; dk, dv: over <= T queries of each of the group's heads
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dq", B, (long long)N, H, KVH, D);
+    check(op, gdq, dq, nq, 0.0, 8.0 * U * (double)(T + D));
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dk", B, (long long)N, H, KVH, D);
+    check(op, gdk, dk, nkv, 0.0, 8.0 * U * (double)(T * group + D));
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dv", B, (long long)N, H, KVH, D);
+    check(op, gdv, dv, nkv, 0.0, 8.0 * U * (double)(T * group + D));
+    free(off), free(q), free(k), free(v), free(dout), free(out), free(lse), free(scratch), free(dq), free(dk);
+    free(dv);
+    gfree(dQ), gfree(dK), gfree(dV), gfree(dOff), gfree(dDO), gfree(dO), gfree(dL), gfree(gdq), gfree(gdk), gfree(gdv);
+}
+
+// The head's entropy, and its backward with and without the entropy's gradient, with and without out and dW.
+static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
+    char op[96];
+    float *h = randn(N * C, 1.0f), *w = randn(V * C, 0.3f), *dlogp = randn(N, 1.0f), *dent = randn(N, 0.5f);
+    float *dh0 = randn(N * C, 1.0f), *dw0 = randn(V * C, 0.1f);
+    uint16_t *w16 = to_bf16(w, V * C);
+    int32_t *t = xmalloc((size_t)N * 4);
+    for (int64_t i = 0; i < N; i++) {
+        t[i] = i % 7 == 3 ? -1 : (int32_t)(rng_next_u64(&g_rng) % (uint64_t)V);
+        if (i % 5 == 1) dlogp[i] = 0.0f, dent[i] = 0.0f;  // rows without a gradient
+        if (i % 5 == 2) dent[i] = 0.0f;
+    }
+    size_t sf = logprob_scratch_floats(V, C, DTYPE_BF16);
+    float *scratch = xmalloc(sf * 4), *lp = xmalloc((size_t)N * 4), *ent = xmalloc((size_t)N * 4);
+    void *dH = up(h, (size_t)(N * C) * 4), *dW = up(w16, (size_t)(V * C) * 2), *dT = up(t, (size_t)N * 4);
+    void *dDL = up(dlogp, (size_t)N * 4), *dDE = up(dent, (size_t)N * 4);
+    void *ds = g_gpu->alloc(g_gpu, g_gpu->logprob_scratch(g_gpu, V, C, DTYPE_BF16) * 4);
+    void *dlp = g_gpu->alloc(g_gpu, (size_t)N * 4), *dent_out = g_gpu->alloc(g_gpu, (size_t)N * 4);
+    logprob_forward(lp, ent, h, w16, DTYPE_BF16, t, N, C, V, scratch);
+    g_gpu->logprob_forward(g_gpu, dlp, dent_out, dH, dW, DTYPE_BF16, dT, N, C, V, ds);
+    snprintf(op, sizeof op, "logprob_forward bf16 N%lld C%lld V%lld: entropy", (long long)N, (long long)C,
+             (long long)V);
+    // as the log-prob: logits off by 8 u sqrt(C) of their scale 0.3 sqrt(C), sums in double
+    check(op, dent_out, ent, N, 1.0, 8.0 * U * (0.3 * (double)C + 1.0));
+    // The logits' gradient is rounded to bf16 before its two products, as on the CPU: where the two sides' fp32
+    // values straddle a rounding boundary they differ by one bf16 step (2^-8 of that gradient), so dh and dW
+    // carry up to (flipped terms) * 2^-8 * |g| * |W or h|. The bound allows 8 such flips per output at the
+    // largest |g| (<= |dlogp| + |dent| (log V + 1)) times the other operand's largest value.
+    double gmax = max_abs(dlogp, N) + max_abs(dent, N) * (log((double)V) + 1.0);
+    for (int variant = 0; variant < 2; variant++) {
+        const float *de = variant ? dent : NULL;
+        float *wdh = copy_of(dh0, N * C), *wdw = copy_of(dw0, V * C), *wlp = xmalloc((size_t)N * 4);
+        void *gdh = up(dh0, (size_t)(N * C) * 4), *gdw = up(dw0, (size_t)(V * C) * 4);
+        logprob_backward(wdh, wdw, wlp, dlogp, de, h, w16, DTYPE_BF16, t, N, C, V, scratch);
+        g_gpu->logprob_backward(g_gpu, gdh, variant ? NULL : gdw, dlp, dDL, variant ? dDE : NULL, dH, dW, DTYPE_BF16,
+                                dT, N, C, V, ds);
+        const char *what = variant ? "+entropy, no dW" : "";
+        snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: out", (long long)N, (long long)C,
+                 (long long)V, what);
+        check(op, dlp, wlp, N, 1.0, 8.0 * U * (0.3 * (double)C + 1.0));
+        snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: dh", (long long)N, (long long)C,
+                 (long long)V, what);
+        float *got = down(gdh, N * C);
+        double err = rel_err(got, wdh, N * C, 0.0) * fmax(max_abs(wdh, N * C), 1e-30);  // absolute
+        report(op, err, 8.0 * 0x1p-8 * gmax * max_abs(w, V * C) + 8.0 * U * sqrt((double)V) * max_abs(wdh, N * C));
+        free(got);
+        if (!variant) {
+            snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld: dW", (long long)N, (long long)C,
+                     (long long)V);
+            got = down(gdw, V * C);
+            err = rel_err(got, wdw, V * C, 0.0) * fmax(max_abs(wdw, V * C), 1e-30);
+            report(op, err, 8.0 * 0x1p-8 * gmax * max_abs(h, N * C) + 8.0 * U * sqrt((double)N) * max_abs(wdw, V * C));
+            free(got);
+        }
+        free(wdh), free(wdw), free(wlp);
+        gfree(gdh), gfree(gdw);
+    }
+    free(h), free(w), free(dlogp), free(dent), free(dh0), free(dw0), free(w16), free(t), free(scratch), free(lp);
+    free(ent);
+    gfree(dH), gfree(dW), gfree(dT), gfree(dDL), gfree(dDE), gfree(ds), gfree(dlp), gfree(dent_out);
+}
+
+// AdamW over three steps (weight decay on), the gradient's norm, and finiteness with and without an inf / NaN.
+static void test_optimizer(int64_t n) {
+    char op[96];
+    float *p = randn(n, 1.0f), *m = xcalloc((size_t)n, 4), *v = xcalloc((size_t)n, 4);
+    void *dp = up(p, (size_t)n * 4), *dm = up(m, (size_t)n * 4), *dv = up(v, (size_t)n * 4);
+    AdamW o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+    float *g = NULL;
+    void *dg = g_gpu->alloc(g_gpu, (size_t)n * 4);
+    for (int64_t step = 1; step <= 3; step++) {
+        free(g);
+        g = randn(n, 0.01f);
+        g_gpu->upload(g_gpu, dg, g, (size_t)n * 4);
+        adamw_update(&o, p, g, m, v, (size_t)n, o.weight_decay, step);
+        g_gpu->adamw(g_gpu, &o, dp, dg, dm, dv, (size_t)n, o.weight_decay, step);
+    }
+    // the same float operations; the GPU may fuse a multiply-add (one rounding less) per operation
+    snprintf(op, sizeof op, "adamw 3 steps n%lld: p, m, v", (long long)n);
+    float *gp = down(dp, n), *gm = down(dm, n), *gv = down(dv, n);
+    report(op, fmax(rel_err(gp, p, n, 0.0), fmax(rel_err(gm, m, n, 0.0), rel_err(gv, v, n, 0.0))), 8.0 * U);
+    free(gp), free(gm), free(gv);
+    snprintf(op, sizeof op, "grad_norm n%lld", (long long)n);
+    double want = grad_norm(g, (size_t)n), got = g_gpu->grad_norm(g_gpu, dg, (size_t)n);
+    report(op, fabs(got - want) / want, 1e-12);  // sums in double on both sides
+    snprintf(op, sizeof op, "all_finite n%lld: finite, inf, NaN", (long long)n);
+    double bad = g_gpu->all_finite(g_gpu, dg, (size_t)n) != 1;
+    float inf = INFINITY, nan = NAN;
+    g_gpu->upload(g_gpu, (float *)dg + n - 1, &inf, 4);
+    bad += g_gpu->all_finite(g_gpu, dg, (size_t)n) != 0;
+    g_gpu->upload(g_gpu, (float *)dg + n - 1, &g[n - 1], 4);
+    g_gpu->upload(g_gpu, (float *)dg + n / 2, &nan, 4);
+    bad += g_gpu->all_finite(g_gpu, dg, (size_t)n) != 0;
+    bad += g_gpu->all_finite(g_gpu, dg, (size_t)(n / 2)) != 1;  // a prefix before the NaN (empty when n is 1)
+    report(op, bad, 0.0);
+    free(p), free(m), free(v), free(g);
+    gfree(dp), gfree(dm), gfree(dv), gfree(dg);
+}
+
+// Every training op, on shapes that cross the kernels' tiles and blocks, as test_all_ops does for inference.
+static void test_training_ops(void) {
+    test_train_elementwise(1);
+    test_train_elementwise(100003);
+    test_rows(40, 33, 96);
+    test_rows(7, 1, 5);
+    test_norms_backward(37, 896, 20);
+    test_norms_backward(5, 100, 3);
+    test_matmul_backward(37, 96, 130);
+    test_matmul_backward(5, 33, 7);
+    const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2};
+    test_attention_backward(l1, 3, 14, 2, 64);
+    test_attention_backward(l2, 2, 4, 2, 16);
+    test_attention_backward(l3, 3, 6, 2, 24);
+    test_attention_backward(l2, 2, 16, 1, 40);
+    test_attention_backward(l1, 3, 4, 4, 128);
+    test_logprob_backward(300, 64, 1000);
+    test_logprob_backward(5, 96, 3001);
+    test_optimizer(1);
+    test_optimizer(100003);
+}
+
 // Every op on shapes that cross the kernels' tiles and blocks: rows and widths that are not multiples of them,
 // head_dim 16..128 (multiples of 32 or not), long rows, the real vocabulary for the sampler and log-prob head.
 static void test_all_ops(void) {
@@ -456,6 +808,7 @@ static void test_all_ops(void) {
     test_logprob(5, 896, 151936);
     test_sample(37, 1000);
     test_sample(3, 151936);
+    test_training_ops();
 }
 
 // test_cuda_ops [--device cuda|emu]: the GPU (default; skipped without one) or the emulated device.
