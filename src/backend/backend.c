@@ -149,6 +149,12 @@ void backend_missing_training_ops(const Backend *be, char *buf, size_t n) {
     list_if_missing(buf, n, be->round_values != NULL, "round_values");
 }
 
+void backend_require_bf16(const Backend *be, const char *what, const char *option, DType d) {
+    if (be->bf16_weights && d != DTYPE_BF16)
+        die("%s %s computes in bf16 (the master weights and Adam moments stay fp32): set %s to bf16", what, be->name,
+            option);
+}
+
 void backend_require_training(const Backend *be, const char *what) {
     char missing[1024];
     backend_missing_training_ops(be, missing, sizeof missing);

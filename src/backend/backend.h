@@ -17,6 +17,7 @@ typedef struct Backend Backend;
 struct Backend {
     const char *name;  // "cpu", "cuda:0", "emu"
     int on_device;     // memory is not host memory (upload/download needed)
+    int bf16_weights;  // its ops take bf16 weights only (a GPU's): a model there, or a compute copy, is bf16
     void *ctx;         // the backend's own state (CUDA: stream, cuBLASLt handle, scratch)
 
     // Scratch (floats) the ops below need: attention over at most max_T keys (or its backward's), the
@@ -31,6 +32,13 @@ struct Backend {
     void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);  // waits for the ops before
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+    // A device's memory: the most bytes alloc has held at once (the backend's own buffers too), and what the
+    // device has free and in all; NULL on the CPU (the process's RSS is its measure).
+    size_t (*memory_peak)(const Backend *be);
+    void (*memory_info)(const Backend *be, size_t *free_bytes, size_t *total_bytes);
+    // The most bytes of its own buffers (a device's per-row statistics, widened biases, sampler draws) for ops over
+    // at most `rows` rows with `heads` attention heads and projections at most `width` wide; NULL on the CPU.
+    size_t (*memory_own)(const Backend *be, int64_t rows, int heads, int64_t width);
 
     // Ops (nn/ops.h). round_operand: x (n) rounded into dst in dtype dt (a projection's input).
     void (*round_operand)(const Backend *be, DType dt, const float *x, void *dst, int64_t n);
@@ -128,6 +136,9 @@ void backend_close(const Backend *be);
 void backend_missing_training_ops(const Backend *be, char *buf, size_t n);
 // Dies with one line naming `what` (the option that chose be) when be lacks training ops.
 void backend_require_training(const Backend *be, const char *what);
+// Dies with one line when be takes bf16 weights only and the weights `option` sets (a compute copy, a frozen base,
+// a reference) would be d: "`what` NAME computes in bf16: set `option` to bf16".
+void backend_require_bf16(const Backend *be, const char *what, const char *option, DType d);
 // How many CUDA GPUs a --device cuda run could use: 0 without CUDA in the build, a driver or a GPU; -1
 // when the build has CUDA and it cannot be used (its module does not load, a driver older than its
 // runtime). The reason for 0 or -1 goes into why (n bytes): the loader's or CUDA's own words.

@@ -34,7 +34,38 @@ typedef struct {
     size_t result;      // bytes of the final model (or adapter)
     int64_t keep;
     const char *out_dir;
+    const char *device;        // trainer.device when not the CPU: the plan is that device's memory
+    const Backend *device_be;  // that device, open; NULL when it is not here (device_why says why)
+    char device_why[256];
 } DoctorPlan;
+
+// A config for a device: its plan against the device's free memory (grpo train makes the same check at its start).
+static void check_device_memory(Doctor *d, const DoctorPlan *p) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddStringToObject(v, "device", p->device);
+    cJSON_AddNumberToObject(v, "needed_bytes", (double)p->plan.peak);
+    cJSON_AddStringToObject(v, "plan_gib", p->plan_text);
+    char *need = doctor_gib((double)p->plan.peak);
+    const char *fix = "lower data.train_batch_size, rollout.n or the length limits, use LoRA, or set "
+                      "actor.offload_optimizer=true";
+    if (!p->device_be) {
+        doctor_add(d, "device_memory", DOCTOR_WARN, xprintf("%s needed on %s [GiB: %s]; %s", need, p->device,
+                   p->plan_text, p->device_why), "the device visible", "run grpo doctor where the GPU is", v);
+        free(need);
+        return;
+    }
+    size_t free_b = 0, total = 0;
+    p->device_be->memory_info(p->device_be, &free_b, &total);
+    cJSON_AddNumberToObject(v, "free_bytes", (double)free_b);
+    cJSON_AddNumberToObject(v, "total_bytes", (double)total);
+    char *f = doctor_gib((double)free_b), *t = doctor_gib((double)total);
+    char *seen = xprintf("%s needed on %s [GiB: %s], %s free of %s", need, p->device, p->plan_text, f, t);
+    if (p->plan.peak > free_b) doctor_add(d, "device_memory", DOCTOR_FAIL, seen, "needed <= free", fix, v);
+    else if ((double)p->plan.peak > 0.9 * (double)free_b)  // the CUDA context and cuBLAS's workspaces take some
+        doctor_add(d, "device_memory", DOCTOR_WARN, seen, "needed <= 90% of free", fix, v);
+    else doctor_add(d, "device_memory", DOCTOR_PASS, seen, "needed <= 90% of free", "", v);
+    free(need), free(f), free(t);
+}
 
 static void check_memory(Doctor *d, const DoctorPlan *p, int has_config) {
     char *text = doctor_read(d, "/proc/meminfo");
@@ -111,6 +142,28 @@ static void check_disk(Doctor *d, const DoctorPlan *p, const char *dir) {
     free(path), free(f), free(n), free(fix);
 }
 
+// trainer.device opened for its memory, or NULL with the reason in why when it is not on this machine.
+static const Backend *doctor_open_device(const char *spec, char *why, size_t n) {
+    if (strncmp(spec, "cuda", 4) != 0) return backend_open(spec, "trainer.device");
+    char cuda_why[200];
+    int ordinal = spec[4] == ':' ? atoi(spec + 5) : 0, count = backend_cuda_devices(cuda_why, sizeof cuda_why);
+    if (count > ordinal) return backend_open(spec, "trainer.device");
+    if (count < 0) snprintf(why, n, "CUDA cannot be used here: %s", cuda_why);
+    else if (count == 0) snprintf(why, n, "no GPU is visible here (%s)", cuda_why);
+    else snprintf(why, n, "GPU %d is not here (%d visible)", ordinal, count);
+    return NULL;
+}
+
+// The backend whose op table sizes a device's plan when the device is not here: the emulated device runs the CUDA
+// backend's table (without it, the CPU's sizes).
+static const Backend *plan_stand_in(void) {
+#ifdef GRPO_HAVE_EMU
+    return backend_open("emu", "trainer.device");
+#else
+    return backend_cpu();
+#endif
+}
+
 // Sizes the run of a `grpo train` config on this machine: peak memory of its `ranks` processes and
 // the bytes of one checkpoint.
 static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
@@ -131,7 +184,14 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
     }
     Qwen2Config mc;
     qwen2_config_load_vl(&mc, s.model_dir);  // grpo train takes VL models: the plan counts their tower
-    grpo_memory_plan(&s, &mc, backend_cpu(), ranks, &p->plan);
+    const Backend *be = backend_cpu();
+    if (s.device && strcmp(s.device, "cpu") != 0) {
+        p->device = s.device;
+        be = p->device_be = doctor_open_device(s.device, p->device_why, sizeof p->device_why);
+        // a GPU that is not here: the emulated device, whose table is the CUDA backend's, sizes the plan
+        if (!be) be = plan_stand_in();
+    }
+    grpo_memory_plan(&s, &mc, be, ranks, &p->plan);
     p->plan_text = grpo_plan_text(&p->plan);
     p->plan.peak *= (size_t)ranks;  // every rank of this machine holds its own plan
     // The model in save_dtype, Adam's two moments (whole, also under ZeRO), and fp32 master weights
@@ -227,7 +287,8 @@ int cmd_doctor(int argc, char **argv) {
     doctor_check_limits(&d);
     doctor_check_cpu_features(&d);
     doctor_check_threads(&d, ranks);
-    check_memory(&d, &plan, config != NULL);
+    if (plan.device && plan.have) check_device_memory(&d, &plan);
+    else check_memory(&d, &plan, config != NULL);
     check_disk(&d, &plan, cli_str(&spec, "--dir") ? cli_str(&spec, "--dir") : plan.out_dir);
     doctor_check_mpi(&d, ranks);
     doctor_check_pcie(&d);

@@ -45,6 +45,9 @@ static void cuda_check(cudaError_t e, const char *what, const char *file, int li
 // ---------------------------------------------------------------------------------------------
 // state
 
+#define REDUCE_BLOCKS 256   // grad_norm / all_finite: blocks of the first pass, each a partial sum
+#define REDUCE_THREADS 256
+
 typedef struct {
     Backend be;
     char name[24];
@@ -54,8 +57,6 @@ typedef struct {
     int bias_epilogue;  // 0: biases added by k_bias, not the GEMM's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
     float *bias32;      // matmul: the bias widened to fp32, the epilogue's documented type
     int64_t bias_cap;
-    float *prob;  // sampler: (rows, V) probabilities
-    size_t prob_cap;
     double *u;  // sampler: (rows) draws, ids and log-probs
     int32_t *ids;
     float *lps;
@@ -63,6 +64,10 @@ typedef struct {
     void *rows;  // training: per-row statistics (norms' 1/rms, mean and 1/std; attention's rowsum(dO * O))
     size_t rows_bytes;
     double *partial;  // grad_norm / all_finite: REDUCE_BLOCKS block partials, then their sum
+    struct {          // cu_alloc's blocks (cudaFree does not say a size): bytes held now and at most
+        void **p;
+        size_t *bytes, n, cap, in_use, peak;
+    } held;
 } Cuda;
 
 // The includer's GEMM: out (N, OC) fp32 = inp (N, C) bf16 @ weight (OC, C)^T bf16, fp32 accumulation; with bias32
@@ -102,6 +107,15 @@ static void *cu_alloc(const Backend *be, size_t bytes) {
             total >> 20);
     }
     CK(cudaMemsetAsync(p, 0, bytes ? bytes : 1, c->stream));
+    if (c->held.n == c->held.cap) {
+        c->held.cap = c->held.cap ? 2 * c->held.cap : 64;
+        c->held.p = (void **)xrealloc(c->held.p, c->held.cap * sizeof *c->held.p);
+        c->held.bytes = (size_t *)xrealloc(c->held.bytes, c->held.cap * sizeof *c->held.bytes);
+    }
+    c->held.p[c->held.n] = p;
+    c->held.bytes[c->held.n++] = bytes;
+    c->held.in_use += bytes;
+    if (c->held.in_use > c->held.peak) c->held.peak = c->held.in_use;
     return p;
 }
 
@@ -110,6 +124,30 @@ static void cu_free(const Backend *be, void *p) {
     if (!p) return;
     CK(cudaStreamSynchronize(c->stream));
     CK(cudaFree(p));
+    for (size_t i = c->held.n; i-- > 0;)  // the newest first: workspaces come and go
+        if (c->held.p[i] == p) {
+            c->held.in_use -= c->held.bytes[i];
+            c->held.n--;
+            c->held.p[i] = c->held.p[c->held.n];
+            c->held.bytes[i] = c->held.bytes[c->held.n];
+            return;
+        }
+    die("internal: %s: freeing %p, which it did not allocate", be->name, p);
+}
+
+// rows: the largest per-row statistics (attention's delta, a float per row and head; LayerNorm's two doubles; the
+// sampler's draw, id and log-prob), the widened bias, the reduction's partials.
+static size_t cu_memory_own(const Backend *be, int64_t rows, int heads, int64_t width) {
+    (void)be;
+    int64_t per_row = heads * 4 > 16 ? heads * 4 : 16;
+    return (size_t)(rows * per_row + rows * 16 + width * 4) + (REDUCE_BLOCKS + 1) * sizeof(double);
+}
+
+static size_t cu_memory_peak(const Backend *be) { return ((Cuda *)be->ctx)->held.peak; }
+
+static void cu_memory_info(const Backend *be, size_t *free_bytes, size_t *total_bytes) {
+    use(be);
+    CK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 // From pageable memory cudaMemcpyAsync returns once the host bytes are staged: the caller may reuse them.
@@ -535,21 +573,32 @@ static void cu_logprob(const Backend *be, float *out, float *ent, const float *h
 
 #define SAMPLE_THREADS 1024
 
+// A row's unnormalised probabilities p_j = e^((z_j - mx) / T), computed where they are needed (the same float
+// operations each time, so the same bits) instead of kept in a (rows, V) buffer.
+typedef struct {
+    const float *z;
+    float mx, inv_t;
+} Probs;
+
+__device__ float prob(Probs P, int64_t j) { return expf((P.z[j] - P.mx) * P.inv_t); }
+
 // Count (or mass) of the probabilities whose bits are >= t (probabilities are >= 0, so their bit
 // patterns order like their values).
-__device__ double mass_from(const float *p, int64_t V, uint32_t t, int count) {
+__device__ double mass_from(Probs P, int64_t V, uint32_t t, int count) {
     double s = 0.0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-        if (__float_as_uint(p[j]) >= t) s += count ? 1.0 : (double)p[j];
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = prob(P, j);
+        if (__float_as_uint(p) >= t) s += count ? 1.0 : (double)p;
+    }
     return block_sum_d(s);
 }
 
 // The largest threshold t in [lo, bits(1) + 1) with mass_from(t) >= want (count or probability mass).
-__device__ uint32_t threshold(const float *p, int64_t V, uint32_t lo, double want, int count) {
+__device__ uint32_t threshold(Probs P, int64_t V, uint32_t lo, double want, int count) {
     uint32_t hi = __float_as_uint(1.0f) + 1;
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (mass_from(p, V, mid, count) >= want) lo = mid;
+        if (mass_from(P, V, mid, count) >= want) lo = mid;
         else hi = mid;
     }
     return lo;
@@ -561,12 +610,11 @@ __device__ uint32_t threshold(const float *p, int64_t V, uint32_t lo, double wan
 // log p(id) before truncation, as on the CPU.
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 k_sample(const float *logits, int64_t V, float inv_t, int greedy, int top_k, float top_p, const double *u,
-         float *prob, int32_t *ids, float *lps) {
+         int32_t *ids, float *lps) {
     __shared__ double seg_mass[SAMPLE_THREADS];
     __shared__ int64_t chosen;
     int64_t b = blockIdx.x;
     const float *z = logits + b * V;
-    float *p = prob + b * V;
     float best = -INFINITY;
     int64_t arg = V;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
@@ -574,26 +622,26 @@ k_sample(const float *logits, int64_t V, float inv_t, int greedy, int top_k, flo
     arg = block_argmax(best, arg);
     if (arg >= V) arg = 0;  // all NaN
     float mx = z[arg];
+    Probs P = {z, mx, inv_t};
     double s = 0.0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        p[j] = expf((z[j] - mx) * inv_t);
-        s += p[j];
-    }
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += prob(P, j);
     double sum = block_sum_d(s);
     if (greedy) {
         if (threadIdx.x == 0) chosen = arg;
     } else {
         uint32_t t = 0;
-        if (top_k > 0 && top_k < V) t = threshold(p, V, 0, (double)top_k, 1);
+        if (top_k > 0 && top_k < V) t = threshold(P, V, 0, (double)top_k, 1);
         if (top_p < 1.0f) {
-            double kept = top_k > 0 ? mass_from(p, V, t, 0) : sum;
-            t = threshold(p, V, t, top_p * kept, 0);
+            double kept = top_k > 0 ? mass_from(P, V, t, 0) : sum;
+            t = threshold(P, V, t, top_p * kept, 0);
         }
-        double mass = mass_from(p, V, t, 0), target = u[b] * mass;
+        double mass = mass_from(P, V, t, 0), target = u[b] * mass;
         int64_t seg = (V + blockDim.x - 1) / blockDim.x, j0 = threadIdx.x * seg, j1 = j0 + seg < V ? j0 + seg : V;
         double ms = 0.0;
-        for (int64_t j = j0; j < j1; j++)
-            if (__float_as_uint(p[j]) >= t) ms += p[j];
+        for (int64_t j = j0; j < j1; j++) {
+            float p = prob(P, j);
+            if (__float_as_uint(p) >= t) ms += p;
+        }
         seg_mass[threadIdx.x] = ms;
         __syncthreads();
         if (threadIdx.x == 0) {  // the segment the draw falls in, then the id within it
@@ -610,9 +658,10 @@ k_sample(const float *logits, int64_t V, float inv_t, int greedy, int top_k, flo
                 }
                 // the crossing id, or the segment's last kept one if rounding keeps the walk below target
                 for (int64_t j = k * seg; j < k * seg + seg && j < V; j++) {
-                    if (__float_as_uint(p[j]) < t || p[j] == 0.0f) continue;
+                    float p = prob(P, j);
+                    if (__float_as_uint(p) < t || p == 0.0f) continue;
                     pick = j;
-                    if ((c += p[j]) > target) break;
+                    if ((c += p) > target) break;
                 }
                 break;
             }
@@ -631,11 +680,6 @@ static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *l
     (void)scr;
     Cuda *c = use(be);
     if (B == 0) return;
-    if ((size_t)B * (size_t)V > c->prob_cap) {
-        cu_free(be, c->prob);
-        c->prob_cap = (size_t)B * (size_t)V;
-        c->prob = (float *)cu_alloc(be, c->prob_cap * sizeof(float));
-    }
     if (B > c->rows_cap) {
         cu_free(be, c->u);
         cu_free(be, c->ids);
@@ -649,7 +693,7 @@ static void cu_sample(const Backend *be, const SamplerConfig *sc, const float *l
     float inv_t = greedy ? 1.0f : 1.0f / sc->temperature;
     if (!greedy) cu_upload(be, c->u, u, (size_t)B * sizeof(double));
     LAUNCH(k_sample, (unsigned)B, SAMPLE_THREADS, 0, c->stream, logits, V, inv_t, greedy, sc->top_k, sc->top_p, c->u,
-                                                            c->prob, c->ids, c->lps);
+           c->ids, c->lps);
     CK(cudaMemcpyAsync(ids, c->ids, (size_t)B * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
     cu_download(be, logprobs, c->lps, (size_t)B * sizeof(float));
 }
@@ -1098,9 +1142,6 @@ static void cu_adamw(const Backend *be, const AdamW *o, float *p, const float *g
     LAUNCH(k_adamw, blocks_for((int64_t)n, 256), 256, 0, c->stream, p, g, m, v, (int64_t)n, k);
 }
 
-#define REDUCE_BLOCKS 256
-#define REDUCE_THREADS 256
-
 // Block b's sum over its grid-stride elements (a fixed set, in a fixed order): of g^2 (squares), or of the
 // non-finite count.
 __global__ void k_reduce_partial(double *partial, const float *g, int64_t n, int squares) {
@@ -1175,13 +1216,14 @@ static void cu_close(const Backend *be) {
     CK(cudaStreamSynchronize(c->stream));
     gemm_free(c);
     CK(cudaFree(c->bias32));
-    CK(cudaFree(c->prob));
     CK(cudaFree(c->u));
     CK(cudaFree(c->ids));
     CK(cudaFree(c->lps));
     CK(cudaFree(c->rows));
     CK(cudaFree(c->partial));
     CK(cudaStreamDestroy(c->stream));
+    free(c->held.p);
+    free(c->held.bytes);
     free(c);
 }
 
@@ -1226,6 +1268,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     Backend *be = &c->be;
     be->name = c->name;
     be->on_device = 1;
+    be->bf16_weights = 1;
     be->ctx = c;
     c->partial = (double *)cu_alloc(be, (REDUCE_BLOCKS + 1) * sizeof(double));
     be->attention_scratch = cu_attention_scratch;
@@ -1235,6 +1278,9 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->upload = cu_upload;
     be->download = cu_download;
     be->copy = cu_copy;
+    be->memory_peak = cu_memory_peak;
+    be->memory_info = cu_memory_info;
+    be->memory_own = cu_memory_own;
     be->round_operand = cu_round_operand;
     be->embedding_forward = cu_embedding;
     be->rmsnorm_forward = cu_rmsnorm;

@@ -216,10 +216,17 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
     return o;
 }
 
+// A device that computes in bf16 needs bf16 compute weights, or a bf16 frozen base under LoRA.
+static void require_bf16(const Backend *be, const TrainerLora *lora, DType precision) {
+    if (lora->spec.rank > 0 || lora->adapter) backend_require_bf16(be, "--device", "--lora-base-dtype", lora->base_dtype);
+    else backend_require_bf16(be, "--device", "--precision", precision);
+}
+
 void sft_run(const SftConfig *cfg) {
     Sft r = {.cfg = cfg};
     const Backend *be = backend_open(cfg->device ? cfg->device : "cpu", "--device");
     backend_require_training(be, "--device");
+    if (!cfg->resume) require_bf16(be, &cfg->lora, cfg->precision);  // before the output directory is made
     comm_init(&r.comm, cfg->dist_timeout_s);
     comm_pin_cpu(&r.comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -228,6 +235,7 @@ void sft_run(const SftConfig *cfg) {
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);
+    if (ckpt) require_bf16(be, &lora, cfg->precision);  // LoRA or not: as the checkpoint says
     Trainer *tr = &r.tr;
     trainer_init(tr, be, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale,
                  cfg->loss_scale_window, &lora, NULL);

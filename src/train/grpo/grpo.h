@@ -84,6 +84,7 @@ typedef struct {
     size_t vision;           // a VL model's frozen vision tower (fp32; in fixed)
     size_t images;           // and beside the workspace: a step's image features (one image a prompt at the
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
+    size_t backend;          // a device backend's own buffers (Backend.memory_own; in fixed)
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).

@@ -71,8 +71,13 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
     if (c->vl) vision_plan(s, c, &vc, ranks, p);
+    if (be->memory_own) {
+        int64_t rows = micro * max_seq_len(s) > prefill ? micro * max_seq_len(s) : prefill;
+        int64_t width = c->inter > c->heads * c->head_dim ? c->inter : c->heads * c->head_dim;
+        p->backend = be->memory_own(be, rows > seqs ? rows : seqs, (int)c->heads, width > c->hidden ? width : c->hidden);
+    }
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
-    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision + p->backend;
     p->peak = p->fixed + p->workspace + p->images;
     p->sum = p->fixed + p->rollout + p->update + p->images;
 }
@@ -81,13 +86,16 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *vision = p->vision ? xprintf(" + vision tower %.2f + images %.2f", (double)p->vision / GIB,
                                        (double)p->images / GIB)
                              : xstrdup("");
-    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s + "
+    char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
+    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s%s + "
                          "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
                          (double)p->moments / GIB, p->offloaded ? " (offloaded during rollout)" : "",
-                         (double)p->reference / GIB, vision, (double)p->workspace / GIB, (double)p->rollout / GIB,
-                         (double)p->update / GIB, (double)p->peak / GIB, (double)p->sum / GIB);
+                         (double)p->reference / GIB, vision, own, (double)p->workspace / GIB,
+                         (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
+                         (double)p->sum / GIB);
     free(vision);
+    free(own);
     return text;
 }
 

@@ -326,8 +326,12 @@ static void run_finish(Run *r) {
         copy_model_extras(s->model_dir, s->out_dir);
         trainer_save_result(&r->tr, s->out_dir, s->save_dtype, s->model_dir);
         checkpoint_prune(s->out_dir, s->keep);
-        fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; planned %.2f GiB)\n", s->out_dir,
-                grpo_rss_gib("VmHWM:"), (double)r->plan.peak / GIB);
+        const Backend *be = r->tr.master.be;
+        char *device = be->memory_peak ? xprintf("%s peak %.3f GiB, ", be->name, (double)be->memory_peak(be) / GIB)
+                                       : xstrdup("");
+        fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; %splanned %.3f GiB)\n", s->out_dir,
+                grpo_rss_gib("VmHWM:"), device, (double)r->plan.peak / GIB);
+        free(device);
         file_close(r->metrics, r->metrics_path);
     }
     if (r->dump) file_close(r->dump, r->dump_path);
@@ -345,12 +349,33 @@ static void run_finish(Run *r) {
     backend_close(r->be);
 }
 
+// A device's memory against the plan, before the workspace is made: what the plan still needs past what the run
+// holds already (the models) must be free.
+static void plan_fits_device(const Run *r) {
+    const Backend *be = r->tr.master.be;
+    if (!be->memory_info) return;
+    size_t held = be->memory_peak(be), free_bytes = 0, total = 0;
+    be->memory_info(be, &free_bytes, &total);
+    size_t more = r->plan.peak > held ? r->plan.peak - held : 0;
+    if (more > free_bytes)
+        die("trainer.device %s: the memory plan needs %.2f GiB more than the %.2f GiB loaded, and %.2f of the "
+            "device's %.2f GiB are free (grpo doctor --config shows the plan; smaller rollout.n, "
+            "data.train_batch_size or actor.micro_batch_size, LoRA, or actor.offload_optimizer=true lower it)",
+            be->name, (double)more / GIB, (double)held / GIB, (double)free_bytes / GIB, (double)total / GIB);
+}
+
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || global->n_train_files == 0)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
     Run r = {.P_global = global->train_batch_size};
     r.be = backend_open(global->device ? global->device : "cpu", "trainer.device");
     backend_require_training(r.be, "trainer.device");
+    if (grpo_has_lora(global)) {
+        backend_require_bf16(r.be, "trainer.device", "actor.lora.base_dtype", global->lora.base_dtype);
+    } else {
+        backend_require_bf16(r.be, "trainer.device", "actor.precision", global->precision);
+        if (global->loss.kl_coef > 0) backend_require_bf16(r.be, "trainer.device", "model.ref_dtype", global->ref_dtype);
+    }
     comm_init(&r.comm, global->dist_timeout_s);
     comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -365,6 +390,7 @@ void grpo_run(const GrpoSettings *global) {
     free(ckpt);
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
     grpo_memory_plan(global, &r.tr.master.cfg, r.tr.master.be, r.comm.size, &r.plan);
+    plan_fits_device(&r);
     backend_arena_init(r.tr.master.be, &r.workspace, r.plan.workspace);
     if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
