@@ -67,11 +67,11 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     if (t->offloaded) die("internal: trainer_set_dist after trainer_offload_init");
     if (topk_ratio > 0 && zero > 0) die("compression.type topk needs dist.zero 0 (it replaces the all-reduce ZeRO shards)");
-    if (be_of(t)->on_device && (comm->size > 1 || topk_ratio > 0))
-        die("training on %s with %s: the gradients cross processes through MPI on host memory; collectives on "
-            "device memory (NCCL) are not built yet", be_of(t)->name,
-            comm->size > 1 ? "several processes (mpirun)" : "top-k compression (compression.type topk)");
+    if (be_of(t)->on_device && topk_ratio > 0)
+        die("training on %s with top-k compression (compression.type topk): it compresses host gradients; set "
+            "compression.type none", be_of(t)->name);
     t->comm = comm->size > 1 ? comm : NULL;
+    if (t->comm && be_of(t)->on_device) t->host = xmalloc((t->n + t->n / (size_t)comm->size + 1) * F);
     t->zero = t->comm ? zero : 0;
     if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
     if (!t->zero) return;
@@ -80,13 +80,18 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     be_of(t)->free(be_of(t), t->v);
     t->m = slab(t, n_moments(t));  // moments of this rank's shard only
     t->v = slab(t, n_moments(t));
-    if (zero == 2) t->gshard = slab(t, n_moments(t));
+    if (zero == 2 && !t->host) t->gshard = slab(t, n_moments(t));  // a device's shard comes through t->host
 }
 
 // Leaves the gradient's mean over the ranks in this rank's part of the slab ([lo, hi): the whole
 // slab unless ZeRO-2, where only the shard is valid afterwards); returns 1 when every rank must skip.
 static int average_gradients(Trainer *t, int loss_finite) {
-    if (t->zero == 2) {
+    const Backend *be = be_of(t);
+    if (t->zero == 2 && t->host) {  // a device's: through host copies
+        be->download(be, t->host, t->grads, t->n * F);
+        comm_reduce_scatter_mean(t->comm, t->host, t->host + t->n, t->n, "gradients (ZeRO-2 reduce-scatter)");
+        be->upload(be, t->grads + t->lo, t->host + t->n, n_moments(t) * F);
+    } else if (t->zero == 2) {
         comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
         be_of(t)->copy(be_of(t), t->grads + t->lo, t->gshard, n_moments(t) * F);
     } else if (t->topk.ratio > 0) {
@@ -96,6 +101,10 @@ static int average_gradients(Trainer *t, int loss_finite) {
         t->topk_scale = t->scaler.scale;
         Comm single = {.rank = 0, .size = 1};
         topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
+    } else if (t->host) {
+        be->download(be, t->host, t->grads, t->n * F);
+        comm_allreduce_mean(t->comm, t->host, t->n, "gradients");
+        be->upload(be, t->grads, t->host, t->n * F);
     } else if (t->comm) {
         comm_allreduce_mean(t->comm, t->grads, t->n, "gradients");
     }
@@ -190,6 +199,7 @@ void trainer_free(Trainer *t) {
     if (t->offloaded && (munmap(t->offload_map, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0))
         die("closing the optimizer offload file");
     free(t->tensors);
+    free(t->host);
     if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
@@ -253,8 +263,13 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
                 be->adamw(be, &o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
                              t->st.adam_t);
         }
-        if (t->zero)
+        if (t->zero && t->host) {  // a device's: its shard to the host, the whole slab back
+            be->download(be, t->host + t->lo, t->w + t->lo, n_moments(t) * F);
+            comm_allgather(t->comm, t->host + t->lo, t->host, t->n, "parameters (ZeRO all-gather)");
+            be->upload(be, t->w, t->host, t->n * F);
+        } else if (t->zero) {
             comm_allgather(t->comm, t->w + t->lo, t->w, t->n, "parameters (ZeRO all-gather)");
+        }
         t->compute_stale = 1;
     }
     loss_scaler_update(&t->scaler, overflow);

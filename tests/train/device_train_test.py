@@ -12,7 +12,7 @@ the CPU's bf16 run of the same command on the tiny model:
             which softmax's shift invariance makes zero) into full steps of either sign: measured 2e-5 and 2e-3. A
             wrong or missing term is O(1) of the update.
 GRPO runs one step (its rollout samples must be the same tokens: later steps sample from weights that differ in
-their last bits). On the device alone: a run with recompute, a resumed run and a run with offloaded moments write
+their last bits). `mpirun -np 2` on the device (SFT ZeRO-1, GRPO ZeRO-2) ends where one process does (1e-5). On the device alone: a run with recompute, a resumed run and a run with offloaded moments write
 the same bytes as the plain run (deterministic kernels); the device's peak memory is within the run's memory plan;
 and fp32 compute weights are refused in one line naming the option, before any file is written.
 
@@ -196,6 +196,33 @@ if not a.device_only:
     want = digest(T("grpo_emu_2"))
     for name in ("offload", "resumed"):
         check(f"grpo emu {name}: the same bytes as the plain 2-step run", digest(T("grpo_emu_" + name)) == want)
+
+# ---- data parallel: `mpirun -np 2` on the device (gradients and ZeRO's shards cross through host copies) ends where
+# one process does with the same global batch packed the same (tests/train/dist_train_test.py's bar, 1e-5 per
+# tensor, max|a-b| / max|a|, and Adam's eps 1e-5 there too: the k bias's noise would otherwise be full steps)
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2"]
+
+
+def max_rel(f1, f2):
+    x, y = load_safetensors(f1), load_safetensors(f2)
+    return max(float((x[k].double() - y[k].double()).abs().max() / x[k].double().abs().max()) for k in x)
+
+
+if not a.device_only:
+    for name, cmd, zero in [
+            ("sft", ["sft"] + SFT + BF + ["--device", "emu", "--adam-eps", "1e-5", "--no-shuffle"], ["--zero", "1"]),
+            ("grpo", ["train"] + BASE + FULL + ["trainer.device=emu", "trainer.steps=2", "actor.adam_eps=1e-5",
+                                                 "data.train_batch_size=4", "actor.mini_batch_size=2",
+                                                 "actor.micro_batch_size=2", "trainer.dump_samples=false"],
+             ["dist.zero=2"])]:
+        out = lambda d: ["--out", d] if name == "sft" else ["trainer.out_dir=" + d]  # noqa: E731
+        must(cmd + out(T(f"{name}_np1")))
+        p = subprocess.run(MPIRUN + [grpo] + cmd + zero + out(T(f"{name}_np2")), capture_output=True, text=True,
+                           env=env, timeout=600)
+        ok = p.returncode == 0
+        d = max_rel(T(f"{name}_np1", "model.safetensors"), T(f"{name}_np2", "model.safetensors")) if ok else 1.0
+        check(f"{name} emu: mpirun -np 2 ({' '.join(zero)}) == one process (1e-5)", d <= 1e-5,
+              f"max rel {d:.1e}" if ok else p.stderr[-600:])
 
 # ---- refused: fp32 compute weights on a device that computes in bf16, in one line, before any file
 for label, args, out in [
