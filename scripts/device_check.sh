@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks on the device machine, as two calls: a device command may run 10 minutes
 # and a task has 15 minutes of device time, the machine's start included, so each half's step limits sum
-# to 390 s (the device tool's timeout_s: 480):
-#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, vl, generate
-#   bash scripts/device_check.sh perf                      hf-7b, bench
+# to 420 s at most (the device tool's timeout_s: 480):
+#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, vl, generate, train
+#   bash scripts/device_check.sh perf                      hf-7b, bench, train-bench
 # scripts/device_pack.sh made the pack here; the device tool carries .devpack. Steps, most important first:
 #   ops       tests/cuda/test_cuda_ops: every CUDA op against the CPU op
 #   errors    --device cuda:64 (past the GPUs), cuda:x and cuda with --dtype f32: exit 1 with one
@@ -13,8 +13,12 @@
 #   vl        tests/cuda/hf_vl_parity.py: the CPU's Qwen2.5-VL and Qwen2-VL forward (vl_tool) against
 #             transformers' own models and image processor (installed only on the device machine)
 #   generate  tests/rollout/generate_test.py --device cuda: logprobs, sampler statistics, seeding
+#   train     tests/train/device_train_test.py --device cuda: SFT and GRPO (full bf16, LoRA) against the CPU's bf16
+#             runs, recompute / resume / offload bytes, the device's peak memory within the plan
 #   hf-7b     hf_parity.py on the qwen2.5-7b shape (its model is the bench's next)
 #   bench     bench/cuda.py: prefill and decode against transformers, ceilings of this run
+#   train-bench  bench/train_cuda.py: a full fine-tuning step (MFU, against transformers + torch AdamW) and the
+#             7B-shaped LoRA GRPO step (phases, tokens/s, peak memory against the plan)
 # Each step writes $OUT/STEP.log and one line to $OUT/summary-MODE.txt: PASSED, FAILED (with the log's
 # first FAIL line, or its last line), or SKIPPED (no GPU visible: the step did not run; or the step said
 # SKIPPED itself, exit 77). The report ends with the steps' last log lines and one summary line.
@@ -126,19 +130,22 @@ if [ "$mode" = correct ]; then
   step ops 60 env CUDA_LAUNCH_BLOCKING=1 "$R/test_cuda_ops"  # a kernel fault named at its launch
   step errors 30 bash -c errors
   # shellcheck disable=SC2086  # shapes: several words
-  step hf 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  step hf 120 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
   step vl 30 python3 tests/cuda/hf_vl_parity.py --vl-tool "$R/vl_tool" --tmp "$W/vl"
   # bf16: the decode and score log-probs against the float64 reference with bf16 rounding points (mean
   # yardsticks); sampler: the sampling statistics. (greedy, score and repro hold fp32 to 1e-4 or to
   # batch invariance, which a bf16 device does not promise.)
   step generate 120 python3 tests/rollout/generate_test.py --grpo "$R/grpo" --tmp "$W/gen" --device cuda \
     --only bf16 sampler
+  step train 60 python3 tests/train/device_train_test.py --grpo "$R/grpo" --tmp "$W/train" --device cuda \
+    --tokenizer "$R/tok/tokenizer.json"
 else
   # The 7B model hf-7b makes is the bench's; one it left half-written is not.
   step hf-7b 150 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes qwen2.5-7b
   rc=$?
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then rm -rf "$W/hf/qwen2.5-7b"; fi
-  step bench 240 python3 bench/cuda.py --grpo "$R/grpo" --tmp "$W/hf"
+  step bench 150 python3 bench/cuda.py --grpo "$R/grpo" --tmp "$W/hf"
+  step train-bench 120 python3 bench/train_cuda.py --grpo "$R/grpo" --tmp "$W/hf" --tokenizer "$R/tok/tokenizer.json"
 fi
 
 for f in $ran; do

