@@ -253,8 +253,8 @@ static const ConfigKey KEYS[] = {
     KSTR("trainer.out_dir", trainer.out_dir, "runs/grpo",
          "where the final model, checkpoints, metrics.jsonl and samples go"),
     KSTR("trainer.device", trainer.device, "cpu",
-         "where the policy, reference and rollout run: cpu, cuda, cuda:N or emu (a device must have every "
-         "training op: the CUDA backend's are not built yet)"),
+         "where the policy, reference and rollout run: cpu, cuda, cuda:N or emu (a GPU computes in bf16: "
+         "`actor.precision: bf16` and `model.ref_dtype: bf16`, or LoRA with `actor.lora.base_dtype: bf16`)"),
     KBOOL("trainer.resume", trainer.resume, "false", "continue from the newest checkpoint in trainer.out_dir"),
     KBOOL("trainer.overwrite", trainer.overwrite, "false",
           "replace a previous run in trainer.out_dir (its checkpoints, model, metrics); false: refuse"),
