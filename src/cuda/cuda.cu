@@ -6,14 +6,16 @@
 
 #include "cuda/backend.cuh"
 
-#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
+#define LT(call) blas_check((call), "cuBLASLt", #call, __FILE__, __LINE__)
+#define BLAS(call) blas_check((call), "cuBLAS", #call, __FILE__, __LINE__)
 
-static void lt_check(cublasStatus_t s, const char *what, const char *file, int line) {
-    if (s != CUBLAS_STATUS_SUCCESS) die("cuBLASLt: %s failed at %s:%d: status %d", what, file, line, (int)s);
+static void blas_check(cublasStatus_t s, const char *lib, const char *what, const char *file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) die("%s: %s failed at %s:%d: status %d", lib, what, file, line, (int)s);
 }
 
 #define MAX_PLANS 256
 #define LT_WORKSPACE (32u << 20)
+#define BLAS_WORKSPACE (32u << 20)  // cuBLAS's, ours (set on its handle), so that it is counted
 
 // A cuBLASLt matmul for one shape, operand alignment and epilogue (align_bias: the fp32 bias's alignment,
 // 0 without the bias epilogue), made once and reused. ok = 0 remembers that cuBLASLt offered no
@@ -31,7 +33,7 @@ typedef struct {
 typedef struct {
     cublasHandle_t blas;
     cublasLtHandle_t lt;
-    void *lt_ws;
+    void *lt_ws, *blas_ws;
     Plan plans[MAX_PLANS];
     int n_plans;
 } Lt;
@@ -127,17 +129,22 @@ static void gemm_new(Cuda *c) {
     Lt *g = (Lt *)xcalloc(1, sizeof *g);
     LT(cublasLtCreate(&g->lt));
     CK(cudaMalloc(&g->lt_ws, LT_WORKSPACE));
-    LT(cublasCreate(&g->blas));
-    LT(cublasSetStream(g->blas, c->stream));
+    CK(cudaMalloc(&g->blas_ws, BLAS_WORKSPACE));
+    BLAS(cublasCreate(&g->blas));
+    BLAS(cublasSetStream(g->blas, c->stream));  // resets the workspace: set it after
+    BLAS(cublasSetWorkspace(g->blas, g->blas_ws, BLAS_WORKSPACE));
     c->gemm = g;
 }
+
+static size_t gemm_workspace_bytes(void) { return LT_WORKSPACE + BLAS_WORKSPACE; }
 
 static void gemm_free(Cuda *c) {
     Lt *g = (Lt *)c->gemm;
     for (int i = 0; i < g->n_plans; i++) plan_destroy(&g->plans[i]);
     CK(cudaFree(g->lt_ws));
     LT(cublasLtDestroy(g->lt));
-    LT(cublasDestroy(g->blas));
+    BLAS(cublasDestroy(g->blas));
+    CK(cudaFree(g->blas_ws));
     free(g);
 }
 
@@ -158,7 +165,9 @@ static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, c
     return fused;
 }
 
-// Row-major C (M,N) is column-major C^T (N,M) = op(B)^T op(A)^T: cuBLAS gets B first. B stored (K,N) (tb = 0) reads
+// Row-major C (M,N) is column-major C^T (N,M) = op(B)^T op(A)^T: cuBLAS gets B first. Run to run deterministic on one
+// stream; cuBLAS may split K by the shape, so a row's bits may depend on the rows beside it (LoRA's products in
+// rollout are not batch-invariant on a GPU, unlike the cuBLASLt forward). B stored (K,N) (tb = 0) reads
 // column-major as B^T, (N,K) already; stored (N,K) (tb = 1) reads as (K,N) and is transposed; A likewise.
 static void gemm_ex(Cuda *c, int bf16, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                     int64_t lda, const void *B, int64_t ldb, int accumulate, float *C, int64_t ldc) {
@@ -169,9 +178,9 @@ static void gemm_ex(Cuda *c, int bf16, int ta, int tb, int64_t M, int64_t N, int
             (long long)K);
     cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     float beta = accumulate ? 1.0f : 0.0f;
-    LT(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
-                    &alpha, B, t, (int)ldb, A, t, (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-                    CUBLAS_GEMM_DEFAULT));
+    BLAS(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+                      (int)K, &alpha, B, t, (int)ldb, A, t, (int)lda, &beta, C, CUDA_R_32F, (int)ldc,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 int cuda_device_count(char *why, size_t n) {

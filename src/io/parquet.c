@@ -24,16 +24,17 @@
 #define PQ_MAX_PAGE ((uint64_t)256 << 20)     // one page, decompressed
 // Level entries of the chunks of a row group read at once (~20 bytes each in memory: a few bytes of RLE can
 // claim millions), and the bytes of its pages decompressed, in all. The fuzz build's are smaller, to stay
-// within the fuzzer's memory limit, and it caps the values of the whole file too: each one becomes a few
-// JSON nodes (allocations), and the harness fails an input that makes over a million.
+// within the fuzzer's memory limit, and it caps the JSON nodes the whole file's rows can make (allocations: the
+// harness fails an input that makes over a million): a node per value, and per row one per schema node (a
+// row's groups, nulls included).
 #ifdef GRPO_FUZZ
 #define PQ_MAX_VALUES ((int64_t)1 << 22)
 #define PQ_MAX_GROUP_BYTES ((int64_t)1 << 28)
-#define PQ_MAX_FILE_VALUES ((int64_t)1 << 14)
+#define PQ_MAX_FILE_NODES ((int64_t)1 << 15)
 #else
 #define PQ_MAX_VALUES ((int64_t)1 << 26)
 #define PQ_MAX_GROUP_BYTES ((int64_t)1 << 31)
-#define PQ_MAX_FILE_VALUES INT64_MAX
+#define PQ_MAX_FILE_NODES INT64_MAX
 #endif
 #define PQ_MAX_DEPTH 32                       // nesting of the schema
 #define PQ_MAX_THRIFT_DEPTH 64
@@ -558,10 +559,10 @@ static void read_footer(ParquetReader *r, const uint8_t *p, size_t n) {
                     "column chunk (write smaller row groups)", g, leaf->path, (long long)cm->num_values,
                     (long long)PQ_MAX_VALUES);
             values += cm->num_values;  // each under 2^26, and fewer chunks than footer bytes: no overflow
-            if (values > PQ_MAX_FILE_VALUES)
-                bad(r, "the file holds over %lld values, this build's cap", (long long)PQ_MAX_FILE_VALUES);
         }
     }
+    if ((double)values + (double)r->num_rows * r->n_nodes > (double)PQ_MAX_FILE_NODES)
+        bad(r, "the file's rows would make over %lld JSON nodes, this build's cap", (long long)PQ_MAX_FILE_NODES);
     if (sum != r->num_rows) bad(r, "the row groups hold %lld rows, the footer says %lld", (long long)sum,
                                 (long long)r->num_rows);
 }

@@ -55,9 +55,7 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
         t->n = t->master.n_params;
     }
     t->tensors = checkpoint_tensors(&t->master, t->has_lora ? &t->lora : NULL, &t->n_tensors);
-    t->grads = slab(t, t->n);
-    t->m = slab(t, t->n);
-    t->v = slab(t, t->n);
+    t->grads = slab(t, t->n);  // m and v: on first need (moments_ready), so offloaded ones never fill a device
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
     t->hi = t->n;
@@ -75,11 +73,7 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     t->zero = t->comm ? zero : 0;
     if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
     if (!t->zero) return;
-    comm_shard(t->n, comm->rank, comm->size, &t->lo, &t->hi);
-    be_of(t)->free(be_of(t), t->m);
-    be_of(t)->free(be_of(t), t->v);
-    t->m = slab(t, n_moments(t));  // moments of this rank's shard only
-    t->v = slab(t, n_moments(t));
+    comm_shard(t->n, comm->rank, comm->size, &t->lo, &t->hi);  // the moments: this rank's shard only
     if (zero == 2 && !t->host) t->gshard = slab(t, n_moments(t));  // a device's shard comes through t->host
 }
 
@@ -148,11 +142,18 @@ void trainer_offload_init(Trainer *t, const char *dir) {
     if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
     float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
-    be->download(be, map, t->m, nm * F);
-    be->download(be, map + nm, t->v, nm * F);
-    if (!be->on_device) {  // host moments live in the mapping itself: AdamW faults them back in
+    if (t->m) {  // moments made already (else the file's zeros are them)
+        be->download(be, map, t->m, nm * F);
+        be->download(be, map + nm, t->v, nm * F);
         be->free(be, t->m);
         be->free(be, t->v);
+    }
+    if (be->on_device) {  // a device's moments stay in the mapping; AdamW streams them through two chunks
+        size_t chunk = nm < TRAINER_OFFLOAD_CHUNK ? nm : TRAINER_OFFLOAD_CHUNK;
+        t->mchunk = slab(t, chunk);
+        t->vchunk = slab(t, chunk);
+        t->m = t->v = NULL;
+    } else {  // host moments live in the mapping itself: AdamW faults them back in
         t->m = map, t->v = map + nm;
     }
     t->offload_map = map;
@@ -163,15 +164,7 @@ void trainer_offload_init(Trainer *t, const char *dir) {
 
 void trainer_offload(Trainer *t) {
     if (!t->offloaded) return;
-    const Backend *be = be_of(t);
-    size_t nm = n_moments(t), bytes = 2 * nm * F;
-    if (be->on_device && t->m) {  // a device's moments go to the file and leave device memory
-        be->download(be, t->offload_map, t->m, nm * F);
-        be->download(be, t->offload_map + nm, t->v, nm * F);
-        be->free(be, t->m);
-        be->free(be, t->v);
-        t->m = t->v = NULL;
-    }
+    size_t bytes = 2 * n_moments(t) * F;
     if (msync(t->offload_map, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
     if (madvise(t->offload_map, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
     // Clean pages now; also drop them from the page cache, so the memory is really free for rollout.
@@ -179,14 +172,30 @@ void trainer_offload(Trainer *t) {
     if (err) die("releasing the optimizer moments' file pages: %s", strerror(err));
 }
 
-// A device's moments back from the offload file before AdamW or a checkpoint needs them.
-static void moments_back(Trainer *t) {
-    if (t->m) return;
-    size_t nm = n_moments(t);
-    t->m = slab(t, nm);
-    t->v = slab(t, nm);
-    be_of(t)->upload(be_of(t), t->m, t->offload_map, nm * F);
-    be_of(t)->upload(be_of(t), t->v, t->offload_map + nm, nm * F);
+// The moments in the backend's memory, zeroed, when they are first needed (not when offloaded: the mapping holds them).
+static void moments_ready(Trainer *t) {
+    if (t->m || t->offloaded) return;
+    t->m = slab(t, n_moments(t));
+    t->v = slab(t, n_moments(t));
+}
+
+// AdamW on the slab's elements [a, b) (inside this rank's shard). A device's offloaded moments come up from the
+// mapping a chunk at a time and go back after it.
+static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double wd) {
+    const Backend *be = be_of(t);
+    if (t->m) {
+        be->adamw(be, o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd, t->st.adam_t);
+        return;
+    }
+    float *hm = t->offload_map + (a - t->lo), *hv = t->offload_map + n_moments(t) + (a - t->lo);
+    for (size_t c = a; c < b; c += TRAINER_OFFLOAD_CHUNK) {
+        size_t len = b - c < TRAINER_OFFLOAD_CHUNK ? b - c : TRAINER_OFFLOAD_CHUNK;
+        be->upload(be, t->mchunk, hm + (c - a), len * F);
+        be->upload(be, t->vchunk, hv + (c - a), len * F);
+        be->adamw(be, o, t->w + c, t->grads + c, t->mchunk, t->vchunk, len, wd, t->st.adam_t);
+        be->download(be, hm + (c - a), t->mchunk, len * F);
+        be->download(be, hv + (c - a), t->vchunk, len * F);
+    }
 }
 
 void trainer_free(Trainer *t) {
@@ -200,6 +209,8 @@ void trainer_free(Trainer *t) {
         die("closing the optimizer offload file");
     free(t->tensors);
     free(t->host);
+    if (t->mchunk) be->free(be, t->mchunk);
+    if (t->vchunk) be->free(be, t->vchunk);
     if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
@@ -247,7 +258,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         if (t->scaler.scale != 1.0) be->scale(be, g, n_moments(t), (float)(1.0 / t->scaler.scale));
         norm = global_norm(t);
         if (t->clip > 0 && t->clip / (norm + 1e-6) < 1.0) be->scale(be, g, n_moments(t), (float)(t->clip / (norm + 1e-6)));
-        moments_back(t);
+        moments_ready(t);
         AdamW o = t->adam;
         o.lr = lr;
         t->st.adam_t++;
@@ -259,9 +270,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             int no_decay = strstr(x->name, "bias") || strstr(x->name, "norm") || strstr(x->name, "ln_q");
             double wd = no_decay ? 0.0 : o.weight_decay;
-            if (a < b)
-                be->adamw(be, &o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd,
-                             t->st.adam_t);
+            if (a < b) adamw_range(t, &o, a, b, wd);
         }
         if (t->zero && t->host) {  // a device's: its shard to the host, the whole slab back
             be->download(be, t->host + t->lo, t->w + t->lo, n_moments(t) * F);
@@ -278,9 +287,21 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
     return norm;
 }
 
+// This rank's moments, m then v (2 n_moments floats), into host memory dst.
+static void moments_to_host(const Trainer *t, float *dst) {
+    const Backend *be = be_of(t);
+    size_t nm = n_moments(t);
+    if (!t->m) {  // a device's, offloaded: in the mapping
+        memcpy(dst, t->offload_map, 2 * nm * F);
+        return;
+    }
+    be->download(be, dst, t->m, nm * F);
+    be->download(be, dst + nm, t->v, nm * F);
+}
+
 void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *model_dir, int64_t keep) {
     const Backend *be = be_of(t);
-    moments_back(t);
+    moments_ready(t);
     const float *m = t->m, *v = t->v;
     float *full = NULL;
     if (t->zero) {  // the moments' shards, sent to rank 0 one rank at a time (only rank 0 holds them all)
@@ -289,10 +310,7 @@ void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *mod
         if (t->comm->rank == 0) full = xmalloc(2 * t->n * F);
         for (int r = 0; r < t->comm->size; r++) {
             comm_shard(t->n, r, t->comm->size, &lo, &hi);
-            if (r == t->comm->rank) {
-                be->download(be, buf, t->m, (hi - lo) * F);
-                be->download(be, buf + (hi - lo), t->v, (hi - lo) * F);
-            }
+            if (r == t->comm->rank) moments_to_host(t, buf);
             comm_bcast(t->comm, buf, 2 * (hi - lo) * F, r, "optimizer moments (checkpoint)");
             if (full) {
                 memcpy(full + lo, buf, (hi - lo) * F);
@@ -301,10 +319,11 @@ void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *mod
         }
         free(buf);
         m = full, v = full + t->n;
+    } else if (be->on_device && !t->m) {  // offloaded: the mapping is host memory already
+        m = t->offload_map, v = t->offload_map + t->n;
     } else if (be->on_device) {  // the file is written from host memory
         full = xmalloc(2 * t->n * F);
-        be->download(be, full, t->m, t->n * F);
-        be->download(be, full + t->n, t->v, t->n * F);
+        moments_to_host(t, full);
         m = full, v = full + t->n;
     }
     if (!t->comm || t->comm->rank == 0)
@@ -317,11 +336,17 @@ void trainer_save(Trainer *t, const char *out, DType save_dtype, const char *mod
 
 void trainer_load(Trainer *t, const char *dir) {
     const Backend *be = be_of(t);
+    moments_ready(t);
     if (t->zero || be->on_device) {  // read the whole moments on the host, keep this rank's shard
         float *full = xmalloc(2 * t->n * F);
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, full, full + t->n, &t->st);
-        be->upload(be, t->m, full + t->lo, n_moments(t) * F);
-        be->upload(be, t->v, full + t->n + t->lo, n_moments(t) * F);
+        if (t->m) {
+            be->upload(be, t->m, full + t->lo, n_moments(t) * F);
+            be->upload(be, t->v, full + t->n + t->lo, n_moments(t) * F);
+        } else {  // a device's, offloaded: into the mapping
+            memcpy(t->offload_map, full + t->lo, n_moments(t) * F);
+            memcpy(t->offload_map + n_moments(t), full + t->n + t->lo, n_moments(t) * F);
+        }
         free(full);
     } else {
         checkpoint_load(dir, &t->master, t->has_lora ? &t->lora : NULL, t->m, t->v, &t->st);

@@ -42,9 +42,10 @@ typedef struct {
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
-    int offloaded, offload_fd;  // m and v go to a file-backed mapping while not needed (trainer_offload_init)
-    float *offload_map;         // that mapping: m then v (a host run's m and v point into it; a device's are
-                                // downloaded into it and freed by trainer_offload, NULL until AdamW needs them)
+    int offloaded, offload_fd;  // m and v live in a file-backed mapping (trainer_offload_init)
+    float *offload_map;         // that mapping: m then v. A host run's m and v point into it; a device's stay
+                                // there too (m, v NULL) and AdamW streams them through mchunk / vchunk
+    float *mchunk, *vchunk;     // a device's chunk of the offloaded moments (TRAINER_OFFLOAD_CHUNK floats each)
     // Data parallelism (trainer_set_dist): gradients are averaged over comm's ranks before the step.
     Comm *comm;            // NULL: one process
     int zero;              // 0: full moments on every rank; 1: each rank keeps and updates only its
@@ -72,8 +73,9 @@ void trainer_free(Trainer *t);
 // trainer_offload_init. With comm->size 1 only the compression applies (to one rank's gradient).
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio);
 // Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
-// trainer_offload can give their memory back while they are not needed (GRPO's rollout). On a device the moments
-// are copied into it and out of device memory by trainer_offload, and back before the next AdamW.
+// trainer_offload can give their memory back while they are not needed (GRPO's rollout). On a device they leave
+// device memory for good: AdamW streams them through two chunks of TRAINER_OFFLOAD_CHUNK floats on the device.
+#define TRAINER_OFFLOAD_CHUNK ((size_t)1 << 24)
 void trainer_offload_init(Trainer *t, const char *dir);
 // Writes the moments to their file and drops them from memory and the page cache; the next AdamW
 // reads them back on first touch. No-op without trainer_offload_init.

@@ -656,10 +656,59 @@ static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, 
 }
 
 // The head's entropy, and its backward with and without the entropy's gradient, with and without out and dW.
+// The logits' gradient g is rounded to bf16 before its two products, on both sides: where the two sides' fp32 g
+// straddle a rounding boundary they differ by one bf16 step (8 significant bits: at most 2^-7 |g|), so an output of
+// dh = g W may differ by 2^-7 sum_j |g_rj| |W_jc|, and of dW = g^T h16 by 2^-7 sum_r |g_rj| |h_rc|; the products'
+// fp32 sums add 8 u sqrt(K) of the same sums. g's magnitudes from the CPU's logits (h rounded to bf16, as the head does), in double:
+// bh (N, C) and bw (V, C) are those bounds per output.
+static void head_grad_bounds(const float *h, const uint16_t *w16, const int32_t *t, const float *dlogp,
+                             const float *dent, int64_t N, int64_t C, int64_t V, double *bh, double *bw) {
+    uint16_t *h16 = to_bf16(h, N * C);
+    float *z = xmalloc((size_t)(N * V) * 4), *hr = xmalloc((size_t)(N * C) * 4), *wr = xmalloc((size_t)(V * C) * 4);
+    matmul_forward(z, h16, w16, NULL, DTYPE_BF16, N, C, V);
+    for (int64_t e = 0; e < N * C; e++) hr[e] = fabsf(bf16_to_f32(h16[e]));
+    for (int64_t e = 0; e < V * C; e++) wr[e] = fabsf(bf16_to_f32(w16[e]));
+    double *ag = xcalloc((size_t)V, sizeof *ag), kh = 0x1p-7 + 8.0 * U * sqrt((double)V);
+    double kw = 0x1p-7 + 8.0 * U * sqrt((double)N);
+    memset(bw, 0, (size_t)(V * C) * sizeof *bw);
+    for (int64_t r = 0; r < N; r++) {
+        const float *zr = z + r * V;
+        double mx = -INFINITY, sum = 0.0, H = 0.0, d = t[r] >= 0 ? dlogp[r] : 0.0;
+        double de = t[r] >= 0 && dent ? dent[r] : 0.0;
+        for (int64_t j = 0; j < V; j++) mx = fmax(mx, zr[j]);
+        for (int64_t j = 0; j < V; j++) sum += exp(zr[j] - mx);
+        for (int64_t j = 0; j < V; j++) H -= exp(zr[j] - mx) / sum * (zr[j] - mx - log(sum));
+        for (int64_t j = 0; j < V; j++) {
+            double p = exp(zr[j] - mx) / sum, lp = zr[j] - mx - log(sum);
+            ag[j] = fabs(-d * p - de * p * (lp + H) + (j == t[r] ? d : 0.0));
+        }
+        for (int64_t c = 0; c < C; c++) {
+            double a = 0.0;
+            for (int64_t j = 0; j < V; j++) a += ag[j] * wr[j * C + c];
+            bh[r * C + c] = kh * a;
+        }
+        for (int64_t j = 0; j < V; j++)
+            for (int64_t c = 0; c < C; c++) bw[j * C + c] += kw * ag[j] * hr[r * C + c];
+    }
+    free(h16), free(z), free(hr), free(wr), free(ag);
+}
+
+// max over outputs of |got - want| / bound (a pass is <= 1), 1e-30 absolute as a bound's floor.
+static double bounded_err(const float *got, const float *want, const double *bound, int64_t n) {
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (bound[i] + 1e-30);
+        worst = e > worst || e != e ? e : worst;
+    }
+    return worst;
+}
+
+// The head's entropy, and its backward: the log-prob's gradient alone (with out and dW), with the entropy's (no
+// dW), and the entropy's alone (dW); rows without a target or a gradient.
 static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
     char op[96];
     float *h = randn(N * C, 1.0f), *w = randn(V * C, 0.3f), *dlogp = randn(N, 1.0f), *dent = randn(N, 0.5f);
-    float *dh0 = randn(N * C, 1.0f), *dw0 = randn(V * C, 0.1f);
+    float *dh0 = randn(N * C, 1.0f), *dw0 = randn(V * C, 0.1f), *zeros = xcalloc((size_t)N, 4);
     uint16_t *w16 = to_bf16(w, V * C);
     int32_t *t = xmalloc((size_t)N * 4);
     for (int64_t i = 0; i < N; i++) {
@@ -669,8 +718,9 @@ static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
     }
     size_t sf = logprob_scratch_floats(V, C, DTYPE_BF16);
     float *scratch = xmalloc(sf * 4), *lp = xmalloc((size_t)N * 4), *ent = xmalloc((size_t)N * 4);
+    double *bh = xmalloc((size_t)(N * C) * sizeof *bh), *bw = xmalloc((size_t)(V * C) * sizeof *bw);
     void *dH = up(h, (size_t)(N * C) * 4), *dW = up(w16, (size_t)(V * C) * 2), *dT = up(t, (size_t)N * 4);
-    void *dDL = up(dlogp, (size_t)N * 4), *dDE = up(dent, (size_t)N * 4);
+    void *dDL = up(dlogp, (size_t)N * 4), *dDE = up(dent, (size_t)N * 4), *dZ = up(zeros, (size_t)N * 4);
     void *ds = g_gpu->alloc(g_gpu, g_gpu->logprob_scratch(g_gpu, V, C, DTYPE_BF16) * 4);
     void *dlp = g_gpu->alloc(g_gpu, (size_t)N * 4), *dent_out = g_gpu->alloc(g_gpu, (size_t)N * 4);
     logprob_forward(lp, ent, h, w16, DTYPE_BF16, t, N, C, V, scratch);
@@ -679,42 +729,39 @@ static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
              (long long)V);
     // as the log-prob: logits off by 8 u sqrt(C) of their scale 0.3 sqrt(C), sums in double
     check(op, dent_out, ent, N, 1.0, 8.0 * U * (0.3 * (double)C + 1.0));
-    // The logits' gradient is rounded to bf16 before its two products, as on the CPU: where the two sides' fp32
-    // values straddle a rounding boundary they differ by one bf16 step (2^-8 of that gradient), so dh and dW
-    // carry up to (flipped terms) * 2^-8 * |g| * |W or h|. The bound allows 8 such flips per output at the
-    // largest |g| (<= |dlogp| + |dent| (log V + 1)) times the other operand's largest value.
-    double gmax = max_abs(dlogp, N) + max_abs(dent, N) * (log((double)V) + 1.0);
-    for (int variant = 0; variant < 2; variant++) {
-        const float *de = variant ? dent : NULL;
+    const char *names[3] = {"log-prob", "+entropy, no dW", "entropy alone"};
+    for (int variant = 0; variant < 3; variant++) {
+        const float *dl = variant == 2 ? zeros : dlogp, *de = variant ? dent : NULL;
+        int with_dw = variant != 1;
         float *wdh = copy_of(dh0, N * C), *wdw = copy_of(dw0, V * C), *wlp = xmalloc((size_t)N * 4);
         void *gdh = up(dh0, (size_t)(N * C) * 4), *gdw = up(dw0, (size_t)(V * C) * 4);
-        logprob_backward(wdh, wdw, wlp, dlogp, de, h, w16, DTYPE_BF16, t, N, C, V, scratch);
-        g_gpu->logprob_backward(g_gpu, gdh, variant ? NULL : gdw, dlp, dDL, variant ? dDE : NULL, dH, dW, DTYPE_BF16,
-                                dT, N, C, V, ds);
-        const char *what = variant ? "+entropy, no dW" : "";
+        logprob_backward(wdh, with_dw ? wdw : NULL, wlp, dl, de, h, w16, DTYPE_BF16, t, N, C, V, scratch);
+        g_gpu->logprob_backward(g_gpu, gdh, with_dw ? gdw : NULL, dlp, variant == 2 ? dZ : dDL, variant ? dDE : NULL,
+                                dH, dW, DTYPE_BF16, dT, N, C, V, ds);
+        head_grad_bounds(h, w16, t, dl, de, N, C, V, bh, bw);
         snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: out", (long long)N, (long long)C,
-                 (long long)V, what);
+                 (long long)V, names[variant]);
         check(op, dlp, wlp, N, 1.0, 8.0 * U * (0.3 * (double)C + 1.0));
-        snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: dh", (long long)N, (long long)C,
-                 (long long)V, what);
+        snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: dh / bound", (long long)N, (long long)C,
+                 (long long)V, names[variant]);
         float *got = down(gdh, N * C);
-        double err = rel_err(got, wdh, N * C, 0.0) * fmax(max_abs(wdh, N * C), 1e-30);  // absolute
-        report(op, err, 8.0 * 0x1p-8 * gmax * max_abs(w, V * C) + 8.0 * U * sqrt((double)V) * max_abs(wdh, N * C));
+        for (int64_t e = 0; e < N * C; e++) got[e] -= dh0[e], wdh[e] -= dh0[e];  // the gradients, not dh0 + them
+        report(op, bounded_err(got, wdh, bh, N * C), 1.0);
         free(got);
-        if (!variant) {
-            snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld: dW", (long long)N, (long long)C,
-                     (long long)V);
+        if (with_dw) {
+            snprintf(op, sizeof op, "logprob_backward N%lld C%lld V%lld %s: dW / bound", (long long)N, (long long)C,
+                     (long long)V, names[variant]);
             got = down(gdw, V * C);
-            err = rel_err(got, wdw, V * C, 0.0) * fmax(max_abs(wdw, V * C), 1e-30);
-            report(op, err, 8.0 * 0x1p-8 * gmax * max_abs(h, N * C) + 8.0 * U * sqrt((double)N) * max_abs(wdw, V * C));
+            for (int64_t e = 0; e < V * C; e++) got[e] -= dw0[e], wdw[e] -= dw0[e];
+            report(op, bounded_err(got, wdw, bw, V * C), 1.0);
             free(got);
         }
         free(wdh), free(wdw), free(wlp);
         gfree(gdh), gfree(gdw);
     }
-    free(h), free(w), free(dlogp), free(dent), free(dh0), free(dw0), free(w16), free(t), free(scratch), free(lp);
-    free(ent);
-    gfree(dH), gfree(dW), gfree(dT), gfree(dDL), gfree(dDE), gfree(ds), gfree(dlp), gfree(dent_out);
+    free(h), free(w), free(dlogp), free(dent), free(dh0), free(dw0), free(zeros), free(w16), free(t), free(scratch);
+    free(lp), free(ent), free(bh), free(bw);
+    gfree(dH), gfree(dW), gfree(dT), gfree(dDL), gfree(dDE), gfree(dZ), gfree(ds), gfree(dlp), gfree(dent_out);
 }
 
 // AdamW over three steps (weight decay on), the gradient's norm, and finiteness with and without an inf / NaN.

@@ -60,11 +60,14 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         rollout_dt = s->lora.base_dtype;
     }
     size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
+    size_t chunk = TRAINER_OFFLOAD_CHUNK * 4 < shard ? TRAINER_OFFLOAD_CHUNK * 4 : shard;
+    // a device's offloaded moments stay on the host: two chunks of them on the device
+    size_t moments = s->offload_optimizer && be->on_device ? 2 * chunk : 2 * shard;
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
     int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = policy, .compute = compute, .moments = 2 * shard, .reference = reference,
+        .policy = policy, .compute = compute, .moments = moments, .reference = reference,
         .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
         .rollout = rollout_workspace_bytes(be, c, rollout_dt, seqs, max_seq_len(s), prefill),
         .update = grpo_update_ws_bytes(s, c, be, micro, max_seq_len(s)),
@@ -90,7 +93,8 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s%s + "
                          "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
-                         (double)p->moments / GIB, p->offloaded ? " (offloaded during rollout)" : "",
+                         (double)p->moments / GIB, !p->offloaded ? "" : p->moments < p->offloaded ? " (two chunks; on the host)"
+                                                                                     : " (offloaded during rollout)",
                          (double)p->reference / GIB, vision, own, (double)p->workspace / GIB,
                          (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
                          (double)p->sum / GIB);

@@ -354,7 +354,7 @@ static void run_finish(Run *r) {
 static void plan_fits_device(const Run *r) {
     const Backend *be = r->tr.master.be;
     if (!be->memory_info) return;
-    size_t held = be->memory_peak(be), free_bytes = 0, total = 0;
+    size_t held = be->memory_held(be), free_bytes = 0, total = 0;
     be->memory_info(be, &free_bytes, &total);
     size_t more = r->plan.peak > held ? r->plan.peak - held : 0;
     if (more > free_bytes)
@@ -386,13 +386,14 @@ void grpo_run(const GrpoSettings *global) {
                                         "model.path"};
     char *ckpt = run_dir_claim(s->out_dir, s->model_dir, s->resume, s->overwrite, lead, &dir_opts);
     run_load(&r);
+    // before a checkpoint's moments are read: offloaded ones never fill a device's memory
+    if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
     run_open(&r, ckpt);
     free(ckpt);
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
     grpo_memory_plan(global, &r.tr.master.cfg, r.tr.master.be, r.comm.size, &r.plan);
     plan_fits_device(&r);
     backend_arena_init(r.tr.master.be, &r.workspace, r.plan.workspace);
-    if (s->offload_optimizer) trainer_offload_init(&r.tr, s->out_dir);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);
     Stream stream;
