@@ -189,6 +189,20 @@ for name, extra, weights in [("full", FULL, "model.safetensors"), ("lora", GLORA
           0 < m["device_peak_bytes"] <= m["device_planned_bytes"],
           f"{m['device_peak_bytes']} of {m['device_planned_bytes']} bytes")
 
+# grpo doctor --config on the same run: its device_memory check plans what the run planned (the emulated device
+# stands in for a GPU that is not here; on the device machine it is the GPU itself)
+cfg = T("doctor.yaml")
+with open(cfg, "w") as f:
+    f.write("trainer:\n  device: %s\n" % DEV)
+p = subprocess.run([grpo, "doctor", "--json", "--config", cfg] + BASE + FULL + ["trainer.steps=1"], capture_output=True,
+                   text=True, env=env, timeout=120)
+checks = {c["id"]: c for c in json.loads(p.stdout)["checks"]} if p.stdout.startswith("{") else {}
+planned = metrics(T(f"grpo_full_{DEV}"))[-1]["device_planned_bytes"]
+dm = checks.get("device_memory", {})
+check(f"grpo doctor --config, trainer.device {DEV}: the run's device plan, against the device's free memory",
+      dm.get("status") == "PASS" and dm.get("values", {}).get("needed_bytes") == planned and "memory" not in checks,
+      f"{dm.get('observed', p.stderr[-300:])}; the run planned {planned}")
+
 # the device alone: offloaded moments, and a run resumed after step 1, write the plain 2-step run's bytes
 two = ["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=2"]
 if not a.device_only:

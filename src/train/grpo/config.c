@@ -231,7 +231,8 @@ static const ConfigKey KEYS[] = {
     KBOOL("actor.recompute", actor.recompute, "false",
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
-          "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout"),
+          "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout (on a "
+          "device: never in device memory; AdamW streams them in chunks)"),
     KBOOL("actor.vision.train_merger", actor.vision.train_merger, "false",
           "a vision-language model's patch merger trains with the language model (full fine-tuning; the rest of "
           "the vision tower stays frozen)"),
