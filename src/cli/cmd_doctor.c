@@ -36,6 +36,7 @@ typedef struct {
     const char *out_dir;
     const char *device;        // trainer.device when not the CPU: the plan is that device's memory
     const Backend *device_be;  // that device, open; NULL when it is not here (device_why says why)
+    const Backend *sized_by;   // the backend that sized the plan (that device, or its stand-in): closed at the end
     char device_why[256];
 } DoctorPlan;
 
@@ -190,6 +191,7 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
         be = p->device_be = doctor_open_device(s.device, p->device_why, sizeof p->device_why);
         // a GPU that is not here: the emulated device, whose table is the CUDA backend's, sizes the plan
         if (!be) be = plan_stand_in();
+        p->sized_by = be;
     }
     grpo_memory_plan(&s, &mc, be, ranks, &p->plan);
     p->plan_text = grpo_plan_text(&p->plan);
@@ -293,6 +295,7 @@ int cmd_doctor(int argc, char **argv) {
     doctor_check_mpi(&d, ranks);
     doctor_check_pcie(&d);
     doctor_check_gpus(&d);
+    backend_close(plan.sized_by);
 
     int failed = 0;
     for (int i = 0; i < d.n; i++) failed |= d.checks[i].status == DOCTOR_FAIL;

@@ -218,8 +218,10 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
 
 // A device that computes in bf16 needs bf16 compute weights, or a bf16 frozen base under LoRA.
 static void require_bf16(const Backend *be, const TrainerLora *lora, DType precision) {
-    if (lora->spec.rank > 0 || lora->adapter) backend_require_bf16(be, "--device", "--lora-base-dtype", lora->base_dtype);
-    else backend_require_bf16(be, "--device", "--precision", precision);
+    if (lora->spec.rank > 0 || lora->adapter)
+        backend_require_bf16(be, "--device", "--lora-base-dtype", lora->base_dtype);
+    else
+        backend_require_bf16(be, "--device", "--precision", precision);
 }
 
 void sft_run(const SftConfig *cfg) {

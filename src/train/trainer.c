@@ -172,7 +172,7 @@ void trainer_offload(Trainer *t) {
     if (err) die("releasing the optimizer moments' file pages: %s", strerror(err));
 }
 
-// The moments in the backend's memory, zeroed, when they are first needed (not when offloaded: the mapping holds them).
+// The moments in the backend's memory, zeroed, when first needed (not when offloaded: the mapping holds them).
 static void moments_ready(Trainer *t) {
     if (t->m || t->offloaded) return;
     t->m = slab(t, n_moments(t));

@@ -580,7 +580,8 @@ static void test_matmul_backward(int64_t N, int64_t C, int64_t OC) {
     float *dx0 = randn(N * C, 1.0f), *dw0 = randn(OC * C, 1.0f), *db0 = randn(OC, 1.0f);
     uint16_t *dy16 = to_bf16(dy, N * OC), *x16 = to_bf16(x, N * C), *w16 = to_bf16(w, OC * C);
     float *wdx = copy_of(dx0, N * C), *wdw = copy_of(dw0, OC * C), *wdb = copy_of(db0, OC);
-    void *dDY = up(dy16, (size_t)(N * OC) * 2), *dX = up(x16, (size_t)(N * C) * 2), *dW = up(w16, (size_t)(OC * C) * 2);
+    void *dDY = up(dy16, (size_t)(N * OC) * 2), *dX = up(x16, (size_t)(N * C) * 2);
+    void *dW = up(w16, (size_t)(OC * C) * 2);
     void *ddx = up(dx0, (size_t)(N * C) * 4), *ddw = up(dw0, (size_t)(OC * C) * 4), *ddb = up(db0, (size_t)OC * 4);
     matmul_backward(wdx, wdw, wdb, dy16, x16, w16, DTYPE_BF16, N, C, OC);
     g_gpu->matmul_backward(g_gpu, ddx, ddw, ddb, dDY, dX, dW, DTYPE_BF16, N, C, OC);
@@ -595,7 +596,8 @@ static void test_matmul_backward(int64_t N, int64_t C, int64_t OC) {
     check(op, ddb, wdb, OC, 0.0, 0.0);  // the same adds in the same order
     // fp32 gemm: C (M, N') = alpha op(A) op(B) (+ C), with M = N, K = C, N' = OC
     float *a = randn(N * C, 1.0f), *bm = randn(C * OC, 1.0f), *c0 = randn(N * OC, 1.0f);
-    void *dA = up(a, (size_t)(N * C) * 4), *dBm = up(bm, (size_t)(C * OC) * 4), *dC = g_gpu->alloc(g_gpu, (size_t)(N * OC) * 4);
+    void *dA = up(a, (size_t)(N * C) * 4), *dBm = up(bm, (size_t)(C * OC) * 4);
+    void *dC = g_gpu->alloc(g_gpu, (size_t)(N * OC) * 4);
     float *want = xmalloc((size_t)(N * OC) * 4);
     for (int t = 0; t < 4; t++) {
         int ta = t & 1, tb = t >> 1, acc = t != 1;
@@ -652,15 +654,16 @@ static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, 
     check(op, gdv, dv, nkv, 0.0, 8.0 * U * (double)(T * group + D));
     free(off), free(q), free(k), free(v), free(dout), free(out), free(lse), free(scratch), free(dq), free(dk);
     free(dv);
-    gfree(dQ), gfree(dK), gfree(dV), gfree(dOff), gfree(dDO), gfree(dO), gfree(dL), gfree(gdq), gfree(gdk), gfree(gdv);
+    gfree(dQ), gfree(dK), gfree(dV), gfree(dOff), gfree(dDO), gfree(dO), gfree(dL);
+    gfree(gdq), gfree(gdk), gfree(gdv);
 }
 
 // The head's entropy, and its backward with and without the entropy's gradient, with and without out and dW.
 // The logits' gradient g is rounded to bf16 before its two products, on both sides: where the two sides' fp32 g
 // straddle a rounding boundary they differ by one bf16 step (8 significant bits: at most 2^-7 |g|), so an output of
 // dh = g W may differ by 2^-7 sum_j |g_rj| |W_jc|, and of dW = g^T h16 by 2^-7 sum_r |g_rj| |h_rc|; the products'
-// fp32 sums add 8 u sqrt(K) of the same sums. g's magnitudes from the CPU's logits (h rounded to bf16, as the head does), in double:
-// bh (N, C) and bw (V, C) are those bounds per output.
+// fp32 sums add 8 u sqrt(K) of the same sums. g's magnitudes from the CPU's logits (h rounded to bf16, as the head
+// does), in double: bh (N, C) and bw (V, C) are those bounds per output.
 static void head_grad_bounds(const float *h, const uint16_t *w16, const int32_t *t, const float *dlogp,
                              const float *dent, int64_t N, int64_t C, int64_t V, double *bh, double *bw) {
     uint16_t *h16 = to_bf16(h, N * C);

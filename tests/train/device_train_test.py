@@ -13,9 +13,10 @@ the CPU's bf16 run of the same command on the tiny model:
             which softmax's shift invariance makes zero) into full steps of either sign: measured 2e-5 and 2e-3. A
             wrong or missing term is O(1) of the update.
 GRPO runs one step (its rollout samples must be the same tokens: later steps sample from weights that differ in
-their last bits). `mpirun -np 2` on the device (SFT ZeRO-1, GRPO ZeRO-2) ends where one process does (1e-5). On the device alone: a run with recompute, a resumed run and a run with offloaded moments write
-the same bytes as the plain run (deterministic kernels); the device's peak memory is within the run's memory plan;
-and fp32 compute weights are refused in one line naming the option, before any file is written.
+their last bits). `mpirun -np 2` on the device (SFT ZeRO-1, GRPO ZeRO-2) ends where one process does (1e-5). On
+the device alone: a run with recompute, a resumed run and a run with offloaded moments write the same bytes as the
+plain run (deterministic kernels); the device's peak memory is within the run's memory plan, which `grpo doctor
+--config` plans too; and fp32 compute weights are refused in one line naming the option, before any file.
 
 --device-only (the ASan build's run): the device's runs alone (SFT full and LoRA, GRPO with offloaded moments over
 two steps and LoRA), each of which must finish, with the memory check: the emulator's device memory is poisoned
@@ -113,7 +114,8 @@ model = T("model")
 must(["init", "--out", model, "--tokenizer", a.tokenizer, "--seed", "3"])
 with open(T("sft.jsonl"), "w") as f:
     for i in range(24):
-        f.write(json.dumps({"prompt": "Sort %d%d%d" % (i % 7, i % 5, i % 3), "completion": "%d" % (i * 37 % 1000)}) + "\n")
+        row = {"prompt": "Sort %d%d%d" % (i % 7, i % 5, i % 3), "completion": "%d" % (i * 37 % 1000)}
+        f.write(json.dumps(row) + "\n")
 with open(T("grpo.jsonl"), "w") as f:
     for i in range(8):
         f.write(json.dumps({"prompt": "What is %d + %d?" % (i, i + 1), "answer": "#### %d" % (2 * i + 1)}) + "\n")
@@ -168,7 +170,8 @@ GKEYS = ["reward_mean", "kl", "entropy", "pg_loss", "grad_norm"]
 for name, extra, weights in [("full", FULL, "model.safetensors"), ("lora", GLORA, "adapter_model.safetensors")]:
     if a.device_only:
         # full: two steps with offloaded moments (rollout, reference, update, offload, checkpoints); LoRA: one
-        extra = extra + (["actor.offload_optimizer=true", "trainer.steps=2"] if name == "full" else ["trainer.steps=1"])
+        more = ["actor.offload_optimizer=true", "trainer.steps=2"] if name == "full" else ["trainer.steps=1"]
+        extra = extra + more
         must(["train"] + BASE + extra + ["trainer.device=" + DEV, "trainer.out_dir=" + T(f"grpo_{name}_emu")])
         m = metrics(T(f"grpo_{name}_emu"))[-1]
         check(f"grpo {name} {DEV}: device peak within the memory plan",
@@ -194,8 +197,8 @@ for name, extra, weights in [("full", FULL, "model.safetensors"), ("lora", GLORA
 cfg = T("doctor.yaml")
 with open(cfg, "w") as f:
     f.write("trainer:\n  device: %s\n" % DEV)
-p = subprocess.run([grpo, "doctor", "--json", "--config", cfg] + BASE + FULL + ["trainer.steps=1"], capture_output=True,
-                   text=True, env=env, timeout=120)
+p = subprocess.run([grpo, "doctor", "--json", "--config", cfg] + BASE + FULL + ["trainer.steps=1"],
+                   capture_output=True, text=True, env=env, timeout=120)
 checks = {c["id"]: c for c in json.loads(p.stdout)["checks"]} if p.stdout.startswith("{") else {}
 planned = metrics(T(f"grpo_full_{DEV}"))[-1]["device_planned_bytes"]
 dm = checks.get("device_memory", {})
@@ -208,7 +211,8 @@ two = ["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=2"]
 if not a.device_only:
     must(two + ["trainer.out_dir=" + T("grpo_emu_2")])
     must(two + ["actor.offload_optimizer=true", "trainer.out_dir=" + T("grpo_emu_offload")])
-    must(["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=1", "trainer.out_dir=" + T("grpo_emu_resumed")])
+    must(["train"] + BASE + FULL + ["trainer.device=" + DEV, "trainer.steps=1",
+                                    "trainer.out_dir=" + T("grpo_emu_resumed")])
     must(two + ["trainer.resume=true", "trainer.out_dir=" + T("grpo_emu_resumed")])
     want = digest(T("grpo_emu_2"))
     for name in ("offload", "resumed"):

@@ -77,7 +77,9 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
     if (be->memory_own) {
         int64_t rows = micro * max_seq_len(s) > prefill ? micro * max_seq_len(s) : prefill;
         int64_t width = c->inter > c->heads * c->head_dim ? c->inter : c->heads * c->head_dim;
-        p->backend = be->memory_own(be, rows > seqs ? rows : seqs, (int)c->heads, width > c->hidden ? width : c->hidden);
+        if (rows < seqs) rows = seqs;
+        if (width < c->hidden) width = c->hidden;
+        p->backend = be->memory_own(be, rows, (int)c->heads, width);
     }
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
     p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision + p->backend;
@@ -90,11 +92,13 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
                                        (double)p->images / GIB)
                              : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
-    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f%s%s + "
-                         "workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
+    const char *moments = "";
+    if (p->offloaded)  // a device's stay on the host, in two chunks on the device
+        moments = p->moments < p->offloaded ? " (two chunks; on the host)" : " (offloaded during rollout)";
+    char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f"
+                         "%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
-                         (double)p->moments / GIB, !p->offloaded ? "" : p->moments < p->offloaded ? " (two chunks; on the host)"
-                                                                                     : " (offloaded during rollout)",
+                         (double)p->moments / GIB, moments,
                          (double)p->reference / GIB, vision, own, (double)p->workspace / GIB,
                          (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
                          (double)p->sum / GIB);

@@ -374,7 +374,8 @@ void grpo_run(const GrpoSettings *global) {
         backend_require_bf16(r.be, "trainer.device", "actor.lora.base_dtype", global->lora.base_dtype);
     } else {
         backend_require_bf16(r.be, "trainer.device", "actor.precision", global->precision);
-        if (global->loss.kl_coef > 0) backend_require_bf16(r.be, "trainer.device", "model.ref_dtype", global->ref_dtype);
+        if (global->loss.kl_coef > 0)
+            backend_require_bf16(r.be, "trainer.device", "model.ref_dtype", global->ref_dtype);
     }
     comm_init(&r.comm, global->dist_timeout_s);
     comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
