@@ -33,8 +33,10 @@ int cmd_sft(int argc, char **argv) {
          NULL, 0},
         {"--max-pixels", "N", "vision-language models: the image processor's max_pixels (default: the model's)",
          NULL, 0},
-        {"--device", "cpu|cuda[:N]|emu", "where training runs (a device must have every training op: the CUDA "
-                                         "backend's are not built yet)", "cpu", 0},
+        {"--device", "cpu|cuda[:N]|emu", "where training runs: the CPU, a GPU, or the emulated device (a device "
+                                         "computes in bf16: --precision bf16, or LoRA on a bf16 base)", "cpu", 0},
+        {"--offload-params", NULL, "a device's full fine-tuning: the fp32 master weights, Adam moments and AdamW "
+         "on the host (the device holds the bf16 compute copy and the gradients)", NULL, 0},
         {"--precision", "P", "compute weights: fp32, bf16 or fp16 (fp32 master weights either way)", "fp32", 0},
         {"--loss-scale", "X", "fp16: initial loss scale", "1024", 0},
         {"--loss-scale-window", "N", "fp16: double the scale after N clean steps (0: static scale)", "1000", 0},
@@ -86,6 +88,7 @@ int cmd_sft(int argc, char **argv) {
         .resume = cli_str(&spec, "--resume") != NULL,
         .force = cli_str(&spec, "--force") != NULL,
         .recompute = cli_str(&spec, "--recompute") != NULL,
+        .offload_params = cli_str(&spec, "--offload-params") != NULL,
         .shuffle = cli_str(&spec, "--no-shuffle") == NULL,
         .filter_overlong = cli_str(&spec, "--filter-overlong-prompts") != NULL,
         .min_pixels = cli_str(&spec, "--min-pixels") ? cli_int(&spec, "--min-pixels", 1, INT64_C(1) << 40) : 0,

@@ -109,7 +109,7 @@ typedef struct {
 // The workspace for the activations of the largest micro-batch, and the micro-batch buffers.
 static void sft_workspace(Sft *r) {
     const Qwen2Config *c = &r->tr.master.cfg;
-    const Backend *be = r->tr.master.be;
+    const Backend *be = r->tr.be;
     int64_t max_tokens = max_micro_tokens(&r->data, r->b), max_seq = max_micro_tokens(&r->data, 1);
     DType wdt = r->tr.has_lora ? r->tr.master.dtype : compute_storage(r->cfg->precision);
     size_t buffers = (size_t)max_tokens * 2 * sizeof(float);
@@ -127,7 +127,7 @@ static void sft_workspace(Sft *r) {
 
 static void sft_workspace_free(Sft *r) {
     qwen2_train_free(&r->act);
-    backend_arena_free(r->tr.master.be, &r->arena);
+    backend_arena_free(r->tr.be, &r->arena);
     free(r->tokens), free(r->targets), free(r->host_logp), free(r->host_dlogp), free(r->seq_off);
 }
 
@@ -217,18 +217,21 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
 }
 
 // A device that computes in bf16 needs bf16 compute weights, or a bf16 frozen base under LoRA.
-static void require_bf16(const Backend *be, const TrainerLora *lora, DType precision) {
-    if (lora->spec.rank > 0 || lora->adapter)
+// The options a device (or --offload-params) needs, for a run with or without LoRA.
+static void check_device(const Backend *be, const TrainerLora *lora, const SftConfig *cfg) {
+    int has_lora = lora->spec.rank > 0 || lora->adapter;
+    if (has_lora)
         backend_require_bf16(be, "--device", "--lora-base-dtype", lora->base_dtype);
     else
-        backend_require_bf16(be, "--device", "--precision", precision);
+        backend_require_bf16(be, "--device", "--precision", cfg->precision);
+    if (cfg->offload_params) trainer_check_params_on_host(be, "--device", "--offload-params", has_lora, 0);
 }
 
 void sft_run(const SftConfig *cfg) {
     Sft r = {.cfg = cfg};
     const Backend *be = backend_open(cfg->device ? cfg->device : "cpu", "--device");
     backend_require_training(be, "--device");
-    if (!cfg->resume) require_bf16(be, &cfg->lora, cfg->precision);  // before the output directory is made
+    if (!cfg->resume) check_device(be, &cfg->lora, cfg);  // before the output directory is made
     comm_init(&r.comm, cfg->dist_timeout_s);
     comm_pin_cpu(&r.comm, cfg->pin_cpu ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -237,10 +240,10 @@ void sft_run(const SftConfig *cfg) {
     char *ckpt = run_dir_claim(cfg->out_dir, cfg->model_dir, cfg->resume, cfg->force, lead, &dir_opts);
     TrainerLora lora = cfg->lora;
     if (ckpt) resume_lora(&lora, ckpt);
-    if (ckpt) require_bf16(be, &lora, cfg->precision);  // LoRA or not: as the checkpoint says
+    if (ckpt) check_device(be, &lora, cfg);  // LoRA or not: as the checkpoint says
     Trainer *tr = &r.tr;
     trainer_init(tr, be, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale,
-                 cfg->loss_scale_window, &lora, NULL);
+                 cfg->loss_scale_window, &lora, NULL, cfg->offload_params);
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
     const Qwen2Config *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;

@@ -22,6 +22,7 @@ typedef struct {
     double loss_scale;            // fp16: initial scale
     int64_t loss_scale_window;    // fp16: clean steps before the scale doubles; 0 = static
     int resume, recompute, shuffle;
+    int offload_params;           // a device's fp32 master and optimizer on the host (Trainer.params_on_host)
     int force;                    // replace a previous run in out_dir (its checkpoints and files)
     double dist_timeout_s;        // under mpirun: see grpo train's dist.* and compression.* keys
     int zero, pin_cpu;            // pin_cpu: 1 = "block"

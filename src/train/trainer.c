@@ -19,21 +19,30 @@
 // Elements of the moments this rank keeps: the whole slab, or its ZeRO shard.
 static size_t n_moments(const Trainer *t) { return t->hi - t->lo; }
 
-// The backend the trainer's slabs live in and its optimizer ops run on: the master's.
+// The backend the trainer's slabs live in and its optimizer ops run on: the master's (the host's when
+// params_on_host; the passes' gradients are t->be's).
 static const Backend *be_of(const Trainer *t) { return t->master.be; }
+
+// The gradients the optimizer steps with: the passes' slab, or its host copy.
+static float *opt_grads(const Trainer *t) { return t->params_on_host ? t->hgrads : t->grads; }
 
 // n floats of the backend's memory, zeroed (at least one, so a rank's empty shard is a valid pointer).
 static float *slab(const Trainer *t, size_t n) { return be_of(t)->alloc(be_of(t), (n ? n : 1) * F); }
 
 void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW adam, double clip, DType precision,
                   double loss_scale, int64_t loss_scale_window, const TrainerLora *lora,
-                  const VisionConfig *train_merger) {
+                  const VisionConfig *train_merger, int params_on_host) {
     backend_require_training(be, "training on");  // before any work (the commands check first, naming the option)
     memset(t, 0, sizeof *t);
+    t->be = be;
+    t->params_on_host = params_on_host && be->on_device;
+    int lora_on = lora && (lora->spec.rank > 0 || lora->adapter);
+    if (t->params_on_host && (lora_on || train_merger))
+        die("internal: the master on the host with %s", lora_on ? "LoRA" : "a trained merger");
     t->adam = adam;
     t->clip = clip;
     t->precision = precision;
-    t->has_lora = lora && (lora->spec.rank > 0 || lora->adapter);
+    t->has_lora = lora_on;
     if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
     if (t->has_lora && train_merger) die("internal: a trained merger with LoRA");
     // a vision-language model: its language model (the tower is the caller's, frozen), and its merger
@@ -41,7 +50,7 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
     qwen2_config_load_vl(&c, model_dir);
     vl_config_merger(&c, train_merger);
     qwen2_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
-    qwen2_to_backend(&t->master, be);
+    if (!t->params_on_host) qwen2_to_backend(&t->master, be);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
@@ -55,11 +64,21 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
         t->n = t->master.n_params;
     }
     t->tensors = checkpoint_tensors(&t->master, t->has_lora ? &t->lora : NULL, &t->n_tensors);
-    t->grads = slab(t, t->n);  // m and v: on first need (moments_ready), so offloaded ones never fill a device
+    t->grads = be->alloc(be, t->n * F);  // m and v: on first need (moments_ready): offloaded ones never fill a device
+    if (t->params_on_host) t->hgrads = slab(t, t->n);
     t->scaler = (LossScaler){precision == DTYPE_F16 ? loss_scale : 1.0, precision == DTYPE_F16 ? loss_scale_window : 0, 0};
     t->st.loss_scale = t->scaler.scale;
     t->hi = t->n;
     t->compute_stale = 1;
+}
+
+void trainer_check_params_on_host(const Backend *be, const char *device, const char *option, int lora,
+                                  int train_merger) {
+    if (!be->on_device)
+        die("%s keeps a device's master weights on the host; with %s %s they are there already", option, device,
+            be->name);
+    if (lora) die("%s is for full fine-tuning: LoRA trains small adapters on a frozen base, with no master", option);
+    if (train_merger) die("%s with a trained merger (actor.vision.train_merger) is not supported", option);
 }
 
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
@@ -81,28 +100,30 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
 // slab unless ZeRO-2, where only the shard is valid afterwards); returns 1 when every rank must skip.
 static int average_gradients(Trainer *t, int loss_finite) {
     const Backend *be = be_of(t);
+    if (t->params_on_host) t->be->download(t->be, t->hgrads, t->grads, t->n * F);  // the optimizer's copy
+    float *og = opt_grads(t);
     if (t->zero == 2 && t->host) {  // a device's: through host copies
-        be->download(be, t->host, t->grads, t->n * F);
+        be->download(be, t->host, og, t->n * F);
         comm_reduce_scatter_mean(t->comm, t->host, t->host + t->n, t->n, "gradients (ZeRO-2 reduce-scatter)");
-        be->upload(be, t->grads + t->lo, t->host + t->n, n_moments(t) * F);
+        be->upload(be, og + t->lo, t->host + t->n, n_moments(t) * F);
     } else if (t->zero == 2) {
-        comm_reduce_scatter_mean(t->comm, t->grads, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
-        be_of(t)->copy(be_of(t), t->grads + t->lo, t->gshard, n_moments(t) * F);
+        comm_reduce_scatter_mean(t->comm, og, t->gshard, t->n, "gradients (ZeRO-2 reduce-scatter)");
+        be->copy(be, og + t->lo, t->gshard, n_moments(t) * F);
     } else if (t->topk.ratio > 0) {
         // The residual is in units of the loss scale it was made at: follow fp16's scale changes.
         if (t->topk_scale > 0 && t->topk_scale != t->scaler.scale && t->topk.residual)
             be_of(t)->scale(be_of(t), t->topk.residual, t->n, (float)(t->scaler.scale / t->topk_scale));
         t->topk_scale = t->scaler.scale;
         Comm single = {.rank = 0, .size = 1};
-        topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, t->grads, t->n, "gradients (top-k)");
+        topk_allreduce_mean(t->comm ? t->comm : &single, &t->topk, og, t->n, "gradients (top-k)");
     } else if (t->host) {
-        be->download(be, t->host, t->grads, t->n * F);
+        be->download(be, t->host, og, t->n * F);
         comm_allreduce_mean(t->comm, t->host, t->n, "gradients");
-        be->upload(be, t->grads, t->host, t->n * F);
+        be->upload(be, og, t->host, t->n * F);
     } else if (t->comm) {
-        comm_allreduce_mean(t->comm, t->grads, t->n, "gradients");
+        comm_allreduce_mean(t->comm, og, t->n, "gradients");
     }
-    float *g = t->grads + t->lo;
+    float *g = og + t->lo;
     size_t n = n_moments(t);
     // fp16 gradients: values past 65504 become inf, as they would in an fp16 buffer.
     if (t->precision == DTYPE_F16) be_of(t)->round_values(be_of(t), g, g, n, DTYPE_F16);
@@ -118,13 +139,14 @@ static int average_gradients(Trainer *t, int loss_finite) {
 // the thread count, which ranks need not share): rank 0's, or the sum of the shards' squares under ZeRO.
 static double global_norm(Trainer *t) {
     const Backend *be = be_of(t);
-    if (!t->comm) return be->grad_norm(be, t->grads, t->n);
+    const float *og = opt_grads(t);
+    if (!t->comm) return be->grad_norm(be, og, t->n);
     if (!t->zero) {
-        double norm = be->grad_norm(be, t->grads, t->n);
+        double norm = be->grad_norm(be, og, t->n);
         comm_bcast(t->comm, &norm, sizeof norm, 0, "the gradient norm");
         return norm;
     }
-    double ss = be->grad_norm(be, t->grads + t->lo, n_moments(t));
+    double ss = be->grad_norm(be, og + t->lo, n_moments(t));
     ss *= ss;
     comm_allreduce_f64(t->comm, &ss, 1, COMM_SUM, "the gradient norm");
     return sqrt(ss);
@@ -184,7 +206,7 @@ static void moments_ready(Trainer *t) {
 static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double wd) {
     const Backend *be = be_of(t);
     if (t->m) {
-        be->adamw(be, o, t->w + a, t->grads + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd, t->st.adam_t);
+        be->adamw(be, o, t->w + a, opt_grads(t) + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd, t->st.adam_t);
         return;
     }
     float *hm = t->offload_map + (a - t->lo), *hv = t->offload_map + n_moments(t) + (a - t->lo);
@@ -192,7 +214,7 @@ static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double w
         size_t len = b - c < TRAINER_OFFLOAD_CHUNK ? b - c : TRAINER_OFFLOAD_CHUNK;
         be->upload(be, t->mchunk, hm + (c - a), len * F);
         be->upload(be, t->vchunk, hv + (c - a), len * F);
-        be->adamw(be, o, t->w + c, t->grads + c, t->mchunk, t->vchunk, len, wd, t->st.adam_t);
+        be->adamw(be, o, t->w + c, opt_grads(t) + c, t->mchunk, t->vchunk, len, wd, t->st.adam_t);
         be->download(be, hm + (c - a), t->mchunk, len * F);
         be->download(be, hv + (c - a), t->vchunk, len * F);
     }
@@ -200,7 +222,8 @@ static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double w
 
 void trainer_free(Trainer *t) {
     const Backend *be = be_of(t);
-    be->free(be, t->grads);
+    t->be->free(t->be, t->grads);
+    if (t->hgrads) be->free(be, t->hgrads);
     if (!t->offloaded || be->on_device) {  // a host run's offloaded moments are the mapping
         if (t->m) be->free(be, t->m);
         if (t->v) be->free(be, t->v);
@@ -221,11 +244,30 @@ void trainer_free(Trainer *t) {
 
 DType compute_storage(DType precision) { return precision == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32; }
 
+// Elements of a host master rounded at a time for a device's compute copy (128 MiB of bf16).
+#define ROUND_CHUNK ((size_t)1 << 26)
+
+// dst[0, n) = src[0, n) rounded to precision, in be's memory (dst of dtype dt: bf16, or fp32 holding fp16 values).
+static void round_into(const Backend *be, void *dst, DType dt, const float *src, size_t n, DType precision) {
+    if (dt == DTYPE_BF16) be->round_operand(be, DTYPE_BF16, src, dst, (int64_t)n);
+    else be->round_values(be, dst, src, n, precision);
+}
+
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
     const Backend *be = master->be;
     size_t n = dst->n_params;  // the master's slab may go on past dst's: a trained merger
-    if (dst->dtype == DTYPE_BF16) be->round_operand(be, DTYPE_BF16, master->params, dst->params, (int64_t)n);
-    else be->round_values(be, dst->params, master->params, n, precision);
+    if (dst->be == be) {
+        round_into(be, dst->params, dst->dtype, master->params, n, precision);
+        return;
+    }
+    size_t es = dtype_size(dst->dtype), chunk = n < ROUND_CHUNK ? n : ROUND_CHUNK;  // a host master, a device's copy
+    void *buf = xmalloc(chunk * es);
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t len = n - i < chunk ? n - i : chunk;
+        round_into(be, buf, dst->dtype, (const float *)master->params + i, len, precision);
+        dst->be->upload(dst->be, (char *)dst->params + i * es, buf, len * es);
+    }
+    free(buf);
 }
 
 Qwen2 trainer_base(const Trainer *t) {
@@ -235,7 +277,7 @@ Qwen2 trainer_base(const Trainer *t) {
 }
 
 const Qwen2 *trainer_begin_step(Trainer *t) {
-    be_of(t)->zero(be_of(t), t->grads, t->n * F);
+    t->be->zero(t->be, t->grads, t->n * F);
     return trainer_weights(t);
 }
 
@@ -253,7 +295,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
     if (overflow) {
         t->st.skips_in_row++;
     } else {
-        float *g = t->grads + t->lo;  // only this rank's shard is needed (and, under ZeRO-2, valid)
+        float *g = opt_grads(t) + t->lo;  // only this rank's shard is needed (and, under ZeRO-2, valid)
         const Backend *be = be_of(t);
         if (t->scaler.scale != 1.0) be->scale(be, g, n_moments(t), (float)(1.0 / t->scaler.scale));
         norm = global_norm(t);

@@ -28,6 +28,11 @@ typedef struct {
 } TrainerLora;
 
 typedef struct {
+    const Backend *be;  // where the passes run: the compute weights and the gradients (the master's backend unless
+                        // params_on_host)
+    int params_on_host; // a device run's fp32 master, its moments and AdamW on the host (the CPU backend): the
+                        // device holds the compute copy and the gradients, downloaded into hgrads for each step
+    float *hgrads;      // params_on_host: the gradients on the host, where the optimizer steps with them
     AdamW adam;
     double clip;      // 0: off
     DType precision;  // compute copy: F32 (none), BF16 or F16
@@ -61,16 +66,22 @@ typedef struct {
 
 // be: where the slabs live and the passes and optimizer run (the backend must have every training op: refused in
 // one line before any work otherwise). lora: NULL or rank 0 without an adapter for full fine-tuning (precision must
-// be F32 with LoRA).
+// be F32 with LoRA). params_on_host: a device's full fine-tuning keeps the fp32 master and the optimizer on the host
+// (Trainer.params_on_host; not with LoRA or a trained merger).
 // train_merger: a VL model's tower whose patch merger is trained too (its tensors join the slab after the
 // language model's: Qwen2Config.merger_in), or NULL (full fine-tuning only).
 void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW adam, double clip, DType precision,
                   double loss_scale, int64_t loss_scale_window, const TrainerLora *lora,
-                  const VisionConfig *train_merger);
+                  const VisionConfig *train_merger, int params_on_host);
 void trainer_free(Trainer *t);
 // Makes the trainer one of comm's ranks: ZeRO stage 0, 1 or 2 (see Trainer.zero) and top-k gradient
 // compression with error feedback at topk_ratio (0: off; only with ZeRO 0). Before trainer_load and
 // trainer_offload_init. With comm->size 1 only the compression applies (to one rank's gradient).
+// Dies with one line naming `option` (which asked for the master on the host) when it cannot apply: a CPU run (its
+// master is host memory already; `device` names the option that chose it), LoRA (no master: a frozen base and small
+// adapters) or a trained merger.
+void trainer_check_params_on_host(const Backend *be, const char *device, const char *option, int lora,
+                                  int train_merger);
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio);
 // Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
 // trainer_offload can give their memory back while they are not needed (GRPO's rollout). On a device they leave
@@ -84,7 +95,8 @@ void trainer_offload(Trainer *t);
 // parameter; fp16 values in fp32 (the CPU has no fast fp16 products), rounded to fp16.
 DType compute_storage(DType precision);
 // dst (built with compute_storage(precision)) = master's fp32 weights rounded to precision (dst's n_params of
-// them: a reference without the master's trained merger).
+// them: a reference without the master's trained merger). dst may be on a device and master on the host: rounded
+// there a chunk at a time, then uploaded.
 void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
 const Qwen2 *trainer_weights(Trainer *t);

@@ -110,6 +110,17 @@ def digest(d):
     return h.hexdigest()
 
 
+def as_device_adamw(label, d_dev, d_host, keys, weights, start):
+    """The master and AdamW on the host (--offload-params) against the device's own: the same floats in the same
+    order, so the same bytes on the emulated device (compiled by the host's compiler); a GPU's fused multiply-adds
+    and reduction order make it the CPU comparison's bar there."""
+    if DEV == "emu":
+        check(f"{label}: the same bytes as the device's AdamW", digest(d_host) == digest(d_dev))
+        return
+    compare_metrics(label, d_dev, d_host, keys)
+    compare_weights(label, os.path.join(d_dev, weights), os.path.join(d_host, weights), start)
+
+
 model = T("model")
 must(["init", "--out", model, "--tokenizer", a.tokenizer, "--seed", "3"])
 with open(T("sft.jsonl"), "w") as f:
@@ -133,7 +144,7 @@ LORA = ["--lora-rank", "4"]
 must(["sft", "--out", T("lora_start")] + SFT + LORA + ["--steps", "1", "--lr", "0"])
 lora_start = T("lora_start", "adapter_model.safetensors")
 if a.device_only:
-    for name, extra in [("sft bf16", BF + ["--recompute"]), ("sft lora", LORA)]:
+    for name, extra in [("sft bf16", BF + ["--recompute"]), ("sft lora", LORA), ("sft host", BF + ["--offload-params"])]:
         must(["sft", "--out", T(name.replace(" ", "_")), "--device", DEV] + SFT + extra)
         check(f"{name} {DEV}: ran", os.path.exists(T(name.replace(" ", "_"), "metrics.jsonl")))
 else:
@@ -149,6 +160,9 @@ else:
     want = digest(T("sft_emu"))
     for name in ("again", "recompute", "resumed"):
         check(f"sft bf16 {DEV} {name}: the same bytes as the plain run", digest(T("sft_emu_" + name)) == want)
+    must(["sft", "--out", T("sft_emu_host"), "--device", DEV, "--offload-params"] + SFT + BF)
+    as_device_adamw(f"sft bf16 {DEV} --offload-params", T("sft_emu"), T("sft_emu_host"), ["loss", "grad_norm"],
+                    "model.safetensors", os.path.join(model, "model.safetensors"))
 
     must(["sft", "--out", T("lora_cpu")] + SFT + LORA)
     must(["sft", "--out", T("lora_emu"), "--device", DEV] + SFT + LORA)
@@ -217,6 +231,24 @@ if not a.device_only:
     want = digest(T("grpo_emu_2"))
     for name in ("offload", "resumed"):
         check(f"grpo {DEV} {name}: the same bytes as the plain 2-step run", digest(T("grpo_emu_" + name)) == want)
+    # the master, moments and AdamW on the host: the device's AdamW's result, resumable; the plan moves exactly the
+    # fp32 master and the two moments (12 bytes a parameter) off the device, and the device stays within it
+    HOST = ["actor.offload_params=true"]
+    must(two + HOST + ["trainer.out_dir=" + T("grpo_emu_host")])
+    as_device_adamw(f"grpo {DEV} actor.offload_params", T("grpo_emu_2"), T("grpo_emu_host"), GKEYS,
+                    "model.safetensors", os.path.join(model, "model.safetensors"))
+    must(["train"] + BASE + FULL + HOST + ["trainer.device=" + DEV, "trainer.steps=1",
+                                           "trainer.out_dir=" + T("grpo_emu_host_resumed")])
+    must(two + HOST + ["trainer.resume=true", "trainer.out_dir=" + T("grpo_emu_host_resumed")])
+    check(f"grpo {DEV} actor.offload_params resumed: the same bytes as its 2-step run",
+          digest(T("grpo_emu_host_resumed")) == digest(T("grpo_emu_host")))
+    n_params = sum(x.numel() for x in load_safetensors(os.path.join(model, "model.safetensors")).values())
+    dev, host = metrics(T("grpo_emu_2"))[-1], metrics(T("grpo_emu_host"))[-1]
+    check(f"grpo {DEV} actor.offload_params: 12 bytes a parameter less in the plan, the device within it",
+          dev["device_planned_bytes"] - host["device_planned_bytes"] == 12 * n_params
+          and 0 < host["device_peak_bytes"] <= host["device_planned_bytes"],
+          f"{dev['device_planned_bytes']} -> {host['device_planned_bytes']} planned ({n_params} parameters), "
+          f"peak {host['device_peak_bytes']}")
 
 # ---- data parallel: `mpirun -np 2` on the device (gradients and ZeRO's shards cross through host copies) ends where
 # one process does with the same global batch packed the same (tests/train/dist_train_test.py's bar, 1e-5 per
@@ -264,5 +296,19 @@ for label, args, out in [
     lines = [x for x in err.splitlines() if x.strip()]
     check(f"{label}: refused in one line naming {out}", rc == 1 and len(lines) == 1 and "computes in bf16" in lines[0]
           and f"set {out} to bf16" in lines[0] and not os.path.exists(o), lines[0] if lines else "")
+
+# ---- refused: the master on the host where there is no device master to move
+for label, args, want in [
+        ("grpo sft --offload-params --device cpu", ["sft", "--model", model, "--data", T("sft.jsonl"), "--precision",
+                                                    "bf16", "--offload-params"], "with --device cpu they are there"),
+        (f"grpo train actor.offload_params, LoRA on {DEV}", ["train"] + BASE + GLORA + ["trainer.device=" + DEV,
+                                                                                      "actor.offload_params=true"],
+         "actor.offload_params is for full fine-tuning")]:
+    o = T("refused")
+    args = args + (["--out", o] if args[0] == "sft" else ["trainer.out_dir=" + o])
+    rc, err = run(args)
+    lines = [x for x in err.splitlines() if x.strip()]
+    check(f"{label}: refused in one line", rc == 1 and len(lines) == 1 and want in lines[0] and not os.path.exists(o),
+          lines[0] if lines else "")
 
 sys.exit(summary())

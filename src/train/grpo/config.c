@@ -233,6 +233,9 @@ static const ConfigKey KEYS[] = {
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
           "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout (on a "
           "device: never in device memory; AdamW streams them in chunks)"),
+    KBOOL("actor.offload_params", actor.offload_params, "false",
+          "a device run's full fine-tuning: the fp32 master weights, the Adam moments and AdamW on the host; the "
+          "device holds the bf16 compute copy and the gradients (verl's fsdp_config.param_offload)"),
     KBOOL("actor.vision.train_merger", actor.vision.train_merger, "false",
           "a vision-language model's patch merger trains with the language model (full fine-tuning; the rest of "
           "the vision tower stays frozen)"),

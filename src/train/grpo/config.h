@@ -104,7 +104,7 @@ typedef struct {
     DType precision;  // DTYPE_F32, DTYPE_BF16 or DTYPE_F16
     double loss_scale;
     int64_t loss_scale_window;
-    int recompute, offload_optimizer;
+    int recompute, offload_optimizer, offload_params;
     struct {
         int train_merger;
     } vision;

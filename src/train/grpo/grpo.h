@@ -44,7 +44,7 @@ typedef struct {
     DType precision, ref_dtype, save_dtype;
     double loss_scale;           // fp16
     int64_t loss_scale_window, max_skips;
-    int recompute, offload_optimizer, shuffle;
+    int recompute, offload_optimizer, offload_params, shuffle;
     int train_merger;            // actor.vision.train_merger
     uint64_t seed;
     int64_t save_every, keep, val_every;
@@ -81,6 +81,8 @@ typedef struct {
     size_t workspace;        // max(rollout, update)
     size_t fixed, peak, sum; // the fixed slabs; fixed + workspace; fixed + rollout + update
     size_t offloaded;        // moments held in a file-backed mapping during rollout (actor.offload_optimizer)
+    size_t host;             // actor.offload_params on a device: the master, its moments and the optimizer's
+                             // gradients in host memory (not in policy, moments or grads)
     size_t vision;           // a VL model's frozen vision tower (fp32; in fixed)
     size_t images;           // and beside the workspace: a step's image features (one image a prompt at the
                              // processor's max_pixels) + the tower's forward on one such image (in peak)

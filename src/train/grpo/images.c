@@ -139,7 +139,7 @@ void grpo_unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
 // A trained merger's gradient (into the trainer's slab) from the features' gradients of the mini-batch just
 // accumulated (sb->dfeats, zeroed again); prompts outside it have none.
 void grpo_merger_backward(Run *r, StepBatch *sb) {
-    const Backend *be = r->tr.master.be;
+    const Backend *be = r->tr.be;
     const VisionConfig *vc = &r->vl.vision.cfg;
     const Qwen2Layout *w = &r->tr.master.w;
     float *g = r->tr.grads;

@@ -78,7 +78,7 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
             "\"tokens_per_s\": %.1f, \"rss_rollout_gib\": %.3f, \"peak_rss_gib\": %.3f, \"reward_failures\": %.0f",
             st->lr, st->t_offload - st->t0, st->t_roll - st->t_offload, st->t_rew - st->t_roll, t_ref, t_old, t_upd, dt,
             tok_s, st->rss_rollout, grpo_rss_gib("VmHWM:"), sum[M_REWARD_FAIL]);
-    const Backend *be = r->tr.master.be;
+    const Backend *be = r->tr.be;
     if (be->memory_peak)  // a device's memory, measured against its plan
         fprintf(f, ", \"device_peak_bytes\": %zu, \"device_planned_bytes\": %zu", be->memory_peak(be), r->plan.peak);
     if (st->t_old)  // old log-probs were computed: how far the rollout's were from them

@@ -63,12 +63,15 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
     size_t chunk = TRAINER_OFFLOAD_CHUNK * 4 < shard ? TRAINER_OFFLOAD_CHUNK * 4 : shard;
     // a device's offloaded moments stay on the host: two chunks of them on the device
     size_t moments = s->offload_optimizer && be->on_device ? 2 * chunk : 2 * shard;
+    // ZeRO-2's shard and top-k's residual beside the gradients
+    size_t grads_more = (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0);
+    int host = s->offload_params && be->on_device;  // the master and the optimizer on the host
     int64_t max_prompt = s->max_prompt_length, prefill = max_prompt > ROLLOUT_PREFILL ? max_prompt : ROLLOUT_PREFILL;
     int64_t seqs = s->train_batch_size / ranks * s->G, mini = s->mini_batch_size / ranks;
     int64_t micro = s->micro_batch_size < mini ? s->micro_batch_size : mini;
     *p = (GrpoMemPlan){
-        .policy = policy, .compute = compute, .moments = moments, .reference = reference,
-        .grads = slab + (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0),
+        .policy = host ? 0 : policy, .compute = compute, .moments = host ? 0 : moments, .reference = reference,
+        .grads = slab + (host ? 0 : grads_more), .host = host ? policy + slab + grads_more + 2 * shard : 0,
         .rollout = rollout_workspace_bytes(be, c, rollout_dt, seqs, max_seq_len(s), prefill),
         .update = grpo_update_ws_bytes(s, c, be, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
@@ -91,18 +94,20 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *vision = p->vision ? xprintf(" + vision tower %.2f + images %.2f", (double)p->vision / GIB,
                                        (double)p->images / GIB)
                              : xstrdup("");
+    char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
-    const char *moments = "";
-    if (p->offloaded)  // a device's stay on the host, in two chunks on the device
+    const char *moments = p->host ? " (the master and moments on the host)" : "";
+    if (p->offloaded && !p->host)  // a device's stay on the host, in two chunks on the device
         moments = p->moments < p->offloaded ? " (two chunks; on the host)" : " (offloaded during rollout)";
     char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f"
-                         "%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)",
+                         "%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
                          (double)p->moments / GIB, moments,
                          (double)p->reference / GIB, vision, own, (double)p->workspace / GIB,
                          (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
-                         (double)p->sum / GIB);
+                         (double)p->sum / GIB, host);
     free(vision);
+    free(host);
     free(own);
     return text;
 }

@@ -82,7 +82,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .schedule = a->lr_schedule, .warmup = a->lr_warmup_steps, .steps = c->trainer.steps, .epochs = c->data.epochs,
         .precision = a->precision, .ref_dtype = c->model.ref_dtype, .save_dtype = c->trainer.save_dtype,
         .loss_scale = a->loss_scale, .loss_scale_window = a->loss_scale_window, .max_skips = c->trainer.max_skips,
-        .recompute = a->recompute, .offload_optimizer = a->offload_optimizer, .shuffle = c->data.shuffle,
+        .recompute = a->recompute, .offload_optimizer = a->offload_optimizer,
+        .offload_params = a->offload_params, .shuffle = c->data.shuffle,
         .seed = c->trainer.seed, .train_merger = a->vision.train_merger,
         .save_every = c->trainer.save_every, .keep = c->trainer.keep, .val_every = c->trainer.val_every,
         .val_before_train = c->trainer.val_before_train, .dump_samples = c->trainer.dump_samples,
@@ -191,7 +192,7 @@ static void run_load(Run *r) {
     }
     r->train_merger = s->train_merger;  // then the merger is trained with the language model, in its slab
     trainer_init(&r->tr, r->be, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale,
-                 s->loss_scale_window, &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL);
+                 s->loss_scale_window, &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL, s->offload_params);
     trainer_set_dist(&r->tr, &r->comm, s->zero, s->topk_ratio);
     const Qwen2Config *c = &r->tr.master.cfg;
     if (r->train_merger) {
@@ -200,7 +201,7 @@ static void run_load(Run *r) {
         r->merger = (VisionMerger){p + w->merger_ln_q, c->merger_ln_bias ? p + w->merger_ln_q_b : NULL,
                                    p + w->merger_w0, p + w->merger_b0, p + w->merger_w2, p + w->merger_b2};
     }
-    r->merger_be = r->train_merger ? r->tr.master.be : r->vl.be;
+    r->merger_be = r->train_merger ? r->tr.be : r->vl.be;
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
     tokenizer_load(&r->tok, tj);
@@ -326,7 +327,7 @@ static void run_finish(Run *r) {
         copy_model_extras(s->model_dir, s->out_dir);
         trainer_save_result(&r->tr, s->out_dir, s->save_dtype, s->model_dir);
         checkpoint_prune(s->out_dir, s->keep);
-        const Backend *be = r->tr.master.be;
+        const Backend *be = r->tr.be;
         char *device = be->memory_peak ? xprintf("%s peak %.3f GiB, ", be->name, (double)be->memory_peak(be) / GIB)
                                        : xstrdup("");
         fprintf(stderr, "grpo train: wrote %s (peak RSS %.2f GiB; %splanned %.3f GiB)\n", s->out_dir,
@@ -338,7 +339,7 @@ static void run_finish(Run *r) {
     free(r->metrics_path);
     free(r->dump_path);
     if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
-    backend_arena_free(r->tr.master.be, &r->workspace);
+    backend_arena_free(r->tr.be, &r->workspace);
     reward_set_free(&r->rewards);
     if (r->has_tools) toolset_free(&r->tools);
     prompt_data_free(&r->train);
@@ -352,7 +353,7 @@ static void run_finish(Run *r) {
 // A device's memory against the plan, before the workspace is made: what the plan still needs past what the run
 // holds already (the models) must be free.
 static void plan_fits_device(const Run *r) {
-    const Backend *be = r->tr.master.be;
+    const Backend *be = r->tr.be;
     if (!be->memory_info) return;
     size_t held = be->memory_held(be), free_bytes = 0, total = 0;
     be->memory_info(be, &free_bytes, &total);
@@ -377,6 +378,9 @@ void grpo_run(const GrpoSettings *global) {
         if (global->loss.kl_coef > 0)
             backend_require_bf16(r.be, "trainer.device", "model.ref_dtype", global->ref_dtype);
     }
+    if (global->offload_params)
+        trainer_check_params_on_host(r.be, "trainer.device", "actor.offload_params", grpo_has_lora(global),
+                                     global->train_merger);
     comm_init(&r.comm, global->dist_timeout_s);
     comm_pin_cpu(&r.comm, global->pin_cpu == GRPO_PIN_BLOCK ? "block" : "none");
     stop_signals_install();  // SIGINT/SIGTERM: checkpoint after the current step, then exit
@@ -392,9 +396,9 @@ void grpo_run(const GrpoSettings *global) {
     run_open(&r, ckpt);
     free(ckpt);
     // One workspace for the whole run, sized by the memory plan: KV cache in rollout, activations in the update.
-    grpo_memory_plan(global, &r.tr.master.cfg, r.tr.master.be, r.comm.size, &r.plan);
+    grpo_memory_plan(global, &r.tr.master.cfg, r.tr.be, r.comm.size, &r.plan);
     plan_fits_device(&r);
-    backend_arena_init(r.tr.master.be, &r.workspace, r.plan.workspace);
+    backend_arena_init(r.tr.be, &r.workspace, r.plan.workspace);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);
     Stream stream;

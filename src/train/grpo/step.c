@@ -89,7 +89,7 @@ void grpo_step(Run *r, Stream *stream) {
     // 3. reference log-probs (frozen initial policy); old log-probs before any update when needed.
     // From here on the workspace holds training activations.
     UpdateWs u;
-    grpo_update_ws_init(&u, s, &r->tr.master.cfg, r->tr.master.be, &r->workspace);
+    grpo_update_ws_init(&u, s, &r->tr.master.cfg, r->tr.be, &r->workspace);
     int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward;
     float **ref_feats = sb.ref_feats ? sb.ref_feats : sb.feats;
     if (r->has_ref && sb.n_kept) {
