@@ -143,6 +143,7 @@ void backend_missing_training_ops(const Backend *be, char *buf, size_t n) {
     list_if_missing(buf, n, be->gather_rows != NULL, "gather_rows");
     list_if_missing(buf, n, be->scatter_rows != NULL, "scatter_rows");
     list_if_missing(buf, n, be->adamw != NULL, "adamw");
+    list_if_missing(buf, n, be->adamw_host_moments != NULL && be->host_alloc != NULL, "adamw_host_moments");
     list_if_missing(buf, n, be->grad_norm != NULL, "grad_norm");
     list_if_missing(buf, n, be->all_finite != NULL, "all_finite");
     list_if_missing(buf, n, be->scale != NULL, "scale");

@@ -32,6 +32,10 @@ struct Backend {
     void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);  // waits for the ops before
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);
+    // Host memory the device copies to and from asynchronously (a GPU's pinned memory), zeroed; host_free releases
+    // it. The CPU's is its alloc.
+    void *(*host_alloc)(const Backend *be, size_t bytes);
+    void (*host_free)(const Backend *be, void *p);
     // A device's memory: the bytes alloc holds now and the most it has held at once (the backend's own buffers
     // too), and what the device has free and in all; NULL on the CPU (the process's RSS is its measure).
     size_t (*memory_held)(const Backend *be);
@@ -117,6 +121,12 @@ struct Backend {
     // rounding values to bf16/fp16 in fp32 storage (fp16 gradients, an fp16 compute copy).
     void (*adamw)(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v, size_t n,
                   double wd, int64_t t);
+    // AdamW (as adamw) whose moments m, v (n floats each) are host memory from host_alloc: a device's offloaded
+    // moments. They stream through stage[0] and stage[1] (2 chunk floats of the backend's memory each: a chunk of m,
+    // then of v) on copy streams of their own, chunk i + 1 going up and chunk i - 1 coming down while chunk i's AdamW
+    // runs; they are back in m, v when it returns. The CPU steps m, v in place.
+    void (*adamw_host_moments)(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v,
+                               size_t n, double wd, int64_t t, float *const stage[2], size_t chunk);
     double (*grad_norm)(const Backend *be, const float *g, size_t n);
     int (*all_finite)(const Backend *be, const float *g, size_t n);
     void (*scale)(const Backend *be, float *g, size_t n, float s);

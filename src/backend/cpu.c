@@ -243,6 +243,14 @@ static void cpu_adamw(const Backend *be, const AdamW *o, float *p, const float *
     adamw_update(o, p, g, m, v, n, wd, t);
 }
 
+static void cpu_adamw_host_moments(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v,
+                                   size_t n, double wd, int64_t t, float *const stage[2], size_t chunk) {
+    (void)be;
+    (void)stage;
+    (void)chunk;
+    adamw_update(o, p, g, m, v, n, wd, t);
+}
+
 static double cpu_grad_norm(const Backend *be, const float *g, size_t n) {
     (void)be;
     return grad_norm(g, n);
@@ -274,6 +282,8 @@ static void cpu_close(const Backend *be) { (void)be; }
     .upload = cpu_copy, \
     .download = cpu_copy, \
     .copy = cpu_copy, \
+    .host_alloc = cpu_alloc, \
+    .host_free = cpu_free, \
     .round_operand = cpu_round_operand, \
     .embedding_forward = cpu_embedding, \
     .rmsnorm_forward = cpu_rmsnorm, \
@@ -305,6 +315,7 @@ static void cpu_close(const Backend *be) { (void)be; }
     .gather_rows = cpu_gather_rows, \
     .scatter_rows = cpu_scatter_rows, \
     .adamw = cpu_adamw, \
+    .adamw_host_moments = cpu_adamw_host_moments, \
     .grad_norm = cpu_grad_norm, \
     .all_finite = cpu_all_finite, \
     .scale = cpu_scale, \

@@ -53,6 +53,8 @@ typedef struct {
     char name[24];
     int ordinal;
     cudaStream_t stream;
+    cudaStream_t up, down;  // adamw_host_moments' copies: chunks going up, and coming back down
+    cudaEvent_t went_up[2], stepped[2], came_down[2];  // per staging buffer: its chunk is up, stepped, back down
     void *gemm;         // the includer's GEMM state (cuBLASLt's handle, workspace and plans; none on the emulator)
     int bias_epilogue;  // 0: biases added by k_bias, not the GEMM's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
     float *bias32;      // matmul: the bias widened to fp32, the epilogue's documented type
@@ -135,6 +137,20 @@ static void cu_free(const Backend *be, void *p) {
             return;
         }
     die("internal: %s: freeing %p, which it did not allocate", be->name, p);
+}
+
+static void *cu_host_alloc(const Backend *be, size_t bytes) {
+    use(be);
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess)
+        die("%s: cannot pin %zu MB of host memory (for the offloaded Adam moments)", be->name, bytes >> 20);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cu_host_free(const Backend *be, void *p) {
+    use(be);
+    if (p) CK(cudaFreeHost(p));
 }
 
 // rows: the largest per-row statistics (attention's delta, a float per row and head; LayerNorm's two doubles; the
@@ -1149,6 +1165,42 @@ static void cu_adamw(const Backend *be, const AdamW *o, float *p, const float *g
     LAUNCH(k_adamw, blocks_for((int64_t)n, 256), 256, 0, c->stream, p, g, m, v, (int64_t)n, k);
 }
 
+// Chunk i of the host moments (i < nc) goes up into staging buffer i % 2 on the up stream, once that buffer's
+// previous chunk (i - 2) has come down.
+static void moments_up(Cuda *c, float *const stage[2], const float *m, const float *v, size_t n, size_t chunk,
+                       size_t i) {
+    int b = (int)(i & 1);
+    size_t off = i * chunk, len = n - off < chunk ? n - off : chunk;
+    if (i >= 2) CK(cudaStreamWaitEvent(c->up, c->came_down[b], 0));
+    CK(cudaMemcpyAsync(stage[b], m + off, len * sizeof(float), cudaMemcpyHostToDevice, c->up));
+    CK(cudaMemcpyAsync(stage[b] + chunk, v + off, len * sizeof(float), cudaMemcpyHostToDevice, c->up));
+    CK(cudaEventRecord(c->went_up[b], c->up));
+}
+
+// The pipeline (backend.h): up (i + 1) | AdamW (i) on the main stream | down (i - 1), each buffer's order kept by its
+// events: went_up -> AdamW -> stepped -> down -> came_down -> the next chunk up.
+static void cu_adamw_host_moments(const Backend *be, const AdamW *o, float *p, const float *g, float *m, float *v,
+                                  size_t n, double wd, int64_t t, float *const stage[2], size_t chunk) {
+    Cuda *c = use(be);
+    AdamWConstants k = adamw_constants(o, wd, t);
+    size_t nc = (n + chunk - 1) / chunk;
+    if (nc) moments_up(c, stage, m, v, n, chunk, 0);
+    for (size_t i = 0; i < nc; i++) {
+        int b = (int)(i & 1);
+        size_t off = i * chunk, len = n - off < chunk ? n - off : chunk;
+        if (i + 1 < nc) moments_up(c, stage, m, v, n, chunk, i + 1);
+        CK(cudaStreamWaitEvent(c->stream, c->went_up[b], 0));
+        LAUNCH(k_adamw, blocks_for((int64_t)len, 256), 256, 0, c->stream, p + off, g + off, stage[b],
+               stage[b] + chunk, (int64_t)len, k);
+        CK(cudaEventRecord(c->stepped[b], c->stream));
+        CK(cudaStreamWaitEvent(c->down, c->stepped[b], 0));
+        CK(cudaMemcpyAsync(m + off, stage[b], len * sizeof(float), cudaMemcpyDeviceToHost, c->down));
+        CK(cudaMemcpyAsync(v + off, stage[b] + chunk, len * sizeof(float), cudaMemcpyDeviceToHost, c->down));
+        CK(cudaEventRecord(c->came_down[b], c->down));
+    }
+    CK(cudaStreamSynchronize(c->down));  // the moments are the host's again (and both buffers free)
+}
+
 // Block b's sum over its grid-stride elements (a fixed set, in a fixed order): of g^2 (squares), or of the
 // non-finite count.
 __global__ void k_reduce_partial(double *partial, const float *g, int64_t n, int squares) {
@@ -1228,6 +1280,13 @@ static void cu_close(const Backend *be) {
     CK(cudaFree(c->lps));
     CK(cudaFree(c->rows));
     CK(cudaFree(c->partial));
+    for (int b = 0; b < 2; b++) {
+        CK(cudaEventDestroy(c->went_up[b]));
+        CK(cudaEventDestroy(c->stepped[b]));
+        CK(cudaEventDestroy(c->came_down[b]));
+    }
+    CK(cudaStreamDestroy(c->up));
+    CK(cudaStreamDestroy(c->down));
     CK(cudaStreamDestroy(c->stream));
     free(c->held.p);
     free(c->held.bytes);
@@ -1269,6 +1328,13 @@ static const Backend *backend_new(const char *name, int ordinal) {
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ordinal = ordinal;
     CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c->up, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c->down, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; b++) {
+        CK(cudaEventCreateWithFlags(&c->went_up[b], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&c->stepped[b], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&c->came_down[b], cudaEventDisableTiming));
+    }
     gemm_new(c);
     const char *epi = getenv("GRPO_CUDA_BIAS_EPILOGUE");  // "0": the op test's way to reach k_bias
     c->bias_epilogue = !(epi && !strcmp(epi, "0"));
@@ -1285,6 +1351,8 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->upload = cu_upload;
     be->download = cu_download;
     be->copy = cu_copy;
+    be->host_alloc = cu_host_alloc;
+    be->host_free = cu_host_free;
     be->memory_held = cu_memory_held;
     be->memory_peak = cu_memory_peak;
     be->memory_info = cu_memory_info;
@@ -1320,6 +1388,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->gather_rows = cu_gather_rows;
     be->scatter_rows = cu_scatter_rows;
     be->adamw = cu_adamw;
+    be->adamw_host_moments = cu_adamw_host_moments;
     be->grad_norm = cu_grad_norm;
     be->all_finite = cu_all_finite;
     be->scale = cu_scale;

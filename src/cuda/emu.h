@@ -23,6 +23,11 @@
 //   memory accesses (a shuffle does not, as on the device): a missing __syncthreads() is a reported data race.
 //   Blocks one host thread runs one after another are ordered (they share its __shared__ memory), so a race
 //   between blocks shows only between blocks of different host threads (the op tests run one).
+// - Streams: kernels, memsets and copies from or to pageable host memory run when called, after what their stream
+//   still holds. A copy from or to pinned host memory (cudaHostAlloc) is asynchronous, as on a GPU, and here as late
+//   as CUDA allows: it waits in its stream until something orders it (an event wait or synchronisation that covers
+//   it, a later kernel, memset or pageable copy on its stream, the emulated GEMM, cudaFreeHost). A missing event
+//   wait between streams then shows as wrong data, where a GPU would show it only sometimes.
 // - __nv_bfloat16 rounds to nearest even, and NaN to 0x7fff, as cuda_bf16.h does.
 #pragma once
 #include <cmath>
@@ -158,9 +163,9 @@ struct DeviceAccess {
 #define __all_sync(mask, pred) ((int)emu::warp(emu::WARP_ALL, __FILE__, __LINE__, (mask), (pred) != 0, 0, 32))
 #define __any_sync(mask, pred) ((int)emu::warp(emu::WARP_ANY, __FILE__, __LINE__, (mask), (pred) != 0, 0, 32))
 
-// kernel<<<grid, block, smem, stream>>>(...) on the emulated device (synchronous: the stream is not used).
+// kernel<<<grid, block, smem, stream>>>(...) on the emulated device: it runs now, after the stream's pending copies.
 #define EMU_LAUNCH(kernel, grid, block, smem, stream, ...) \
-    ((void)(stream),                                      \
+    (emu::stream_flush(stream),                           \
      emu::launch_kernel(#kernel, __FILE__, __LINE__, dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__))
 #define DYNAMIC_SHARED(type, name) type *name = (type *)emu::dynamic_shared()
 
@@ -244,7 +249,15 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault = 4,
 };
 typedef struct EmuStream *cudaStream_t;
+typedef struct EmuEvent *cudaEvent_t;
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+
+namespace emu {
+// Runs the stream's pending copies (NULL: the legacy stream, which holds none).
+void stream_flush(cudaStream_t s);
+}  // namespace emu
 
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
@@ -264,3 +277,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void *p);

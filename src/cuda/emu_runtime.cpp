@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 
 extern "C" {
 #include "base/util.h"
@@ -79,6 +81,8 @@ __asm__(".text\n"
 extern "C" void grpo_emu_switch(void **save_sp, void *to_sp);
 
 namespace emu {
+
+void flush_all_streams();  // every stream's pending copies (below, with the runtime API)
 
 namespace {
 thread_local const Ids *ids;
@@ -157,7 +161,10 @@ struct Launch {
 struct Device {
     std::mutex mu;
     std::map<uintptr_t, size_t> allocs;  // base -> bytes
+    std::map<uintptr_t, size_t> pinned;  // cudaHostAlloc's: base -> bytes
     std::map<pthread_t, Sched *> scheds;
+    std::recursive_mutex streams_mu;     // the streams' queues (a flush runs copies, which take mu)
+    std::set<EmuStream *> streams;
 };
 
 Device &device() {
@@ -633,6 +640,7 @@ void launch(const char *kernel, const char *file, int line, dim3 grid, dim3 bloc
 }
 
 DeviceAccess::DeviceAccess(const char *what, std::initializer_list<const void *> list) : n(0) {
+    flush_all_streams();  // host code on device memory: after every copy that could touch it
     PtrArg a[8];
     for (const void *q : list) {
         if (n == 8) die("internal: emu::DeviceAccess of more than 8 pointers");
@@ -708,6 +716,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    emu::flush_all_streams();  // as a GPU's cudaFree waits for the device
     Device &d = device();
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.allocs.find((uintptr_t)p);
@@ -718,7 +727,8 @@ cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
+    emu::stream_flush(s);
     Device &d = device();
     std::lock_guard<std::mutex> g(d.mu);
     auto it = emu::find_alloc(d, p, bytes);
@@ -729,8 +739,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-    if (!bytes) return cudaSuccess;
+// A copy's checks (device sides device memory, host sides not, no overlap), then the copy when run.
+static void memcpy_checked(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int run) {
     Device &d = device();
     std::lock_guard<std::mutex> g(d.mu);
     auto a = d.allocs.end(), b = d.allocs.end();
@@ -746,19 +756,149 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst;
     if (s0 < d0 + bytes && d0 < s0 + bytes && !bad) bad = "the source and destination overlap (undefined in CUDA)";
     if (bad) die("emulated device: cudaMemcpyAsync(%p, %p, %zu bytes, %s): %s", dst, src, bytes, emu::kind_name(kind), bad);
+    if (!run) return;
     if (dst_dev) emu::poison((void *)a->first, a->second, 0);
     if (src_dev) emu::poison((void *)b->first, b->second, 0);
     memcpy(dst, src, bytes);
     if (dst_dev) emu::poison((void *)a->first, a->second, 1);
     if (src_dev) emu::poison((void *)b->first, b->second, 1);
+}
+
+// A stream's copies that wait to run (from or to pinned memory), in order; issued and done count them.
+struct EmuStream {
+    struct Copy {
+        void *dst;
+        const void *src;
+        size_t bytes;
+        cudaMemcpyKind kind;
+    };
+    std::deque<Copy> pending;
+    uint64_t issued = 0, done = 0;
+};
+
+// What a record captured: its stream's copies issued by then.
+struct EmuEvent {
+    EmuStream *s = NULL;
+    uint64_t seq = 0;
+};
+
+// Runs s's pending copies until `seq` of them have run.
+static void flush_to(EmuStream *s, uint64_t seq) {
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    while (s->done < seq) {
+        EmuStream::Copy c = s->pending.front();
+        s->pending.pop_front();
+        memcpy_checked(c.dst, c.src, c.bytes, c.kind, 1);
+        s->done++;
+    }
+}
+
+namespace emu {
+void stream_flush(cudaStream_t s) {
+    if (s) flush_to(s, s->issued);
+}
+}  // namespace emu
+
+// Every stream's pending copies (what a device-wide synchronisation would wait for).
+void emu::flush_all_streams() {
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    for (EmuStream *s : d.streams) flush_to(s, s->issued);
+}
+
+// Whether [p, p + n) lies in one cudaHostAlloc'd block.
+static int is_pinned(const void *p, size_t n) {
+    Device &d = device();
+    std::lock_guard<std::mutex> g(d.mu);
+    auto it = d.pinned.upper_bound((uintptr_t)p);
+    if (it == d.pinned.begin()) return 0;
+    --it;
+    return (uintptr_t)p + n <= it->first + it->second;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    if (!bytes) return cudaSuccess;
+    memcpy_checked(dst, src, bytes, kind, 0);
+    const void *host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst : NULL;
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    if (s && host && is_pinned(host, bytes)) {  // asynchronous: it waits for whatever orders it
+        s->pending.push_back(EmuStream::Copy{dst, src, bytes, kind});
+        s->issued++;
+        return cudaSuccess;
+    }
+    emu::stream_flush(s);
+    memcpy_checked(dst, src, bytes, kind, 1);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
-    *s = NULL;
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    *s = new EmuStream;
+    d.streams.insert(*s);
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return cudaErrorInvalidValue;
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    emu::stream_flush(s);
+    d.streams.erase(s);
+    delete s;
+    return cudaSuccess;
+}
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu::stream_flush(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+    if (!e) return cudaErrorInvalidValue;
+    if (e->s) flush_to(e->s, e->seq);  // a never-recorded event is complete
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new EmuEvent;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e) return cudaErrorInvalidValue;
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    e->s = s;
+    e->seq = s ? s->issued : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) {
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
+    Device &d = device();
+    std::lock_guard<std::mutex> g(d.mu);
+    d.pinned[(uintptr_t)m] = bytes ? bytes : 1;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    emu::flush_all_streams();  // as a GPU's cudaFreeHost waits for the device
+    Device &d = device();
+    std::lock_guard<std::mutex> g(d.mu);
+    auto it = d.pinned.find((uintptr_t)p);
+    if (it == d.pinned.end()) die("emulated device: cudaFreeHost(%p): not the start of a cudaHostAlloc block", p);
+    d.pinned.erase(it);
+    free(p);
+    return cudaSuccess;
+}

@@ -152,9 +152,9 @@ static double global_norm(Trainer *t) {
     return sqrt(ss);
 }
 
-void trainer_offload_init(Trainer *t, const char *dir) {
-    const Backend *be = be_of(t);
-    size_t nm = n_moments(t), bytes = 2 * nm * F;
+// A host run's offloaded moments: a shared mapping of an unlinked file in dir, 2 nm floats (zeros).
+static float *offload_file(const char *dir, size_t nm, int *fd_out) {
+    size_t bytes = 2 * nm * F;
     char *path = path_join(dir, ".optimizer-offload-XXXXXX");
     int fd = mkostemp(path, O_CLOEXEC);  // not inherited by reward programs
     if (fd < 0) die("%s: cannot create the optimizer offload file: %s", path, strerror(errno));
@@ -164,28 +164,37 @@ void trainer_offload_init(Trainer *t, const char *dir) {
     if (err) die("%s: cannot reserve %zu MB for the offloaded optimizer moments: %s", dir, bytes >> 20, strerror(err));
     float *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) die("%s: cannot map the optimizer offload file: %s", dir, strerror(errno));
-    if (t->m) {  // moments made already (else the file's zeros are them)
+    free(path);
+    *fd_out = fd;
+    return map;
+}
+
+void trainer_offload_init(Trainer *t, const char *dir) {
+    const Backend *be = be_of(t);
+    size_t nm = n_moments(t);
+    // a device's: pinned host memory (its copies overlap AdamW); a host's: the file, whose pages rollout can have
+    t->offload_fd = -1;
+    float *map = be->on_device ? be->host_alloc(be, 2 * nm * F) : offload_file(dir, nm, &t->offload_fd);
+    if (t->m) {  // moments made already (else the zeros are them)
         be->download(be, map, t->m, nm * F);
         be->download(be, map + nm, t->v, nm * F);
         be->free(be, t->m);
         be->free(be, t->v);
     }
-    if (be->on_device) {  // a device's moments stay in the mapping; AdamW streams them through two chunks
+    if (be->on_device) {  // AdamW streams them through two staging buffers of a chunk of m and one of v
         size_t chunk = nm < TRAINER_OFFLOAD_CHUNK ? nm : TRAINER_OFFLOAD_CHUNK;
-        t->mchunk = slab(t, chunk);
-        t->vchunk = slab(t, chunk);
+        t->stage[0] = slab(t, 2 * chunk);
+        t->stage[1] = slab(t, 2 * chunk);
         t->m = t->v = NULL;
     } else {  // host moments live in the mapping itself: AdamW faults them back in
         t->m = map, t->v = map + nm;
     }
     t->offload_map = map;
-    t->offload_fd = fd;
     t->offloaded = 1;
-    free(path);
 }
 
 void trainer_offload(Trainer *t) {
-    if (!t->offloaded) return;
+    if (!t->offloaded || be_of(t)->on_device) return;  // a device's are host memory already
     size_t bytes = 2 * n_moments(t) * F;
     if (msync(t->offload_map, bytes, MS_SYNC) != 0) die("writing the offloaded optimizer moments: %s", strerror(errno));
     if (madvise(t->offload_map, bytes, MADV_DONTNEED) != 0) die("releasing the optimizer moments: %s", strerror(errno));
@@ -201,23 +210,19 @@ static void moments_ready(Trainer *t) {
     t->v = slab(t, n_moments(t));
 }
 
-// AdamW on the slab's elements [a, b) (inside this rank's shard). A device's offloaded moments come up from the
-// mapping a chunk at a time and go back after it.
+// AdamW on the slab's elements [a, b) (inside this rank's shard). A device's offloaded moments stream up from
+// host memory and back.
 static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double wd) {
     const Backend *be = be_of(t);
+    float *p = t->w + a;
+    const float *g = opt_grads(t) + a;
     if (t->m) {
-        be->adamw(be, o, t->w + a, opt_grads(t) + a, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd, t->st.adam_t);
+        be->adamw(be, o, p, g, t->m + (a - t->lo), t->v + (a - t->lo), b - a, wd, t->st.adam_t);
         return;
     }
     float *hm = t->offload_map + (a - t->lo), *hv = t->offload_map + n_moments(t) + (a - t->lo);
-    for (size_t c = a; c < b; c += TRAINER_OFFLOAD_CHUNK) {
-        size_t len = b - c < TRAINER_OFFLOAD_CHUNK ? b - c : TRAINER_OFFLOAD_CHUNK;
-        be->upload(be, t->mchunk, hm + (c - a), len * F);
-        be->upload(be, t->vchunk, hv + (c - a), len * F);
-        be->adamw(be, o, t->w + c, opt_grads(t) + c, t->mchunk, t->vchunk, len, wd, t->st.adam_t);
-        be->download(be, hm + (c - a), t->mchunk, len * F);
-        be->download(be, hv + (c - a), t->vchunk, len * F);
-    }
+    size_t chunk = n_moments(t) < TRAINER_OFFLOAD_CHUNK ? n_moments(t) : TRAINER_OFFLOAD_CHUNK;
+    be->adamw_host_moments(be, o, p, g, hm, hv, b - a, wd, t->st.adam_t, t->stage, chunk);
 }
 
 void trainer_free(Trainer *t) {
@@ -228,12 +233,13 @@ void trainer_free(Trainer *t) {
         if (t->m) be->free(be, t->m);
         if (t->v) be->free(be, t->v);
     }
-    if (t->offloaded && (munmap(t->offload_map, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0))
+    if (t->offloaded && be->on_device) be->host_free(be, t->offload_map);
+    else if (t->offloaded && (munmap(t->offload_map, 2 * n_moments(t) * F) != 0 || close(t->offload_fd) != 0))
         die("closing the optimizer offload file");
     free(t->tensors);
     free(t->host);
-    if (t->mchunk) be->free(be, t->mchunk);
-    if (t->vchunk) be->free(be, t->vchunk);
+    for (int i = 0; i < 2; i++)
+        if (t->stage[i]) be->free(be, t->stage[i]);
     if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
     if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
@@ -305,15 +311,25 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         o.lr = lr;
         t->st.adam_t++;
         t->st.skips_in_row = 0;
-        // Hugging Face Trainer's groups: no decay for biases and norms (ln_q: the merger's norm)
+        // Hugging Face Trainer's groups: no decay for biases and norms (ln_q: the merger's norm). Neighbours of
+        // one group make one range (a device's offloaded moments stream best in long ones).
+        size_t ra = 0, rb = 0;  // the range so far, of decay rwd
+        double rwd = 0.0;
         for (int i = 0; i < t->n_tensors; i++) {
             const Qwen2Tensor *x = &t->tensors[i];
             size_t off = x->off, end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             int no_decay = strstr(x->name, "bias") || strstr(x->name, "norm") || strstr(x->name, "ln_q");
             double wd = no_decay ? 0.0 : o.weight_decay;
-            if (a < b) adamw_range(t, &o, a, b, wd);
+            if (a >= b) continue;
+            if (rb == a && rwd == wd && ra < rb) {
+                rb = b;
+                continue;
+            }
+            if (ra < rb) adamw_range(t, &o, ra, rb, rwd);
+            ra = a, rb = b, rwd = wd;
         }
+        if (ra < rb) adamw_range(t, &o, ra, rb, rwd);
         if (t->zero && t->host) {  // a device's: its shard to the host, the whole slab back
             be->download(be, t->host + t->lo, t->w + t->lo, n_moments(t) * F);
             comm_allgather(t->comm, t->host + t->lo, t->host, t->n, "parameters (ZeRO all-gather)");

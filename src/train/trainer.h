@@ -47,10 +47,11 @@ typedef struct {
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
-    int offloaded, offload_fd;  // m and v live in a file-backed mapping (trainer_offload_init)
-    float *offload_map;         // that mapping: m then v. A host run's m and v point into it; a device's stay
-                                // there too (m, v NULL) and AdamW streams them through mchunk / vchunk
-    float *mchunk, *vchunk;     // a device's chunk of the offloaded moments (TRAINER_OFFLOAD_CHUNK floats each)
+    int offloaded, offload_fd;  // m and v live off the backend's memory (trainer_offload_init)
+    float *offload_map;         // there: m then v. A host run's is a file-backed mapping (fd offload_fd), m and v
+                                // point into it; a device's is pinned host memory (m, v NULL), which AdamW streams
+                                // through stage
+    float *stage[2];            // a device's two staging buffers: TRAINER_OFFLOAD_CHUNK floats of m, then of v
     // Data parallelism (trainer_set_dist): gradients are averaged over comm's ranks before the step.
     Comm *comm;            // NULL: one process
     int zero;              // 0: full moments on every rank; 1: each rank keeps and updates only its
@@ -85,11 +86,12 @@ void trainer_check_params_on_host(const Backend *be, const char *device, const c
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio);
 // Moves the Adam moments into a shared mapping of an (unlinked) temporary file in dir, so that
 // trainer_offload can give their memory back while they are not needed (GRPO's rollout). On a device they leave
-// device memory for good: AdamW streams them through two chunks of TRAINER_OFFLOAD_CHUNK floats on the device.
+// device memory for good, for pinned host memory (dir unused): AdamW streams them through two staging buffers
+// (Backend.adamw_host_moments), the copies overlapping the device's AdamW.
 #define TRAINER_OFFLOAD_CHUNK ((size_t)1 << 24)
 void trainer_offload_init(Trainer *t, const char *dir);
 // Writes the moments to their file and drops them from memory and the page cache; the next AdamW
-// reads them back on first touch. No-op without trainer_offload_init.
+// reads them back on first touch. No-op without trainer_offload_init, or on a device.
 void trainer_offload(Trainer *t);
 // A compute copy of precision p (F32, BF16 or F16) is stored as compute_storage(p): bf16 in 2 bytes a
 // parameter; fp16 values in fp32 (the CPU has no fast fp16 products), rounded to fp16.

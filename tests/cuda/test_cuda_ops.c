@@ -768,10 +768,14 @@ static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
 }
 
 // AdamW over three steps (weight decay on), the gradient's norm, and finiteness with and without an inf / NaN.
-static void test_optimizer(int64_t n) {
+// AdamW with the moments in host memory too, streamed in chunks of `chunk`: the device AdamW's bits.
+static void test_optimizer(int64_t n, size_t chunk) {
     char op[96];
     float *p = randn(n, 1.0f), *m = xcalloc((size_t)n, 4), *v = xcalloc((size_t)n, 4);
     void *dp = up(p, (size_t)n * 4), *dm = up(m, (size_t)n * 4), *dv = up(v, (size_t)n * 4);
+    void *dp2 = up(p, (size_t)n * 4);
+    float *hm = g_gpu->host_alloc(g_gpu, (size_t)n * 4), *hv = g_gpu->host_alloc(g_gpu, (size_t)n * 4);
+    float *stage[2] = {g_gpu->alloc(g_gpu, 2 * chunk * 4), g_gpu->alloc(g_gpu, 2 * chunk * 4)};
     AdamW o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
     float *g = NULL;
     void *dg = g_gpu->alloc(g_gpu, (size_t)n * 4);
@@ -781,12 +785,20 @@ static void test_optimizer(int64_t n) {
         g_gpu->upload(g_gpu, dg, g, (size_t)n * 4);
         adamw_update(&o, p, g, m, v, (size_t)n, o.weight_decay, step);
         g_gpu->adamw(g_gpu, &o, dp, dg, dm, dv, (size_t)n, o.weight_decay, step);
+        g_gpu->adamw_host_moments(g_gpu, &o, dp2, dg, hm, hv, (size_t)n, o.weight_decay, step, stage, chunk);
     }
     // the same float operations; the GPU may fuse a multiply-add (one rounding less) per operation
     snprintf(op, sizeof op, "adamw 3 steps n%lld: p, m, v", (long long)n);
     float *gp = down(dp, n), *gm = down(dm, n), *gv = down(dv, n);
     report(op, fmax(rel_err(gp, p, n, 0.0), fmax(rel_err(gm, m, n, 0.0), rel_err(gv, v, n, 0.0))), 8.0 * U);
-    free(gp), free(gm), free(gv);
+    snprintf(op, sizeof op, "adamw_host_moments 3 steps n%lld chunk %zu: p, m, v bits", (long long)n, chunk);
+    float *gp2 = down(dp2, n);
+    report(op, memcmp(gp2, gp, (size_t)n * 4) != 0 || memcmp(hm, gm, (size_t)n * 4) != 0 ||
+                   memcmp(hv, gv, (size_t)n * 4) != 0, 0.0);
+    free(gp), free(gm), free(gv), free(gp2);
+    g_gpu->host_free(g_gpu, hm);
+    g_gpu->host_free(g_gpu, hv);
+    gfree(dp2), gfree(stage[0]), gfree(stage[1]);
     snprintf(op, sizeof op, "grad_norm n%lld", (long long)n);
     double want = grad_norm(g, (size_t)n), got = g_gpu->grad_norm(g_gpu, dg, (size_t)n);
     report(op, fabs(got - want) / want, 1e-12);  // sums in double on both sides
@@ -822,8 +834,9 @@ static void test_training_ops(void) {
     test_attention_backward(l1, 3, 4, 4, 128);
     test_logprob_backward(300, 64, 1000);
     test_logprob_backward(5, 96, 3001);
-    test_optimizer(1);
-    test_optimizer(100003);
+    test_optimizer(1, 1);
+    test_optimizer(100003, 1000);  // 101 chunks, the last one short
+    test_optimizer(2500, 4096);
 }
 
 // Every op on shapes that cross the kernels' tiles and blocks: rows and widths that are not multiples of them,

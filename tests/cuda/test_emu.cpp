@@ -5,7 +5,8 @@
 // undefined stop the run with one error naming them: a thread that returns before a barrier the others wait at,
 // divergent barriers, a shuffle missing a lane of its mask or naming lanes outside it, host pointers given to a
 // kernel or copied as device memory, invalid launch configurations, a missing barrier (a wrong result here; a
-// reported data race under ThreadSanitizer), and host code touching device memory (reported under ASan).
+// reported data race under ThreadSanitizer), and host code touching device memory (reported under ASan); streams:
+// a copy with pinned host memory runs only once something orders it.
 //
 // usage: test_emu            every good case here, then every bad case as `test_emu --case NAME` in a child
 //        test_emu --case N   one bad case (it must die)
@@ -44,6 +45,45 @@ static void download(T *host, const T *dev, size_t n) {
 
 // ---------------------------------------------------------------------------------------------
 // good cases
+
+__global__ void k_copy(int *out, const int *in, int n) {
+    if ((int)threadIdx.x < n) out[threadIdx.x] = in[threadIdx.x];
+}
+
+// Streams: a copy with pinned host memory waits in its stream until something orders it (an event wait, a
+// synchronisation), as late as CUDA allows; a pageable one runs at once.
+static void test_streams(void) {
+    const int n = 8;
+    int *h = NULL, *back = NULL;
+    cudaHostAlloc((void **)&h, n * sizeof(int), cudaHostAllocDefault);
+    cudaHostAlloc((void **)&back, n * sizeof(int), cudaHostAllocDefault);
+    for (int i = 0; i < n; i++) h[i] = 10 + i, back[i] = -1;
+    int *d = (int *)dev_alloc(n * sizeof(int)), *out = (int *)dev_alloc(n * sizeof(int)), got[8];
+    cudaStream_t s;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaMemcpyAsync(d, h, n * sizeof(int), cudaMemcpyHostToDevice, s);
+    EMU_LAUNCH(k_copy, 1, 32, 0, NULL, out, d, n);  // no wait: the copy has not run
+    download(got, out, n);
+    report(got[0] == 0 && got[n - 1] == 0, "streams: a pinned copy not waited for has not run", "");
+    cudaEventRecord(e, s);
+    cudaStreamWaitEvent(NULL, e, 0);
+    EMU_LAUNCH(k_copy, 1, 32, 0, NULL, out, d, n);
+    download(got, out, n);
+    report(got[0] == 10 && got[n - 1] == 10 + n - 1, "streams: an event wait runs it first", "");
+    cudaMemcpyAsync(back, d, n * sizeof(int), cudaMemcpyDeviceToHost, s);
+    int before = back[0];
+    cudaStreamSynchronize(s);
+    report(before == -1 && back[0] == 10 && back[n - 1] == 10 + n - 1,
+           "streams: a pinned download lands at the stream's synchronisation", "");
+    cudaEventDestroy(e);
+    cudaStreamDestroy(s);
+    cudaFreeHost(h);
+    cudaFreeHost(back);
+    cudaFree(d);
+    cudaFree(out);
+}
 
 enum { SH_XOR, SH_XOR8, SH_UP, SH_DOWN, SH_IDX, SH_IDX8, BALLOT, ALL, ANY, N_WARP_RESULTS };
 
@@ -312,6 +352,7 @@ int main(int argc, char **argv) {
     test_warp();
     test_block_features();
     test_bf16();
+    test_streams();
     struct {
         const char *name, *want;
         int enabled;

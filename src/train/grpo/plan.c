@@ -61,8 +61,8 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
     }
     size_t shard = ranks > 1 && s->zero ? (slab + (size_t)ranks - 1) / (size_t)ranks : slab;
     size_t chunk = TRAINER_OFFLOAD_CHUNK * 4 < shard ? TRAINER_OFFLOAD_CHUNK * 4 : shard;
-    // a device's offloaded moments stay on the host: two chunks of them on the device
-    size_t moments = s->offload_optimizer && be->on_device ? 2 * chunk : 2 * shard;
+    // a device's offloaded moments stay on the host: two staging buffers of a chunk of each on the device
+    size_t moments = s->offload_optimizer && be->on_device ? 4 * chunk : 2 * shard;
     // ZeRO-2's shard and top-k's residual beside the gradients
     size_t grads_more = (ranks > 1 && s->zero == 2 ? shard : 0) + (s->topk_ratio > 0 ? slab : 0);
     int host = s->offload_params && be->on_device;  // the master and the optimizer on the host
@@ -97,8 +97,8 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
     const char *moments = p->host ? " (the master and moments on the host)" : "";
-    if (p->offloaded && !p->host)  // a device's stay on the host, in two chunks on the device
-        moments = p->moments < p->offloaded ? " (two chunks; on the host)" : " (offloaded during rollout)";
+    if (p->offloaded && !p->host)  // a device's stay on the host, staged through two buffers on the device
+        moments = p->moments < p->offloaded ? " (staging buffers; on the host)" : " (offloaded during rollout)";
     char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f"
                          "%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
