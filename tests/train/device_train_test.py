@@ -211,7 +211,8 @@ for name, extra, weights in [("full", FULL, "model.safetensors"), ("lora", GLORA
 cfg = T("doctor.yaml")
 with open(cfg, "w") as f:
     f.write("trainer:\n  device: %s\n" % DEV)
-p = subprocess.run([grpo, "doctor", "--json", "--config", cfg] + BASE + FULL + ["trainer.steps=1"],
+offload = ["actor.offload_optimizer=true"] if a.device_only else []  # as that run was made
+p = subprocess.run([grpo, "doctor", "--json", "--config", cfg] + BASE + FULL + offload + ["trainer.steps=1"],
                    capture_output=True, text=True, env=env, timeout=120)
 checks = {c["id"]: c for c in json.loads(p.stdout)["checks"]} if p.stdout.startswith("{") else {}
 planned = metrics(T(f"grpo_full_{DEV}"))[-1]["device_planned_bytes"]
