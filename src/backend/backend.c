@@ -35,7 +35,7 @@ static void *cuda_module(char *err, size_t n) {
     return h;
 }
 
-typedef const Backend *(*CudaOpenFn)(int ordinal, const char *what);
+typedef const Backend *(*CudaOpenFn)(int ordinal, int local_rank, const char *what);
 typedef int (*CudaCountFn)(char *why, size_t n);
 
 static void *cuda_symbol(const char *name, const char *what) {
@@ -65,6 +65,19 @@ int backend_cuda_devices(char *why, size_t n) {
 #endif
 }
 
+#ifdef GRPO_CUDA
+// This process's rank among its machine's, as the launcher says (0 without one).
+static int launcher_local_rank(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                        "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v >= '0' && *v <= '9') return atoi(v);
+    }
+    return 0;
+}
+#endif
+
 const Backend *backend_open(const char *spec, const char *what) {
     if (!strcmp(spec, "cpu")) return backend_cpu();
     if (!strcmp(spec, "cpu-staged")) return backend_cpu_staged();
@@ -77,7 +90,7 @@ const Backend *backend_open(const char *spec, const char *what) {
     }
     if (strncmp(spec, "cuda", 4) || (spec[4] && spec[4] != ':'))
         die("%s: unknown device '%s' (cpu, cuda, cuda:N or emu)", what, spec);
-    int ordinal = 0;
+    int ordinal = -1;  // plain "cuda": this rank's GPU
     if (spec[4] == ':') {
         char *end;
         long n = strtol(spec + 5, &end, 10);
@@ -87,7 +100,7 @@ const Backend *backend_open(const char *spec, const char *what) {
     }
 #ifdef GRPO_CUDA
     CudaOpenFn open = (CudaOpenFn)cuda_symbol("cuda_backend_open", what);
-    return open(ordinal, what);
+    return open(ordinal, launcher_local_rank(), what);
 #else
     (void)ordinal;
     die("%s %s: this grpo was built without CUDA (nvcc was not found when it was built); use --device cpu", what,

@@ -131,8 +131,28 @@ struct Backend {
     int (*all_finite)(const Backend *be, const float *g, size_t n);
     void (*scale)(const Backend *be, float *g, size_t n, float s);
     void (*round_values)(const Backend *be, float *dst, const float *src, size_t n, DType d);
+
+    // Collectives among processes on the backend's memory (a GPU's, through NCCL); NULL where it has none (the CPU;
+    // the emulated device), and then ranks cross through host copies and MPI. dist_key: this device's identity
+    // (BACKEND_DIST_KEY_BYTES; ranks with one key share a GPU, which NCCL refuses). dist_id: a new communicator's id
+    // (BACKEND_DIST_ID_BYTES, made by rank 0 and shared by the caller), or 0 with the reason in why (n bytes) when the
+    // collective library does not load. dist_init: this process joins as `rank` of `size`; every collective then
+    // waits at most timeout_s (<= 0: forever) and ends the job with one line naming `what` past it, or on the
+    // library's asynchronous error. Shards are comm_shard's (parallel/comm.h), of different sizes by one at most.
+    void (*dist_key)(const Backend *be, void *key);
+    int (*dist_id)(const Backend *be, void *id, char *why, size_t n);
+    void (*dist_init)(const Backend *be, const void *id, int rank, int size, double timeout_s);
+    // buf (n) <- its mean over the ranks, the same bits on every rank.
+    void (*dist_allreduce_mean)(const Backend *be, float *buf, size_t n, const char *what);
+    // buf[lo, hi) <- the mean over the ranks of buf[lo, hi), on the rank whose shard [lo, hi) is; buf's other
+    // elements are left as they were.
+    void (*dist_reduce_scatter_mean)(const Backend *be, float *buf, size_t n, const char *what);
+    // buf's shard of each rank, from that rank to every other (in place).
+    void (*dist_allgather)(const Backend *be, float *buf, size_t n, const char *what);
     void (*close)(const Backend *be);
 };
+#define BACKEND_DIST_KEY_BYTES 16
+#define BACKEND_DIST_ID_BYTES 128
 
 // The CPU backend (host memory, nn/ops.h): a constant, nothing to close.
 const Backend *backend_cpu(void);

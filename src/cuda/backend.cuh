@@ -6,7 +6,8 @@
 // This text is compiled twice: by nvcc for the GPU (cuda.cu: cuBLASLt, the device count, cuda_backend_open) and as
 // host C++ for the emulated device (emu.cpp with emu.h: --device emu, where the GEMM is the CPU's). So everything
 // here is CUDA's runtime API and kernels launched through LAUNCH; what differs is the includer's:
-//   gemm_new(c), gemm_free(c), gemm_bf16(...), gemm_ex(...)  (below).
+//   gemm_new(c), gemm_free(c), gemm_bf16(...), gemm_ex(...), dist_free(c)  (below), and the table's dist_* entries
+//   (NCCL's collectives, set by cuda.cu alone).
 #ifdef GRPO_EMU
 #include "cuda/emu.h"
 #define LAUNCH EMU_LAUNCH
@@ -56,6 +57,7 @@ typedef struct {
     cudaStream_t up, down;  // adamw_host_moments' copies: chunks going up, and coming back down
     cudaEvent_t went_up[2], stepped[2], came_down[2];  // per staging buffer: its chunk is up, stepped, back down
     void *gemm;         // the includer's GEMM state (cuBLASLt's handle, workspace and plans; none on the emulator)
+    void *dist;         // the includer's collectives (NCCL, once a run joins a communicator; none on the emulator)
     int bias_epilogue;  // 0: biases added by k_bias, not the GEMM's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
     float *bias32;      // matmul: the bias widened to fp32, the epilogue's documented type
     int64_t bias_cap;
@@ -84,6 +86,8 @@ static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, c
 // A and B bf16 when bf16, else fp32 (LoRA's products, every backward's).
 static void gemm_ex(Cuda *c, int bf16, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                     int64_t lda, const void *B, int64_t ldb, int accumulate, float *C, int64_t ldc);
+// Releases c->dist (the communicator), if any.
+static void dist_free(Cuda *c);
 
 // The backend's state, its device made the calling thread's current one: every entry point of the table starts
 // here, since the host thread calling it (a server's engine thread, say) need not be the one that opened it.
@@ -1273,6 +1277,7 @@ static void cu_round_values(const Backend *be, float *dst, const float *src, siz
 static void cu_close(const Backend *be) {
     Cuda *c = use(be);
     CK(cudaStreamSynchronize(c->stream));
+    dist_free(c);
     gemm_free(c);
     CK(cudaFree(c->bias32));
     CK(cudaFree(c->u));

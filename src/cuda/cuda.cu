@@ -3,8 +3,16 @@
 // cuBLAS's GemmEx for the others (the backwards', LoRA's fp32 products).
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cuda/backend.cuh"
+
+extern "C" {
+#include "parallel/comm.h"  // comm_shard
+}
 
 #define LT(call) blas_check((call), "cuBLASLt", #call, __FILE__, __LINE__)
 #define BLAS(call) blas_check((call), "cuBLAS", #call, __FILE__, __LINE__)
@@ -206,13 +214,215 @@ int cuda_device_count(char *why, size_t n) {
     return -1;
 }
 
-const Backend *cuda_backend_open(int ordinal, const char *what) {
+// ---------------------------------------------------------------------------------------------
+// collectives: NCCL, loaded when a run first joins a communicator (only data parallelism on GPUs needs it, and it is
+// large): libnccl.so.2 from the loader's path, or the file GRPO_NCCL_LIB names (PyTorch's, say).
+
+static_assert(sizeof(ncclUniqueId) == BACKEND_DIST_ID_BYTES, "backend.h's id size is NCCL's");
+static_assert(sizeof(cudaUUID_t) == BACKEND_DIST_KEY_BYTES, "backend.h's key size is a GPU's UUID");
+
+typedef struct {
+    void *lib;
+    ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
+    ncclResult_t (*CommInitRankConfig)(ncclComm_t *comm, int size, ncclUniqueId id, int rank, ncclConfig_t *cfg);
+    ncclResult_t (*CommGetAsyncError)(ncclComm_t comm, ncclResult_t *err);
+    ncclResult_t (*CommAbort)(ncclComm_t comm);
+    ncclResult_t (*CommDestroy)(ncclComm_t comm);
+    ncclResult_t (*AllReduce)(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                              ncclComm_t comm, cudaStream_t s);
+    ncclResult_t (*Reduce)(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
+                           ncclComm_t comm, cudaStream_t s);
+    ncclResult_t (*Broadcast)(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
+                              cudaStream_t s);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
+    const char *(*GetErrorString)(ncclResult_t r);
+    ncclComm_t comm;  // NULL until dist_init
+    int rank, size;
+    double timeout_s;
+} Nccl;
+
+// NCCL's entry points, or NULL with the loader's reason in why.
+static Nccl *nccl_load(char *why, size_t n) {
+    const char *env = getenv("GRPO_NCCL_LIB"), *path = env && *env ? env : "libnccl.so.2";
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, n, "%s", e ? e : path);
+        return NULL;
+    }
+    Nccl *x = (Nccl *)xcalloc(1, sizeof *x);
+    x->lib = h;
+    struct {
+        void **fn;
+        const char *name;
+    } syms[] = {{(void **)&x->GetUniqueId, "ncclGetUniqueId"},
+                {(void **)&x->CommInitRankConfig, "ncclCommInitRankConfig"},
+                {(void **)&x->CommGetAsyncError, "ncclCommGetAsyncError"},
+                {(void **)&x->CommAbort, "ncclCommAbort"},
+                {(void **)&x->CommDestroy, "ncclCommDestroy"},
+                {(void **)&x->AllReduce, "ncclAllReduce"},
+                {(void **)&x->Reduce, "ncclReduce"},
+                {(void **)&x->Broadcast, "ncclBroadcast"},
+                {(void **)&x->GroupStart, "ncclGroupStart"},
+                {(void **)&x->GroupEnd, "ncclGroupEnd"},
+                {(void **)&x->GetErrorString, "ncclGetErrorString"}};
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].fn = dlsym(h, syms[i].name);
+        if (!*syms[i].fn) {
+            snprintf(why, n, "%s has no %s (NCCL 2.14 or newer is needed)", path, syms[i].name);
+            dlclose(h);
+            free(x);
+            return NULL;
+        }
+    }
+    return x;
+}
+
+static void nccl_check(const Nccl *x, ncclResult_t r, const char *what, const char *file, int line) {
+    if (r != ncclSuccess && r != ncclInProgress)  // a non-blocking communicator's calls may still be in progress
+        die("rank %d/%d: NCCL: %s failed at %s:%d: %s", x->rank, x->size, what, file, line, x->GetErrorString(r));
+}
+#define NC(x, call) nccl_check((x), (call), #call, __FILE__, __LINE__)
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Waits for what the communicator has pending: its set-up, or (on_stream) the collectives just enqueued on the
+// backend's stream, whose compute before them has finished already. NCCL's asynchronous error ends the job in one
+// line, and so does timeout_s without completion, the communicator aborted first (no kernel is left waiting for a
+// rank that will not come): comm.h's message.
+static void nccl_wait(Cuda *c, Nccl *x, int on_stream, const char *what, const char *op, size_t n) {
+    double t0 = seconds_now();
+    useconds_t nap = 0;
+    for (;;) {
+        ncclResult_t async = ncclSuccess;
+        NC(x, x->CommGetAsyncError(x->comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            die("rank %d/%d: %s (%s of %zu floats): NCCL: %s", x->rank, x->size, what, op, n,
+                x->GetErrorString(async));
+        if (async == ncclSuccess) {
+            if (!on_stream) return;
+            cudaError_t q = cudaStreamQuery(c->stream);
+            if (q == cudaSuccess) return;
+            if (q != cudaErrorNotReady) CK(q);
+        }
+        if (x->timeout_s > 0 && seconds_now() - t0 > x->timeout_s) {
+            x->CommAbort(x->comm);
+            die("rank %d/%d: %s (%s of %zu floats) did not complete within %g s: another rank is hung or dead",
+                x->rank, x->size, what, op, n, x->timeout_s);
+        }
+        usleep(nap);
+        nap = nap < 1000 ? nap + 50 : 1000;  // polls at once while it moves, then every millisecond
+    }
+}
+
+static void dist_free(Cuda *c) {
+    Nccl *x = (Nccl *)c->dist;
+    if (!x) return;
+    if (x->comm) NC(x, x->CommDestroy(x->comm));
+    dlclose(x->lib);
+    free(x);
+    c->dist = NULL;
+}
+
+static void cu_dist_key(const Backend *be, void *key) {
+    Cuda *c = use(be);
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, c->ordinal));
+    memcpy(key, &p.uuid, sizeof p.uuid);
+}
+
+static int cu_dist_id(const Backend *be, void *id, char *why, size_t n) {
+    Cuda *c = use(be);
+    if (!c->dist && !(c->dist = nccl_load(why, n))) return 0;
+    Nccl *x = (Nccl *)c->dist;
+    ncclUniqueId u;
+    NC(x, x->GetUniqueId(&u));
+    memcpy(id, &u, sizeof u);
+    return 1;
+}
+
+static void cu_dist_init(const Backend *be, const void *id, int rank, int size, double timeout_s) {
+    Cuda *c = use(be);
+    char why[512];
+    if (!c->dist && !(c->dist = nccl_load(why, sizeof why)))
+        die("rank %d/%d: %s: NCCL does not load here (rank 0's did): %s; set GRPO_NCCL_LIB to a libnccl.so.2", rank,
+            size, be->name, why);
+    Nccl *x = (Nccl *)c->dist;
+    x->rank = rank;
+    x->size = size;
+    x->timeout_s = timeout_s;
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;  // calls return at once: nccl_wait polls them under the timeout
+    NC(x, x->CommInitRankConfig(&x->comm, size, u, rank, &cfg));
+    nccl_wait(c, x, 0, "joining the ranks' NCCL communicator", "init", 0);
+}
+
+// The communicator, its stream's compute done (the timeout is the collective's alone).
+static Nccl *dist_begin(Cuda *c) {
+    Nccl *x = (Nccl *)c->dist;
+    if (!x || !x->comm) die("internal: an NCCL collective before dist_init");
+    CK(cudaStreamSynchronize(c->stream));
+    return x;
+}
+
+static void cu_dist_allreduce_mean(const Backend *be, float *buf, size_t n, const char *what) {
+    Cuda *c = use(be);
+    Nccl *x = dist_begin(c);
+    NC(x, x->AllReduce(buf, buf, n, ncclFloat32, ncclAvg, x->comm, c->stream));
+    nccl_wait(c, x, 1, what, "all-reduce", n);
+}
+
+// Shards of one or two sizes: each rank's mean reduced to it in one group (NCCL's ReduceScatter takes equal ones).
+static void cu_dist_reduce_scatter_mean(const Backend *be, float *buf, size_t n, const char *what) {
+    Cuda *c = use(be);
+    Nccl *x = dist_begin(c);
+    NC(x, x->GroupStart());
+    for (int r = 0; r < x->size; r++) {
+        size_t lo, hi;
+        comm_shard(n, r, x->size, &lo, &hi);
+        if (hi > lo) NC(x, x->Reduce(buf + lo, buf + lo, hi - lo, ncclFloat32, ncclAvg, r, x->comm, c->stream));
+    }
+    NC(x, x->GroupEnd());
+    nccl_wait(c, x, 1, what, "reduce-scatter", n);
+}
+
+static void cu_dist_allgather(const Backend *be, float *buf, size_t n, const char *what) {
+    Cuda *c = use(be);
+    Nccl *x = dist_begin(c);
+    NC(x, x->GroupStart());
+    for (int r = 0; r < x->size; r++) {
+        size_t lo, hi;
+        comm_shard(n, r, x->size, &lo, &hi);
+        if (hi > lo) NC(x, x->Broadcast(buf + lo, buf + lo, hi - lo, ncclFloat32, r, x->comm, c->stream));
+    }
+    NC(x, x->GroupEnd());
+    nccl_wait(c, x, 1, what, "all-gather", n);
+}
+
+const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what) {
     char why[256], name[24];
     int n = cuda_device_count(why, sizeof why);
-    if (n < 0) die("%s cuda:%d: CUDA does not work on this machine: %s", what, ordinal, why);
-    if (n == 0) die("%s cuda:%d: no CUDA GPU is visible (%s)", what, ordinal, why);
+    const char *spec = ordinal < 0 ? "cuda" : name;
+    snprintf(name, sizeof name, "cuda:%d", ordinal);
+    if (n < 0) die("%s %s: CUDA does not work on this machine: %s", what, spec, why);
+    if (n == 0) die("%s %s: no CUDA GPU is visible (%s)", what, spec, why);
+    if (ordinal < 0) ordinal = local_rank % n;  // one GPU a rank of this machine, in turn
     if (ordinal >= n)
         die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
     snprintf(name, sizeof name, "cuda:%d", ordinal);
-    return backend_new(name, ordinal);
+    Backend *be = (Backend *)backend_new(name, ordinal);
+    be->dist_key = cu_dist_key;
+    be->dist_id = cu_dist_id;
+    be->dist_init = cu_dist_init;
+    be->dist_allreduce_mean = cu_dist_allreduce_mean;
+    be->dist_reduce_scatter_mean = cu_dist_reduce_scatter_mean;
+    be->dist_allgather = cu_dist_allgather;
+    return be;
 }

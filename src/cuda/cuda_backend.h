@@ -16,7 +16,8 @@ extern "C" {
 #define CUDA_ATT_DIM(lane, r) ((lane) + 32 * (r))
 
 // GPU `ordinal` as a backend; dies with one line naming `what` when there is no such GPU.
-const Backend *cuda_backend_open(int ordinal, const char *what);
+// ordinal -1 (plain `cuda`): this process's GPU, local_rank % the GPUs visible (one GPU a rank under mpirun).
+const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what);
 // How many GPUs the CUDA runtime sees: 0 when there is no driver or no GPU, -1 when CUDA fails otherwise
 // (a driver older than the runtime, a GPU that cannot be used); the reason for 0 or -1 into why (n bytes).
 int cuda_device_count(char *why, size_t n);

@@ -15,6 +15,8 @@ static void gemm_free(Cuda *c) { (void)c; }
 
 static size_t gemm_workspace_bytes(void) { return 0; }
 
+static void dist_free(Cuda *c) { (void)c; }  // no collectives: the emulated device's ranks use MPI
+
 static int gemm_bf16(Cuda *c, float *out, const void *inp, const void *weight, const float *bias32, int64_t N,
                      int64_t C, int64_t OC) {
     (void)c;

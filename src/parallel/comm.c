@@ -100,12 +100,6 @@ void comm_finalize(Comm *c) {
     c->mpi = 0;
 }
 
-void comm_shard(size_t n, int rank, int size, size_t *lo, size_t *hi) {
-    size_t base = n / (size_t)size, rem = n % (size_t)size, r = (size_t)rank;
-    *lo = r * base + (r < rem ? r : rem);
-    *hi = *lo + base + (r < rem ? 1 : 0);
-}
-
 // ---- ops ----
 
 static CommOp *op_new(const char *what, const char *name, size_t n, const char *unit, int nreq, int ncounts) {

@@ -51,12 +51,17 @@ void comm_finalize(Comm *c);
 
 // Prints "grpo: error: rank R/N: <message>" (just "grpo: error: <message>" when size == 1) and
 // ends the whole job with exit status 1 on every rank (MPI_Abort), or this process without MPI.
-_Noreturn void comm_abort(const Comm *c, const char *fmt, ...) GRPO_PRINTF(2, 3);
+GRPO_NORETURN void comm_abort(const Comm *c, const char *fmt, ...) GRPO_PRINTF(2, 3);
 
 // Contiguous shard layout used by ZeRO: of n elements, rank r owns [lo, hi). The first n % size
 // ranks own n / size + 1 elements, the others n / size (so shards differ by at most one and may be
-// empty when n < size). Shards are in rank order and cover [0, n).
-void comm_shard(size_t n, int rank, int size, size_t *lo, size_t *hi);
+// empty when n < size). Shards are in rank order and cover [0, n). Inline: the CUDA module's NCCL collectives use
+// it too.
+static inline void comm_shard(size_t n, int rank, int size, size_t *lo, size_t *hi) {
+    size_t base = n / (size_t)size, rem = n % (size_t)size, r = (size_t)rank;
+    *lo = r * base + (r < rem ? r : rem);
+    *hi = *lo + base + (r < rem ? 1 : 0);
+}
 
 // ---- split-phase collectives on float slabs: start now, wait later ----
 // Every rank must start the same collectives in the same order with the same n; the waits may

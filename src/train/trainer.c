@@ -81,6 +81,31 @@ void trainer_check_params_on_host(const Backend *be, const char *device, const c
     if (train_merger) die("%s with a trained merger (actor.vision.train_merger) is not supported", option);
 }
 
+// Whether a device's ranks use the device's own collectives (NCCL): every rank on a GPU of its own, the library
+// loaded on rank 0 (its verdict is every rank's). Otherwise they cross through host copies and MPI, said once.
+// Collective.
+static int device_collectives(const Backend *be, Comm *comm) {
+    if (!be->dist_init) return 0;
+    enum { K = BACKEND_DIST_KEY_BYTES };
+    unsigned char key[K], *keys = xmalloc((size_t)comm->size * K);
+    be->dist_key(be, key);
+    comm_wait(comm, comm_allgather_bytes_start(comm, key, keys, K, "the ranks' GPUs"));
+    int shared = 0;
+    for (int i = 0; i < comm->size; i++)
+        for (int j = 0; j < i; j++) shared |= !memcmp(keys + (size_t)i * K, keys + (size_t)j * K, K);
+    free(keys);
+    char id[BACKEND_DIST_ID_BYTES] = {0}, why[512] = "ranks share a GPU";
+    double ok = !shared && comm->rank == 0 ? be->dist_id(be, id, why, sizeof why) : 0;
+    comm_bcast(comm, &ok, sizeof ok, 0, "whether NCCL loaded");
+    if (!ok && comm->rank == 0)
+        fprintf(stderr, "grpo: warning: %s: the ranks' gradients cross through host copies and MPI, not NCCL (%s)\n",
+                be->name, why);
+    if (!ok) return 0;
+    comm_bcast(comm, id, sizeof id, 0, "the NCCL communicator's id");
+    be->dist_init(be, id, comm->rank, comm->size, comm->timeout_s);
+    return 1;
+}
+
 void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
     if (t->offloaded) die("internal: trainer_set_dist after trainer_offload_init");
     if (topk_ratio > 0 && zero > 0) die("compression.type topk needs dist.zero 0 (it replaces the all-reduce ZeRO shards)");
@@ -88,12 +113,13 @@ void trainer_set_dist(Trainer *t, Comm *comm, int zero, double topk_ratio) {
         die("training on %s with top-k compression (compression.type topk): it compresses host gradients; set "
             "compression.type none", be_of(t)->name);
     t->comm = comm->size > 1 ? comm : NULL;
-    if (t->comm && be_of(t)->on_device) t->host = xmalloc((t->n + t->n / (size_t)comm->size + 1) * F);
+    t->nccl = t->comm && be_of(t)->on_device && device_collectives(be_of(t), comm);
+    if (t->comm && be_of(t)->on_device && !t->nccl) t->host = xmalloc((t->n + t->n / (size_t)comm->size + 1) * F);
     t->zero = t->comm ? zero : 0;
     if (topk_ratio > 0) topk_init(&t->topk, t->n, topk_ratio);
     if (!t->zero) return;
     comm_shard(t->n, comm->rank, comm->size, &t->lo, &t->hi);  // the moments: this rank's shard only
-    if (zero == 2 && !t->host) t->gshard = slab(t, n_moments(t));  // a device's shard comes through t->host
+    if (zero == 2 && !t->host && !t->nccl) t->gshard = slab(t, n_moments(t));  // a device's: in place
 }
 
 // Leaves the gradient's mean over the ranks in this rank's part of the slab ([lo, hi): the whole
@@ -102,7 +128,11 @@ static int average_gradients(Trainer *t, int loss_finite) {
     const Backend *be = be_of(t);
     if (t->params_on_host) t->be->download(t->be, t->hgrads, t->grads, t->n * F);  // the optimizer's copy
     float *og = opt_grads(t);
-    if (t->zero == 2 && t->host) {  // a device's: through host copies
+    if (t->nccl && t->zero == 2) {  // a device's own collectives, in place
+        be->dist_reduce_scatter_mean(be, og, t->n, "gradients (ZeRO-2 reduce-scatter)");
+    } else if (t->nccl) {
+        be->dist_allreduce_mean(be, og, t->n, "gradients");
+    } else if (t->zero == 2 && t->host) {  // a device's: through host copies
         be->download(be, t->host, og, t->n * F);
         comm_reduce_scatter_mean(t->comm, t->host, t->host + t->n, t->n, "gradients (ZeRO-2 reduce-scatter)");
         be->upload(be, og + t->lo, t->host + t->n, n_moments(t) * F);
@@ -330,7 +360,9 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
             ra = a, rb = b, rwd = wd;
         }
         if (ra < rb) adamw_range(t, &o, ra, rb, rwd);
-        if (t->zero && t->host) {  // a device's: its shard to the host, the whole slab back
+        if (t->zero && t->nccl) {
+            be->dist_allgather(be, t->w, t->n, "parameters (ZeRO all-gather)");
+        } else if (t->zero && t->host) {  // a device's: its shard to the host, the whole slab back
             be->download(be, t->host + t->lo, t->w + t->lo, n_moments(t) * F);
             comm_allgather(t->comm, t->host + t->lo, t->host, t->n, "parameters (ZeRO all-gather)");
             be->upload(be, t->w, t->host, t->n * F);

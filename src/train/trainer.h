@@ -61,8 +61,9 @@ typedef struct {
     float *gshard;         // ZeRO-2: the reduce-scattered gradient shard
     TopK topk;             // compression.type topk (ratio 0: off); its residual is not checkpointed
     double topk_scale;     // the loss scale topk.residual was made at
-    float *host;           // a device's gradients and parameters cross processes through host memory (MPI): n
-                           // floats, then a shard (ZeRO-2's reduce-scatter); NULL on the CPU or in one process
+    int nccl;              // a device's ranks average and gather through its own collectives (Backend.dist_*)
+    float *host;           // else a device's gradients and parameters cross processes through host memory (MPI):
+                           // n floats, then a shard (ZeRO-2's reduce-scatter); NULL on the CPU or in one process
 } Trainer;
 
 // be: where the slabs live and the passes and optimizer run (the backend must have every training op: refused in
