@@ -51,6 +51,7 @@ void file_close(FILE *f, const char *path);
 // Dies too when the file holds more than `max` bytes: each kind of input has a cap (FILE_MAX_* here and
 // in the readers), so a hostile file cannot make us allocate without bound.
 char *file_read_all(const char *path, size_t max, size_t *len_out);
+#define GIB 1073741824.0  // bytes in a GiB, for printing sizes
 #define FILE_MAX_CONFIG ((size_t)1 << 20)  // a YAML training config
 #define FILE_MAX_JSON ((size_t)16 << 20)   // config.json, tokenizer_config.json, index.json and the like
 #define FILE_MAX_METRICS ((size_t)1 << 30) // a run's metrics.jsonl (grpo report, resume)

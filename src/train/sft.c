@@ -70,14 +70,17 @@ static void resume_lora(TrainerLora *lo, const char *ckpt) {
     if (adapters) lora_spec_from_adapter(&lo->spec, ckpt, "option --lora-rank", 0, "");
 }
 
-static void write_metrics(FILE *f, const char *path, int64_t step, double loss, double norm, double lr, int64_t tokens,
-                          double scale, double seconds) {
+// be: a device's peak memory joins the line.
+static void write_metrics(FILE *f, const char *path, const Backend *be, int64_t step, double loss, double norm,
+                          double lr, int64_t tokens, double scale, double seconds) {
     fprintf(f, "{\"step\": %lld, \"loss\": ", (long long)step);
     json_write_number(f, loss);
     fprintf(f, ", \"grad_norm\": ");
     json_write_number(f, norm);
-    fprintf(f, ", \"lr\": %.9g, \"tokens\": %lld, \"loss_scale\": %.9g, \"skipped\": %s, \"elapsed_s\": %.4f}\n", lr,
+    fprintf(f, ", \"lr\": %.9g, \"tokens\": %lld, \"loss_scale\": %.9g, \"skipped\": %s, \"elapsed_s\": %.4f", lr,
             (long long)tokens, scale, isfinite(norm) ? "false" : "true", seconds);
+    if (be->memory_peak) fprintf(f, ", \"device_peak_bytes\": %zu", be->memory_peak(be));
+    fputs("}\n", f);
     file_flush(f, path);
 }
 
@@ -301,7 +304,7 @@ void sft_run(const SftConfig *cfg) {
         tok_total += (double)o.n_tok;
         char eta[32];
         fmt_duration(eta, sizeof eta, (now - t_start) / (double)(step - first_step) * (double)(steps - step));
-        if (lead) write_metrics(metrics, metrics_path, step, o.loss, o.norm, o.lr, o.n_target, o.scale, now - t0);
+        if (lead) write_metrics(metrics, metrics_path, be, step, o.loss, o.norm, o.lr, o.n_target, o.scale, now - t0);
         if (lead)
             fprintf(stderr, "grpo sft: step %lld/%lld | loss %.4f | grad_norm %.4g | lr %.3g | %.0f tok/s | ETA %s\n",
                     (long long)step, (long long)steps, o.loss, o.norm, o.lr, tok_total / (now - t_start), eta);
@@ -324,7 +327,11 @@ void sft_run(const SftConfig *cfg) {
         copy_model_extras(cfg->model_dir, cfg->out_dir);
         trainer_save_result(tr, cfg->out_dir, cfg->save_dtype, cfg->model_dir);
         checkpoint_prune(cfg->out_dir, cfg->keep);  // also after a resume that had nothing left to save
-        fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
+        if (be->memory_peak)
+            fprintf(stderr, "grpo sft: wrote %s (%.1f s; %s peak %.3f GiB)\n", cfg->out_dir, time_now() - t_start,
+                    be->name, (double)be->memory_peak(be) / GIB);
+        else
+            fprintf(stderr, "grpo sft: wrote %s (%.1f s)\n", cfg->out_dir, time_now() - t_start);
         file_close(metrics, metrics_path);
     }
     free(metrics_path);

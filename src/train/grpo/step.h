@@ -17,8 +17,6 @@
 #include "train/stream.h"
 #include "train/trainer.h"
 
-#define GIB 1073741824.0
-
 // One step's batch: its rollout, flattened: sample i belongs to prompt i / G. Kept samples (those that enter
 // the loss) are packed in order: sequence = prompt ids + response ids; response token t of kept
 // sample k sits at index resp_off[k] + t of the per-response-token arrays.
