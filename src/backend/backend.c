@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "cuda/cuda_backend.h"
+#include "parallel/comm.h"
 
 #ifdef GRPO_CUDA
 #include <dlfcn.h>
@@ -66,14 +67,18 @@ int backend_cuda_devices(char *why, size_t n) {
 }
 
 #ifdef GRPO_CUDA
-// This process's rank among its machine's, as the launcher says (0 without one).
+// This process's rank among its machine's, as its launcher says (0 without one; with a launcher that says nothing
+// we know, a warning: every rank would take GPU 0).
 static int launcher_local_rank(void) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-                                        "LOCAL_RANK"};
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                                        "PALS_LOCAL_RANKID", "SLURM_LOCALID"};
+    if (!comm_launched()) return 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);
         if (v && *v >= '0' && *v <= '9') return atoi(v);
     }
+    fprintf(stderr, "grpo: warning: the launcher does not say this rank's place on its machine "
+            "(OMPI_COMM_WORLD_LOCAL_RANK and the like): --device cuda is GPU 0; name one with cuda:N\n");
     return 0;
 }
 #endif

@@ -29,6 +29,8 @@ struct Backend {
     // Memory: alloc'd bytes are zeroed, 64-byte aligned; alloc dies naming the size when out of memory.
     void *(*alloc)(const Backend *be, size_t bytes);
     void (*free)(const Backend *be, void *p);
+    // upload returns once host_src may be reused, unless it is host_alloc memory: then the copy may still be in
+    // flight until the next download or synchronising call.
     void (*upload)(const Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(const Backend *be, void *host_dst, const void *src, size_t bytes);  // waits for the ops before
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes);

@@ -56,6 +56,7 @@ typedef struct {
     cudaStream_t stream;
     cudaStream_t up, down;  // adamw_host_moments' copies: chunks going up, and coming back down
     cudaEvent_t went_up[2], stepped[2], came_down[2];  // per staging buffer: its chunk is up, stepped, back down
+    cudaEvent_t entered;  // adamw_host_moments' start on the main stream (the staging buffers' zeroing before it)
     void *gemm;         // the includer's GEMM state (cuBLASLt's handle, workspace and plans; none on the emulator)
     void *dist;         // the includer's collectives (NCCL, once a run joins a communicator; none on the emulator)
     int bias_epilogue;  // 0: biases added by k_bias, not the GEMM's epilogue (GRPO_CUDA_BIAS_EPILOGUE=0)
@@ -1000,63 +1001,87 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
     }
 }
 
-// dk, dv: one block per (key row j, kv head), one warp per query head of the group. Lane l takes query row
-// j + l + 32 t of the key's sequence (the rows that see key j), scores it against the key (held in shared memory),
-// p = exp(s - lse), ds = p (dO.v - delta); then the warp sums p dO and ds q over those rows, lane owning head
-// dimensions; the group's heads are added in head order.
-__global__ void __launch_bounds__(32 * ATT_GMAX)
+// dk, dv, FlashAttention-2's way on CUDA cores: one block per (tile of DKV_T keys, kv head), 128 threads. The key
+// tile stays in shared memory; for each query head of the group in turn, tiles of DKV_T query rows (q scaled, dO,
+// lse, delta) come through shared memory too: S = q k and dP = dO v for the tile's pairs (two a thread), p =
+// exp(S - lse) where the pair is causal and in one sequence, ds = p (dP - delta); then thread t adds p dO and ds q
+// into the dv and dk of its key t / 8, dimensions t % 8 + 8 m. Fixed order: heads, then query tiles, then rows.
+#define DKV_T 16
+static_assert(DKV_T * DKV_T == 2 * 128 && 8 * DKV_T == 128 && 8 * 16 >= ATT_DMAX, "k_attend_dkv's thread map");
+static_assert(sizeof(float) * (4 * DKV_T * (ATT_DMAX + 1) + 2 * DKV_T * (DKV_T + 1) + 2 * DKV_T) <= 48 * 1024,
+              "k_attend_dkv's shared tiles exceed 48 KiB");
+
+__global__ void __launch_bounds__(128)
 k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const float *delta, const float *q,
-             const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH, int D) {
-    __shared__ float kj[ATT_DMAX], vj[ATT_DMAX], sdk[ATT_GMAX][ATT_DMAX], sdv[ATT_GMAX][ATT_DMAX];
-    int64_t j = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
-    int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
-    int64_t end = seq_off[seq_of(seq_off, B, j) + 1];
-    float scale = 1.0f / sqrtf((float)D), ak[CUDA_ATT_DREGS], av[CUDA_ATT_DREGS];
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        kj[d] = k[j * kvs + (int64_t)g * D + d];
-        vj[d] = v[j * kvs + (int64_t)g * D + d];
+             const float *k, const float *v, const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D) {
+    __shared__ float Ks[DKV_T][ATT_DMAX + 1], Vs[DKV_T][ATT_DMAX + 1], Qs[DKV_T][ATT_DMAX + 1];
+    __shared__ float Os[DKV_T][ATT_DMAX + 1], Ps[DKV_T][DKV_T + 1], DSs[DKV_T][DKV_T + 1], Ls[DKV_T], Dls[DKV_T];
+    int64_t j0 = (int64_t)blockIdx.x * DKV_T, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
+    int g = blockIdx.y, group = H / KVH, t = threadIdx.x, kk = t / 8, d0 = t % 8;
+    int nk = N - j0 < DKV_T ? (int)(N - j0) : DKV_T;
+    int64_t last_end = seq_off[seq_of(seq_off, B, j0 + nk - 1) + 1];  // the queries any of the tile's keys sees
+    float scale = 1.0f / sqrtf((float)D), ak[16], av[16];
+#pragma unroll
+    for (int m = 0; m < 16; m++) ak[m] = av[m] = 0.0f;
+    load_kv_tile(Ks, Vs, k + (int64_t)g * D, v + (int64_t)g * D, j0, nk, D, kvs);
+    int64_t kend[2];  // the sequence end of each of this thread's two pairs' keys
+    for (int x = 0; x < 2; x++) {
+        int64_t j = j0 + (t + 128 * x) % DKV_T;
+        kend[x] = j < N ? seq_off[seq_of(seq_off, B, j) + 1] : 0;
     }
-#pragma unroll
-    for (int r = 0; r < CUDA_ATT_DREGS; r++) ak[r] = av[r] = 0.0f;
-    __syncthreads();
-    for (int64_t i0 = j; i0 < end; i0 += 32) {
-        int64_t i = i0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (i < end) {
-            const float *qr = q + i * qs + (int64_t)h * D, *dor = dout + i * qs + (int64_t)h * D;
-            float s = 0.0f, dp = 0.0f;
-            for (int d = 0; d < D; d++) {
-                s += qr[d] * scale * kj[d];  // as k_attend scores: the query scaled first
-                dp += dor[d] * vj[d];
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        for (int64_t i0 = j0; i0 < last_end; i0 += DKV_T) {
+            int nq = last_end - i0 < DKV_T ? (int)(last_end - i0) : DKV_T;
+            __syncthreads();  // the previous tile's p and ds consumed
+            for (int e = t; e < nq * D; e += blockDim.x) {
+                int r = e / D, d = e % D;
+                Qs[r][d] = q[(i0 + r) * qs + (int64_t)h * D + d] * scale;  // as k_attend scores
+                Os[r][d] = dout[(i0 + r) * qs + (int64_t)h * D + d];
             }
-            p = expf(s - lse[i * H + h]);
-            ds = p * (dp - delta[i * H + h]);
-        }
-        int n = end - i0 < 32 ? (int)(end - i0) : 32;
-        for (int t = 0; t < n; t++) {
-            float pt = __shfl_sync(0xffffffffu, p, t), dst = __shfl_sync(0xffffffffu, ds, t);
-            const float *qr = q + (i0 + t) * qs + (int64_t)h * D, *dor = dout + (i0 + t) * qs + (int64_t)h * D;
+            if (t < nq) {
+                Ls[t] = lse[(i0 + t) * H + h];
+                Dls[t] = delta[(i0 + t) * H + h];
+            }
+            __syncthreads();
+            for (int x = 0; x < 2; x++) {
+                int pair = t + 128 * x, r = pair / DKV_T, c = pair % DKV_T;
+                int64_t i = i0 + r, j = j0 + c;
+                float p = 0.0f, ds = 0.0f;
+                if (r < nq && c < nk && i >= j && i < kend[x]) {
+                    float s = 0.0f, dp = 0.0f;
+                    for (int d = 0; d < D; d++) {
+                        s += Qs[r][d] * Ks[c][d];
+                        dp += Os[r][d] * Vs[c][d];
+                    }
+                    p = expf(s - Ls[r]);
+                    ds = p * (dp - Dls[r]);
+                }
+                Ps[r][c] = p;
+                DSs[r][c] = ds;
+            }
+            __syncthreads();
+            for (int r = 0; r < nq; r++) {
+                float p = Ps[r][kk], ds = DSs[r][kk];
 #pragma unroll
-            for (int r = 0; r < CUDA_ATT_DREGS; r++) {
-                int d = CUDA_ATT_DIM(lane, r);
-                if (d < D) {
-                    av[r] += pt * dor[d];
-                    ak[r] += dst * qr[d];
+                for (int m = 0; m < 16; m++) {
+                    int d = d0 + 8 * m;
+                    if (d < D) {
+                        av[m] += p * Os[r][d];
+                        ak[m] += ds * Qs[r][d];
+                    }
                 }
             }
         }
     }
+    if (kk < nk) {
 #pragma unroll
-    for (int r = 0; r < CUDA_ATT_DREGS; r++) {
-        int d = CUDA_ATT_DIM(lane, r);
-        if (d < D) sdk[w][d] = ak[r], sdv[w][d] = av[r];
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float sk = 0.0f, sv = 0.0f;
-        for (int x = 0; x < group; x++) sk += sdk[x][d], sv += sdv[x][d];
-        dk[j * kvs + (int64_t)g * D + d] = sk * scale;
-        dv[j * kvs + (int64_t)g * D + d] = sv;
+        for (int m = 0; m < 16; m++) {
+            int d = d0 + 8 * m;
+            if (d < D) {
+                dk[(j0 + kk) * kvs + (int64_t)g * D + d] = ak[m];
+                dv[(j0 + kk) * kvs + (int64_t)g * D + d] = av[m];
+            }
+        }
     }
 }
 
@@ -1069,10 +1094,10 @@ static void cu_attention_backward(const Backend *be, float *dq, float *dk, float
     if (N == 0) return;
     float *delta = (float *)rows_buffer(be, (size_t)N * (size_t)H * sizeof(float));
     LAUNCH(k_attention_delta, blocks_for(N * H * 32, 256), 256, 0, c->stream, delta, dout, out, N * H, D);
-    dim3 grid((unsigned)N, (unsigned)KVH);
+    dim3 grid((unsigned)N, (unsigned)KVH), tiles((unsigned)((N + DKV_T - 1) / DKV_T), (unsigned)KVH);
     int threads = 32 * (H / KVH);
     LAUNCH(k_attend_dq, grid, threads, 0, c->stream, dq, dout, lse, delta, q, k, v, seq_off, B, H, KVH, D);
-    LAUNCH(k_attend_dkv, grid, threads, 0, c->stream, dk, dv, dout, lse, delta, q, k, v, seq_off, B, H, KVH, D);
+    LAUNCH(k_attend_dkv, tiles, 128, 0, c->stream, dk, dv, dout, lse, delta, q, k, v, seq_off, B, N, H, KVH, D);
 }
 
 // ---- log-prob head backward
@@ -1188,6 +1213,8 @@ static void cu_adamw_host_moments(const Backend *be, const AdamW *o, float *p, c
     Cuda *c = use(be);
     AdamWConstants k = adamw_constants(o, wd, t);
     size_t nc = (n + chunk - 1) / chunk;
+    CK(cudaEventRecord(c->entered, c->stream));  // the up stream after the main stream's work so far
+    CK(cudaStreamWaitEvent(c->up, c->entered, 0));
     if (nc) moments_up(c, stage, m, v, n, chunk, 0);
     for (size_t i = 0; i < nc; i++) {
         int b = (int)(i & 1);
@@ -1285,6 +1312,7 @@ static void cu_close(const Backend *be) {
     CK(cudaFree(c->lps));
     CK(cudaFree(c->rows));
     CK(cudaFree(c->partial));
+    CK(cudaEventDestroy(c->entered));
     for (int b = 0; b < 2; b++) {
         CK(cudaEventDestroy(c->went_up[b]));
         CK(cudaEventDestroy(c->stepped[b]));
@@ -1335,6 +1363,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&c->up, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&c->down, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&c->entered, cudaEventDisableTiming));
     for (int b = 0; b < 2; b++) {
         CK(cudaEventCreateWithFlags(&c->went_up[b], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&c->stepped[b], cudaEventDisableTiming));

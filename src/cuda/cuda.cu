@@ -222,11 +222,9 @@ static_assert(sizeof(ncclUniqueId) == BACKEND_DIST_ID_BYTES, "backend.h's id siz
 static_assert(sizeof(cudaUUID_t) == BACKEND_DIST_KEY_BYTES, "backend.h's key size is a GPU's UUID");
 
 typedef struct {
-    void *lib;
     ncclResult_t (*GetUniqueId)(ncclUniqueId *id);
     ncclResult_t (*CommInitRankConfig)(ncclComm_t *comm, int size, ncclUniqueId id, int rank, ncclConfig_t *cfg);
     ncclResult_t (*CommGetAsyncError)(ncclComm_t comm, ncclResult_t *err);
-    ncclResult_t (*CommAbort)(ncclComm_t comm);
     ncclResult_t (*CommDestroy)(ncclComm_t comm);
     ncclResult_t (*AllReduce)(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op,
                               ncclComm_t comm, cudaStream_t s);
@@ -237,36 +235,37 @@ typedef struct {
     ncclResult_t (*GroupStart)(void);
     ncclResult_t (*GroupEnd)(void);
     const char *(*GetErrorString)(ncclResult_t r);
+    const char *(*GetLastError)(ncclComm_t comm);
     ncclComm_t comm;  // NULL until dist_init
     int rank, size;
     double timeout_s;
 } Nccl;
 
-// NCCL's entry points, or NULL with the loader's reason in why.
+// NCCL's entry points, or NULL with the loader's reason in why. Never unloaded (RTLD_NODELETE): a thread of its own
+// may outlive the communicator.
 static Nccl *nccl_load(char *why, size_t n) {
     const char *env = getenv("GRPO_NCCL_LIB"), *path = env && *env ? env : "libnccl.so.2";
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *e = dlerror();
         snprintf(why, n, "%s", e ? e : path);
         return NULL;
     }
     Nccl *x = (Nccl *)xcalloc(1, sizeof *x);
-    x->lib = h;
     struct {
         void **fn;
         const char *name;
     } syms[] = {{(void **)&x->GetUniqueId, "ncclGetUniqueId"},
                 {(void **)&x->CommInitRankConfig, "ncclCommInitRankConfig"},
                 {(void **)&x->CommGetAsyncError, "ncclCommGetAsyncError"},
-                {(void **)&x->CommAbort, "ncclCommAbort"},
                 {(void **)&x->CommDestroy, "ncclCommDestroy"},
                 {(void **)&x->AllReduce, "ncclAllReduce"},
                 {(void **)&x->Reduce, "ncclReduce"},
                 {(void **)&x->Broadcast, "ncclBroadcast"},
                 {(void **)&x->GroupStart, "ncclGroupStart"},
                 {(void **)&x->GroupEnd, "ncclGroupEnd"},
-                {(void **)&x->GetErrorString, "ncclGetErrorString"}};
+                {(void **)&x->GetErrorString, "ncclGetErrorString"},
+                {(void **)&x->GetLastError, "ncclGetLastError"}};
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(h, syms[i].name);
         if (!*syms[i].fn) {
@@ -281,7 +280,8 @@ static Nccl *nccl_load(char *why, size_t n) {
 
 static void nccl_check(const Nccl *x, ncclResult_t r, const char *what, const char *file, int line) {
     if (r != ncclSuccess && r != ncclInProgress)  // a non-blocking communicator's calls may still be in progress
-        die("rank %d/%d: NCCL: %s failed at %s:%d: %s", x->rank, x->size, what, file, line, x->GetErrorString(r));
+        die("rank %d/%d: NCCL: %s failed at %s:%d: %s (%s)", x->rank, x->size, what, file, line, x->GetErrorString(r),
+            x->GetLastError(x->comm));
 }
 #define NC(x, call) nccl_check((x), (call), #call, __FILE__, __LINE__)
 
@@ -291,30 +291,31 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Waits for what the communicator has pending: its set-up, or (on_stream) the collectives just enqueued on the
-// backend's stream, whose compute before them has finished already. NCCL's asynchronous error ends the job in one
-// line, and so does timeout_s without completion, the communicator aborted first (no kernel is left waiting for a
-// rank that will not come): comm.h's message.
-static void nccl_wait(Cuda *c, Nccl *x, int on_stream, const char *what, const char *op, size_t n) {
+// Waits for what the communicator has pending: its set-up (n 0), or the collectives just enqueued on the backend's
+// stream, whose compute before them has finished already. NCCL's asynchronous error ends the job in one line, and
+// so does timeout_s without completion (comm.h's message; the process's exit tears down the kernels left waiting
+// for a rank that will not come: ncclCommAbort could block on them itself).
+static void nccl_wait(Cuda *c, Nccl *x, const char *what, const char *op, size_t n) {
     double t0 = seconds_now();
     useconds_t nap = 0;
+    char of[64] = "";
+    if (n) snprintf(of, sizeof of, " of %zu floats", n);
     for (;;) {
         ncclResult_t async = ncclSuccess;
         NC(x, x->CommGetAsyncError(x->comm, &async));
         if (async != ncclSuccess && async != ncclInProgress)
-            die("rank %d/%d: %s (%s of %zu floats): NCCL: %s", x->rank, x->size, what, op, n,
-                x->GetErrorString(async));
+            die("rank %d/%d: %s (%s%s): NCCL: %s (%s)", x->rank, x->size, what, op, of, x->GetErrorString(async),
+                x->GetLastError(x->comm));
         if (async == ncclSuccess) {
-            if (!on_stream) return;
+            if (!n) return;
             cudaError_t q = cudaStreamQuery(c->stream);
             if (q == cudaSuccess) return;
-            if (q != cudaErrorNotReady) CK(q);
+            if (q != cudaErrorNotReady) cuda_check(q, "cudaStreamQuery (waiting for an NCCL collective)", __FILE__,
+                                                   __LINE__);
         }
-        if (x->timeout_s > 0 && seconds_now() - t0 > x->timeout_s) {
-            x->CommAbort(x->comm);
-            die("rank %d/%d: %s (%s of %zu floats) did not complete within %g s: another rank is hung or dead",
-                x->rank, x->size, what, op, n, x->timeout_s);
-        }
+        if (x->timeout_s > 0 && seconds_now() - t0 > x->timeout_s)
+            die("rank %d/%d: %s (%s%s) did not complete within %g s: another rank is hung or dead", x->rank, x->size,
+                what, op, of, x->timeout_s);
         usleep(nap);
         nap = nap < 1000 ? nap + 50 : 1000;  // polls at once while it moves, then every millisecond
     }
@@ -324,7 +325,6 @@ static void dist_free(Cuda *c) {
     Nccl *x = (Nccl *)c->dist;
     if (!x) return;
     if (x->comm) NC(x, x->CommDestroy(x->comm));
-    dlclose(x->lib);
     free(x);
     c->dist = NULL;
 }
@@ -341,7 +341,11 @@ static int cu_dist_id(const Backend *be, void *id, char *why, size_t n) {
     if (!c->dist && !(c->dist = nccl_load(why, n))) return 0;
     Nccl *x = (Nccl *)c->dist;
     ncclUniqueId u;
-    NC(x, x->GetUniqueId(&u));
+    ncclResult_t r = x->GetUniqueId(&u);  // its bootstrap can fail (no usable network interface): said, not fatal
+    if (r != ncclSuccess) {
+        snprintf(why, n, "ncclGetUniqueId: %s", x->GetErrorString(r));
+        return 0;
+    }
     memcpy(id, &u, sizeof u);
     return 1;
 }
@@ -353,6 +357,7 @@ static void cu_dist_init(const Backend *be, const void *id, int rank, int size, 
         die("rank %d/%d: %s: NCCL does not load here (rank 0's did): %s; set GRPO_NCCL_LIB to a libnccl.so.2", rank,
             size, be->name, why);
     Nccl *x = (Nccl *)c->dist;
+    if (x->comm) die("internal: %s joined a second NCCL communicator", be->name);
     x->rank = rank;
     x->size = size;
     x->timeout_s = timeout_s;
@@ -361,7 +366,7 @@ static void cu_dist_init(const Backend *be, const void *id, int rank, int size, 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  // calls return at once: nccl_wait polls them under the timeout
     NC(x, x->CommInitRankConfig(&x->comm, size, u, rank, &cfg));
-    nccl_wait(c, x, 0, "joining the ranks' NCCL communicator", "init", 0);
+    nccl_wait(c, x, "joining the ranks' NCCL communicator", "ncclCommInitRankConfig", 0);
 }
 
 // The communicator, its stream's compute done (the timeout is the collective's alone).
@@ -376,7 +381,7 @@ static void cu_dist_allreduce_mean(const Backend *be, float *buf, size_t n, cons
     Cuda *c = use(be);
     Nccl *x = dist_begin(c);
     NC(x, x->AllReduce(buf, buf, n, ncclFloat32, ncclAvg, x->comm, c->stream));
-    nccl_wait(c, x, 1, what, "all-reduce", n);
+    nccl_wait(c, x, what, "all-reduce", n);
 }
 
 // Shards of one or two sizes: each rank's mean reduced to it in one group (NCCL's ReduceScatter takes equal ones).
@@ -390,7 +395,7 @@ static void cu_dist_reduce_scatter_mean(const Backend *be, float *buf, size_t n,
         if (hi > lo) NC(x, x->Reduce(buf + lo, buf + lo, hi - lo, ncclFloat32, ncclAvg, r, x->comm, c->stream));
     }
     NC(x, x->GroupEnd());
-    nccl_wait(c, x, 1, what, "reduce-scatter", n);
+    nccl_wait(c, x, what, "reduce-scatter", n);
 }
 
 static void cu_dist_allgather(const Backend *be, float *buf, size_t n, const char *what) {
@@ -403,7 +408,7 @@ static void cu_dist_allgather(const Backend *be, float *buf, size_t n, const cha
         if (hi > lo) NC(x, x->Broadcast(buf + lo, buf + lo, hi - lo, ncclFloat32, r, x->comm, c->stream));
     }
     NC(x, x->GroupEnd());
-    nccl_wait(c, x, 1, what, "all-gather", n);
+    nccl_wait(c, x, what, "all-gather", n);
 }
 
 const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what) {

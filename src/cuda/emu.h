@@ -27,7 +27,9 @@
 //   still holds. A copy from or to pinned host memory (cudaHostAlloc) is asynchronous, as on a GPU, and here as late
 //   as CUDA allows: it waits in its stream until something orders it (an event wait or synchronisation that covers
 //   it, a later kernel, memset or pageable copy on its stream, the emulated GEMM, cudaFreeHost). A missing event
-//   wait between streams then shows as wrong data, where a GPU would show it only sometimes.
+//   wait that should hold a kernel or a consumer back until such a copy has run then shows as wrong data, where a
+//   GPU would show it only sometimes. The other way is not seen: a copy that should wait for a kernel or memset
+//   on another stream finds it done, since those run when called.
 // - __nv_bfloat16 rounds to nearest even, and NaN to 0x7fff, as cuda_bf16.h does.
 #pragma once
 #include <cmath>

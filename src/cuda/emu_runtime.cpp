@@ -19,7 +19,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <set>
 
 extern "C" {
 #include "base/util.h"
@@ -164,7 +163,8 @@ struct Device {
     std::map<uintptr_t, size_t> pinned;  // cudaHostAlloc's: base -> bytes
     std::map<pthread_t, Sched *> scheds;
     std::recursive_mutex streams_mu;     // the streams' queues (a flush runs copies, which take mu)
-    std::set<EmuStream *> streams;
+    std::map<uint64_t, EmuStream *> streams;  // by id: an event of a destroyed stream finds none (complete)
+    uint64_t next_stream = 1;
 };
 
 Device &device() {
@@ -773,12 +773,12 @@ struct EmuStream {
         cudaMemcpyKind kind;
     };
     std::deque<Copy> pending;
-    uint64_t issued = 0, done = 0;
+    uint64_t issued = 0, done = 0, id = 0;
 };
 
-// What a record captured: its stream's copies issued by then.
+// What a record captured: its stream (by id; 0: none) and that stream's copies issued by then.
 struct EmuEvent {
-    EmuStream *s = NULL;
+    uint64_t stream = 0;
     uint64_t seq = 0;
 };
 
@@ -804,7 +804,7 @@ void stream_flush(cudaStream_t s) {
 void emu::flush_all_streams() {
     Device &d = device();
     std::lock_guard<std::recursive_mutex> g(d.streams_mu);
-    for (EmuStream *s : d.streams) flush_to(s, s->issued);
+    for (auto &it : d.streams) flush_to(it.second, it.second->issued);
 }
 
 // Whether [p, p + n) lies in one cudaHostAlloc'd block.
@@ -837,7 +837,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
     Device &d = device();
     std::lock_guard<std::recursive_mutex> g(d.streams_mu);
     *s = new EmuStream;
-    d.streams.insert(*s);
+    (*s)->id = d.next_stream++;
+    d.streams[(*s)->id] = *s;
     return cudaSuccess;
 }
 
@@ -846,7 +847,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     Device &d = device();
     std::lock_guard<std::recursive_mutex> g(d.streams_mu);
     emu::stream_flush(s);
-    d.streams.erase(s);
+    d.streams.erase(s->id);
     delete s;
     return cudaSuccess;
 }
@@ -858,7 +859,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
     if (!e) return cudaErrorInvalidValue;
-    if (e->s) flush_to(e->s, e->seq);  // a never-recorded event is complete
+    Device &d = device();
+    std::lock_guard<std::recursive_mutex> g(d.streams_mu);
+    auto it = d.streams.find(e->stream);  // none: never recorded, on the legacy stream, or its stream destroyed
+    if (it != d.streams.end()) flush_to(it->second, e->seq);
     return cudaSuccess;
 }
 
@@ -871,7 +875,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!e) return cudaErrorInvalidValue;
     Device &d = device();
     std::lock_guard<std::recursive_mutex> g(d.streams_mu);
-    e->s = s;
+    e->stream = s ? s->id : 0;
     e->seq = s ? s->issued : 0;
     return cudaSuccess;
 }

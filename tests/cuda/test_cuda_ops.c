@@ -768,13 +768,18 @@ static void test_logprob_backward(int64_t N, int64_t C, int64_t V) {
 }
 
 // AdamW over three steps (weight decay on), the gradient's norm, and finiteness with and without an inf / NaN.
-// AdamW with the moments in host memory too, streamed in chunks of `chunk`: the device AdamW's bits.
+// AdamW with the moments in host memory too, streamed in chunks of `chunk`, in two calls (the slab's [0, a) and
+// [a, n), as the trainer's ranges), from moments that are not zero: the device AdamW's bits.
 static void test_optimizer(int64_t n, size_t chunk) {
     char op[96];
-    float *p = randn(n, 1.0f), *m = xcalloc((size_t)n, 4), *v = xcalloc((size_t)n, 4);
+    float *p = randn(n, 1.0f), *m = randn(n, 0.01f), *v = randn(n, 0.01f);
+    for (int64_t i = 0; i < n; i++) v[i] *= v[i];
     void *dp = up(p, (size_t)n * 4), *dm = up(m, (size_t)n * 4), *dv = up(v, (size_t)n * 4);
     void *dp2 = up(p, (size_t)n * 4);
     float *hm = g_gpu->host_alloc(g_gpu, (size_t)n * 4), *hv = g_gpu->host_alloc(g_gpu, (size_t)n * 4);
+    memcpy(hm, m, (size_t)n * 4);
+    memcpy(hv, v, (size_t)n * 4);
+    size_t a = (size_t)n / 3 | 1;
     float *stage[2] = {g_gpu->alloc(g_gpu, 2 * chunk * 4), g_gpu->alloc(g_gpu, 2 * chunk * 4)};
     AdamW o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
     float *g = NULL;
@@ -785,7 +790,11 @@ static void test_optimizer(int64_t n, size_t chunk) {
         g_gpu->upload(g_gpu, dg, g, (size_t)n * 4);
         adamw_update(&o, p, g, m, v, (size_t)n, o.weight_decay, step);
         g_gpu->adamw(g_gpu, &o, dp, dg, dm, dv, (size_t)n, o.weight_decay, step);
-        g_gpu->adamw_host_moments(g_gpu, &o, dp2, dg, hm, hv, (size_t)n, o.weight_decay, step, stage, chunk);
+        float *p2 = dp2;
+        const float *g2 = dg;
+        g_gpu->adamw_host_moments(g_gpu, &o, p2, g2, hm, hv, a, o.weight_decay, step, stage, chunk);
+        g_gpu->adamw_host_moments(g_gpu, &o, p2 + a, g2 + a, hm + a, hv + a, (size_t)n - a, o.weight_decay, step,
+                                  stage, chunk);
     }
     // the same float operations; the GPU may fuse a multiply-add (one rounding less) per operation
     snprintf(op, sizeof op, "adamw 3 steps n%lld: p, m, v", (long long)n);

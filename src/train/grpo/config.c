@@ -232,7 +232,8 @@ static const ConfigKey KEYS[] = {
           "recompute each layer's activations in backward: less memory, about 1/3 more compute"),
     KBOOL("actor.offload_optimizer", actor.offload_optimizer, "false",
           "keep the Adam moments in a file-backed mapping (in trainer.out_dir), out of memory during rollout (on a "
-          "device: never in device memory; AdamW streams them in chunks)"),
+          "device: in pinned host memory for the whole run, never in device memory; AdamW streams them through the "
+          "device, double-buffered)"),
     KBOOL("actor.offload_params", actor.offload_params, "false",
           "a device run's full fine-tuning: the fp32 master weights, the Adam moments and AdamW on the host; the "
           "device holds the bf16 compute copy and the gradients (verl's fsdp_config.param_offload)"),
