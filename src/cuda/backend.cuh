@@ -1005,7 +1005,8 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
 // tile stays in shared memory; for each query head of the group in turn, tiles of DKV_T query rows (q scaled, dO,
 // lse, delta) come through shared memory too: S = q k and dP = dO v for the tile's pairs (two a thread), p =
 // exp(S - lse) where the pair is causal and in one sequence, ds = p (dP - delta); then thread t adds p dO and ds q
-// into the dv and dk of its key t / 8, dimensions t % 8 + 8 m. Fixed order: heads, then query tiles, then rows.
+// of the rows its key t / 8 sees into that key's dv and dk, dimensions t % 8 + 8 m (another sequence's rows are
+// not touched: a non-finite value there stays there). Fixed order: heads, then query tiles, then rows.
 #define DKV_T 16
 static_assert(DKV_T * DKV_T == 2 * 128 && 8 * DKV_T == 128 && 8 * 16 >= ATT_DMAX, "k_attend_dkv's thread map");
 static_assert(sizeof(float) * (4 * DKV_T * (ATT_DMAX + 1) + 2 * DKV_T * (DKV_T + 1) + 2 * DKV_T) <= 48 * 1024,
@@ -1024,11 +1025,10 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
 #pragma unroll
     for (int m = 0; m < 16; m++) ak[m] = av[m] = 0.0f;
     load_kv_tile(Ks, Vs, k + (int64_t)g * D, v + (int64_t)g * D, j0, nk, D, kvs);
-    int64_t kend[2];  // the sequence end of each of this thread's two pairs' keys
-    for (int x = 0; x < 2; x++) {
-        int64_t j = j0 + (t + 128 * x) % DKV_T;
-        kend[x] = j < N ? seq_off[seq_of(seq_off, B, j) + 1] : 0;
-    }
+    // the sequence ends of the key of this thread's pairs (column t % DKV_T) and of the key it accumulates
+    int64_t jc = j0 + t % DKV_T, ja = j0 + kk;
+    int64_t cend = jc < N ? seq_off[seq_of(seq_off, B, jc) + 1] : 0;
+    int64_t aend = ja < N ? seq_off[seq_of(seq_off, B, ja) + 1] : 0;
     for (int h = g * group; h < (g + 1) * group; h++) {
         for (int64_t i0 = j0; i0 < last_end; i0 += DKV_T) {
             int nq = last_end - i0 < DKV_T ? (int)(last_end - i0) : DKV_T;
@@ -1047,7 +1047,7 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
                 int pair = t + 128 * x, r = pair / DKV_T, c = pair % DKV_T;
                 int64_t i = i0 + r, j = j0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (r < nq && c < nk && i >= j && i < kend[x]) {
+                if (r < nq && c < nk && i >= j && i < cend) {
                     float s = 0.0f, dp = 0.0f;
                     for (int d = 0; d < D; d++) {
                         s += Qs[r][d] * Ks[c][d];
@@ -1060,7 +1060,8 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
                 DSs[r][c] = ds;
             }
             __syncthreads();
-            for (int r = 0; r < nq; r++) {
+            int r0 = ja > i0 ? (int)(ja - i0) : 0, r1 = aend - i0 < nq ? (int)(aend - i0) : nq;
+            for (int r = r0; r < r1; r++) {
                 float p = Ps[r][kk], ds = DSs[r][kk];
 #pragma unroll
                 for (int m = 0; m < 16; m++) {

@@ -384,31 +384,30 @@ static void cu_dist_allreduce_mean(const Backend *be, float *buf, size_t n, cons
     nccl_wait(c, x, what, "all-reduce", n);
 }
 
-// Shards of one or two sizes: each rank's mean reduced to it in one group (NCCL's ReduceScatter takes equal ones).
-static void cu_dist_reduce_scatter_mean(const Backend *be, float *buf, size_t n, const char *what) {
+// Each rank's shard (comm_shard's: of one or two sizes, which NCCL's ReduceScatter and AllGather do not take) in
+// one group, in place: reduce (the mean) to its rank, or broadcast from it.
+static void shards_grouped(const Backend *be, float *buf, size_t n, int reduce, const char *what) {
     Cuda *c = use(be);
     Nccl *x = dist_begin(c);
     NC(x, x->GroupStart());
     for (int r = 0; r < x->size; r++) {
         size_t lo, hi;
         comm_shard(n, r, x->size, &lo, &hi);
-        if (hi > lo) NC(x, x->Reduce(buf + lo, buf + lo, hi - lo, ncclFloat32, ncclAvg, r, x->comm, c->stream));
+        if (hi > lo && reduce)
+            NC(x, x->Reduce(buf + lo, buf + lo, hi - lo, ncclFloat32, ncclAvg, r, x->comm, c->stream));
+        else if (hi > lo)
+            NC(x, x->Broadcast(buf + lo, buf + lo, hi - lo, ncclFloat32, r, x->comm, c->stream));
     }
     NC(x, x->GroupEnd());
-    nccl_wait(c, x, what, "reduce-scatter", n);
+    nccl_wait(c, x, what, reduce ? "reduce-scatter" : "all-gather", n);
+}
+
+static void cu_dist_reduce_scatter_mean(const Backend *be, float *buf, size_t n, const char *what) {
+    shards_grouped(be, buf, n, 1, what);
 }
 
 static void cu_dist_allgather(const Backend *be, float *buf, size_t n, const char *what) {
-    Cuda *c = use(be);
-    Nccl *x = dist_begin(c);
-    NC(x, x->GroupStart());
-    for (int r = 0; r < x->size; r++) {
-        size_t lo, hi;
-        comm_shard(n, r, x->size, &lo, &hi);
-        if (hi > lo) NC(x, x->Broadcast(buf + lo, buf + lo, hi - lo, ncclFloat32, r, x->comm, c->stream));
-    }
-    NC(x, x->GroupEnd());
-    nccl_wait(c, x, what, "all-gather", n);
+    shards_grouped(be, buf, n, 0, what);
 }
 
 const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what) {
