@@ -3,16 +3,20 @@
 // cuBLAS's GemmEx for the others (the backwards', LoRA's fp32 products).
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#ifdef GRPO_NCCL
 #include <dlfcn.h>
 #include <nccl.h>
 #include <time.h>
 #include <unistd.h>
+#endif
 
 #include "cuda/backend.cuh"
 
+#ifdef GRPO_NCCL
 extern "C" {
 #include "parallel/comm.h"  // comm_shard
 }
+#endif
 
 #define LT(call) blas_check((call), "cuBLASLt", #call, __FILE__, __LINE__)
 #define BLAS(call) blas_check((call), "cuBLAS", #call, __FILE__, __LINE__)
@@ -215,6 +219,7 @@ int cuda_device_count(char *why, size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+#ifdef GRPO_NCCL
 // collectives: NCCL, loaded when a run first joins a communicator (only data parallelism on GPUs needs it, and it is
 // large): libnccl.so.2 from the loader's path, or the file GRPO_NCCL_LIB names (PyTorch's, say).
 
@@ -410,6 +415,20 @@ static void cu_dist_allgather(const Backend *be, float *buf, size_t n, const cha
     shards_grouped(be, buf, n, 0, what);
 }
 
+// The table's collectives (built without nccl.h: none, and a device's ranks use MPI).
+static void dist_set(Backend *be) {
+    be->dist_key = cu_dist_key;
+    be->dist_id = cu_dist_id;
+    be->dist_init = cu_dist_init;
+    be->dist_allreduce_mean = cu_dist_allreduce_mean;
+    be->dist_reduce_scatter_mean = cu_dist_reduce_scatter_mean;
+    be->dist_allgather = cu_dist_allgather;
+}
+#else
+static void dist_free(Cuda *c) { (void)c; }
+static void dist_set(Backend *be) { (void)be; }
+#endif
+
 const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what) {
     char why[256], name[24];
     int n = cuda_device_count(why, sizeof why);
@@ -422,11 +441,6 @@ const Backend *cuda_backend_open(int ordinal, int local_rank, const char *what) 
         die("%s cuda:%d: %d GPU%s visible (cuda:0 .. cuda:%d)", what, ordinal, n, n == 1 ? "" : "s", n - 1);
     snprintf(name, sizeof name, "cuda:%d", ordinal);
     Backend *be = (Backend *)backend_new(name, ordinal);
-    be->dist_key = cu_dist_key;
-    be->dist_id = cu_dist_id;
-    be->dist_init = cu_dist_init;
-    be->dist_allreduce_mean = cu_dist_allreduce_mean;
-    be->dist_reduce_scatter_mean = cu_dist_reduce_scatter_mean;
-    be->dist_allgather = cu_dist_allgather;
+    dist_set(be);
     return be;
 }
