@@ -23,6 +23,11 @@ static size_t n_moments(const Trainer *t) { return t->hi - t->lo; }
 // params_on_host; the passes' gradients are t->be's).
 static const Backend *be_of(const Trainer *t) { return t->master.be; }
 
+// Floats of m (and of v) in each of a device's staging buffers for offloaded moments.
+static size_t stage_chunk(const Trainer *t) {
+    return n_moments(t) < TRAINER_OFFLOAD_CHUNK ? n_moments(t) : TRAINER_OFFLOAD_CHUNK;
+}
+
 // The gradients the optimizer steps with: the passes' slab, or its host copy.
 static float *opt_grads(const Trainer *t) { return t->params_on_host ? t->hgrads : t->grads; }
 
@@ -212,9 +217,8 @@ void trainer_offload_init(Trainer *t, const char *dir) {
         be->free(be, t->v);
     }
     if (be->on_device) {  // AdamW streams them through two staging buffers of a chunk of m and one of v
-        size_t chunk = nm < TRAINER_OFFLOAD_CHUNK ? nm : TRAINER_OFFLOAD_CHUNK;
-        t->stage[0] = slab(t, 2 * chunk);
-        t->stage[1] = slab(t, 2 * chunk);
+        t->stage[0] = slab(t, 2 * stage_chunk(t));
+        t->stage[1] = slab(t, 2 * stage_chunk(t));
         t->m = t->v = NULL;
     } else {  // host moments live in the mapping itself: AdamW faults them back in
         t->m = map, t->v = map + nm;
@@ -251,8 +255,7 @@ static void adamw_range(Trainer *t, const AdamW *o, size_t a, size_t b, double w
         return;
     }
     float *hm = t->offload_map + (a - t->lo), *hv = t->offload_map + n_moments(t) + (a - t->lo);
-    size_t chunk = n_moments(t) < TRAINER_OFFLOAD_CHUNK ? n_moments(t) : TRAINER_OFFLOAD_CHUNK;
-    be->adamw_host_moments(be, o, p, g, hm, hv, b - a, wd, t->st.adam_t, t->stage, chunk);
+    be->adamw_host_moments(be, o, p, g, hm, hv, b - a, wd, t->st.adam_t, t->stage, stage_chunk(t));
 }
 
 void trainer_free(Trainer *t) {
