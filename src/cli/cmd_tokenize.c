@@ -64,10 +64,8 @@ static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode)
             free(bytes);
             fputs("{\"ids\": [", stdout);
         } else if (msgs) {
-            s->tok.no_thinking = !json_get_bool_or(root, "enable_thinking", 1, where);  // Qwen3 templates
-            const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-            int gen_prompt = json_get_bool_or(root, "add_generation_prompt", 0, where);
-            chat_render_json(&s->tok, msgs, tools, nul, gen_prompt, &text, where);
+            if (!s->tok.chat.tpl) die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
+            chat_render_request(&s->tok.chat, root, nul, &text, where);
             encode_or_die(s, text.data, text.len, &ids, where);
             fputs("{\"text\": ", stdout);
             json_write_string(stdout, text.data, text.len);
@@ -131,8 +129,8 @@ int cmd_tokenize(int argc, char **argv) {
     CliSpec spec = {"grpo tokenize --tokenizer PATH [--jsonl] [--decode] < in > out",
                     "Plain mode reads all of stdin as one text and prints its ids separated by spaces (with\n"
                     "--decode: ids in, text out). With --jsonl each line {\"text\": \"...\"} gives {\"ids\": [...]}, and\n"
-                    "{\"messages\": [{\"role\", \"content\"}, ...], \"add_generation_prompt\": false} gives the ChatML rendering\n"
-                    "{\"text\": \"...\", \"ids\": [...]}; with --decode, {\"ids\": [...]} gives {\"text\": \"...\"}.\n"
+                    "{\"messages\": [{\"role\", \"content\"}, ...], \"add_generation_prompt\": false} gives the chat template's\n"
+                    "rendering {\"text\": \"...\", \"ids\": [...]} (other keys: template variables, as grpo render); with --decode, {\"ids\": [...]} gives {\"text\": \"...\"}.\n"
                     "Special-token text inside the input (e.g. \"<|im_end|>\") becomes the special token, as in\n"
                     "Hugging Face's default.",
                     opts, sizeof opts / sizeof opts[0]};

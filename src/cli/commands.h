@@ -4,6 +4,7 @@
 int cmd_init(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
 int cmd_train(int argc, char **argv);

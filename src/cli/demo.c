@@ -271,7 +271,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     if (tools_file) toolset_load(&ts, tools_file, "the demo's tools", 4, 10.0, 0);
     PromptData d;
     PromptDataOptions po = {.prompt_key = "prompt", .answer_key = "answer", .tok = &tok, .chat_template = tools_file != NULL,
-                            .tools = tools_file ? ts.schemas_text : NULL, .max_prompt_length = m.cfg.max_pos,
+                            .tools = tools_file ? ts.schemas : NULL, .max_prompt_length = m.cfg.max_pos,
                             .image_key = "images"};
     if (m.cfg.vl) po.vl = &vm.proc, po.image_pad = (int32_t)m.cfg.image_pad_id;
     prompt_data_load(&d, &data_file, 1, "the demo's data", &po);

@@ -111,12 +111,12 @@ static long long guess(Rng *r, long long p) {
 static void prompt_text(char *buf, size_t n, Pair p) { snprintf(buf, n, "What is %d * %d?", p.a, p.b); }
 
 // One SFT line: the prompt rendered with the tools, and the teacher's answer (with the tool, or a guess).
-static void sft_line(FILE *f, Tokenizer *tok, const char *tools, Pair p, int use_tool, Rng *r) {
+static void sft_line(FILE *f, Tokenizer *tok, const cJSON *tools, Pair p, int use_tool, Rng *r) {
     char q[64], text[512];
     prompt_text(q, sizeof q, p);
     IdList pid = {0}, cid = {0};
-    size_t bad;
-    if (chat_encode_prompt(tok, q, strlen(q), 1, tools, &pid, &bad) != 0) die("internal: demo prompt");
+    char *err = chat_encode_prompt(tok, q, strlen(q), 1, tools, &pid);
+    if (err) die("internal: demo prompt: %s", err);
     long long prod = (long long)p.a * p.b;
     if (use_tool)
         snprintf(text, sizeof text,
@@ -126,6 +126,7 @@ static void sft_line(FILE *f, Tokenizer *tok, const char *tools, Pair p, int use
                  p.a, p.b, prod, ANSWER, prod);
     else
         snprintf(text, sizeof text, "%s%lld<|endoftext|>", ANSWER, guess(r, prod));
+    size_t bad;
     if (tokenizer_encode(tok, text, strlen(text), &cid, &bad) != 0) die("internal: demo completion");
     fputs("{\"prompt_ids\": [", f);
     for (size_t i = 0; i < pid.n; i++) fprintf(f, i ? ", %d" : "%d", pid.ids[i]);
@@ -139,7 +140,7 @@ static void sft_line(FILE *f, Tokenizer *tok, const char *tools, Pair p, int use
 typedef struct {
     const DemoToolsTask *t;
     Tokenizer tok;
-    const char *tools;
+    const cJSON *tools;
     unsigned char *held;  // pairs (a * 1000 + b) reserved for validation
 } ToolsData;
 
@@ -162,7 +163,7 @@ static int tools_line(void *ctx, int split, Rng *r, FILE *f) {
 
 // val.jsonl, train.jsonl {"prompt", "answer"} and sft.jsonl (ids); no pair of val is in train or sft.
 static void write_data(const char *dir, const char *model_dir, uint64_t seed, const DemoToolsTask *t,
-                       const char *tools) {
+                       const cJSON *tools) {
     ToolsData td = {t, {0}, tools, xcalloc(1000 * 1000, 1)};
     tokenizer_load(&td.tok, model_dir);
     demo_write_splits(dir, seed ^ 0x7001, (int64_t[3]){t->n_val, t->n_train, t->n_sft}, tools_line, &td);
@@ -208,12 +209,9 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
     write_tools(tools);
     char *list = xprintf("[%s]", SCHEMA);
     cJSON *schemas = cJSON_Parse(list);  // the SFT prompts list the tool as the rollout's will
-    Buf tools_text = {0};
     if (!schemas) die("out of memory");
     free(list);
-    chat_tools_text(&tools_text, schemas, 0);
-    write_data(data, init, seed, &task, tools_text.data);
-    buf_free(&tools_text);
+    write_data(data, init, seed, &task, schemas);
     cJSON_Delete(schemas);
     R.t_setup = time_now() - t0;
 

@@ -252,15 +252,14 @@ int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlIma
     return -1;
 }
 
-// One content part: text appended to *text, an image's path to *paths. NULL, or what is wrong with it.
-static char *flatten_part(const cJSON *part, Buf *text, char ***paths, int *n_paths) {
+// One content part checked, an image's path appended to *paths. NULL, or what is wrong with it.
+static char *part_image(const cJSON *part, char ***paths, int *n_paths) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
     if (!cJSON_IsString(type)) return xstrdup("a content part needs a \"type\" string");
     const char *t = type->valuestring;
     if (!strcmp(t, "text")) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(s)) return xstrdup("a text part needs a \"text\" string");
-        buf_append(text, s->valuestring, strlen(s->valuestring));
         return NULL;
     }
     const cJSON *src = NULL;
@@ -279,31 +278,23 @@ static char *flatten_part(const cJSON *part, Buf *text, char ***paths, int *n_pa
         return xprintf("image \"%.60s\": only files are read (a path or file://)", p);
     *paths = xrealloc(*paths, (size_t)(*n_paths + 1) * sizeof **paths);
     (*paths)[(*n_paths)++] = xstrdup(p);
-    buf_append(text, VL_IMAGE_TEXT, strlen(VL_IMAGE_TEXT));
     return NULL;
 }
 
-char *vl_flatten_messages(cJSON *msgs, char ***paths, int *n_paths) {
+char *vl_message_images(const cJSON *msgs, char ***paths, int *n_paths) {
     int i = 0;
-    for (cJSON *m = msgs ? msgs->child : NULL; m; m = m->next, i++) {
-        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsArray(content)) continue;
-        Buf text = {0};
+    for (const cJSON *m = msgs ? msgs->child : NULL; m; m = m->next, i++) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         int j = 0;
-        for (const cJSON *part = content->child; part; part = part->next, j++) {
-            char *err = cJSON_IsObject(part) ? flatten_part(part, &text, paths, n_paths)
+        for (const cJSON *part = cJSON_IsArray(content) ? content->child : NULL; part; part = part->next, j++) {
+            char *err = cJSON_IsObject(part) ? part_image(part, paths, n_paths)
                                              : xstrdup("a content part must be an object");
             if (err) {
                 char *msg = xprintf("message %d, content part %d: %s", i, j, err);
                 free(err);
-                buf_free(&text);
                 return msg;
             }
         }
-        cJSON *s = cJSON_CreateString(text.data ? text.data : "");
-        buf_free(&text);
-        if (!s) die("out of memory");
-        cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
     }
     return NULL;
 }
@@ -311,16 +302,15 @@ char *vl_flatten_messages(cJSON *msgs, char ***paths, int *n_paths) {
 void vl_render_messages(const VlProcessor *vl, int32_t image_pad, Tokenizer *tok, const cJSON *msgs,
                         const cJSON *tools, uint32_t nul, int add_generation_prompt, IdList *ids, VlImage **ims,
                         int *n_images, const char *where) {
-    cJSON *copy = cJSON_Duplicate(msgs, 1);
-    if (!copy) die("out of memory");
     char **paths = NULL;
     int n = 0;
-    char *err = cJSON_IsArray(copy) ? vl_flatten_messages(copy, &paths, &n) : NULL;
+    char *err = cJSON_IsArray(msgs) ? vl_message_images(msgs, &paths, &n) : NULL;
     if (err) die("%s: \"messages\": %s", where, err);
     if (n && !vl) die("%s: an image part, but the model is not a vision-language model", where);
+    if (!tok->chat.tpl) die("%s: \"messages\" given but %s has no chat template", where, tok->path);
+    tok->chat.image_text = vl ? VL_IMAGE_TEXT : NULL;
     Buf text = {0};
-    chat_render_json(tok, copy, tools, nul, add_generation_prompt, &text, where);
-    cJSON_Delete(copy);
+    chat_render_or_die(&tok->chat, msgs, tools, NULL, nul, add_generation_prompt, &text, where);
     IdList raw = {0};
     size_t bad;
     if (tokenizer_encode(tok, text.data ? text.data : "", text.len, &raw, &bad) != 0)

@@ -83,7 +83,7 @@ const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_
 int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlImage *ims, int n_images, int merge,
                    IdList *out);
 
-// A chat request's messages whose contents may hold image parts (vl_flatten_messages' forms), as ids: the
+// A chat request's messages whose contents may hold image parts (vl_message_images' forms), as ids: the
 // chat template's rendering (add_generation_prompt: with the assistant's opening; tools: the request's, or
 // NULL), tokenized, each image's pad expanded to its grid's units (vl: the model's processor, the images read
 // from the paths the parts name; NULL for a text model, which refuses image parts). *ims, *n_images: the
@@ -93,7 +93,7 @@ void vl_render_messages(const VlProcessor *vl, int32_t image_pad, Tokenizer *tok
                         int *n_images, const char *where);
 
 // A message list whose contents may be lists of parts ({"type": "text", "text": ...}, {"type": "image",
-// "image": path} or {"type": "image_url", "image_url": {"url": path}}), rewritten in place so that every
-// content is a string, each image part VL_IMAGE_TEXT; the images' paths are appended to *paths (n_paths).
-// Returns NULL, or a message (malloc'd) naming the message and part that is not understood.
-char *vl_flatten_messages(cJSON *msgs, char ***paths, int *n_paths);
+// "image": path} or {"type": "image_url", "image_url": {"url": path}}): the images' paths, in order, appended
+// to *paths (n_paths). The chat template renders the parts (text/chat.h; VL_IMAGE_TEXT for each image where
+// a template joins parts). Returns NULL, or a message (malloc'd) naming the message and part not understood.
+char *vl_message_images(const cJSON *msgs, char ***paths, int *n_paths);

@@ -74,9 +74,6 @@ void toolset_load(ToolSet *ts, const char *path, const char *key, int concurrenc
     if (!ts->schemas) die("out of memory");
     int i = 0;
     for (const cJSON *e = root->child; e; e = e->next, i++) tool_load(ts, i, e, where, timeout_s, memory_mb);
-    Buf text = {0};
-    chat_tools_text(&text, ts->schemas, 0);
-    ts->schemas_text = text.data;
     cJSON_Delete(root);
     free(where);
 }
@@ -156,8 +153,14 @@ void toolset_free(ToolSet *ts) {
     }
     free(ts->tools);
     cJSON_Delete(ts->schemas);
-    free(ts->schemas_text);
     memset(ts, 0, sizeof *ts);
+}
+
+void tools_check_template(const ToolHook *h, const char *key) {
+    Buf text = {0};
+    char *err = chat_tool_response_turn(&h->tok->chat, h->tools->schemas, "probe", 5, &text);
+    if (err) die("%s: the chat template cannot render a tool's response: %s", key, err);
+    buf_free(&text);
 }
 
 void tools_rollout_turns(void *tool_hook, RolloutToolTurn *turns, int n) {
@@ -170,7 +173,9 @@ void tools_rollout_turns(void *tool_hook, RolloutToolTurn *turns, int n) {
     for (int i = 0; i < n; i++) {
         Buf content = {0}, text = {0};
         utf8_append_lossy(&content, calls[i].content, strlen(calls[i].content));  // what the tokenizer takes
-        chat_tool_response_turn(h->tok, content.data ? content.data : "", content.len, &text);
+        char *err = chat_tool_response_turn(&h->tok->chat, h->tools->schemas, content.data ? content.data : "",
+                                            content.len, &text);
+        if (err) die("a tool's response: %s", err);
         size_t bad;
         if (tokenizer_encode(h->tok, text.data, text.len, &turns[i].append, &bad) != 0)
             die("internal: a tool turn is not valid UTF-8 at byte %zu", bad);

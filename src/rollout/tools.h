@@ -31,7 +31,6 @@ typedef struct {
     Tool *tools;
     int n, concurrency;
     cJSON *schemas;  // [{"type": "function", "function": {...}}, ...], for the chat template
-    char *schemas_text;  // chat_tools_text(schemas): the system turn's list
     int64_t calls, errors;
     double seconds;  // wall time inside toolset_run
 } ToolSet;
@@ -60,3 +59,5 @@ typedef struct {
     const cJSON *const *kwargs;  // per prompt: its tools_kwargs, or NULL for none at all
 } ToolHook;
 void tools_rollout_turns(void *tool_hook, RolloutToolTurn *turns, int n);
+// Dies naming key when the tokenizer's chat template cannot render a tool's response after a call.
+void tools_check_template(const ToolHook *h, const char *key);

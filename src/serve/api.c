@@ -132,7 +132,9 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
         return fail(err, 400, "messages", xprintf("\"messages\" must be a non-empty array"));
     if (!tok) return fail(err, 400, "messages", xprintf("chat needs a tokenizer, and the model has none"));
     Buf text = {0};
-    char *why = chat_render_json_try(tok, msgs, tools, nul, 1, &text);
+    const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    if (cJSON_IsNull(kwargs)) kwargs = NULL;
+    char *why = chat_render(&tok->chat, msgs, tools, kwargs, nul, 1, &text);
     if (why) {
         buf_free(&text);
         return fail(err, 400, "messages", why);

@@ -1,68 +1,62 @@
-// Qwen's ChatML chat templates, rendered natively (no Jinja):
-//   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
-// Qwen2.5: when the conversation does not open with a system message, the template's default system
-// prompt ("You are Qwen, created by Alibaba Cloud. ...") comes first.
-// Qwen3 (a template with enable_thinking): assistant turns after the last user turn keep their reasoning
-// as <think>\nreasoning\n</think>\n\n before the answer (the last one always gets the block), earlier
-// ones lose it; reasoning is the message's reasoning_content, else what content holds before </think>;
-// with t->no_thinking the assistant prompt ends in an empty think block, as enable_thinking=false.
-// Tools (both templates): the system turn lists them (`tool | tojson` each) and says how to call them;
-// an assistant's tool_calls follow its content as hermes blocks
-//   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
-// and consecutive role "tool" messages share one user turn of <tool_response>\nCONTENT\n</tool_response>.
+// Chat templates: the model's own Jinja template (text/jinja.h), found as transformers finds it and rendered
+// over a conversation as apply_chat_template renders it: the variables messages, tools (absent when none),
+// add_generation_prompt, bos_token / eos_token from tokenizer_config.json, and any keyword the run or the
+// request gives (data.chat_template_kwargs, serve's chat_template_kwargs, enable_thinking).
+// Message content may be a string or a list of parts ({"type": "text", "text"}, {"type": "image", ...}):
+// a template that loops over content gets the parts as given; one that does not gets them joined into a
+// string (text parts with "\n" between them, each image as the model's image text), as vLLM does.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "base/util.h"
-#include "text/tokenizer.h"
+#include "text/jinja.h"
 
 typedef struct {
-    const char *role;  // "system", "user", "assistant" or "tool"
-    const char *content;
-    size_t content_len;     // content may hold NUL bytes
-    const char *reasoning;  // reasoning_content, NULL when the message has none
-    size_t reasoning_len;
-    const cJSON *tool_calls;  // an assistant's calls (chat_tool_call's forms), NULL or [] when none
-    uint32_t nul_sentinel;    // of tool_calls' strings (json_parse_line), 0 when none
-} ChatMessage;
+    JinjaTemplate *tpl;       // NULL: the model has no chat template
+    JinjaTemplate *tool_tpl;  // the named list's "tool_use", rendered when tools are given (NULL: none)
+    char *path;               // the file it came from (messages name it)
+    cJSON *vars;              // bos_token, eos_token and the run's keywords, given to every render
+    int parts;                // it loops over message content (takes content parts as they are)
+    int tool_calls;           // it writes hermes <tool_call> blocks, what the multi-turn rollout parses
+    const char *image_text;   // a vision-language model's text for one image where parts are joined (NULL: none)
+} ChatTemplate;
 
-// A tool call of a message's tool_calls, {"name", "arguments"} or OpenAI's {"function": {"name",
-// "arguments"}, ...}: its name and arguments (an object, or a string rendered as the template does).
-// Returns 0, or -1 when the call has no string name or no arguments.
-int chat_tool_call(const cJSON *call, const char **name, const cJSON **arguments);
-// The tools' part of the system turn, rendered once: "\n" and `tool | tojson` for each schema of the array
-// (OpenAI's {"type": "function", "function": {"name", "description", "parameters"}}, as given).
-// Appends nothing for an empty array.
-void chat_tools_text(Buf *out, const cJSON *tools, uint32_t nul_sentinel);
-// Appends the rendering to out. tools: chat_tools_text's, or NULL (or "") for a conversation without tools.
-// Returns -1 (and *bad = the message's index) for an unknown role or a malformed tool call, or a tool
-// message or call when t's template has none (t->tool_calls).
-int chat_render(const Tokenizer *t, const ChatMessage *msgs, int n, const char *tools, int add_generation_prompt,
-                Buf *out, int *bad);
-// The same from a JSON array of {"role", "content"[, "reasoning_content"][, "tool_calls"]} (a JSONL line's
-// "messages"; nul_sentinel from json_parse_line) and its "tools" (NULL when absent). Dies naming `where`
-// when the tokenizer has no chat template (or none for tools) or a message is bad.
-void chat_render_json(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
-                      int add_generation_prompt, Buf *out, const char *where);
-// The same, returning an error message (malloc'd, no `where`) instead of dying; NULL when it rendered.
-char *chat_render_json_try(const Tokenizer *t, const cJSON *msgs, const cJSON *tools, uint32_t nul_sentinel,
-                           int add_generation_prompt, Buf *out);
-// The same with the tools' part already rendered (chat_tools_text's, or NULL).
-char *chat_render_messages_try(const Tokenizer *t, const cJSON *msgs, const char *tools, uint32_t nul_sentinel,
-                               int add_generation_prompt, Buf *out);
+// The template of a model directory: chat_template.jinja, else chat_template.json's "chat_template", else
+// config's "chat_template" (a string, or [{"name", "template"}] with "default" and maybe "tool_use"); config:
+// tokenizer_config.json parsed (NULL when absent), read from config_path. Dies naming the file on a template
+// that does not parse. Nothing found: c->tpl is NULL.
+void chat_template_load(ChatTemplate *c, const char *dir, const cJSON *config, const char *config_path);
+// A template file of its own (a .jinja file).
+void chat_template_load_file(ChatTemplate *c, const char *path);
+void chat_template_free(ChatTemplate *c);
+// Gives every render the variable key (value is taken; it replaces an earlier one).
+void chat_template_set(ChatTemplate *c, const char *key, cJSON *value);
+// Gives every render each key of kwargs (a JSON object; copied). where names it in errors.
+void chat_template_set_all(ChatTemplate *c, const cJSON *kwargs, const char *where);
+
+// Appends the rendering of msgs (a JSON array; strings' U+0000 as nul_sentinel) with tools (an array, or
+// NULL/null/[] for none) and kwargs (an object of further variables, or NULL). Returns NULL, or what is wrong
+// (malloc'd): a message that is not {"role": string, ...}, a part the template cannot take, or the template's
+// own error (raise_exception's message).
+char *chat_render(const ChatTemplate *c, const cJSON *msgs, const cJSON *tools, const cJSON *kwargs,
+                  uint32_t nul_sentinel, int add_generation_prompt, Buf *out);
+// The same, dying with "where: ..." on an error.
+void chat_render_or_die(const ChatTemplate *c, const cJSON *msgs, const cJSON *tools, const cJSON *kwargs,
+                        uint32_t nul_sentinel, int add_generation_prompt, Buf *out, const char *where);
+// A request {"messages", "tools", "add_generation_prompt", and any other key as a template variable}, as
+// `grpo render` and `grpo tokenize --jsonl` read one: appends its rendering, or dies with "where: ...".
+void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_sentinel, Buf *out, const char *where);
+// The text that follows an assistant turn ending in a tool call, in multi-turn rollout: the turn's end, the
+// tool's response as the template renders one role "tool" message after it, and the next assistant prompt.
+// Rendered by the template itself (a user turn, an assistant turn, the tool message; what follows the
+// assistant's content). Returns NULL, or the template's error.
+char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n, Buf *out);
+// A prompt text as one user message, rendered with the generation prompt (tools: an array or NULL).
+char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const cJSON *tools, Buf *out);
 // The tool call a model's turn ends with, as the hermes parsers of vLLM and verl read it: the JSON between
 // the last "<tool_call>" and the "</tool_call>" text ends with (whitespace around it allowed), an object
 // {"name": string, "arguments": object} (duplicate keys keep the last, U+0000 as json_parse_line). Returns
 // that object (the caller cJSON_Deletes it), or NULL with *error saying why (a static string): no opening
 // tag, not JSON, no name, arguments not an object.
 cJSON *chat_parse_tool_call(const char *text, size_t n, uint32_t *nul_sentinel, const char **error);
-// The text that follows an assistant turn ending in a tool call, in multi-turn rollout: the turn's end, the
-// tool's response as the template renders one role "tool" message, and the next assistant prompt (as
-// add_generation_prompt renders it). So the sequence stays what the template makes of the conversation.
-void chat_tool_response_turn(const Tokenizer *t, const char *content, size_t n, Buf *out);
-// Tokenizes a prompt, appending to ids: as a user turn of t's chat template followed by the
-// assistant prompt when `chat` is set and t has a template (tools: chat_tools_text's, or NULL), else as
-// it is. Returns 0, or -1 for invalid UTF-8 (*bad_offset: the byte, in the rendered text).
-int chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, const char *tools, IdList *ids,
-                       size_t *bad_offset);

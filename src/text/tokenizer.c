@@ -234,29 +234,12 @@ static int32_t config_token(const Tokenizer *t, const cJSON *cfg, const char *ke
     return id;
 }
 
-#define QWEN25_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-
-static void load_config(Tokenizer *t, const char *path) {
+static void load_config(Tokenizer *t, const char *path, const char *dir) {
     cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
     if (!cJSON_IsObject(cfg)) die("%s: not a JSON object", path);
     t->eos_id = config_token(t, cfg, "eos_token", path);
     t->pad_id = config_token(t, cfg, "pad_token", path);
-    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
-    if (cJSON_IsArray(tpl)) {  // [{"name": "default", "template": "..."}, ...]
-        const cJSON *found = NULL;
-        for (const cJSON *e = tpl->child; e; e = e->next)
-            if (str_item(e, "name") && strcmp(str_item(e, "name"), "default") == 0) found = e;
-        tpl = found ? cJSON_GetObjectItemCaseSensitive(found, "template") : NULL;
-    }
-    if (tpl && !cJSON_IsNull(tpl)) {
-        if (!cJSON_IsString(tpl)) die("%s: \"chat_template\" must be a string", path);
-        // We render ChatML natively rather than running Jinja: accept templates that produce it.
-        if (!strstr(tpl->valuestring, "<|im_start|>")) die("%s: chat_template is not ChatML (<|im_start|>); unsupported", path);
-        t->has_chat_template = 1;
-        if (strstr(tpl->valuestring, QWEN25_DEFAULT_SYSTEM)) t->default_system = xstrdup(QWEN25_DEFAULT_SYSTEM);
-        t->thinking = strstr(tpl->valuestring, "enable_thinking") != NULL;  // Qwen3's
-        t->tool_calls = strstr(tpl->valuestring, "<tool_call>") != NULL;    // Qwen2.5's and Qwen3's
-    }
+    chat_template_load(&t->chat, dir, cfg, path);
     cJSON_Delete(cfg);
 }
 
@@ -282,6 +265,7 @@ void tokenizer_load(Tokenizer *t, const char *path) {
     if (!cJSON_IsObject(model)) die("%s: missing \"model\"", p);
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added)) die("%s: \"added_tokens\" must be an array", p);
     if (norm && !cJSON_IsNull(norm) && !is_type(norm, "NFC")) die("%s: unsupported normalizer (supported: NFC or none)", p);
+    t->nfc = is_type(norm, "NFC");
     if (!is_type(dec, "ByteLevel")) die("%s: unsupported decoder (supported: ByteLevel)", p);
     const char *pattern = split_pattern(pre, p);
 
@@ -295,7 +279,8 @@ void tokenizer_load(Tokenizer *t, const char *path) {
 
     t->cache = xcalloc(1, sizeof(BpeCache));
     char *cfg = path_join(dir, "tokenizer_config.json");
-    if (file_exists(cfg)) load_config(t, cfg);
+    if (file_exists(cfg)) load_config(t, cfg, dir);
+    else chat_template_load(&t->chat, dir, NULL, NULL);
     free(cfg);
     free(dir);
 }
@@ -311,7 +296,7 @@ void tokenizer_free(Tokenizer *t) {
     pcre2_match_data_free(t->match_data);
     pcre2_code_free(t->regex);
     if (t->cache) cache_free(t->cache);
-    free(t->default_system);
+    chat_template_free(&t->chat);
     free(t->path);
     memset(t, 0, sizeof *t);
 }
@@ -427,13 +412,14 @@ static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out
     }
 }
 
-// NFC, then the Split regex in Isolated mode: matches and the gaps between them are pre-tokens.
+// NFC (when the normalizer is), then the Split regex in Isolated mode: matches and the gaps between them are
+// pre-tokens.
 static void encode_segment(Tokenizer *t, const char *s, size_t n, IdList *out) {
     if (n == 0) return;
     utf8proc_uint8_t *nfc = NULL;
     int ascii = 1;
     for (size_t i = 0; i < n && ascii; i++) ascii = (unsigned char)s[i] < 0x80;
-    if (!ascii) {  // ASCII is already NFC
+    if (!ascii && t->nfc) {  // ASCII is already NFC
         utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
                                             UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         if (len < 0) die("NFC normalisation failed: %s", utf8proc_errmsg(len));

@@ -1,5 +1,5 @@
 // Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the Qwen2 family):
-// added tokens matched in the raw text first, NFC normalisation, the Split pre-tokenizer's regex
+// added tokens matched in the raw text first, NFC normalisation (or none), the Split pre-tokenizer's regex
 // (PCRE2), the ByteLevel byte<->char mapping, rank-ordered BPE merges, and the ByteLevel decoder.
 #pragma once
 #include <stddef.h>
@@ -7,6 +7,7 @@
 
 #include "base/hash.h"
 #include "base/util.h"
+#include "text/chat.h"
 
 typedef struct {
     char *content;
@@ -26,6 +27,7 @@ typedef struct {
     int32_t byte_id[256];  // the single-byte token for each byte
     char byte_char[256][4];  // each byte's ByteLevel character, UTF-8 (NUL-terminated)
     int ignore_merges;  // a whole word found in the vocab is one token (HF's ignore_merges)
+    int nfc;            // the normalizer is NFC (Qwen's); none leaves the text as it is (Llama 3's)
     AddedToken *added;
     int n_added;
     unsigned char added_first[256];  // bytes an added token can start with
@@ -34,11 +36,7 @@ typedef struct {
     BpeCache *cache;    // recently seen words -> ids
     // From tokenizer_config.json (-1 / NULL when absent).
     int32_t eos_id, pad_id;
-    int has_chat_template;
-    char *default_system;  // system prompt the template inserts when the conversation has none
-    int thinking;          // Qwen3's template: <think> blocks, enable_thinking
-    int tool_calls;        // the template renders tools and tool calls (hermes <tool_call> blocks)
-    int no_thinking;       // set by the caller: enable_thinking=false (an empty think block opens the answer)
+    ChatTemplate chat;  // the model's chat template (chat.tpl NULL: none)
     char *path;
 } Tokenizer;
 
@@ -66,3 +64,7 @@ const char *tokenizer_id_bytes(const Tokenizer *t, int32_t id, size_t *len);
 // Returns -1 at the first id outside the vocabulary (*bad_index), else 0.
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index);
 int32_t tokenizer_token_id(const Tokenizer *t, const char *token);  // -1 when absent
+// Tokenizes a prompt, appending to ids: as a user message of t's chat template with the generation prompt when
+// `chat` is set and t has a template (tools: an array or NULL), else as it is. Returns NULL, or what is wrong
+// (malloc'd): the template's error, or text that is not UTF-8.
+char *chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, const cJSON *tools, IdList *ids);

@@ -44,7 +44,8 @@ static void render_messages(const cJSON *msgs, const RecordReader *r, const Prom
     if (!o->chat_template)
         die("%s: \"%s\" is a list of messages, which needs data.chat_template: true", r->where, o->prompt_key);
     Buf text = {0};
-    char *err = chat_render_messages_try(o->tok, msgs, o->tools, r->nul, 1, &text);
+    if (o->vl) o->tok->chat.image_text = VL_IMAGE_TEXT;
+    char *err = chat_render(&o->tok->chat, msgs, o->tools, NULL, r->nul, 1, &text);
     if (err) die("%s: \"%s\": %s", r->where, o->prompt_key, err);
     size_t bad_offset;
     if (tokenizer_encode(o->tok, text.data ? text.data : "", text.len, ids, &bad_offset) != 0)
@@ -82,11 +83,9 @@ static int read_row(const cJSON *row, const RecordReader *r, const PromptDataOpt
     } else {
         prompt = field_text(prompt_item, r, o->prompt_key);
         char *text = o->vl ? vl_expand_placeholders(prompt, &placeholders) : xstrdup(prompt);
-        size_t bad_offset;
-        int rc = chat_encode_prompt(o->tok, text, strlen(text), o->chat_template, o->tools, &ids, &bad_offset);
+        char *err = chat_encode_prompt(o->tok, text, strlen(text), o->chat_template, o->tools, &ids);
         free(text);
-        if (rc != 0)
-            die("%s: \"%s\" is not valid UTF-8", r->where, o->prompt_key);
+        if (err) die("%s: \"%s\": %s", r->where, o->prompt_key, err);
     }
     if (n_images || placeholders) vl_row_expand(r, o->vl, o->image_pad, ims, n_images, placeholders, &ids);
     if (ids.n == 0) die("%s: the prompt is empty", r->where);

@@ -39,7 +39,7 @@ typedef struct {
     const char *prompt_key, *answer_key;  // dotted paths into a row
     Tokenizer *tok;
     int chat_template;       // render prompts with the tokenizer's chat template
-    const char *tools;       // chat_tools_text's list for the system turn (multi-turn rollout), or NULL
+    const cJSON *tools;      // the tools' schemas the chat template lists (multi-turn rollout), or NULL
     int64_t max_prompt_length;
     int filter_overlong;     // skip (and count) longer prompts, as verl's filter_overlong_prompts; else die
     const char *image_key;   // the row's list of images (data.image_key, "images")

@@ -49,7 +49,7 @@ static void need_tokenizer(Loader *L) {
 static void encode_text(Loader *L, const cJSON *item, const char *key, int chat, IdList *out) {
     if (!cJSON_IsString(item)) die("%s: \"%s\" must be a string or a list of messages", L->r.where, key);
     need_tokenizer(L);
-    size_t n, bad_offset;
+    size_t n;
     char *text = json_string_bytes(item, L->r.nul, &n);
     if (chat && L->vl) {  // the prompt of a vision-language model: its "<image>" placeholders
         char *expanded = vl_expand_placeholders(text, &L->placeholders);
@@ -57,8 +57,8 @@ static void encode_text(Loader *L, const cJSON *item, const char *key, int chat,
         text = expanded;
         n = strlen(text);
     }
-    if (chat_encode_prompt(&L->tok, text, n, chat, NULL, out, &bad_offset) != 0)
-        die("%s: \"%s\" is not valid UTF-8 (byte %zu)", L->r.where, key, bad_offset);
+    char *err = chat_encode_prompt(&L->tok, text, n, chat, NULL, out);
+    if (err) die("%s: \"%s\": %s", L->r.where, key, err);
     free(text);
 }
 
@@ -81,8 +81,9 @@ static void encode_conversation(Loader *L, const cJSON *given, int n_last, IdLis
     if (!head) die("out of memory");
     for (int i = 0; i < n - n_last; i++) cJSON_AddItemReferenceToArray(head, cJSON_GetArrayItem(msgs, i));
     Buf prompt = {0}, full = {0};
-    char *err = chat_render_messages_try(&L->tok, head, NULL, L->r.nul, 1, &prompt);
-    if (!err) err = chat_render_messages_try(&L->tok, msgs, NULL, L->r.nul, 0, &full);
+    if (L->vl) L->tok.chat.image_text = VL_IMAGE_TEXT;
+    char *err = chat_render(&L->tok.chat, head, NULL, NULL, L->r.nul, 1, &prompt);
+    if (!err) err = chat_render(&L->tok.chat, msgs, NULL, NULL, L->r.nul, 0, &full);
     if (err) die("%s: %s", L->r.where, err);
     cJSON_Delete(head);
     if (full.len <= prompt.len || memcmp(full.data, prompt.data, prompt.len) != 0)

@@ -42,26 +42,32 @@ char *vl_expand_placeholders(const char *s, int *count) {
     return b.data;
 }
 
-// A message-list prompt's copy for rendering: content parts flattened (their images, paths relative to the
-// data file as the row list's are, after the row's list)
-// and "<image>" placeholders expanded; *placeholders counts the images the text now stands for.
+// obj's string key with its "<image>" placeholders expanded.
+static void expand_in(cJSON *obj, const char *key, int *placeholders) {
+    char *text = vl_expand_placeholders(cJSON_GetObjectItemCaseSensitive(obj, key)->valuestring, placeholders);
+    cJSON *s = cJSON_CreateString(text);
+    free(text);
+    if (!s) die("out of memory");
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, key, s);
+}
+
+// A message-list prompt's copy for rendering: "<image>" placeholders in its text (contents and text parts)
+// expanded, its image parts' images (paths relative to the data file as the row list's are) after the row's
+// list; *placeholders counts the images the text and parts stand for.
 cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key, VlImage **ims, int *n,
                          int *placeholders) {
     cJSON *copy = cJSON_Duplicate(msgs, 1);
     if (!copy) die("out of memory");
     char **paths = NULL;
     int n_paths = 0;
-    char *err = vl_flatten_messages(copy, &paths, &n_paths);
+    char *err = vl_message_images(copy, &paths, &n_paths);
     if (err) die("%s: \"%s\": %s", r->where, key, err);
     if (n_paths && *n) die("%s: images both in \"%s\"'s content parts and in the row's image list", r->where, key);
     for (cJSON *m = copy->child; m; m = m->next) {
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(content)) continue;
-        char *text = vl_expand_placeholders(content->valuestring, placeholders);
-        cJSON *s = cJSON_CreateString(text);
-        free(text);
-        if (!s) die("out of memory");
-        cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
+        if (cJSON_IsString(content)) expand_in(m, "content", placeholders);
+        for (cJSON *part = cJSON_IsArray(content) ? content->child : NULL; part; part = part->next)
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(part, "text"))) expand_in(part, "text", placeholders);
     }
     *placeholders += n_paths;
     *ims = xrealloc(*ims, (size_t)(*n + n_paths + 1) * sizeof **ims);

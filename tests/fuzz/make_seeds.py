@@ -136,6 +136,23 @@ for text in ['<tool_call>\n{"name": "multiply", "arguments": {"a": 1234, "b": 56
              '<tool_call><tool_call>{"name": "g", "arguments": {}}</tool_call>', '</tool_call>']:
     add("tool_call", text)
 
+# ---------------------------------------------------------------- chat templates (fuzz_jinja.c)
+TEXT_DIR = os.path.join(HERE, "..", "text")
+conversation = json.dumps({"messages": [
+    {"role": "system", "content": "Use tools."}, {"role": "user", "content": "caf\u00e9 1 * 2?"},
+    {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+        "name": "multiply", "arguments": {"a": 1, "b": 2}}}]},
+    {"role": "tool", "content": "2"}, {"role": "assistant", "content": "<think>x</think>2", "reasoning_content": "r"},
+    {"role": "user", "content": [{"type": "text", "text": "t"}, {"type": "image", "image": "a.png"}]}],
+    "tools": [{"type": "function", "function": {"name": "multiply", "parameters": {"type": "object"}}}],
+    "add_generation_prompt": True, "enable_thinking": False, "bos_token": "<s>", "eos_token": "</s>"})
+templates = [os.path.join(TEXT_DIR, "qwen2.5_chat_template.jinja")]
+templates += sorted(glob.glob(os.path.join(TEXT_DIR, "templates", "*.jinja")))
+for path in templates:
+    add("jinja", open(path, encoding="utf-8").read(), conversation)
+for cfg in sorted(glob.glob(os.path.join(TEXT_DIR, "templates", "*", "tokenizer_config.json"))):
+    add("jinja", json.load(open(cfg, encoding="utf-8"))["chat_template"], conversation)
+
 # ---------------------------------------------------------------- dictionaries (libFuzzer's -dict)
 # ---------------------------------------------------------------- parquet
 # Small files written by arrow-rs (tests/parquet/write.mjs, npm): verl's GSM8K layout and a table of every
@@ -215,7 +232,7 @@ DICT_SOURCES = {
     "hf_config": (["src/model/qwen2.c"], JSON),
     "tokenizer": (["src/text/tokenizer.c", "src/text/chat.c"], JSON + TEXT),
     "encode": ([], TEXT),
-    "config": (["src/train/grpo_config.c", "src/rl/reward.c"], YAML),
+    "config": (["src/train/grpo/config.c", "src/rl/reward.c"], YAML),
     "score": (["src/cli/cmd_score.c"], JSON),
     "generate": (["src/cli/cmd_generate.c", "src/text/chat.c"], JSON + TEXT),
     "sft_data": (["src/train/sft_data.c", "src/text/chat.c"], JSON + TEXT),
@@ -223,6 +240,9 @@ DICT_SOURCES = {
     "report": (["src/cli/cmd_report.c", "src/cli/report.h"], JSON + YAML),
     "reward": (["src/rl/reward.c"], LATEX),
     "tool_call": ([], JSON + ["<tool_call>", "</tool_call>", '"name"', '"arguments"', "\n"]),
+    "jinja": (["src/text/jinja.c"], JSON + ["{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", " if ",
+                                            " for ", " in ", " endfor ", " endif ", " set ", " macro ", " is ", "|",
+                                            "loop.", "namespace(", "messages", "message['content']"]),
     "parquet": ([], ["PAR1", "\x15", "\x16", "\x18", "\x19", "\x1c", "\x00"]),
     "image": ([], ["IHDR", "IDAT", "IEND", "PLTE", "tRNS", "\xff\xd8\xff", "\xff\xc0", "\xff\xc2", "\xff\xda",
                    "RIFF", "WEBP", "VP8 ", "VP8L", "VP8X", "ALPH"]),

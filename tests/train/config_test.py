@@ -48,7 +48,7 @@ def flat_json(d, prefix=""):
     out = {}
     for k, v in d.items():
         key = prefix + k
-        if isinstance(v, dict):
+        if isinstance(v, dict) and key not in MAPS:  # a map key's value is one value
             out.update(flat_json(v, key + "."))
         else:
             out[key] = v
@@ -56,6 +56,8 @@ def flat_json(d, prefix=""):
 
 
 SCHEMA = {k["name"]: k for k in json.loads(run("--schema").stdout)}
+MAPS = {n for n, k in SCHEMA.items() if k["type"] == "map"}
+MAP_ALIASES = {"data.apply_chat_template_kwargs": "data.chat_template_kwargs"}  # verl's name
 r = run()
 DEFAULTS = flat_json(json.loads(r.stdout))
 check(r.returncode == 0 and set(DEFAULTS) == set(SCHEMA), "defaults cover every key of the table",
@@ -122,6 +124,13 @@ def typed(key, v):
     """The value a key takes from a parsed scalar or list; raises ValueError when the key refuses it."""
     k = SCHEMA[key]
     t = k["type"]
+    if t == "map" and v is EMPTY_MAP:
+        return {}
+    if t == "map":  # a scalar: JSON text of an object
+        m = json.loads(str(v)) if not isinstance(v, list) and not v.is_null else None
+        if not isinstance(m, dict):
+            raise ValueError("map")
+        return m
     if v is EMPTY_MAP:
         raise ValueError("mapping")
     if isinstance(v, list):
@@ -160,6 +169,37 @@ def typed(key, v):
     return x
 
 
+def map_key(key):
+    """(map key, NAME) of "MAP.NAME" (verl's spelling too), (map key, None) of the map itself, else None."""
+    for spelling, name in [*((m, m) for m in MAPS), *MAP_ALIASES.items()]:
+        if key == spelling:
+            return name, None
+        if key.startswith(spelling + "."):
+            sub = key[len(spelling) + 1:]
+            if "." in sub:
+                raise ValueError("map: NAME with a dot")
+            return name, sub
+    return None
+
+
+def map_value(v):
+    """A template variable from a YAML scalar: null, a boolean, a number (whole: an int), else the string."""
+    if isinstance(v, list):
+        return [map_value(x) for x in v]
+    if v is EMPTY_MAP:
+        raise ValueError("map value")
+    if v.is_null:
+        return None
+    b = resolves_to_bool(str(v))
+    if b is not None and str(v) in ("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "false",
+                                    "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"):
+        return b
+    if FLOAT_RE.fullmatch(str(v)):
+        x = float(v)
+        return int(x) if x.is_integer() and abs(x) < 1e15 else x
+    return str(v)
+
+
 def expected_config(file_text, overrides):
     """Defaults, then the file's keys, then the overrides', as the documented rules say."""
     cfg = dict(DEFAULTS)
@@ -184,6 +224,12 @@ def expected_config(file_text, overrides):
                 cfg[key + ".weight"] = 1.0
             else:
                 cfg[key + ".weight"] = typed(key + ".weight", v)
+        elif map_key(key):
+            name, sub = map_key(key)
+            if sub is None:
+                cfg[name] = typed(name, v)
+            else:
+                cfg[name] = {**cfg[name], sub: map_value(v)}
         elif key in SCHEMA:
             cfg[key] = typed(key, v)
         elif any(s.startswith(key + ".") for s in SCHEMA) and (v is EMPTY_MAP or v.is_null):
@@ -405,6 +451,10 @@ check_valid("override_values_are_yaml", None, [
     "actor.precision=bf16", "trainer.resume=yes"])
 check_valid("override_list_scalar", None, ["rollout.stop=</answer>"])
 check_valid("override_section_empty", None, ["actor={}", "actor.lr=3e-6"])
+check_valid("chat_template_kwargs", "data:\n  chat_template_kwargs:\n    enable_thinking: false\n    name: x\n",
+            ["data.apply_chat_template_kwargs.add_vision_id=yes", "data.chat_template_kwargs.depth=3",
+             "data.chat_template_kwargs.name=null"])
+check_valid("chat_template_kwargs_json", None, ['data.chat_template_kwargs={"a": [1, "x", true], "b": "c"}'])
 
 
 # ---- every key at once, written by PyYAML's emitter (block, flow and as overrides) ----
@@ -420,6 +470,8 @@ def random_value(k, rng):
         return rng.random() < 0.5
     if t == "enum":
         return rng.choice(k["values"])
+    if t == "map":
+        return {"enable_thinking": rng.random() < 0.5, "depth": rng.randint(0, 9)}
     words = ["x", "yes", "1e3", "a: b", "#c", " lead", "trail ", "é", "\"q\"", "it's", "[br]", "{c}", "*", "-", "null"]
     if t == "string":
         return "".join(rng.choice(words) for _ in range(rng.randint(1, 4)))

@@ -133,5 +133,27 @@ print(("PASS" if ok else "FAIL") + f"  SIGTERM: checkpoint {ck}, exit {rc}, mess
       f"(weights bytes {ws == wa}; resume exit {r2.returncode})")
 passed += ok
 failed += not ok
+# The model's own chat template with verl's data.apply_chat_template_kwargs, a prompt given as text parts (a text
+# model: joined with "\n"): the dumped prompt is the template's rendering with the variable.
+tmpl = T("template_model")
+shutil.copytree(model, tmpl)
+cfg = json.load(open(os.path.join(tmpl, "tokenizer_config.json")))
+cfg["chat_template"] = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}{{ greeting | default('none') }}:{% endif %}")
+json.dump(cfg, open(os.path.join(tmpl, "tokenizer_config.json"), "w"))
+parts = data("parts.jsonl", [{"prompt": [{"role": "user", "content": [{"type": "text", "text": "1+1"},
+                                                                      {"type": "text", "text": "= ?"}]}],
+                              "answer": "2"}] * 2)
+p = subprocess.run([a.grpo, "train"] + base[:1] + base[2:] + ["model.path=" + tmpl, "data.train_file=" + parts,
+                    "data.apply_chat_template_kwargs.greeting=hello", "trainer.dump_samples=true",
+                    "trainer.out_dir=" + T("tm")], capture_output=True, text=True)
+ids = json.loads(open(T("tm", "samples.jsonl")).readline())["prompt_ids"] if p.returncode == 0 else []
+text = subprocess.run([a.grpo, "tokenize", "--tokenizer", tmpl, "--jsonl", "--decode"], input=json.dumps(
+    {"ids": ids}) + "\n", capture_output=True, text=True).stdout
+ok = p.returncode == 0 and json.loads(text or "{}").get("text") == "user: 1+1\n= ?\nhello:"
+print(("PASS" if ok else "FAIL") + f"  the model's chat template with data.apply_chat_template_kwargs and a prompt "
+      f"of text parts: {text.strip()!r} {p.stderr[-300:] if p.returncode else ''}")
+passed += ok
+failed += not ok
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -11,12 +11,13 @@
 #include "base/yaml.h"
 #include "model/lora.h"
 
-typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST } KeyType;
+typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST, KEY_MAP } KeyType;
 
 typedef struct {
     const char *name;
     KeyType type;
-    size_t offset;        // of the field in GrpoConfig: int64_t, double, int, char *, enum (int) or GrpoStrList
+    size_t offset;        // of the field in GrpoConfig: int64_t, double, int, char * (a map: its JSON), enum (int)
+                          // or GrpoStrList
     const char *def;      // the default, as it would be written in YAML; NULL: null (or [] for a list)
     int64_t imin, imax;   // KEY_INT
     double fmin, fmax;    // KEY_FLOAT
@@ -57,6 +58,8 @@ _Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an i
     { name_, KEY_ENUM, F(field), def_, .values = values_, .doc = doc_ }
 #define KENUM_ALIAS(name_, field, def_, values_, aliases_, doc_) \
     { name_, KEY_ENUM, F(field), def_, .values = values_, .aliases = aliases_, .doc = doc_ }
+#define KMAP(name_, field, doc_) \
+    { name_, KEY_MAP, F(field), "{}", .doc = doc_ }
 #define KLIST(name_, field, doc_) \
     { name_, KEY_LIST, F(field), NULL, .doc = doc_ }
 
@@ -85,6 +88,9 @@ static const ConfigKey KEYS[] = {
     KBOOL("data.enable_thinking", data.enable_thinking, "true",
           "Qwen3 chat templates: false renders the assistant prompt with an empty think block (no reasoning); "
           "others ignore it"),
+    KMAP("data.chat_template_kwargs", data.chat_template_kwargs,
+         "more variables for the chat template, e.g. {enable_thinking: false}; each may also be given alone as "
+         "data.chat_template_kwargs.NAME=VALUE (verl's data.apply_chat_template_kwargs is read the same)"),
     KINT("data.train_batch_size", data.train_batch_size, "8", 1, INT32_MAX,
          "prompts per step; each is sampled rollout.n times"),
     KINT("data.max_prompt_length", data.max_prompt_length, "512", 1, INT32_MAX,
@@ -365,6 +371,7 @@ static void key_describe(const ConfigKey *k, char *buf, size_t size) {
         case KEY_BOOL: n = snprintf(buf, size, "true or false"); break;
         case KEY_STRING: n = snprintf(buf, size, "a string"); break;
         case KEY_LIST: n = snprintf(buf, size, "a list of strings"); break;
+        case KEY_MAP: n = snprintf(buf, size, "a mapping"); break;
         case KEY_ENUM: {
             n = snprintf(buf, size, "one of ");
             char v[64];
@@ -474,6 +481,15 @@ static void key_set_scalar(GrpoConfig *c, const ConfigKey *k, const char *text, 
             free(*(char **)p);
             *(char **)p = text ? xstrdup(text) : NULL;
             break;
+        case KEY_MAP: {  // JSON (a YAML flow mapping written as JSON) of an object
+            cJSON *m = json_parse_exact(text, strlen(text), NULL);
+            if (!cJSON_IsObject(m)) bad_value(where, k, text);
+            free(*(char **)p);
+            *(char **)p = cJSON_PrintUnformatted(m);
+            if (!*(char **)p) die("out of memory");
+            cJSON_Delete(m);
+            break;
+        }
         case KEY_ENUM: {
             char v[64], canonical[64];
             const char *want = enum_alias(k, text, canonical, sizeof canonical) ? canonical : text;
@@ -497,6 +513,7 @@ static void key_set_scalar(GrpoConfig *c, const ConfigKey *k, const char *text, 
 }
 
 static void key_set(GrpoConfig *c, const ConfigKey *k, const YamlEntry *e, const char *where) {
+    if (e->kind == YAML_ENTRY_EMPTY_MAP && k->type == KEY_MAP) return key_set_scalar(c, k, "{}", where);
     if (e->kind == YAML_ENTRY_EMPTY_MAP) bad_value(where, k, "a mapping");
     if (e->kind == YAML_ENTRY_SCALAR) {
         key_set_scalar(c, k, e->scalar.is_null ? NULL : e->scalar.text, where);
@@ -650,7 +667,62 @@ static double *reward_weight(GrpoConfig *c, int kind, const ConfigKey **k) {
     return field(c, *k);
 }
 
+// A YAML scalar as the JSON value it means: null, a boolean, a number, else a string.
+static cJSON *scalar_json(const YamlScalar *s) {
+    int b;
+    double x;
+    if (s->is_null) return cJSON_CreateNull();
+    if (parse_bool(s->text, &b)) return cJSON_CreateBool(b);
+    if (parse_float(s->text, &x)) return cJSON_CreateNumber(x);
+    return cJSON_CreateString(s->text);
+}
+
+// A map key's other spelling: verl's name for the template's variables.
+static const char *map_alias(const char *key, size_t *n) {
+    static const char verl[] = "data.apply_chat_template_kwargs";
+    *n = strlen(verl);
+    return !strncmp(key, verl, *n) && (key[*n] == '.' || !key[*n]) ? "data.chat_template_kwargs" : NULL;
+}
+
+// "MAPKEY.NAME: value" (a map key's entry given alone): sets NAME in the map. 0 when e is not one.
+static int map_entry(GrpoConfig *c, const YamlEntry *e, const char *where, char **key_where) {
+    for (int i = 0; i < N_KEYS; i++) {
+        size_t n = strlen(KEYS[i].name), alias_n;
+        const char *alias = map_alias(e->key, &alias_n);
+        if (alias && !strcmp(alias, KEYS[i].name) && !e->key[alias_n]) {  // the whole map under verl's name
+            key_set(c, &KEYS[i], e, where);
+            return 1;
+        }
+        const char *key = alias ? alias : e->key;
+        if (KEYS[i].type != KEY_MAP || strncmp(key, KEYS[i].name, n)) continue;
+        const char *tail = alias ? e->key + alias_n : e->key + n;
+        if (*tail != '.') continue;
+        const char *name = tail + 1;
+        if (strchr(name, '.') || e->kind == YAML_ENTRY_EMPTY_MAP)
+            die("%s: \"%s\": %s takes NAME: value with a scalar or a list of them", where, e->key, KEYS[i].name);
+        char **text = field(c, &KEYS[i]);
+        cJSON *m = cJSON_Parse(*text), *v = e->kind == YAML_ENTRY_SCALAR ? scalar_json(&e->scalar) : cJSON_CreateArray();
+        if (!m || !v) die("out of memory");
+        for (int k = 0; e->kind == YAML_ENTRY_LIST && k < e->n_items; k++) {
+            cJSON *item = scalar_json(&e->items[k]);
+            if (!item) die("out of memory");
+            cJSON_AddItemToArray(v, item);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(m, name);
+        cJSON_AddItemToObject(m, name, v);
+        free(*text);
+        *text = cJSON_PrintUnformatted(m);
+        if (!*text) die("out of memory");
+        cJSON_Delete(m);
+        free(key_where[i]);
+        key_where[i] = where ? xstrdup(where) : NULL;
+        return 1;
+    }
+    return 0;
+}
+
 static void apply_entry(GrpoConfig *c, const YamlEntry *e, const char *where, char **key_where) {
+    if (map_entry(c, e, where, key_where)) return;
     int exact = 0;
     int kind = reward_kind(e->key, &exact);
     if (kind >= 0 && exact) {
@@ -817,7 +889,7 @@ void grpo_config_load(GrpoConfig *c, const char *yaml_path, char **overrides, in
 void grpo_config_free(GrpoConfig *c) {
     for (int i = 0; i < N_KEYS; i++) {
         void *p = field(c, &KEYS[i]);
-        if (KEYS[i].type == KEY_STRING)
+        if (KEYS[i].type == KEY_STRING || KEYS[i].type == KEY_MAP)
             free(*(char **)p);
         else if (KEYS[i].type == KEY_LIST)
             list_clear(p);
@@ -905,6 +977,7 @@ static void write_value(const GrpoConfig *c, const ConfigKey *k, FILE *f, ValueS
                 fputs("null", f);
             break;
         }
+        case KEY_MAP: fputs(*(char *const *)p, f); break;  // JSON: a YAML flow mapping too
         case KEY_ENUM:
             enum_value(k, *(const int *)p, v, sizeof v);
             write_str(f, v, syn);
@@ -1008,7 +1081,7 @@ void grpo_config_print_markdown(FILE *f) {
 }
 
 void grpo_config_print_schema(FILE *f) {
-    static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "list"};
+    static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "list", "map"};
     fputs("[", f);
     for (int i = 0; i < N_KEYS; i++) {
         const ConfigKey *k = &KEYS[i];

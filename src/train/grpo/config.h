@@ -30,6 +30,7 @@ typedef struct {
     GrpoStrList train_file, val_file;  // one path or several
     char *prompt_key, *answer_key, *image_key;
     int chat_template, enable_thinking, shuffle, filter_overlong_prompts;
+    char *chat_template_kwargs;  // JSON of an object
     int64_t train_batch_size, max_prompt_length, max_response_length, epochs, val_max_samples;
     int64_t min_pixels, max_pixels;  // 0: the model's preprocessor_config.json
 } GrpoDataConfig;

@@ -25,6 +25,7 @@ typedef struct {
     int64_t min_pixels, max_pixels;  // data.min_pixels, data.max_pixels: a VL model's resize bounds (0: its own)
     int chat_template;           // render prompts as a user turn of the chat template (else raw)
     int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block
+    const char *chat_template_kwargs;  // JSON of an object: more template variables
     int64_t train_batch_size;    // prompts per step
     int G;                       // samples per prompt (rollout.n)
     int64_t max_prompt_length, max_response_length;

@@ -69,6 +69,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .out_dir = c->trainer.out_dir, .device = c->trainer.device, .prompt_key = c->data.prompt_key, .answer_key = c->data.answer_key,
         .image_key = c->data.image_key, .min_pixels = c->data.min_pixels, .max_pixels = c->data.max_pixels,
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
+        .chat_template_kwargs = c->data.chat_template_kwargs,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
         .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
@@ -205,17 +206,21 @@ static void run_load(Run *r) {
     char *tj = path_join(s->model_dir, "tokenizer.json");
     if (!file_exists(tj)) die("%s: grpo train needs a tokenizer.json in the model directory", s->model_dir);
     tokenizer_load(&r->tok, tj);
-    r->tok.no_thinking = !s->enable_thinking;
+    if (!s->enable_thinking) chat_template_set(&r->tok.chat, "enable_thinking", cJSON_CreateFalse());
+    cJSON *kwargs = cJSON_Parse(s->chat_template_kwargs ? s->chat_template_kwargs : "{}");
+    chat_template_set_all(&r->tok.chat, kwargs, "data.chat_template_kwargs");
+    cJSON_Delete(kwargs);
     free(tj);
     if ((r->has_tools = s->tools_file != NULL)) {
-        if (!s->chat_template || !r->tok.tool_calls)
+        if (!s->chat_template || !r->tok.chat.tool_calls)
             die("rollout.multi_turn.tools_file needs data.chat_template: true and a chat template with tool calls "
-                "(%s has %s)", s->model_dir, r->tok.has_chat_template ? "one without them" : "none");
+                "(%s has %s)", s->model_dir, r->tok.chat.tpl ? "one without them" : "none");
         toolset_load(&r->tools, s->tools_file, "rollout.multi_turn.tools_file", s->max_parallel_calls,
                      s->tool_timeout_s, s->tool_memory_mb);
         r->hook = (ToolHook){.tools = &r->tools, .tok = &r->tok};
+        tools_check_template(&r->hook, "rollout.multi_turn.tools_file");
     }
-    const char *tools = r->has_tools ? r->tools.schemas_text : NULL;
+    const cJSON *tools = r->has_tools ? r->tools.schemas : NULL;
     PromptDataOptions po = {.prompt_key = s->prompt_key, .answer_key = s->answer_key, .tok = &r->tok,
                             .chat_template = s->chat_template, .tools = tools,
                             .max_prompt_length = s->max_prompt_length, .filter_overlong = s->filter_overlong,
