@@ -41,6 +41,41 @@ static void keep_last_duplicates(cJSON *node) {
     free(m);
 }
 
+static void number_nodes(cJSON *node, cJSON ***out, size_t *n, size_t *cap) {
+    for (; node; node = node->next) {
+        if (cJSON_IsNumber(node)) {
+            if (*n == *cap) *out = xrealloc(*out, (*cap = *cap ? 2 * *cap : 64) * sizeof **out);
+            (*out)[(*n)++] = node;
+        }
+        number_nodes(node->child, out, n, cap);
+    }
+}
+
+// The text of each number written with a fraction or an exponent, or with more than 15 digits, as its item's
+// valuestring (the k-th number of the text is the k-th number item in document order).
+static void keep_number_text(cJSON *root, const char *text, size_t len) {
+    cJSON **nodes = NULL;
+    size_t n = 0, cap = 0, k = 0;
+    number_nodes(root, &nodes, &n, &cap);
+    for (size_t i = 0; i < len && k < n;) {
+        if (text[i] == '"') {  // a string: up to its closing quote
+            for (i++; i < len && text[i] != '"'; i++) i += text[i] == '\\';
+            i++;
+        } else if (text[i] == '-' || (text[i] >= '0' && text[i] <= '9')) {
+            size_t start = i;
+            int plain = 1;
+            for (; i < len && text[i] && strchr("+-.eE0123456789", text[i]); i++)
+                plain &= !strchr(".eE", text[i]);
+            if ((!plain || i - start > 15) && !(nodes[k]->valuestring = strndup(text + start, i - start)))
+                die("out of memory");
+            k++;
+        } else {
+            i++;
+        }
+    }
+    free(nodes);
+}
+
 cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -53,6 +88,7 @@ cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset) {
         }
     }
     if (error_offset) *error_offset = (size_t)(end - text);
+    if (root) keep_number_text(root, text, (size_t)(end - text));
     return root;
 }
 

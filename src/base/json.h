@@ -7,7 +7,9 @@
 
 #include "base/util.h"
 
-// Parses text[0..len) as exactly one JSON value (only whitespace may follow); NULL otherwise.
+// Parses text[0..len) as exactly one JSON value (only whitespace may follow); NULL otherwise. A number written
+// with a fraction or an exponent ("2.0", "1e2") or with more than 15 digits keeps its text as its valuestring
+// (NULL for other numbers): cJSON's double loses the int/float kind and the digits past 2^53. Here and below.
 cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
 // One JSONL line. JSON strings may hold U+0000 ("\u0000"), which cJSON's C strings cannot: such
 // escapes are swapped for a noncharacter absent from the line (*nul_sentinel, 0 if none) and

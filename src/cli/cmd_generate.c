@@ -224,8 +224,8 @@ static void read_text_prompt(Gen *g, const CliSpec *spec, int max_new, int raw, 
     *ids = xcalloc(1, sizeof **ids);
     (*prompts)[0].max_new_tokens = max_new;
     const cJSON *tools = g->has_tools ? g->tools.schemas : NULL;
-    char *err = chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "", text.len, !raw,
-                                   tools, &(*ids)[0]);
+    char *err = chat_encode_prompt(need_tok(g, "prompt", "a text prompt"), text.data ? text.data : "",
+                                   text.len, !raw, tools, &(*ids)[0]);
     if (err) die("prompt: %s", err);
     buf_free(&text);
 }

@@ -28,7 +28,9 @@ static void load(ChatTemplate *c, const char *source) {
     cJSON *cfg = file_exists(path) ? json_load_file(path, FILE_MAX_JSON) : NULL;
     if (cfg && !cJSON_IsObject(cfg)) die("%s: not a JSON object", path);
     chat_template_load(c, dir, cfg, path);
-    if (!c->tpl) die("%s: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)", source);
+    if (!c->tpl)
+        die("%s: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)",
+            source);
     cJSON_Delete(cfg);
     free(path);
     free(dir);
@@ -36,16 +38,24 @@ static void load(ChatTemplate *c, const char *source) {
 
 int cmd_render(int argc, char **argv) {
     CliOpt opts[] = {
-        {"--template", "NAME", "of a list of named templates: default, or tool_use (transformers picks it when tools "
-         "are given)", "default", 0},
+        {"--template", "NAME",
+         "of a list of named templates: default, or tool_use (transformers picks it when tools "
+         "are given)",
+         "default", 0},
     };
-    CliSpec spec = {"grpo render SOURCE < conversations.jsonl > rendered.jsonl",
-                    "Renders conversations with a chat template as training and serving feed them to the model.\n"
-                    "SOURCE is a model directory (chat_template.jinja, chat_template.json or tokenizer_config.json's\n"
-                    "\"chat_template\"), a tokenizer_config.json, or a template file. Each input line\n"
-                    "{\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true, ...} gives {\"text\": \"...\"};\n"
-                    "every other key is a template variable (enable_thinking, bos_token, date_string, ...).",
-                    opts, sizeof opts / sizeof opts[0], 1, NULL, 0};
+    CliSpec spec = {
+        "grpo render SOURCE < conversations.jsonl > rendered.jsonl",
+        "Renders conversations with a chat template as training and serving feed them to the model.\n"
+        "SOURCE is a model directory (chat_template.jinja, chat_template.json or tokenizer_config.json's\n"
+        "\"chat_template\"), a tokenizer_config.json, or a template file. Each input line\n"
+        "{\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true, ...} gives {\"text\": "
+        "\"...\"};\n"
+        "every other key is a template variable (enable_thinking, bos_token, date_string, ...).",
+        opts,
+        sizeof opts / sizeof opts[0],
+        1,
+        NULL,
+        0};
     cli_parse(&spec, argc, argv);
     if (spec.n_args != 1) die("grpo render needs SOURCE (see --help)");
     ChatTemplate c = {0};
@@ -82,5 +92,6 @@ int cmd_render(int argc, char **argv) {
     free(line);
     buf_free(&text);
     chat_template_free(&c);
+    free(spec.args);
     return 0;
 }

@@ -64,7 +64,8 @@ static void jsonl_line(Session *s, const char *line, int64_t lineno, int decode)
             free(bytes);
             fputs("{\"ids\": [", stdout);
         } else if (msgs) {
-            if (!s->tok.chat.tpl) die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
+            if (!s->tok.chat.tpl)
+                die("%s: \"messages\" given but %s has no chat template", where, s->tok.path);
             chat_render_request(&s->tok.chat, root, nul, &text, where);
             encode_or_die(s, text.data, text.len, &ids, where);
             fputs("{\"text\": ", stdout);
@@ -129,8 +130,9 @@ int cmd_tokenize(int argc, char **argv) {
     CliSpec spec = {"grpo tokenize --tokenizer PATH [--jsonl] [--decode] < in > out",
                     "Plain mode reads all of stdin as one text and prints its ids separated by spaces (with\n"
                     "--decode: ids in, text out). With --jsonl each line {\"text\": \"...\"} gives {\"ids\": [...]}, and\n"
-                    "{\"messages\": [{\"role\", \"content\"}, ...], \"add_generation_prompt\": false} gives the chat template's\n"
-                    "rendering {\"text\": \"...\", \"ids\": [...]} (other keys: template variables, as grpo render); with --decode, {\"ids\": [...]} gives {\"text\": \"...\"}.\n"
+                    "{\"messages\": [...], \"add_generation_prompt\": false} gives the chat template's rendering\n"
+                    "{\"text\": \"...\", \"ids\": [...]} (other keys: template variables, as grpo render);\n"
+                    "with --decode, {\"ids\": [...]} gives {\"text\": \"...\"}.\n"
                     "Special-token text inside the input (e.g. \"<|im_end|>\") becomes the special token, as in\n"
                     "Hugging Face's default.",
                     opts, sizeof opts / sizeof opts[0]};

@@ -29,7 +29,8 @@ static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
             if (!cJSON_IsString(name) || !cJSON_IsString(text))
                 die("%s: each of \"chat_template\" must be {\"name\": string, \"template\": string}", path);
             char *where = xprintf("%s (template \"%s\")", path, name->valuestring);
-            if (!strcmp(name->valuestring, "default") && !c->tpl) c->tpl = parse_or_die(text->valuestring, where);
+            if (!strcmp(name->valuestring, "default") && !c->tpl)
+                c->tpl = parse_or_die(text->valuestring, where);
             if (!strcmp(name->valuestring, "tool_use") && !c->tool_tpl)
                 c->tool_tpl = parse_or_die(text->valuestring, where);
             free(where);
@@ -52,11 +53,13 @@ static void describe(ChatTemplate *c) {
     // the hermes format the multi-turn rollout parses: a template that speaks of <tool_call> blocks when it
     // lists tools or writes an assistant's call
     Buf probe = {0};
-    cJSON *msgs = cJSON_Parse("[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\","
-                              " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
-                              "\"arguments\": {}}}]}]");
-    cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"\", "
-                               "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]");
+    cJSON *msgs = cJSON_Parse(
+        "[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\","
+        " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+        "\"arguments\": {}}}]}]");
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]");
     if (!msgs || !tools) die("out of memory");
     char *err = chat_render(c, msgs, tools, NULL, 0, 0, &probe);
     c->tool_calls = !err && probe.data && strstr(probe.data, "<tool_call>");
@@ -119,7 +122,8 @@ void chat_template_set(ChatTemplate *c, const char *key, cJSON *value) {
 void chat_template_set_all(ChatTemplate *c, const cJSON *kwargs, const char *where) {
     if (!kwargs || cJSON_IsNull(kwargs)) return;
     if (!cJSON_IsObject(kwargs)) die("%s must be a mapping of template variables", where);
-    for (const cJSON *e = kwargs->child; e; e = e->next) chat_template_set(c, e->string, cJSON_Duplicate(e, 1));
+    for (const cJSON *e = kwargs->child; e; e = e->next)
+        chat_template_set(c, e->string, cJSON_Duplicate(e, 1));
 }
 
 static int is_type(const cJSON *part, const char *type) {
@@ -147,16 +151,19 @@ static char *check_messages(const ChatTemplate *c, const cJSON *msgs, cJSON **jo
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
             int image = is_type(p, "image") || is_type(p, "image_url");
             if (!cJSON_IsObject(p) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "type")))
-                return xprintf("message %d, content part %d: a part must be an object with a string \"type\"", i, j);
+                return xprintf("message %d, content part %d: a part must be an object with a string \"type\"",
+                               i, j);
             if (is_type(p, "text") && !cJSON_IsString(text))
                 return xprintf("message %d, content part %d: a text part needs a \"text\" string", i, j);
             if (!c->parts && !is_type(p, "text") && !(image && c->image_text))
-                return xprintf("message %d, content part %d: the chat template of %s takes text, not \"%s\" parts",
-                               i, j, c->path, cJSON_GetObjectItemCaseSensitive(p, "type")->valuestring);
+                return xprintf(
+                    "message %d, content part %d: the chat template of %s takes text, not \"%s\" parts", i, j,
+                    c->path, cJSON_GetObjectItemCaseSensitive(p, "type")->valuestring);
         }
     }
     int any_parts = 0;
-    for (const cJSON *m = msgs->child; m; m = m->next) any_parts |= cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    for (const cJSON *m = msgs->child; m; m = m->next)
+        any_parts |= cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "content"));
     if (c->parts || !any_parts) return NULL;
     *joined = cJSON_Duplicate(msgs, 1);
     if (!*joined) die("out of memory");
@@ -168,7 +175,8 @@ static char *check_messages(const ChatTemplate *c, const cJSON *msgs, cJSON **jo
         for (const cJSON *p = content->child; p; p = p->next) {
             int is_text = is_type(p, "text");
             if (is_text && prev_text) buf_append(&text, "\n", 1);
-            const char *s = is_text ? cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring : c->image_text;
+            const char *s =
+                is_text ? cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring : c->image_text;
             buf_append(&text, s, strlen(s));
             prev_text = is_text;
         }
@@ -235,7 +243,8 @@ static cJSON *bytes_string(const char *text, size_t n, uint32_t *nul) {
             buf_append(&b, &text[i], 1);
             continue;
         }
-        char u[3] = {(char)(0xE0 | (*nul >> 12)), (char)(0x80 | ((*nul >> 6) & 0x3F)), (char)(0x80 | (*nul & 0x3F))};
+        char u[3] = {(char)(0xE0 | (*nul >> 12)), (char)(0x80 | ((*nul >> 6) & 0x3F)),
+                     (char)(0x80 | (*nul & 0x3F))};
         buf_append(&b, u, 3);
     }
     cJSON *s = cJSON_CreateString(b.data ? b.data : "");
@@ -261,9 +270,10 @@ char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const 
     return err;
 }
 
-#define TURN_MARK "\x01grpo-tool-call\x01"
+#define TURN_MARK "grpo-tool-call-mark-8d1f3c"  // plain ASCII: the same through tojson
 
-char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n, Buf *out) {
+char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n,
+                              Buf *out) {
     uint32_t nul;
     cJSON *msgs = cJSON_CreateArray();
     if (!msgs) die("out of memory");
@@ -274,7 +284,8 @@ char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const c
     char *err = chat_render(c, msgs, tools, NULL, nul, 1, &all);
     cJSON_Delete(msgs);
     const char *mark = err ? NULL : memmem(all.data, all.len, TURN_MARK, strlen(TURN_MARK));
-    if (!err && !mark) err = xprintf("the chat template of %s drops an assistant turn before a tool message", c->path);
+    if (!err && !mark)
+        err = xprintf("the chat template of %s drops an assistant turn before a tool message", c->path);
     if (!err) {
         const char *after = mark + strlen(TURN_MARK);
         buf_append(out, after, (size_t)(all.data + all.len - after));
@@ -283,7 +294,8 @@ char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const c
     return err;
 }
 
-char *chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, const cJSON *tools, IdList *ids) {
+char *chat_encode_prompt(Tokenizer *t, const char *text, size_t n, int chat, const cJSON *tools,
+                         IdList *ids) {
     size_t bad;
     if (!chat || !t->chat.tpl) {
         if (tokenizer_encode(t, text, n, ids, &bad) != 0) return xprintf("not valid UTF-8 (byte %zu)", bad);
@@ -316,7 +328,8 @@ cJSON *chat_parse_tool_call(const char *text, size_t n, uint32_t *nul_sentinel, 
         return NULL;
     }
     const char *body = open + 11;
-    cJSON *call = json_parse_line(body, (size_t)(text + n - 12 - body), nul_sentinel);  // whitespace around it allowed
+    cJSON *call =
+        json_parse_line(body, (size_t)(text + n - 12 - body), nul_sentinel);  // whitespace around it allowed
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(call, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
     *error = NULL;
@@ -330,17 +343,19 @@ cJSON *chat_parse_tool_call(const char *text, size_t n, uint32_t *nul_sentinel, 
     return call;
 }
 
-
-void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_sentinel, Buf *out, const char *where) {
+void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_sentinel, Buf *out,
+                         const char *where) {
     const cJSON *gen = cJSON_GetObjectItemCaseSensitive(req, "add_generation_prompt");
     if (gen && !cJSON_IsBool(gen)) die("%s: \"add_generation_prompt\" must be true or false", where);
     cJSON *kwargs = cJSON_CreateObject();
     if (!kwargs) die("out of memory");
     for (const cJSON *e = req->child; e; e = e->next)
-        if (strcmp(e->string, "messages") && strcmp(e->string, "tools") && strcmp(e->string, "add_generation_prompt"))
+        if (strcmp(e->string, "messages") && strcmp(e->string, "tools") &&
+            strcmp(e->string, "add_generation_prompt"))
             add_ref(kwargs, e->string, e);
     char *err = chat_render(c, cJSON_GetObjectItemCaseSensitive(req, "messages"),
-                            cJSON_GetObjectItemCaseSensitive(req, "tools"), kwargs, nul_sentinel, cJSON_IsTrue(gen), out);
+                            cJSON_GetObjectItemCaseSensitive(req, "tools"), kwargs, nul_sentinel,
+                            cJSON_IsTrue(gen), out);
     cJSON_Delete(kwargs);
     if (err) die("%s: %s", where, err);
 }

@@ -19,7 +19,7 @@ typedef struct {
     cJSON *vars;              // bos_token, eos_token and the run's keywords, given to every render
     int parts;                // it loops over message content (takes content parts as they are)
     int tool_calls;           // it writes hermes <tool_call> blocks, what the multi-turn rollout parses
-    const char *image_text;   // a vision-language model's text for one image where parts are joined (NULL: none)
+    const char *image_text;   // a vision-language model's text for an image in joined parts (NULL: none)
 } ChatTemplate;
 
 // The template of a model directory: chat_template.jinja, else chat_template.json's "chat_template", else
@@ -46,12 +46,14 @@ void chat_render_or_die(const ChatTemplate *c, const cJSON *msgs, const cJSON *t
                         uint32_t nul_sentinel, int add_generation_prompt, Buf *out, const char *where);
 // A request {"messages", "tools", "add_generation_prompt", and any other key as a template variable}, as
 // `grpo render` and `grpo tokenize --jsonl` read one: appends its rendering, or dies with "where: ...".
-void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_sentinel, Buf *out, const char *where);
+void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_sentinel, Buf *out,
+                         const char *where);
 // The text that follows an assistant turn ending in a tool call, in multi-turn rollout: the turn's end, the
 // tool's response as the template renders one role "tool" message after it, and the next assistant prompt.
 // Rendered by the template itself (a user turn, an assistant turn, the tool message; what follows the
 // assistant's content). Returns NULL, or the template's error.
-char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n, Buf *out);
+char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n,
+                              Buf *out);
 // A prompt text as one user message, rendered with the generation prompt (tools: an array or NULL).
 char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const cJSON *tools, Buf *out);
 // The tool call a model's turn ends with, as the hermes parsers of vLLM and verl read it: the JSON between

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE  // memmem
 #include "text/jinja.h"
 
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,8 @@
 #define MAX_STEPS 20000000L
 #endif
 #define MAX_NEST 64                    // nesting of blocks and parentheses in the source
+#define MAX_DEPTH 256                  // depth of the parsed tree (a chain a+b+c... is as deep as it is long)
+#define MAX_RUN_DEPTH 1024             // nested evaluations at run time (macros, values printed or compared)
 #define MAX_CALLS 64                   // nested macro calls
 #define MAX_RANGE 100000               // range()'s length (jinja2's sandbox has the same)
 #define MAX_OUTPUT ((size_t)64 << 20)  // bytes of a rendering or of any one string
@@ -36,7 +39,9 @@ typedef struct {
     size_t n;
 } Str;
 
-typedef enum { T_UNDEF, T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_DICT, T_NS, T_MACRO, T_LOOP, T_FUNC } Type;
+typedef enum {
+    T_UNDEF, T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_DICT, T_NS, T_MACRO, T_LOOP, T_FUNC
+} Type;
 
 typedef struct List List;
 typedef struct Dict Dict;
@@ -149,6 +154,8 @@ typedef struct {
     Buf out;
     long steps;
     int calls;
+    int depth;    // nested evaluations now (MAX_RUN_DEPTH)
+    char *pending;  // a malloc'd buffer to free if the render fails before it is
     int ctl;      // CTL_BREAK or CTL_CONTINUE on its way to the loop
     Value hole;   // a filter block's text, the input of its filters
     uint32_t nul;
@@ -220,7 +227,8 @@ static void *grow(J *j, void *p, size_t *cap, size_t need, size_t size) {
 }
 
 static void step(J *j) {
-    if (++j->steps > MAX_STEPS) fail(j, "the template runs more than %ld steps (a loop without end?)", MAX_STEPS);
+    if (++j->steps > MAX_STEPS)
+        fail(j, "the template runs more than %ld steps (a loop without end?)", MAX_STEPS);
 }
 
 // ---------------------------------------------------------------- strings
@@ -259,7 +267,8 @@ static Str str_copy(J *j, const char *s, size_t n) {
 // The code point at s[*i] (the source and JSON strings are valid UTF-8), advancing *i.
 static int32_t cp_next(Str s, size_t *i) {
     utf8proc_int32_t cp;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s.s + *i, (utf8proc_ssize_t)(s.n - *i), &cp);
+    utf8proc_ssize_t k =
+        utf8proc_iterate((const utf8proc_uint8_t *)s.s + *i, (utf8proc_ssize_t)(s.n - *i), &cp);
     if (k <= 0) {  // not UTF-8 (a NUL byte included): one byte as itself
         cp = (unsigned char)s.s[*i];
         k = 1;
@@ -294,32 +303,49 @@ static void sb_cp(J *j, SB *b, int32_t cp) {
 // Python's str.isspace() for one code point.
 static int py_space(int32_t c) {
     return (c >= 9 && c <= 13) || (c >= 28 && c <= 32) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+           c == 0x3000;
 }
 
-static int in_chars(int32_t c, const Str *chars) {
+static int in_chars(J *j, int32_t c, const Str *chars) {
     if (!chars) return py_space(c);
+    j->steps += (long)(chars->n >> 4);
+    step(j);
     for (size_t i = 0; i < chars->n;)
         if (cp_next(*chars, &i) == c) return 1;
     return 0;
 }
 
 // str.strip / lstrip / rstrip: which: 1 left, 2 right, 3 both; chars NULL for whitespace.
-static Str str_strip(Str s, int which, const Str *chars) {
+static Str str_strip(J *j, Str s, int which, const Str *chars) {
     size_t a = 0, b = s.n;
     while ((which & 1) && a < b) {
         size_t i = a;
-        if (!in_chars(cp_next(s, &i), chars)) break;
+        if (!in_chars(j, cp_next(s, &i), chars)) break;
         a = i;
     }
     while ((which & 2) && b > a) {
         size_t i = b - 1;
         while (i > a && ((unsigned char)s.s[i] & 0xC0) == 0x80) i--;
         size_t k = i;
-        if (!in_chars(cp_next(s, &k), chars)) break;
+        if (!in_chars(j, cp_next(s, &k), chars)) break;
         b = i;
     }
     return (Str){s.s + a, b - a};
+}
+
+// The last occurrence of sub in s[0..end) (NULL: none); its comparisons are steps.
+static const char *find_last(J *j, Str s, Str sub, size_t end) {
+    if (!sub.n) return s.s + end;
+    if (sub.n > end) return NULL;
+    j->steps += (long)(end >> 6);
+    for (size_t i = end - sub.n + 1; i-- > 0;) {
+        if (s.s[i] != sub.s[0]) continue;
+        j->steps += (long)(sub.n >> 6);
+        step(j);
+        if (!memcmp(s.s + i, sub.s, sub.n)) return s.s + i;
+    }
+    return NULL;
 }
 
 static const char *find(Str s, Str sub, size_t from) {
@@ -364,17 +390,13 @@ static Value vdict(J *j) {
 static int veq(const Value *a, const Value *b);
 
 static Value *dict_find(const Dict *d, const Value *k) {
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = d->n; i-- > 0;)
         if (veq(&d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
-static void dict_set(J *j, Dict *d, Value k, Value v) {
-    Value *old = dict_find(d, &k);
-    if (old) {
-        *old = v;
-        return;
-    }
+// Appends a pair without looking for the key (keys known to differ: a JSON object's).
+static void dict_push(J *j, Dict *d, Value k, Value v) {
     size_t cap = d->cap;
     d->k = grow(j, d->k, &cap, d->n + 1, sizeof *d->k);
     d->v = grow(j, d->v, &d->cap, d->n + 1, sizeof *d->v);
@@ -382,9 +404,20 @@ static void dict_set(J *j, Dict *d, Value k, Value v) {
     d->v[d->n++] = v;
 }
 
+static void dict_set(J *j, Dict *d, Value k, Value v) {
+    j->steps += (long)(d->n >> 4);
+    Value *old = dict_find(d, &k);
+    if (old) {
+        *old = v;
+        return;
+    }
+    dict_push(j, d, k, v);
+}
+
 static const char *type_name(const Value *v) {
-    static const char *const names[] = {"Undefined", "NoneType", "bool",  "int",       "float",       "str",
-                                        "list",      "dict",     "Namespace", "Macro", "LoopContext", "function"};
+    static const char *const names[] = {"Undefined", "NoneType", "bool",        "int",
+                                        "float",     "str",      "list",        "dict",
+                                        "Namespace", "Macro",    "LoopContext", "function"};
     if (v->t == T_LIST && v->l->tuple) return "tuple";
     return names[v->t];
 }
@@ -411,9 +444,12 @@ static int is_num(const Value *v) { return v->t == T_INT || v->t == T_FLOAT || v
 
 static double num(const Value *v) { return v->t == T_FLOAT ? v->f : v->t == T_INT ? (double)v->i : v->b; }
 
-static int veq(const Value *a, const Value *b) {
+// Equality as Python's ==; values nested deeper than MAX_RUN_DEPTH (a structure holding itself) are unequal.
+static int veq_at(const Value *a, const Value *b, int depth) {
+    if (depth > MAX_RUN_DEPTH) return 0;
     if (is_num(a) && is_num(b)) {
-        if (a->t != T_FLOAT && b->t != T_FLOAT) return (a->t == T_INT ? a->i : a->b) == (b->t == T_INT ? b->i : b->b);
+        if (a->t != T_FLOAT && b->t != T_FLOAT)
+            return (a->t == T_INT ? a->i : a->b) == (b->t == T_INT ? b->i : b->b);
         return num(a) == num(b);
     }
     if (a->t != b->t) return 0;
@@ -421,20 +457,22 @@ static int veq(const Value *a, const Value *b) {
     case T_UNDEF: case T_NONE: return 1;
     case T_STR: return str_same(a->s, b->s);
     case T_LIST:
-        if (a->l->n != b->l->n) return 0;
+        if (a->l->n != b->l->n || a->l->tuple != b->l->tuple) return 0;
         for (size_t i = 0; i < a->l->n; i++)
-            if (!veq(&a->l->v[i], &b->l->v[i])) return 0;
+            if (!veq_at(&a->l->v[i], &b->l->v[i], depth + 1)) return 0;
         return 1;
     case T_DICT:
         if (a->d->n != b->d->n) return 0;
         for (size_t i = 0; i < a->d->n; i++) {
             const Value *o = dict_find(b->d, &a->d->k[i]);
-            if (!o || !veq(&a->d->v[i], o)) return 0;
+            if (!o || !veq_at(&a->d->v[i], o, depth + 1)) return 0;
         }
         return 1;
     default: return a->d == b->d;
     }
 }
+
+static int veq(const Value *a, const Value *b) { return veq_at(a, b, 0); }
 
 // ---------------------------------------------------------------- str(), repr(), tojson
 
@@ -520,9 +558,12 @@ static void str_repr(J *j, SB *b, Str s) {
 static void to_str(J *j, SB *b, const Value *v);
 
 static void repr(J *j, SB *b, const Value *v) {
-    if (v->t == T_STR) str_repr(j, b, v->s);
-    else if (v->t == T_UNDEF) sb_puts(j, b, "Undefined");
-    else to_str(j, b, v);
+    if (v->t == T_STR) return str_repr(j, b, v->s);
+    if (v->t == T_UNDEF) return sb_puts(j, b, "Undefined");
+    if (++j->depth > MAX_RUN_DEPTH)
+        fail(j, "a value nested deeper than %d (does it hold itself?)", MAX_RUN_DEPTH);
+    to_str(j, b, v);
+    j->depth--;
 }
 
 // Python's str() of a value, as {{ }} writes it (undefined: nothing).
@@ -581,7 +622,8 @@ static void json_str(J *j, SB *b, Str s, int ascii) {
             sb_puts(j, b, esc);
         } else if (c < 0x20 || (ascii && c > 0x7e)) {
             if (c >= 0x10000) {
-                snprintf(t, sizeof t, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10), 0xDC00 + ((c - 0x10000) & 0x3FF));
+                snprintf(t, sizeof t, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10),
+                         0xDC00 + ((c - 0x10000) & 0x3FF));
             } else {
                 snprintf(t, sizeof t, "\\u%04x", (unsigned)c);
             }
@@ -656,7 +698,19 @@ static void to_json(J *j, SB *b, const Value *v, const JsonStyle *st, int level)
 
 // ---------------------------------------------------------------- lexer
 
-typedef enum { K_EOF, K_DATA, K_VAR, K_VAR_END, K_BLOCK, K_BLOCK_END, K_NAME, K_STRING, K_INT, K_FLOAT, K_OP } TokKind;
+typedef enum {
+    K_EOF,
+    K_DATA,
+    K_VAR,
+    K_VAR_END,
+    K_BLOCK,
+    K_BLOCK_END,
+    K_NAME,
+    K_STRING,
+    K_INT,
+    K_FLOAT,
+    K_OP
+} TokKind;
 
 typedef struct {
     TokKind k;
@@ -732,7 +786,8 @@ static size_t lex_string(Lexer *L, size_t p) {
             sb_cp(j, &b, cp);
         } else if (e >= '0' && e <= '7') {
             int32_t cp = e - '0';
-            for (int i = 0; i < 2 && p < L->n && L->src[p] >= '0' && L->src[p] <= '7'; i++) cp = cp * 8 + L->src[p++] - '0';
+            for (int i = 0; i < 2 && p < L->n && L->src[p] >= '0' && L->src[p] <= '7'; i++)
+                cp = cp * 8 + L->src[p++] - '0';
             sb_cp(j, &b, cp);
         } else {
             if (e == '\n') L->line++;
@@ -748,7 +803,8 @@ static size_t lex_string(Lexer *L, size_t p) {
 static size_t lex_number(Lexer *L, size_t p) {
     size_t start = p;
     int is_float = 0;
-    while (p < L->n && (is_digit(L->src[p]) || (L->src[p] == '_' && p + 1 < L->n && is_digit(L->src[p + 1])))) p++;
+    while (p < L->n && (is_digit(L->src[p]) || (L->src[p] == '_' && p + 1 < L->n && is_digit(L->src[p + 1]))))
+        p++;
     if (p + 1 < L->n && L->src[p] == '.' && is_digit(L->src[p + 1])) {
         is_float = 1;
         for (p++; p < L->n && (is_digit(L->src[p]) || L->src[p] == '_'); p++) {}
@@ -792,7 +848,8 @@ static size_t lex_tag(Lexer *L, size_t p, int block, int *sign) {
         const char *end = block ? "%}" : "}}";
         if (depth == 0) {
             size_t left = L->n - p;
-            if ((s[0] == '-' || s[0] == '+') && left >= 3 && !memcmp(s + 1, end, 2) && (block || s[0] == '-')) {
+            if ((s[0] == '-' || s[0] == '+') && left >= 3 && !memcmp(s + 1, end, 2) &&
+                (block || s[0] == '-')) {
                 *sign = s[0];
                 tok_push(L, block ? K_BLOCK_END : K_VAR_END, S(""));
                 return p + 3;
@@ -857,7 +914,8 @@ static void lex(Lexer *L) {
     L->line = 1;
     while (p < n) {
         const char *open = NULL;
-        for (const char *q = memchr(s + p, '{', n - p); q && q + 1 < s + n; q = memchr(q + 1, '{', (size_t)(s + n - q - 1)))
+        for (const char *q = memchr(s + p, '{', n - p); q && q + 1 < s + n;
+             q = memchr(q + 1, '{', (size_t)(s + n - q - 1)))
             if (q[1] == '{' || q[1] == '%' || q[1] == '#') {
                 open = q;
                 break;
@@ -884,11 +942,14 @@ static void lex(Lexer *L) {
             for (; e + 1 < n; e++)
                 if (s[e] == '{' && s[e + 1] == '%' && (elen = raw_tag(s, n, e, "endraw", &ls2, &rs2))) break;
             if (!elen) fail(L->j, "missing endraw");
-            size_t b = body, t = e;
+            size_t b = body, t = e,
+                   l = e;  // jinja2: no trim_blocks after {% raw %}, lstrip_blocks before endraw
             if (rs == '-') b = skip_ws(L, b);
-            else if (b < n && s[b] == '\n') b++;  // trim_blocks after the opening tag
+            while (l > b && s[l - 1] != '\n') l--;
             if (ls2 == '-')
                 while (t > b && ws(s[t - 1])) t--;
+            else if (ls2 != '+' && l > b && blank(s, l, t))
+                t = l;
             if (t > b) tok_push(L, K_DATA, (Str){s + b, t - b});
             count_lines(L, at, e + elen);
             p = e + elen;
@@ -927,6 +988,7 @@ typedef struct {
     Tok *t;
     size_t i;
     int nest;
+    int loops;  // for loops around the statement being parsed (in this macro)
 } P;
 
 static Tok *cur(P *p) { return &p->t[p->i]; }
@@ -1063,11 +1125,13 @@ static const char *const FILTERS[] = {
     "forceescape", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
     "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string",
     "sum", "title", "tojson", "trim", "unique", "upper", NULL};
-static const char *const TESTS[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "float", "ge",
-    "gt", "greaterthan", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none",
-    "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper", "==", "!=", "<", "<=", ">",
-    ">=", NULL};
+static const char *const TESTS[] = {"boolean",     "callable", "defined",  "divisibleby", "eq",   "equalto",
+                                    "escaped",     "even",     "false",    "float",       "ge",   "gt",
+                                    "greaterthan", "in",       "integer",  "iterable",    "le",   "lessthan",
+                                    "lower",       "lt",       "mapping",  "ne",          "none", "number",
+                                    "odd",         "sameas",   "sequence", "string",      "true", "undefined",
+                                    "upper",       "==",       "!=",       "<",           "<=",   ">",
+                                    ">=",          NULL};
 
 static int known(const char *const *names, Str s) {
     for (; *names; names++)
@@ -1082,6 +1146,13 @@ static Node *parse_filter(P *p, Node *input) {
     if (!known(FILTERS, f->s)) fail(p->j, "no filter named '%.*s'", (int)f->s.n, f->s.s);
     if (is_op(p, "(")) parse_call_args(p, f);
     return f;
+}
+
+static Node *parse_call(P *p, Node *callee) {
+    Node *c = node(p, E_CALL);
+    c->a = callee;
+    parse_call_args(p, c);
+    return c;
 }
 
 static Node *parse_filter_expr(P *p, Node *n) {
@@ -1099,17 +1170,15 @@ static Node *parse_filter_expr(P *p, Node *n) {
             TokKind k = cur(p)->k;
             if (is_op(p, "(")) {
                 parse_call_args(p, t);
-            } else if ((k == K_NAME || k == K_STRING || k == K_INT || k == K_FLOAT || is_op(p, "[") || is_op(p, "{")) &&
+            } else if ((k == K_NAME || k == K_STRING || k == K_INT || k == K_FLOAT || is_op(p, "[") ||
+                        is_op(p, "{")) &&
                        !is_kw(p, "else") && !is_kw(p, "or") && !is_kw(p, "and")) {
                 if (is_kw(p, "is")) fail(p->j, "you cannot chain multiple tests with is");
                 push(p->j, &t->args, parse_postfix(p, parse_primary(p)));
             }
             n = t;
         } else if (is_op(p, "(")) {
-            Node *c = node(p, E_CALL);
-            c->a = n;
-            parse_call_args(p, c);
-            n = c;
+            n = parse_call(p, n);
         } else {
             return n;
         }
@@ -1152,10 +1221,7 @@ static Node *parse_postfix(P *p, Node *n) {
             if (parts[2]) push(p->j, &s->args, parts[2]);  // a slice's step
             n = s;
         } else if (is_op(p, "(")) {
-            Node *c = node(p, E_CALL);
-            c->a = n;
-            parse_call_args(p, c);
-            n = c;
+            n = parse_call(p, n);
         } else {
             return n;
         }
@@ -1308,27 +1374,21 @@ static Node *parse_not(P *p) {
     return parse_compare(p);
 }
 
-static Node *parse_and(P *p) {
-    Node *n = parse_not(p);
-    while (skip_kw(p, "and")) {
-        Node *a = node(p, E_AND);
-        a->a = n;
-        a->b = parse_not(p);
-        n = a;
+// operand (word operand)*, left to right: `and` and `or`.
+static Node *parse_logic(P *p, int kind, const char *word, Node *(*operand)(P *)) {
+    Node *n = operand(p);
+    while (skip_kw(p, word)) {
+        Node *x = node(p, kind);
+        x->a = n;
+        x->b = operand(p);
+        n = x;
     }
     return n;
 }
 
-static Node *parse_or(P *p) {
-    Node *n = parse_and(p);
-    while (skip_kw(p, "or")) {
-        Node *o = node(p, E_OR);
-        o->a = n;
-        o->b = parse_and(p);
-        n = o;
-    }
-    return n;
-}
+static Node *parse_and(P *p) { return parse_logic(p, E_AND, "and", parse_not); }
+
+static Node *parse_or(P *p) { return parse_logic(p, E_OR, "or", parse_and); }
 
 static Node *parse_expr(P *p) {
     nest_in(p);
@@ -1378,8 +1438,10 @@ static Node *parse_if(P *p) {
     n->a = parse_expr(p);
     expect_block_end(p);
     n->body = parse_body(p, END_IF);
-    if (skip_kw(p, "elif")) {
+    if (skip_kw(p, "elif")) {  // an elif is an if in the else branch: as deep as the chain is long
+        nest_in(p);
         push(p->j, &n->orelse, parse_if(p));
+        p->nest--;
         return n;
     }
     if (skip_kw(p, "else")) {
@@ -1406,7 +1468,9 @@ static Node *parse_for(P *p) {
     if (is_kw(p, "recursive")) fail(p->j, "recursive loops are not supported");
     expect_block_end(p);
     static const char *const end[] = {"endfor", "else", NULL}, *const end2[] = {"endfor", NULL};
+    p->loops++;
     n->body = parse_body(p, end);
+    p->loops--;
     if (skip_kw(p, "else")) {
         expect_block_end(p);
         n->orelse = parse_body(p, end2);
@@ -1459,7 +1523,10 @@ static Node *parse_macro(P *p) {
     parse_params(p, n);
     expect_block_end(p);
     static const char *const end[] = {"endmacro", NULL};
+    int loops = p->loops;
+    p->loops = 0;  // a macro's body is not in the loops around its definition
     n->body = parse_body(p, end);
+    p->loops = loops;
     adv(p);
     if (cur(p)->k == K_NAME) adv(p);  // {% endmacro name %}
     expect_block_end(p);
@@ -1501,6 +1568,7 @@ static Node *parse_statement(P *p) {
         n->body = parse_body(p, end);
         parse_end(p, "endfilter");
     } else if (str_eq(name, "break") || str_eq(name, "continue")) {
+        if (!p->loops) fail(j, "'%.*s' outside a loop", (int)name.n, name.s);
         n = node(p, str_eq(name, "break") ? S_BREAK : S_CONTINUE);
         expect_block_end(p);
     } else if (str_eq(name, "with")) {
@@ -1538,7 +1606,8 @@ static Nodes parse_body(P *p, const char *const *ends) {
     for (;;) {
         Tok *t = cur(p);
         if (t->k == K_EOF) {
-            if (ends) fail(p->j, "unexpected end of template: missing '%s'", ends[0][0] == 'e' ? ends[0] : "endif");
+            if (ends)
+                fail(p->j, "unexpected end of template: missing '%s'", ends[0][0] == 'e' ? ends[0] : "endif");
             return body;
         }
         if (t->k == K_DATA) {
@@ -1572,6 +1641,27 @@ static Nodes parse_body(P *p, const char *const *ends) {
     }
 }
 
+// The tree's depth bounded: a chain of operators, filters or attributes is as deep as it is long, and walking
+// or running a tree recurses once a level.
+static void check_depth(J *j, const Node *n, int depth);
+
+static void check_list_depth(J *j, const Nodes *l, int depth) {
+    for (int i = 0; i < l->n; i++) check_depth(j, l->v[i], depth);
+}
+
+static void check_depth(J *j, const Node *n, int depth) {
+    if (!n) return;
+    j->line = n->line;
+    if (depth > MAX_DEPTH) fail(j, "an expression or block nested deeper than %d", MAX_DEPTH);
+    check_depth(j, n->a, depth + 1);
+    check_depth(j, n->b, depth + 1);
+    check_depth(j, n->c, depth + 1);
+    check_list_depth(j, &n->args, depth + 1);
+    check_list_depth(j, &n->kw, depth + 1);
+    check_list_depth(j, &n->body, depth + 1);
+    check_list_depth(j, &n->orelse, depth + 1);
+}
+
 JinjaTemplate *jinja_parse(const char *src, size_t n, const char *name, char **err) {
     J *j = calloc(1, sizeof *j);
     if (!j) die("out of memory");
@@ -1603,6 +1693,7 @@ JinjaTemplate *jinja_parse(const char *src, size_t n, const char *name, char **e
     P p = {.j = j, .t = L.t};
     j->line = 1;
     Nodes body = parse_body(&p, NULL);
+    check_list_depth(j, &body, 0);
     JinjaTemplate *t = xcalloc(1, sizeof *t);
     t->body = body;
     t->chunks = j->chunks;
@@ -1740,7 +1831,8 @@ static void check_args(J *j, const Args *a, int max_pos, const char *const *name
     for (int k = 0; k < a->nk; k++) {
         int ok = 0;
         for (const char *const *n = names; *n; n++) ok |= str_eq(a->names[k], *n);
-        if (!ok) fail(j, "%s got an unexpected keyword argument '%.*s'", what, (int)a->names[k].n, a->names[k].s);
+        if (!ok)
+            fail(j, "%s got an unexpected keyword argument '%.*s'", what, (int)a->names[k].n, a->names[k].s);
     }
 }
 
@@ -1783,7 +1875,7 @@ static const List *items_of(J *j, const Value *v) {
 
 static size_t length(J *j, const Value *v) {
     switch (v->t) {
-    case T_STR: return cp_count(v->s);
+    case T_STR: j->steps += (long)(v->s.n >> 6); return cp_count(v->s);
     case T_LIST: return v->l->n;
     case T_DICT: case T_NS: return v->d->n;
     case T_UNDEF: return 0;
@@ -1824,12 +1916,18 @@ static int key_cmp(const void *a, const void *b) {
 
 static int contains(J *j, const Value *hay, const Value *needle) {
     if (hay->t == T_STR) {
-        if (needle->t != T_STR) fail(j, "'in <string>' requires string as left operand, not %s", type_name(needle));
+        if (needle->t != T_STR)
+            fail(j, "'in <string>' requires string as left operand, not %s", type_name(needle));
+        j->steps += (long)(hay->s.n >> 6);
         return find(hay->s, needle->s, 0) != NULL;
     }
-    if (hay->t == T_DICT || hay->t == T_NS) return dict_find(hay->d, needle) != NULL;
+    if (hay->t == T_DICT || hay->t == T_NS) {
+        j->steps += (long)(hay->d->n >> 4);
+        return dict_find(hay->d, needle) != NULL;
+    }
     if (hay->t == T_UNDEF) return 0;
     const List *l = items_of(j, hay);
+    j->steps += (long)l->n;
     for (size_t i = 0; i < l->n; i++)
         if (veq(&l->v[i], needle)) return 1;
     return 0;
@@ -1848,14 +1946,16 @@ static Value concat(J *j, Str a, Str b) {
 }
 
 static Value repeat(J *j, const Value *seq, int64_t times) {
-    if (times < 0) times = 0;
+    if (times < 0 || (seq->t == T_STR ? seq->s.n : seq->l->n) == 0) times = 0;
     if (seq->t == T_STR) {
-        if (seq->s.n && (uint64_t)times > MAX_OUTPUT / seq->s.n) fail(j, "a string of the template grows past %zu MiB", MAX_OUTPUT >> 20);
+        if (seq->s.n && (uint64_t)times > MAX_OUTPUT / seq->s.n)
+            fail(j, "a string of the template grows past %zu MiB", MAX_OUTPUT >> 20);
         SB s = {0};
         for (int64_t i = 0; i < times; i++) sb_put(j, &s, seq->s.s, seq->s.n);
         return vstr(sb_str(&s));
     }
-    if (seq->l->n && (uint64_t)times > MAX_OUTPUT / 16 / seq->l->n) fail(j, "a list of the template grows too long");
+    if (seq->l->n && (uint64_t)times > MAX_OUTPUT / 16 / seq->l->n)
+        fail(j, "a list of the template grows too long");
     Value r = vlist(j, seq->l->n * (size_t)times);
     for (int64_t i = 0; i < times; i++) {
         step(j);
@@ -1865,14 +1965,14 @@ static Value repeat(J *j, const Value *seq, int64_t times) {
 }
 
 static Value arith(J *j, int op, Value a, Value b) {
-    if (a.t == T_UNDEF) fail_undef(j, &a);
-    if (b.t == T_UNDEF) fail_undef(j, &b);
-    if (op == '~') {
+    if (op == '~') {  // str() of each: an undefined one is ''
         SB s = {0};
         to_str(j, &s, &a);
         to_str(j, &s, &b);
         return vstr(sb_str(&s));
     }
+    if (a.t == T_UNDEF) fail_undef(j, &a);
+    if (b.t == T_UNDEF) fail_undef(j, &b);
     if (is_num(&a) && is_num(&b)) {
         int ints = a.t != T_FLOAT && b.t != T_FLOAT;
         int64_t x = a.t == T_INT ? a.i : a.b, y = b.t == T_INT ? b.i : b.b, r = 0;
@@ -1924,8 +2024,10 @@ static Value arith(J *j, int op, Value a, Value b) {
         r.l->tuple = a.l->tuple;
         return r;
     }
-    if (op == '*' && (a.t == T_STR || a.t == T_LIST) && (b.t == T_INT || b.t == T_BOOL)) return repeat(j, &a, want_int(j, &b, "n"));
-    if (op == '*' && (b.t == T_STR || b.t == T_LIST) && (a.t == T_INT || a.t == T_BOOL)) return repeat(j, &b, want_int(j, &a, "n"));
+    if (op == '*' && (a.t == T_STR || a.t == T_LIST) && (b.t == T_INT || b.t == T_BOOL))
+        return repeat(j, &a, want_int(j, &b, "n"));
+    if (op == '*' && (b.t == T_STR || b.t == T_LIST) && (a.t == T_INT || a.t == T_BOOL))
+        return repeat(j, &b, want_int(j, &a, "n"));
     if (op == '%' && a.t == T_STR) fail(j, "%%-formatting of strings is not supported");
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
     const char *ops = "+-*/F%P";
@@ -1954,7 +2056,10 @@ static size_t slice_indices(J *j, size_t n, const Value *start, const Value *sto
     }
     size_t k = 0;
     *out = alloc(j, (n + 1) * sizeof **out);
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) (*out)[k++] = i;
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
+        (*out)[k++] = i;
+        if (__builtin_add_overflow(i, st, &i)) break;  // the next index is past any end
+    }
     return k;
 }
 
@@ -1962,6 +2067,7 @@ static Value slice(J *j, const Value *seq, const Value *a, const Value *b, const
     if (seq->t == T_UNDEF) fail_undef(j, seq);
     int64_t *idx;
     if (seq->t == T_STR) {
+        j->steps += (long)(seq->s.n >> 6);
         size_t n, *off = cp_offsets(j, seq->s, &n);
         size_t k = slice_indices(j, n, a, b, c, &idx);
         SB s = {0};
@@ -1980,8 +2086,8 @@ static const char *const STR_METHODS[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower", "title",
     "capitalize", "replace", "find", "rfind", "count", "join", "isdigit", "isalpha", "isspace", "splitlines",
     "format", NULL};
-static const char *const LIST_METHODS[] = {"index", "count", "append", "pop", "extend", "insert", "remove", "sort",
-                                           "reverse", "clear", NULL};
+static const char *const LIST_METHODS[] = {"index",  "count", "append",  "pop",   "extend", "insert",
+                                           "remove", "sort",  "reverse", "clear", NULL};
 static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "pop", "update", "setdefault",
                                            "clear", "copy", "popitem", NULL};
 
@@ -1999,14 +2105,15 @@ static Value getattr_(J *j, const Value *obj, Str name) {
     if (has_method(obj, name)) return func(j, obj->t == T_LOOP ? F_CYCLE : F_METHOD, *obj, name);
     if (obj->t == T_DICT || obj->t == T_NS) {
         Value k = vstr(name);
+        j->steps += (long)(obj->d->n >> 4);
         const Value *v = dict_find(obj->d, &k);
         if (v) return *v;
     }
     if (obj->t == T_LOOP) {
         const Loop *lp = obj->lp;
         int64_t i = (int64_t)lp->i, n = (int64_t)lp->items->n;
-        static const char *const names[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
-                                            "depth", "depth0", "previtem", "nextitem"};
+        static const char *const names[] = {"index",  "index0", "revindex", "revindex0", "first",   "last",
+                                            "length", "depth",  "depth0",   "previtem",  "nextitem"};
         int k = -1;
         for (int q = 0; q < 11; q++)
             if (str_eq(name, names[q])) k = q;
@@ -2031,6 +2138,7 @@ static Value getattr_(J *j, const Value *obj, Str name) {
 static Value getitem(J *j, const Value *obj, const Value *key) {
     if (obj->t == T_UNDEF) fail_undef(j, obj);
     if (obj->t == T_DICT) {
+        j->steps += (long)(obj->d->n >> 4);
         const Value *v = dict_find(obj->d, key);
         if (v) return *v;
     } else if ((obj->t == T_LIST || obj->t == T_STR) && (key->t == T_INT || key->t == T_BOOL)) {
@@ -2040,9 +2148,13 @@ static Value getitem(J *j, const Value *obj, const Value *key) {
             if (i < 0) i += n;
             if (i >= 0 && i < n) return obj->l->v[i];
         } else {
-            size_t n, *off = cp_offsets(j, obj->s, &n);
-            if (i < 0) i += (int64_t)n;
-            if (i >= 0 && i < (int64_t)n) return vstr((Str){obj->s.s + off[i], off[i + 1] - off[i]});
+            j->steps += (long)(obj->s.n >> 6);
+            if (i < 0) i += (int64_t)cp_count(obj->s);
+            for (size_t at = 0, k = 0; i >= 0 && at < obj->s.n; k++) {  // the i-th character
+                size_t start = at;
+                cp_next(obj->s, &at);
+                if ((int64_t)k == i) return vstr((Str){obj->s.s + start, at - start});
+            }
         }
     }
     if (key->t == T_STR) return getattr_(j, obj, key->s);
@@ -2073,15 +2185,15 @@ static Value split(J *j, Str s, const Value *sepv, const Value *maxv, int right)
             list_push(j, parts.l, vstr((Str){s.s + at, i - at}));
         }
         if (max < 0 || (size_t)max >= parts.l->n) return parts;
-        // maxsplit: the first (last) max words, then the rest as one (stripped on its side)
+        // maxsplit: the first (last) max words, then the rest as it is from (up to) the next word
         if (!right) {
             for (int64_t q = 0; q < max; q++) list_push(j, r.l, parts.l->v[q]);
             const char *rest = parts.l->v[max].s.s;
-            list_push(j, r.l, vstr(str_strip((Str){rest, (size_t)(s.s + s.n - rest)}, 2, NULL)));
+            list_push(j, r.l, vstr((Str){rest, (size_t)(s.s + s.n - rest)}));
         } else {
             size_t first = parts.l->n - (size_t)max;
             Str last = parts.l->v[first - 1].s;
-            list_push(j, r.l, vstr(str_strip((Str){s.s, (size_t)(last.s + last.n - s.s)}, 1, NULL)));
+            list_push(j, r.l, vstr((Str){s.s, (size_t)(last.s + last.n - s.s)}));
             for (size_t q = first; q < parts.l->n; q++) list_push(j, r.l, parts.l->v[q]);
         }
         return r;
@@ -2101,12 +2213,7 @@ static Value split(J *j, Str s, const Value *sepv, const Value *maxv, int right)
     Value rev = vlist(j, 4);  // right to left, then reversed
     size_t end = s.n;
     while (max < 0 || (int64_t)rev.l->n < max) {
-        const char *hit = NULL;
-        for (size_t i = end >= sep.n ? end - sep.n + 1 : 0; i-- > 0;)
-            if (!memcmp(s.s + i, sep.s, sep.n)) {
-                hit = s.s + i;
-                break;
-            }
+        const char *hit = find_last(j, s, sep, end);
         if (!hit) break;
         list_push(j, rev.l, vstr((Str){hit + sep.n, end - (size_t)(hit - s.s) - sep.n}));
         end = (size_t)(hit - s.s);
@@ -2147,16 +2254,19 @@ static Value replace(J *j, Str s, Str old, Str new, int64_t count) {
     return vstr(sb_str(&b));
 }
 
-static Value change_case(J *j, Str s, int mode) {  // 'u' upper, 'l' lower, 't' title, 'c' capitalize
+// 'u' upper, 'l' lower, 'c' capitalize, 't' str.title (a word: letters), 'T' jinja2's title filter (a word
+// starts after whitespace or one of -({[<). Simple case mappings (utf8proc): "ß" stays one character.
+static Value change_case(J *j, Str s, int mode) {
     SB b = {0};
     int word_start = 1, first = 1;
     for (size_t i = 0; i < s.n;) {
         int32_t c = cp_next(s, &i);
-        int up = mode == 'u' || (mode == 't' && word_start) || (mode == 'c' && first);
+        int up = mode == 'u' || ((mode == 't' || mode == 'T') && word_start) || (mode == 'c' && first);
         int32_t d = up ? utf8proc_toupper(c) : utf8proc_tolower(c);
         sb_cp(j, &b, d);
         utf8proc_category_t cat = utf8proc_category(c);
-        word_start = !(cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO);
+        if (mode == 'T') word_start = py_space(c) || (c > 0 && c < 128 && strchr("-({[<", (int)c));
+        else word_start = !(cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO);
         first = 0;
     }
     return vstr(sb_str(&b));
@@ -2179,7 +2289,7 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
     if (str_eq(m, "strip") || str_eq(m, "lstrip") || str_eq(m, "rstrip")) {
         Str chars = x && x->t != T_NONE ? want_str(j, x, "chars") : S("");
         int which = m.s[0] == 'l' ? 1 : m.s[0] == 'r' ? 2 : 3;
-        return vstr(str_strip(s, which, x && x->t != T_NONE ? &chars : NULL));
+        return vstr(str_strip(j, s, which, x && x->t != T_NONE ? &chars : NULL));
     }
     if (str_eq(m, "split") || str_eq(m, "rsplit")) {
         return split(j, s, arg(j, a, 0, "sep"), arg(j, a, 1, "maxsplit"), m.s[0] == 'r');
@@ -2200,14 +2310,14 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
         Str sub = want_str(j, x, "sub");
         if (m.s[0] == 'c') {
             int64_t n = 0;
+            j->steps += (long)(s.n >> 6);
             if (!sub.n) return vint((int64_t)cp_count(s) + 1);
             for (const char *h = find(s, sub, 0); h; h = find(s, sub, (size_t)(h - s.s) + sub.n)) n++;
             return vint(n);
         }
-        const char *hit = find(s, sub, 0), *last = hit;
-        if (m.s[0] == 'r')
-            while (last && (hit = find(s, sub, (size_t)(last - s.s) + 1)) != NULL) last = hit;
-        return vint(last ? cp_index(s, last) : -1);
+        j->steps += (long)(s.n >> 6);
+        const char *hit = m.s[0] == 'r' ? find_last(j, s, sub, s.n) : find(s, sub, 0);
+        return vint(hit ? cp_index(s, hit) : -1);
     }
     if (str_eq(m, "join")) {
         if (!x) fail(j, "join() takes exactly one argument");
@@ -2225,7 +2335,9 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
         for (size_t i = 0; i < s.n && ok;) {
             int32_t c = cp_next(s, &i);
             utf8proc_category_t cat = utf8proc_category(c);
-            ok = m.s[2] == 'd' ? cat == UTF8PROC_CATEGORY_ND : m.s[2] == 'a' ? (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) : py_space(c);
+            ok = m.s[2] == 'd'   ? cat == UTF8PROC_CATEGORY_ND
+                 : m.s[2] == 'a' ? (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO)
+                                 : py_space(c);
         }
         return vbool(ok);
     }
@@ -2235,8 +2347,8 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
         for (size_t i = 0; i < s.n;) {
             size_t k = i;
             int32_t c = cp_next(s, &k);
-            int nl = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) || c == 0x85 ||
-                     c == 0x2028 || c == 0x2029;
+            int nl = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) ||
+                     c == 0x85 || c == 0x2028 || c == 0x2029;
             if (nl) {
                 list_push(j, r.l, vstr((Str){s.s + at, i - at}));
                 if (c == '\r' && k < s.n && s.s[k] == '\n') k++;
@@ -2304,6 +2416,7 @@ static Value call_macro(J *j, const Macro *m, Args *a, const Value *caller) {
     j->frame = f;
     int np = def->args.n;
     Value varargs = vlist(j, 0), kwargs = vdict(j);
+    varargs.l->tuple = 1;
     for (int i = 0; i < a->np; i++)
         if (i >= np) list_push(j, varargs.l, a->pos[i]);
     for (int i = 0; i < np; i++) {
@@ -2336,13 +2449,19 @@ static Value range(J *j, const Args *a) {
     if (a->np < 1 || a->np > 3 || a->nk) fail(j, "range() takes 1 to 3 integer arguments");
     int64_t lo = 0, hi, st = 1;
     if (a->np == 1) hi = want_int(j, &a->pos[0], "range()'s argument");
-    else lo = want_int(j, &a->pos[0], "range()'s argument"), hi = want_int(j, &a->pos[1], "range()'s argument");
+    else
+        lo = want_int(j, &a->pos[0], "range()'s argument"),
+        hi = want_int(j, &a->pos[1], "range()'s argument");
     if (a->np == 3) st = want_int(j, &a->pos[2], "range()'s step");
     if (st == 0) fail(j, "range() arg 3 must not be zero");
     double n = ceil(((double)hi - (double)lo) / (double)st);
-    if (n > MAX_RANGE) fail(j, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
+    if (n > MAX_RANGE)
+        fail(j, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
     Value r = vlist(j, n > 0 ? (size_t)n : 0);
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) list_push(j, r.l, vint(i));
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
+        list_push(j, r.l, vint(i));
+        if (__builtin_add_overflow(i, st, &i)) break;
+    }
     return r;
 }
 
@@ -2360,10 +2479,13 @@ static Value call_value(J *j, const Value *f, Args *a) {
     case F_RANGE: return range(j, a);
     case F_NAMESPACE: case F_DICT: {
         Value d = vdict(j);
-        if (a->np > 1) fail(j, "%s() takes at most one positional argument", fn->id == F_DICT ? "dict" : "namespace");
+        if (a->np > 1)
+            fail(j, "%s() takes at most one positional argument", fn->id == F_DICT ? "dict" : "namespace");
         if (a->np == 1) {
-            if (a->pos[0].t != T_DICT) fail(j, "%s()'s argument must be a mapping", fn->id == F_DICT ? "dict" : "namespace");
-            for (size_t i = 0; i < a->pos[0].d->n; i++) dict_set(j, d.d, a->pos[0].d->k[i], a->pos[0].d->v[i]);
+            if (a->pos[0].t != T_DICT)
+                fail(j, "%s()'s argument must be a mapping", fn->id == F_DICT ? "dict" : "namespace");
+            for (size_t i = 0; i < a->pos[0].d->n; i++)
+                dict_set(j, d.d, a->pos[0].d->k[i], a->pos[0].d->v[i]);
         }
         for (int i = 0; i < a->nk; i++) dict_set(j, d.d, vstr(a->names[i]), a->kw[i]);
         if (fn->id == F_NAMESPACE) d.t = T_NS;
@@ -2403,12 +2525,21 @@ static void assign_targets(J *j, const Node *n, Value v) {
     if (!n->op) return assign(j, n->args.v[0], v);
     const List *l = items_of(j, &v);
     if ((int)l->n != n->args.n)
-        fail(j, "%s values to unpack (expected %d, got %zu)", (int)l->n > n->args.n ? "too many" : "not enough",
-             n->args.n, l->n);
+        fail(j, "%s values to unpack (expected %d, got %zu)",
+             (int)l->n > n->args.n ? "too many" : "not enough", n->args.n, l->n);
     for (int i = 0; i < n->args.n; i++) assign(j, n->args.v[i], l->v[i]);
 }
 
+static Value eval_node(J *j, const Node *n);
+
 static Value eval(J *j, const Node *n) {
+    if (++j->depth > MAX_RUN_DEPTH) fail(j, "evaluations nested deeper than %d", MAX_RUN_DEPTH);
+    Value v = eval_node(j, n);
+    j->depth--;
+    return v;
+}
+
+static Value eval_node(J *j, const Node *n) {
     step(j);
     j->line = n->line;
     switch (n->k) {
@@ -2458,7 +2589,8 @@ static Value eval(J *j, const Node *n) {
     case E_NEG: case E_POS: {
         Value v = eval(j, n->a);
         if (v.t == T_UNDEF) fail_undef(j, &v);
-        if (!is_num(&v)) fail(j, "bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', type_name(&v));
+        if (!is_num(&v))
+            fail(j, "bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', type_name(&v));
         if (n->k == E_POS) return v.t == T_BOOL ? vint(v.b) : v;
         if (v.t == T_FLOAT) return vfloat(-v.f);
         int64_t i = v.t == T_INT ? v.i : v.b;
@@ -2538,8 +2670,7 @@ static void exec_for(J *j, const Node *n) {
     if (seqv.t == T_NONE) fail(j, "'NoneType' object is not iterable");
     const List *all = items_of(j, &seqv);
     Frame *saved = j->frame;
-    Frame *f = frame_new(j, saved);
-    j->frame = f;
+    j->frame = frame_new(j, saved);  // where the `if` filter sees each item
     const List *items = all;
     if (n->b) {  // for x in xs if cond: the loop sees only the items that pass
         Value kept = vlist(j, all->n);
@@ -2552,10 +2683,12 @@ static void exec_for(J *j, const Node *n) {
     }
     Loop *lp = alloc(j, sizeof *lp);
     lp->items = items;
-    for (lp->i = 0; lp->i < items->n; lp->i++) {
+    for (lp->i = 0; lp->i < items->n;
+         lp->i++) {  // each iteration starts from the enclosing scope, as jinja2's
         step(j);
+        j->frame = frame_new(j, saved);
         assign_targets(j, n, items->v[lp->i]);
-        frame_set(j, f, S("loop"), (Value){.t = T_LOOP, .lp = lp});
+        frame_set(j, j->frame, S("loop"), (Value){.t = T_LOOP, .lp = lp});
         exec_body(j, &n->body);
         if (j->ctl == CTL_BREAK) {
             j->ctl = CTL_NONE;
@@ -2633,7 +2766,9 @@ static void exec(J *j, const Node *n) {
 }
 
 static void exec_body(J *j, const Nodes *b) {
+    if (++j->depth > MAX_RUN_DEPTH) fail(j, "blocks nested deeper than %d", MAX_RUN_DEPTH);
     for (int i = 0; i < b->n && !j->ctl; i++) exec(j, b->v[i]);
+    j->depth--;
 }
 
 // ---------------------------------------------------------------- tests and filters
@@ -2753,7 +2888,7 @@ static Value indent(J *j, Str s, const Value *width, int first, int blank_lines)
     for (size_t i = 0; i < lines.l->n; i++) {
         Str line = lines.l->v[i].s;
         if (i) sb_puts(j, &b, "\n");
-        if ((i || first) && (line.n || blank_lines)) sb_put(j, &b, pad.s, pad.n);
+        if (i ? line.n || blank_lines : first) sb_put(j, &b, pad.s, pad.n);
         sb_put(j, &b, line.s, line.n);
     }
     if (!lines.l->n && first) sb_put(j, &b, pad.s, pad.n);
@@ -2772,21 +2907,26 @@ static Value html_escape(J *j, Str s) {
 }
 
 static Value to_number(J *j, const Value *v, const Value *fallback, int want_float) {
-    if (v->t == T_INT || v->t == T_BOOL) return want_float ? vfloat(num(v)) : vint(v->t == T_INT ? v->i : v->b);
+    if (v->t == T_INT || v->t == T_BOOL)
+        return want_float ? vfloat(num(v)) : vint(v->t == T_INT ? v->i : v->b);
     if (v->t == T_FLOAT) {
         if (want_float) return *v;
         if (!isfinite(v->f) || fabs(v->f) >= 9.2e18) return *fallback;
         return vint((int64_t)v->f);
     }
     if (v->t == T_STR) {
-        Str s = str_strip(v->s, 3, NULL);
+        Str s = str_strip(j, v->s, 3, NULL);
         char *z = (char *)str_copy(j, s.s, s.n).s, *end;
         if (!want_float) {
             long long i = strtoll(z, &end, 10);
             if (s.n && !*end) return vint(i);
         }
         double f = strtod(z, &end);
-        if (s.n && !*end) return want_float ? vfloat(f) : vint((int64_t)f);
+        if (s.n && !*end && want_float) return vfloat(f);
+        if (s.n && !*end && !isnan(f)) {  // int(float(s)): nan is not a number (the default), inf overflows
+            if (!(fabs(f) < 9.2e18)) checked(j, 1, 0);
+            return vint((int64_t)f);
+        }
     }
     return *fallback;
 }
@@ -2826,21 +2966,24 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
     if (!strcmp(n, "length") || !strcmp(n, "count")) return vint((int64_t)length(j, v));
     if (!strcmp(n, "trim")) {
         Str chars = x && x->t != T_NONE ? want_str(j, x, "trim's chars") : S("");
-        return vstr(str_strip(str_of(j, v), 3, x && x->t != T_NONE ? &chars : NULL));
+        return vstr(str_strip(j, str_of(j, v), 3, x && x->t != T_NONE ? &chars : NULL));
     }
     if (!strcmp(n, "upper") || !strcmp(n, "lower") || !strcmp(n, "capitalize"))
         return change_case(j, str_of(j, v), n[0]);
-    if (!strcmp(n, "title")) return change_case(j, str_of(j, v), 't');
+    if (!strcmp(n, "title")) return change_case(j, str_of(j, v), 'T');
     if (!strcmp(n, "replace")) {
         const Value *y = arg(j, a, 1, "new"), *c = arg(j, a, 2, "count");
         if (!x || !y) fail(j, "replace needs old and new");
-        return replace(j, str_of(j, v), str_of(j, x), str_of(j, y), c && c->t != T_NONE ? want_int(j, c, "count") : -1);
+        return replace(j, str_of(j, v), str_of(j, x), str_of(j, y),
+                       c && c->t != T_NONE ? want_int(j, c, "count") : -1);
     }
-    if (!strcmp(n, "e") || !strcmp(n, "escape") || !strcmp(n, "forceescape")) return html_escape(j, str_of(j, v));
+    if (!strcmp(n, "e") || !strcmp(n, "escape") || !strcmp(n, "forceescape"))
+        return html_escape(j, str_of(j, v));
     if (!strcmp(n, "indent")) {
         return indent(j, str_of(j, v), arg(j, a, 0, "width"), arg_bool(arg(j, a, 1, "first"), 0),
                       arg_bool(arg(j, a, 2, "blank"), 0));
     }
+    if ((!strcmp(n, "int") || !strcmp(n, "float")) && v->t == T_UNDEF) fail_undef(j, v);
     if (!strcmp(n, "int")) {
         Value zero = vint(0);
         const Value *dv = arg(j, a, 0, "default");
@@ -2864,12 +3007,16 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         double f = num(v), s = pow(10, (double)prec);
         if (!is_num(v)) fail(j, "round needs a number");
         if (v->t != T_FLOAT && str_eq(how, "common") && prec >= 0) return vint(v->t == T_INT ? v->i : v->b);
-        double r = str_eq(how, "ceil") ? ceil(f * s) / s : str_eq(how, "floor") ? floor(f * s) / s : rint(f * s) / s;
+        double r = str_eq(how, "ceil")    ? ceil(f * s) / s
+                   : str_eq(how, "floor") ? floor(f * s) / s
+                                          : rint(f * s) / s;
         return vfloat(r);
     }
-    if (!strcmp(n, "attr")) {
+    if (!strcmp(n, "attr")) {  // an attribute only: a dict's keys are items, not attributes
         if (!x) fail(j, "attr needs a name");
-        return getattr_(j, v, want_str(j, x, "attr's name"));
+        Str name = want_str(j, x, "attr's name");
+        if (v->t == T_DICT && !has_method(v, name)) return vundef(name, type_name(v));
+        return getattr_(j, v, name);
     }
     if (!strcmp(n, "items")) {
         if (v->t == T_UNDEF) return vlist(j, 0);
@@ -2883,7 +3030,8 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         int pos = by && str_eq(want_str(j, by, "dictsort's by"), "value");
         Value *keys = alloc(j, (pairs.l->n + 1) * sizeof *keys);
         for (size_t i = 0; i < pairs.l->n; i++)
-            keys[i] = sort_key(j, &pairs.l->v[i].l->v[pos], NULL, arg_bool(arg(j, a, 0, "case_sensitive"), 0));
+            keys[i] =
+                sort_key(j, &pairs.l->v[i].l->v[pos], NULL, arg_bool(arg(j, a, 0, "case_sensitive"), 0));
         sort_by(j, pairs.l->v, keys, pairs.l->n, arg_bool(arg(j, a, 2, "reverse"), 0));
         return pairs;
     }
@@ -2898,7 +3046,8 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         return l->v[n[0] == 'f' ? 0 : l->n - 1];
     }
     if (!strcmp(n, "reverse")) {
-        if (v->t == T_STR) return slice(j, v, &(Value){.t = T_NONE}, &(Value){.t = T_NONE}, &(Value){.t = T_INT, .i = -1});
+        if (v->t == T_STR)
+            return slice(j, v, &(Value){.t = T_NONE}, &(Value){.t = T_NONE}, &(Value){.t = T_INT, .i = -1});
         Value r = vlist(j, l->n);
         for (size_t i = l->n; i-- > 0;) list_push(j, r.l, l->v[i]);
         return r;
@@ -2924,7 +3073,10 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
             Value k = sort_key(j, &l->v[i], attribute, cs);
             if (n[0] == 'u') {
                 int seen = 0;
-                for (size_t q = 0; q < r.l->n && !seen; q++) seen = veq(&keys[q], &k);
+                for (size_t q = 0; q < r.l->n && !seen; q++) {
+                    step(j);
+                    seen = veq(&keys[q], &k);
+                }
                 if (seen) continue;
             }
             keys[r.l->n] = k;
@@ -2940,7 +3092,9 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         const Value *attribute = arg(j, a, 0, "attribute"), *start = arg(j, a, 1, "start");
         Value acc = start ? *start : vint(0);
         for (size_t i = 0; i < l->n; i++) {
-            Value e = attribute && attribute->t != T_NONE ? attr_path(j, &l->v[i], want_str(j, attribute, "attribute")) : l->v[i];
+            Value e = attribute && attribute->t != T_NONE
+                          ? attr_path(j, &l->v[i], want_str(j, attribute, "attribute"))
+                          : l->v[i];
             acc = arith(j, '+', acc, e);
         }
         return acc;
@@ -2968,7 +3122,8 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         }
         return r;
     }
-    if (!strcmp(n, "select") || !strcmp(n, "reject") || !strcmp(n, "selectattr") || !strcmp(n, "rejectattr")) {
+    if (!strcmp(n, "select") || !strcmp(n, "reject") || !strcmp(n, "selectattr") ||
+        !strcmp(n, "rejectattr")) {
         int by_attr = strstr(n, "attr") != NULL, keep = n[0] == 's';
         int first = by_attr ? 1 : 0;
         if (by_attr && !x) fail(j, "%s needs an attribute name", n);
@@ -2991,17 +3146,26 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
 static Value from_json(J *j, const cJSON *x) {
     if (cJSON_IsNull(x)) return V(T_NONE);
     if (cJSON_IsBool(x)) return vbool(cJSON_IsTrue(x));
-    if (cJSON_IsNumber(x)) {
+    if (cJSON_IsNumber(x)) {  // an int or a float as written (base/json.h keeps the text that tells)
+        const char *t = x->valuestring;
         double d = x->valuedouble;
+        if (t && strpbrk(t, ".eE")) return vfloat(d);
+        if (t) {
+            errno = 0;
+            long long i = strtoll(t, NULL, 10);
+            if (errno) fail(j, "integer %s is too large (grpo's integers are 64-bit)", t);
+            return vint(i);
+        }
         if (d == floor(d) && fabs(d) < 9.2e18) return vint((int64_t)d);
         return vfloat(d);
     }
     if (cJSON_IsString(x)) {
         if (!j->nul) return vstr(S(x->valuestring));
         size_t n;
-        char *b = json_string_bytes(x, j->nul, &n);
-        Str s = str_copy(j, b, n);
-        free(b);
+        j->pending = json_string_bytes(x, j->nul, &n);  // freed by jinja_render if the copy fails
+        Str s = str_copy(j, j->pending, n);
+        free(j->pending);
+        j->pending = NULL;
         return vstr(s);
     }
     if (cJSON_IsArray(x)) {
@@ -3011,7 +3175,8 @@ static Value from_json(J *j, const cJSON *x) {
     }
     if (cJSON_IsObject(x)) {
         Value d = vdict(j);
-        for (const cJSON *e = x->child; e; e = e->next) dict_set(j, d.d, vstr(S(e->string)), from_json(j, e));
+        for (const cJSON *e = x->child; e; e = e->next)
+            dict_push(j, d.d, vstr(S(e->string)), from_json(j, e));
         return d;
     }
     return V(T_NONE);
@@ -3027,11 +3192,13 @@ char *jinja_render(const JinjaTemplate *t, const cJSON *vars, uint32_t nul_senti
         err = j->err;
     } else {
         j->frame = frame_new(j, NULL);
-        for (const cJSON *e = vars ? vars->child : NULL; e; e = e->next) frame_set(j, j->frame, S(e->string), from_json(j, e));
+        for (const cJSON *e = vars ? vars->child : NULL; e; e = e->next)
+            frame_set(j, j->frame, S(e->string), from_json(j, e));
         exec_body(j, &t->body);
         buf_append(out, j->out.data ? j->out.data : "", j->out.len);
     }
     buf_free(&j->out);
+    free(j->pending);
     chunks_free(j->chunks);
     free(j);
     return err;

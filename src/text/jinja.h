@@ -8,8 +8,9 @@
 // templates use, with Python's semantics (str(), repr(), slicing by code point, floats' repr).
 // Sandboxed: no I/O (include, import and extends are errors), and a render is bounded in steps, nesting,
 // memory and output: a hostile template ends in an error, never a hang.
-// Known differences from jinja2: integers are 64-bit (overflow is an error); upper/lower/title/capitalize
-// change ASCII letters only; `%` string formatting and str.format are refused.
+// Known differences from jinja2: integers are 64-bit (overflow is an error); upper/lower/title/capitalize use
+// Unicode's simple case mappings ("ß" upper stays one character); `%` string formatting, str.format and a few
+// rarely used filters (format, truncate, batch, slice, wordcount) are refused.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stddef.h>

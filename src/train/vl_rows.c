@@ -67,7 +67,8 @@ cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key
         cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (cJSON_IsString(content)) expand_in(m, "content", placeholders);
         for (cJSON *part = cJSON_IsArray(content) ? content->child : NULL; part; part = part->next)
-            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(part, "text"))) expand_in(part, "text", placeholders);
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(part, "text")))
+                expand_in(part, "text", placeholders);
     }
     *placeholders += n_paths;
     *ims = xrealloc(*ims, (size_t)(*n + n_paths + 1) * sizeof **ims);

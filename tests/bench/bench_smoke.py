@@ -16,7 +16,7 @@ script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
            [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b memory prefill
-                   parquet serve tokenizer_throughput train]
+                   parquet serve chat_template tokenizer_throughput train]
 """
 import argparse
 import importlib.util
@@ -308,6 +308,13 @@ def parquet():
            "grpo jsonl")
 
 
+def chat_template():
+    out, _ = bench("chat_template", "chat_template.py", ["--grpo", GRPO, "--turns", 3, "--renders", 3, "--repeats", 1,
+                                                         "--modes", "quiet", "load"])
+    prints("chat_template", out, "a 3-turn tool conversation (13 messages, 3 tools), 3 renders", "qwen2.5  quiet  grpo",
+           "qwen3    load   grpo", "python jinja2", "@huggingface/jinja")
+
+
 def tokenizer_throughput():
     out, _ = bench("tokenizer_throughput", "tokenizer_throughput.py", ["--grpo", GRPO, "--mb", 0.05, "--repeats", 1])
     prints("tokenizer_throughput", out, "MB of shuffled corpus entries (seed 0), median of 1 runs", "\ngrpo: ",
@@ -333,7 +340,7 @@ def train():
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
-          ("parquet", parquet), ("serve", serve), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
+          ("parquet", parquet), ("serve", serve), ("chat_template", chat_template), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
 harness.group("setup", setup)
 for name, fn in GROUPS:

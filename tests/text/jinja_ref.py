@@ -150,7 +150,7 @@ def main():
     tpl, special = load(sys.argv[1], *sys.argv[2:])
     try:
         compiled = ENV.from_string(tpl)
-    except jinja2.exceptions.TemplateError as e:
+    except Exception as e:  # noqa: BLE001 -- TemplateError, or Python's own (a break outside a loop)
         compiled = None
         err = {"error": str(e), "kind": type(e).__name__}
     for ln in sys.stdin.read().split("\n"):

@@ -7,7 +7,7 @@ usage: /usr/bin/python3 tests/train/demo_tools_test.py --grpo PATH --tmp DIR [--
 Qwen2 + data, SFT warm-up from a careless teacher that guesses 60% of the time, multi-turn GRPO with the
 `multiply` tool, held-out evaluation with the tool) with 400 SFT steps and 20 GRPO steps. Checks:
   template   the demo model's chat template (Jinja, written by the demo) rendered by @huggingface/jinja
-             equals `grpo tokenize`'s native rendering of the same conversations (tools, a call, a tool
+             equals `grpo tokenize`'s rendering of the same conversations (tools, a call, a tool
              response), text and ids
   tool       `grpo demo-tool` answers {"content": a*b} (Python's product) and an error text for bad arguments
   data       answers are "The answer is " + a*b; no held-out pair is in the GRPO data
@@ -67,7 +67,7 @@ def learning(d, err, min_gain):
 def g_smoke():
     d, err = run_demo(os.path.join(TMP, "smoke"), "--demo-tools-smoke", 3600)
     model = os.path.join(d, "sft")
-    # The demo's own Jinja template against grpo's native rendering (the outside peer renders the Jinja).
+    # The demo's own Jinja template against grpo's Jinja engine (the outside peer renders it too).
     tools = json.load(open(os.path.join(d, "tools.json")))
     for t in tools:
         t.pop("command")
@@ -92,7 +92,7 @@ def g_smoke():
                           input="".join(json.dumps(c) + "\n" for c in convs), timeout=120)
     want = [json.loads(x)["text"] for x in js.stdout.splitlines() if x.strip()]
     got = [json.loads(x)["text"] for x in ours.stdout.splitlines() if x.strip()]
-    check("template: the demo's Jinja template (by @huggingface/jinja) == grpo's native rendering, 5 conversations",
+    check("template: the demo's Jinja template (by @huggingface/jinja) == grpo's rendering, 5 conversations",
           js.returncode == 0 and want == got and len(got) == len(convs), f"{js.stderr[-200:]} {got[:1]} vs {want[:1]}")
     # The tool.
     p = subprocess.run([GRPO, "demo-tool"], capture_output=True, text=True, timeout=60,

@@ -16,8 +16,8 @@ typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST, KEY
 typedef struct {
     const char *name;
     KeyType type;
-    size_t offset;        // of the field in GrpoConfig: int64_t, double, int, char * (a map: its JSON), enum (int)
-                          // or GrpoStrList
+    size_t offset;        // of the field in GrpoConfig: int64_t, double, int, char * (a map: its JSON),
+                          // enum (int) or GrpoStrList
     const char *def;      // the default, as it would be written in YAML; NULL: null (or [] for a list)
     int64_t imin, imax;   // KEY_INT
     double fmin, fmax;    // KEY_FLOAT
@@ -699,9 +699,11 @@ static int map_entry(GrpoConfig *c, const YamlEntry *e, const char *where, char 
         if (*tail != '.') continue;
         const char *name = tail + 1;
         if (strchr(name, '.') || e->kind == YAML_ENTRY_EMPTY_MAP)
-            die("%s: \"%s\": %s takes NAME: value with a scalar or a list of them", where, e->key, KEYS[i].name);
+            die("%s: \"%s\": %s takes NAME: value with a scalar or a list of them", where, e->key,
+                KEYS[i].name);
         char **text = field(c, &KEYS[i]);
-        cJSON *m = cJSON_Parse(*text), *v = e->kind == YAML_ENTRY_SCALAR ? scalar_json(&e->scalar) : cJSON_CreateArray();
+        cJSON *m = cJSON_Parse(*text);
+        cJSON *v = e->kind == YAML_ENTRY_SCALAR ? scalar_json(&e->scalar) : cJSON_CreateArray();
         if (!m || !v) die("out of memory");
         for (int k = 0; e->kind == YAML_ENTRY_LIST && k < e->n_items; k++) {
             cJSON *item = scalar_json(&e->items[k]);
