@@ -18,13 +18,14 @@
 #include "text/utf8.h"
 
 // The sandbox's bounds: a render that passes one is an error naming the template. Steps count statements,
-// expressions, list items made and every 64 bytes of string made: a render's work is linear in them.
+// expressions, list items made, every 64 bytes of string made or searched, and every byte of a string read
+// character by character (case mappings, str.isdigit, repr, tojson): a render's work is linear in them.
 #ifdef GRPO_FUZZ
 #define MAX_STEPS 2000000L  // the fuzz build's (ASan) renders stay well under libFuzzer's timeout
 #else
 #define MAX_STEPS 20000000L
 #endif
-#define MAX_NEST 64                    // nesting of blocks and parentheses in the source
+#define MAX_NEST 128                   // nesting of blocks, elif chains and parentheses in the source
 #define MAX_DEPTH 256                  // depth of the parsed tree (a chain a+b+c... is as deep as it is long)
 #define MAX_RUN_DEPTH 1024             // nested evaluations at run time (macros, values printed or compared)
 #define MAX_CALLS 64                   // nested macro calls
@@ -247,7 +248,7 @@ typedef struct {
 
 static void sb_put(J *j, SB *b, const char *s, size_t n) {
     if (b->n + n > MAX_OUTPUT) fail(j, "a string of the template grows past %zu MiB", MAX_OUTPUT >> 20);
-    j->steps += (long)(n >> 6);
+    j->steps += (long)(((b->n + n) >> 6) - (b->n >> 6));  // a step each 64 bytes, however they arrive
     b->s = grow(j, b->s, &b->cap, b->n + n + 1, 1);
     memcpy(b->s + b->n, s, n);
     b->n += n;
@@ -318,6 +319,7 @@ static int in_chars(J *j, int32_t c, const Str *chars) {
 
 // str.strip / lstrip / rstrip: which: 1 left, 2 right, 3 both; chars NULL for whitespace.
 static Str str_strip(J *j, Str s, int which, const Str *chars) {
+    j->steps += (long)(s.n >> 6);
     size_t a = 0, b = s.n;
     while ((which & 1) && a < b) {
         size_t i = a;
@@ -338,8 +340,8 @@ static Str str_strip(J *j, Str s, int which, const Str *chars) {
 static const char *find_last(J *j, Str s, Str sub, size_t end) {
     if (!sub.n) return s.s + end;
     if (sub.n > end) return NULL;
-    j->steps += (long)(end >> 6);
     for (size_t i = end - sub.n + 1; i-- > 0;) {
+        if (((end - i) & 63) == 0) step(j);
         if (s.s[i] != sub.s[0]) continue;
         j->steps += (long)(sub.n >> 6);
         step(j);
@@ -387,11 +389,13 @@ static Value vdict(J *j) {
     return (Value){.t = T_DICT, .d = d};
 }
 
-static int veq(const Value *a, const Value *b);
+static int veq(J *j, const Value *a, const Value *b);
 
-static Value *dict_find(const Dict *d, const Value *k) {
+// The value of key k (the last of duplicates), NULL when absent; a linear scan, charged as steps.
+static Value *dict_find(J *j, const Dict *d, const Value *k) {
+    j->steps += (long)(d->n >> 4);
     for (size_t i = d->n; i-- > 0;)
-        if (veq(&d->k[i], k)) return &d->v[i];
+        if (veq(j, &d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
@@ -405,8 +409,7 @@ static void dict_push(J *j, Dict *d, Value k, Value v) {
 }
 
 static void dict_set(J *j, Dict *d, Value k, Value v) {
-    j->steps += (long)(d->n >> 4);
-    Value *old = dict_find(d, &k);
+    Value *old = dict_find(j, d, &k);
     if (old) {
         *old = v;
         return;
@@ -444,8 +447,10 @@ static int is_num(const Value *v) { return v->t == T_INT || v->t == T_FLOAT || v
 
 static double num(const Value *v) { return v->t == T_FLOAT ? v->f : v->t == T_INT ? (double)v->i : v->b; }
 
-// Equality as Python's ==; values nested deeper than MAX_RUN_DEPTH (a structure holding itself) are unequal.
-static int veq_at(const Value *a, const Value *b, int depth) {
+// Equality as Python's ==: the same list or dict is equal to itself; values nested deeper than MAX_RUN_DEPTH
+// are unequal. Each value compared is a step, 64 bytes of string one more.
+static int veq_at(J *j, const Value *a, const Value *b, int depth) {
+    step(j);
     if (depth > MAX_RUN_DEPTH) return 0;
     if (is_num(a) && is_num(b)) {
         if (a->t != T_FLOAT && b->t != T_FLOAT)
@@ -455,24 +460,28 @@ static int veq_at(const Value *a, const Value *b, int depth) {
     if (a->t != b->t) return 0;
     switch (a->t) {
     case T_UNDEF: case T_NONE: return 1;
-    case T_STR: return str_same(a->s, b->s);
+    case T_STR:
+        j->steps += (long)(a->s.n >> 6);
+        return str_same(a->s, b->s);
     case T_LIST:
+        if (a->l == b->l) return 1;
         if (a->l->n != b->l->n || a->l->tuple != b->l->tuple) return 0;
         for (size_t i = 0; i < a->l->n; i++)
-            if (!veq_at(&a->l->v[i], &b->l->v[i], depth + 1)) return 0;
+            if (!veq_at(j, &a->l->v[i], &b->l->v[i], depth + 1)) return 0;
         return 1;
     case T_DICT:
+        if (a->d == b->d) return 1;
         if (a->d->n != b->d->n) return 0;
         for (size_t i = 0; i < a->d->n; i++) {
-            const Value *o = dict_find(b->d, &a->d->k[i]);
-            if (!o || !veq_at(&a->d->v[i], o, depth + 1)) return 0;
+            const Value *o = dict_find(j, b->d, &a->d->k[i]);
+            if (!o || !veq_at(j, &a->d->v[i], o, depth + 1)) return 0;
         }
         return 1;
     default: return a->d == b->d;
     }
 }
 
-static int veq(const Value *a, const Value *b) { return veq_at(a, b, 0); }
+static int veq(J *j, const Value *a, const Value *b) { return veq_at(j, a, b, 0); }
 
 // ---------------------------------------------------------------- str(), repr(), tojson
 
@@ -525,6 +534,7 @@ static void int_str(J *j, SB *b, int64_t i) {
 
 // Python's repr() of a string: single quotes unless it holds ' and no ", non-printable characters escaped.
 static void str_repr(J *j, SB *b, Str s) {
+    j->steps += (long)s.n;
     char quote = memchr(s.s, '\'', s.n) && !memchr(s.s, '"', s.n) ? '"' : '\'';
     sb_put(j, b, &quote, 1);
     for (size_t i = 0; i < s.n;) {
@@ -611,6 +621,7 @@ typedef struct {
 } JsonStyle;
 
 static void json_str(J *j, SB *b, Str s, int ascii) {
+    j->steps += (long)s.n;
     sb_puts(j, b, "\"");
     for (size_t i = 0; i < s.n;) {
         size_t at = i;
@@ -1885,6 +1896,7 @@ static size_t length(J *j, const Value *v) {
 
 // Python's ordering of two values (numbers, strings, lists); a TypeError for others.
 static int compare(J *j, const Value *a, const Value *b) {
+    step(j);
     if (is_num(a) && is_num(b)) {
         if (a->t == T_INT && b->t == T_INT) return (a->i > b->i) - (a->i < b->i);
         double x = num(a), y = num(b);
@@ -1892,15 +1904,19 @@ static int compare(J *j, const Value *a, const Value *b) {
     }
     if (a->t == T_STR && b->t == T_STR) {
         size_t n = a->s.n < b->s.n ? a->s.n : b->s.n;
+        j->steps += (long)(n >> 6);
         int c = memcmp(a->s.s, b->s.s, n);
         return c ? (c > 0) - (c < 0) : (a->s.n > b->s.n) - (a->s.n < b->s.n);
     }
-    if (a->t == T_LIST && b->t == T_LIST) {
-        for (size_t i = 0; i < a->l->n && i < b->l->n; i++) {
-            if (veq(&a->l->v[i], &b->l->v[i])) continue;
-            return compare(j, &a->l->v[i], &b->l->v[i]);
-        }
-        return (a->l->n > b->l->n) - (a->l->n < b->l->n);
+    if (a->t == T_LIST && b->t == T_LIST) {  // the first items that differ decide
+        if (++j->depth > MAX_RUN_DEPTH) fail(j, "lists compared deeper than %d", MAX_RUN_DEPTH);
+        int c = 0;
+        size_t i = 0;
+        while (i < a->l->n && i < b->l->n && veq(j, &a->l->v[i], &b->l->v[i])) i++;
+        if (i < a->l->n && i < b->l->n) c = compare(j, &a->l->v[i], &b->l->v[i]);
+        else c = (a->l->n > b->l->n) - (a->l->n < b->l->n);
+        j->depth--;
+        return c;
     }
     if (a->t == T_UNDEF) fail_undef(j, a);
     if (b->t == T_UNDEF) fail_undef(j, b);
@@ -1922,14 +1938,13 @@ static int contains(J *j, const Value *hay, const Value *needle) {
         return find(hay->s, needle->s, 0) != NULL;
     }
     if (hay->t == T_DICT || hay->t == T_NS) {
-        j->steps += (long)(hay->d->n >> 4);
-        return dict_find(hay->d, needle) != NULL;
+        return dict_find(j, hay->d, needle) != NULL;
     }
     if (hay->t == T_UNDEF) return 0;
     const List *l = items_of(j, hay);
     j->steps += (long)l->n;
     for (size_t i = 0; i < l->n; i++)
-        if (veq(&l->v[i], needle)) return 1;
+        if (veq(j, &l->v[i], needle)) return 1;
     return 0;
 }
 
@@ -2105,8 +2120,7 @@ static Value getattr_(J *j, const Value *obj, Str name) {
     if (has_method(obj, name)) return func(j, obj->t == T_LOOP ? F_CYCLE : F_METHOD, *obj, name);
     if (obj->t == T_DICT || obj->t == T_NS) {
         Value k = vstr(name);
-        j->steps += (long)(obj->d->n >> 4);
-        const Value *v = dict_find(obj->d, &k);
+        const Value *v = dict_find(j, obj->d, &k);
         if (v) return *v;
     }
     if (obj->t == T_LOOP) {
@@ -2138,8 +2152,7 @@ static Value getattr_(J *j, const Value *obj, Str name) {
 static Value getitem(J *j, const Value *obj, const Value *key) {
     if (obj->t == T_UNDEF) fail_undef(j, obj);
     if (obj->t == T_DICT) {
-        j->steps += (long)(obj->d->n >> 4);
-        const Value *v = dict_find(obj->d, key);
+        const Value *v = dict_find(j, obj->d, key);
         if (v) return *v;
     } else if ((obj->t == T_LIST || obj->t == T_STR) && (key->t == T_INT || key->t == T_BOOL)) {
         int64_t i = key->t == T_INT ? key->i : key->b;
@@ -2166,9 +2179,11 @@ static int test(J *j, Str name, const Value *v, const Args *a);
 static Value filter(J *j, Str name, const Value *v, Args *a);
 
 static Value split(J *j, Str s, const Value *sepv, const Value *maxv, int right) {
+    j->steps += (long)(s.n >> 6);
     int64_t max = maxv && maxv->t != T_NONE ? want_int(j, maxv, "maxsplit") : -1;
     Value r = vlist(j, 4);
     if (!sepv || sepv->t == T_NONE) {  // runs of whitespace, no empty strings
+        j->steps += (long)s.n;
         size_t i = 0;
         Value parts = vlist(j, 4);
         while (i < s.n) {
@@ -2224,6 +2239,7 @@ static Value split(J *j, Str s, const Value *sepv, const Value *maxv, int right)
 }
 
 static Value replace(J *j, Str s, Str old, Str new, int64_t count) {
+    j->steps += (long)(s.n >> 6);
     SB b = {0};
     size_t at = 0;
     int64_t done = 0;
@@ -2257,6 +2273,7 @@ static Value replace(J *j, Str s, Str old, Str new, int64_t count) {
 // 'u' upper, 'l' lower, 'c' capitalize, 't' str.title (a word: letters), 'T' jinja2's title filter (a word
 // starts after whitespace or one of -({[<). Simple case mappings (utf8proc): "ß" stays one character.
 static Value change_case(J *j, Str s, int mode) {
+    j->steps += (long)s.n;
     SB b = {0};
     int word_start = 1, first = 1;
     for (size_t i = 0; i < s.n;) {
@@ -2277,6 +2294,7 @@ static int affix(J *j, Str s, const Value *what, int end) {
     size_t n = l ? l->n : 1;
     for (size_t i = 0; i < n; i++) {
         Str a = want_str(j, l ? &l->v[i] : what, end ? "endswith's argument" : "startswith's argument");
+        j->steps += (long)(a.n >> 6);
         if (a.n <= s.n && !memcmp(end ? s.s + s.n - a.n : s.s, a.s, a.n)) return 1;
     }
     return 0;
@@ -2330,7 +2348,9 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
         }
         return vstr(sb_str(&b));
     }
+    j->steps += (long)(s.n >> 6);  // every method below reads s once (or a bounded number of times)
     if (str_eq(m, "isdigit") || str_eq(m, "isalpha") || str_eq(m, "isspace")) {
+        j->steps += (long)s.n;
         int ok = s.n > 0;
         for (size_t i = 0; i < s.n && ok;) {
             int32_t c = cp_next(s, &i);
@@ -2342,6 +2362,7 @@ static Value str_method(J *j, Str s, Str m, Args *a) {
         return vbool(ok);
     }
     if (str_eq(m, "splitlines")) {
+        j->steps += (long)s.n;
         Value r = vlist(j, 4);
         size_t at = 0;
         for (size_t i = 0; i < s.n;) {
@@ -2371,10 +2392,11 @@ static Value method(J *j, const Value *self, Str m, Args *a) {
     const Value *x = arg(j, a, 0, "x");
     if (self->t == T_LIST) {
         if (!str_eq(m, "index") && !str_eq(m, "count")) unsafe(j, m, self);
+        j->steps += (long)self->l->n;
         if (!x) fail(j, "%.*s() takes exactly one argument", (int)m.n, m.s);
         int64_t n = 0;
         for (size_t i = 0; i < self->l->n; i++)
-            if (veq(&self->l->v[i], x)) {
+            if (veq(j, &self->l->v[i], x)) {
                 if (m.s[0] == 'i') return vint((int64_t)i);
                 n++;
             }
@@ -2388,7 +2410,7 @@ static Value method(J *j, const Value *self, Str m, Args *a) {
     const Dict *d = self->d;
     if (str_eq(m, "get")) {
         if (!x) fail(j, "get() takes at least 1 argument");
-        const Value *v = dict_find(d, x), *fallback = arg(j, a, 1, "default");
+        const Value *v = dict_find(j, d, x), *fallback = arg(j, a, 1, "default");
         return v ? *v : fallback ? *fallback : V(T_NONE);
     }
     int which = str_eq(m, "items") ? 2 : str_eq(m, "keys") ? 0 : str_eq(m, "values") ? 1 : -1;
@@ -2629,8 +2651,8 @@ static Value eval_node(J *j, const Node *n) {
         Value a = eval(j, n->a), b = eval(j, n->b);
         j->line = n->line;
         switch (n->op) {
-        case 'e': return vbool(veq(&a, &b));
-        case 'n': return vbool(!veq(&a, &b));
+        case 'e': return vbool(veq(j, &a, &b));
+        case 'n': return vbool(!veq(j, &a, &b));
         case '<': return vbool(compare(j, &a, &b) < 0);
         case 'l': return vbool(compare(j, &a, &b) <= 0);
         case '>': return vbool(compare(j, &a, &b) > 0);
@@ -2683,10 +2705,11 @@ static void exec_for(J *j, const Node *n) {
     }
     Loop *lp = alloc(j, sizeof *lp);
     lp->items = items;
-    for (lp->i = 0; lp->i < items->n;
-         lp->i++) {  // each iteration starts from the enclosing scope, as jinja2's
+    Frame *f = frame_new(j, saved);  // emptied each iteration: it starts from the enclosing scope, as jinja2's
+    for (lp->i = 0; lp->i < items->n; lp->i++) {
         step(j);
-        j->frame = frame_new(j, saved);
+        f->n = 0;
+        j->frame = f;
         assign_targets(j, n, items->v[lp->i]);
         frame_set(j, j->frame, S("loop"), (Value){.t = T_LOOP, .lp = lp});
         exec_body(j, &n->body);
@@ -2814,9 +2837,9 @@ static int test(J *j, Str name, const Value *v, const Args *a) {
     }
     if (!x) fail(j, "the %s test takes one argument", n);
     if (!strcmp(n, "in")) return contains(j, x, v);
-    if (!strcmp(n, "sameas")) return v->t == x->t && (v->t == T_NONE || v->t == T_UNDEF || veq(v, x));
-    if (!strcmp(n, "eq") || !strcmp(n, "equalto") || !strcmp(n, "==")) return veq(v, x);
-    if (!strcmp(n, "ne") || !strcmp(n, "!=")) return !veq(v, x);
+    if (!strcmp(n, "sameas")) return v->t == x->t && (v->t == T_NONE || v->t == T_UNDEF || veq(j, v, x));
+    if (!strcmp(n, "eq") || !strcmp(n, "equalto") || !strcmp(n, "==")) return veq(j, v, x);
+    if (!strcmp(n, "ne") || !strcmp(n, "!=")) return !veq(j, v, x);
     int c = compare(j, v, x);
     if (!strcmp(n, "lt") || !strcmp(n, "lessthan") || !strcmp(n, "<")) return c < 0;
     if (!strcmp(n, "le") || !strcmp(n, "<=")) return c <= 0;
@@ -2896,6 +2919,7 @@ static Value indent(J *j, Str s, const Value *width, int first, int blank_lines)
 }
 
 static Value html_escape(J *j, Str s) {
+    j->steps += (long)s.n;
     SB b = {0};
     for (size_t i = 0; i < s.n; i++) {
         const char *e = s.s[i] == '&' ? "&amp;" : s.s[i] == '<' ? "&lt;" : s.s[i] == '>' ? "&gt;"
@@ -3075,7 +3099,7 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
                 int seen = 0;
                 for (size_t q = 0; q < r.l->n && !seen; q++) {
                     step(j);
-                    seen = veq(&keys[q], &k);
+                    seen = veq(j, &keys[q], &k);
                 }
                 if (seen) continue;
             }
@@ -3088,6 +3112,7 @@ static Value filter(J *j, Str name, const Value *v, Args *a) {
         if (!r.l->n) return vundef(S("no min or max of an empty sequence"), NULL);
         return r.l->v[n[1] == 'i' ? 0 : r.l->n - 1];
     }
+    j->steps += (long)l->n;  // each filter below reads the list once
     if (!strcmp(n, "sum")) {
         const Value *attribute = arg(j, a, 0, "attribute"), *start = arg(j, a, 1, "start");
         Value acc = start ? *start : vint(0);
@@ -3153,8 +3178,7 @@ static Value from_json(J *j, const cJSON *x) {
         if (t) {
             errno = 0;
             long long i = strtoll(t, NULL, 10);
-            if (errno) fail(j, "integer %s is too large (grpo's integers are 64-bit)", t);
-            return vint(i);
+            return errno ? vfloat(d) : vint(i);  // past 64 bits: the nearest float
         }
         if (d == floor(d) && fabs(d) < 9.2e18) return vint((int64_t)d);
         return vfloat(d);
