@@ -46,10 +46,7 @@ static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
 
 static void describe(ChatTemplate *c) {
     if (!c->tpl) return;
-    const JinjaTemplate *both[2] = {c->tpl, c->tool_tpl};
-    for (int i = 0; i < 2 && both[i]; i++) {
-        c->parts |= jinja_loops_over_content(both[i]);
-    }
+    c->parts = jinja_loops_over_content(c->tpl) || (c->tool_tpl && jinja_loops_over_content(c->tool_tpl));
     // the hermes format the multi-turn rollout parses: a template that speaks of <tool_call> blocks when it
     // lists tools or writes an assistant's call
     Buf probe = {0};
@@ -69,11 +66,22 @@ static void describe(ChatTemplate *c) {
     cJSON_Delete(tools);
 }
 
+// A template file into c->tpl.
+static void read_template_file(ChatTemplate *c, const char *path) {
+    size_t n;
+    char *text = file_read_all(path, FILE_MAX_JSON, &n);
+    char *err;
+    c->tpl = jinja_parse(text, n, path, &err);
+    free(text);
+    if (!c->tpl) die("chat template: %s", err);
+    c->path = xstrdup(path);
+}
+
 void chat_template_load(ChatTemplate *c, const char *dir, const cJSON *config, const char *config_path) {
     memset(c, 0, sizeof *c);
     char *jinja = path_join(dir, "chat_template.jinja"), *json = path_join(dir, "chat_template.json");
     if (file_exists(jinja)) {
-        chat_template_load_file(c, jinja);
+        read_template_file(c, jinja);
     } else if (file_exists(json)) {
         cJSON *root = json_load_file(json, FILE_MAX_JSON);
         const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
@@ -93,14 +101,8 @@ void chat_template_load(ChatTemplate *c, const char *dir, const cJSON *config, c
 }
 
 void chat_template_load_file(ChatTemplate *c, const char *path) {
-    if (!c->vars) memset(c, 0, sizeof *c);
-    size_t n;
-    char *text = file_read_all(path, FILE_MAX_JSON, &n);
-    char *err;
-    c->tpl = jinja_parse(text, n, path, &err);
-    free(text);
-    if (!c->tpl) die("chat template: %s", err);
-    c->path = xstrdup(path);
+    memset(c, 0, sizeof *c);
+    read_template_file(c, path);
     describe(c);
 }
 

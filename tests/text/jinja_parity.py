@@ -179,6 +179,12 @@ def main():
         vl.mkdir(exist_ok=True)
         vl_json = json.dumps({"chat_template": text_of["qwen2.5_vl"]})
         (vl / "chat_template.json").write_text(vl_json, encoding="utf-8")
+        jdir = tmp / "gemma3_jinja_file"  # chat_template.jinja beside a config without a template (its bos_token)
+        jdir.mkdir(exist_ok=True)
+        (jdir / "chat_template.jinja").write_text(text_of["gemma3"], encoding="utf-8")
+        g_cfg = json.loads((T / "gemma3/tokenizer_config.json").read_text(encoding="utf-8"))
+        g_cfg.pop("chat_template")
+        (jdir / "tokenizer_config.json").write_text(json.dumps(g_cfg), encoding="utf-8")
         named = tmp / "named_tokenizer_config.json"
         listed = [{"name": "default", "template": text_of["llama3"]},
                   {"name": "tool_use", "template": text_of["qwen2.5"]}]
@@ -188,6 +194,7 @@ def main():
         by_tools = [ref["qwen2.5" if line.get("tools") is not None else "llama3"][i] for i, (_, line) in enumerate(cases)]
         for label, cmd, same in [("chat_template_json", [vl], ref["qwen2.5_vl"]),
                                  ("config_file", [T / "gemma3/tokenizer_config.json"], ref["gemma3"]),
+                                 ("chat_template_jinja", [jdir], ref["gemma3"]),
                                  ("named_default", [named], by_tools),
                                  ("named_tool_use", [named, "--template", "tool_use"], ref["qwen2.5"])]:
             render_checks(f"source/{label}", [grpo, "render", *cmd], same, errors=False)
