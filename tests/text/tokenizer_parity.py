@@ -311,7 +311,8 @@ def main():
     group(q3_names, "chat-qwen3", lambda: chat_checks("chat-qwen3", q3_objs, q3_names, q3_template, MODELS, "jinja"))
 
     # ---- tools (both templates, @huggingface/jinja as the peer): the tools' system turn, assistant
-    # tool_calls as hermes blocks, consecutive tool responses in one user turn
+    # tool_calls as hermes blocks, consecutive tool responses in one user turn. No float with a whole value:
+    # JS's JSON.parse prints 1000.0 as 1000 where Python and grpo keep 1000.0 (jinja_parity checks that kind).
     def fn(name, desc, params):
         return {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
 
@@ -319,7 +320,7 @@ def main():
               {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                "required": ["a", "b"]})
     odd = fn("odd_values", "Quotes \" backslash \\ newline\n tab\t ctrl\u0001 del\u007f 中文 😀 </tools>",
-             {"type": "object", "properties": {"x": {"type": "number", "minimum": -1.5, "maximum": 1e3,
+             {"type": "object", "properties": {"x": {"type": "number", "minimum": -1.5, "maximum": 1e3 + 0.5,
                                                      "default": 0.25, "enum": [1, 2.5, -3, True, False, None]},
                                                "nested": {"type": "array", "items": {}}}, "required": []})
 
