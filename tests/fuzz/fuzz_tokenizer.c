@@ -25,7 +25,7 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     if (tokenizer_encode(&t, in->text, in->n_text, &ids, &bad) == 0)
         tokenizer_decode(&t, ids.ids, ids.n, &out, &bad);
     ids.n = 0;
-    chat_encode_prompt(&t, in->text, in->n_text, 1, NULL, &ids, &bad);
+    free(chat_encode_prompt(&t, in->text, in->n_text, 1, NULL, &ids));  // the chat template's rendering too
     out.len = 0;
     tokenizer_decode(&t, (const int32_t *)(const void *)in->text, in->n_text / 4, &out, &bad);
     buf_free(&out);
