@@ -262,7 +262,8 @@ static cJSON *message(const char *role, cJSON *content) {
     return m;
 }
 
-char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const cJSON *tools, Buf *out) {
+// A prompt text as one user message, rendered with the generation prompt (tools: an array or NULL).
+static char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const cJSON *tools, Buf *out) {
     uint32_t nul;
     cJSON *msgs = cJSON_CreateArray();
     if (!msgs) die("out of memory");

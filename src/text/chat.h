@@ -54,8 +54,6 @@ void chat_render_request(const ChatTemplate *c, const cJSON *req, uint32_t nul_s
 // assistant's content). Returns NULL, or the template's error.
 char *chat_tool_response_turn(const ChatTemplate *c, const cJSON *tools, const char *content, size_t n,
                               Buf *out);
-// A prompt text as one user message, rendered with the generation prompt (tools: an array or NULL).
-char *chat_user_prompt(const ChatTemplate *c, const char *text, size_t n, const cJSON *tools, Buf *out);
 // The tool call a model's turn ends with, as the hermes parsers of vLLM and verl read it: the JSON between
 // the last "<tool_call>" and the "</tool_call>" text ends with (whitespace around it allowed), an object
 // {"name": string, "arguments": object} (duplicate keys keep the last, U+0000 as json_parse_line). Returns

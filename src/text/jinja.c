@@ -1749,10 +1749,6 @@ static int loops_over_content(const Node *n, const void *arg) {
 
 int jinja_loops_over_content(const JinjaTemplate *t) { return walk_list(&t->body, loops_over_content, NULL); }
 
-static int reads_name(const Node *n, const void *arg) { return n->k == E_NAME && str_eq(n->s, arg); }
-
-int jinja_uses(const JinjaTemplate *t, const char *name) { return walk_list(&t->body, reads_name, name); }
-
 // ---------------------------------------------------------------- frames
 
 static Frame *frame_new(J *j, Frame *parent) {

@@ -30,5 +30,3 @@ char *jinja_render(const JinjaTemplate *t, const cJSON *vars, uint32_t nul_senti
 // Whether the template loops over a message's content (`for x in m.content` or m['content']): it takes
 // content as a list of parts (the test vLLM uses to pick its content format).
 int jinja_loops_over_content(const JinjaTemplate *t);
-// Whether the template reads the variable `name` anywhere.
-int jinja_uses(const JinjaTemplate *t, const char *name);
