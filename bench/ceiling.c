@@ -10,6 +10,7 @@
 #include "base/dtype.h"
 #include "base/util.h"
 #include "nn/gemm.h"
+#include "nn/skinny.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -41,22 +42,88 @@ static void bench_gemm(DType dt, int64_t M, int64_t N, int64_t K, int reps) {
     free(a), free(b), free(c), free(a2), free(b2), free(t);
 }
 
-static void bench_read(size_t mb, int reps) {
-    size_t n = mb << 18;  // floats
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Seconds to sum n floats (n a multiple of 64) on every thread. Eight independent 8-float sums per thread:
+// one sum's chain of adds would measure the add latency (about 20 GB/s a core), not the memory.
+static double read_pass(const float *x, size_t n, float *sum) {
+    double t0 = time_now();
+    float s = 0.0f;
+#pragma omp parallel reduction(+ : s)
+    {
+        v8f a[8] = {{0}};
+#pragma omp for
+        for (size_t i = 0; i < n; i += 64)
+            for (int k = 0; k < 8; k++) a[k] += load8(x + i + 8 * k);
+        v8f v = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        for (int k = 0; k < 8; k++) s += v[k];
+    }
+    *sum += s;
+    return time_now() - t0;
+}
+
+static float *read_buffer(size_t n) {
     float *x = xmalloc(n * 4);
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    double *t = xmalloc((size_t)reps * sizeof *t), sum = 0.0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = time_now();
-        float s = 0.0f;
-#pragma omp parallel for simd reduction(+ : s)  // simd: a vectorised sum, as a read loop should be
-        for (size_t i = 0; i < n; i++) s += x[i];
-        t[r] = time_now() - t0;
-        sum += s;
-    }
-    printf("{\"read_mb\": %zu, \"gbps\": %.1f, \"check\": %.0f}\n", mb, (double)(n * 4) / median(t, reps) / 1e9, sum);
+    return x;
+}
+
+static void bench_read(size_t mb, int reps) {
+    size_t n = mb << 18;  // floats
+    float *x = read_buffer(n), sum = 0.0f;
+    double *t = xmalloc((size_t)reps * sizeof *t);
+    for (int r = 0; r < reps; r++) t[r] = read_pass(x, n, &sum);
+    printf("{\"read_mb\": %zu, \"gbps\": %.1f, \"check\": %.0f}\n", mb, (double)(n * 4) / median(t, reps) / 1e9,
+           (double)sum);
     free(x), free(t);
+}
+
+// Every skinny kernel that runs `dt` here (nn/skinny.h) over MB megabytes of (OC,C) weight matrices at ROWS
+// rows, as decode streams its layers, and the read loop over as many bytes, taking turns REPS times:
+// GB/s of weights read (median) per kernel, and the read loop's.
+static void bench_skinny(DType dt, int64_t rows, int64_t C, int64_t OC, size_t mb, int reps) {
+    size_t es = dtype_size(dt), per = (size_t)(C * OC) * es, mats = ((mb << 20) + per - 1) / per;
+    size_t n = mats * (size_t)(C * OC), nr = ((mats * per / 4) + 63) & ~(size_t)63;
+    float *wf = xmalloc(n * 4), *x = xmalloc((size_t)(rows * C) * 4), *out = xmalloc((size_t)(rows * OC) * 4);
+    for (size_t i = 0; i < n; i++) wf[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+    for (int64_t i = 0; i < rows * C; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    void *w = xmalloc(n * es), *x2 = xmalloc((size_t)(rows * C) * es);
+    dtype_from_f32(dt, wf, w, n);
+    dtype_from_f32(dt, x, x2, (size_t)(rows * C));
+    free(wf);
+    float *rd = read_buffer(nr), sum = 0.0f;
+    double *t = xcalloc((size_t)(SKINNY_KERNELS + 1) * (size_t)reps, sizeof *t);
+    for (int r = -1; r < reps; r++) {  // r = -1: a warm-up round
+        for (int k = 0; k <= SKINNY_KERNELS; k++) {
+            if (k < SKINNY_KERNELS && !skinny_kernel_runs((SkinnyKernel)k, dt)) continue;
+            double secs = 0.0;
+            if (k == SKINNY_KERNELS) {
+                secs = read_pass(rd, nr, &sum);
+            } else {
+                double t0 = time_now();
+                for (size_t m = 0; m < mats; m++)
+                    matmul_skinny_with((SkinnyKernel)k, out, x2, (const char *)w + m * per, NULL, dt, rows, C, OC);
+                secs = time_now() - t0;
+            }
+            if (r >= 0) t[(size_t)k * (size_t)reps + (size_t)r] = secs;
+        }
+    }
+    printf("{\"dtype\": \"%s\", \"rows\": %lld, \"C\": %lld, \"OC\": %lld, \"mb\": %.0f", dtype_name(dt),
+           (long long)rows, (long long)C, (long long)OC, (double)(mats * per) / (1 << 20));
+    for (int k = 0; k <= SKINNY_KERNELS; k++) {
+        if (k < SKINNY_KERNELS && !skinny_kernel_runs((SkinnyKernel)k, dt)) continue;
+        double gbps = (double)(mats * per) / median(t + (size_t)k * (size_t)reps, reps) / 1e9;
+        printf(", \"%s\": %.1f", k < SKINNY_KERNELS ? skinny_kernel_name((SkinnyKernel)k) : "read", gbps);
+    }
+    printf(", \"check\": %.0f}\n", (double)sum);
+    free(w), free(x), free(x2), free(out), free(rd), free(t);
 }
 
 int main(int argc, char **argv) {
@@ -65,8 +132,13 @@ int main(int argc, char **argv) {
         bench_gemm(dt, atoll(argv[3]), atoll(argv[4]), atoll(argv[5]), argc > 6 ? atoi(argv[6]) : 10);
     } else if (argc >= 3 && strcmp(argv[1], "read") == 0) {
         bench_read((size_t)atoll(argv[2]), argc > 3 ? atoi(argv[3]) : 10);
+    } else if (argc >= 7 && strcmp(argv[1], "skinny") == 0) {
+        DType dt = strcmp(argv[2], "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32;
+        bench_skinny(dt, atoll(argv[3]), atoll(argv[4]), atoll(argv[5]), (size_t)atoll(argv[6]),
+                     argc > 7 ? atoi(argv[7]) : 7);
     } else {
-        die("usage: ceiling gemm f32|bf16 M N K [REPS] | ceiling read MB [REPS]");
+        die("usage: ceiling gemm f32|bf16 M N K [REPS] | ceiling read MB [REPS] | "
+            "ceiling skinny f32|bf16 ROWS C OC MB [REPS]");
     }
     return 0;
 }

@@ -147,7 +147,9 @@ def torch_worker(a):
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for j in range(0, B, mb):
-            loss = nll_sum(data[idx[j:j + mb]]) / n_tok
+            # bf16: fp32 master weights, the forward's matmuls in bf16 (autocast), as `grpo sft --precision bf16`
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.torch_dtype == "bf16"):
+                loss = nll_sum(data[idx[j:j + mb]]) / n_tok
             loss.backward()
             total += loss.item()
         gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -219,6 +221,7 @@ def main():
     ap.add_argument("--sgemm-reps", type=int, default=10)
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-dtype", default="f32", choices=["f32", "bf16"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.micro_batch_size = a.micro_batch_size or a.batch_size
     if a.torch_worker:

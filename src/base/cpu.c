@@ -63,8 +63,11 @@ static const char *const level_needs[][5] = {
 };
 
 static CpuLevel probed;
+static char brand[49];
 
 const CpuLevel *cpu_level(void) { return &probed; }
+
+const char *cpu_brand(void) { return brand; }
 
 const char *cpu_isa_name(CpuIsa isa) { return isa_names[isa]; }
 
@@ -124,6 +127,12 @@ __attribute__((constructor)) static void cpu_probe(void) {
         fprintf(stderr, "grpo: error: this CPU lacks%s, which this grpo binary uses (%s)\n", missing, why);
         exit(1);
     }
+    unsigned r[12] = {0};
+    for (unsigned i = 0; i < 3; i++)
+        if (!__get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3])) break;
+    memcpy(brand, r, sizeof r);
+    size_t n = strlen(brand);
+    while (n && brand[n - 1] == ' ') brand[--n] = 0;
     probed.machine = CPU_ISA_AVX2;
     for (int l = CPU_ISA_AVX512; l <= CPU_ISA_AMX; l++) {
         int ok = 1;

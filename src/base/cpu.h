@@ -21,6 +21,7 @@ typedef struct {
 // or a GRPO_CPU_ISA that names no level, with one `grpo: error:` line).
 const CpuLevel *cpu_level(void);
 const char *cpu_isa_name(CpuIsa isa);  // "avx2", "avx512", "avx512_bf16", "amx": GRPO_CPU_ISA's values
+const char *cpu_brand(void);  // the CPU's brand string ("AMD EPYC 9R14 96-Core Processor"), "" if none
 
 // The features the build's own code was compiled for, as /proc/cpuinfo names them (space-separated):
 // x86-64-v3's, or more with -DGRPO_NATIVE=ON. Defined in cpu_build.c, compiled with the build's flags.

@@ -288,6 +288,7 @@ int cmd_doctor(int argc, char **argv) {
     doctor_check_numa_balancing(&d);
     doctor_check_limits(&d);
     doctor_check_cpu_features(&d);
+    doctor_check_decode_kernels(&d);
     doctor_check_threads(&d, ranks);
     if (plan.device && plan.have) check_device_memory(&d, &plan);
     else check_memory(&d, &plan, config != NULL);

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "model/qwen2.h"
 #include "model/vl.h"
+#include "nn/skinny.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
 #include "text/chat.h"
@@ -263,7 +264,14 @@ static void print_stats(const Gen *g, const RolloutStats *st, int n_prompts, int
     if (g->has_tools)
         fprintf(stderr, ", \"tool_calls\": %lld, \"tool_errors\": %lld, \"tool_seconds\": %.3f",
                 (long long)g->tools.calls, (long long)g->tools.errors, g->tools.seconds);
-    fputs("}\n", stderr);
+    // the decode's kernel (a device's own kernels: none)
+    const SkinnyTuning *t = g->m->be->on_device ? NULL : skinny_tuning(g->m->dtype);
+    cJSON *tj = t ? skinny_tuning_json(t) : NULL;
+    if (tj) cJSON_AddBoolToObject(tj, "cached", t->cached);
+    char *tuning = tj ? cJSON_PrintUnformatted(tj) : NULL;
+    fprintf(stderr, ", \"decode_kernels\": %s}\n", tuning ? tuning : "null");
+    free(tuning);
+    cJSON_Delete(tj);
 }
 
 int cmd_generate(int argc, char **argv) {

@@ -41,6 +41,7 @@ void doctor_check_thp(Doctor *d);
 void doctor_check_numa_balancing(Doctor *d);
 void doctor_check_limits(Doctor *d);
 void doctor_check_cpu_features(Doctor *d);
+void doctor_check_decode_kernels(Doctor *d);
 void doctor_check_threads(Doctor *d, int ranks);
 void doctor_check_mpi(Doctor *d, int ranks);
 void doctor_check_pcie(Doctor *d);

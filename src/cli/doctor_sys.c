@@ -13,6 +13,7 @@
 #include "base/cpu.h"
 #include "cli/doctor.h"
 #include "nn/gemm.h"
+#include "nn/skinny.h"
 
 // ================================================================ the check list
 
@@ -279,10 +280,13 @@ void doctor_check_cpu_features(Doctor *d) {
     else cJSON_AddNullToObject(v, "isa_cap");
     cJSON_AddStringToObject(v, "onednn_isa", gemm_onednn_isa());
     cJSON_AddStringToObject(v, "bf16_matmul", native ? "onednn" : "widened");
-    cJSON_AddStringToObject(v, "bf16_decode", lv->level >= CPU_ISA_AVX512_BF16 ? "avx512_bf16" : "avx2");
+    const char *decode = skinny_kernel_name(skinny_level_kernel(DTYPE_BF16));  // before measuring
+    cJSON_AddStringToObject(v, "bf16_decode", decode);
     char *runs = xprintf("kernels %s, oneDNN %s; bf16 %s, decode %s", cpu_isa_name(lv->level), gemm_onednn_isa(),
                          native ? "on oneDNN's bf16 matmul" : "widened to fp32 in cache-sized tiles",
-                         lv->level >= CPU_ISA_AVX512_BF16 ? "AVX512-BF16 dot products" : "AVX2 widening in registers");
+                         strcmp(decode, "avx512_bf16") == 0 ? "AVX512-BF16 dot products"
+                         : strcmp(decode, "avx512") == 0    ? "AVX-512 widening in registers"
+                                                            : "AVX2 widening in registers");
     const char *m = model ? model : "unknown CPU";
     if (!flags)
         doctor_add(d, "cpu", DOCTOR_WARN, xprintf("%s; no flags line in %s/proc/cpuinfo; %s", m, d->root, runs),
@@ -300,6 +304,29 @@ void doctor_check_cpu_features(Doctor *d) {
     free(runs);
     buf_free(&missing);
     free(model), free(flags), free(info);
+}
+
+// The decode kernels measured on this CPU at this level (nn/skinny.h's tuning file), one per dtype; none
+// yet is no fault: the first decode in a dtype measures it.
+void doctor_check_decode_kernels(Doctor *d) {
+    cJSON *v = cJSON_CreateObject(), *plans = skinny_tuning_entries();
+    char *path = skinny_tuning_path();
+    if (path) cJSON_AddStringToObject(v, "tuning_file", path);
+    else cJSON_AddNullToObject(v, "tuning_file");
+    Buf seen = {0};
+    for (const cJSON *e = plans->child; e; e = e->next) {
+        char *one = xprintf("%s%s: %s", seen.len ? "; " : "", e->string, e->valuestring);
+        buf_append(&seen, one, strlen(one));
+        free(one);
+    }
+    char *observed = plans->child ? xprintf("measured on this CPU (%s): %s", path ? path : "not kept", seen.data)
+                                  : xprintf("not measured on this CPU yet: the first decode in each dtype "
+                                            "measures them (a few seconds) and keeps them in %s",
+                                            path ? path : "no file (GRPO_TUNING_FILE is empty)");
+    cJSON_AddItemToObject(v, "plans", plans);
+    doctor_add(d, "decode_kernels", DOCTOR_PASS, observed, "the fastest kernel measured, per dtype", "", v);
+    buf_free(&seen);
+    free(path);
 }
 
 // Leading positive integer of an OpenMP-style thread count ("8" or "8,2"); 0 when unset, -1 when malformed.

@@ -3,53 +3,39 @@
 #include "nn/skinny.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #include "base/cpu.h"
+#include "base/util.h"
+#include "nn/gemm.h"
 
 #define PAR_MIN 32768  // as nn/ops.c: smaller products stay on one thread
 
-// fp32: GCC/Clang vector types keep four rows' partial sums in registers (the x86-64-v3 build makes them
-// AVX2), added in a fixed order.
-typedef float v8f __attribute__((vector_size(32)));
+// AVX2 + FMA. bf16: a bf16 is the upper half of its fp32, so 16 loaded bf16 widen in two instructions, the
+// even ones shifted up and the odd ones masked, each multiplied with the input widened the same way: half
+// the bytes of fp32 weights read, the products and fp32 sums of the bf16 contract.
+typedef struct {
+    __m256 even, odd;
+} Widened;
 
-static inline v8f load8(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline float hsum8(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
-
-// Output column o of N rows in fp32.
-static void skinny_column_f32(float *out, const float *inp, const float *weight, const float *bias, int64_t o,
-                              int64_t N, int64_t C, int64_t OC) {
-    int64_t c8 = C & ~(int64_t)7;
-    const float *w = weight + o * C;
-    for (int64_t b0 = 0; b0 < N; b0 += 4) {  // four input rows per pass over the weight row
-        int64_t nb = N - b0 < 4 ? N - b0 : 4;
-        const float *x[4];
-        for (int b = 0; b < 4; b++) x[b] = inp + (b0 + (b < nb ? b : 0)) * C;
-        v8f a[4] = {{0}};
-        for (int64_t c = 0; c < c8; c += 8) {
-            v8f wv = load8(w + c);
-            for (int b = 0; b < 4; b++) a[b] += load8(x[b] + c) * wv;
-        }
-        for (int64_t b = 0; b < nb; b++) {
-            float sum = hsum8(a[b]);
-            for (int64_t c = c8; c < C; c++) sum += x[b][c] * w[c];
-            out[(b0 + b) * OC + o] = sum + (bias ? bias[o] : 0.0f);
-        }
-    }
-}
-
-// bf16 with AVX2 + FMA: a bf16 is the upper half of its fp32, so 16 loaded bf16 widen in two instructions,
-// the even ones shifted up and the odd ones masked, both multiplied with the input widened the same way:
-// half the bytes of fp32 weights read, the products and fp32 sums of the bf16 contract.
 static inline __m256 even_f32(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
 static inline __m256 odd_f32(__m256i v) {
     return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
 }
+
+static inline Widened widen_load(const uint16_t *p) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    return (Widened){even_f32(v), odd_f32(v)};
+}
+
+static inline void widen_mac(__m256 *a, Widened w, const uint16_t *p) {
+    Widened x = widen_load(p);
+    a[0] = _mm256_fmadd_ps(x.even, w.even, a[0]);
+    a[1] = _mm256_fmadd_ps(x.odd, w.odd, a[1]);
+}
+
+static inline __m256 f32_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void f32_mac(__m256 *a, __m256 w, const float *p) { a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p), w, a[0]); }
+static inline float f32_value(float x) { return x; }
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -57,56 +43,82 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// Output column o of input rows b0 .. b0+NB-1 (NB 1 or 2, a literal at each call: each gets its own
-// unrolled loop), from weight row w; prefetches the row `pf` (may be NULL) as it goes. One weight row
-// streams at a time: on the CPUs measured, four interleaved rows read memory at a third of the speed.
-static inline __attribute__((always_inline)) void skinny_rows_bf16_avx2(float *out, const uint16_t *inp,
-                                                                         const uint16_t *w, const uint16_t *pf,
-                                                                         const uint16_t *bias, int64_t o,
-                                                                         int64_t b0, int NB, int64_t C,
-                                                                         int64_t OC) {
-    int64_t c16 = C & ~(int64_t)15;
-    __m256 even[2], odd[2];
-    for (int b = 0; b < NB; b++) even[b] = odd[b] = _mm256_setzero_ps();
-    for (int64_t c = 0; c < c16; c += 16) {
-        if (pf && (c & 31) == 0) _mm_prefetch((const char *)(pf + c), _MM_HINT_T0);
-        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + c));
-        __m256 we = even_f32(wv), wo = odd_f32(wv);
-        for (int b = 0; b < NB; b++) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(inp + (b0 + b) * C + c));
-            even[b] = _mm256_fmadd_ps(even_f32(xv), we, even[b]);
-            odd[b] = _mm256_fmadd_ps(odd_f32(xv), wo, odd[b]);
-        }
-    }
-    for (int b = 0; b < NB; b++) {
-        const uint16_t *x = inp + (b0 + b) * C;
-        float sum = hsum256(_mm256_add_ps(even[b], odd[b]));
-        for (int64_t c = c16; c < C; c++) sum += bf16_to_f32(x[c]) * bf16_to_f32(w[c]);
-        out[(b0 + b) * OC + o] = sum + (bias ? bf16_to_f32(bias[o]) : 0.0f);
+#define SKINNY_BLOCK skinny_block_bf16_avx2
+#define SKINNY_ROWS skinny_rows_bf16_avx2
+#define SkElem uint16_t
+#define sk_f32 bf16_to_f32
+#define SkVec __m256
+#define sk_zero _mm256_setzero_ps
+#define SK_STEP 16
+#define SK_SUMS 2
+#define SkW Widened
+#define sk_load_w widen_load
+#define sk_mac widen_mac
+#define sk_reduce hsum256
+#define SK_ROWS 2
+#include "nn/skinny_kernel.h"
+
+#define SKINNY_BLOCK skinny_block_f32_avx2
+#define SKINNY_ROWS skinny_rows_f32_avx2
+#define SkElem float
+#define sk_f32 f32_value
+#define SkVec __m256
+#define sk_zero _mm256_setzero_ps
+#define SK_STEP 8
+#define SK_SUMS 1
+#define SkW __m256
+#define sk_load_w f32_load
+#define sk_mac f32_mac
+#define sk_reduce hsum256
+#define SK_ROWS 2
+#include "nn/skinny_kernel.h"
+
+typedef void (*BlockBf16)(float *, const uint16_t *, const uint16_t *, const uint16_t *, int64_t, int64_t, int64_t,
+                          int64_t);
+typedef void (*BlockF32)(float *, const float *, const float *, const float *, int64_t, int64_t, int64_t, int64_t);
+
+static const char *const kernel_names[SKINNY_KERNELS] = {"avx2", "avx512", "avx512_bf16", "onednn"};
+
+const char *skinny_kernel_name(SkinnyKernel k) { return k >= 0 && k < SKINNY_KERNELS ? kernel_names[k] : "?"; }
+
+int skinny_bucket_rows(int bucket) {
+    static const int rows[SKINNY_BUCKETS] = {1, 3, 6, 12};
+    return rows[bucket];
+}
+
+int skinny_kernel_runs(SkinnyKernel k, DType dt) {
+    if (dt != DTYPE_F32 && dt != DTYPE_BF16) return 0;
+    CpuIsa level = cpu_level()->level;
+    switch (k) {
+    case SKINNY_AVX2:
+    case SKINNY_ONEDNN: return 1;
+    case SKINNY_AVX512: return level >= CPU_ISA_AVX512;
+    case SKINNY_AVX512_BF16: return dt == DTYPE_BF16 && level >= CPU_ISA_AVX512_BF16;
+    default: return 0;
     }
 }
 
-// Output columns o0 .. o0+3 (those < OC), each weight row applied to the input rows two at a time, the
-// rows of the next block prefetched (their first pass only).
-static void skinny_block_bf16_avx2(float *out, const uint16_t *inp, const uint16_t *weight, const uint16_t *bias,
-                                   int64_t o0, int64_t N, int64_t C, int64_t OC) {
-    for (int64_t o = o0; o < o0 + 4 && o < OC; o++) {
-        const uint16_t *w = weight + o * C, *pf = o + 4 < OC ? w + 4 * C : NULL;
-        int64_t b0 = 0;
-        for (; b0 + 2 <= N; b0 += 2) skinny_rows_bf16_avx2(out, inp, w, b0 ? NULL : pf, bias, o, b0, 2, C, OC);
-        if (b0 < N) skinny_rows_bf16_avx2(out, inp, w, b0 ? NULL : pf, bias, o, b0, 1, C, OC);
+void matmul_skinny_with(SkinnyKernel k, float *out, const void *inp, const void *weight, const void *bias, DType dt,
+                        int64_t N, int64_t C, int64_t OC) {
+    if (!skinny_kernel_runs(k, dt)) die("skinny kernel %s cannot run %s here", skinny_kernel_name(k), dtype_name(dt));
+    if (k == SKINNY_ONEDNN) {
+        gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
+        return;
     }
+    if (dt == DTYPE_F32) {
+        BlockF32 block = k == SKINNY_AVX512 ? skinny_block_f32_avx512 : skinny_block_f32_avx2;
+#pragma omp parallel for schedule(static) if (OC * C >= PAR_MIN)
+        for (int64_t o = 0; o < OC; o += 4) block(out, inp, weight, bias, o, N, C, OC);
+        return;
+    }
+    BlockBf16 block = k == SKINNY_AVX512_BF16 ? skinny_block_bf16_avx512bf16
+                      : k == SKINNY_AVX512    ? skinny_block_bf16_avx512
+                                              : skinny_block_bf16_avx2;
+#pragma omp parallel for schedule(static) if (OC * C >= PAR_MIN)
+    for (int64_t o = 0; o < OC; o += 4) block(out, inp, weight, bias, o, N, C, OC);
 }
 
 void matmul_skinny(float *out, const void *inp, const void *weight, const void *bias, DType dt, int64_t N, int64_t C,
                    int64_t OC) {
-    if (dt == DTYPE_F32) {
-#pragma omp parallel for schedule(static) if (OC * C >= PAR_MIN)
-        for (int64_t o = 0; o < OC; o++) skinny_column_f32(out, inp, weight, bias, o, N, C, OC);
-        return;
-    }
-    void (*block)(float *, const uint16_t *, const uint16_t *, const uint16_t *, int64_t, int64_t, int64_t, int64_t) =
-        cpu_level()->level >= CPU_ISA_AVX512_BF16 ? skinny_block_bf16_avx512 : skinny_block_bf16_avx2;
-#pragma omp parallel for schedule(static) if (OC * C >= PAR_MIN)
-    for (int64_t o = 0; o < OC; o += 4) block(out, inp, weight, bias, o, N, C, OC);
+    matmul_skinny_with(skinny_choice(dt), out, inp, weight, bias, dt, N, C, OC);
 }

@@ -106,12 +106,14 @@ def allreduce():
 def cpu():
     common = ["--grpo", GRPO, "--ceiling", CEILING, "--model", T("tiny"), "--repeats", 1, "--threads", 2,
               "--train-steps", 2, "--prefill-batch", "2x32", "--decode-new", 2, 2, "--gemm-shape", 256, 256, 256,
-              "--read-mb", 8, "--min-peer-gflops", 0]
-    table = ["phase", "grpo f32", "grpo bf16", "torch f32", "torch bf16", "f32/torch", "bf16/torch",
+              "--read-mb", 8, "--skinny-mb", 4, "--min-peer-gflops", 0]
+    table = ["phase", "grpo f32", "grpo bf16", "torch f32", "torch bf16", "f32/torch", "bf16/torch", "bf16/tbf16",
              "\nprefill ", "\ndecode b1 ", "\ndecode b64 ", "\ntrain step ", "bf16 against our fp32",
-             "decode batch 1", "score peak RSS", "(tokens/s; train: trained tokens/s)"]
-    # this machine's level, the quiet mode only; then capped at AVX2 (bf16 widened, PyTorch's bf16 autocast
-    # failing there) in both modes, which adds the competing load and the under-load ratios
+             "decode batch 1", "score peak RSS", "decode batch 1 by CPU level", "\n  avx2        f32 ",
+             "kernels at 1 row", "issue 41's goals", "avx2 bf16 decode b1 weights / read loop",
+             "llama.cpp: not measured", "(tokens/s; train: trained tokens/s)"]
+    # this machine's level, the quiet mode only; then capped at AVX2 (bf16 widened; one level in the by-level
+    # rows) in both modes, which adds the competing load and the under-load ratios
     for name, extra, more in (("cpu", ["--modes", "quiet"], []),
                               ("cpu --isa avx2", ["--isa", "avx2", "--modes", "quiet", "load"],
                                ["ONEDNN_MAX_CPU_ISA=AVX2", "(widened to fp32)", "== load: read ",
@@ -121,8 +123,13 @@ def cpu():
         res = next((json.loads(l) for l in reversed(err.splitlines()) if l.startswith("{")), {})
         modes = ["quiet", "load"] if "load" in extra else ["quiet"]
         check(f"{name}: its JSON on stderr has every mode and phase",
-              list(res) == modes and all(set(res[m]) == {"ceil", "prefill", "decode1", "decode64", "train"}
+              list(res) == modes and all(set(res[m]) == {"ceil", "prefill", "decode1", "decode64", "train", "levels"}
                                          for m in modes), str(res)[:500])
+        levels = res.get("quiet", {}).get("levels", {})
+        check(f"{name}: decode by level: from avx2 up to its level, each with both dtypes' kernel and read loop",
+              list(levels)[:1] == ["avx2"] and ("--isa" not in extra or list(levels) == ["avx2"]) and
+              all(levels[lv][dt]["skinny"]["read"] > 0 and levels[lv][dt]["tps"] > 0 for lv in levels
+                  for dt in ("f32", "bf16")), str(levels)[:300])
 
 
 CUDA_CHECK = r"""

@@ -26,6 +26,7 @@
 #include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/ops.h"
+#include "nn/skinny.h"
 
 #define FD_TOL 2e-3
 #define ACC_TOL 1e-5  // pre-filled run minus prefill vs run into zeros, relative to max|g| + max|prefill|
@@ -491,6 +492,63 @@ static void test_matmul_bf16(int64_t N, int64_t C, int64_t OC, int bias) {
     free(out), free(dx), free(dw), free(db);
 }
 
+// Every skinny kernel that runs here (nn/skinny.h), fp32 and bf16, against sums in double of the same
+// operands, at every row count it serves (1 .. 16: its 4-, 2- and 1-row paths), with inner sizes that leave
+// a partial step and a scalar tail; each row's output the same bits alone and in any batch (a sequence
+// decodes alike alone or batched); and matmul_skinny following the process's choice (skinny_choose).
+static void test_skinny_kernels(DType dt, int64_t C, int64_t OC) {
+    size_t es = dtype_size(dt);
+    float *x, *w, *b;
+    uint16_t *x16 = bf16_randn(SKINNY_MAX_ROWS * C, 1.0f, &x), *w16 = bf16_randn(OC * C, 0.3f, &w);
+    uint16_t *b16 = bf16_randn(OC, 0.3f, &b);
+    const void *xs = dt == DTYPE_BF16 ? (const void *)x16 : x, *ws = dt == DTYPE_BF16 ? (const void *)w16 : w;
+    const void *bs = dt == DTYPE_BF16 ? (const void *)b16 : b;
+    float *out = fnew(SKINNY_MAX_ROWS * OC), *alone = fnew(OC), *ref = fnew(SKINNY_MAX_ROWS * OC);
+    double m = 0.0;
+    for (int64_t i = 0; i < SKINNY_MAX_ROWS; i++)
+        for (int64_t o = 0; o < OC; o++) {
+            double r = b[o];
+            for (int64_t c = 0; c < C; c++) r += (double)x[i * C + c] * w[o * C + c];
+            ref[i * OC + o] = (float)r;
+            m = fmax(m, fabs(r));
+        }
+    for (int k = 0; k < SKINNY_KERNELS; k++) {
+        if (!skinny_kernel_runs((SkinnyKernel)k, dt)) continue;
+        char op[64];
+        snprintf(op, sizeof op, "skinny %s %s C%lld OC%lld", skinny_kernel_name((SkinnyKernel)k), dtype_name(dt),
+                 (long long)C, (long long)OC);
+        double err = 0.0, batch = 0.0;
+        for (int64_t N = 1; N <= SKINNY_MAX_ROWS; N++) {
+            matmul_skinny_with((SkinnyKernel)k, out, xs, ws, bs, dt, N, C, OC);
+            for (int64_t i = 0; i < N * OC; i++) err = fmax(err, fabs((double)out[i] - ref[i]) / fmax(m, 1e-30));
+            for (int64_t i = 0; k != SKINNY_ONEDNN && i < N; i++) {
+                matmul_skinny_with((SkinnyKernel)k, alone, (const char *)xs + (size_t)(i * C) * es, ws, bs, dt, 1, C,
+                                   OC);
+                for (int64_t o = 0; o < OC; o++) batch += alone[o] != out[i * OC + o];
+            }
+        }
+        report(op, "out, 1..16 rows", err, ACC_TOL, "vs double");
+        if (k != SKINNY_ONEDNN) report(op, "a row alone = in a batch", batch, 0.0, "outputs differing");
+    }
+    // The choice: matmul_skinny runs the chosen kernel; oneDNN and a kernel that does not run dt are refused.
+    SkinnyKernel prev = skinny_choice(dt);
+    int refused = skinny_choose(dt, SKINNY_ONEDNN) + skinny_choose(dt, SKINNY_KERNELS);
+    if (dt == DTYPE_F32) refused += skinny_choose(dt, SKINNY_AVX512_BF16);
+    double diff = refused + (skinny_choice(dt) != prev);
+    for (int k = 0; k < SKINNY_ONEDNN; k++) {
+        if (!skinny_kernel_runs((SkinnyKernel)k, dt)) continue;
+        diff += !skinny_choose(dt, (SkinnyKernel)k) + (skinny_choice(dt) != (SkinnyKernel)k);
+        matmul_skinny(out, xs, ws, bs, dt, 3, C, OC);
+        matmul_skinny_with((SkinnyKernel)k, ref, xs, ws, bs, dt, 3, C, OC);
+        diff += memcmp(out, ref, (size_t)(3 * OC) * sizeof *out) != 0;
+    }
+    skinny_choose(dt, prev);
+    char op[64];
+    snprintf(op, sizeof op, "skinny choice %s", dtype_name(dt));
+    report(op, "each kernel chosen in turn", diff, 0.0, "mismatches");
+    free(x), free(w), free(b), free(x16), free(w16), free(b16), free(out), free(alone), free(ref);
+}
+
 // --------------------------------------------------------------------------------------- logprob
 
 typedef struct {
@@ -625,6 +683,11 @@ int main(void) {
     test_matmul_bf16(37, 40, 23, 1);  // oneDNN
     test_matmul_bf16(300, 96, 130, 1);
     test_matmul_bf16(600, 1100, 300, 1);  // widened: row tiles, inner blocks of 512 in every product
+    // C 316: every kernel's steps (fp32 32 / 64 values, bf16 32 / 64 / 128) leave a partial step and a tail;
+    // OC 130: threads share the columns (OC * C past PAR_MIN); C 256: whole steps only
+    test_skinny_kernels(DTYPE_F32, 316, 130);
+    test_skinny_kernels(DTYPE_BF16, 316, 23);
+    test_skinny_kernels(DTYPE_BF16, 256, 9);
     test_rope(1e4);
     test_rope(1e6);
     const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};
