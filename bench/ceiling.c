@@ -77,7 +77,8 @@ static float *read_buffer(size_t n) {
 
 static void bench_read(size_t mb, int reps) {
     size_t n = mb << 18;  // floats
-    float *x = read_buffer(n), sum = 0.0f;
+    float *x = read_buffer(n);
+    float sum = 0.0f;
     double *t = xmalloc((size_t)reps * sizeof *t);
     for (int r = 0; r < reps; r++) t[r] = read_pass(x, n, &sum);
     printf("{\"read_mb\": %zu, \"gbps\": %.1f, \"check\": %.0f}\n", mb, (double)(n * 4) / median(t, reps) / 1e9,
@@ -98,7 +99,8 @@ static void bench_skinny(DType dt, int64_t rows, int64_t C, int64_t OC, size_t m
     dtype_from_f32(dt, wf, w, n);
     dtype_from_f32(dt, x, x2, (size_t)(rows * C));
     free(wf);
-    float *rd = read_buffer(nr), sum = 0.0f;
+    float *rd = read_buffer(nr);
+    float sum = 0.0f;
     double *t = xcalloc((size_t)(SKINNY_KERNELS + 1) * (size_t)reps, sizeof *t);
     for (int r = -1; r < reps; r++) {  // r = -1: a warm-up round
         for (int k = 0; k <= SKINNY_KERNELS; k++) {
@@ -134,8 +136,11 @@ int main(int argc, char **argv) {
         bench_read((size_t)atoll(argv[2]), argc > 3 ? atoi(argv[3]) : 10);
     } else if (argc >= 7 && strcmp(argv[1], "skinny") == 0) {
         DType dt = strcmp(argv[2], "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32;
-        bench_skinny(dt, atoll(argv[3]), atoll(argv[4]), atoll(argv[5]), (size_t)atoll(argv[6]),
-                     argc > 7 ? atoi(argv[7]) : 7);
+        long long rows = atoll(argv[3]), C = atoll(argv[4]), OC = atoll(argv[5]), mb = atoll(argv[6]);
+        int reps = argc > 7 ? atoi(argv[7]) : 7;
+        if (rows < 1 || rows > SKINNY_MAX_ROWS || C < 1 || OC < 1 || mb < 1 || reps < 1)
+            die("ceiling skinny: ROWS 1..%d, C, OC, MB and REPS at least 1", SKINNY_MAX_ROWS);
+        bench_skinny(dt, rows, C, OC, (size_t)mb, reps);
     } else {
         die("usage: ceiling gemm f32|bf16 M N K [REPS] | ceiling read MB [REPS] | "
             "ceiling skinny f32|bf16 ROWS C OC MB [REPS]");

@@ -130,9 +130,12 @@ __attribute__((constructor)) static void cpu_probe(void) {
     unsigned r[12] = {0};
     for (unsigned i = 0; i < 3; i++)
         if (!__get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3])) break;
-    memcpy(brand, r, sizeof r);
-    size_t n = strlen(brand);
-    while (n && brand[n - 1] == ' ') brand[--n] = 0;
+    char raw[sizeof r + 1] = {0};
+    memcpy(raw, r, sizeof r);
+    const char *b = raw + strspn(raw, " ");  // older Intel brands are right-aligned
+    size_t n = strlen(b);
+    while (n && b[n - 1] == ' ') n--;
+    memcpy(brand, b, n);
     probed.machine = CPU_ISA_AVX2;
     for (int l = CPU_ISA_AVX512; l <= CPU_ISA_AMX; l++) {
         int ok = 1;

@@ -12,6 +12,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "model/lora.h"
+#include "nn/skinny.h"
 #include "text/utf8.h"
 #include "train/checkpoint.h"
 #include "train/grpo/step.h"
@@ -406,6 +407,13 @@ void grpo_run(const GrpoSettings *global) {
     backend_arena_init(r.tr.be, &r.workspace, r.plan.workspace);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);
+    const Qwen2 *rollout_model = trainer_weights(&r.tr);
+    if (lead && !rollout_model->be->on_device) {  // the rollout's decode kernel, measured or read now
+        char *k = skinny_tuning_text(skinny_tuning(rollout_model->dtype));
+        fprintf(stderr, "grpo train: decode kernel (%s): %s\n", dtype_name(rollout_model->dtype),
+                *k ? k : "the level's own (GRPO_TUNING=off)");
+        free(k);
+    }
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
     if (r.has_val && s->val_before_train && !s->resume) run_validate(&r, 0);
