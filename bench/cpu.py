@@ -22,7 +22,7 @@ spins for the whole mode), as a shared machine has. Same run, same threads, medi
             f32 and bf16 taking turns), against bench/decode.py's KV-cache greedy loop in PyTorch fp32 and
             bf16 (batch 1: 16 steps; batch 64: 4)
   levels    decode batch 1 again at every CPU level up to this one (GRPO_CPU_ISA), fp32 and bf16 taking
-            turns, with the kernel each process's measured choice runs (model/decode_tune.h); and per level
+            turns, with the kernel each process's measured choice runs (nn/skinny.h); and per level
             every decode kernel's GB/s at one row over --skinny-mb of gate-shaped weights beside the read
             loop of the same run (`ceiling skinny`)
   train     `grpo sft` (fp32, and --precision bf16) one step of B=2 sequences x 256 tokens on the same
