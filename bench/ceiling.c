@@ -3,6 +3,8 @@
 // OMP_NUM_THREADS says. Prints one JSON line: the median of REPS runs.
 //   ceiling gemm f32|bf16 M N K [REPS]     C (M,N) = A (M,K) @ B (N,K)^T, as a projection computes
 //   ceiling read MB [REPS]                 sum of an MB-megabyte fp32 array, every thread a slice
+//   ceiling skinny f32|bf16|q8 ROWS C OC MB [REPS]
+//                                          every skinny kernel against the read loop (bench_skinny)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "base/dtype.h"
 #include "base/util.h"
 #include "nn/gemm.h"
+#include "nn/q8.h"
 #include "nn/skinny.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -90,14 +93,16 @@ static void bench_read(size_t mb, int reps) {
 // rows, as decode streams its layers, and the read loop over as many bytes, taking turns REPS times:
 // GB/s of weights read (median) per kernel, and the read loop's.
 static void bench_skinny(DType dt, int64_t rows, int64_t C, int64_t OC, size_t mb, int reps) {
-    size_t es = dtype_size(dt), per = (size_t)(C * OC) * es, mats = ((mb << 20) + per - 1) / per;
+    int q8 = dt == DTYPE_Q8;  // Q8_0 blocks: 34 bytes per 32 values
+    size_t es = q8 ? sizeof(Q8Block) : dtype_size(dt), ev = q8 ? Q8_BLOCK : 1;
+    size_t per = (size_t)(C * OC) / ev * es, mats = ((mb << 20) + per - 1) / per;
     size_t n = mats * (size_t)(C * OC), nr = ((mats * per / 4) + 63) & ~(size_t)63;
     float *wf = xmalloc(n * 4), *x = xmalloc((size_t)(rows * C) * 4), *out = xmalloc((size_t)(rows * OC) * 4);
     for (size_t i = 0; i < n; i++) wf[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
     for (int64_t i = 0; i < rows * C; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
-    void *w = xmalloc(n * es), *x2 = xmalloc((size_t)(rows * C) * es);
-    dtype_from_f32(dt, wf, w, n);
-    dtype_from_f32(dt, x, x2, (size_t)(rows * C));
+    void *w = xmalloc(n / ev * es), *x2 = xmalloc(q8 ? (size_t)(rows * C / Q8_BLOCK) * sizeof(Q8In) : (size_t)(rows * C) * es);
+    if (q8) q8_quantize(w, wf, DTYPE_F32, (int64_t)(n / (size_t)C), C), q8_quantize_inputs(x2, x, rows, C);
+    else dtype_from_f32(dt, wf, w, n), dtype_from_f32(dt, x, x2, (size_t)(rows * C));
     free(wf);
     float *rd = read_buffer(nr);
     float sum = 0.0f;
@@ -135,15 +140,15 @@ int main(int argc, char **argv) {
     } else if (argc >= 3 && strcmp(argv[1], "read") == 0) {
         bench_read((size_t)atoll(argv[2]), argc > 3 ? atoi(argv[3]) : 10);
     } else if (argc >= 7 && strcmp(argv[1], "skinny") == 0) {
-        DType dt = strcmp(argv[2], "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32;
+        DType dt = strcmp(argv[2], "bf16") == 0 ? DTYPE_BF16 : strcmp(argv[2], "q8") == 0 ? DTYPE_Q8 : DTYPE_F32;
         long long rows = atoll(argv[3]), C = atoll(argv[4]), OC = atoll(argv[5]), mb = atoll(argv[6]);
         int reps = argc > 7 ? atoi(argv[7]) : 7;
-        if (rows < 1 || rows > SKINNY_MAX_ROWS || C < 1 || OC < 1 || mb < 1 || reps < 1)
-            die("ceiling skinny: ROWS 1..%d, C, OC, MB and REPS at least 1", SKINNY_MAX_ROWS);
+        if (rows < 1 || rows > SKINNY_MAX_ROWS || C < 1 || OC < 1 || mb < 1 || reps < 1 || (dt == DTYPE_Q8 && C % Q8_BLOCK))
+            die("ceiling skinny: ROWS 1..%d, C (q8: a multiple of %d), OC, MB and REPS at least 1", SKINNY_MAX_ROWS, Q8_BLOCK);
         bench_skinny(dt, rows, C, OC, (size_t)mb, reps);
     } else {
         die("usage: ceiling gemm f32|bf16 M N K [REPS] | ceiling read MB [REPS] | "
-            "ceiling skinny f32|bf16 ROWS C OC MB [REPS]");
+            "ceiling skinny f32|bf16|q8 ROWS C OC MB [REPS]");
     }
     return 0;
 }

@@ -17,11 +17,11 @@ spins for the whole mode), as a shared machine has. Same run, same threads, medi
             process; median over --repeats processes of each, taking turns) against bench/prefill.py's
             batched forward in PyTorch fp32 and in PyTorch bf16 (weights and activations torch.bfloat16, as
             oneDNN runs them), median over --repeats
-  decode    `grpo generate --dtype f32|bf16` greedy, prompt 128, at batch 1 (32 new tokens) and batch 64
+  decode    `grpo generate --dtype f32|bf16|int8` greedy, prompt 128, at batch 1 (32 new tokens) and batch 64
             (16 new tokens), decode_tokens_per_second of --stats (median over --repeats processes of each,
-            f32 and bf16 taking turns), against bench/decode.py's KV-cache greedy loop in PyTorch fp32 and
-            bf16 (batch 1: 16 steps; batch 64: 4)
-  levels    decode batch 1 again at every CPU level up to this one (GRPO_CPU_ISA), fp32 and bf16 taking
+            f32, bf16 and int8 taking turns; int8 where the model's sizes are multiples of 32), against
+            bench/decode.py's KV-cache greedy loop in PyTorch fp32 and bf16 (batch 1: 16 steps; batch 64: 4)
+  levels    decode batch 1 again at every CPU level up to this one (GRPO_CPU_ISA), fp32, bf16 and int8 taking
             turns, with the kernel each process's measured choice runs (nn/skinny.h); and per level
             every decode kernel's GB/s at one row over --skinny-mb of gate-shaped weights beside the read
             loop of the same run (`ceiling skinny`)
@@ -35,8 +35,8 @@ weight bytes per second against the read loop, decode batch 64 as GFLOP/s agains
 and every figure under load as a fraction of its quiet value; then bf16 against our own fp32 (the goals of
 the CPU-levels issue: decode b1 >= 1.8x, prefill and train step >= 0.9x, score's peak memory < 0.6x), and
 issue 41's: each level's decode kernel and its whole batch-1 decode at >= 85% of the read loop, no level
-slower than a lower one (5% allowed for noise), prefill bf16 >= 1.1x and the train step bf16 >= 1.5x
-PyTorch bf16. A ceiling that cannot be measured prints as n/a. Model: qwen2.5-0.5b shape, random weights
+slower than a lower one (5% allowed for noise), int8 decode b1 >= 1.6x bf16, prefill bf16 >= 1.1x and the
+train step bf16 >= 1.5x PyTorch bf16. A ceiling that cannot be measured prints as n/a. Model: qwen2.5-0.5b shape, random weights
 (made on first use, F32 file).
 Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
@@ -119,11 +119,15 @@ def prefill(a, env, models, ids):
     return out
 
 
+# Bytes a weight of each --dtype: int8 is Q8_0 (blocks of 32 int8 and an fp16 scale).
+WIDTH = {"f32": 4, "bf16": 2, "int8": 34 / 32}
+
+
 def decode(a, env, models, B, new, torch_steps):
     g = torch.Generator().manual_seed(B)
     prompts = torch.randint(0, models["torch_f32"].V, (B, 128), generator=g)
     lines = "".join(json.dumps({"tokens": p}) + "\n" for p in prompts.tolist())
-    tps = {"f32": [], "bf16": []}
+    tps = {dt: [] for dt in a.dtypes}
     for _ in range(a.repeats):  # interleaved, so a noisy minute weighs on both
         for dt in tps:
             p = sh([a.grpo, "generate", "--model", a.model, "--jsonl", "--stats", "--temperature", "0",
@@ -183,7 +187,7 @@ def decode_levels(a, env):
     tps, kernel = {}, {}
     for _ in range(a.repeats):
         for lv in levels:
-            for dt in ("f32", "bf16"):
+            for dt in a.dtypes:
                 p = sh([a.grpo, "generate", "--model", a.model, "--jsonl", "--stats", "--temperature", "0",
                         "--max-new-tokens", str(a.decode_new[0]), "--dtype", dt], dict(env, GRPO_CPU_ISA=lv), line)
                 st = json.loads(p.stderr.strip().splitlines()[-1])
@@ -192,8 +196,9 @@ def decode_levels(a, env):
     out = {}
     for lv in levels:
         out[lv] = {}
-        for dt in ("f32", "bf16"):
-            p = sh([a.ceiling, "skinny", dt, "1", str(a.shape[0]), str(a.shape[1]), str(a.skinny_mb), "5"],
+        for dt in a.dtypes:
+            kind = "q8" if dt == "int8" else dt
+            p = sh([a.ceiling, "skinny", kind, "1", str(a.shape[0]), str(a.shape[1]), str(a.skinny_mb), "5"],
                    dict(env, GRPO_CPU_ISA=lv))
             out[lv][dt] = {"tps": statistics.median(tps[lv, dt]), "kernel": kernel[lv, dt],
                            "skinny": json.loads(p.stdout)}
@@ -254,6 +259,8 @@ def report(a, m, res):  # m: the fp32 reference model (sizes)
                 gb = x["grpo_bf16"] * weights * 2 / 1e9
                 extra = (f"bf16/f32 {x['grpo_bf16'] / x['grpo_f32']:.2f}x; bf16 reads {gb:.1f} GB/s = "
                          f"{fmt(ratio(gb, c['read_gbps']), '.0%')} of the read loop")
+            if k.startswith("decode") and "grpo_int8" in x:
+                extra += f"; int8 {x['grpo_int8']:.1f} = {x['grpo_int8'] / x['grpo_bf16']:.2f}x bf16"
             if k == "decode64":
                 gf = x["grpo_bf16"] * f_dec / 1e9
                 extra = f"bf16 {gf:.0f} GFLOP/s = {fmt(ratio(gf, c['gemm_bf16']), '.0%')} of the bf16 matmul ceiling"
@@ -265,9 +272,9 @@ def report(a, m, res):  # m: the fp32 reference model (sizes)
             print("decode batch 1 by CPU level (tokens/s, the kernel chosen; weights read / the read loop):")
             for lv, x in r["levels"].items():
                 cells = []
-                for dt, width in (("f32", 4), ("bf16", 2)):
+                for dt in a.dtypes:
                     y = x[dt]
-                    gb = y["tps"] * weights * width / 1e9
+                    gb = y["tps"] * weights * WIDTH[dt] / 1e9
                     cells.append(f"{dt} {y['tps']:5.1f} {y['kernel']:<11} {gb:5.1f} GB/s = "
                                  f"{gb / y['skinny']['read']:4.0%}")
                 print(f"  {lv:<12}" + "   ".join(cells))
@@ -275,8 +282,8 @@ def report(a, m, res):  # m: the fp32 reference model (sizes)
             for lv, x in r["levels"].items():
                 print(f"  {lv:<12}" + "   ".join(
                     dt + " " + ", ".join(f"{k} {v:.1f}" for k, v in x[dt]["skinny"].items()
-                                         if k in ("avx2", "avx512", "avx512_bf16", "onednn", "read"))
-                    for dt in ("f32", "bf16")))
+                                         if k in ("avx2", "avx512", "avx512_bf16", "avx512_vnni", "onednn", "read"))
+                    for dt in a.dtypes))
     if "quiet" in res and "load" in res:
         print("\nunder load / quiet:")
         for k in ("prefill", "decode1", "decode64", "train"):
@@ -301,8 +308,11 @@ def report(a, m, res):  # m: the fp32 reference model (sizes)
             goals.append(("prefill bf16 / PyTorch bf16", q["prefill"]["grpo_bf16"] / q["prefill"]["torch_bf16"], 1.1))
         if "train" in q and q["train"]["torch_bf16"]:
             goals.append(("train step bf16 / PyTorch bf16", q["train"]["grpo_bf16"] / q["train"]["torch_bf16"], 1.5))
+        if "grpo_int8" in q["decode1"]:
+            goals.append(("int8 decode b1 / bf16", q["decode1"]["grpo_int8"] / q["decode1"]["grpo_bf16"], 1.6))
         lv = q.get("levels", {})
-        for dt, width in (("f32", 4), ("bf16", 2)):
+        for dt in a.dtypes:
+            width = WIDTH[dt]
             best_below = 0.0
             for name, x in lv.items():
                 y = x[dt]
@@ -359,6 +369,7 @@ def main():
     models = {"torch_f32": ref.load_model(a.model, torch.float32), "torch_bf16": ref.load_model(a.model, torch.bfloat16)}
     m = models["torch_f32"]
     a.shape = (m.C, m.cfg["intermediate_size"], m.V)
+    a.dtypes = ["f32", "bf16"] + (["int8"] if all(d % 32 == 0 for d in (m.C, a.shape[1], m.H * m.D)) else [])
     tmp = tempfile.mkdtemp(prefix="grpo-bench-cpu-")
     try:
         res = {mode: run_mode(a, mode, models, tmp) for mode in a.modes}

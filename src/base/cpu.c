@@ -58,7 +58,7 @@ static const char *const isa_names[] = {"avx2", "avx512", "avx512_bf16", "amx"};
 static const char *const level_needs[][5] = {
     {"avx", "avx2", "fma", "f16c", NULL},  // (and bmi1, bmi2, abm, movbe: the floor check names them)
     {"avx512f", "avx512dq", "avx512bw", "avx512vl", NULL},
-    {"avx512_bf16", NULL},
+    {"avx512_bf16", "avx512_vnni", NULL},  // (every CPU with the one has the other)
     {"amx_bf16", "amx_tile", NULL},
 };
 

@@ -6,7 +6,7 @@
 typedef enum {
     CPU_ISA_AVX2,         // AVX2 + FMA (+ F16C, BMI1/2, LZCNT, MOVBE: x86-64-v3), the floor
     CPU_ISA_AVX512,       // + AVX-512 F/DQ/BW/VL (oneDNN's avx512_core)
-    CPU_ISA_AVX512_BF16,  // + AVX512_BF16: the bf16 dot product
+    CPU_ISA_AVX512_BF16,  // + AVX512_BF16 and AVX512_VNNI: the bf16 and int8 dot products
     CPU_ISA_AMX,          // + AMX-BF16 tiles (oneDNN's avx512_core_amx)
 } CpuIsa;
 

@@ -10,11 +10,15 @@ const char *dtype_name(DType d) {
     case DTYPE_F32: return "F32";
     case DTYPE_BF16: return "BF16";
     case DTYPE_F16: return "F16";
+    case DTYPE_Q8: return "Q8_0";
     default: return "unsupported";
     }
 }
 
-size_t dtype_size(DType d) { return d == DTYPE_F32 ? 4 : 2; }
+size_t dtype_size(DType d) {
+    if (d == DTYPE_Q8) die("internal: dtype_size of Q8_0 blocks");
+    return d == DTYPE_F32 ? 4 : 2;
+}
 
 size_t dtype_size_of_name(const char *name, DType *out) {
     static const struct { const char *name; DType d; size_t size; } table[] = {

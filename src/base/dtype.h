@@ -9,12 +9,13 @@ typedef enum {
     DTYPE_BF16,
     DTYPE_F16,
     DTYPE_OTHER,  // a valid safetensors dtype we cannot convert (I64, F64, U8, ...)
+    DTYPE_Q8,     // no file's: nn/q8.h's Q8_0 blocks (34 bytes per 32 values), decode's int8 weights
 } DType;
 
 const char *dtype_name(DType d);
 // Bytes per element of a safetensors dtype string, 0 if the string is no safetensors dtype.
 size_t dtype_size_of_name(const char *name, DType *out);
-size_t dtype_size(DType d);
+size_t dtype_size(DType d);  // F32, BF16, F16 (not DTYPE_Q8: nn/q8.h's blocks)
 
 // Inline: the conversions of 16-bit weights sit in inner loops.
 static inline float bf16_to_f32(uint16_t h) {

@@ -97,14 +97,15 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, int vl) {
-    const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter");
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8, int vl) {
+    const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter"), *dts = cli_str(spec, "--dtype");
+    int int8 = q8 && dts && strcmp(dts, "int8") == 0;
     if (adapter && dev && strcmp(dev, "cpu") != 0)
         die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);
     const Backend *be = backend_open(dev ? dev : "cpu", "--device");
-    DType dt = be->on_device ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
-    if (be->on_device && cli_str(spec, "--dtype") && cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16)
-        die("--dtype f32: --device %s computes in bf16 (fp32 weights run on the CPU)", dev);
+    DType dt = be->on_device || int8 ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
+    if (be->on_device && dts && (int8 || cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16))
+        die("--dtype %s: --device %s computes in bf16 (fp32 and int8 weights run on the CPU)", dts, dev);
     Qwen2Config c;
     qwen2_config_load_vl(&c, model_dir);
     if (c.vl && !vl) qwen2_config_load(&c, model_dir);  // refuses it in one line
@@ -115,6 +116,12 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     if (adapter) {
         lora_load(lora, &m->cfg, adapter);
         lora_attach(m, lora);
+    }
+    if (q8) memset(q8, 0, sizeof *q8);
+    if (int8) {  // decode's copies; prefill reads the bf16 slab
+        qwen2_q8_init(q8, m, "--dtype int8");
+        qwen2_q8_quantize(q8, m);
+        m->q8 = q8;
     }
     return be;
 }

@@ -265,7 +265,7 @@ static void print_stats(const Gen *g, const RolloutStats *st, int n_prompts, int
         fprintf(stderr, ", \"tool_calls\": %lld, \"tool_errors\": %lld, \"tool_seconds\": %.3f",
                 (long long)g->tools.calls, (long long)g->tools.errors, g->tools.seconds);
     // the decode's kernel (a device's own kernels: none)
-    const SkinnyTuning *t = g->m->be->on_device ? NULL : skinny_tuning(g->m->dtype);
+    const SkinnyTuning *t = g->m->be->on_device ? NULL : skinny_tuning(g->m->q8 ? DTYPE_Q8 : g->m->dtype);
     cJSON *tj = t ? skinny_tuning_json(t) : NULL;
     if (tj) cJSON_AddBoolToObject(tj, "cached", t->cached);
     char *tuning = tj ? cJSON_PrintUnformatted(tj) : NULL;
@@ -292,8 +292,9 @@ int cmd_generate(int argc, char **argv) {
         {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
         {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
-        {"--dtype", "f32|bf16",
-         "weights and products in fp32, or bf16 (2 bytes a weight; default: the checkpoint's)", NULL, 0},
+        {"--dtype", "f32|bf16|int8",
+         "weights and products in fp32, or bf16 (2 bytes a weight), or bf16 with int8 (Q8_0) copies that decode "
+         "reads (1.06 bytes a weight; default: the checkpoint's)", NULL, 0},
         {"--adapter", "DIR", "apply this PEFT LoRA adapter to the model (CPU)", NULL, 0},
         {"--device", "cpu|cuda[:N]|emu", "where the model runs (a GPU, or the emulated one, computes in bf16)",
          "cpu", 0},
@@ -341,7 +342,8 @@ int cmd_generate(int argc, char **argv) {
     const char *dir = cli_str(&spec, "--model");
     Qwen2 m;
     Lora lora;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, 1);
+    Qwen2Q8 q8;
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, 1);
     Gen g = {.m = &m, .has_vl = m.cfg.vl};
     if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
     char *tok_path = path_join(dir, "tokenizer.json");
@@ -427,6 +429,7 @@ int cmd_generate(int argc, char **argv) {
     if (g.has_tools) toolset_free(&g.tools);
     if (g.has_tok) tokenizer_free(&g.tok);
     qwen2_free(&m);
+    qwen2_q8_free(&q8);
     lora_free(&lora);
     backend_close(be);
     return 0;

@@ -218,7 +218,7 @@ int cmd_score(int argc, char **argv) {
     Qwen2 m;
     Lora lora;
     const char *dir = cli_str(&spec, "--model");
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, 1);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, NULL, 1);
     Scorer s = {.m = &m};
     ScoreCtx sc = {.m = &m, .dir = dir, .has_vl = m.cfg.vl};
     if (sc.has_vl) vl_model_load(&sc.vl, dir, &m.cfg);

@@ -29,7 +29,9 @@ int cmd_serve(int argc, char **argv) {
         {"--served-model-name", "NAME", "the model's name in the API (default: --model as given)", NULL, 0},
         {"--device", "cpu|cuda[:N]|emu", "where the model runs (a GPU, or the emulated one, computes in bf16)",
          "cpu", 0},
-        {"--dtype", "f32|bf16", "weights and products in fp32, or bf16 (default: the checkpoint's)", NULL, 0},
+        {"--dtype", "f32|bf16|int8",
+         "weights and products in fp32, or bf16, or bf16 with int8 copies for decode (default: the checkpoint's)",
+         NULL, 0},
         {"--max-batch", "N", "sequences decoded together (KV cache slots)", "16", 0},
         {"--max-len", "N", "prompt + max_tokens at most (default: max_position_embeddings, at most 4096)",
          NULL, 0},
@@ -70,7 +72,8 @@ int cmd_serve(int argc, char **argv) {
 
     Qwen2 m;
     Lora lora;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, 0);
+    Qwen2Q8 q8;
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, 0);
     o.max_len = m.cfg.max_pos < 4096 ? m.cfg.max_pos : 4096;
     if (cli_str(&spec, "--max-len")) o.max_len = cli_int(&spec, "--max-len", 2, m.cfg.max_pos);
     Tokenizer tok;
@@ -85,6 +88,7 @@ int cmd_serve(int argc, char **argv) {
     free(key);
     free(spec.args);
     qwen2_free(&m);
+    qwen2_q8_free(&q8);
     lora_free(&lora);
     backend_close(be);
     return rc;

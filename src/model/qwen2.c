@@ -14,6 +14,8 @@
 #include "model/lora.h"
 #include "model/vl_rope.h"
 #include "nn/ops.h"
+#include "nn/q8.h"
+#include "nn/skinny.h"
 
 // ---------------------------------------------------------------------------------------------
 // config
@@ -347,6 +349,7 @@ const Qwen2 *qwen2_host(const Qwen2 *m, Qwen2 *copy) {
     m->be->download(m->be, copy->params, m->params, bytes);
     copy->be = backend_cpu();
     copy->lora = NULL;
+    copy->q8 = NULL;
     return copy;
 }
 
@@ -700,6 +703,14 @@ const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf) 
     return buf;
 }
 
+// out (N, OC) = x (N, C) @ W^T + bias, W the matrix at slab offset w: for decode's few rows from m's int8
+// copy when it has one (x quantized), else from the slab (x as its projections read it: xo).
+static void project(const Qwen2 *m, float *out, const float *x, const void *xo, size_t w, const void *bias, int64_t N,
+                    int64_t C, int64_t OC) {
+    if (m->q8 && N <= SKINNY_MAX_ROWS) q8_matmul(out, x, qwen2_q8_at(m->q8, w), bias, m->dtype, N, C, OC, m->q8->xq);
+    else m->be->matmul_forward(m->be, out, xo, qwen2_at(m, w), bias, m->dtype, N, C, OC);
+}
+
 // The halves of a transformer block, over N rows of layer l's views: shared by prefill, decode and
 // training (which differ in the attention between them and in where the views point).
 static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2LayerActs *a) {
@@ -710,9 +721,9 @@ static void qkv_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2LayerActs
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
     be->rmsnorm_forward(be, a->xn1, a->xin, qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn1, N * C, a->in16);
-    be->matmul_forward(be, a->qr, xn, qwen2_at(m, w->wq + l * Q * C), qwen2_bias(m, w->bq + l * Q), dt, N, C, Q);
-    be->matmul_forward(be, a->kr, xn, qwen2_at(m, w->wk + l * KV * C), qwen2_bias(m, w->bk + l * KV), dt, N, C, KV);
-    be->matmul_forward(be, a->v, xn, qwen2_at(m, w->wv + l * KV * C), qwen2_bias(m, w->bv + l * KV), dt, N, C, KV);
+    project(m, a->qr, a->xn1, xn, w->wq + l * Q * C, qwen2_bias(m, w->bq + l * Q), N, C, Q);
+    project(m, a->kr, a->xn1, xn, w->wk + l * KV * C, qwen2_bias(m, w->bk + l * KV), N, C, KV);
+    project(m, a->v, a->xn1, xn, w->wv + l * KV * C, qwen2_bias(m, w->bv + l * KV), N, C, KV);
     lora_forward(m->be, m->lora, LORA_Q, l, a->xn1, N, a->qr, a->lora_u);
     lora_forward(m->be, m->lora, LORA_K, l, a->xn1, N, a->kr, a->lora_u);
     lora_forward(m->be, m->lora, LORA_V, l, a->xn1, N, a->v, a->lora_u);
@@ -732,18 +743,18 @@ static void out_mlp_block(const Qwen2 *m, int64_t l, int64_t N, const Qwen2Layer
     DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
     const void *att = qwen2_operand(m, a->att, N * Q, a->in16);
-    be->matmul_forward(be, a->xmid, att, qwen2_at(m, w->wo + l * C * Q), NULL, dt, N, Q, C);
+    project(m, a->xmid, a->att, att, w->wo + l * C * Q, NULL, N, Q, C);
     lora_forward(m->be, m->lora, LORA_O, l, a->att, N, a->xmid, a->lora_u);
     be->residual_forward(be, a->xmid, a->xin, N * C);
     be->rmsnorm_forward(be, a->xn2, a->xmid, qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     const void *xn = qwen2_operand(m, a->xn2, N * C, a->in16);
-    be->matmul_forward(be, a->gate, xn, qwen2_at(m, w->wgate + l * I * C), NULL, dt, N, C, I);
-    be->matmul_forward(be, a->up, xn, qwen2_at(m, w->wup + l * I * C), NULL, dt, N, C, I);
+    project(m, a->gate, a->xn2, xn, w->wgate + l * I * C, NULL, N, C, I);
+    project(m, a->up, a->xn2, xn, w->wup + l * I * C, NULL, N, C, I);
     lora_forward(m->be, m->lora, LORA_GATE, l, a->xn2, N, a->gate, a->lora_u);
     lora_forward(m->be, m->lora, LORA_UP, l, a->xn2, N, a->up, a->lora_u);
     be->swiglu_forward(be, a->h, a->gate, a->up, N * I);
     const void *h = qwen2_operand(m, a->h, N * I, a->in16);
-    be->matmul_forward(be, a->xout, h, qwen2_at(m, w->wdown + l * C * I), NULL, dt, N, I, C);
+    project(m, a->xout, a->h, h, w->wdown + l * C * I, NULL, N, I, C);
     lora_forward(m->be, m->lora, LORA_DOWN, l, a->h, N, a->xout, a->lora_u);
     be->residual_forward(be, a->xout, a->xmid, N * C);
 }
@@ -935,7 +946,7 @@ void qwen2_decode_step_at(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, co
 void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits) {
     const Qwen2Config *c = &m->cfg;
     const void *x = qwen2_operand(m, h, B * c->hidden, a->in16);
-    m->be->matmul_forward(m->be, logits, x, qwen2_at(m, m->w.lm_head), NULL, m->dtype, B, c->hidden, c->vocab);
+    project(m, logits, h, x, m->w.lm_head, NULL, B, c->hidden, c->vocab);
 }
 
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.

@@ -32,6 +32,7 @@ typedef struct {
 } Qwen2Config;
 
 typedef struct Lora Lora;  // model/lora.h
+typedef struct Qwen2Q8 Qwen2Q8;  // below
 
 // Element offsets of the tensors in any slab with the parameter layout (weights of any dtype, fp32
 // gradients, Adam moments); per-layer tensors are stacked over layers: layer l of wq starts at
@@ -64,7 +65,32 @@ typedef struct {
     size_t n_params;
     Qwen2Layout w;
     const Lora *lora;  // LoRA adapters every pass adds (NULL: none); the base is then frozen
+    const Qwen2Q8 *q8;  // int8 copies of the projections that decode reads instead of the slab (NULL: none)
 } Qwen2;
+
+// Int8 weights for decode (rollout.weight_dtype: int8, generate --dtype int8): Q8_0 copies (nn/q8.h) of every
+// layer's projections and of lm_head, which forwards of up to SKINNY_MAX_ROWS rows (decode: memory-bound,
+// each weight read once a token) read instead of the slab, at 1.06 bytes a weight; longer ones (prefill,
+// training: compute-bound) read the slab. Attach with m.q8 = &q on a copy of the model struct.
+#define QWEN2_Q8_TENSORS 8  // wq, wk, wv, wo, wgate, wup, wdown, lm_head
+struct Qwen2Q8 {
+    size_t off[QWEN2_Q8_TENSORS];    // each tensor's slab offset (all layers)
+    size_t n[QWEN2_Q8_TENSORS];      // and elements
+    size_t first[QWEN2_Q8_TENSORS];  // its first block in `blocks`
+    struct Q8Block *blocks;
+    size_t n_blocks;
+    struct Q8In *xq;  // a projection's input rows quantized: the scratch of one forward at a time
+};
+// The copies' memory for c (the memory plan counts it): 0 when c's projections cannot be quantized (an input
+// width that is not a multiple of 32).
+size_t qwen2_q8_bytes(const Qwen2Config *c);
+// Room for m's copies; dies naming `what` (the key or flag that asked for int8) when m cannot have them.
+void qwen2_q8_init(Qwen2Q8 *q, const Qwen2 *m, const char *what);
+// m's projections into q (after each update: the rollout reads the weights as they are now).
+void qwen2_q8_quantize(Qwen2Q8 *q, const Qwen2 *m);
+void qwen2_q8_free(Qwen2Q8 *q);
+// The blocks of the quantized tensor element at slab offset off (a matrix's first row); dies when none.
+const struct Q8Block *qwen2_q8_at(const Qwen2Q8 *q, size_t off);
 
 // n floats of x as m's projections read them: x itself (F32 models), or rounded to bf16 into buf.
 const void *qwen2_operand(const Qwen2 *m, const float *x, int64_t n, void *buf);

@@ -7,6 +7,18 @@
 #include "base/cpu.h"
 #include "base/util.h"
 #include "nn/gemm.h"
+#include "nn/q8.h"
+
+// Q8_0: |x| times w with x's sign, in 16-bit products of byte pairs added in pairs, then pairs of those
+// into int32 (the 16-bit sums of two products fit: 2 x 127 x 127 < 2^15).
+#define q8_w(q) (q)
+static inline __m256i q8_sums_avx2(__m256i w, const Q8In *p) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)p->q);
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+#define q8_sums q8_sums_avx2
+#include "nn/skinny_q8.h"
 
 #define PAR_MIN 32768  // as nn/ops.c: smaller products stay on one thread
 
@@ -36,12 +48,6 @@ static inline void widen_mac(__m256 *a, Widened w, const uint16_t *p) {
 static inline __m256 f32_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void f32_mac(__m256 *a, __m256 w, const float *p) { a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p), w, a[0]); }
 static inline float f32_value(float x) { return x; }
-
-static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 #define SKINNY_BLOCK skinny_block_bf16_avx2
 #define SKINNY_ROWS skinny_rows_bf16_avx2
@@ -73,11 +79,28 @@ static inline float hsum256(__m256 v) {
 #define SK_ROWS 2
 #include "nn/skinny_kernel.h"
 
+#define SKINNY_BLOCK skinny_block_q8_avx2
+#define SKINNY_ROWS skinny_rows_q8_avx2
+#define SkElem Q8Block
+#define SkIn Q8In
+#define sk_f32 q8_none
+#define SkVec __m256
+#define sk_zero _mm256_setzero_ps
+#define SK_STEP 1
+#define SK_SUMS 1
+#define SkW Q8Vec
+#define sk_load_w q8_load
+#define sk_mac q8_mac
+#define sk_reduce hsum256
+#define SK_ROWS 2
+#include "nn/skinny_kernel.h"
+
+typedef void (*BlockQ8)(float *, const Q8In *, const Q8Block *, const Q8Block *, int64_t, int64_t, int64_t, int64_t);
 typedef void (*BlockBf16)(float *, const uint16_t *, const uint16_t *, const uint16_t *, int64_t, int64_t, int64_t,
                           int64_t);
 typedef void (*BlockF32)(float *, const float *, const float *, const float *, int64_t, int64_t, int64_t, int64_t);
 
-static const char *const kernel_names[SKINNY_KERNELS] = {"avx2", "avx512", "avx512_bf16", "onednn"};
+static const char *const kernel_names[SKINNY_KERNELS] = {"avx2", "avx512", "avx512_bf16", "avx512_vnni", "onednn"};
 
 const char *skinny_kernel_name(SkinnyKernel k) { return k >= 0 && k < SKINNY_KERNELS ? kernel_names[k] : "?"; }
 
@@ -87,8 +110,9 @@ int skinny_bucket_rows(int bucket) {
 }
 
 int skinny_kernel_runs(SkinnyKernel k, DType dt) {
-    if (dt != DTYPE_F32 && dt != DTYPE_BF16) return 0;
     CpuIsa level = cpu_level()->level;
+    if (dt == DTYPE_Q8) return k == SKINNY_AVX2 || (k == SKINNY_AVX512_VNNI && level >= CPU_ISA_AVX512_BF16);
+    if (dt != DTYPE_F32 && dt != DTYPE_BF16) return 0;
     switch (k) {
     case SKINNY_AVX2:
     case SKINNY_ONEDNN: return 1;
@@ -103,6 +127,13 @@ void matmul_skinny_with(SkinnyKernel k, float *out, const void *inp, const void 
     if (!skinny_kernel_runs(k, dt)) die("skinny kernel %s cannot run %s here", skinny_kernel_name(k), dtype_name(dt));
     if (k == SKINNY_ONEDNN) {
         gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
+        return;
+    }
+    if (dt == DTYPE_Q8) {  // C values: C / Q8_BLOCK blocks a row
+        if (bias || C % Q8_BLOCK) die("internal: a Q8_0 projection with a bias or rows of %lld", (long long)C);
+        BlockQ8 block = k == SKINNY_AVX512_VNNI ? skinny_block_q8_vnni : skinny_block_q8_avx2;
+#pragma omp parallel for schedule(static) if (OC * C >= PAR_MIN)
+        for (int64_t o = 0; o < OC; o += 4) block(out, inp, weight, NULL, o, N, C / Q8_BLOCK, OC);
         return;
     }
     if (dt == DTYPE_F32) {

@@ -1,5 +1,6 @@
 // The skinny projection (decode: a few rows), inside nn/: out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias
-// for N <= SKINNY_MAX_ROWS. Several kernels of ours can run it, one per instruction set, and which is fastest
+// for N <= SKINNY_MAX_ROWS, with weights and inputs in fp32, bf16, or Q8_0 (DTYPE_Q8: weights in nn/q8.h's Q8Block,
+// inputs in its Q8In; decode's int8 weights; biases added by q8_matmul). Several kernels of ours can run it, one per instruction set, and which is fastest
 // is not what the CPU's features say (on Zen 4, AVX2 widening streams a weight row as fast as AVX512-BF16
 // dot products), so the process runs the kernel measured fastest on this machine (skinny_tune.c, below).
 // oneDNN's GEMM is measured beside them but never chosen: each of ours computes a row the same way whatever
@@ -19,6 +20,7 @@ typedef enum {
     SKINNY_AVX2,         // widening bf16 in registers (fp32: 8-wide vectors); every level
     SKINNY_AVX512,       // the same 16 wide; AVX-512 and up
     SKINNY_AVX512_BF16,  // bf16 dot products (bf16 only); AVX512-BF16 and up
+    SKINNY_AVX512_VNNI,  // int8 dot products (Q8_0 only; AVX2 runs it with two instructions); AVX512-BF16 and up
     SKINNY_ONEDNN,       // nn/gemm.h's GEMM; every level (measured for comparison)
     SKINNY_KERNELS,
 } SkinnyKernel;
@@ -26,8 +28,8 @@ typedef enum {
 // The row counts kernels are measured at: 1, 3, 6, 12.
 #define SKINNY_BUCKETS 4
 int skinny_bucket_rows(int bucket);
-const char *skinny_kernel_name(SkinnyKernel k);  // "avx2", "avx512", "avx512_bf16", "onednn"
-// 1 when kernel k runs dtype dt (DTYPE_F32 or DTYPE_BF16) at this process's CPU level (base/cpu.h).
+const char *skinny_kernel_name(SkinnyKernel k);  // "avx2", "avx512", "avx512_bf16", "avx512_vnni", "onednn"
+// 1 when kernel k runs dtype dt (DTYPE_F32, DTYPE_BF16 or DTYPE_Q8) at this process's CPU level (base/cpu.h).
 int skinny_kernel_runs(SkinnyKernel k, DType dt);
 
 // The projection with the kernel chosen for dt.
@@ -89,3 +91,10 @@ void skinny_block_bf16_avx512(float *out, const uint16_t *inp, const uint16_t *w
                               int64_t o0, int64_t N, int64_t C, int64_t OC);
 void skinny_block_f32_avx512(float *out, const float *inp, const float *weight, const float *bias, int64_t o0,
                              int64_t N, int64_t C, int64_t OC);
+// Q8_0: C counts blocks here.
+typedef struct Q8Block Q8Block;
+typedef struct Q8In Q8In;
+void skinny_block_q8_avx2(float *out, const Q8In *inp, const Q8Block *weight, const Q8Block *bias, int64_t o0,
+                          int64_t N, int64_t C, int64_t OC);
+void skinny_block_q8_vnni(float *out, const Q8In *inp, const Q8Block *weight, const Q8Block *bias, int64_t o0,
+                          int64_t N, int64_t C, int64_t OC);

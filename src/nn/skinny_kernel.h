@@ -3,6 +3,7 @@
 //   SKINNY_BLOCK        the name of the block function this defines (nn/skinny.h's skinny_block_*), and
 //   SKINNY_ROWS         of its static helper (a file may include this twice)
 //   SkElem              the stored element (uint16_t for bf16, float), sk_f32(e) its value
+//   SkIn                the inputs' element, when it is not SkElem (Q8_0's blocks)
 //   SkVec, sk_zero()    the fp32 accumulator vector; SK_STEP elements a load, feeding SK_SUMS sums
 //   SkW, sk_load_w(p)   SK_STEP weights loaded (and widened, where the level widens)
 //   sk_mac(a, w, p)     adds the products of SK_STEP inputs at p with w into a[0 .. SK_SUMS-1]
@@ -14,9 +15,13 @@
 // half its speed or less. A row's sums are the same whatever rows it is computed with, so a sequence
 // decodes to the same numbers alone or in a batch.
 
+#ifndef SkIn
+#define SkIn SkElem
+#endif
+
 // Output column o of input rows b0 .. b0+R-1 (R 1, 2 or 4, a literal at each call: each gets its own
 // unrolled loop) from weight row w.
-static inline __attribute__((always_inline)) void SKINNY_ROWS(float *out, const SkElem *inp, const SkElem *w,
+static inline __attribute__((always_inline)) void SKINNY_ROWS(float *out, const SkIn *inp, const SkElem *w,
                                                               const SkElem *bias, int64_t o, int64_t b0, int R,
                                                               int64_t C, int64_t OC) {
     enum { U = 4 / SK_SUMS };
@@ -36,7 +41,7 @@ static inline __attribute__((always_inline)) void SKINNY_ROWS(float *out, const 
         for (int b = 0; b < R; b++) sk_mac(a[b][0], wv, inp + (b0 + b) * C + c);
     }
     for (int b = 0; b < R; b++) {
-        const SkElem *x = inp + (b0 + b) * C;
+        const SkIn *x = inp + (b0 + b) * C;
         SkVec v = a[b][0][0];
         for (int u = 0; u < U; u++)
             for (int s = u == 0; s < SK_SUMS; s++) v += a[b][u][s];
@@ -47,7 +52,7 @@ static inline __attribute__((always_inline)) void SKINNY_ROWS(float *out, const 
 }
 
 // Output columns o0 .. o0+3 (those < OC) of all N rows.
-void SKINNY_BLOCK(float *out, const SkElem *inp, const SkElem *weight, const SkElem *bias, int64_t o0, int64_t N,
+void SKINNY_BLOCK(float *out, const SkIn *inp, const SkElem *weight, const SkElem *bias, int64_t o0, int64_t N,
                   int64_t C, int64_t OC) {
     for (int64_t o = o0; o < o0 + 4 && o < OC; o++) {
         const SkElem *w = weight + o * C;
@@ -61,6 +66,7 @@ void SKINNY_BLOCK(float *out, const SkElem *inp, const SkElem *weight, const SkE
 #undef SKINNY_BLOCK
 #undef SKINNY_ROWS
 #undef SkElem
+#undef SkIn
 #undef sk_f32
 #undef SkVec
 #undef sk_zero

@@ -14,6 +14,7 @@
 
 #include "base/cpu.h"
 #include "base/util.h"
+#include "nn/q8.h"
 #include "nn/skinny.h"
 
 #define TUNE_C 896                         // Qwen2.5-0.5B's hidden size and
@@ -23,10 +24,22 @@
 #define TUNE_FILE_MAX ((size_t)1 << 20)
 #define TUNE_LOCK_WAIT 300.0               // seconds to wait for another process's measurement
 
-// The choice per dtype (fp32, bf16): resolved once (pthread_once), or set by skinny_choose.
-static SkinnyTuning tuned[2];
-static SkinnyKernel chosen[2];
-static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+// The choice per dtype (fp32, bf16, Q8_0: slot below): resolved once (pthread_once), or set by skinny_choose.
+#define SLOTS 3
+static SkinnyTuning tuned[SLOTS];
+static SkinnyKernel chosen[SLOTS];
+static pthread_once_t once[SLOTS] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static const DType slot_dtype[SLOTS] = {DTYPE_F32, DTYPE_BF16, DTYPE_Q8};
+
+static int slot(DType dt) { return dt == DTYPE_Q8 ? 2 : dt == DTYPE_BF16; }
+
+// Bytes of a (rows, C) matrix of dt (Q8_0: weights; inputs: in_bytes).
+static size_t matrix_bytes(DType dt, size_t rows, size_t C) {
+    return dt == DTYPE_Q8 ? rows * (C / Q8_BLOCK) * sizeof(Q8Block) : rows * C * dtype_size(dt);
+}
+static size_t in_bytes(DType dt, size_t rows, size_t C) {
+    return dt == DTYPE_Q8 ? rows * (C / Q8_BLOCK) * sizeof(Q8In) : rows * C * dtype_size(dt);
+}
 
 char *skinny_tuning_path(void) {
     const char *f = getenv("GRPO_TUNING_FILE");
@@ -189,7 +202,7 @@ static size_t llc_bytes(void) {
 
 // Seconds of one pass of kernel k at `rows` rows over the n gate-shaped and down-shaped weight matrices in w.
 static double time_pass(SkinnyKernel k, DType dt, int rows, const char *w, size_t n, const void *x, float *out) {
-    size_t bytes = (size_t)TUNE_C * TUNE_I * dtype_size(dt);
+    size_t bytes = matrix_bytes(dt, TUNE_I, TUNE_C);
     double t0 = time_now();
     for (size_t m = 0; m < n; m++) {
         int down = m & 1;
@@ -217,18 +230,19 @@ static void tuning_pick(SkinnyTuning *t, DType dt) {
 }
 
 static void tuning_measure(DType dt, SkinnyTuning *t) {
-    size_t es = dtype_size(dt), mat = (size_t)TUNE_C * TUNE_I, llc = 3 * llc_bytes();
+    size_t mat = matrix_bytes(dt, TUNE_I, TUNE_C), llc = 3 * llc_bytes();
     size_t bytes = llc > TUNE_MIN_BYTES ? llc : TUNE_MIN_BYTES;
     bytes = bytes < TUNE_MAX_BYTES ? bytes : TUNE_MAX_BYTES;
-    size_t n = (bytes / (mat * es) + 1) & ~(size_t)1;  // gate and down pairs
-    char *w = xmalloc(n * mat * es);
+    size_t n = (bytes / mat + 1) & ~(size_t)1;  // gate and down pairs
+    char *w = xmalloc(n * mat);
     size_t nx = (size_t)SKINNY_MAX_ROWS * TUNE_I;
     float *xf = xmalloc(nx * sizeof *xf), *out = xmalloc(nx * sizeof *out);
     for (size_t i = 0; i < nx; i++) xf[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
 #pragma omp parallel for schedule(static)
-    for (size_t m = 0; m < n; m++) memset(w + m * mat * es, 0x3c, mat * es);  // 0.0115 in fp32 and bf16 alike
-    void *x = xmalloc(nx * es);
-    dtype_from_f32(dt, xf, x, nx);
+    for (size_t m = 0; m < n; m++) memset(w + m * mat, 0x3c, mat);  // 0.0115 in fp32 and bf16; Q8_0: 1.06 x 60
+    void *x = xmalloc(in_bytes(dt, SKINNY_MAX_ROWS, TUNE_I));
+    if (dt == DTYPE_Q8) q8_quantize_inputs(x, xf, SKINNY_MAX_ROWS, TUNE_I);
+    else dtype_from_f32(dt, xf, x, nx);
     *t = (SkinnyTuning){.measured = 1, .threads = omp_get_max_threads()};
     for (int b = 0; b < SKINNY_BUCKETS; b++)
         for (int round = 0; round < 4; round++)  // round 0 warms up (oneDNN compiles its primitives)
@@ -267,34 +281,37 @@ static void tuning_resolve(DType dt, SkinnyTuning *t) {
 }
 
 SkinnyKernel skinny_level_kernel(DType dt) {
+    if (skinny_kernel_runs(SKINNY_AVX512_VNNI, dt)) return SKINNY_AVX512_VNNI;
     if (skinny_kernel_runs(SKINNY_AVX512_BF16, dt)) return SKINNY_AVX512_BF16;
     return skinny_kernel_runs(SKINNY_AVX512, dt) ? SKINNY_AVX512 : SKINNY_AVX2;
 }
 
 static void resolve(int d) {
-    DType dt = d ? DTYPE_BF16 : DTYPE_F32;
+    DType dt = slot_dtype[d];
     tuning_resolve(dt, &tuned[d]);
     chosen[d] = tuned[d].measured ? tuned[d].kernel : skinny_level_kernel(dt);
 }
 
 static void resolve_f32(void) { resolve(0); }
 static void resolve_bf16(void) { resolve(1); }
+static void resolve_q8(void) { resolve(2); }
 
 const SkinnyTuning *skinny_tuning(DType dt) {
-    int d = dt == DTYPE_BF16;
-    pthread_once(&once[d], d ? resolve_bf16 : resolve_f32);
+    static void (*const fns[SLOTS])(void) = {resolve_f32, resolve_bf16, resolve_q8};
+    int d = slot(dt);
+    pthread_once(&once[d], fns[d]);
     return &tuned[d];
 }
 
 SkinnyKernel skinny_choice(DType dt) {
     skinny_tuning(dt);
-    return chosen[dt == DTYPE_BF16];
+    return chosen[slot(dt)];
 }
 
 int skinny_choose(DType dt, SkinnyKernel k) {
     if (k == SKINNY_ONEDNN || !skinny_kernel_runs(k, dt)) return 0;
     skinny_tuning(dt);  // resolved first, so that it never overrides this
-    chosen[dt == DTYPE_BF16] = k;
+    chosen[slot(dt)] = k;
     return 1;
 }
 
@@ -305,7 +322,8 @@ cJSON *skinny_tuning_entries(void) {
     for (cJSON *e = root ? root->child : NULL; e; e = e->next) {
         SkinnyTuning t;
         if (strncmp(e->string, prefix, n) != 0) continue;
-        DType dt = strcmp(e->string + n, "BF16") == 0 ? DTYPE_BF16 : DTYPE_F32;
+        const char *d = e->string + n;
+        DType dt = strcmp(d, "BF16") == 0 ? DTYPE_BF16 : strcmp(d, "Q8_0") == 0 ? DTYPE_Q8 : DTYPE_F32;
         if (!tuning_from_json(e, dt, &t)) continue;
         char *text = skinny_tuning_text(&t);
         cJSON_AddStringToObject(out, e->string + n, text);

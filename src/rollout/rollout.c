@@ -200,7 +200,7 @@ struct RolloutEngine {
 RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
                                   int64_t prefill_rows, Arena *workspace) {
     const Qwen2Config *c = &m->cfg;
-    if (!m->be->on_device) skinny_tuning(m->dtype);  // the decode kernel, resolved before any timed phase
+    if (!m->be->on_device) skinny_tuning(m->q8 ? DTYPE_Q8 : m->dtype);  // the decode kernel, resolved before any timed phase
     RolloutEngine *e = xcalloc(1, sizeof *e);
     *e = (RolloutEngine){.m = m, .tok = tok, .n_slots = n_slots, .slot_len = slot_len, .prefill_rows = prefill_rows};
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The decode kernels chosen by measurement (src/nn/skinny.h, skinny_tune.c) through `grpo generate --stats`
 and `grpo doctor`:
-- a fresh tuning file: every kernel this level runs timed at 1, 3, 6 and 12 rows, the pick the one whose
+- a fresh tuning file, for fp32, bf16 and int8 (Q8_0): every kernel this level runs timed at 1, 3, 6 and 12
+  rows, the pick the one whose
   times relative to the fastest of ours add up least (recomputed here from what it reports), kept in the file
   under this CPU's key; the next process reads it (cached) and decodes the same tokens;
 - each kernel of ours pinned through the file decodes fp32 greedy tokens and log-probs that agree with the
@@ -36,7 +37,7 @@ a = ap.parse_args()
 shutil.rmtree(a.tmp, ignore_errors=True)
 os.makedirs(a.tmp)
 T = lambda *p: os.path.join(a.tmp, *p)  # noqa: E731
-OURS = ("avx2", "avx512", "avx512_bf16")
+OURS = ("avx2", "avx512", "avx512_bf16", "avx512_vnni")
 PROMPTS = [[(i * 37 + 11 * n) % 299 for i in range(n)] for n in (5, 17, 30)]
 LP_TOL = 1e-4  # fp32 decode log-probs against the float64 reference
 
@@ -63,9 +64,12 @@ def level():
 
 
 def runs_here(kernel, dtype):
+    """Does kernel run dtype (F32, BF16, Q8_0: --dtype int8) at this level?"""
     lv = ["avx2", "avx512", "avx512_bf16", "amx"].index(level())
-    need = {"avx2": 0, "avx512": 1, "avx512_bf16": 2, "onednn": 0}[kernel]
-    return lv >= need and (kernel != "avx512_bf16" or dtype == "BF16")
+    need = {"avx2": 0, "avx512": 1, "avx512_bf16": 2, "avx512_vnni": 2, "onednn": 0}[kernel]
+    if dtype == "Q8_0":
+        return lv >= need and kernel in ("avx2", "avx512_vnni")
+    return lv >= need and (kernel != "avx512_bf16" or dtype == "BF16") and kernel != "avx512_vnni"
 
 
 def pick_ok(k):
@@ -88,8 +92,8 @@ def models():
 def fresh():
     f = T("cache", "sub", "tuning.json")  # missing folders are made
     env = {"GRPO_TUNING_FILE": f}
-    for model, dt in (("f32", "F32"), ("bf16", "BF16")):
-        recs, k, _ = generate(T(model), env, dtype=dt.lower())
+    for model, dt, opt in (("f32", "F32", "f32"), ("bf16", "BF16", "bf16"), ("f32", "Q8_0", "int8")):
+        recs, k, _ = generate(T(model), env, dtype=opt)
         rows_ok = k and sorted(k["ms"]) == ["1", "12", "3", "6"] and all(
             sorted(k["ms"][r]) == sorted(x for x in OURS + ("onednn",) if runs_here(x, dt)) and
             all(v > 0 for v in k["ms"][r].values()) for r in k["ms"])
@@ -100,13 +104,14 @@ def fresh():
         key = next((e for e in entries if e.endswith(f"| {dt}")), None)
         check(f"{dt}: kept in the file under this CPU's key", key and entries[key]["kernel"] == k["kernel"] and
               "| level " + level() + " |" in key, list(entries))
-        again, k2, _ = generate(T(model), env, dtype=dt.lower())
+        again, k2, _ = generate(T(model), env, dtype=opt)
         check(f"{dt}: the next process reads it (cached) and decodes the same tokens",
               k2["cached"] and k2["kernel"] == k["kernel"] and [r["tokens"] for r in again] ==
               [r["tokens"] for r in recs], (k2["kernel"], k2["cached"]))
     p = subprocess.run([a.grpo, "doctor"], capture_output=True, text=True, env=dict(os.environ, **env))
     line = next((l for l in p.stdout.splitlines() if "decode_kernels" in l), "")
-    check("doctor lists both dtypes' kernels on this CPU", "F32: " in line and "BF16: " in line, line[:300])
+    check("doctor lists each dtype's kernel on this CPU", all(d + ": " in line for d in ("F32", "BF16", "Q8_0")),
+          line[:300])
 
 
 def pinned():

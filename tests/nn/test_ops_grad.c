@@ -26,6 +26,7 @@
 #include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/ops.h"
+#include "nn/q8.h"
 #include "nn/skinny.h"
 
 #define FD_TOL 2e-3
@@ -549,6 +550,58 @@ static void test_skinny_kernels(DType dt, int64_t C, int64_t OC) {
     free(x), free(w), free(b), free(x16), free(w16), free(b16), free(out), free(alone), free(ref);
 }
 
+// The Q8_0 kernels (int8 decode) against sums in double of the dequantized operands, at every row count (with
+// inner sizes that leave fewer than four steps at the end, and a partial block of outputs), through
+// q8_matmul (inputs quantized there, a bf16 bias added); each row alone = in a batch, and every kernel the
+// same bits as AVX2's (a block's integer sum is exact, and the kernels add the blocks in one order).
+static void test_q8_kernels(int64_t C, int64_t OC) {
+    int64_t nb = C / Q8_BLOCK;
+    float *x, *w, *b;
+    uint16_t *x16 = bf16_randn(SKINNY_MAX_ROWS * C, 1.0f, &x), *w16 = bf16_randn(OC * C, 0.3f, &w);
+    uint16_t *b16 = bf16_randn(OC, 0.3f, &b);
+    Q8Block *wq = xmalloc((size_t)(OC * nb) * sizeof *wq), *xq = xmalloc((size_t)(SKINNY_MAX_ROWS * nb) * sizeof *xq);
+    Q8In *scratch = xmalloc((size_t)(SKINNY_MAX_ROWS * nb) * sizeof *scratch);
+    q8_quantize(wq, w16, DTYPE_BF16, OC, C);
+    q8_quantize(xq, x, DTYPE_F32, SKINNY_MAX_ROWS, C);
+    float *xd = fnew(SKINNY_MAX_ROWS * C), *wd = fnew(OC * C), *out = fnew(SKINNY_MAX_ROWS * OC);
+    float *alone = fnew(OC), *ref = fnew(SKINNY_MAX_ROWS * OC), *avx2 = fnew(SKINNY_MAX_ROWS * OC);
+    q8_dequantize(xd, xq, SKINNY_MAX_ROWS * nb);
+    q8_dequantize(wd, wq, OC * nb);
+    double m = 0.0;
+    for (int64_t i = 0; i < SKINNY_MAX_ROWS; i++)
+        for (int64_t o = 0; o < OC; o++) {
+            double r = b[o];
+            for (int64_t c = 0; c < C; c++) r += (double)xd[i * C + c] * wd[o * C + c];
+            ref[i * OC + o] = (float)r;
+            m = fmax(m, fabs(r));
+        }
+    SkinnyKernel prev = skinny_choice(DTYPE_Q8);
+    for (int k = 0; k < SKINNY_ONEDNN; k++) {
+        if (!skinny_kernel_runs((SkinnyKernel)k, DTYPE_Q8)) continue;
+        char op[64];
+        snprintf(op, sizeof op, "skinny %s Q8_0 C%lld OC%lld", skinny_kernel_name((SkinnyKernel)k), (long long)C,
+                 (long long)OC);
+        skinny_choose(DTYPE_Q8, (SkinnyKernel)k);
+        double err = 0.0, batch = 0.0, same = 0.0;
+        for (int64_t N = 1; N <= SKINNY_MAX_ROWS; N++) {
+            q8_matmul(out, x, wq, b16, DTYPE_BF16, N, C, OC, scratch);
+            for (int64_t i = 0; i < N * OC; i++) err = fmax(err, fabs((double)out[i] - ref[i]) / fmax(m, 1e-30));
+            for (int64_t i = 0; i < N; i++) {
+                q8_matmul(alone, x + i * C, wq, b16, DTYPE_BF16, 1, C, OC, scratch);
+                for (int64_t o = 0; o < OC; o++) batch += alone[o] != out[i * OC + o];
+            }
+            if (k == SKINNY_AVX2) memcpy(avx2, out, (size_t)(N * OC) * sizeof *out);
+            else same += memcmp(avx2, out, (size_t)(N * OC) * sizeof *out) != 0;  // N = 16 last: all rows
+        }
+        report(op, "out, 1..16 rows", err, ACC_TOL, "vs double");
+        report(op, "a row alone = in a batch", batch, 0.0, "outputs differing");
+        if (k != SKINNY_AVX2) report(op, "the same bits as avx2", same, 0.0, "row counts differing");
+    }
+    skinny_choose(DTYPE_Q8, prev);
+    free(x), free(w), free(b), free(x16), free(w16), free(b16), free(wq), free(xq), free(scratch), free(xd), free(wd);
+    free(out), free(alone), free(ref), free(avx2);
+}
+
 // --------------------------------------------------------------------------------------- logprob
 
 typedef struct {
@@ -688,6 +741,8 @@ int main(void) {
     test_skinny_kernels(DTYPE_F32, 316, 130);
     test_skinny_kernels(DTYPE_BF16, 316, 23);
     test_skinny_kernels(DTYPE_BF16, 256, 9);
+    test_q8_kernels(320, 23);
+    test_q8_kernels(96, 9);
     test_rope(1e4);
     test_rope(1e6);
     const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};

@@ -241,10 +241,13 @@ def _dtype(d):
     return {"float64": torch.float64, "float32": torch.float32}.get(d, d)
 
 
-def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None):
+def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None, q8=False):
     """Load config + weights, converting all weights to compute_dtype. bf16: a bf16 model as grpo.c's
     `--dtype bf16` computes it: weights rounded to bf16, every projection's operands too (see linear).
-    adapter: a PEFT LoRA dir applied on top (its A, B in compute_dtype, never rounded; see attach_lora)."""
+    adapter: a PEFT LoRA dir applied on top (its A, B in compute_dtype, never rounded; see attach_lora).
+    q8: grpo.c's `--dtype int8` (implies bf16): every projection and lm_head also has a Q8_0 copy of its bf16
+    weights, which linear() applies to Q8_0 inputs from row m.q8_from on (0: every row; lm_head always)."""
+    bf16 = bf16 or q8
     dt = _dtype(compute_dtype)
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -270,7 +273,22 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None)
     if adapter is not None:
         acfg, tensors = load_lora(adapter, cfg)
         attach_lora(m, tensors, acfg["lora_alpha"] / acfg["r"])
+    if q8:
+        m.q8_from = 0
+        m.q8w = {id(L[k]): (q8_0(L[k]), False) for L in m.layers for k in ("wq", "wk", "wv", "wo", "wg", "wu", "wd")}
+        m.lm_head = m.lm_head.clone()  # a tied head's copy: the embedding lookup reads the bf16 table
+        m.q8w[id(m.lm_head)] = (q8_0(m.lm_head), True)
     return m
+
+
+def q8_0(t):
+    """t's rows in blocks of 32 values through llama.cpp's Q8_0 (quantize_row_q8_0_ref, in fp32 as grpo.c
+    computes it): d = max|x| / 127, stored rounded to fp16; q = roundf(x * (1/d)); back to values d16 * q."""
+    x = t.float().reshape(-1, 32)
+    d = x.abs().amax(-1, keepdim=True) / 127
+    v = x * torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(-127, 127)  # roundf: halves away from zero
+    return (q * d.half().float()).reshape(t.shape).to(t.dtype)
 
 
 def layer_dicts(cfg, w):
@@ -442,10 +460,15 @@ class _Bf16Linear(torch.autograd.Function):
 
 
 def linear(m, x, w, b=None):
-    """A projection of model m: F.linear, or its bf16-operand form when m computes in bf16."""
-    if getattr(m, "bf16", False):
-        return _Bf16Linear.apply(x, w, b)
-    return F.linear(x, w, b)
+    """A projection of model m: F.linear, or its bf16-operand form when m computes in bf16; with Q8_0 copies
+    (load_model's q8), theirs on Q8_0 inputs from row m.q8_from on, or on every row for lm_head."""
+    wq, every_row = getattr(m, "q8w", {}).get(id(w), (None, False))
+    if wq is not None and (every_row or m.q8_from == 0):
+        return F.linear(q8_0(x), wq, b)
+    y = _Bf16Linear.apply(x, w, b) if getattr(m, "bf16", False) else F.linear(x, w, b)
+    if wq is not None:  # the rows before q8_from as a prefill reads the bf16 weights, the rest as decode
+        y = torch.cat([y[:m.q8_from], F.linear(q8_0(x[m.q8_from:]), wq, b)])
+    return y
 
 
 def rms_norm(x, w, eps):

@@ -625,13 +625,60 @@ def g_bf16(check):
               f"mean |diff| {e_score:.2e} (torch fp32's to the reference {e_torch:.2e})")
 
 
+def g_int8(check):
+    """8. --dtype int8 on the CPU: decode (forwards of up to 16 rows) reads Q8_0 copies of the bf16 weights, its
+    inputs quantized to Q8_0 too (llama.cpp's quantize_row_q8_0_ref, written out in torch by the reference);
+    a longer prefill reads the bf16 weights. Against the float64 reference with those rounding points, with
+    PyTorch fp32's distance to it as the yardstick (as for bf16), and much nearer it than the bf16 model is.
+    One prompt a call, so that each prefill is alone: one of 3 or 12 tokens is decode-sized, one of 40 not.
+    The CPU's alone: with --device, a note (the CPU run checks that a device refuses it)."""
+    if DEVICE:
+        print(f"NOTE  int8: the CPU's only, not run with --device {DEVICE}")
+        return
+    for name in ("untied", "qwen3"):
+        d = DIRS[name]
+        prompts = rand_prompts(23, [3, 12, 40], refm(d).V)
+        recs = []
+        for i, p in enumerate(prompts):
+            r, _ = generate(d, [{"tokens": p}], "--temperature", 0, "--max-new-tokens", 24, "--dtype", "int8")
+            recs.append(dict(r[0], index=i))
+        m64, m32 = ref.load_model(d, torch.float64, q8=True), ref.load_model(d, torch.float32, q8=True)
+        bf = ref.load_model(d, torch.float64, bf16=True)
+        gaps, spread, want, torch32, bf16 = [], 0.0, [], [], []
+        for r in recs:
+            p = prompts[r["index"]]
+            s = p + r["tokens"]
+            m64.q8_from = m32.q8_from = len(p) if len(p) > 16 else 0
+            z64, z32, zb = (ref.logits(m, s[:-1])[len(p) - 1:] for m in (m64, m32, bf))
+            t = torch.tensor(r["tokens"])
+            gaps += (z64.max(-1).values - z64.gather(1, t[:, None])[:, 0]).tolist()
+            spread = max(spread, float((z32.double() - z64).abs().max()))
+            for z, out in ((z64, want), (z32.double(), torch32), (zb, bf16)):
+                out.append((z.gather(1, t[:, None])[:, 0] - torch.logsumexp(z, -1)).tolist())
+        got = [r["logprobs"] for r in recs]
+        e_grpo, e_torch, e_bf16 = mean_abs(got, want), mean_abs(torch32, want), mean_abs(bf16, want)
+        check(max(gaps) <= 2 * spread + 1e-9, f"int8 greedy picks within 2x torch fp32's logit spread [{name}]",
+              f"largest gap to the reference's best {max(gaps):.2e}, spread {spread:.2e}")
+        check(e_grpo <= 2 * e_torch + 1e-6 and e_grpo < (e_torch + e_bf16) / 2,
+              f"int8 decode logprobs vs the float64 Q8_0 reference [{name}]",
+              f"mean |diff| grpo {e_grpo:.2e}, torch fp32 {e_torch:.2e}, the bf16 model {e_bf16:.2e}")
+    d = DIRS["untied"]
+    for args, want in ((["score", "--model", d, "--dtype", "int8"], 'option --dtype: "int8" is not f32 or bf16'),
+                       (["generate", "--model", d, "--dtype", "int8", "--device", "emu", "--max-new-tokens", "2"],
+                        "--dtype int8: --device emu computes in bf16")):
+        p = grpo(args, jsonl([{"tokens": [1, 2, 3]}]))
+        check(p.returncode != 0 and p.stderr.startswith(ERR + want) and p.stderr.count("\n") == 1,
+              f"`grpo {args[0]} --dtype int8{' --device emu' if 'emu' in args else ''}` refused in one line",
+              p.stderr.strip()[:160])
+
+
 def mean_abs(a, b):
     flat = [abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)]
     return sum(flat) / len(flat)
 
 
 GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,
-          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors, "bf16": g_bf16}
+          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors, "bf16": g_bf16, "int8": g_int8}
 
 
 def make_models():

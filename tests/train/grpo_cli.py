@@ -60,6 +60,9 @@ cases = [
     ("out_dir with checkpoints, no resume", ["data.train_file=" + ok, "trainer.out_dir=" + ckpt_out], r"checkpoint"),
     ("resume without a checkpoint", ["data.train_file=" + ok, "trainer.out_dir=" + T("o8"), "trainer.resume=true"],
      r"checkpoint"),
+    ("int8 rollout of a model whose intermediate size (176) is no multiple of 32",
+     ["data.train_file=" + ok, "rollout.weight_dtype=int8", "trainer.out_dir=" + T("o9")],
+     r"rollout\.weight_dtype: int8: .*intermediate \(176\).*multiples of 32"),
 ]
 passed = failed = 0
 for label, args, pattern in cases:

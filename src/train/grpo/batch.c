@@ -140,7 +140,8 @@ void grpo_count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n
 }
 
 // verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (the
-// same weights: only the two forwards' numerics, or a disagreement between them), over the loss tokens.
+// same weights: only the two forwards' numerics, an int8 rollout's rounding, or a disagreement between them),
+// over the loss tokens.
 void grpo_probs_diff(const StepBatch *sb, StepStats *st) {
     for (int64_t k = 0; k < sb->n_kept; k++) {
         const RolloutSample *x = &sb->samples[sb->kept[k]];

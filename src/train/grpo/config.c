@@ -118,6 +118,12 @@ static const ConfigKey KEYS[] = {
     KFLOAT_POS("rollout.top_p", rollout.top_p, "1.0", 1,
                "sample from the smallest set of tokens holding this much probability (1: off)"),
     KINT("rollout.top_k", rollout.top_k, "0", 0, INT32_MAX, "sample from the k most likely tokens (0: off)"),
+    KENUM("rollout.weight_dtype", rollout.weight_dtype, "policy", "policy|int8",
+          "the weights decode reads: the policy's own (actor.precision), or int8 copies of them (Q8_0: 1.06 bytes "
+          "a weight, made after each update) in forwards of up to 16 rows, where decode is memory-bound: steps of "
+          "up to 16 sequences (a wave's last steps, or every step when rollout.n x data.train_batch_size <= 16 per "
+          "process); larger steps and prefills read the policy's; the loss's log-probs come from the training "
+          "forward either way. CPU only"),
     KLIST("rollout.stop", rollout.stop,
           "strings that end a response, e.g. [\"</answer>\"]; a single string is a list of one"),
     KSTR_NULL("rollout.multi_turn.tools_file", rollout.multi_turn.tools_file,

@@ -44,6 +44,7 @@ typedef struct {
 typedef struct {
     int64_t n, top_k;
     double temperature, top_p;
+    int weight_dtype;  // 0: the policy's weights; 1: int8 copies (GrpoSettings.rollout_int8)
     GrpoStrList stop;
     struct {
         char *tools_file;  // NULL: single-turn rollout

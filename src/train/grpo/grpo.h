@@ -30,6 +30,7 @@ typedef struct {
     int G;                       // samples per prompt (rollout.n)
     int64_t max_prompt_length, max_response_length;
     SamplerConfig sampler;
+    int rollout_int8;            // rollout.weight_dtype: int8 (decode reads Q8_0 copies of the policy)
     RewardSpec rewards[REWARD_MAX_SPECS];
     int n_rewards;
     int norm_adv_by_std, dynamic_sampling, use_kl_in_reward, mask_truncated;
@@ -88,6 +89,7 @@ typedef struct {
     size_t images;           // and beside the workspace: a step's image features (one image a prompt at the
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
     size_t backend;          // a device backend's own buffers (Backend.memory_own; in fixed)
+    size_t int8;             // rollout.weight_dtype int8: the policy's Q8_0 copies and their scratch (in fixed)
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).

@@ -81,7 +81,7 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const Backend *be = r->tr.be;
     if (be->memory_peak)  // a device's memory, measured against its plan
         fprintf(f, ", \"device_peak_bytes\": %zu, \"device_planned_bytes\": %zu", be->memory_peak(be), r->plan.peak);
-    if (st->t_old)  // old log-probs were computed: how far the rollout's were from them
+    if (diff[2] > 0)  // how far the rollout's log-probs were from the trainer's
         fprintf(f, ", \"rollout_probs_diff_max\": %.6g, \"rollout_probs_diff_mean\": %.6g", diff[0],
                 diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
     if (r->has_tools)

@@ -76,6 +76,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         .update = grpo_update_ws_bytes(s, c, be, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
+    if (s->rollout_int8) p->int8 = qwen2_q8_bytes(&lm);
     if (c->vl) vision_plan(s, c, &vc, ranks, p);
     if (be->memory_own) {
         int64_t rows = micro * max_seq_len(s) > prefill ? micro * max_seq_len(s) : prefill;
@@ -85,7 +86,7 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         p->backend = be->memory_own(be, rows, (int)c->heads, width);
     }
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
-    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->vision + p->backend;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->int8 + p->vision + p->backend;
     p->peak = p->fixed + p->workspace + p->images;
     p->sum = p->fixed + p->rollout + p->update + p->images;
 }
@@ -96,19 +97,21 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
                              : xstrdup("");
     char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
+    char *int8 = p->int8 ? xprintf(" + int8 rollout copy %.2f", (double)p->int8 / GIB) : xstrdup("");
     const char *moments = p->host ? " (the master and moments on the host)" : "";
     if (p->offloaded && !p->host)  // a device's stay on the host, staged through two buffers on the device
         moments = p->moments < p->offloaded ? " (staging buffers; on the host)" : " (offloaded during rollout)";
     char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f"
-                         "%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
+                         "%s%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
                          (double)p->moments / GIB, moments,
-                         (double)p->reference / GIB, vision, own, (double)p->workspace / GIB,
+                         (double)p->reference / GIB, int8, vision, own, (double)p->workspace / GIB,
                          (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
                          (double)p->sum / GIB, host);
     free(vision);
     free(host);
     free(own);
+    free(int8);
     return text;
 }
 

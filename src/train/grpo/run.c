@@ -74,6 +74,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
         .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
+        .rollout_int8 = c->rollout.weight_dtype == 1,
         .norm_adv_by_std = c->algorithm.norm_adv_by_std, .dynamic_sampling = c->algorithm.dynamic_sampling,
         .use_kl_in_reward = c->algorithm.use_kl_in_reward, .mask_truncated = c->algorithm.mask_truncated,
         .overlong_buffer = c->reward.overlong_buffer.len, .overlong_penalty = c->reward.overlong_buffer.penalty_factor,
@@ -345,6 +346,7 @@ static void run_finish(Run *r) {
     free(r->metrics_path);
     free(r->dump_path);
     if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
+    qwen2_q8_free(&r->q8);
     backend_arena_free(r->tr.be, &r->workspace);
     reward_set_free(&r->rewards);
     if (r->has_tools) toolset_free(&r->tools);
@@ -408,10 +410,11 @@ void grpo_run(const GrpoSettings *global) {
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);
     const Qwen2 *rollout_model = trainer_weights(&r.tr);
+    if (s->rollout_int8) qwen2_q8_init(&r.q8, rollout_model, "rollout.weight_dtype: int8");
     if (lead && !rollout_model->be->on_device) {  // the rollout's decode kernel, measured or read now
-        char *k = skinny_tuning_text(skinny_tuning(rollout_model->dtype));
-        fprintf(stderr, "grpo train: decode kernel (%s): %s\n", dtype_name(rollout_model->dtype),
-                *k ? k : "the level's own (GRPO_TUNING=off)");
+        DType dt = s->rollout_int8 ? DTYPE_Q8 : rollout_model->dtype;
+        char *k = skinny_tuning_text(skinny_tuning(dt));
+        fprintf(stderr, "grpo train: decode kernel (%s): %s\n", dtype_name(dt), *k ? k : "the level's own (GRPO_TUNING=off)");
         free(k);
     }
     Stream stream;

@@ -67,12 +67,14 @@ void grpo_step(Run *r, Stream *stream) {
     // 0. the Adam moments leave memory until the update needs them (actor.offload_optimizer)
     trainer_offload(&r->tr);
     st.t_offload = time_now();
-    // 1. rollout on the policy's own (compute) weights, KV cache in the workspace
+    // 1. rollout on the policy's own (compute) weights, or int8 copies of them made now, KV cache in the workspace
     const Qwen2 *policy = trainer_weights(&r->tr);
+    Qwen2 rollout = *policy;
+    if (s->rollout_int8) qwen2_q8_quantize(&r->q8, policy), rollout.q8 = &r->q8;
     sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
     ToolSet before = r->tools;
     sb.feats = grpo_prompt_features(r, &r->train, idx, (int)P, s->train_files, &sb);  // once per prompt a step
-    grpo_generate(r, policy, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
+    grpo_generate(r, &rollout, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
     st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;
     st.t_tools = r->tools.seconds - before.seconds;
     st.rss_rollout = grpo_rss_gib("VmRSS:");
@@ -97,13 +99,13 @@ void grpo_step(Run *r, Stream *stream) {
         st.t_ref = time_now();
     }
     if (need_old && sb.n_kept) grpo_score_kept(r, policy, &sb, sb.feats, &u, sb.old_logp), st.t_old = time_now();
-    if (need_old) grpo_probs_diff(&sb, &st);
     if (s->use_kl_in_reward) st.kl_reward = grpo_kl_into_reward(s, &sb);
     // 4. group advantages
     grpo_advantages(sb.reward, P, s->G, s->norm_adv_by_std, 1e-6f, sb.adv);
     for (int64_t k = 0; k < sb.n_kept; k++) sb.kept_adv[k] = sb.adv[sb.kept[k]];
     // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch
     grpo_update(r, &sb, need_old, &u, &st);
+    grpo_probs_diff(&sb, &st);  // old log-probs: scored above, or on-policy the update's first
     grpo_update_ws_free(&u);
     st.t_end = time_now();
     r->tr.st.iteration++;

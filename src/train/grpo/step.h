@@ -52,7 +52,7 @@ typedef struct {
     int64_t model_tokens, turns, tool_calls, tool_errors;  // with tools (model_tokens: always)
     double t_tools;           // seconds in tool calls during the rollout
     double kl_reward, norm_sum, lr;
-    double probs_diff_max, probs_diff_sum, probs_diff_n;  // |p_rollout - p_old| over the loss tokens (need_old)
+    double probs_diff_max, probs_diff_sum, probs_diff_n;  // |p_rollout - p_old| over the loss tokens
     GrpoLossStats loss;
 } StepStats;
 
@@ -98,6 +98,7 @@ typedef struct {
     int64_t steps;
     Arena workspace;  // rollout: KV cache; scoring and update: UpdateWs
     GrpoMemPlan plan;
+    Qwen2Q8 q8;       // rollout.weight_dtype int8: the policy's copies that the rollout decodes with
 } Run;
 
 static inline int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length + s->max_response_length; }
@@ -131,8 +132,8 @@ void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st
 void grpo_select_kept(const GrpoSettings *s, StepBatch *sb);
 // Tokens of kept samples [a, b) that enter the loss (the model's own), and how many of those samples have one.
 void grpo_count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n_tok, double *n_seq);
-// verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (the
-// same weights: only the two forwards' numerics, or a disagreement between them), over the loss tokens.
+// verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (scored
+// before the update, or on-policy the update's first), over the loss tokens; after grpo_update.
 void grpo_probs_diff(const StepBatch *sb, StepStats *st);
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
 // Returns the sum over responses of each one's mean KL (the metric divides by the responses).
