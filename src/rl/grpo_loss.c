@@ -31,6 +31,32 @@ int loss_agg_parse(const char *s, LossAgg *out) {
     return 0;
 }
 
+static const char *const POLICY_LOSS_NAMES[] = {"vanilla", "gspo", "geo_mean", "cispo", "sapo"};
+static const char *const ADV_NAMES[] = {"grpo", "rloo", "opo", "grpo_passk", "reinforce_plus_plus",
+                                        "reinforce_plus_plus_baseline"};
+
+static int name_index(const char *s, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+int policy_loss_parse(const char *s, PolicyLossMode *out) {
+    int i = name_index(s, POLICY_LOSS_NAMES, (int)(sizeof POLICY_LOSS_NAMES / sizeof *POLICY_LOSS_NAMES));
+    if (i >= 0) *out = (PolicyLossMode)i;
+    return i >= 0;
+}
+
+const char *policy_loss_name(PolicyLossMode m) {
+    return POLICY_LOSS_NAMES[m];
+}
+
+int adv_estimator_parse(const char *s, AdvEstimator *out) {
+    int i = name_index(s, ADV_NAMES, (int)(sizeof ADV_NAMES / sizeof *ADV_NAMES));
+    if (i >= 0) *out = (AdvEstimator)i;
+    return i >= 0;
+}
+
 const char *kl_estimator_name(KlEstimator k) {
     return k == KL_K1 ? "k1" : k == KL_K2 ? "k2" : "k3";
 }
@@ -59,6 +85,65 @@ void grpo_advantages(const float *r, int64_t n_groups, int G, int norm_by_std, f
             ag[i] = (float)(norm_by_std ? a / (std + (double)eps) : a);
         }
     }
+}
+
+void outcome_advantages(AdvEstimator e, const float *r, const double *len, int64_t n_groups, int G, int norm_by_std,
+                        float eps, float *adv) {
+    if (e == ADV_GRPO) {
+        grpo_advantages(r, n_groups, G, norm_by_std, eps, adv);
+        return;
+    }
+    for (int64_t g = 0; g < n_groups; g++) {
+        const float *rg = r + g * G;
+        const double *lg = len + g * G;
+        float *ag = adv + g * G;
+        double mean = 0.0, lr = 0.0, l = 0.0;
+        for (int i = 0; i < G; i++) mean += rg[i], lr += lg[i] * rg[i], l += lg[i];
+        mean /= G;
+        if (G == 1) mean = 0.0;  // verl: a lone response's baseline is 0
+        double base = e == ADV_OPO ? (G > 1 && l > 0 ? lr / l : 0.0) : mean;
+        if (e == ADV_GRPO_PASSK) {
+            int best = 0;  // the first of the best (ties leave r_max - r_second = 0 anyway)
+            for (int i = 1; i < G; i++) best = rg[i] > rg[best] ? i : best;
+            double second = -INFINITY, ss = 0.0;
+            for (int i = 0; i < G; i++) {
+                if (i != best) second = rg[i] > second ? rg[i] : second;
+                ss += (rg[i] - mean) * (rg[i] - mean);
+            }
+            double a = (double)rg[best] - second;
+            if (norm_by_std) a /= sqrt(ss / (G - 1)) + (double)eps;
+            for (int i = 0; i < G; i++) ag[i] = i == best ? (float)a : 0.0f;
+            continue;
+        }
+        for (int i = 0; i < G; i++) {
+            double a = e == ADV_REINFORCE_PP ? rg[i] : rg[i] - base;
+            ag[i] = (float)(e == ADV_RLOO && G > 1 ? a * G / (G - 1) : a);
+        }
+    }
+}
+
+int adv_estimator_whitens(AdvEstimator e) {
+    return e == ADV_REINFORCE_PP || e == ADV_REINFORCE_PP_BASELINE;
+}
+
+void advantages_whiten_sums(const float *adv, const double *len, int64_t n, int pass, double *sum) {
+    double mean = pass ? sum[1] / (sum[0] + 1e-8) : 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (pass) {
+            sum[2] += len[i] * (adv[i] - mean) * (adv[i] - mean);
+        } else {
+            sum[0] += len[i];
+            sum[1] += len[i] * adv[i];
+        }
+    }
+}
+
+int advantages_whiten(float *adv, int64_t n, const double *sum) {
+    if (sum[0] < 2.0) return 0;
+    double mean = sum[1] / (sum[0] + 1e-8), var = sum[2] / (sum[0] + 1e-8) * (sum[0] / (sum[0] - 1.0));
+    double scale = 1.0 / sqrt(var + 1e-8);
+    for (int64_t i = 0; i < n; i++) adv[i] = (float)((adv[i] - mean) * scale);
+    return 1;
 }
 
 int grpo_group_is_flat(const float *r, int G) {
@@ -117,6 +202,50 @@ double kl_estimate(KlEstimator k, double logp, double ref, double *dkl) {
     }
 }
 
+// One token's policy term in the token-level modes (all but geo_mean) and its derivative w.r.t. logp in *g:
+// x_raw = logp - old (gspo: the sequence's mean of them), lp = logp. The ratio used goes to *ratio; tokens a
+// clip holds count in n_clip, n_clip_lower.
+static double token_pg(const GrpoLossConfig *c, double A, double x_raw, double lp, double *g, double *ratio,
+                       int64_t *n_clip, int64_t *n_clip_lower) {
+    const double lo = 1.0 - c->clip_low, hi = 1.0 + c->clip_high;
+    // verl's log-ratio clamps: +-20, gspo's at most 10
+    double x_lo = c->mode == PG_GSPO ? -INFINITY : -20.0, x_hi = c->mode == PG_GSPO ? 10.0 : 20.0;
+    double x = clamp(x_raw, x_lo, x_hi), r = exp(x), dr = (x_raw >= x_lo && x_raw <= x_hi) ? r : 0.0;
+    *ratio = r;
+    if (c->mode == PG_CISPO) {  // the clipped ratio is a constant weight: logp alone carries the gradient
+        double rc = clamp(r, lo, hi);
+        *n_clip += rc != r;
+        *g = -rc * A;
+        return -rc * A * lp;
+    }
+    if (c->mode == PG_SAPO) {  // sigmoid(tau (r - 1)) 4 / tau, whose derivative in r is 4 sig (1 - sig)
+        double tau = A > 0.0 ? c->tau_pos : c->tau_neg, sig = 1.0 / (1.0 + exp(-tau * (r - 1.0)));
+        *g = -A * 4.0 * sig * (1.0 - sig) * dr;
+        return -A * sig * 4.0 / tau;
+    }
+    // PPO clip (compute_policy_loss_vanilla; gspo's with the sequence's ratio)
+    double pg1 = -A * r, pg2 = -A * clamp(r, lo, hi);
+    double g1 = -A * dr, g2 = (r >= lo && r <= hi) ? g1 : 0.0;
+    double pg = pg1 > pg2 ? pg1 : pg2;
+    *g = pick_grad(pg1 > pg2, pg1 == pg2, g1, g2);
+    *n_clip += pg2 > pg1;
+    if (c->clip_c > 0.0 && A < 0.0) {  // dual clip: the loss of a negative advantage is capped
+        double pg3 = -A * c->clip_c;
+        *n_clip_lower += pg > pg3;
+        *g = pick_grad(pg < pg3, pg == pg3, *g, 0.0);
+        pg = pg < pg3 ? pg : pg3;
+    }
+    return pg;
+}
+
+// geo_mean's per-token log-ratio m: x clamped to [-clip_low, clip_high] where that lowers A's objective, and
+// dm/dx in *dm (torch.minimum's two equal sides at a tie add up to 1).
+static double geo_m(const GrpoLossConfig *c, double A, double x, double *dm) {
+    double xc = clamp(x, -c->clip_low, c->clip_high);
+    *dm = A > 0.0 ? x <= c->clip_high : A < 0.0 ? x >= -c->clip_low : 0.0;
+    return A > 0.0 ? fmin(x, xc) : A < 0.0 ? fmax(x, xc) : 0.0;
+}
+
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
                  const float *entropy, const uint8_t *mask, const float *adv, const int64_t *seq_off, int B,
                  double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
@@ -125,9 +254,13 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
         die("grpo_loss: entropy_coeff %g needs entropies and a dent output", c->entropy_coeff);
     if (c->clip_c != 0.0 && !(c->clip_c > 1.0))
         die("grpo_loss: clip_ratio_c must be > 1 (or 0 = off), got %g", c->clip_c);
+    if (c->clip_c != 0.0 && c->mode != PG_VANILLA) die("grpo_loss: clip_ratio_c is the vanilla loss's dual clip");
+    if (c->mode == PG_SAPO && !(c->tau_pos > 0.0 && c->tau_neg > 0.0))
+        die("grpo_loss: sapo needs positive tau_pos and tau_neg, got %g and %g", c->tau_pos, c->tau_neg);
     if (c->agg == AGG_SEQ_MEAN_TOKEN_SUM_NORM && !(c->norm_len > 0.0))
         die("grpo_loss: seq-mean-token-sum-norm needs a positive normalising length, got %g", c->norm_len);
-    const double lo = 1.0 - c->clip_low, hi = 1.0 + c->clip_high;
+    // gspo and sapo aggregate their policy term seq-mean-token-mean, geo_mean a sequence's term over sequences
+    int per_seq = c->mode == PG_GSPO || c->mode == PG_SAPO || c->mode == PG_GEO_MEAN;
     GrpoLossStats st;
     grpo_loss_stats_init(&st);
     double pg_sum = 0.0, kl_sum = 0.0, ent_sum = 0.0;
@@ -144,38 +277,41 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
         if (len == 0) continue;  // fully masked: verl's seq_mask leaves it out
         // n_tokens_total is also the clip fractions' denominator, so every mode needs it.
         if (!(n_tokens_total > 0.0)) die("grpo_loss: n_tokens_total must be > 0, got %g", n_tokens_total);
-        // Weight of each token of this sequence in the mini-batch loss.
-        double w;
-        if (c->agg == AGG_TOKEN_MEAN) {
-            w = 1.0 / n_tokens_total;
-        } else {
-            if (!(n_seqs_total > 0.0))
-                die("grpo_loss: %s needs n_seqs_total > 0, got %g", loss_agg_name(c->agg), n_seqs_total);
-            // verl's (len + 1e-8), kept so float64 runs agree to rounding; in float32 it is len itself.
-            w = c->agg == AGG_SEQ_MEAN_TOKEN_MEAN ? 1.0 / (((double)len + 1e-8) * n_seqs_total)
-                                                  : 1.0 / (n_seqs_total * c->norm_len);
-        }
+        if ((c->agg != AGG_TOKEN_MEAN || per_seq) && !(n_seqs_total > 0.0))
+            die("grpo_loss: %s needs n_seqs_total > 0, got %g", loss_agg_name(c->agg), n_seqs_total);
+        // verl's (len + 1e-8), kept so float64 runs agree to rounding; in float32 it is len itself.
+        const double seq_mean = 1.0 / (((double)len + 1e-8) * n_seqs_total);
+        // Weight of each token of this sequence in the mini-batch loss (KL, entropy; the policy term: wp).
+        double w = c->agg == AGG_TOKEN_MEAN            ? 1.0 / n_tokens_total
+                   : c->agg == AGG_SEQ_MEAN_TOKEN_MEAN ? seq_mean
+                                                       : 1.0 / (n_seqs_total * c->norm_len);
+        double wp = c->mode == PG_GEO_MEAN ? 1.0 / n_seqs_total : per_seq ? seq_mean : w;
         const double A = adv[b];
+        // gspo: the mean log-ratio (verl's seq_lengths); geo_mean: the mean m, its ratio and A
+        double xs = 0.0, dm, ga = A * (double)len / ((double)len + 1e-8);
+        for (int64_t i = t0; i < t1 && (c->mode == PG_GSPO || c->mode == PG_GEO_MEAN); i++) {
+            if (mask && !mask[i]) continue;
+            double x = (double)logp[i] - (double)old_logp[i];
+            xs += c->mode == PG_GSPO ? x : geo_m(c, A, x, &dm);
+        }
+        xs /= c->mode == PG_GSPO ? (double)len : (double)len + 1e-8;
+        double geo_ratio = exp(xs);
+        if (c->mode == PG_GEO_MEAN) pg_sum += wp * -ga * geo_ratio;
         for (int64_t i = t0; i < t1; i++) {
             if (mask && !mask[i]) continue;
-            // PPO clip (compute_policy_loss_vanilla); the log-ratio clamp is verl's.
-            double x_raw = (double)logp[i] - (double)old_logp[i], x = clamp(x_raw, -20.0, 20.0);
-            double ratio = exp(x), dratio = (x_raw >= -20.0 && x_raw <= 20.0) ? ratio : 0.0;
-            double pg1 = -A * ratio, pg2 = -A * clamp(ratio, lo, hi);
-            double g1 = -A * dratio, g2 = (ratio >= lo && ratio <= hi) ? g1 : 0.0;
-            double pg = pg1 > pg2 ? pg1 : pg2;
-            double g = pick_grad(pg1 > pg2, pg1 == pg2, g1, g2);
-            n_clip += pg2 > pg1;
-            if (c->clip_c > 0.0 && A < 0.0) {  // dual clip: the loss of a negative advantage is capped
-                double pg3 = -A * c->clip_c;
-                n_clip_lower += pg > pg3;
-                g = pick_grad(pg < pg3, pg == pg3, g, 0.0);
-                pg = pg < pg3 ? pg : pg3;
+            double x = (double)logp[i] - (double)old_logp[i], g, ratio = geo_ratio;
+            if (c->mode == PG_GEO_MEAN) {
+                double xc = clamp(x, -c->clip_low, c->clip_high);
+                geo_m(c, A, x, &dm);
+                g = -ga * geo_ratio * dm / ((double)len + 1e-8);
+                n_clip += x != xc && A > 0.0;
+                n_clip_lower += x != xc && A < 0.0;
+            } else {
+                pg_sum += wp * token_pg(c, A, c->mode == PG_GSPO ? xs : x, logp[i], &g, &ratio, &n_clip, &n_clip_lower);
             }
             double dkl = 0.0, kl = ref_logp ? kl_estimate(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
-            pg_sum += w * pg;
             kl_sum += w * kl;
-            dlogp[i] = (float)(w * (g + c->kl_coef * dkl));
+            dlogp[i] = (float)(wp * g + w * c->kl_coef * dkl);
             if (entropy) ent_sum += w * entropy[i];
             if (dent) dent[i] = (float)(-w * c->entropy_coeff);
             st.ratio_min = fmin(st.ratio_min, ratio);

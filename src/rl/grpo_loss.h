@@ -20,6 +20,31 @@
 // (verl's straight-through "k1+"/"k3+" and "abs"/"full" are not supported.)
 typedef enum { KL_K1, KL_K2, KL_K3 } KlEstimator;
 typedef enum { AGG_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_SUM_NORM } LossAgg;
+// verl's actor.policy_loss.loss_mode, the functions of core_algos.py (verl-project/verl 1dda039b):
+//   vanilla   compute_policy_loss_vanilla: PPO's clip (below)
+//   gspo      compute_policy_loss_gspo: one ratio a sequence, s = exp(min(mean_t x_t, 10)) with x = logp - old,
+//             clipped as PPO's (no dual clip); d s / d logp_t = s (verl's sg[s] . pi / sg[pi]); the policy term
+//             always aggregates seq-mean-token-mean, whatever loss_agg_mode says (verl's)
+//   geo_mean  compute_policy_loss_geo_mean (GMPO): per token m = x clamped to [-clip_low, clip_high] on the side
+//             that lowers A's objective (sign(A) min(sign(A) x, sign(A) clamp(x))); per sequence
+//             loss = -A' exp(sum m / (len + 1e-8)), A' = A len / (len + 1e-8); the mean over the mini-batch's
+//             responses (verl: torch.mean over a micro-batch's rows, whatever loss_agg_mode says)
+//   cispo     compute_policy_loss_cispo: loss = -sg[clamp(r, 1 - clip_low, 1 + clip_high)] A logp, r = e^x (x
+//             clamped to +-20): every token has a gradient, the clipped ratio only weighs it
+//   sapo      compute_policy_loss_sapo: loss = -A f(r), f(r) = sigmoid(tau (r - 1)) 4 / tau, tau = tau_pos for
+//             A > 0 else tau_neg (a soft gate instead of the clip); seq-mean-token-mean always (verl's)
+typedef enum { PG_VANILLA, PG_GSPO, PG_GEO_MEAN, PG_CISPO, PG_SAPO } PolicyLossMode;
+// verl's algorithm.adv_estimator for outcome rewards (one score a response), core_algos.py as above:
+//   grpo                          compute_grpo_outcome_advantage (grpo_advantages below)
+//   rloo                          compute_rloo_outcome_advantage: r - the mean of the group's others
+//   opo                           compute_opo_outcome_advantage: r - sum(len r) / sum(len) over the group
+//   grpo_passk                    compute_grpo_passk_outcome_advantage: the group's best response only gets
+//                                 r_max - r_second (/ (std + eps) when norm_by_std), the others 0
+//   reinforce_plus_plus           compute_reinforce_plus_plus_outcome_advantage (gamma 1): r, whitened
+//   reinforce_plus_plus_baseline  compute_reinforce_plus_plus_baseline_outcome_advantage: r - group mean, whitened
+// Whitened: over the step's batch, each response weighing its loss tokens (verl's masked_whiten over the
+// response mask): (a - mean) / sqrt(var + 1e-8), var unbiased over the tokens.
+typedef enum { ADV_GRPO, ADV_RLOO, ADV_OPO, ADV_GRPO_PASSK, ADV_REINFORCE_PP, ADV_REINFORCE_PP_BASELINE } AdvEstimator;
 
 // One token's KL estimate, d = logp - ref, with its derivative w.r.t. logp in *dkl (may be NULL).
 double kl_estimate(KlEstimator k, double logp, double ref, double *dkl);
@@ -29,6 +54,10 @@ int kl_estimator_parse(const char *s, KlEstimator *out);
 int loss_agg_parse(const char *s, LossAgg *out);
 const char *kl_estimator_name(KlEstimator k);
 const char *loss_agg_name(LossAgg a);
+// verl's names, as above ("vanilla", "gspo", ...; "grpo", "rloo", ...); 0 when unknown.
+int policy_loss_parse(const char *s, PolicyLossMode *out);
+const char *policy_loss_name(PolicyLossMode m);
+int adv_estimator_parse(const char *s, AdvEstimator *out);
 
 // r (n_groups*G) -> adv (n_groups*G); group g is r[g*G .. g*G+G). As verl's "grpo" estimator:
 //   norm_by_std: adv = (r - mean) / (std + eps), std = torch.std (unbiased, divides by G-1);
@@ -43,7 +72,23 @@ void grpo_advantages(const float *r, int64_t n_groups, int G, int norm_by_std, f
 // (e.g. three 0.1) can come out ~1e-17 and keep the group in verl; here such a group is flat.
 int grpo_group_is_flat(const float *r, int G);
 
+// Estimator e's advantages of n_groups groups of G rewards r into adv, as above; len (per response: its loss
+// tokens) is read by opo. The whitened estimators leave the group part here (r, or r - mean) for
+// advantages_whiten. Computed in double; norm_by_std and eps as grpo_advantages (grpo, grpo_passk).
+void outcome_advantages(AdvEstimator e, const float *r, const double *len, int64_t n_groups, int G, int norm_by_std,
+                        float eps, float *adv);
+int adv_estimator_whitens(AdvEstimator e);
+// masked_whiten's sums over n responses, each weighing len[i] tokens: pass 0 adds sum len to sum[0] and
+// sum len a to sum[1]; pass 1 adds sum len (a - mean)^2 to sum[2], mean = sum[1] / (sum[0] + 1e-8). Ranks add
+// up their sums of a pass before the next.
+void advantages_whiten_sums(const float *adv, const double *len, int64_t n, int pass, double *sum);
+// adv = (adv - mean) / sqrt(var + 1e-8) from those sums (mean = sum[1] / (sum[0] + 1e-8), var =
+// sum[2] / (sum[0] + 1e-8) x sum[0] / (sum[0] - 1)). Returns 0, leaving adv, when fewer than 2 tokens count.
+int advantages_whiten(float *adv, int64_t n, const double *sum);
+
 typedef struct {
+    PolicyLossMode mode;         // the policy term (above); what follows describes vanilla's
+    double tau_pos, tau_neg;     // sapo's gate temperatures [1.0 / 1.05]
     double clip_low, clip_high;  // eps_low / eps_high [0.2 / 0.2]; clip-higher when high > low
     double clip_c;               // dual clip (verl clip_ratio_c, must be > 1) for A < 0; 0 = off
     double kl_coef;              // beta; 0 = no KL term in the loss (ref_logp may then be NULL)
@@ -73,10 +118,14 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
 // One micro-batch of B response sequences, tokens packed: sequence b is tokens
 // seq_off[b] .. seq_off[b+1] of logp, old_logp, ref_logp and dlogp (response tokens only; the
 // offsets are absolute, so a micro-batch may pass a pointer into the mini-batch's offset array).
-// adv (B): one advantage per sequence. Per token, with x = clamp(logp - old_logp, -20, 20):
+// adv (B): one advantage per sequence. Per token (vanilla; the other modes above), with
+// x = clamp(logp - old_logp, -20, 20):
 //   ratio = e^x, pg = max(-A*ratio, -A*clamp(ratio, 1-clip_low, 1+clip_high)),
 //   A < 0 and clip_c > 0: pg = min(pg, -A*clip_c);
 //   loss_tok = pg + kl_coef * KL(logp, ref_logp) - entropy_coeff * entropy.
+// KL and entropy aggregate by loss_agg_mode in every mode. The ratio range is of e^x (gspo: s; geo_mean: the
+// sequence's exp(mean m)); clip_frac counts tokens whose clip holds (cispo: either side; geo_mean: A > 0,
+// clip_frac_lower A < 0; sapo: none).
 // Aggregation over the WHOLE mini-batch (pass its totals, the same for every micro-batch):
 //   token-mean:              sum_tok loss_tok / n_tokens_total
 //   seq-mean-token-mean:     sum_seq (sum_tok loss_tok / (len_seq + 1e-8)) / n_seqs_total   (verl's 1e-8)

@@ -63,6 +63,7 @@ static void write_state(const char *dir, const TrainState *s) {
     cJSON_AddNumberToObject(r, "skips_in_row", (double)s->skips_in_row);
     cJSON_AddNumberToObject(r, "loss_scale", s->loss_scale);
     cJSON_AddNumberToObject(r, "good_steps", (double)s->good_steps);
+    cJSON_AddNumberToObject(r, "prompts_seen", (double)s->prompts_seen);
     cJSON_AddStringToObject(r, "seed", seed);
     cJSON_AddNumberToObject(r, "batch_size", (double)s->batch_size);
     cJSON_AddNumberToObject(r, "data_lines", (double)s->data_lines);
@@ -305,6 +306,8 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
     s->good_steps = json_get_int(r, "good_steps", path);
     s->batch_size = json_get_int(r, "batch_size", path);
     s->data_lines = json_get_int(r, "data_lines", path);
+    // states from before dynamic sampling generated extra batches: one batch a step
+    s->prompts_seen = json_get_int_or(r, "prompts_seen", s->iteration * s->batch_size, path);
     s->shuffle = json_get_bool_or(r, "shuffle", -1, path);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(r, "seed");
     char *end = NULL;

@@ -16,6 +16,7 @@ typedef struct {
     int64_t skips_in_row;  // consecutive skipped steps
     double loss_scale;
     int64_t good_steps;    // clean steps since the loss scale last changed
+    int64_t prompts_seen;  // GRPO: positions of the prompt stream used (dynamic sampling can take more a step)
     // The run's identity, checked on resume.
     uint64_t seed;
     int64_t batch_size, data_lines;

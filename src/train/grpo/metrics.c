@@ -28,7 +28,7 @@ double grpo_rss_gib(const char *key) {
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
-       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_N };
+       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_N };
 
 void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const GrpoSettings *s = r->s;
@@ -41,6 +41,7 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     sum[M_TOKENS] = (double)st->tokens_total, sum[M_KEPT] = (double)sb->n_kept, sum[M_RESP] = (double)sb->n_resp;
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
     sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
+    sum[M_DROPPED] = (double)sb->n_dropped_groups;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
     double diff[3] = {st->probs_diff_max, st->probs_diff_sum, st->probs_diff_n};
@@ -84,6 +85,8 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     if (diff[2] > 0)  // how far the rollout's log-probs were from the trainer's
         fprintf(f, ", \"rollout_probs_diff_max\": %.6g, \"rollout_probs_diff_mean\": %.6g", diff[0],
                 diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
+    if (s->dynamic_sampling)
+        fprintf(f, ", \"num_gen_batches\": %lld, \"groups_dropped\": %.0f", (long long)st->n_gen_batches, sum[M_DROPPED]);
     if (r->has_tools)
         fprintf(f, ", \"turns_mean\": %.6g, \"tool_calls\": %.0f, \"tool_errors\": %.0f, \"time_tools_s\": %.4f",
                 sum[M_TURNS] / n, sum[M_TOOL_CALLS], sum[M_TOOL_ERRORS], st->t_tools);

@@ -72,11 +72,15 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .chat_template = c->data.chat_template, .enable_thinking = c->data.enable_thinking,
         .chat_template_kwargs = c->data.chat_template_kwargs,
         .train_batch_size = c->data.train_batch_size, .G = (int)c->rollout.n,
+        .gen_batch_size = c->data.gen_batch_size ? c->data.gen_batch_size : c->data.train_batch_size,
+        .max_num_gen_batches = c->algorithm.max_num_gen_batches,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
         .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
         .rollout_int8 = c->rollout.weight_dtype == 1,
         .norm_adv_by_std = c->algorithm.norm_adv_by_std, .dynamic_sampling = c->algorithm.dynamic_sampling,
         .use_kl_in_reward = c->algorithm.use_kl_in_reward, .mask_truncated = c->algorithm.mask_truncated,
+        .filter_acc = c->algorithm.filter_metric == GRPO_FILTER_ACC,
+        .adv_estimator = (AdvEstimator)c->algorithm.adv_estimator,
         .overlong_buffer = c->reward.overlong_buffer.len, .overlong_penalty = c->reward.overlong_buffer.penalty_factor,
         .ppo_epochs = a->ppo_epochs,
         // verl counts mini-batches in prompts (each brings its G responses) and micro-batches in responses.
@@ -101,7 +105,8 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
     resolve_lora(s, c);
     // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
-    s->loss = (GrpoLossConfig){a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
+    s->loss = (GrpoLossConfig){(PolicyLossMode)a->policy_loss.loss_mode, a->tau_pos, a->tau_neg,
+                               a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
                                a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
                                (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
                                (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff};
@@ -176,6 +181,7 @@ static GrpoSettings rank_share(const GrpoSettings *s, const Comm *comm) {
             (long long)s->train_batch_size, (long long)mini_prompts);
     if (N > 1 && s->dump_samples) die("trainer.dump_samples needs a single process (each rank holds only its samples)");
     l.train_batch_size /= N;
+    l.gen_batch_size /= N;  // a multiple of the mini-batch (grpo_config_load), so of N
     l.mini_batch_size /= N;
     if (l.micro_batch_size > l.mini_batch_size) l.micro_batch_size = l.mini_batch_size;
     return l;

@@ -22,6 +22,7 @@
 // sample k sits at index resp_off[k] + t of the per-response-token arrays.
 typedef struct {
     int64_t n_samples, n_kept, n_resp;
+    int64_t n_dropped_groups;  // by dynamic sampling
     RolloutSample *samples;
     const int32_t **prompt_ids;
     int64_t *prompt_len;
@@ -49,6 +50,7 @@ typedef struct {
     double rss_rollout;  // resident memory at the end of rollout (GiB)
     int64_t n_trunc, resp_max, tokens_total, n_acc, n_correct, n_updates;
     int64_t reward_failures;  // reward program calls that failed (scored 0)
+    int64_t n_gen_batches;    // generation batches the rollout took (dynamic sampling: until the batch is full)
     int64_t model_tokens, turns, tool_calls, tool_errors;  // with tools (model_tokens: always)
     double t_tools;           // seconds in tool calls during the rollout
     double kl_reward, norm_sum, lr;
@@ -125,11 +127,23 @@ char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample
 // reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
 void grpo_check_data_sources(const PromptData *d, const char *const *paths);
 void grpo_step_batch_free(StepBatch *sb, int64_t n_prompts);
-// Rewards of every sample (+ the soft overlong penalty), and the counts metrics need.
+// The per-sample arrays of a batch of prompts idx (sample i: prompt i / G): prompts, rewards, advantages, correct.
+void grpo_batch_alloc(const Run *r, const int64_t *idx, StepBatch *sb);
+// Rewards of every sample (+ the soft overlong penalty); the reward program's failures into st.
 void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st);
-// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch; masking
-// keeps a truncated response's slot in its mini-batch (as verl's zero response mask) but not its loss.
+// The counts metrics need of a scored batch: accuracy, truncation, lengths, turns.
+void grpo_count_samples(const StepBatch *sb, StepStats *st);
+// Whether group g of a scored batch passes dynamic sampling's filter: its algorithm.filter_groups.metric
+// (correctness, or the reward) is not the same for every response (grpo_group_is_flat's test).
+int grpo_group_passes(const GrpoSettings *s, const StepBatch *sb, int64_t g);
+// Which samples enter the loss: dynamic sampling drops whole flat groups from the batch, flat in
+// algorithm.filter_groups.metric (correctness, or the reward); masking keeps a truncated response's slot in
+// its mini-batch (as verl's zero response mask) but not its loss.
 void grpo_select_kept(const GrpoSettings *s, StepBatch *sb);
+// The advantages (algorithm.adv_estimator) of every sample into sb->adv, and the kept ones' into kept_adv. opo and
+// the whitened estimators weigh each kept response by its loss tokens (verl's response mask; the others 0),
+// the whitening over the kept responses of every rank.
+void grpo_compute_advantages(Run *r, StepBatch *sb);
 // Tokens of kept samples [a, b) that enter the loss (the model's own), and how many of those samples have one.
 void grpo_count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n_tok, double *n_seq);
 // verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (scored
