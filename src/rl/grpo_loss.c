@@ -103,6 +103,7 @@ void outcome_advantages(AdvEstimator e, const float *r, const double *len, int64
         if (G == 1) mean = 0.0;  // verl: a lone response's baseline is 0
         double base = e == ADV_OPO ? (G > 1 && l > 0 ? lr / l : 0.0) : mean;
         if (e == ADV_GRPO_PASSK) {
+            if (G < 2) die("grpo_passk needs groups of 2 responses or more (rollout.n), not %d", G);
             int best = 0;  // the first of the best (ties leave r_max - r_second = 0 anyway)
             for (int i = 1; i < G; i++) best = rg[i] > rg[best] ? i : best;
             double second = -INFINITY, ss = 0.0;
@@ -247,8 +248,8 @@ static double geo_m(const GrpoLossConfig *c, double A, double x, double *dm) {
 }
 
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *entropy, const uint8_t *mask, const float *adv, const int64_t *seq_off, int B,
-                 double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
+                 const float *entropy, const uint8_t *mask, const float *is_w, const float *adv, const int64_t *seq_off,
+                 int B, double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
     if (c->kl_coef != 0.0 && !ref_logp) die("grpo_loss: kl_coef %g needs reference logprobs", c->kl_coef);
     if (c->entropy_coeff != 0.0 && (!entropy || !dent))
         die("grpo_loss: entropy_coeff %g needs entropies and a dent output", c->entropy_coeff);
@@ -295,19 +296,25 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
             xs += c->mode == PG_GSPO ? x : geo_m(c, A, x, &dm);
         }
         xs /= c->mode == PG_GSPO ? (double)len : (double)len + 1e-8;
-        double geo_ratio = exp(xs);
-        if (c->mode == PG_GEO_MEAN) pg_sum += wp * -ga * geo_ratio;
+        double geo_ratio = exp(xs), geo_w = 0.0;
+        for (int64_t i = t0; i < t1 && is_w && c->mode == PG_GEO_MEAN; i++)  // verl: the weights' geometric mean
+            geo_w += mask && !mask[i] ? 0.0 : log((double)is_w[i] + 1e-10);
+        geo_w = is_w ? exp(geo_w / ((double)len + 1e-8)) : 1.0;
+        if (c->mode == PG_GEO_MEAN) pg_sum += wp * geo_w * -ga * geo_ratio;
         for (int64_t i = t0; i < t1; i++) {
             if (mask && !mask[i]) continue;
             double x = (double)logp[i] - (double)old_logp[i], g, ratio = geo_ratio;
             if (c->mode == PG_GEO_MEAN) {
                 double xc = clamp(x, -c->clip_low, c->clip_high);
                 geo_m(c, A, x, &dm);
-                g = -ga * geo_ratio * dm / ((double)len + 1e-8);
+                g = geo_w * -ga * geo_ratio * dm / ((double)len + 1e-8);
                 n_clip += x != xc && A > 0.0;
                 n_clip_lower += x != xc && A < 0.0;
             } else {
-                pg_sum += wp * token_pg(c, A, c->mode == PG_GSPO ? xs : x, logp[i], &g, &ratio, &n_clip, &n_clip_lower);
+                double w_is = is_w ? (double)is_w[i] : 1.0;  // the rollout correction's weight (no gradient)
+                pg_sum += wp * w_is * token_pg(c, A, c->mode == PG_GSPO ? xs : x, logp[i], &g, &ratio, &n_clip,
+                                               &n_clip_lower);
+                g *= w_is;
             }
             double dkl = 0.0, kl = ref_logp ? kl_estimate(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
             kl_sum += w * kl;
@@ -329,4 +336,14 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     }
     if (stats) *stats = st;
     return st.loss;
+}
+
+void rollout_is_weights(int sequence, double threshold, const float *old, const float *rollout, const uint8_t *mask,
+                        int64_t t0, int64_t t1, float *w) {
+    double sum = 0.0;
+    for (int64_t i = t0; i < t1; i++) sum += mask && !mask[i] ? 0.0 : (double)old[i] - (double)rollout[i];
+    for (int64_t i = t0; i < t1; i++) {
+        double x = sequence ? sum : (double)old[i] - (double)rollout[i];
+        w[i] = mask && !mask[i] ? 0.0f : (float)fmin(exp(clamp(x, -20.0, 20.0)), threshold);
+    }
 }

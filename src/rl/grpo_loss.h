@@ -143,6 +143,14 @@ void grpo_loss_stats_add(GrpoLossStats *acc, const GrpoLossStats *s);
 // rollout) is no token at all here: no loss, KL or entropy, dlogp = dent = 0, not in len_seq, the ratio
 // range, n_tokens or the clip counts; the totals passed count only mask-1 tokens (n_seqs_total: sequences
 // with one).
+// is_w (NULL: none): the rollout correction's per-token weights (verl's rollout_is_weights, constants): each
+// token's policy term (and its gradient) is multiplied by its weight, geo_mean's a response's by the geometric
+// mean of its tokens' (exp(mean log(w + 1e-10))); the KL and entropy terms are not.
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
-                 const float *entropy, const uint8_t *mask, const float *adv, const int64_t *seq_off, int B,
-                 double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats);
+                 const float *entropy, const uint8_t *mask, const float *is_w, const float *adv, const int64_t *seq_off,
+                 int B, double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats);
+// verl's compute_rollout_correction_weights: the weights of tokens [t0, t1) of one response with old (the trainer's
+// log-probs) and rollout (the rollout's), mask as grpo_loss's: token, w = exp(clamp(old - rollout, -20, 20));
+// sequence, every token the same exp(clamp(sum of those, -20, 20)); then truncated at threshold (TIS).
+void rollout_is_weights(int sequence, double threshold, const float *old, const float *rollout, const uint8_t *mask,
+                        int64_t t0, int64_t t1, float *w);

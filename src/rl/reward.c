@@ -655,8 +655,15 @@ static char *program_request(const char *prompt, const char *response, const cha
     return text;
 }
 
-// The program's reward, or 0 when the call fails (*ok = 0).
-static double program_reward(Program *p, const RewardRow *row, const char *response, int *ok) {
+// The answer a scorer extracted, for majority votes: the first REWARD_PRED_MAX - 1 bytes of s.
+static void set_pred(char *pred, const char *s) {
+    snprintf(pred, REWARD_PRED_MAX, "%s", s);
+}
+
+// The program's reward, or 0 when the call fails (*ok = 0); its optional "acc" (true/false, 1/0) into *correct
+// and "pred" (a string) into pred, as verl's compute_score dictionaries give them.
+static double program_reward(Program *p, const RewardRow *row, const char *response, int *ok, int *correct,
+                             char *pred) {
     size_t n;
     char *req = program_request(row->prompt, response, row->answer, row->messages, row->extra_info, &n);
     cJSON *reply = program_call(p, req, n);
@@ -664,6 +671,10 @@ static double program_reward(Program *p, const RewardRow *row, const char *respo
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(reply, "reward");
     *ok = cJSON_IsNumber(r) && isfinite(r->valuedouble);
     double reward = *ok ? r->valuedouble : 0;
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(reply, "acc"), *pr = cJSON_GetObjectItemCaseSensitive(reply, "pred");
+    if (*ok && cJSON_IsBool(acc)) *correct = cJSON_IsTrue(acc);
+    if (*ok && cJSON_IsNumber(acc)) *correct = acc->valuedouble != 0;
+    if (*ok && cJSON_IsString(pr)) set_pred(pred, pr->valuestring);
     if (reply && !*ok) {
         char *shown = cJSON_PrintUnformatted(reply);
         program_reject(p, "reply without a finite number \"reward\": %.40s", shown ? shown : "?");
@@ -673,9 +684,10 @@ static double program_reward(Program *p, const RewardRow *row, const char *respo
     return reward;
 }
 
-// One spec's unweighted value; *correct is 1/0 for the correctness kinds, left alone otherwise.
+// One spec's unweighted value; *correct is 1/0 for the correctness kinds (and a program that says), left alone
+// otherwise; pred (REWARD_PRED_MAX bytes) gets the answer it extracted, when it has one.
 static double item_score(const RewardItem *it, const RewardRow *row, const char *response, int *correct,
-                         int *program_failed) {
+                         int *program_failed, char *pred) {
     const RewardSpec *s = &it->spec;
     const char *answer = row->answer;
     if (s->strip_think) response = reward_after_think(response);
@@ -684,6 +696,7 @@ static double item_score(const RewardItem *it, const RewardRow *row, const char 
         char *got = gsm8k_extract_solution(response, s->flexible, s->clip_chars);
         *correct = 0;
         if (!got) return 0;
+        set_pred(pred, got);
         char *gt = gsm8k_ground_truth(answer);
         *correct = gsm8k_is_correct(got, gt);
         free(got);
@@ -696,15 +709,20 @@ static double item_score(const RewardItem *it, const RewardRow *row, const char 
         free(last);
         *correct = 0;
         if (!content) return 0;  // verl: no box, or remove_boxed's assert (caught) -> 0
+        set_pred(pred, content);
         *correct = math_is_correct(content, answer);
         free(content);
         return *correct ? s->score : s->format_score;
     }
     case REWARD_FORMAT: return format_matches(it, response) ? 1 : 0;
-    case REWARD_EXACT: return (*correct = reward_exact_match(response, answer)) ? 1 : 0;
+    case REWARD_EXACT: {
+        size_t skip = strspn(response, " \t\n\r\f\v");
+        set_pred(pred, response + skip);
+        return (*correct = reward_exact_match(response, answer)) ? 1 : 0;
+    }
     case REWARD_PROGRAM: {
         int ok;
-        double r = program_reward(it->program, row, response, &ok);
+        double r = program_reward(it->program, row, response, &ok, correct, pred);
         if (!ok) *program_failed += 1;
         return r;
     }
@@ -735,7 +753,9 @@ double reward_score_row(const RewardSet *set, const RewardRow *row, const char *
         int c = -1;
         RewardKind kind = set->items[i].spec.kind;
         if (row->rule >= 0 && (kind == REWARD_GSM8K || kind == REWARD_BOXED) && (int)kind != row->rule) continue;
-        double v = item_score(&set->items[i], row, response, &c, &d.program_failures);
+        char pred[REWARD_PRED_MAX] = "";
+        double v = item_score(&set->items[i], row, response, &c, &d.program_failures, pred);
+        if (!d.pred[0] && pred[0]) memcpy(d.pred, pred, sizeof pred);  // the first scorer's answer
         d.values[i] = v;
         d.total += set->items[i].spec.weight * v;
         if (c >= 0) d.correct = (d.correct == -1 ? 1 : d.correct) && c;

@@ -97,12 +97,18 @@ typedef struct {
     RewardItem items[REWARD_MAX_SPECS];
 } RewardSet;
 
+#define REWARD_PRED_MAX 128
+
 typedef struct {
     double total;                      // sum of weight * value
     double values[REWARD_MAX_SPECS];   // each spec's unweighted value, in spec order
     int correct;   // accuracy: 1 when every gsm8k/boxed/exact spec judged the answer correct, 0 when
                    // one did not, -1 when the set has none of those kinds
     int program_failures;  // program calls in this score that failed
+    // The answer the first scorer that extracts one found (gsm8k: the number; boxed: the box's content; exact: the
+    // response; a program: its reply's "pred"), its first REWARD_PRED_MAX - 1 bytes; "" for none. A program's
+    // reply may also judge correctness: "acc" (true/false or 1/0), as verl's compute_score dictionaries.
+    char pred[REWARD_PRED_MAX];
 } RewardDetail;
 
 // Why the set's reward program last failed ("another rank's program" when this one never did).

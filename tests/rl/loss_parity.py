@@ -123,7 +123,7 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode, batch_num_tokens=None, global_b
 
 
 def policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_low, clip_high,
-                        clip_ratio_c, loss_scale_factor):
+                        clip_ratio_c, loss_scale_factor, rollout_is_weights=None):
     """verl compute_policy_loss_vanilla; clip_ratio_c None = no dual clip (verl always applies its 3.0)."""
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
@@ -140,11 +140,13 @@ def policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_
     else:
         pg_clipfrac_lower = torch.tensor(0.0, dtype=ratio.dtype)
         pg_losses = clip_pg_losses1
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
     return pg_loss, pg_clipfrac, pg_clipfrac_lower, ratio
 
 
-def policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high):
+def policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, rollout_is_weights=None):
     """verl compute_policy_loss_gspo (verl-project/verl 1dda039b): one ratio a sequence; seq-mean-token-mean."""
     negative_approx_kl = log_prob - old_log_prob
     seq_lengths = torch.sum(response_mask, dim=-1).clamp(min=1)
@@ -155,12 +157,15 @@ def policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_low
     pg_losses1 = -advantages * seq_importance_ratio
     pg_losses2 = -advantages * torch.clamp(seq_importance_ratio, 1 - clip_low, 1 + clip_high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(log_prob.dtype), response_mask)
     return pg_loss, pg_clipfrac, torch.tensor(0.0, dtype=log_prob.dtype), seq_importance_ratio
 
 
-def policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high):
+def policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high,
+                         rollout_is_weights=None):
     """verl compute_policy_loss_geo_mean (GMPO), but the mean over the rows with a token: verl's torch.mean
     over a micro-batch's rows counts empty rows too (and depends on the micro-batch); grpo divides by the
     mini-batch's responses that have a token, as agg_loss's seq-mean modes do."""
@@ -173,6 +178,10 @@ def policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip
     ratio = torch.exp((negative_approx_kl_min * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8))
     advantage = (advantages * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8)
     pg_losses = -advantage * ratio
+    if rollout_is_weights is not None:  # the weights' geometric mean a response
+        seq_is_weights = torch.exp(
+            (torch.log(rollout_is_weights + 1e-10) * response_mask).sum(dim=-1) / (response_mask_sum + 1e-8))
+        pg_losses = pg_losses * seq_is_weights
     rows = response_mask_sum > 0
     pg_loss = pg_losses[rows].sum() / rows.sum()
     clipped = torch.ne(negative_approx_kl, negative_approx_kl_clamp)
@@ -182,18 +191,20 @@ def policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip
 
 
 def policy_loss_cispo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_low, clip_high,
-                      loss_scale_factor):
+                      loss_scale_factor, rollout_is_weights=None):
     """verl compute_policy_loss_cispo: -sg[clip(ratio)] * A * log_prob."""
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
     clipped_ratio = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
     pg_losses = -clipped_ratio.detach() * advantages * log_prob
     pg_clipfrac = masked_mean((ratio != clipped_ratio).to(log_prob.dtype), response_mask)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
     return pg_loss, pg_clipfrac, torch.tensor(0.0, dtype=log_prob.dtype), ratio
 
 
-def policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos, tau_neg):
+def policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos, tau_neg, rollout_is_weights=None):
     """verl compute_policy_loss_sapo: the soft gate sigmoid(tau (r - 1)) 4 / tau; seq-mean-token-mean."""
     tau_pos = torch.as_tensor(tau_pos, dtype=advantages.dtype)
     tau_neg = torch.as_tensor(tau_neg, dtype=advantages.dtype)
@@ -202,24 +213,47 @@ def policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos,
     taus = torch.where(advantages > 0, tau_pos, tau_neg)
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
     pg_losses = -gates * advantages
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
     zero = torch.tensor(0.0, dtype=log_prob.dtype)
     return pg_loss, zero, zero, ratio
 
 
-def policy_loss(mode, old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len, tau_pos=1.0, tau_neg=1.05):
-    """verl's get_policy_loss_fn(mode): (pg_loss, clipfrac, clipfrac_lower, the ratio grpo reports per token)."""
+def policy_loss(mode, old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len, tau_pos=1.0, tau_neg=1.05,
+                is_w=None):
+    """verl's get_policy_loss_fn(mode): (pg_loss, clipfrac, clipfrac_lower, the ratio grpo reports per token);
+    is_w: rollout_is_weights."""
     if mode == "vanilla":
-        return policy_loss_vanilla(old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len)
+        return policy_loss_vanilla(old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len, is_w)
     if mode == "gspo":
-        return policy_loss_gspo(old, logp, adv, mask, clip_low, clip_high)
+        return policy_loss_gspo(old, logp, adv, mask, clip_low, clip_high, is_w)
     if mode == "geo_mean":
-        return policy_loss_geo_mean(old, logp, adv, mask, clip_low, clip_high)
+        return policy_loss_geo_mean(old, logp, adv, mask, clip_low, clip_high, is_w)
     if mode == "cispo":
-        return policy_loss_cispo(old, logp, adv, mask, agg, clip_low, clip_high, norm_len)
+        return policy_loss_cispo(old, logp, adv, mask, agg, clip_low, clip_high, norm_len, is_w)
     if mode == "sapo":
-        return policy_loss_sapo(old, logp, adv, mask, tau_pos, tau_neg)
+        return policy_loss_sapo(old, logp, adv, mask, tau_pos, tau_neg, is_w)
     raise ValueError(mode)
+
+
+def rollout_correction_weights(log_ratio, response_mask, rollout_is, threshold):
+    """verl compute_rollout_correction_weights (rollout_corr_helper.py, verl-project/verl 1dda039b) with one upper
+    threshold (TIS): log_ratio = old_log_prob - rollout_log_prob; token: exp(clamp(log_ratio, +-20)); sequence:
+    exp(clamp(masked sum, +-20)) on every token; masked, truncated, detached."""
+    if rollout_is == "token":
+        raw = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0))
+    elif rollout_is == "sequence":
+        total = masked_sum_axis(log_ratio, response_mask).unsqueeze(-1)
+        raw = torch.exp(torch.clamp(total, min=-20.0, max=20.0)).expand_as(log_ratio)
+    else:
+        raise ValueError(rollout_is)
+    raw = raw * response_mask
+    return raw.clamp(max=threshold).detach()
+
+
+def masked_sum_axis(x, mask):
+    return torch.where(mask.bool(), x, torch.zeros_like(x)).mul(mask).sum(-1)
 
 
 def group_scores(scores, index):
@@ -305,7 +339,7 @@ def reference_loss(case, dtype):
     norm_len = case["norm_len"] if case["norm_len"] else None
     pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(
         case.get("mode", "vanilla"), old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"], clip_c,
-        norm_len, case.get("tau_pos", 1.0), case.get("tau_neg", 1.05))
+        norm_len, case.get("tau_pos", 1.0), case.get("tau_neg", 1.05), pad("is_w") if "is_w" in case else None)
     loss, kl_loss = pg_loss, torch.tensor(0.0, dtype=dtype)
     if case.get("ref_logp") is not None:
         kld = kl_penalty_forward(logp, pad("ref_logp"), case["kl"])
@@ -435,6 +469,13 @@ def build_cases():
     # GSPO's paper clips the sequence ratio at 3e-4 / 4e-4: most sequences clip
     cases.append(dict(big, name="gspo/paper-clip", kind="loss", mode="gspo", kl="k3", agg="seq-mean-token-mean",
                       clip_low=3e-4, clip_high=4e-4, clip_c=0.0, kl_coef=0.0, norm_len=0.0, micro=[5, 7, 12]))
+    # The rollout correction's weights (verl's rollout_is_weights: truncated at 2, some 0 for masked tokens) in every
+    # loss mode: each token's policy term times its weight, geo_mean's times the geometric mean of the response's.
+    is_w = [f32(torch.clamp(torch.exp(0.3 * torch.randn(L, generator=gen, dtype=torch.float64)), max=2.0)) for L in lengths]
+    for mode in ("vanilla", "gspo", "geo_mean", "cispo", "sapo"):
+        cases.append(dict(base, is_w=is_w, mask=tool_mask, entropy=ents, entropy_coeff=0.01, name=f"rollout-is/{mode}",
+                          kind="loss", mode=mode, kl="k3", agg="token-mean", clip_low=0.2, clip_high=0.28,
+                          clip_c=3.0 if mode == "vanilla" else 0.0, kl_coef=0.1, norm_len=0.0, micro=micro))
     # Outcome advantage estimators (verl's adv_estimator) on binary, continuous and flat groups; opo and the
     # whitened ones weigh responses by their loss tokens (a zero-length one among them).
     lens8 = [float(n) for n in torch.randint(1, 40, (48,), generator=gen)]

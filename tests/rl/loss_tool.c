@@ -189,6 +189,8 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     const cJSON *ref_item = cJSON_GetObjectItemCaseSensitive(c, "ref_logp");
     float *ref_logp = ref_item && !cJSON_IsNull(ref_item) ? packed_of(c, "ref_logp", B, seq_off, name) : NULL;
     float *ent = cJSON_GetObjectItemCaseSensitive(c, "entropy") ? packed_of(c, "entropy", B, seq_off, name) : NULL;
+    // "is_w": the rollout correction's weights, per token (verl's rollout_is_weights)
+    float *is_w = cJSON_GetObjectItemCaseSensitive(c, "is_w") ? packed_of(c, "is_w", B, seq_off, name) : NULL;
     int n_adv;
     float *adv = floats_of(need(c, "adv", name), &n_adv, "adv", name);
     if (n_adv != B) die("case %s: %d advantages for %d sequences", name, n_adv, B);
@@ -200,8 +202,8 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     for (int64_t i = 0; i < N; i++) dlogp[i] = dlogp_micro[i] = NAN;
     for (int64_t i = 0; dent && i < N; i++) dent[i] = NAN;
     GrpoLossStats whole;
-    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, adv, seq_off, B, n_tok, (double)n_seqs, dlogp,
-                            dent, &whole);
+    double loss = grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, is_w, adv, seq_off, B, n_tok, (double)n_seqs,
+                            dlogp, dent, &whole);
 
     // The same mini-batch in micro-batches, each seeing the whole mini-batch's totals.
     const cJSON *micro = cJSON_GetObjectItemCaseSensitive(c, "micro");
@@ -218,7 +220,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
             if (mb < 0 || mb > B - b0) die("case %s: micro-batch %d of %d sequences overruns the batch", name, m, mb);
         }
         GrpoLossStats s;
-        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, adv + b0, seq_off + b0, mb, n_tok,
+        micro_sum += grpo_loss(&cfg, logp, old_logp, ref_logp, ent, mask, is_w, adv + b0, seq_off + b0, mb, n_tok,
                                (double)n_seqs, dlogp_micro, dent, &s);
         grpo_loss_stats_add(&acc, &s);
         b0 += mb;
@@ -246,6 +248,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     free(ent);
     free(dent);
     free(adv);
+    free(is_w);
     free(ref_logp);
     free(old_logp);
     free(logp);

@@ -499,6 +499,14 @@ for trial in range(6):
                  "reward.gsm8k.weight": 1.0})
     if vals["actor.use_kl_loss"]:
         vals["algorithm.use_kl_in_reward"] = False
+    vals["data.gen_batch_size"] = rng.choice([None, 8, 12])  # a multiple of the mini-batch; more: dynamic sampling
+    if vals["data.gen_batch_size"] not in (None, 8):
+        vals["algorithm.dynamic_sampling"] = True
+    if vals["algorithm.filter_groups.metric"] == "seq_final_reward":
+        vals["algorithm.use_kl_in_reward"] = False
+    if vals["actor.clip_ratio_c"]:
+        vals["actor.policy_loss.loss_mode"] = "vanilla"  # the dual clip is vanilla's
+    vals["rollout.val_kwargs.temperature"] = max(vals["rollout.val_kwargs.temperature"], 0.5)
     if None not in (vals["data.min_pixels"], vals["data.max_pixels"]) and vals["data.min_pixels"] > vals["data.max_pixels"]:
         vals["data.min_pixels"], vals["data.max_pixels"] = vals["data.max_pixels"], vals["data.min_pixels"]
     vals["actor.lora.dropout"] = 0.0  # the only value the loader accepts
@@ -701,6 +709,16 @@ conflicts = [
      "only 0 is supported"),
     ("lora_target", None, ["actor.lora.target_modules=[q_proj, lm_head]"], "actor.lora.target_modules",
      'unknown module "lm_head"'),
+    ("dual_clip_of_gspo", None, ["actor.policy_loss.loss_mode=gspo", "actor.clip_ratio_c=3"], "actor.clip_ratio_c",
+     "not of actor.policy_loss.loss_mode gspo"),
+    ("gen_batch_without_dynamic_sampling", None, ["data.gen_batch_size=16"], "data.gen_batch_size 16",
+     "without algorithm.dynamic_sampling"),
+    ("gen_batch_not_whole_mini_batches", None, ["data.gen_batch_size=10", "algorithm.dynamic_sampling=true",
+                                                 "actor.mini_batch_size=4"], "not a multiple of the mini-batch (4"),
+    ("seq_final_reward_with_kl_in_reward", None, ["algorithm.dynamic_sampling=true", "actor.use_kl_loss=false",
+                                                   "algorithm.use_kl_in_reward=true",
+                                                   "algorithm.filter_groups.metric=seq_final_reward"],
+     "seq_final_reward with algorithm.use_kl_in_reward"),
 ]
 # A hostile-input run: merge keys fanning out over 10 levels took 28 s (YAML's "billion laughs"), and
 # 100,000 "[" took 21 s inside libyaml before any depth limit applied.

@@ -54,6 +54,14 @@ shutil.rmtree(a.tmp, ignore_errors=True)
 os.makedirs(a.tmp)
 T = lambda *p: os.path.join(a.tmp, *p)  # noqa: E731
 env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+# On an AMX CPU, oneDNN's AMX bf16 GEMM sums a row in an order that depends on the other rows and the layout (the
+# emulator's products and the CPU's differ in both, as do one process's and two ranks'), and the bf16 rounding
+# points turn those ulps into 2^-8 steps: measured on a Sapphire Rapids, grad_norm 2.7e-5 apart, the weights 1.7e-3
+# of the update. The comparisons are of the emulated kernels, so every run here uses oneDNN's AVX512-BF16 GEMM
+# there (as on the CPUs without AMX), where rows sum alike whatever comes with them: 5.3e-6 of the update.
+if "GRPO_CPU_ISA" not in env and " amx_bf16" in open("/proc/cpuinfo").read():
+    env["GRPO_CPU_ISA"] = "avx512_bf16"
+    print("NOTE  AMX CPU: every run at GRPO_CPU_ISA=avx512_bf16 (oneDNN's AMX GEMM sums rows shape-dependently)")
 
 
 def run(args):

@@ -5,7 +5,9 @@ with exactly one stderr line, starting "grpo: error:" and naming the file:line, 
 ends with the same weights, byte for byte, as an uninterrupted one, and so does a run whose Adam moments
 are offloaded to a file during rollout (actor.offload_optimizer), which leaves no file behind."""
 import argparse
+import collections
 import json
+import math
 import os
 import re
 import shutil
@@ -66,6 +68,8 @@ cases = [
     ("dynamic sampling on correctness without a reward that judges it",
      ["data.train_file=" + ok, "algorithm.dynamic_sampling=true", "reward.gsm8k.weight=0", "reward.format.weight=1",
       "trainer.out_dir=" + T("o10")], r"algorithm\.filter_groups\.metric acc needs a reward that judges correctness"),
+    ("validation sampled 4 times greedily", ["data.train_file=" + ok, "rollout.val_kwargs.n=4",
+                                             "trainer.out_dir=" + T("o11")], r"rollout\.val_kwargs\.temperature above 0"),
 ]
 passed = failed = 0
 for label, args, pattern in cases:
@@ -222,6 +226,55 @@ st = json.load(open(T("dg-b", "checkpoint-2", "trainer_state.json"))) if p.retur
 ok = p.returncode == 0 and ws[0] == ws[1] and ws[0] != b"" and st.get("prompts_seen") == 4 * sum(n_gen)
 print(("PASS" if ok else "FAIL") + f"  dynamic sampling resumed == uninterrupted (weights bytes {ws[0] == ws[1]}); "
       f"prompts_seen {st.get('prompts_seen')}")
+passed += ok
+failed += not ok
+# Validation as papers report it (rollout.val_kwargs): 4 samples a prompt at temperature 1, scored by a program that
+# judges ("acc") and extracts an answer ("pred", for majority votes), as verl's compute_score dictionaries; mean@4,
+# pass@k (k = 1, 2, 4: the unbiased estimator, math.comb's here) and maj@4 per data_source equal those of
+# OUT/val_samples.jsonl, computed here.
+judge = T("reward_judge.py")
+with open(judge, "w") as f:
+    f.write("import json, sys\nfor line in sys.stdin:\n    d = json.loads(line)\n"
+            "    pred = str(sum(d['response'].encode()) % 3)\n"
+            "    print(json.dumps({'reward': 1.0 if pred == '0' else 0.25, 'acc': pred == '0', 'pred': pred}), "
+            "flush=True)\n")
+val = data("val.jsonl", [{"prompt": f"v{i}", "answer": "0", "data_source": "a" if i < 4 else "b"} for i in range(6)])
+out = T("val-k")
+p = subprocess.run([a.grpo, "train"] + base + ["data.train_file=" + data("train2.jsonl", [good] * 2), "data.val_file=" + val,
+                                               "trainer.val_before_train=true", "rollout.val_kwargs.n=4",
+                                               "rollout.val_kwargs.temperature=1.0", "reward.gsm8k.weight=0",
+                                               "reward.program.weight=1", "reward.program.command=" + sys.executable +
+                                               " " + judge, "trainer.dump_samples=true", "trainer.out_dir=" + out],
+                   capture_output=True, text=True)
+got = json.loads(open(os.path.join(out, "metrics.jsonl")).readline()) if p.returncode == 0 else {}
+vs = [json.loads(l) for l in open(os.path.join(out, "val_samples.jsonl"))] if p.returncode == 0 else []
+want, by = {}, {}
+for x in vs:
+    by.setdefault(x["data_source"], {}).setdefault(x["prompt_index"], []).append(x)
+for src, prompts in by.items():
+    rows = list(prompts.values())
+    n = 4
+    want[f"val/{src}/acc/mean@4"] = sum(sum(x["correct"] for x in r) / n for r in rows) / len(rows)
+    want[f"val/{src}/reward/mean@4"] = sum(sum(x["reward"] for x in r) / n for r in rows) / len(rows)
+    for k in (1, 2, 4):
+        want[f"val/{src}/acc/pass@{k}"] = sum(1 - math.comb(n - sum(x["correct"] for x in r), k) / math.comb(n, k)
+                                              for r in rows) / len(rows)
+    maj = []
+    for r in rows:
+        votes = collections.Counter(x["pred"] for x in r if x["pred"])
+        top = votes.most_common(1)[0][0] if votes else None
+        maj.append(next(x["correct"] for x in r if x["pred"] == top) if top is not None else 0)
+    want[f"val/{src}/acc/maj@4"] = sum(maj) / len(rows)
+want["val_accuracy"] = sum(x["correct"] for x in vs) / len(vs) if vs else None
+bad = [k for k in want if k not in got or abs(got[k] - want[k]) > 1e-6]
+mixed = sum(0 < sum(x["correct"] for x in r) < 4 for pr in by.values() for r in pr.values())
+ok = p.returncode == 0 and len(vs) == 24 and sorted(by) == ["a", "b"] and not bad and mixed >= 2 \
+    and 0 < want["val/a/acc/pass@1"] < want["val/a/acc/pass@2"] <= want["val/a/acc/pass@4"] \
+    and max(v for k, v in want.items() if "maj@" in k) > 0
+print(("PASS" if ok else "FAIL") + f"  rollout.val_kwargs.n=4: mean@4, pass@1/2/4 and maj@4 per data_source as the "
+      f"dumped samples give them ({mixed} prompts with some right), e.g. a: "
+      f"{ {k.split('/', 2)[2]: round(v, 4) for k, v in want.items() if k.startswith('val/a/')} }"
+      + (f"; differ: {[(k, got.get(k), want[k]) for k in bad]}" if bad else "") + (p.stderr[-300:] if p.returncode else ""))
 passed += ok
 failed += not ok
 print(f"{passed} passed, {failed} failed")

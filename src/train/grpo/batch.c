@@ -65,6 +65,7 @@ void grpo_step_batch_free(StepBatch *sb, int64_t n_prompts) {
     free(sb->reward), free(sb->adv), free(sb->correct);
     free(sb->kept), free(sb->kept_adv), free(sb->resp_off), free(sb->mb_start), free(sb->old_logp), free(sb->ref_logp);
     free(sb->logp), free(sb->dlogp), free(sb->ent), free(sb->dent), free(sb->mask);
+    free(sb->rollout_logp), free(sb->is_w);
 }
 
 // The per-sample arrays of a batch of prompts idx (sample i: prompt i / G): prompts, rewards, advantages, correct.
@@ -120,6 +121,10 @@ void grpo_count_samples(const StepBatch *sb, StepStats *st) {
 // (correctness, or the reward) is not the same for every response (grpo_group_is_flat's test).
 int grpo_group_passes(const GrpoSettings *s, const StepBatch *sb, int64_t g) {
     if (!s->filter_acc) return !grpo_group_is_flat(sb->reward + g * s->G, s->G);
+    for (int i = 0; i < s->G; i++)
+        if (sb->correct[g * s->G + i] < 0)
+            die("algorithm.filter_groups.metric acc: no reward judged a response's correctness (the reward program's "
+                "reply has no \"acc\"); filter on seq_reward, or reply \"acc\"");
     for (int i = 1; i < s->G; i++)
         if (sb->correct[g * s->G + i] != sb->correct[g * s->G]) return 1;
     return s->G < 2;
@@ -148,6 +153,12 @@ void grpo_select_kept(const GrpoSettings *s, StepBatch *sb) {
     size_t bytes = (size_t)sb->n_resp * 4 + 4;
     sb->old_logp = xmalloc(bytes), sb->ref_logp = xmalloc(bytes), sb->logp = xmalloc(bytes), sb->dlogp = xmalloc(bytes);
     sb->ent = xmalloc(bytes), sb->dent = xmalloc(bytes);
+    if (s->rollout_is) {
+        sb->rollout_logp = xmalloc(bytes), sb->is_w = xmalloc(bytes);
+        for (int64_t k = 0; k < sb->n_kept; k++)
+            memcpy(sb->rollout_logp + sb->resp_off[k], sb->samples[sb->kept[k]].logprobs,
+                   (size_t)(sb->resp_off[k + 1] - sb->resp_off[k]) * sizeof(float));
+    }
     if (!sb->samples[0].mask) return;
     sb->mask = xmalloc((size_t)sb->n_resp + 1);
     for (int64_t k = 0; k < sb->n_kept; k++)

@@ -131,6 +131,13 @@ static const ConfigKey KEYS[] = {
           "up to 16 sequences (a wave's last steps, or every step when rollout.n x data.train_batch_size <= 16 per "
           "process); larger steps and prefills read the policy's; the loss's log-probs come from the training "
           "forward either way. CPU only"),
+    KINT("rollout.val_kwargs.n", rollout.val_kwargs.n, "1", 1, 1024,
+         "validation: responses sampled per validation prompt; metrics report mean@n, pass@k (k = 1, 2, 4, ... n) "
+         "and maj@n per data_source (verl's val_kwargs)"),
+    KFLOAT("rollout.val_kwargs.temperature", rollout.val_kwargs.temperature, "0.0", 0, 100,
+           "validation's sampling temperature (0: greedy, verl's do_sample false)"),
+    KFLOAT_POS("rollout.val_kwargs.top_p", rollout.val_kwargs.top_p, "1.0", 1, "validation's top-p (1: off)"),
+    KINT("rollout.val_kwargs.top_k", rollout.val_kwargs.top_k, "0", 0, INT32_MAX, "validation's top-k (0: off)"),
     KLIST("rollout.stop", rollout.stop,
           "strings that end a response, e.g. [\"</answer>\"]; a single string is a list of one"),
     KSTR_NULL("rollout.multi_turn.tools_file", rollout.multi_turn.tools_file,
@@ -201,7 +208,7 @@ static const ConfigKey KEYS[] = {
           "filter_groups): they carry no signal"),
     KENUM("algorithm.filter_groups.metric", algorithm.filter_metric, "acc", "acc|seq_reward|seq_final_reward",
           "what dynamic sampling compares within a group (verl's names): acc, whether each answer is correct (a "
-          "gsm8k, boxed or exact reward judges it); seq_reward, the reward with the overlong penalty, so an all-wrong "
+          "gsm8k, boxed or exact reward judges it, or the reward program's \"acc\"); seq_reward, the reward with the overlong penalty, so an all-wrong "
           "group whose lengths differ is kept and trains on length alone; seq_final_reward, the same here (with "
           "KL in the reward, refused)"),
     KINT("algorithm.filter_groups.max_num_gen_batches", algorithm.max_num_gen_batches, "10", 0, INT32_MAX,
@@ -214,6 +221,14 @@ static const ConfigKey KEYS[] = {
           "group's length-weighted mean; grpo_passk, only the group's best gets r_max - r_second (/ std); "
           "reinforce_plus_plus, r whitened over the batch's tokens; reinforce_plus_plus_baseline, r - group mean, "
           "whitened"),
+    KENUM("algorithm.rollout_correction.rollout_is", algorithm.rollout_correction.rollout_is, "off",
+          "off|token|sequence",
+          "rollout correction (verl's rollout_is, its null is off): each token's policy term weighed by "
+          "min(p_old / p_rollout, rollout_is_threshold), the trainer's probability over the rollout's (truncated "
+          "importance sampling); sequence: one weight a response, the product of its tokens' ratios. For a rollout "
+          "whose numerics differ from training's (rollout.weight_dtype int8, bf16)"),
+    KFLOAT_POS("algorithm.rollout_correction.rollout_is_threshold", algorithm.rollout_correction.rollout_is_threshold,
+               "2.0", 1e30, "the truncation of the rollout correction's weights"),
     KBOOL("algorithm.mask_truncated", algorithm.mask_truncated, "false",
           "leave responses cut at data.max_response_length out of the loss (DAPO's overlong filtering)"),
     KBOOL("algorithm.use_kl_in_reward", algorithm.use_kl_in_reward, "false",
@@ -297,7 +312,8 @@ static const ConfigKey KEYS[] = {
           "storage of the frozen base under LoRA: bf16 is 2 bytes a parameter (the adapters are fp32)"),
 
     KINT_NULL("trainer.steps", trainer.steps, 1, INT32_MAX,
-              "GRPO steps (null: data.epochs passes over the training prompts)"),
+              "GRPO steps (null: data.epochs passes over the training prompts; with dynamic sampling, until they "
+              "are used up)"),
     KINT("trainer.seed", trainer.seed, "0", 0, NOMAX, "seed of the data order and of sampling"),
     KSTR("trainer.out_dir", trainer.out_dir, "runs/grpo",
          "where the final model, checkpoints, metrics.jsonl and samples go"),
@@ -616,7 +632,7 @@ static const struct {
     {"beta", "actor.kl_loss_coef"}, {"epsilon", "actor.clip_ratio_low"}, {"epsilon_high", "actor.clip_ratio_high"},
     {"norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std"}, {"scale_rewards", "algorithm.norm_adv_by_std"},
     {"filter_groups.enable", "algorithm.dynamic_sampling"},
-    {"importance_sampling_level", "actor.policy_loss.loss_mode"}, {"loss_type", "actor.policy_loss.loss_mode"},
+    {"importance_sampling_level", "actor.policy_loss.loss_mode"}, {"loss_type", "actor.loss_agg_mode"},
     {"mask_truncated_completions", "algorithm.mask_truncated"},
     {"output_dir", "trainer.out_dir"}, {"default_local_dir", "trainer.out_dir"},
     {"save_freq", "trainer.save_every"}, {"save_steps", "trainer.save_every"},
@@ -824,6 +840,11 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  "actor.micro_batch_size %lld does not divide the %lld responses of a mini-batch "
                  "(actor.mini_batch_size x rollout.n)",
                  (long long)a->micro_batch_size, (long long)(mini * c->rollout.n));
+    if (c->rollout.val_kwargs.n > 1 && c->rollout.val_kwargs.temperature == 0)
+        CONFLICT("rollout.val_kwargs.n", "rollout.val_kwargs.temperature",
+                 "rollout.val_kwargs.n %lld samples each validation prompt greedily %lld times, alike: set "
+                 "rollout.val_kwargs.temperature above 0", (long long)c->rollout.val_kwargs.n,
+                 (long long)c->rollout.val_kwargs.n);
     int64_t gen = c->data.gen_batch_size;
     if (gen && !c->algorithm.dynamic_sampling && gen != c->data.train_batch_size)
         CONFLICT("data.gen_batch_size", "algorithm.dynamic_sampling",
@@ -851,11 +872,13 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  "reward.overlong_buffer.len %lld must be below data.max_response_length %lld",
                  (long long)c->reward.overlong_buffer.len, (long long)c->data.max_response_length);
     const GrpoRewardConfig *rw = &c->reward;
-    int judged = rw->gsm8k.weight != 0 || rw->boxed.weight != 0 || rw->exact.weight != 0 || rw->by_data_source;
+    int judged = rw->gsm8k.weight != 0 || rw->boxed.weight != 0 || rw->exact.weight != 0 || rw->by_data_source ||
+                 rw->program.weight != 0;
     if (c->algorithm.dynamic_sampling && c->algorithm.filter_metric == GRPO_FILTER_ACC && !judged)
         CONFLICT("algorithm.filter_groups.metric", "algorithm.dynamic_sampling",
                  "algorithm.filter_groups.metric acc needs a reward that judges correctness (reward.gsm8k, "
-                 "reward.boxed, reward.exact or reward.by_data_source); filter on seq_reward instead");
+                 "reward.boxed, reward.exact, reward.by_data_source, or a reward.program replying \"acc\"); filter "
+                 "on seq_reward instead");
     if (c->algorithm.dynamic_sampling && c->algorithm.filter_metric == GRPO_FILTER_SEQ_FINAL_REWARD &&
         c->algorithm.use_kl_in_reward)
         CONFLICT("algorithm.filter_groups.metric", "algorithm.use_kl_in_reward",

@@ -48,6 +48,10 @@ typedef struct {
     int weight_dtype;  // 0: the policy's weights; 1: int8 copies (GrpoSettings.rollout_int8)
     GrpoStrList stop;
     struct {
+        int64_t n, top_k;
+        double temperature, top_p;
+    } val_kwargs;  // validation's sampling (verl's rollout.val_kwargs)
+    struct {
         char *tools_file;  // NULL: single-turn rollout
         int64_t max_turns, max_parallel_calls;
         double tool_timeout_s, tool_memory_mb;
@@ -95,6 +99,10 @@ typedef struct {
     GrpoFilterMetric filter_metric;
     int64_t max_num_gen_batches;  // 0: no limit
     int adv_estimator;  // AdvEstimator (rl/grpo_loss.h), in its order
+    struct {
+        int rollout_is;  // 0 off, 1 token, 2 sequence
+        double rollout_is_threshold;
+    } rollout_correction;
     double kl_coef;
     GrpoKlEstimator kl_penalty;
 } GrpoAlgorithmConfig;

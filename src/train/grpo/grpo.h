@@ -32,12 +32,16 @@ typedef struct {
     int G;                       // samples per prompt (rollout.n)
     int64_t max_prompt_length, max_response_length;
     SamplerConfig sampler;
+    SamplerConfig val_sampler;   // rollout.val_kwargs
+    int val_n;
     int rollout_int8;            // rollout.weight_dtype: int8 (decode reads Q8_0 copies of the policy)
     RewardSpec rewards[REWARD_MAX_SPECS];
     int n_rewards;
     int norm_adv_by_std, dynamic_sampling, use_kl_in_reward, mask_truncated;
     int filter_acc;              // dynamic sampling compares correctness (else the reward)
     AdvEstimator adv_estimator;
+    int rollout_is;              // algorithm.rollout_correction.rollout_is: 0 off, 1 token, 2 sequence
+    double rollout_is_threshold;
     int64_t overlong_buffer;     // DAPO soft overlong penalty: last N tokens before the limit (0: off)
     double overlong_penalty;     // penalty at the limit
     GrpoLossConfig loss;         // clip ratios, dual clip, kl coef (in the loss) / estimator, aggregation

@@ -134,7 +134,63 @@ void grpo_dump_samples(Run *r, const StepBatch *sb, const int64_t *idx) {
 }
 
 // A validation line of metrics.jsonl; step 0 is the accuracy before training.
-void grpo_write_val_metrics(Run *r, int64_t step, double acc) {
-    fprintf(r->metrics, "{\"step\": %lld, \"val_accuracy\": %.6g}\n", (long long)step, acc);
-    file_flush(r->metrics, r->metrics_path);
+static const char *val_source(const char *src) { return src ? src : "unknown"; }
+
+void val_stats_init(ValStats *v, const PromptData *d, int n) {
+    *v = (ValStats){.n = n};
+    v->src = xmalloc((size_t)(d->n + 1) * sizeof *v->src);
+    for (int64_t i = 0; i < d->n; i++) {
+        const char *src = val_source(d->s[i].data_source);
+        int seen = 0;
+        for (int j = 0; j < v->n_src && !seen; j++) seen = !strcmp(v->src[j], src);
+        if (!seen) v->src[v->n_src++] = src;
+    }
+    for (int k = 1; k < n; k *= 2) v->ks[v->n_k++] = k;
+    v->ks[v->n_k++] = n;
+    v->sum = xcalloc((size_t)(v->n_src + 1) * VAL_N(v), sizeof *v->sum);
+}
+
+double *val_stats_row(ValStats *v, const char *src) {
+    src = val_source(src);
+    for (int j = 0; j < v->n_src; j++)
+        if (!strcmp(v->src[j], src)) return v->sum + (size_t)j * VAL_N(v);
+    die("internal: validation data source \"%s\" not counted", src);
+}
+
+double *val_stats_total(ValStats *v) { return v->sum + (size_t)v->n_src * VAL_N(v); }
+
+void val_stats_free(ValStats *v) {
+    free(v->src);
+    free(v->sum);
+}
+
+// One metric "val/SOURCE/WHAT": the sum over the source's prompts, as their mean.
+static void write_val_metric(FILE *f, const char *src, const char *what, double sum, double prompts) {
+    char *key = xprintf("val/%s/%s", src, what);
+    fputs(", ", f);
+    json_write_string(f, key, strlen(key));
+    fprintf(f, ": %.6g", sum / prompts);
+    free(key);
+}
+
+void grpo_write_val_metrics(Run *r, int64_t step, ValStats *v) {
+    FILE *f = r->metrics;
+    const double *all = val_stats_total(v);
+    fprintf(f, "{\"step\": %lld, \"val_accuracy\": %.6g", (long long)step, all[VAL_ACC] / all[VAL_PROMPTS]);
+    for (int j = 0; j < v->n_src; j++) {
+        const double *x = v->sum + (size_t)j * VAL_N(v);
+        char what[64];
+        snprintf(what, sizeof what, "acc/mean@%d", v->n);
+        write_val_metric(f, v->src[j], what, x[VAL_ACC], x[VAL_PROMPTS]);
+        snprintf(what, sizeof what, "reward/mean@%d", v->n);
+        write_val_metric(f, v->src[j], what, x[VAL_REWARD], x[VAL_PROMPTS]);
+        for (int k = 0; k < v->n_k; k++) {
+            snprintf(what, sizeof what, "acc/pass@%d", v->ks[k]);
+            write_val_metric(f, v->src[j], what, x[VAL_PASS + k], x[VAL_PROMPTS]);
+        }
+        snprintf(what, sizeof what, "acc/maj@%d", v->n);
+        write_val_metric(f, v->src[j], what, x[VAL_MAJ], x[VAL_PROMPTS]);
+    }
+    fputs("}\n", f);
+    file_flush(f, r->metrics_path);
 }

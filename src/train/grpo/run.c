@@ -19,30 +19,87 @@
 
 int grpo_has_lora(const GrpoSettings *s) { return s->lora.spec.rank > 0 || s->lora.adapter; }
 
-// Greedy pass@1 on the validation prompts (each rank scores its contiguous share).
-static double validate(Run *r) {
+// The unbiased pass@k of a prompt with c of n samples correct (Chen et al. 2021): 1 - C(n - c, k) / C(n, k).
+static double pass_at_k(int n, int c, int k) {
+    if (n - c < k) return 1.0;
+    double none = 1.0;
+    for (int i = n - c + 1; i <= n; i++) none *= 1.0 - (double)k / i;
+    return 1.0 - none;
+}
+
+// Whether the most frequent extracted answer among a prompt's n samples (the first of equals; samples without one
+// do not vote) is correct: maj@n.
+static int majority_correct(const RewardDetail *det, int n) {
+    int best = -1, best_votes = 0;
+    for (int i = 0; i < n; i++) {
+        int votes = 0;
+        for (int j = 0; j < n && det[i].pred[0]; j++) votes += !strcmp(det[i].pred, det[j].pred);
+        if (votes > best_votes) best = i, best_votes = votes;
+    }
+    return best >= 0 && det[best].correct == 1;
+}
+
+// The validation (rollout.val_kwargs): val_n samples of every validation prompt (each rank its contiguous share),
+// scored by the rewards, summed per data_source in v (every rank's, added up) and, with trainer.dump_samples, each
+// written to OUT/val_samples.jsonl.
+static void validate(Run *r, int64_t step, ValStats *v) {
+    const GrpoSettings *s = r->s;
     const Qwen2 *m = trainer_weights(&r->tr);
     int64_t v0 = r->val.n * r->comm.rank / r->comm.size, n = r->val.n * (r->comm.rank + 1) / r->comm.size - v0;
-    double correct = 0;
+    int G = s->val_n;
     int64_t *idx = xmalloc((size_t)(n + 1) * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = v0 + i;
-    RolloutSample *out = xcalloc((size_t)(n + 1), sizeof *out);
-    float **feats = grpo_prompt_features(r, &r->val, idx, (int)n, r->s->val_files, NULL);
-    if (n > 0) grpo_generate(r, m, &r->val, idx, idx, (int)n, 1, 0.0f, feats, out);
+    RolloutSample *out = xcalloc((size_t)(n * G + 1), sizeof *out);
+    RewardDetail *det = xcalloc((size_t)G, sizeof *det);
+    float **feats = grpo_prompt_features(r, &r->val, idx, (int)n, s->val_files, NULL);
+    if (n > 0) grpo_generate(r, m, &r->val, idx, idx, (int)n, G, &s->val_sampler, feats, out);
     grpo_features_free(feats, n);
+    FILE *dump = NULL;
+    char *dump_path = path_join(s->out_dir, "val_samples.jsonl");
+    if (s->dump_samples && !(dump = fopen(dump_path, "a"))) die("cannot open %s for writing: %s", dump_path, strerror(errno));
     for (int64_t i = 0; i < n; i++) {
-        char *text = rollout_sample_final_text(&out[i]);
-        RewardDetail det;
-        char *msgs = grpo_score_sample(r, &r->val.s[v0 + i], &out[i], text, &det);
-        correct += det.correct == 1;
-        free(text);
-        free(msgs);
-        rollout_sample_free(&out[i]);
+        const PromptSample *x = &r->val.s[v0 + i];
+        int c = 0;
+        double reward = 0;
+        for (int j = 0; j < G; j++) {
+            RolloutSample *o = &out[i * G + j];
+            char *text = rollout_sample_final_text(o);
+            char *msgs = grpo_score_sample(r, x, o, text, &det[j]);
+            c += det[j].correct == 1;
+            reward += det[j].total;
+            if (dump) {
+                fprintf(dump, "{\"step\": %lld, \"prompt_index\": %lld, \"sample\": %d, \"data_source\": ",
+                        (long long)step, (long long)(v0 + i), j);
+                if (x->data_source) json_write_string(dump, x->data_source, strlen(x->data_source));
+                else fputs("null", dump);
+                fprintf(dump, ", \"response\": ");
+                Buf clean = {0};
+                utf8_append_lossy(&clean, text, strlen(text));
+                json_write_string(dump, clean.data ? clean.data : "", clean.len);
+                buf_free(&clean);
+                fprintf(dump, ", \"reward\": %.9g, \"correct\": %d, \"pred\": ", det[j].total, det[j].correct);
+                json_write_string(dump, det[j].pred, strlen(det[j].pred));
+                fputs("}\n", dump);
+            }
+            free(text);
+            free(msgs);
+            rollout_sample_free(o);
+        }
+        double *sum[2] = {val_stats_row(v, x->data_source), val_stats_total(v)};  // its source's, and all
+        for (int t = 0; t < 2; t++) {
+            sum[t][VAL_PROMPTS] += 1;
+            sum[t][VAL_ACC] += (double)c / G;
+            sum[t][VAL_REWARD] += reward / G;
+            sum[t][VAL_MAJ] += majority_correct(det, G);
+            for (int k = 0; k < v->n_k; k++) sum[t][VAL_PASS + k] += pass_at_k(G, c, v->ks[k]);
+        }
     }
+    if (dump) file_close(dump, dump_path);
+    free(dump_path);
+    free(det);
     free(out);
     free(idx);
-    comm_allreduce_f64(&r->comm, &correct, 1, COMM_SUM, "validation counts");
-    return correct / (double)r->val.n;
+    comm_allreduce_f64(&r->comm, v->sum, (size_t)(v->n_src + 1) * VAL_N(v), COMM_SUM, "validation counts");
 }
 
 // actor.lora.* and model.adapter: the adapter's own adapter_config.json decides r, alpha and the targets;
@@ -76,11 +133,16 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .max_num_gen_batches = c->algorithm.max_num_gen_batches,
         .max_prompt_length = c->data.max_prompt_length, .max_response_length = c->data.max_response_length,
         .sampler = {(float)c->rollout.temperature, (int)c->rollout.top_k, (float)c->rollout.top_p},
+        .val_sampler = {(float)c->rollout.val_kwargs.temperature, (int)c->rollout.val_kwargs.top_k,
+                        (float)c->rollout.val_kwargs.top_p},
+        .val_n = (int)c->rollout.val_kwargs.n,
         .rollout_int8 = c->rollout.weight_dtype == 1,
         .norm_adv_by_std = c->algorithm.norm_adv_by_std, .dynamic_sampling = c->algorithm.dynamic_sampling,
         .use_kl_in_reward = c->algorithm.use_kl_in_reward, .mask_truncated = c->algorithm.mask_truncated,
         .filter_acc = c->algorithm.filter_metric == GRPO_FILTER_ACC,
         .adv_estimator = (AdvEstimator)c->algorithm.adv_estimator,
+        .rollout_is = c->algorithm.rollout_correction.rollout_is,
+        .rollout_is_threshold = c->algorithm.rollout_correction.rollout_is_threshold,
         .overlong_buffer = c->reward.overlong_buffer.len, .overlong_penalty = c->reward.overlong_buffer.penalty_factor,
         .ppo_epochs = a->ppo_epochs,
         // verl counts mini-batches in prompts (each brings its G responses) and micro-batches in responses.
@@ -252,7 +314,10 @@ static void run_load(Run *r) {
     if (s->max_prompt_length + s->max_response_length > c->max_pos)
         die("max_prompt_length + max_response_length = %lld exceeds the model's max_position_embeddings %lld",
             (long long)(s->max_prompt_length + s->max_response_length), (long long)c->max_pos);
-    r->steps = s->steps ? s->steps : s->epochs * ((r->train.n + r->P_global - 1) / r->P_global);
+    // Dynamic sampling takes a generation batch or more a step: as verl, the steps the data's generation batches
+    // would make, the run ending early when data.epochs passes are used up (run_more).
+    int64_t per_step = s->gen_batch_size * r->comm.size;
+    r->steps = s->steps ? s->steps : s->epochs * ((r->train.n + per_step - 1) / per_step);
     r->n_stop = qwen2_stop_ids(s->model_dir, r->stop_ids, 15);
     int dup = r->tok.eos_id < 0;
     for (int i = 0; i < r->n_stop; i++) dup |= r->stop_ids[i] == r->tok.eos_id;
@@ -310,13 +375,21 @@ static void print_start(const Run *r) {
             r->tr.has_lora ? "trained LoRA " : "", ref);
 }
 
-// Greedy pass@1 on the validation prompts, printed and written as step `step` (0: before training).
+// The validation, printed and written as step `step` (0: before training).
 static void run_validate(Run *r, int64_t step) {
-    double acc = validate(r);
-    if (r->comm.rank != 0) return;
-    if (step == 0) fprintf(stderr, "grpo train: validation accuracy before training: %.3f\n", acc);
-    else fprintf(stderr, "grpo train: step %lld validation accuracy %.3f\n", (long long)step, acc);
-    grpo_write_val_metrics(r, step, acc);
+    ValStats v;
+    val_stats_init(&v, &r->val, r->s->val_n);
+    validate(r, step, &v);
+    if (r->comm.rank == 0) {
+        double acc = val_stats_total(&v)[VAL_ACC] / (double)r->val.n;
+        const char *what = r->s->val_n > 1 ? "validation accuracy (mean of" : "validation accuracy";
+        if (step == 0) fprintf(stderr, "grpo train: %s before training: %.3f", what, acc);
+        else fprintf(stderr, "grpo train: step %lld %s %.3f", (long long)step, what, acc);
+        if (r->s->val_n > 1) fprintf(stderr, " over %d samples a prompt)", r->s->val_n);
+        fputc('\n', stderr);
+        grpo_write_val_metrics(r, step, &v);
+    }
+    val_stats_free(&v);
 }
 
 // After SIGINT/SIGTERM: a checkpoint of the step just finished, the files closed, exit 128 + sig.
@@ -379,6 +452,12 @@ static void plan_fits_device(const Run *r) {
             be->name, (double)more / GIB, (double)held / GIB, (double)free_bytes / GIB, (double)total / GIB);
 }
 
+// Whether the run takes another step: trainer.steps, or without it (data.epochs) while the prompts last.
+static int run_more(const Run *r) {
+    int by_epochs = !r->s->steps && r->s->dynamic_sampling;
+    return r->tr.st.iteration < r->steps && !(by_epochs && r->tr.st.prompts_seen >= r->s->epochs * r->train.n);
+}
+
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || global->n_train_files == 0)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
@@ -426,13 +505,13 @@ void grpo_run(const GrpoSettings *global) {
     Stream stream;
     stream_init(&stream, r.train.n, s->seed, s->shuffle);
     if (r.has_val && s->val_before_train && !s->resume) run_validate(&r, 0);
-    while (r.tr.st.iteration < r.steps) {
+    while (run_more(&r)) {
         grpo_step(&r, &stream);
         int64_t it = r.tr.st.iteration;
         if (r.has_val && s->val_every > 0 && it % s->val_every == 0) run_validate(&r, it);
         if (s->save_every > 0 && it % s->save_every == 0)
             trainer_save(&r.tr, s->out_dir, s->save_dtype, s->model_dir, s->keep);
-        int sig = it < r.steps ? trainer_stop_signal(&r.tr) : 0;
+        int sig = run_more(&r) ? trainer_stop_signal(&r.tr) : 0;
         if (sig) run_stop(&r, sig);
     }
     stream_free(&stream);

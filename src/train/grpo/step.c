@@ -18,7 +18,7 @@
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
 // prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
 void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
-                   float temperature, float *const *feats, RolloutSample *out) {
+                   const SamplerConfig *sampler, float *const *feats, RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
     Qwen2VlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
@@ -28,11 +28,10 @@ void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *i
         if (r->has_vl)
             p[i].vl = vl_prompt_inputs(m, x->ids, x->len, x->images, x->n_images, feats[i], r->vl.proc.merge, &in[i]);
     }
-    RolloutConfig rc = {.sampler = s->sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
+    RolloutConfig rc = {.sampler = *sampler, .seed = hash_bytes(&(uint64_t[2]){s->seed, r->tr.st.iteration}, 16),
                         .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop, .stop_strings = s->stop,
                         .n_stop_strings = s->n_stop, .share_prefill = 1, .prefill_tokens = ROLLOUT_PREFILL,
                         .workspace = &r->workspace, .seed_index = pos};
-    rc.sampler.temperature = temperature;
     const cJSON **kwargs = NULL;
     if (r->has_tools) {  // each prompt's tools_kwargs reach its tool calls
         kwargs = xcalloc((size_t)n, sizeof *kwargs);
@@ -82,7 +81,7 @@ static int64_t sample_until_full(Run *r, Stream *stream, const Qwen2 *m, StepBat
         gb.samples = xcalloc((size_t)gb.n_samples, sizeof *gb.samples);
         float **feats = grpo_prompt_features(r, &r->train, gidx, (int)n, s->train_files, NULL);
         for (int64_t i = 0; i < n; i++) gpos[i] -= r->tr.st.prompts_seen;  // the rollout's seeds: batch b's positions
-        grpo_generate(r, m, &r->train, gidx, gpos, (int)n, (int)G, s->sampler.temperature, feats, gb.samples);
+        grpo_generate(r, m, &r->train, gidx, gpos, (int)n, (int)G, &s->sampler, feats, gb.samples);
         grpo_features_free(feats, n);
         grpo_score_rewards(r, gidx, &gb, st);
         for (int64_t g = 0; g < n; g++) {
@@ -134,7 +133,7 @@ void grpo_step(Run *r, Stream *stream) {
         prompt_positions(r, P, 0, pos);
         for (int64_t i = 0; i < P; i++) idx[i] = stream_at(stream, r->tr.st.prompts_seen + pos[i]);
         sb.feats = grpo_prompt_features(r, &r->train, idx, (int)P, s->train_files, &sb);  // once per prompt a step
-        grpo_generate(r, &rollout, &r->train, idx, pos, (int)P, s->G, s->sampler.temperature, sb.feats, sb.samples);
+        grpo_generate(r, &rollout, &r->train, idx, pos, (int)P, s->G, &s->sampler, sb.feats, sb.samples);
     }
     r->tr.st.prompts_seen += st.n_gen_batches * s->gen_batch_size * r->comm.size;
     st.tool_calls = r->tools.calls - before.calls, st.tool_errors = r->tools.errors - before.errors;

@@ -42,6 +42,7 @@ typedef struct {
     int64_t n_mini;
     float *old_logp, *ref_logp, *logp, *dlogp, *ent, *dent;  // (n_resp)
     uint8_t *mask;        // (n_resp) with tools: 1 for the model's tokens, 0 for the tool turns' (else NULL)
+    float *rollout_logp, *is_w;  // (n_resp) with a rollout correction: the rollout's log-probs, the weights
 } StepBatch;
 
 // What one step measured, for metrics.jsonl and the progress line.
@@ -110,7 +111,7 @@ static inline int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
 // prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
 void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
-                   float temperature, float *const *feats, RolloutSample *out);
+                   const SamplerConfig *sampler, float *const *feats, RolloutSample *out);
 // One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
 // log-probs, update, metrics. The rollout and the update take turns in r->workspace.
 void grpo_step(Run *r, Stream *stream);
@@ -192,13 +193,33 @@ void grpo_update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st
 
 // metrics.c: metrics.jsonl, samples.jsonl and the progress line
 
+// Validation's sums per data_source (in the order they first appear in the validation data; a row without one is
+// verl's "unknown") and, last, over every prompt: VAL_N(v) values each, sums over prompts of: 1, the mean accuracy
+// and reward of its samples, whether the majority answer is correct (maj@n), and pass@ks[k] (the unbiased
+// estimator) for k = 1, 2, 4, ... below n, and n.
+enum { VAL_PROMPTS, VAL_ACC, VAL_REWARD, VAL_MAJ, VAL_PASS };
+typedef struct {
+    int n_src, n, n_k;
+    const char **src;
+    int ks[16];
+    double *sum;  // (n_src + 1) x VAL_N
+} ValStats;
+#define VAL_N(v) ((size_t)(VAL_PASS + (v)->n_k))
+
+// For the data sources of d and n samples a prompt, the sums zero.
+void val_stats_init(ValStats *v, const PromptData *d, int n);
+// The sums of data source src (NULL: "unknown"), which val_stats_init found; the sums over every prompt.
+double *val_stats_row(ValStats *v, const char *src);
+double *val_stats_total(ValStats *v);
+void val_stats_free(ValStats *v);
+
 // Resident memory of this process from /proc/self/status: "VmHWM:" (peak; ru_maxrss would carry a
 // launching parent's peak over exec) or "VmRSS:" (now), in GiB.
 double grpo_rss_gib(const char *key);
 void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st);
 void grpo_dump_samples(Run *r, const StepBatch *sb, const int64_t *idx);
-// A validation line of metrics.jsonl; step 0 is the accuracy before training.
-void grpo_write_val_metrics(Run *r, int64_t step, double acc);
+// A validation line of metrics.jsonl; step 0 is the one before training.
+void grpo_write_val_metrics(Run *r, int64_t step, ValStats *v);
 
 // plan.c: the memory plan
 
