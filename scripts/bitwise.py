@@ -114,8 +114,12 @@ cases = [
     ("grpo_lora", ["actor.lora.rank=4", "actor.use_kl_loss=true", "actor.kl_loss_coef=0.05",
                    "actor.mini_batch_size=1"]),
     ("grpo_offload", ["actor.offload_optimizer=true", "actor.recompute=true", "actor.mini_batch_size=1"]),
+    # dynamic sampling on the reward the overlong penalty shapes (the random model answers nothing right): responses
+    # the stop string cuts at different lengths make groups that pass
     ("grpo_klreward", ["actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true", "algorithm.kl_coef=0.05",
-                       "algorithm.dynamic_sampling=true", "actor.loss_agg_mode=seq-mean-token-mean"]),
+                       "algorithm.dynamic_sampling=true", "actor.loss_agg_mode=seq-mean-token-mean",
+                       "algorithm.filter_groups.metric=seq_reward", "reward.overlong_buffer.len=11",
+                       "rollout.stop=[\"e\"]"]),
     ("grpo_qwen3", ["model.path=" + q3, "actor.use_kl_loss=true", "actor.kl_loss_coef=0.05"]),
 ]
 TDEV = [] if a.device == "cpu" else ["trainer.device=" + a.device]

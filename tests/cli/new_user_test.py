@@ -256,7 +256,8 @@ def g_val_step0():
     said = re.search(r"validation accuracy before training: ([0-9.]+)", p.stderr)
     ms = metrics(out) if p.returncode == 0 else []
     zero = [m for m in ms if m.get("step") == 0]
-    check(said and len(zero) == 1 and set(zero[0]) == {"step", "val_accuracy"} and
+    check(said and len(zero) == 1 and {"step", "val_accuracy"} <= set(zero[0])
+          and all(k.startswith("val/") for k in set(zero[0]) - {"step", "val_accuracy"}) and
           abs(zero[0]["val_accuracy"] - float(said.group(1))) < 6e-4 and ms[0] is zero[0],
           "train: the accuracy before training is metrics.jsonl's first line, step 0", f"{zero} {last_error(p)}")
     check(re.search(r", 1 step, ", p.stderr) is not None, "train's progress line says \"1 step\"", p.stderr[:300])
