@@ -72,6 +72,15 @@ cases = [
                                              "trainer.out_dir=" + T("o11")], r"rollout\.val_kwargs\.temperature above 0"),
 ]
 passed = failed = 0
+
+
+def report(ok, text):
+    global passed, failed
+    print(("PASS" if ok else "FAIL") + "  " + text)
+    passed += bool(ok)
+    failed += not ok
+
+
 for label, args, pattern in cases:
     p = subprocess.run([a.grpo, "train"] + base + args, capture_output=True, text=True, timeout=300)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
@@ -177,9 +186,7 @@ p = subprocess.run([a.grpo, "train"] + ds + ["trainer.out_dir=" + T("ds-acc")], 
 err = [l for l in p.stderr.splitlines() if l.startswith("grpo: error:")]
 ok = p.returncode == 1 and len(err) == 1 and "1 generation batches of 4 prompts gave 0 of the 4 groups" in err[0] \
     and "max_num_gen_batches 1" in err[0]
-print(("PASS" if ok else "FAIL") + f"  dynamic sampling on acc: no all-wrong group passes [rc {p.returncode}: {err}]")
-passed += ok
-failed += not ok
+report(ok, f"dynamic sampling on acc: no all-wrong group passes [rc {p.returncode}: {err}]")
 out = T("ds-seq-reward")
 p = subprocess.run([a.grpo, "train"] + ds + ["algorithm.filter_groups.metric=seq_reward", "trainer.out_dir=" + out],
                    capture_output=True, text=True)
@@ -188,10 +195,8 @@ samples = [json.loads(l) for l in open(os.path.join(out, "samples.jsonl"))] if p
 groups = [[x["reward"] for x in samples[g * 4:g * 4 + 4]] for g in range(len(samples) // 4)]
 ok = p.returncode == 0 and all(x["correct"] == 0 for x in samples) and len(groups) == 4 \
     and all(len(set(g)) > 1 for g in groups) and m.get("kept") == 16 and m.get("groups_dropped") == 0
-print(("PASS" if ok else "FAIL") + f"  ... while seq_reward keeps all-wrong groups whose shaped rewards differ: {groups} "
+report(ok, f"... while seq_reward keeps all-wrong groups whose shaped rewards differ: {groups} "
       f"(kept {m.get('kept')}) {p.stderr[-300:] if p.returncode else ''}")
-passed += ok
-failed += not ok
 # DAPO's generation batches: half the prompts get one reward whatever the response (their groups never pass), so a
 # step takes two batches of 4 or more to fill its 4 groups, drops 4 or more and trains on the others only (the
 # surplus dropped too); resumed from
@@ -213,21 +218,17 @@ seen = [json.loads(l)["prompt_index"] for l in open(T("dg-a", "samples.jsonl"))]
 n_gen = [x.get("num_gen_batches", 0) for x in ms]
 ok = p.returncode == 0 and len(ms) == 2 and all(x["kept"] == 16 and x["num_gen_batches"] >= 2 and x["groups_dropped"] >= 4
                                                 for x in ms) and all(i % 2 == 0 for i in seen) and len(set(seen)) == 4
-print(("PASS" if ok else "FAIL") + f"  data.gen_batch_size: {[(x.get('kept'), x.get('num_gen_batches'), x.get('groups_dropped')) for x in ms]}"
+report(ok, f"data.gen_batch_size: {[(x.get('kept'), x.get('num_gen_batches'), x.get('groups_dropped')) for x in ms]}"
       f" (kept, generation batches, groups dropped) a step; trained prompts {sorted(set(seen))} "
       f"{p.stderr[-300:] if p.returncode else ''}")
-passed += ok
-failed += not ok
 subprocess.run([a.grpo, "train"] + dg + ["trainer.out_dir=" + T("dg-b"), "trainer.steps=1"], capture_output=True)
 p = subprocess.run([a.grpo, "train"] + dg + ["trainer.out_dir=" + T("dg-b"), "trainer.resume=true"], capture_output=True)
 ws = [open(T(d, "model.safetensors"), "rb").read() if os.path.exists(T(d, "model.safetensors")) else b""
       for d in ("dg-a", "dg-b")]
 st = json.load(open(T("dg-b", "checkpoint-2", "trainer_state.json"))) if p.returncode == 0 else {}
 ok = p.returncode == 0 and ws[0] == ws[1] and ws[0] != b"" and st.get("prompts_seen") == 4 * sum(n_gen)
-print(("PASS" if ok else "FAIL") + f"  dynamic sampling resumed == uninterrupted (weights bytes {ws[0] == ws[1]}); "
+report(ok, f"dynamic sampling resumed == uninterrupted (weights bytes {ws[0] == ws[1]}); "
       f"prompts_seen {st.get('prompts_seen')}")
-passed += ok
-failed += not ok
 # Validation as papers report it (rollout.val_kwargs): 4 samples a prompt at temperature 1, scored by a program that
 # judges ("acc") and extracts an answer ("pred", for majority votes), as verl's compute_score dictionaries; mean@4,
 # pass@k (k = 1, 2, 4: the unbiased estimator, math.comb's here) and maj@4 per data_source equal those of
@@ -271,11 +272,9 @@ mixed = sum(0 < sum(x["correct"] for x in r) < 4 for pr in by.values() for r in 
 ok = p.returncode == 0 and len(vs) == 24 and sorted(by) == ["a", "b"] and not bad and mixed >= 2 \
     and 0 < want["val/a/acc/pass@1"] < want["val/a/acc/pass@2"] <= want["val/a/acc/pass@4"] \
     and max(v for k, v in want.items() if "maj@" in k) > 0
-print(("PASS" if ok else "FAIL") + f"  rollout.val_kwargs.n=4: mean@4, pass@1/2/4 and maj@4 per data_source as the "
+report(ok, f"rollout.val_kwargs.n=4: mean@4, pass@1/2/4 and maj@4 per data_source as the "
       f"dumped samples give them ({mixed} prompts with some right), e.g. a: "
       f"{ {k.split('/', 2)[2]: round(v, 4) for k, v in want.items() if k.startswith('val/a/')} }"
       + (f"; differ: {[(k, got.get(k), want[k]) for k in bad]}" if bad else "") + (p.stderr[-300:] if p.returncode else ""))
-passed += ok
-failed += not ok
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
