@@ -695,10 +695,23 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
     return cudaSuccess;
 }
 
+// The emulated device's memory is the host's. Free is what a new allocation can get, MemAvailable (free memory and
+// the page cache the kernel can reclaim), not sysinfo's freeram (MemFree), which a large build's page cache drives
+// to nothing while 22 of 24 GiB are there for the taking.
+static size_t host_available_bytes(size_t fallback) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    if (f) fclose(f);
+    return found ? (size_t)kib * 1024 : fallback;
+}
+
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     struct sysinfo si;
     if (sysinfo(&si) != 0) return cudaErrorInvalidValue;
-    *free_bytes = (size_t)si.freeram * si.mem_unit;
+    *free_bytes = host_available_bytes((size_t)si.freeram * si.mem_unit);
     *total = (size_t)si.totalram * si.mem_unit;
     return cudaSuccess;
 }
