@@ -81,19 +81,8 @@ static inline float f32_value(float x) { return x; }
 
 #define SKINNY_BLOCK skinny_block_q8_avx2
 #define SKINNY_ROWS skinny_rows_q8_avx2
-#define SkElem Q8Block
-#define SkIn Q8In
-#define sk_f32 q8_none
-#define SkVec __m256
-#define sk_zero _mm256_setzero_ps
-#define SK_STEP 1
-#define SK_SUMS 1
-#define SkW Q8Vec
-#define sk_load_w q8_load
-#define sk_mac q8_mac
-#define sk_reduce hsum256
 #define SK_ROWS 2
-#include "nn/skinny_kernel.h"
+#include "nn/skinny_q8_kernel.h"
 
 typedef void (*BlockQ8)(float *, const Q8In *, const Q8Block *, const Q8Block *, int64_t, int64_t, int64_t, int64_t);
 typedef void (*BlockBf16)(float *, const uint16_t *, const uint16_t *, const uint16_t *, int64_t, int64_t, int64_t,

@@ -17,16 +17,5 @@ static inline __m256i q8_sums_vnni(__m256i w, const Q8In *p) {
 
 #define SKINNY_BLOCK skinny_block_q8_vnni
 #define SKINNY_ROWS skinny_rows_q8_vnni
-#define SkElem Q8Block
-#define SkIn Q8In
-#define sk_f32 q8_none
-#define SkVec __m256
-#define sk_zero _mm256_setzero_ps
-#define SK_STEP 1
-#define SK_SUMS 1
-#define SkW Q8Vec
-#define sk_load_w q8_load
-#define sk_mac q8_mac
-#define sk_reduce hsum256
 #define SK_ROWS 4
-#include "nn/skinny_kernel.h"
+#include "nn/skinny_q8_kernel.h"

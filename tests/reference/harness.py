@@ -40,3 +40,10 @@ def summary(t0=None):
     took = f"  ({time.time() - t0:.1f}s)" if t0 is not None else ""
     print(f"{passed} passed, {len(RESULTS) - passed} failed{took}")
     return 0 if RESULTS and passed == len(RESULTS) else 1
+
+
+def median_abs(a, b):
+    """The median |x - y| over the paired items of two lists of rows (log-probs per sequence): where a flipped
+    rounding moves a few tokens far, the median shows whether the rest agree."""
+    flat = sorted(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v))
+    return flat[len(flat) // 2]

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
+from harness import median_abs  # noqa: E402
 
 TOL = 1e-4         # logprob agreement (fp32 engine vs float64 reference / vs `grpo score`)
 NEAR_TIE = 1e-4    # reference logit gap under which fp32 greedy may legitimately pick the other token
@@ -682,11 +683,6 @@ def g_int8(check):
 def mean_abs(a, b):
     flat = [abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)]
     return sum(flat) / len(flat)
-
-
-def median_abs(a, b):
-    flat = sorted(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v))
-    return flat[len(flat) // 2]
 
 
 GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,

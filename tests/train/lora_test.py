@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import qwen2_ref as ref  # noqa: E402
-from harness import check, run_groups  # noqa: E402
+from harness import check, median_abs, run_groups  # noqa: E402
 from sft_parity import decay_groups, lr_lambda, make_data, metrics_diff, rel, sft_args, write_jsonl  # noqa: E402
 
 # Tolerances.
@@ -143,11 +143,6 @@ def max_abs(a, b):
 def mean_abs(a, b):
     d = [abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)]
     return sum(d) / len(d)
-
-
-def median_abs(a, b):
-    d = sorted(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v))
-    return d[len(d) // 2]
 
 
 def tensors_diff(got, want):
