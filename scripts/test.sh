@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: a release build and an ASan+UBSan build, each running every test under ctest; a ThreadSanitizer
+# The test suite: a release build and an ASan+UBSan build, each running every test under ctest (as many at once as
+# there are cores: most tests leave a core idle while their Python peer computes); a ThreadSanitizer
 # build of the emulated device's two tests (its threads are TSan fibers: a missing barrier is a race); then the
 # fuzz build (clang, libFuzzer + ASan + UBSan): each harness replays its corpus and fuzzes for 10 s.
 set -uo pipefail
@@ -20,7 +21,7 @@ for variant in release asan tsan fuzz; do
     continue
   fi
   echo "== $variant"
-  out=$(cd "$dir" && ctest --output-on-failure 2>&1)
+  out=$(cd "$dir" && ctest --output-on-failure -j "$(nproc)" 2>&1)  # tests/CMakeLists.txt: which run alone
   echo "$out"
   total=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p')
   bad=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p')

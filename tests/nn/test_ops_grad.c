@@ -14,6 +14,11 @@
 // zeros), buffers ops.h calls OVERWRITTEN ignore their NaN-filled contents, swiglu's dout may
 // alias dgate, matmul's dinp/dbias may be NULL, and logprob rows with target -1 get no gradient
 // even with a non-zero dlogp. Prints one line per op and tensor; exit status 1 on any failure.
+//
+// --sampled (under qemu, tests/base/cpu_levels_test.py, and the sanitizers): the same ops, paths and checks, each
+// tensor's differences at SAMPLED_POINTS points (its first, last and random ones), exp's sweep at 1/100 of its
+// points and the widened bf16 product at a twelfth of its size: every op's code runs, in seconds instead of the
+// quarter hour an emulated CPU or ASan takes to difference every element.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,8 +37,10 @@
 #define FD_TOL 2e-3
 #define ACC_TOL 1e-5  // pre-filled run minus prefill vs run into zeros, relative to max|g| + max|prefill|
 
+#define SAMPLED_POINTS 24
 static int g_failures = 0;
 static int g_checks = 0;
+static int64_t g_max_samples = INT64_MAX;  // --sampled: SAMPLED_POINTS
 static Rng g_rng;
 
 static float *fnew(int64_t n) { return xcalloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
@@ -79,6 +86,7 @@ typedef double (*LossFn)(void *ctx);
 // tests put rows past a 128-query attention block or a 256-row logprob chunk).
 static void fd_check(const char *op, const char *what, LossFn f, void *ctx, float *x, const float *g, int64_t n,
                      float eps, int64_t max_samples) {
+    if (max_samples > g_max_samples) max_samples = g_max_samples;
     double gmax = maxabs(g, n), emax = 0.0;
     int64_t worst = -1, checked = 0;
     double worst_fd = 0.0;
@@ -674,8 +682,9 @@ static void test_logprob(int64_t N, int64_t C, int64_t V, int64_t max_samples) {
 // correctly rounded float (its polynomial is within 1); row_max and row_exp_sum against serial loops.
 static void test_vmath(void) {
     double worst = 0.0, at = 0.0;
-    for (int64_t i = 0; i <= 4000000; i++) {
-        float x = -87.0f + 175.0f * (float)i / 4000000.0f;
+    const int64_t points = g_max_samples == INT64_MAX ? 4000000 : 40000;
+    for (int64_t i = 0; i <= points; i++) {
+        float x = -87.0f + 175.0f * (float)i / (float)points;
         double want = exp((double)x);
         float wf = (float)want;
         double ulp = (double)nextafterf(wf, INFINITY) - (double)wf, err = fabs((double)exp_approx(x) - want) / ulp;
@@ -713,7 +722,9 @@ static void test_vmath(void) {
     report("row_exp_sum", "sum vs double, relative", sum_err, 1.2e-7, "");  // 1 ulp a term at most
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--sampled") == 0) g_max_samples = SAMPLED_POINTS;
+    const int full = g_max_samples == INT64_MAX;
     const CpuLevel *cpu = cpu_level();
     printf("test_ops_grad: CPU level %s%s%s, bf16 products %s\n", cpu_isa_name(cpu->level), cpu->cap ? " by " : "",
            cpu->cap ? cpu->cap : "", gemm_bf16_native() ? "on oneDNN's bf16 matmul" : "widened to fp32");
@@ -735,7 +746,7 @@ int main(void) {
     test_matmul_bf16(16, 64, 37, 0);  // skinny, four row groups
     test_matmul_bf16(37, 40, 23, 1);  // oneDNN
     test_matmul_bf16(300, 96, 130, 1);
-    test_matmul_bf16(600, 1100, 300, 1);  // widened: row tiles, inner blocks of 512 in every product
+    test_matmul_bf16(full ? 600 : 100, 1100, full ? 300 : 150, 1);  // widened: above the skinny kernel's rows
     // C 316: every kernel's steps (fp32 32 / 64 values, bf16 32 / 64 / 128) leave a partial step and a tail;
     // OC 130: threads share the columns (OC * C past PAR_MIN); C 256: whole steps only
     test_skinny_kernels(DTYPE_F32, 316, 130);
