@@ -25,8 +25,9 @@ static int key_index(const char *name) {
     return -1;
 }
 
-// One complete line of metrics.jsonl into a row; dies naming file:line on anything malformed.
-static ReportRow parse_row(const char *line, size_t len, const char *path, int64_t lineno) {
+// One complete line of metrics.jsonl into a row; dies naming file:line on anything malformed. *per_source: the
+// line has a validation's "val/SOURCE/..." keys.
+static ReportRow parse_row(const char *line, size_t len, const char *path, int64_t lineno, int *per_source) {
     cJSON *o = json_parse_exact(line, len, NULL);
     if (!cJSON_IsObject(o)) die("%s:%lld: not a JSON object", path, (long long)lineno);
     ReportRow r = {.seq = lineno};
@@ -34,7 +35,9 @@ static ReportRow parse_row(const char *line, size_t len, const char *path, int64
     if (!json_as_int(cJSON_GetObjectItemCaseSensitive(o, "step"), 0, INT64_MAX, &step))
         die("%s:%lld: \"step\" is missing or not a non-negative integer", path, (long long)lineno);
     r.step = step;
+    *per_source = 0;
     for (const cJSON *it = o->child; it; it = it->next) {
+        *per_source |= strncmp(it->string, "val/", 4) == 0;
         int k = key_index(it->string);
         if (k < 0) continue;  // a key this report does not chart yet
         if (cJSON_IsNumber(it)) r.v[k] = it->valuedouble;
@@ -77,7 +80,14 @@ static void metrics_load(ReportMetrics *m, const char *path) {
         size_t n = (size_t)(nl - (text + at));
         if (strspn(text + at, " \t\r") < n) {
             if (m->n == cap) m->rows = xrealloc(m->rows, (size_t)(cap = 2 * cap + 64) * sizeof *m->rows);
-            ReportRow r = parse_row(text + at, n, path, lineno);
+            int per_source;
+            ReportRow r = parse_row(text + at, n, path, lineno, &per_source);
+            if (per_source && (!m->val_line || r.step >= m->val_step)) {  // a later line of the same step wins
+                free(m->val_line);
+                m->val_line = xmalloc(n + 1), m->val_len = n, m->val_step = r.step;
+                memcpy(m->val_line, text + at, n);
+                m->val_line[n] = 0;
+            }
             if (r.step < prev) m->resumes++;
             prev = r.step;
             m->rows[m->n++] = r;
@@ -231,6 +241,48 @@ static void summary(FILE *f, const ReportMetrics *m) {
     fputs("</table>\n", f);
 }
 
+// The latest validation's "val/SOURCE/VALUE/METRIC" keys (verl's names: SOURCE may hold '/'), one row per
+// source and value (acc, reward), one column per metric (mean@n, pass@k, maj@n) in the line's order.
+static void validation_table(FILE *f, const ReportMetrics *m) {
+    enum { MAX_COLS = 32, MAX_ROWS = 256 };
+    cJSON *o = json_parse_exact(m->val_line, m->val_len, NULL);
+    const char *cols[MAX_COLS], *rows[MAX_ROWS];
+    size_t row_len[MAX_ROWS];
+    int n_cols = 0, n_rows = 0;
+    for (const cJSON *it = o->child; it; it = it->next) {  // the line was read as an object before
+        const char *k = it->string, *metric = strrchr(k, '/');
+        if (strncmp(k, "val/", 4) != 0 || metric - k < 5) continue;
+        size_t len = (size_t)(metric - k - 4);  // SOURCE/VALUE
+        int c = 0, r = 0;
+        while (c < n_cols && strcmp(cols[c], metric + 1) != 0) c++;
+        while (r < n_rows && (row_len[r] != len || strncmp(rows[r], k + 4, len) != 0)) r++;
+        if (c == n_cols && n_cols < MAX_COLS) cols[n_cols++] = metric + 1;
+        if (r == n_rows && n_rows < MAX_ROWS) rows[n_rows] = k + 4, row_len[n_rows++] = len;
+    }
+    fprintf(f, "<h2>Validation (step %lld)</h2>\n<table class=\"val\"><tr><th>data_source / value</th>",
+            (long long)m->val_step);
+    for (int c = 0; c < n_cols; c++) {
+        fputs("<th>", f);
+        report_escape(f, cols[c], strlen(cols[c]));
+        fputs("</th>", f);
+    }
+    fputs("</tr>\n", f);
+    for (int r = 0; r < n_rows; r++) {
+        fputs("<tr><td>", f);
+        report_escape(f, rows[r], row_len[r]);
+        fputs("</td>", f);
+        for (int c = 0; c < n_cols; c++) {
+            char *key = xprintf("val/%.*s/%s", (int)row_len[r], rows[r], cols[c]);
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+            number_cell(f, cJSON_IsNumber(v) ? v->valuedouble : NAN);
+            free(key);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+    cJSON_Delete(o);
+}
+
 static void samples_table(FILE *f, const Samples *ss) {
     fprintf(f, "<h2>Samples (step %lld, first %d)</h2>\n<table class=\"samples\"><tr><th>prompt</th><th>sample</th>"
                "<th>reward</th><th>advantage</th><th>correct</th><th>prompt text</th><th>response</th></tr>\n",
@@ -361,6 +413,7 @@ static int write_report(FILE *f, const char *run, const ReportMetrics *m, const 
     if (sft) fputs(" · grpo sft", f);
     fputs("</p>\n", f);
     summary(f, m);
+    if (m->val_line) validation_table(f, m);
     fputs("<h2>Charts</h2>\n<div class=\"charts\">\n", f);
     int n = report_charts(f, m);
     fputs("</div>\n", f);
@@ -428,6 +481,7 @@ int cmd_report(int argc, char **argv) {
     fprintf(stderr, "grpo report: wrote %s (%lld step%s, %d charts, %d samples)\n", out, (long long)m.n,
             m.n == 1 ? "" : "s", n, ss.n);
     samples_clear(&ss);
-    free(m.rows), free(dir), free(metrics), free(config), free(samples), free(out), free(spec.args);
+    free(m.rows), free(m.val_line), free(dir), free(metrics), free(config), free(samples), free(out);
+    free(spec.args);
     return 0;
 }

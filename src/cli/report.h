@@ -26,6 +26,9 @@ typedef struct {
     int64_t n;
     int64_t resumes;  // times the step went back (a resumed or restarted run)
     int partial;      // the last line had no newline: a run still writing
+    char *val_line;   // the validation line with per-source "val/..." keys of the latest step (NULL: none)
+    size_t val_len;
+    int64_t val_step;
 } ReportMetrics;
 
 // Value of key k at row i, NAN when missing or null.

@@ -3,6 +3,9 @@
 #include "rl/grpo_loss.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -346,4 +349,119 @@ void rollout_is_weights(int sequence, double threshold, const float *old, const 
         double x = sequence ? sum : (double)old[i] - (double)rollout[i];
         w[i] = mask && !mask[i] ? 0.0f : (float)fmin(exp(clamp(x, -20.0, 20.0)), threshold);
     }
+}
+
+static const char *const RS_NAMES[RS_MAX_OPTIONS] = {"token_k1",    "token_k2",    "token_k3",  "seq_sum_k1",
+                                                     "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
+                                                     "seq_mean_k3", "seq_max_k2",  "seq_max_k3"};
+static const RsLevel RS_LEVELS[RS_MAX_OPTIONS] = {RS_TOKEN,    RS_TOKEN,    RS_TOKEN,    RS_SEQ_SUM, RS_SEQ_SUM, RS_SEQ_SUM,
+                                                  RS_SEQ_MEAN, RS_SEQ_MEAN, RS_SEQ_MEAN, RS_SEQ_MAX, RS_SEQ_MAX};
+static const int RS_K[RS_MAX_OPTIONS] = {1, 2, 3, 1, 2, 3, 1, 2, 3, 2, 3};
+
+// The comma-separated parts of s, trimmed, empty ones skipped, into parts (up to max; returns how many there were).
+static int split_commas(const char *s, char parts[][64], int max) {
+    int n = 0;
+    for (const char *p = s; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t')) p++, len--;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        if (len && n < max) snprintf(parts[n], 64, "%.*s", (int)(len < 63 ? len : 63), p);
+        n += len > 0;
+        p = e ? e + 1 : p + len;
+        if (!e) break;
+    }
+    return n;
+}
+
+// A positive finite number, all of s.
+static int positive(const char *s, double *v) {
+    char *end;
+    *v = strtod(s, &end);
+    return end != s && !*end && isfinite(*v) && *v > 0;
+}
+
+// Writes the message into err; returns 0.
+__attribute__((format(printf, 3, 4))) static int rs_error(char *err, size_t err_size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+int rollout_rs_parse(const char *rollout_rs, const char *thresholds, RolloutRs *rs, char *err, size_t err_size) {
+    char names[RS_MAX_OPTIONS * 4][64], specs[RS_MAX_OPTIONS][64];
+    memset(rs, 0, sizeof *rs);
+    int n_names = split_commas(rollout_rs, names, RS_MAX_OPTIONS * 4), idx[RS_MAX_OPTIONS];
+    if (n_names == 0 || n_names > RS_MAX_OPTIONS * 4)
+        return rs_error(err, err_size, "expected 1 to %d comma-separated options", RS_MAX_OPTIONS * 4);
+    for (int i = 0; i < n_names; i++) {
+        int o = 0, seen = 0;
+        while (o < RS_MAX_OPTIONS && strcmp(names[i], RS_NAMES[o]) != 0) o++;
+        if (o == RS_MAX_OPTIONS)
+            return rs_error(err, err_size, "unknown option \"%s\" (token_k1/k2/k3, seq_sum_k1/k2/k3, "
+                            "seq_mean_k1/k2/k3, seq_max_k2/k3)", names[i]);
+        for (int j = 0; j < rs->n; j++) seen |= idx[j] == o;
+        if (!seen) idx[rs->n++] = o;
+    }
+    int n_specs = split_commas(thresholds ? thresholds : "", specs, RS_MAX_OPTIONS);
+    if (n_specs != 1 && n_specs != rs->n)
+        return rs_error(err, err_size, "rollout_rs_threshold needs one threshold for every option or one per option "
+                        "(%d), not %d", rs->n, n_specs);
+    for (int j = 0; j < rs->n; j++) {
+        RsOption *o = &rs->opt[j];
+        const char *spec = specs[n_specs == 1 ? 0 : j], *us = strchr(spec, '_');
+        *o = (RsOption){.level = RS_LEVELS[idx[j]], .k = RS_K[idx[j]]};
+        char lower[64] = "";
+        if (us) snprintf(lower, sizeof lower, "%.*s", (int)(us - spec), spec);
+        if (us && o->k != 1)
+            return rs_error(err, err_size, "%s takes one upper bound, not \"%s\"", RS_NAMES[idx[j]], spec);
+        if (!positive(us ? us + 1 : spec, &o->upper) || (us && !positive(lower, &o->lower)))
+            return rs_error(err, err_size, "%s: \"%s\" is not %s", RS_NAMES[idx[j]], spec,
+                            o->k == 1 ? "lower_upper or an upper bound, positive numbers" : "a positive number");
+        if (o->k == 1 && !us) o->lower = 1.0 / o->upper;
+        if (o->k == 1 && o->lower > o->upper)
+            return rs_error(err, err_size, "%s: lower bound %g above upper bound %g", RS_NAMES[idx[j]], o->lower,
+                            o->upper);
+    }
+    return 1;
+}
+
+// An option's test of its statistic (NaN fails).
+static int rs_keeps(const RsOption *o, double v) {
+    return o->k == 1 ? v >= log(o->lower) && v <= log(o->upper) : v <= o->upper;
+}
+
+static void rs_divergences(double old, double rollout, double k[4]) {
+    double lr = clamp(old - rollout, -20.0, 20.0);
+    k[1] = -lr, k[2] = 0.5 * lr * lr, k[3] = exp(lr) - 1.0 - lr;
+}
+
+int64_t rollout_rs_apply(const RolloutRs *rs, const float *old, const float *rollout, uint8_t *mask, int64_t t0,
+                         int64_t t1) {
+    double sum[4] = {0}, mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, k[4];
+    int64_t n = 0, rejected = 0;
+    for (int64_t t = t0; t < t1; t++) {
+        if (!mask[t]) continue;
+        rs_divergences(old[t], rollout[t], k);
+        for (int j = 1; j <= 3; j++) sum[j] += k[j], mx[j] = fmax(mx[j], k[j]);
+        n++;
+    }
+    int seq_keep = 1;
+    for (int i = 0; i < rs->n && n; i++) {
+        const RsOption *o = &rs->opt[i];
+        if (o->level == RS_SEQ_SUM) seq_keep &= rs_keeps(o, sum[o->k]);
+        if (o->level == RS_SEQ_MEAN) seq_keep &= rs_keeps(o, sum[o->k] / ((double)n + 1e-8));  // verl's masked_mean
+        if (o->level == RS_SEQ_MAX) seq_keep &= rs_keeps(o, mx[o->k]);
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        if (!mask[t]) continue;
+        int keep = seq_keep;
+        rs_divergences(old[t], rollout[t], k);
+        for (int i = 0; i < rs->n; i++) keep &= rs->opt[i].level != RS_TOKEN || rs_keeps(&rs->opt[i], k[rs->opt[i].k]);
+        mask[t] = (uint8_t)keep;
+        rejected += !keep;
+    }
+    return rejected;
 }

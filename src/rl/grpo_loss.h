@@ -13,6 +13,7 @@
 // per-micro-batch normalisation equals ours only when every micro-batch holds the same number of
 // tokens (token-mean) or sequences (seq-mean-*).
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 // verl kl_penalty names: "k1"/"kl", "k2"/"mse", "k3"/"low_var_kl". Per token, d = logp - ref:
@@ -154,3 +155,26 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
 // sequence, every token the same exp(clamp(sum of those, -20, 20)); then truncated at threshold (TIS).
 void rollout_is_weights(int sequence, double threshold, const float *old, const float *rollout, const uint8_t *mask,
                         int64_t t0, int64_t t1, float *w);
+// verl's rollout rejection sampling (rollout_corr_helper.py compute_rollout_rejection_mask, algorithm.rollout_
+// correction.rollout_rs): with log r = clamp(old - rollout, -20, 20) per token, k1 = -log r, k2 = (log r)^2 / 2,
+// k3 = r - 1 - log r; an option holds a token's own (token_kN), or a response's sum, mean or max of its tokens'
+// (seq_sum_kN, seq_mean_kN, seq_max_k2/k3: every token of the response kept or rejected together). k1 options keep
+// log lower <= k1 <= log upper, the others k <= upper. A token stays in the loss when every option keeps it.
+typedef enum { RS_TOKEN, RS_SEQ_SUM, RS_SEQ_MEAN, RS_SEQ_MAX } RsLevel;
+typedef struct {
+    RsLevel level;
+    int k;                // 1, 2 or 3
+    double lower, upper;  // k1: both; else upper
+} RsOption;
+#define RS_MAX_OPTIONS 11
+typedef struct {
+    int n;
+    RsOption opt[RS_MAX_OPTIONS];
+} RolloutRs;
+// rollout_rs: option names separated by commas (a repeated one counted once); thresholds: one entry for every
+// option, or one per option in order, each a positive number, k1's "lower_upper" or an upper whose reciprocal is the
+// lower (verl's _parse_rollout_rs_thresholds). Returns 1, or 0 with what is wrong in err.
+int rollout_rs_parse(const char *rollout_rs, const char *thresholds, RolloutRs *rs, char *err, size_t err_size);
+// Tokens [t0, t1) of one response: a token of mask 1 that an option rejects gets mask 0. Returns the tokens rejected.
+int64_t rollout_rs_apply(const RolloutRs *rs, const float *old, const float *rollout, uint8_t *mask, int64_t t0,
+                         int64_t t1);

@@ -48,6 +48,7 @@ class Page(html.parser.HTMLParser):
         self.svgs, self.paths, self.circles, self.tags, self.refs = [], {}, {}, [], []
         self.cells, self.pre, self._cell, self._pre, self.text = [], "", None, False, []
         self.charts, self._svg, self._text = [], None, None  # per chart: title, width, texts, paths
+        self.val_rows, self._val, self._vcell = [], False, None  # the validation table's rows of cell texts
 
     def handle_starttag(self, tag, attrs):
         d = dict(attrs)
@@ -72,8 +73,19 @@ class Page(html.parser.HTMLParser):
             self._cell = ""
         if tag == "pre":
             self._pre = True
+        if tag == "table":
+            self._val = d.get("class") == "val"
+        if tag == "tr" and self._val:
+            self.val_rows.append([])
+        if tag in ("td", "th") and self._val:
+            self._vcell = ""
 
     def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._vcell is not None:
+            self.val_rows[-1].append(self._vcell)
+            self._vcell = None
+        if tag == "table":
+            self._val = False
         if tag == "td" and self._cell is not None:
             self.cells.append(self._cell)
             self._cell = None
@@ -92,6 +104,8 @@ class Page(html.parser.HTMLParser):
             self._cell += data
         if self._pre:
             self.pre += data
+        if self._vcell is not None:
+            self._vcell += data
 
 
 def parse(path):
@@ -318,6 +332,35 @@ help_text = report("--help").stdout
 check("--out works as -o (the same file, byte for byte), and --help names both", p2.returncode == 0 and
       open(T("one_out.html"), "rb").read() == open(T("one.html"), "rb").read() and
       re.search(r"--out.*\n(.*\n)*.*-o\b", help_text) is not None, (p2.stderr, help_text))
+
+# --- validation: the latest validation line's per-source keys (verl's val/SOURCE/VALUE/METRIC) as a table
+vd = T("validation")
+os.makedirs(vd)
+
+
+def val_line(step, scale, sources):
+    o = {"step": step, "val_accuracy": 0.5 * scale}
+    for src in sources:
+        for i, m in enumerate(("acc/mean@4", "reward/mean@4", "acc/pass@1", "acc/pass@2", "acc/pass@4", "acc/maj@4")):
+            o[f"val/{src}/{m}"] = scale * (0.1 + 0.05 * i) + len(src) / 1000
+    return o
+
+
+vlines = [val_line(0, 1.0, ["openai/gsm8k"]), {"step": 1, "reward_mean": 0.5}, {"step": 2, "reward_mean": 0.6},
+          val_line(2, 1.5, ["openai/gsm8k", "<b>&math</b>"]), val_line(2, 1.7, ["openai/gsm8k", "<b>&math</b>"]),
+          {"step": 3, "reward_mean": 0.7}, val_line(1, 9.0, ["stale"])]  # a resumed run's earlier step: not the latest
+with open(os.path.join(vd, "metrics.jsonl"), "w") as f:
+    f.write("".join(json.dumps(l) + "\n" for l in vlines))
+p = report(vd)
+vp = parse(os.path.join(vd, "report.html"))
+latest = vlines[4]  # step 2's second line: the latest step's last
+rows_want = list(dict.fromkeys(k[4:k.rindex("/")] for k in latest if k.startswith("val/")))
+cols_want = list(dict.fromkeys(k[k.rindex("/") + 1:] for k in latest if k.startswith("val/")))
+want = [["data_source / value"] + cols_want] + [
+    [r] + [f"{latest[f'val/{r}/{c}']:.4g}" if f"val/{r}/{c}" in latest else "–" for c in cols_want] for r in rows_want]
+check("validation: the latest step's per-source mean@n, pass@k and maj@n in a table (source names escaped)",
+      p.returncode == 0 and vp.val_rows == want and "Validation (step 2)" in "".join(vp.text),
+      (p.stderr, vp.val_rows[:3], want[:3]))
 
 # --- real runs -------------------------------------------------------------------------------------------
 model = T("model")

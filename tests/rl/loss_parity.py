@@ -252,6 +252,69 @@ def rollout_correction_weights(log_ratio, response_mask, rollout_is, threshold):
     return raw.clamp(max=threshold).detach()
 
 
+def is_metrics(log_ratio, response_mask, rollout_is, threshold):
+    """verl compute_is_metrics (rollout_corr_helper.py, verl-project/verl 1dda039b) for one upper threshold (its lower
+    the reciprocal), the batch-wide metrics: mean, std, max, min, effective sample size, fractions high and low."""
+    w = rollout_correction_weights(log_ratio, response_mask, rollout_is, threshold)
+    mask_bool = response_mask.bool()
+    lower = 1.0 / threshold
+    if rollout_is == "sequence":
+        lr = masked_sum_axis(log_ratio, response_mask).unsqueeze(-1)
+        m = dict(rollout_is_max=float(torch.exp(torch.clamp(lr.max(), max=20.0))), rollout_is_min=float(torch.exp(lr.min())),
+                 rollout_is_ratio_fraction_high=float((lr > math.log(threshold)).float().mean()),
+                 rollout_is_ratio_fraction_low=float((lr < math.log(lower)).float().mean()))
+    else:
+        raw = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0)) * response_mask
+        m = dict(rollout_is_ratio_fraction_high=float(masked_mean((raw > threshold).to(w.dtype), response_mask)),
+                 rollout_is_ratio_fraction_low=float(masked_mean((raw < lower).to(w.dtype), response_mask)),
+                 rollout_is_max=float(w.masked_fill(~mask_bool, float("-inf")).max()),
+                 rollout_is_min=float(w.masked_fill(~mask_bool, float("inf")).min()))
+    m["rollout_is_mean"] = float(masked_mean(w, response_mask))
+    wc = w.clamp(min=0.0, max=threshold)
+    mean = masked_mean(wc, response_mask)
+    var = masked_mean(wc.square(), response_mask) - mean.square()
+    m["rollout_is_std"] = float(torch.sqrt(torch.clamp(var, min=0.0))) if response_mask.sum() > 1 else 0.0
+    m["rollout_is_eff_sample_size"] = 1.0 / float(masked_mean((wc / (mean + 1e-8)).square(), response_mask))
+    return m
+
+
+def rejection_mask(log_ratio, response_mask, rollout_rs, thresholds):
+    """verl compute_rollout_rejection_mask and _parse_rollout_rs_thresholds (rollout_corr_helper.py, verl-project/verl
+    1dda039b): the response mask with the rejected tokens 0, and its two batch-wide metrics."""
+    options = list(dict.fromkeys(o.strip() for o in rollout_rs.split(",") if o.strip()))
+    specs = [p.strip() for p in str(thresholds).split(",") if p.strip()]
+    specs = specs * len(options) if len(specs) == 1 else specs
+    lr = torch.clamp(log_ratio, min=-20.0, max=20.0)
+    k = {"k1": -lr, "k2": 0.5 * lr**2, "k3": torch.exp(lr) - 1.0 - lr}
+    n = response_mask.sum(-1)
+    combined = torch.ones_like(response_mask)
+    for opt, spec in zip(options, specs):
+        kind = opt[-2:]
+        if kind == "k1":
+            lo, hi = (float(x) for x in spec.split("_", 1)) if "_" in spec else (1.0 / float(spec), float(spec))
+            keep = lambda v: (v >= math.log(lo)) & (v <= math.log(hi))  # noqa: E731
+        else:
+            keep = lambda v, hi=float(spec): v <= hi  # noqa: E731
+        if opt.startswith("token"):
+            ok = keep(k[kind])
+        else:
+            v = k[kind]
+            if opt.startswith("seq_sum"):
+                stat = masked_sum_axis(v, response_mask)
+            elif opt.startswith("seq_mean"):
+                stat = masked_sum_axis(v, response_mask) / (n + 1e-8)
+            else:  # seq_max
+                m = v.masked_fill(~response_mask.bool(), float("-inf")).max(-1).values
+                stat = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+            ok = keep(stat).unsqueeze(-1).expand_as(response_mask)
+        combined = combined * ok.to(response_mask.dtype)
+    valid = response_mask.bool()
+    hit = (~((combined > 0.5) & valid) & valid).any(-1)
+    metrics = dict(rollout_rs_masked_fraction=float(masked_mean(1 - combined, response_mask)),
+                   rollout_rs_seq_masked_fraction=float(hit.float().mean()))
+    return response_mask * combined, metrics
+
+
 def masked_sum_axis(x, mask):
     return torch.where(mask.bool(), x, torch.zeros_like(x)).mul(mask).sum(-1)
 

@@ -510,6 +510,10 @@ for trial in range(6):
     if None not in (vals["data.min_pixels"], vals["data.max_pixels"]) and vals["data.min_pixels"] > vals["data.max_pixels"]:
         vals["data.min_pixels"], vals["data.max_pixels"] = vals["data.max_pixels"], vals["data.min_pixels"]
     vals["actor.lora.dropout"] = 0.0  # the only value the loader accepts
+    # rejection sampling's options and bounds are parsed (verl's names and forms): a pair the loader accepts
+    vals["algorithm.rollout_correction.rollout_rs"], vals["algorithm.rollout_correction.rollout_rs_threshold"] = \
+        rng.choice([(None, None), ("token_k1", "0.5_2"), ("seq_mean_k3, token_k2", "0.01"),
+                    ("seq_max_k2,seq_sum_k1,seq_max_k2", "0.1, 0.2_2.5")])
     vals["actor.lora.target_modules"] = rng.choice([[], ["q_proj", "v_proj"], ["all-linear"], ["down", "up"]])
     if vals["actor.lora.rank"] > 0 or vals["model.adapter"] is not None:
         vals["actor.precision"] = "fp32"  # LoRA trains fp32 adapters
@@ -715,6 +719,20 @@ conflicts = [
      "without algorithm.dynamic_sampling"),
     ("gen_batch_not_whole_mini_batches", None, ["data.gen_batch_size=10", "algorithm.dynamic_sampling=true",
                                                  "actor.mini_batch_size=4"], "not a multiple of the mini-batch (4"),
+    ("rollout_rs_unknown_option", None, ["algorithm.rollout_correction.rollout_rs=token_k1,token_k4",
+                                          "algorithm.rollout_correction.rollout_rs_threshold=2"],
+     "algorithm.rollout_correction.rollout_rs", 'unknown option "token_k4"'),
+    ("rollout_rs_without_threshold", None, ["algorithm.rollout_correction.rollout_rs=seq_mean_k3"],
+     'override "algorithm.rollout_correction.rollout_rs=seq_mean_k3"', "needs algorithm.rollout_correction."),
+    ("rollout_rs_k2_with_lower", None, ["algorithm.rollout_correction.rollout_rs=token_k2",
+                                        "algorithm.rollout_correction.rollout_rs_threshold=0.5_2"],
+     "token_k2 takes one upper bound"),
+    ("rollout_rs_thresholds_count", None, ["algorithm.rollout_correction.rollout_rs=token_k1,seq_max_k3",
+                                           "algorithm.rollout_correction.rollout_rs_threshold=2,3,4"],
+     "one per option (2), not 3"),
+    ("rollout_rs_k1_bounds", None, ["algorithm.rollout_correction.rollout_rs=seq_sum_k1",
+                                    "algorithm.rollout_correction.rollout_rs_threshold=3_2"],
+     "lower bound 3 above upper bound 2"),
     ("seq_final_reward_with_kl_in_reward", None, ["algorithm.dynamic_sampling=true", "actor.use_kl_loss=false",
                                                    "algorithm.use_kl_in_reward=true",
                                                    "algorithm.filter_groups.metric=seq_final_reward"],

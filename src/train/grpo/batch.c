@@ -153,15 +153,16 @@ void grpo_select_kept(const GrpoSettings *s, StepBatch *sb) {
     size_t bytes = (size_t)sb->n_resp * 4 + 4;
     sb->old_logp = xmalloc(bytes), sb->ref_logp = xmalloc(bytes), sb->logp = xmalloc(bytes), sb->dlogp = xmalloc(bytes);
     sb->ent = xmalloc(bytes), sb->dent = xmalloc(bytes);
-    if (s->rollout_is) {
-        sb->rollout_logp = xmalloc(bytes), sb->is_w = xmalloc(bytes);
+    if (s->rollout_is || s->rollout_rs.n) {
+        sb->rollout_logp = xmalloc(bytes), sb->is_w = s->rollout_is ? xmalloc(bytes) : NULL;
         for (int64_t k = 0; k < sb->n_kept; k++)
             memcpy(sb->rollout_logp + sb->resp_off[k], sb->samples[sb->kept[k]].logprobs,
                    (size_t)(sb->resp_off[k + 1] - sb->resp_off[k]) * sizeof(float));
     }
-    if (!sb->samples[0].mask) return;
-    sb->mask = xmalloc((size_t)sb->n_resp + 1);
-    for (int64_t k = 0; k < sb->n_kept; k++)
+    if (!sb->samples[0].mask && !s->rollout_rs.n) return;
+    sb->mask = xmalloc((size_t)sb->n_resp + 1);  // rejection sampling writes its 0s here
+    memset(sb->mask, 1, (size_t)sb->n_resp + 1);
+    for (int64_t k = 0; k < sb->n_kept && sb->samples[0].mask; k++)
         memcpy(sb->mask + sb->resp_off[k], sb->samples[sb->kept[k]].mask, (size_t)sb->samples[sb->kept[k]].n);
 }
 
@@ -212,6 +213,44 @@ void grpo_probs_diff(const StepBatch *sb, StepStats *st) {
             st->probs_diff_sum += d;
             st->probs_diff_n += 1.0;
         }
+    }
+}
+
+void grpo_rollout_correction(const GrpoSettings *s, StepBatch *sb, StepStats *st) {
+    grpo_probs_diff(sb, st);
+    for (int64_t k = 0; k < sb->n_kept && s->rollout_is; k++)
+        rollout_is_weights(s->rollout_is == 2, s->rollout_is_threshold, sb->old_logp, sb->rollout_logp, sb->mask,
+                           sb->resp_off[k], sb->resp_off[k + 1], sb->is_w);
+    if (s->rollout_is) grpo_is_stats(s, sb, st);
+    for (int64_t k = 0; k < sb->n_kept && s->rollout_rs.n; k++) {
+        double tokens, seqs;
+        grpo_count_loss_tokens(sb, k, k + 1, &tokens, &seqs);
+        int64_t out = rollout_rs_apply(&s->rollout_rs, sb->old_logp, sb->rollout_logp, sb->mask, sb->resp_off[k],
+                                       sb->resp_off[k + 1]);
+        st->rs_tokens += tokens, st->rs_rejected += (double)out, st->rs_seqs += seqs, st->rs_seqs_hit += out > 0;
+    }
+}
+
+void grpo_is_stats(const GrpoSettings *s, const StepBatch *sb, StepStats *st) {
+    double thr = s->rollout_is_threshold;
+    st->is_max = -INFINITY, st->is_min = INFINITY;
+    for (int64_t k = 0; k < sb->n_kept; k++) {
+        double lr_sum = 0.0;
+        int64_t own = 0;
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;
+            double lr = (double)sb->old_logp[t] - (double)sb->rollout_logp[t], w = sb->is_w[t];
+            lr_sum += lr;
+            own++;
+            st->is_tokens += 1.0, st->is_sum += w, st->is_sum2 += w * w;
+            if (s->rollout_is == 2) continue;
+            double raw = exp(fmin(fmax(lr, -20.0), 20.0));
+            st->is_high += raw > thr, st->is_low += raw < 1.0 / thr, st->is_units += 1.0;
+            st->is_max = fmax(st->is_max, w), st->is_min = fmin(st->is_min, w);
+        }
+        if (s->rollout_is != 2 || !own) continue;
+        st->is_high += lr_sum > log(thr), st->is_low += lr_sum < log(1.0 / thr), st->is_units += 1.0;
+        st->is_max = fmax(st->is_max, exp(fmin(lr_sum, 20.0))), st->is_min = fmin(st->is_min, exp(lr_sum));
     }
 }
 

@@ -229,6 +229,15 @@ static const ConfigKey KEYS[] = {
           "whose numerics differ from training's (rollout.weight_dtype int8, bf16)"),
     KFLOAT_POS("algorithm.rollout_correction.rollout_is_threshold", algorithm.rollout_correction.rollout_is_threshold,
                "2.0", 1e30, "the truncation of the rollout correction's weights"),
+    KSTR_NULL("algorithm.rollout_correction.rollout_rs", algorithm.rollout_correction.rollout_rs,
+              "rollout rejection sampling (verl's rollout_rs): comma-separated options, each a divergence of the "
+              "trainer's old log-probs from the rollout's that must stay within rollout_rs_threshold, a token "
+              "failing one leaves the loss: token_k1/k2/k3 per token, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, "
+              "seq_max_k2/k3 per response (all its tokens); k1 = -log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r"),
+    KSTR_NULL("algorithm.rollout_correction.rollout_rs_threshold", algorithm.rollout_correction.rollout_rs_threshold,
+              "the bounds of algorithm.rollout_correction.rollout_rs: one for every option or one per option, "
+              "comma-separated; k1 options \"lower_upper\" ratios (or an upper, the lower its reciprocal), the "
+              "others an upper bound"),
     KBOOL("algorithm.mask_truncated", algorithm.mask_truncated, "false",
           "leave responses cut at data.max_response_length out of the loss (DAPO's overlong filtering)"),
     KBOOL("algorithm.use_kl_in_reward", algorithm.use_kl_in_reward, "false",
@@ -884,6 +893,17 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
         CONFLICT("algorithm.filter_groups.metric", "algorithm.use_kl_in_reward",
                  "algorithm.filter_groups.metric seq_final_reward with algorithm.use_kl_in_reward: the KL is "
                  "computed for the groups kept, after the filter; filter on acc or seq_reward");
+    const char *rs = c->algorithm.rollout_correction.rollout_rs;
+    const char *rs_thr = c->algorithm.rollout_correction.rollout_rs_threshold;
+    RolloutRs parsed;
+    char why[256];
+    if (rs && !rs_thr)
+        CONFLICT("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold",
+                 "algorithm.rollout_correction.rollout_rs \"%.100s\" needs algorithm.rollout_correction."
+                 "rollout_rs_threshold", rs);
+    if (rs && !rollout_rs_parse(rs, rs_thr, &parsed, why, sizeof why))
+        CONFLICT("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold",
+                 "algorithm.rollout_correction.rollout_rs: %s", why);
     if (c->reward.program.weight != 0 && !c->reward.program.command)
         CONFLICT("reward.program.weight", "reward.program.command",
                  "reward.program is on but reward.program.command is null");

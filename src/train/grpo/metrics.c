@@ -47,6 +47,12 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     double diff[3] = {st->probs_diff_max, st->probs_diff_sum, st->probs_diff_n};
     comm_allreduce_f64(&r->comm, diff, 1, COMM_MAX, "metrics");
     comm_allreduce_f64(&r->comm, diff + 1, 2, COMM_SUM, "metrics");
+    double is[8] = {st->is_tokens, st->is_sum, st->is_sum2, st->is_high, st->is_low, st->is_units, st->is_max,
+                    -st->is_min};
+    comm_allreduce_f64(&r->comm, is, 6, COMM_SUM, "metrics");
+    comm_allreduce_f64(&r->comm, is + 6, 2, COMM_MAX, "metrics");
+    double rs[4] = {st->rs_tokens, st->rs_rejected, st->rs_seqs, st->rs_seqs_hit};
+    comm_allreduce_f64(&r->comm, rs, 4, COMM_SUM, "metrics");
     double n = (double)(sb->n_samples * r->comm.size), rmean = sum[M_REWARD] / n, rlen = sum[M_LEN] / n, rvar = 0;
     for (int64_t i = 0; i < sb->n_samples; i++) rvar += (sb->reward[i] - rmean) * (sb->reward[i] - rmean);
     comm_allreduce_f64(&r->comm, &rvar, 1, COMM_SUM, "metrics");  // two passes: exact 0 for equal rewards
@@ -85,6 +91,16 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     if (diff[2] > 0)  // how far the rollout's log-probs were from the trainer's
         fprintf(f, ", \"rollout_probs_diff_max\": %.6g, \"rollout_probs_diff_mean\": %.6g", diff[0],
                 diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
+    if (s->rollout_is && is[0] > 0) {  // verl's compute_is_metrics (its ESS: the weights over their mean + 1e-8)
+        double mean = is[1] / is[0], var = is[2] / is[0] - mean * mean;
+        fprintf(f, ", \"rollout_is_mean\": %.6g, \"rollout_is_std\": %.6g, \"rollout_is_max\": %.6g, "
+                "\"rollout_is_min\": %.6g, \"rollout_is_eff_sample_size\": %.6g, \"rollout_is_ratio_fraction_high\": "
+                "%.6g, \"rollout_is_ratio_fraction_low\": %.6g", mean, is[0] > 1 ? sqrt(fmax(var, 0.0)) : 0.0, is[6],
+                -is[7], (mean + 1e-8) * (mean + 1e-8) / (is[2] / is[0]), is[3] / is[5], is[4] / is[5]);
+    }
+    if (s->rollout_rs.n)  // verl's: the loss tokens rejected, the responses with a token rejected
+        fprintf(f, ", \"rollout_rs_masked_fraction\": %.6g, \"rollout_rs_seq_masked_fraction\": %.6g",
+                rs[0] > 0 ? rs[1] / rs[0] : 0.0, rs[2] > 0 ? rs[3] / rs[2] : 0.0);
     if (s->dynamic_sampling)
         fprintf(f, ", \"num_gen_batches\": %lld, \"groups_dropped\": %.0f", (long long)st->n_gen_batches, sum[M_DROPPED]);
     if (r->has_tools)

@@ -165,6 +165,11 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
+    const char *rs = c->algorithm.rollout_correction.rollout_rs;
+    char why[256];
+    if (rs && !rollout_rs_parse(rs, c->algorithm.rollout_correction.rollout_rs_threshold, &s->rollout_rs, why,
+                                sizeof why))
+        die("algorithm.rollout_correction.rollout_rs: %s", why);  // the configuration's check has said it first
     resolve_lora(s, c);
     // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
     s->loss = (GrpoLossConfig){(PolicyLossMode)a->policy_loss.loss_mode, a->tau_pos, a->tau_neg,

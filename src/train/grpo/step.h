@@ -56,6 +56,10 @@ typedef struct {
     double t_tools;           // seconds in tool calls during the rollout
     double kl_reward, norm_sum, lr;
     double probs_diff_max, probs_diff_sum, probs_diff_n;  // |p_rollout - p_old| over the loss tokens
+    // the rollout correction's weights (grpo_is_stats): loss tokens, their sum and sum of squares; the ratios above
+    // the threshold and below its reciprocal, of is_units (tokens; sequence: responses); the extreme weights
+    double is_tokens, is_sum, is_sum2, is_high, is_low, is_units, is_max, is_min;
+    double rs_tokens, rs_rejected, rs_seqs, rs_seqs_hit;  // rejection sampling: loss tokens and responses, rejected
     GrpoLossStats loss;
 } StepStats;
 
@@ -150,6 +154,15 @@ void grpo_count_loss_tokens(const StepBatch *sb, int64_t a, int64_t b, double *n
 // verl's rollout_probs_diff: how far the rollout's token probabilities are from the trainer's old ones (scored
 // before the update, or on-policy the update's first), over the loss tokens; after grpo_update.
 void grpo_probs_diff(const StepBatch *sb, StepStats *st);
+// verl's compute_is_metrics (rollout_corr_helper.py) over this process's loss tokens, after grpo_update (the weights
+// of the trainer's old log-probs): token, the ratios counted before truncation and the extremes of the weights;
+// sequence, each response's ratio counted once and the extremes those ratios' (the largest at most e^20).
+void grpo_is_stats(const GrpoSettings *s, const StepBatch *sb, StepStats *st);
+// verl's compute_rollout_correction_and_rejection_mask once the trainer's old log-probs are scored, before the
+// advantages (their masks): grpo_probs_diff, the rollout correction's weights and grpo_is_stats, then the rejection
+// (algorithm.rollout_correction.rollout_rs): sb->mask's rejected tokens 0, counted in st. On-policy (nothing scored
+// before the update) the update computes the weights and the step its metrics after it.
+void grpo_rollout_correction(const GrpoSettings *s, StepBatch *sb, StepStats *st);
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
 // Returns the sum over responses of each one's mean KL (the metric divides by the responses).
 double grpo_kl_into_reward(const GrpoSettings *s, StepBatch *sb);
