@@ -252,6 +252,18 @@ def rollout_correction_weights(log_ratio, response_mask, rollout_is, threshold):
     return raw.clamp(max=threshold).detach()
 
 
+def batch_normalize(w, response_mask, rollout_is):
+    """verl compute_rollout_correction_weights' rollout_is_batch_normalize (one process): the weights over their mean
+    (token: over the tokens; sequence: over the responses with one), when that is above 1e-8; and the factor."""
+    if rollout_is == "token":
+        mean = masked_mean(w, response_mask)
+    else:
+        seq_w = masked_sum_axis(w, response_mask) / (response_mask.sum(-1) + 1e-8)  # verl's masked_mean, axis -1
+        seq_mask = (response_mask.sum(dim=-1) > 0).to(w.dtype)
+        mean = (seq_w * seq_mask).sum() / seq_mask.sum().clamp_min(1e-8)
+    return (w / mean, float(mean)) if mean > 1e-8 else (w, 1.0)
+
+
 def is_metrics(log_ratio, response_mask, rollout_is, threshold):
     """verl compute_is_metrics (rollout_corr_helper.py, verl-project/verl 1dda039b) for one upper threshold (its lower
     the reciprocal), the batch-wide metrics: mean, std, max, min, effective sample size, fractions high and low."""

@@ -85,7 +85,7 @@ from harness import check, group, summary  # noqa: E402
 from sft_parity import TorchQwen, decay_groups, lr_lambda, per_group_diff, rel, weights_diff  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "rl"))
 from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
-from loss_parity import is_metrics, kl_penalty_forward, outcome_advantage, rejection_mask  # noqa: E402
+from loss_parity import batch_normalize, is_metrics, kl_penalty_forward, outcome_advantage, rejection_mask  # noqa: E402
 from loss_parity import rollout_correction_weights  # noqa: E402
 from loss_parity import policy_loss as verl_policy_loss  # noqa: E402
 
@@ -197,7 +197,7 @@ BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, e
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
             entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05), int8=False,
-            rollout_is=None, rollout_rs=None)
+            rollout_is=None, is_norm=False, rollout_rs=None)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -254,9 +254,12 @@ CASES = {
     # largest k2 bounded, under sequence weights taken before the rejection and REINFORCE++'s whitening after it; and
     # a response's mean k3 on an on-policy configuration (the rejection scores the old log-probs first)
     "int8-rollout-rs-is-sequence-rfpp": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True,
-                                             rollout_is=("sequence", 1.02), adv="reinforce_plus_plus",
+                                             rollout_is=("sequence", 1.02), adv="reinforce_plus_plus", is_norm=True,
                                              rollout_rs=("token_k1,seq_max_k2", "0.99_1.01,0.0003")),
     "int8-rollout-rs-seq-mean-k3": dict(steps=2, int8=True, rollout_rs=("seq_mean_k3", "0.0001")),
+    # the weights over their batch mean (verl's rollout_is_batch_normalize): token weights on-policy (the old
+    # log-probs scored first), and a sequence's under rejection sampling
+    "int8-rollout-is-token-batch-norm": dict(steps=2, int8=True, rollout_is=("token", 1.005), is_norm=True),
     # LoRA: only the adapters train; the KL reference is the base with the adapters off. adam_eps 1e-4 (typical
     # adapter |g| ~ 7e-3): with 1e-5 an element of lora-k3 whose step-1 gradient cancels to 3e-7 sits in Adam's
     # eps region, where a weight moves by lr/eps = 100x its gradient's fp32 noise: grpo and torch fp32 were then
@@ -305,6 +308,8 @@ def grpo_overrides(c, model_dir, data, out):
     if c["rollout_is"]:
         o["algorithm.rollout_correction.rollout_is"], o["algorithm.rollout_correction.rollout_is_threshold"] = \
             c["rollout_is"]
+    if c["is_norm"]:
+        o["algorithm.rollout_correction.rollout_is_batch_normalize"] = "true"
     if c["rollout_rs"]:
         o["algorithm.rollout_correction.rollout_rs"], o["algorithm.rollout_correction.rollout_rs_threshold"] = \
             c["rollout_rs"]
@@ -455,6 +460,8 @@ class Peer:
         if c["rollout_is"]:
             is_m = is_metrics(old - roll_all, mask, *c["rollout_is"])
             is_old = rollout_correction_weights(old - roll_all, mask, *c["rollout_is"])
+            if c["is_norm"]:  # after the metrics, as verl
+                is_old, is_m["rollout_is_batch_norm_factor"] = batch_normalize(is_old, mask, c["rollout_is"][0])
         if c["rollout_rs"]:
             mask, rs_m = rejection_mask(old - roll_all, mask, *c["rollout_rs"])
         adv = advantages(c["adv"], rewards, G, c["norm_std"], mask.sum(-1).to(torch.float64)).to(self.dtype)
@@ -473,8 +480,8 @@ class Peer:
                 o = lp.detach() if on_policy else old[idx]
                 is_w = None
                 if c["rollout_is"]:  # on-policy the old log-probs are this forward's
-                    is_w = rollout_correction_weights(o - roll_all[idx], mk, *c["rollout_is"]) if on_policy \
-                        else is_old[idx]
+                    is_w = rollout_correction_weights(o - roll_all[idx], mk, *c["rollout_is"]) \
+                        if on_policy and not c["is_norm"] else is_old[idx]
                     is_seen.append(is_w[mk > 0])
                 pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(o, lp, adv[idx][:, None], mk, c, is_w)
                 loss, kl = pg_loss, None
@@ -755,11 +762,12 @@ def c_case(name):
         check(f"{name}/rollout-correction-metrics-vs-torch (verl's compute_is_metrics, compute_rollout_rejection_mask)",
               not bad and ms, "; ".join(bad[:5]) or ", ".join(f"{k} {v:.4g}" for k, v in steps[0]["is_metrics"].items()))
     if c["rollout_is"]:
-        w = torch.cat([st["is_w"] for st in steps])
+        # the weights as truncated, before rollout_is_batch_normalize divided them by the step's factor
+        w = torch.cat([st["is_w"] * st["is_metrics"].get("rollout_is_batch_norm_factor", 1.0) for st in steps])
         thr = c["rollout_is"][1]
-        check(f"{name}/rollout-correction-active", float(w.min()) < 1 - 1e-4 and int((w == thr).sum()) > 0,
-              f"weights (torch) in [{float(w.min()):.4f}, {float(w.max()):.4f}], {int((w == thr).sum())} of {w.numel()} "
-              f"truncated at {thr}")
+        at = int(torch.isclose(w, torch.full_like(w, thr), rtol=1e-12, atol=0.0).sum())
+        check(f"{name}/rollout-correction-active", float(w.min()) < 1 - 1e-4 and at > 0,
+              f"weights (torch) in [{float(w.min()):.4f}, {float(w.max()):.4f}], {at} of {w.numel()} truncated at {thr}")
     if c["epochs"] > 1:
         rmin = min(m["ratio_min"] for m in ms)
         rmax = max(m["ratio_max"] for m in ms)

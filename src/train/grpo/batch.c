@@ -216,12 +216,30 @@ void grpo_probs_diff(const StepBatch *sb, StepStats *st) {
     }
 }
 
-void grpo_rollout_correction(const GrpoSettings *s, StepBatch *sb, StepStats *st) {
+// verl's rollout_is_batch_normalize: the weights' mean over every rank's loss tokens (sequence: over the responses
+// with one, each its weight), and the weights divided by it when it is above 1e-8 (verl's). Returns the mean.
+static double is_batch_normalize(Run *r, StepBatch *sb) {
+    double sum[2] = {0};
+    for (int64_t k = 0; k < sb->n_kept; k++)
+        for (int64_t t = sb->resp_off[k]; t < sb->resp_off[k + 1]; t++) {
+            if (sb->mask && !sb->mask[t]) continue;
+            sum[0] += sb->is_w[t], sum[1] += 1.0;
+            if (r->s->rollout_is == 2) break;  // one weight a response
+        }
+    comm_allreduce_f64(&r->comm, sum, 2, COMM_SUM, "rollout correction mean");
+    double mean = sum[1] > 0 ? sum[0] / sum[1] : 0.0;
+    for (int64_t t = 0; t < sb->n_resp && mean > 1e-8; t++) sb->is_w[t] = (float)(sb->is_w[t] / mean);
+    return mean;
+}
+
+void grpo_rollout_correction(Run *r, StepBatch *sb, StepStats *st) {
+    const GrpoSettings *s = r->s;
     grpo_probs_diff(sb, st);
     for (int64_t k = 0; k < sb->n_kept && s->rollout_is; k++)
         rollout_is_weights(s->rollout_is == 2, s->rollout_is_threshold, sb->old_logp, sb->rollout_logp, sb->mask,
                            sb->resp_off[k], sb->resp_off[k + 1], sb->is_w);
     if (s->rollout_is) grpo_is_stats(s, sb, st);
+    if (s->rollout_is && s->rollout_is_batch_normalize) st->is_norm = is_batch_normalize(r, sb);
     for (int64_t k = 0; k < sb->n_kept && s->rollout_rs.n; k++) {
         double tokens, seqs;
         grpo_count_loss_tokens(sb, k, k + 1, &tokens, &seqs);

@@ -229,6 +229,10 @@ static const ConfigKey KEYS[] = {
           "whose numerics differ from training's (rollout.weight_dtype int8, bf16)"),
     KFLOAT_POS("algorithm.rollout_correction.rollout_is_threshold", algorithm.rollout_correction.rollout_is_threshold,
                "2.0", 1e30, "the truncation of the rollout correction's weights"),
+    KBOOL("algorithm.rollout_correction.rollout_is_batch_normalize",
+          algorithm.rollout_correction.rollout_is_batch_normalize, "false",
+          "divide the rollout correction's weights by their mean over the batch (every rank's; sequence: the "
+          "responses' weights), so that they average 1 (verl's rollout_is_batch_normalize)"),
     KSTR_NULL("algorithm.rollout_correction.rollout_rs", algorithm.rollout_correction.rollout_rs,
               "rollout rejection sampling (verl's rollout_rs): comma-separated options, each a divergence of the "
               "trainer's old log-probs from the rollout's that must stay within rollout_rs_threshold, a token "

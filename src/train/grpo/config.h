@@ -102,6 +102,7 @@ typedef struct {
     struct {
         int rollout_is;  // 0 off, 1 token, 2 sequence
         double rollout_is_threshold;
+        int rollout_is_batch_normalize;
         char *rollout_rs, *rollout_rs_threshold;  // NULL: off (rl/grpo_loss.h: rollout_rs_parse)
     } rollout_correction;
     double kl_coef;

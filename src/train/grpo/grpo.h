@@ -42,6 +42,7 @@ typedef struct {
     AdvEstimator adv_estimator;
     int rollout_is;              // algorithm.rollout_correction.rollout_is: 0 off, 1 token, 2 sequence
     double rollout_is_threshold;
+    int rollout_is_batch_normalize;
     RolloutRs rollout_rs;        // algorithm.rollout_correction.rollout_rs (n 0: off)
     int64_t overlong_buffer;     // DAPO soft overlong penalty: last N tokens before the limit (0: off)
     double overlong_penalty;     // penalty at the limit

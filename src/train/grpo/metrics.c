@@ -97,6 +97,8 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
                 "\"rollout_is_min\": %.6g, \"rollout_is_eff_sample_size\": %.6g, \"rollout_is_ratio_fraction_high\": "
                 "%.6g, \"rollout_is_ratio_fraction_low\": %.6g", mean, is[0] > 1 ? sqrt(fmax(var, 0.0)) : 0.0, is[6],
                 -is[7], (mean + 1e-8) * (mean + 1e-8) / (is[2] / is[0]), is[3] / is[5], is[4] / is[5]);
+        if (s->rollout_is_batch_normalize)  // the same on every rank (allreduced)
+            fprintf(f, ", \"rollout_is_batch_norm_factor\": %.6g", st->is_norm > 1e-8 ? st->is_norm : 1.0);
     }
     if (s->rollout_rs.n)  // verl's: the loss tokens rejected, the responses with a token rejected
         fprintf(f, ", \"rollout_rs_masked_fraction\": %.6g, \"rollout_rs_seq_masked_fraction\": %.6g",

@@ -143,6 +143,7 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .adv_estimator = (AdvEstimator)c->algorithm.adv_estimator,
         .rollout_is = c->algorithm.rollout_correction.rollout_is,
         .rollout_is_threshold = c->algorithm.rollout_correction.rollout_is_threshold,
+        .rollout_is_batch_normalize = c->algorithm.rollout_correction.rollout_is_batch_normalize,
         .overlong_buffer = c->reward.overlong_buffer.len, .overlong_penalty = c->reward.overlong_buffer.penalty_factor,
         .ppo_epochs = a->ppo_epochs,
         // verl counts mini-batches in prompts (each brings its G responses) and micro-batches in responses.

@@ -154,7 +154,8 @@ void grpo_step(Run *r, Stream *stream) {
     // From here on the workspace holds training activations.
     UpdateWs u;
     grpo_update_ws_init(&u, s, &r->tr.master.cfg, r->tr.be, &r->workspace);
-    int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward || s->rollout_rs.n;
+    int need_old = s->ppo_epochs > 1 || sb.n_mini > 1 || s->use_kl_in_reward || s->rollout_rs.n ||
+                   (s->rollout_is && s->rollout_is_batch_normalize);
     float **ref_feats = sb.ref_feats ? sb.ref_feats : sb.feats;
     if (r->has_ref && sb.n_kept) {
         grpo_score_kept(r, &r->ref, &sb, ref_feats, &u, sb.ref_logp);
@@ -162,7 +163,7 @@ void grpo_step(Run *r, Stream *stream) {
     }
     if (need_old && sb.n_kept) grpo_score_kept(r, policy, &sb, sb.feats, &u, sb.old_logp), st.t_old = time_now();
     if (s->use_kl_in_reward) st.kl_reward = grpo_kl_into_reward(s, &sb);
-    if (need_old) grpo_rollout_correction(s, &sb, &st);
+    if (need_old) grpo_rollout_correction(r, &sb, &st);
     // 4. advantages
     grpo_compute_advantages(r, &sb);
     // 5. update: epochs x mini-batches x micro-batches, clip + AdamW per mini-batch

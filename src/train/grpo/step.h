@@ -60,6 +60,7 @@ typedef struct {
     // the threshold and below its reciprocal, of is_units (tokens; sequence: responses); the extreme weights
     double is_tokens, is_sum, is_sum2, is_high, is_low, is_units, is_max, is_min;
     double rs_tokens, rs_rejected, rs_seqs, rs_seqs_hit;  // rejection sampling: loss tokens and responses, rejected
+    double is_norm;           // rollout_is_batch_normalize: the weights' batch mean they were divided by (0: none)
     GrpoLossStats loss;
 } StepStats;
 
@@ -159,10 +160,11 @@ void grpo_probs_diff(const StepBatch *sb, StepStats *st);
 // sequence, each response's ratio counted once and the extremes those ratios' (the largest at most e^20).
 void grpo_is_stats(const GrpoSettings *s, const StepBatch *sb, StepStats *st);
 // verl's compute_rollout_correction_and_rejection_mask once the trainer's old log-probs are scored, before the
-// advantages (their masks): grpo_probs_diff, the rollout correction's weights and grpo_is_stats, then the rejection
-// (algorithm.rollout_correction.rollout_rs): sb->mask's rejected tokens 0, counted in st. On-policy (nothing scored
-// before the update) the update computes the weights and the step its metrics after it.
-void grpo_rollout_correction(const GrpoSettings *s, StepBatch *sb, StepStats *st);
+// advantages (their masks): grpo_probs_diff, the rollout correction's weights, grpo_is_stats and the weights over
+// their batch mean (rollout_is_batch_normalize), then the rejection (algorithm.rollout_correction.rollout_rs):
+// sb->mask's rejected tokens 0, counted in st. On-policy (nothing scored before the update) the update computes the
+// weights and the step their metrics after it.
+void grpo_rollout_correction(Run *r, StepBatch *sb, StepStats *st);
 // verl's use_kl_in_reward: token rewards = score - beta * KL(old, ref), summed per sequence.
 // Returns the sum over responses of each one's mean KL (the metric divides by the responses).
 double grpo_kl_into_reward(const GrpoSettings *s, StepBatch *sb);
