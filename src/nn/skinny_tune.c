@@ -19,8 +19,8 @@
 
 #define TUNE_C 896                         // Qwen2.5-0.5B's hidden size and
 #define TUNE_I 4864                        // intermediate size: its gate (I, C) and down (C, I) projections
-#if defined(__SANITIZE_ADDRESS__)         // ASan's timings mean nothing: its passes read the least that runs
-#define TUNE_MIN_BYTES ((size_t)16 << 20)  // every kernel (1 GiB a pass took ASan minutes a measurement)
+#if defined(__SANITIZE_ADDRESS__)         // ASan's timings mean nothing: its passes read one gate and down
+#define TUNE_MIN_BYTES ((size_t)16 << 20)  // pair (1 GiB a pass took ASan minutes a measurement)
 #define TUNE_MAX_BYTES TUNE_MIN_BYTES
 #else
 #define TUNE_MIN_BYTES ((size_t)128 << 20) // weights a pass reads: at least this, and 3x the last-level caches,
@@ -238,7 +238,8 @@ static void tuning_measure(DType dt, SkinnyTuning *t) {
     size_t mat = matrix_bytes(dt, TUNE_I, TUNE_C), llc = 3 * llc_bytes();
     size_t bytes = llc > TUNE_MIN_BYTES ? llc : TUNE_MIN_BYTES;
     bytes = bytes < TUNE_MAX_BYTES ? bytes : TUNE_MAX_BYTES;
-    size_t n = (bytes / mat + 1) & ~(size_t)1;  // gate and down pairs
+    size_t n = (bytes / mat + 1) & ~(size_t)1;  // gate and down pairs, one at least (ASan's 16 MiB: no fp32 one)
+    n = n < 2 ? 2 : n;
     char *w = xmalloc(n * mat);
     size_t nx = (size_t)SKINNY_MAX_ROWS * TUNE_I;
     float *xf = xmalloc(nx * sizeof *xf), *out = xmalloc(nx * sizeof *out);

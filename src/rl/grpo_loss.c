@@ -351,14 +351,16 @@ void rollout_is_weights(int sequence, double threshold, const float *old, const 
     }
 }
 
-static const char *const RS_NAMES[RS_MAX_OPTIONS] = {"token_k1",    "token_k2",    "token_k3",  "seq_sum_k1",
+static const char *const RS_NAMES[RS_MAX_OPTIONS] = {"token_k1",    "token_k2",    "token_k3",    "seq_sum_k1",
                                                      "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
                                                      "seq_mean_k3", "seq_max_k2",  "seq_max_k3"};
-static const RsLevel RS_LEVELS[RS_MAX_OPTIONS] = {RS_TOKEN,    RS_TOKEN,    RS_TOKEN,    RS_SEQ_SUM, RS_SEQ_SUM, RS_SEQ_SUM,
-                                                  RS_SEQ_MEAN, RS_SEQ_MEAN, RS_SEQ_MEAN, RS_SEQ_MAX, RS_SEQ_MAX};
+static const RsLevel RS_LEVELS[RS_MAX_OPTIONS] = {RS_TOKEN,    RS_TOKEN,    RS_TOKEN,    RS_SEQ_SUM,
+                                                  RS_SEQ_SUM,  RS_SEQ_SUM,  RS_SEQ_MEAN, RS_SEQ_MEAN,
+                                                  RS_SEQ_MEAN, RS_SEQ_MAX,  RS_SEQ_MAX};
 static const int RS_K[RS_MAX_OPTIONS] = {1, 2, 3, 1, 2, 3, 1, 2, 3, 2, 3};
 
-// The comma-separated parts of s, trimmed, empty ones skipped, into parts (up to max; returns how many there were).
+// The comma-separated parts of s, trimmed, empty ones skipped, into parts (up to max; returns how many there were,
+// or -1 for a part over 63 bytes).
 static int split_commas(const char *s, char parts[][64], int max) {
     int n = 0;
     for (const char *p = s; *p;) {
@@ -366,7 +368,8 @@ static int split_commas(const char *s, char parts[][64], int max) {
         size_t len = e ? (size_t)(e - p) : strlen(p);
         while (len && (*p == ' ' || *p == '\t')) p++, len--;
         while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
-        if (len && n < max) snprintf(parts[n], 64, "%.*s", (int)(len < 63 ? len : 63), p);
+        if (len > 63) return -1;  // no entry is that long
+        if (len && n < max) snprintf(parts[n], 64, "%.*s", (int)len, p);
         n += len > 0;
         p = e ? e + 1 : p + len;
         if (!e) break;
@@ -394,6 +397,7 @@ int rollout_rs_parse(const char *rollout_rs, const char *thresholds, RolloutRs *
     char names[RS_MAX_OPTIONS * 4][64], specs[RS_MAX_OPTIONS][64];
     memset(rs, 0, sizeof *rs);
     int n_names = split_commas(rollout_rs, names, RS_MAX_OPTIONS * 4), idx[RS_MAX_OPTIONS];
+    if (n_names < 0) return rs_error(err, err_size, "an option name is over 63 characters");
     if (n_names == 0 || n_names > RS_MAX_OPTIONS * 4)
         return rs_error(err, err_size, "expected 1 to %d comma-separated options", RS_MAX_OPTIONS * 4);
     for (int i = 0; i < n_names; i++) {
@@ -406,6 +410,7 @@ int rollout_rs_parse(const char *rollout_rs, const char *thresholds, RolloutRs *
         if (!seen) idx[rs->n++] = o;
     }
     int n_specs = split_commas(thresholds ? thresholds : "", specs, RS_MAX_OPTIONS);
+    if (n_specs < 0) return rs_error(err, err_size, "rollout_rs_threshold: an entry is over 63 characters");
     if (n_specs != 1 && n_specs != rs->n)
         return rs_error(err, err_size, "rollout_rs_threshold needs one threshold for every option or one per option "
                         "(%d), not %d", rs->n, n_specs);
@@ -445,7 +450,8 @@ int64_t rollout_rs_apply(const RolloutRs *rs, const float *old, const float *rol
     for (int64_t t = t0; t < t1; t++) {
         if (!mask[t]) continue;
         rs_divergences(old[t], rollout[t], k);
-        for (int j = 1; j <= 3; j++) sum[j] += k[j], mx[j] = fmax(mx[j], k[j]);
+        for (int j = 1; j <= 3; j++)  // the max propagates a NaN, as torch's
+            sum[j] += k[j], mx[j] = k[j] > mx[j] || isnan(k[j]) ? k[j] : mx[j];
         n++;
     }
     int seq_keep = 1;
@@ -459,7 +465,8 @@ int64_t rollout_rs_apply(const RolloutRs *rs, const float *old, const float *rol
         if (!mask[t]) continue;
         int keep = seq_keep;
         rs_divergences(old[t], rollout[t], k);
-        for (int i = 0; i < rs->n; i++) keep &= rs->opt[i].level != RS_TOKEN || rs_keeps(&rs->opt[i], k[rs->opt[i].k]);
+        for (int i = 0; i < rs->n; i++)
+            keep &= rs->opt[i].level != RS_TOKEN || rs_keeps(&rs->opt[i], k[rs->opt[i].k]);
         mask[t] = (uint8_t)keep;
         rejected += !keep;
     }

@@ -41,7 +41,10 @@ typedef enum { PG_VANILLA, PG_GSPO, PG_GEO_MEAN, PG_CISPO, PG_SAPO } PolicyLossM
 //   opo                           compute_opo_outcome_advantage: r - sum(len r) / sum(len) over the group
 //   grpo_passk                    compute_grpo_passk_outcome_advantage: the group's best response only gets
 //                                 r_max - r_second (/ (std + eps) when norm_by_std), the others 0
-//   reinforce_plus_plus           compute_reinforce_plus_plus_outcome_advantage (gamma 1): r, whitened
+//   reinforce_plus_plus           compute_reinforce_plus_plus_outcome_advantage (gamma 1): r, whitened; its
+//                                 returns-to-go carry the reward (on the response's last token) back through
+//                                 masked tokens, so a response whose last token is out of the loss (rejection
+//                                 sampling) has return 0: the caller passes r = 0 for it
 //   reinforce_plus_plus_baseline  compute_reinforce_plus_plus_baseline_outcome_advantage: r - group mean, whitened
 // Whitened: over the step's batch, each response weighing its loss tokens (verl's masked_whiten over the
 // response mask): (a - mean) / sqrt(var + 1e-8), var unbiased over the tokens.

@@ -345,9 +345,34 @@ def masked_whiten(values, mask):
     return (values - mean) * torch.rsqrt(var + 1e-8)
 
 
-def outcome_advantage(estimator, scores, index, lens, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+def reinforce_pp_returns(scores, token_mask, resp_len):
+    """verl compute_reinforce_plus_plus_outcome_advantage's loop (gamma 1) on token rewards holding each score on its
+    response's last token (resp_len - 1): masked tokens return 0 and carry the running return through unchanged."""
+    B, L = token_mask.shape
+    rewards = torch.zeros(B, L, dtype=scores.dtype)
+    for i in range(B):
+        rewards[i, int(resp_len[i]) - 1] = scores[i]
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros(B, dtype=scores.dtype)
+    for t in reversed(range(L)):
+        new = rewards[:, t] + running
+        returns[:, t] = new * token_mask[:, t]
+        running = new * token_mask[:, t] + running * (1 - token_mask[:, t])
+    return returns
+
+
+def outcome_advantage(estimator, scores, index, lens, epsilon=1e-6, norm_adv_by_std_in_grpo=True, token_mask=None,
+                      resp_len=None):
     """verl's outcome estimators (core_algos.py at verl-project/verl 1dda039b) on per-response scores; lens: each
-    response's loss tokens (its response_mask's sum), which opo and the whitened ones read."""
+    response's loss tokens (its response_mask's sum), which opo and the whitened ones read. reinforce_plus_plus with
+    token_mask (the response mask, 2-D) and resp_len runs verl's returns-to-go over it: each response's value is its
+    loss tokens' (all alike at gamma 1), 0 without one."""
+    if estimator == "reinforce_plus_plus" and token_mask is not None:
+        m = token_mask.to(scores.dtype)
+        adv = masked_whiten(reinforce_pp_returns(scores, m, resp_len), m) * m
+        has = m.sum(-1) > 0
+        first = m.argmax(-1)
+        return torch.where(has, adv[torch.arange(adv.shape[0]), first], torch.zeros_like(scores))
     if estimator == "grpo":
         return grpo_outcome_advantage(scores, index, epsilon, norm_adv_by_std_in_grpo)
     scores = scores.clone()
@@ -669,6 +694,50 @@ def compare_parse(case, out):
     check(ok, f"parse: aggregation names {agg_ids}")
 
 
+RS_OPTIONS = ["token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
+              "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"]
+
+
+def rs_checks(args):
+    """Rejection sampling (rollout_rs_apply) against the port of verl's compute_rollout_rejection_mask, every option
+    alone and chained, on log ratios around the bounds; the threshold forms verl refuses, refused."""
+    g = torch.Generator().manual_seed(11)
+    B, L = 24, 9
+    old = (torch.randn(B, L, generator=g, dtype=torch.float64) * 0.05 - 1.0).float().double()
+    roll = (old + torch.randn(B, L, generator=g, dtype=torch.float64) * 0.02).float().double()
+    lens = torch.randint(1, L + 1, (B,), generator=g)
+    mask = (torch.arange(L)[None, :] < lens[:, None]).double()
+    mask[3, :2] = 0  # a tool's tokens
+    mask[5] = 0  # a response with no loss token
+    # bounds near the statistics' quantiles: each option rejects some tokens and keeps others
+    thr = {"k1": "0.985_1.02", "k2": "0.0002", "k3": "0.0002"}
+    seq_thr = {"seq_sum_k1": "0.9_1.1", "seq_sum_k2": "0.001", "seq_sum_k3": "0.001", "seq_mean_k1": "0.99_1.01"}
+    cases = []
+    for opts in [[o] for o in RS_OPTIONS] + [["token_k1", "seq_max_k3"], ["seq_mean_k2", "token_k3", "seq_sum_k1"]]:
+        spec = ",".join(seq_thr.get(o, thr[o[-2:]]) for o in opts)
+        cases.append(dict(name="rs " + ",".join(opts), kind="rs", rollout_rs=", ".join(opts), thresholds=spec,
+                          old=[old[b, :lens[b]].tolist() for b in range(B)],
+                          rollout=[roll[b, :lens[b]].tolist() for b in range(B)],
+                          mask=[mask[b, :lens[b]].tolist() for b in range(B)]))
+    cases.append(dict(cases[-2], name="rs one threshold for all", thresholds="1.02"))  # token_k1, seq_max_k3
+    bad = [("token_k4", "2"), ("token_k2", "0.5_2"), ("token_k1,seq_max_k3", "2,3,4"), ("seq_sum_k1", "3_2"),
+           ("token_k1", "-1"), ("token_k1", "x"), ("", "2"), ("token_k2", "2" * 64)]
+    for opts, spec in bad:
+        cases.append(dict(cases[0], name=f"rs refused {opts!r} {spec[:12]!r}", rollout_rs=opts, thresholds=spec))
+    p, outs = run_tool(args.tool, args.tmp, cases, "rs")
+    check(p.returncode == 0 and outs is not None, f"loss_tool ran the rejection cases (rc {p.returncode}) {p.stderr}")
+    for case, out in zip(cases, outs or []):
+        if case["name"].startswith("rs refused"):
+            check("error" in out, f"{case['name']}: refused ({out.get('error')})")
+            continue
+        want, _ = rejection_mask(old - roll, mask, case["rollout_rs"], case["thresholds"])
+        got = [x for row in out.get("mask", []) for x in row]
+        exp = [int(want[b, t]) for b in range(B) for t in range(int(lens[b]))]
+        n_rej = int(mask.sum() - want.sum())
+        check(got == exp and 0 < n_rej < mask.sum() and out["rejected"] == n_rej,
+              f"{case['name']}: the mask verl's port gives ({n_rej} of {int(mask.sum())} rejected)")
+
+
 def run_tool(tool, tmp, cases, tag):
     inp, outp = os.path.join(tmp, f"{tag}_in.json"), os.path.join(tmp, f"{tag}_out.json")
     with open(inp, "w") as f:
@@ -712,6 +781,8 @@ def main():
             compare_adv(case, out)
         else:
             compare_parse(case, out)
+
+    rs_checks(args)
 
     # Inconsistent inputs fail with one "grpo: error:" line naming the problem.
     base = next(c for c in cases if c["kind"] == "loss")

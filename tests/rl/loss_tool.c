@@ -9,6 +9,8 @@
 //       -> {"name", "loss", "stats": {...}, "dlogp": [[...]],                  the whole batch in one call
 //           "micro_loss_sum", "micro_stats": {...}, "micro_dlogp": [[...]]}   split into micro-batches
 //   {"name", "kind": "parse", "kl": [names], "agg": [names]} -> {"name", "kl": [enum or -1], "agg": [...]}
+//   {"name", "kind": "rs", "rollout_rs", "thresholds", "old": [[...] per response], "rollout": [[...]],
+//    "mask": [[0/1]]} -> {"name", "mask": [[0/1]], "rejected": n} or {"name", "error": "..."}   rejection sampling
 // The mini-batch totals passed to grpo_loss are the whole case's: all tokens, non-empty sequences.
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -275,6 +277,35 @@ static void run_parse(FILE *f, const cJSON *c) {
     fputc(']', f);
 }
 
+static void run_rs(FILE *f, const cJSON *c, const char *name) {
+    RolloutRs rs;
+    char err[256];
+    if (!rollout_rs_parse(need_string(c, "rollout_rs", name), need_string(c, "thresholds", name), &rs, err,
+                          sizeof err)) {
+        fputs(", \"error\": ", f);
+        json_write_string(f, err, strlen(err));
+        return;
+    }
+    const cJSON *rows = need(c, "mask", name);
+    int B = cJSON_GetArraySize(rows);
+    int64_t *off = xcalloc((size_t)B + 1, sizeof *off);
+    for (int b = 0; b < B; b++) off[b + 1] = off[b] + cJSON_GetArraySize(cJSON_GetArrayItem(rows, b));
+    float *old = packed_of(c, "old", B, off, name), *roll = packed_of(c, "rollout", B, off, name);
+    float *m = packed_of(c, "mask", B, off, name);
+    uint8_t *mask = xmalloc((size_t)off[B] + 1);
+    for (int64_t t = 0; t < off[B]; t++) mask[t] = m[t] != 0;
+    int64_t rejected = 0;
+    for (int b = 0; b < B; b++) rejected += rollout_rs_apply(&rs, old, roll, mask, off[b], off[b + 1]);
+    fputs(", \"mask\": [", f);
+    for (int b = 0; b < B; b++) {
+        fputs(b ? ", [" : "[", f);
+        for (int64_t t = off[b]; t < off[b + 1]; t++) fprintf(f, "%s%d", t > off[b] ? ", " : "", mask[t]);
+        fputc(']', f);
+    }
+    fprintf(f, "], \"rejected\": %lld", (long long)rejected);
+    free(off), free(old), free(roll), free(m), free(mask);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) die("usage: loss_tool IN.json OUT.json");
     cJSON *root = json_load_file(argv[1], SIZE_MAX);
@@ -292,6 +323,7 @@ int main(int argc, char **argv) {
         if (strcmp(kind, "adv") == 0) run_adv(f, c, name);
         else if (strcmp(kind, "loss") == 0) run_loss(f, c, name);
         else if (strcmp(kind, "parse") == 0) run_parse(f, c);
+        else if (strcmp(kind, "rs") == 0) run_rs(f, c, name);
         else die("case %s: unknown kind \"%s\"", name, kind);
         fputc('}', f);
     }

@@ -502,7 +502,8 @@ for trial in range(6):
     vals["data.gen_batch_size"] = rng.choice([None, 8, 12])  # a multiple of the mini-batch; more: dynamic sampling
     if vals["data.gen_batch_size"] not in (None, 8):
         vals["algorithm.dynamic_sampling"] = True
-    if vals["algorithm.filter_groups.metric"] == "seq_final_reward":
+    if vals["algorithm.filter_groups.metric"] == "seq_final_reward" or \
+            vals["algorithm.adv_estimator"] == "reinforce_plus_plus":
         vals["algorithm.use_kl_in_reward"] = False
     if vals["actor.clip_ratio_c"]:
         vals["actor.policy_loss.loss_mode"] = "vanilla"  # the dual clip is vanilla's
@@ -719,6 +720,9 @@ conflicts = [
      "without algorithm.dynamic_sampling"),
     ("gen_batch_not_whole_mini_batches", None, ["data.gen_batch_size=10", "algorithm.dynamic_sampling=true",
                                                  "actor.mini_batch_size=4"], "not a multiple of the mini-batch (4"),
+    ("reinforce_plus_plus_with_kl_in_reward", None, ["algorithm.adv_estimator=reinforce_plus_plus",
+                                                     "actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true"],
+     "per-token returns-to-go of the KL rewards are not implemented"),
     ("rollout_rs_unknown_option", None, ["algorithm.rollout_correction.rollout_rs=token_k1,token_k4",
                                           "algorithm.rollout_correction.rollout_rs_threshold=2"],
      "algorithm.rollout_correction.rollout_rs", 'unknown option "token_k4"'),

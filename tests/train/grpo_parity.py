@@ -369,10 +369,11 @@ def agg_loss(loss_mat, mask, mode, loss_scale_factor):
     return verl_agg_loss(loss_mat, mask, mode, loss_scale_factor=loss_scale_factor)
 
 
-def advantages(estimator, scores, G, norm_std, lens, eps=1e-6):
-    """verl's outcome estimator (compute_grpo_outcome_advantage, ...); samples i*G..i*G+G-1 form a group; lens:
-    each response's loss tokens (its response mask's sum)."""
-    return outcome_advantage(estimator, scores, [i // G for i in range(scores.shape[0])], lens, eps, norm_std)
+def advantages(estimator, scores, G, norm_std, mask, resp_len, eps=1e-6):
+    """verl's outcome estimator (compute_grpo_outcome_advantage, ...); samples i*G..i*G+G-1 form a group; mask: the
+    response mask, resp_len: each response's tokens (its reward's position)."""
+    return outcome_advantage(estimator, scores, [i // G for i in range(scores.shape[0])], mask.sum(-1).double(), eps,
+                             norm_std, token_mask=mask, resp_len=resp_len)
 
 
 class Peer:
@@ -464,7 +465,7 @@ class Peer:
                 is_old, is_m["rollout_is_batch_norm_factor"] = batch_normalize(is_old, mask, c["rollout_is"][0])
         if c["rollout_rs"]:
             mask, rs_m = rejection_mask(old - roll_all, mask, *c["rollout_rs"])
-        adv = advantages(c["adv"], rewards, G, c["norm_std"], mask.sum(-1).to(torch.float64)).to(self.dtype)
+        adv = advantages(c["adv"], rewards, G, c["norm_std"], mask, lens).to(self.dtype)
         lr = self.opt.param_groups[0]["lr"]
         ups, is_seen = [], []
         for _ in range(c["epochs"]):

@@ -173,8 +173,15 @@ void grpo_compute_advantages(Run *r, StepBatch *sb) {
     const GrpoSettings *s = r->s;
     int64_t n = sb->n_samples;
     double *len = xcalloc((size_t)n, sizeof *len), seqs;
-    for (int64_t k = 0; k < sb->n_kept; k++) grpo_count_loss_tokens(sb, k, k + 1, &len[sb->kept[k]], &seqs);
-    outcome_advantages(s->adv_estimator, sb->reward, len, n / s->G, s->G, s->norm_adv_by_std, 1e-6f, sb->adv);
+    float *r_eff = xmalloc((size_t)n * sizeof *r_eff);
+    memcpy(r_eff, sb->reward, (size_t)n * sizeof *r_eff);
+    for (int64_t k = 0; k < sb->n_kept; k++) {
+        grpo_count_loss_tokens(sb, k, k + 1, &len[sb->kept[k]], &seqs);
+        int last_out = sb->mask && sb->resp_off[k + 1] > sb->resp_off[k] && !sb->mask[sb->resp_off[k + 1] - 1];
+        if (s->adv_estimator == ADV_REINFORCE_PP && last_out) r_eff[sb->kept[k]] = 0.0f;  // its reward's token
+    }
+    outcome_advantages(s->adv_estimator, r_eff, len, n / s->G, s->G, s->norm_adv_by_std, 1e-6f, sb->adv);
+    free(r_eff);
     if (adv_estimator_whitens(s->adv_estimator)) {
         double sum[3] = {0};
         for (int pass = 0; pass < 2; pass++) {  // token counts and sums; then squares about the mean

@@ -897,6 +897,11 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
         CONFLICT("algorithm.filter_groups.metric", "algorithm.use_kl_in_reward",
                  "algorithm.filter_groups.metric seq_final_reward with algorithm.use_kl_in_reward: the KL is "
                  "computed for the groups kept, after the filter; filter on acc or seq_reward");
+    if (c->algorithm.adv_estimator == ADV_REINFORCE_PP && c->algorithm.use_kl_in_reward)
+        CONFLICT("algorithm.adv_estimator", "algorithm.use_kl_in_reward",
+                 "algorithm.adv_estimator reinforce_plus_plus with algorithm.use_kl_in_reward: verl's per-token "
+                 "returns-to-go of the KL rewards are not implemented (each response has one advantage here); use "
+                 "actor.use_kl_loss, or another estimator");
     const char *rs = c->algorithm.rollout_correction.rollout_rs;
     const char *rs_thr = c->algorithm.rollout_correction.rollout_rs_threshold;
     RolloutRs parsed;

@@ -30,6 +30,12 @@ double grpo_rss_gib(const char *key) {
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
        M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_N };
 
+// , "key": x (null when x is not finite: JSON has no NaN)
+static void write_key_number(FILE *f, const char *key, double x) {
+    fprintf(f, ", \"%s\": ", key);
+    json_write_number(f, x);
+}
+
 void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const GrpoSettings *s = r->s;
     double sum[M_N] = {0}, mx[3] = {(double)st->resp_max, st->loss.ratio_max, -st->loss.ratio_min};
@@ -93,16 +99,20 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
                 diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
     if (s->rollout_is && is[0] > 0) {  // verl's compute_is_metrics (its ESS: the weights over their mean + 1e-8)
         double mean = is[1] / is[0], var = is[2] / is[0] - mean * mean;
-        fprintf(f, ", \"rollout_is_mean\": %.6g, \"rollout_is_std\": %.6g, \"rollout_is_max\": %.6g, "
-                "\"rollout_is_min\": %.6g, \"rollout_is_eff_sample_size\": %.6g, \"rollout_is_ratio_fraction_high\": "
-                "%.6g, \"rollout_is_ratio_fraction_low\": %.6g", mean, is[0] > 1 ? sqrt(fmax(var, 0.0)) : 0.0, is[6],
-                -is[7], (mean + 1e-8) * (mean + 1e-8) / (is[2] / is[0]), is[3] / is[5], is[4] / is[5]);
+        write_key_number(f, "rollout_is_mean", mean);
+        write_key_number(f, "rollout_is_std", is[0] > 1 ? sqrt(fmax(var, 0.0)) : 0.0);
+        write_key_number(f, "rollout_is_max", is[6]);
+        write_key_number(f, "rollout_is_min", -is[7]);
+        write_key_number(f, "rollout_is_eff_sample_size", (mean + 1e-8) * (mean + 1e-8) / (is[2] / is[0]));
+        write_key_number(f, "rollout_is_ratio_fraction_high", is[3] / is[5]);
+        write_key_number(f, "rollout_is_ratio_fraction_low", is[4] / is[5]);
         if (s->rollout_is_batch_normalize)  // the same on every rank (allreduced)
-            fprintf(f, ", \"rollout_is_batch_norm_factor\": %.6g", st->is_norm > 1e-8 ? st->is_norm : 1.0);
+            write_key_number(f, "rollout_is_batch_norm_factor", st->is_norm > 1e-8 ? st->is_norm : 1.0);
     }
-    if (s->rollout_rs.n)  // verl's: the loss tokens rejected, the responses with a token rejected
-        fprintf(f, ", \"rollout_rs_masked_fraction\": %.6g, \"rollout_rs_seq_masked_fraction\": %.6g",
-                rs[0] > 0 ? rs[1] / rs[0] : 0.0, rs[2] > 0 ? rs[3] / rs[2] : 0.0);
+    if (s->rollout_rs.n) {  // verl's: the loss tokens rejected, the responses with a token rejected
+        write_key_number(f, "rollout_rs_masked_fraction", rs[0] > 0 ? rs[1] / rs[0] : 0.0);
+        write_key_number(f, "rollout_rs_seq_masked_fraction", rs[2] > 0 ? rs[3] / rs[2] : 0.0);
+    }
     if (s->dynamic_sampling)
         fprintf(f, ", \"num_gen_batches\": %lld, \"groups_dropped\": %.0f", (long long)st->n_gen_batches, sum[M_DROPPED]);
     if (r->has_tools)

@@ -117,7 +117,7 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         rows_to_host(be, u, u->ent_rows, n, sb->ent + t0);
         // On-policy (one epoch, one mini-batch): old = current, so the ratio is exactly 1.
         if (on_policy) memcpy(sb->old_logp + t0, sb->logp + t0, (size_t)(t1 - t0) * 4);
-        for (int64_t k = a; k < b && on_policy && s->rollout_is; k++)  // else weighed before (grpo_rollout_correction)
+        for (int64_t k = a; k < b && on_policy && s->rollout_is; k++)  // else grpo_rollout_correction's
             rollout_is_weights(s->rollout_is == 2, s->rollout_is_threshold, sb->old_logp, sb->rollout_logp, sb->mask,
                                sb->resp_off[k], sb->resp_off[k + 1], sb->is_w);
         GrpoLossStats st;
