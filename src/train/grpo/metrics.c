@@ -94,9 +94,10 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     const Backend *be = r->tr.be;
     if (be->memory_peak)  // a device's memory, measured against its plan
         fprintf(f, ", \"device_peak_bytes\": %zu, \"device_planned_bytes\": %zu", be->memory_peak(be), r->plan.peak);
-    if (diff[2] > 0)  // how far the rollout's log-probs were from the trainer's
-        fprintf(f, ", \"rollout_probs_diff_max\": %.6g, \"rollout_probs_diff_mean\": %.6g", diff[0],
-                diff[1] / (diff[2] > 0 ? diff[2] : 1.0));
+    if (diff[2] > 0) {  // how far the rollout's log-probs were from the trainer's
+        write_key_number(f, "rollout_probs_diff_max", diff[0]);
+        write_key_number(f, "rollout_probs_diff_mean", diff[1] / diff[2]);
+    }
     if (s->rollout_is && is[0] > 0) {  // verl's compute_is_metrics (its ESS: the weights over their mean + 1e-8)
         double mean = is[1] / is[0], var = is[2] / is[0] - mean * mean;
         write_key_number(f, "rollout_is_mean", mean);
