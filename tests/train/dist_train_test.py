@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Data-parallel training under Open MPI: `mpirun -np 2 grpo train|sft` against the same run in one process.
 
-usage: /usr/bin/python3 tests/train/dist_train_test.py --grpo PATH --tokenizer tokenizer.json --tmp DIR
+usage: /usr/bin/python3 tests/train/dist_train_test.py --grpo PATH --tokenizer tokenizer.json --tmp DIR [--sanitized]
+
+--sanitized (the ASan build's run): without the two 12-step top-k runs whose losses are compared (the release
+build's check; the sparse top-k's code runs under ASan in dist_comm).
 
 Checks (weights compared per tensor as max|a - b| / max|a|, read here with numpy):
   grpo / sft   -np 2 with ZeRO 0, 1 and 2 (SFT also in fp16 with loss scaling) ends within 1e-5 of -np 1 with the same global batch after 3
@@ -117,11 +120,24 @@ def failure(name, sig, args, tmp, env, attempt=1):
     return p.returncode, time.time() - t1, err
 
 
+def top_k_trains(long, T, env):
+    """A sparse top-k (5%, error feedback) still lowers the SFT loss over 12 steps like the dense run does."""
+    run(long + ["--out", T("s2dense")], 2, env)
+    run(long + ["--out", T("s2k05"), "--topk-ratio", "0.05"], 2, env)
+    loss = lambda d: [m["loss"] for m in map(json.loads, open(os.path.join(d, "metrics.jsonl")))]  # noqa: E731
+    ld, lk = loss(T("s2dense")), loss(T("s2k05"))
+    drop = lambda l: (sum(l[:3]) - sum(l[-3:])) / 3  # noqa: E731
+    check("topk/ratio-0.05 still lowers the loss", drop(lk) > 0.25 * drop(ld) and drop(lk) > 0,
+          f"loss first/last 3 steps: dense {sum(ld[:3]) / 3:.3f} -> {sum(ld[-3:]) / 3:.3f}, "
+          f"top-k 5% {sum(lk[:3]) / 3:.3f} -> {sum(lk[-3:]) / 3:.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--tmp", required=True)
+    ap.add_argument("--sanitized", action="store_true")
     a = ap.parse_args()
     grpo = os.path.abspath(a.grpo)
     tmp = os.path.abspath(a.tmp)
@@ -218,14 +234,8 @@ def main():
     same = open(T("s2k1", "model.safetensors"), "rb").read() == open(T("s2z0", "model.safetensors"), "rb").read()
     check("topk/ratio-1 == dense (bytes)", same)
     long = [x if x != "3" else "12" for x in s]
-    run(long + ["--out", T("s2dense")], 2, env)
-    run(long + ["--out", T("s2k05"), "--topk-ratio", "0.05"], 2, env)
-    loss = lambda d: [m["loss"] for m in map(json.loads, open(os.path.join(d, "metrics.jsonl")))]
-    ld, lk = loss(T("s2dense")), loss(T("s2k05"))
-    drop = lambda l: (sum(l[:3]) - sum(l[-3:])) / 3
-    check("topk/ratio-0.05 still lowers the loss", drop(lk) > 0.25 * drop(ld) and drop(lk) > 0,
-          f"loss first/last 3 steps: dense {sum(ld[:3]) / 3:.3f} -> {sum(ld[-3:]) / 3:.3f}, "
-          f"top-k 5% {sum(lk[:3]) / 3:.3f} -> {sum(lk[-3:]) / 3:.3f}")
+    if not a.sanitized:
+        top_k_trains(long, T, env)
 
     # ---- checkpoints: ZeRO-1 under -np 2 resumes exactly; its files are a single-process checkpoint's
     c = g + ["trainer.save_every=1", "dist.zero=1"]
