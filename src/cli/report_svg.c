@@ -123,9 +123,11 @@ static void axes(FILE *f, const Range *r, const Ticks *yt, double xstep) {
                    "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\" class=\"tick ytick\">%s</text>\n",
                 r->ml, W - MR, y, y, r->ml - 4, y + 4, yt->label[i]);
     }
-    for (double x = ceil(r->x0 / xstep) * xstep; x <= r->x1 + xstep * 1e-6; x += xstep)
+    // Whole multiples of the step (a running sum stops moving once the step is below the steps' ulp).
+    double k0 = ceil(r->x0 / xstep), k1 = floor(r->x1 / xstep);
+    for (int i = 0; i < (int)fmin(k1 - k0 + 1, MAX_TICKS); i++)
         fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" class=\"tick xtick\">%.0f</text>\n",
-                px(r, x), H - MB + 14, x);
+                px(r, (k0 + i) * xstep), H - MB + 14, (k0 + i) * xstep);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">step</text>\n",
             (W + r->ml) / 2, H - 3);
 }
@@ -146,7 +148,10 @@ static int chart_range(const ReportMetrics *m, const ChartSpec *c, Range *r) {
         }
     if (!any) return 0;
     if (c->stacked) lo = 0;
-    if (r->x1 == r->x0) r->x0 -= 0.5, r->x1 += 0.5;
+    if (r->x1 == r->x0) {  // one step: half a step either side, or more where 0.5 is below its ulp
+        double pad = fmax(0.5, fabs(r->x0) * 1e-9);
+        r->x0 -= pad, r->x1 += pad;
+    }
     if (hi == lo) {  // a flat line sits in the middle of the plot
         double pad = lo != 0 ? fabs(lo) * 0.1 : 1;
         lo -= pad, hi += pad;
