@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "base/util.h"
 
 int kl_estimator_parse(const char *s, KlEstimator *out) {
@@ -34,7 +35,8 @@ int loss_agg_parse(const char *s, LossAgg *out) {
     return 0;
 }
 
-static const char *const POLICY_LOSS_NAMES[] = {"vanilla", "gspo", "geo_mean", "cispo", "sapo"};
+static const char *const POLICY_LOSS_NAMES[] = {"vanilla", "gspo", "geo_mean", "cispo", "sapo", "clip_cov",
+                                                "kl_cov"};
 static const char *const ADV_NAMES[] = {"grpo", "rloo", "opo", "grpo_passk", "reinforce_plus_plus",
                                         "reinforce_plus_plus_baseline"};
 
@@ -222,6 +224,10 @@ static double token_pg(const GrpoLossConfig *c, double A, double x_raw, double l
         *g = -rc * A;
         return -rc * A * lp;
     }
+    if (c->mode == PG_KL_COV) {  // no clip (the chosen tokens' penalty is grpo_loss's)
+        *g = -A * dr;
+        return -A * r;
+    }
     if (c->mode == PG_SAPO) {  // sigmoid(tau (r - 1)) 4 / tau, whose derivative in r is 4 sig (1 - sig)
         double tau = A > 0.0 ? c->tau_pos : c->tau_neg, sig = 1.0 / (1.0 + exp(-tau * (r - 1.0)));
         *g = -A * 4.0 * sig * (1.0 - sig) * dr;
@@ -250,6 +256,65 @@ static double geo_m(const GrpoLossConfig *c, double A, double x, double *dm) {
     return A > 0.0 ? fmin(x, xc) : A < 0.0 ? fmax(x, xc) : 0.0;
 }
 
+typedef struct {
+    double cov;
+    int64_t i;
+} CovToken;
+
+// Largest cov first, the earlier token first among equals.
+static int cov_desc(const void *pa, const void *pb) {
+    const CovToken *a = pa, *b = pb;
+    if (a->cov != b->cov) return a->cov < b->cov ? 1 : -1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+// clip_cov's and kl_cov's choice of tokens among the loss tokens of seq_off[0] .. seq_off[B]: sel[i - seq_off[0]] = 1
+// for a chosen one (grpo_loss.h). Returns how many.
+static int64_t cov_select(const GrpoLossConfig *c, const float *logp, const float *old_logp, const uint8_t *mask,
+                          const float *adv, const int64_t *seq_off, int B, uint8_t *sel) {
+    int64_t t0 = seq_off[0], n = 0, n_cand = 0, chosen = 0;
+    double sum_a = 0.0, sum_l = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) {
+            sel[i - t0] = 0;
+            if (mask && !mask[i]) continue;
+            n++;
+            sum_a += adv[b];
+            sum_l += logp[i];
+        }
+    if (n == 0) return 0;
+    double denom = c->mode == PG_CLIP_COV ? (double)n + 1e-8 : (double)n, mean_a = sum_a / denom, mean_l = sum_l / denom;
+    CovToken *cand = xmalloc((size_t)n * sizeof *cand);
+    for (int b = 0; b < B; b++)
+        for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++) {
+            if (mask && !mask[i]) continue;
+            double cov = ((double)adv[b] - mean_a) * ((double)logp[i] - mean_l);
+            if (c->mode == PG_CLIP_COV) {  // not held by the clip, cov inside the window
+                double r = exp(clamp((double)logp[i] - (double)old_logp[i], -20.0, 20.0));
+                double pg1 = -adv[b] * r, pg2 = -adv[b] * clamp(r, 1.0 - c->clip_low, 1.0 + c->clip_high);
+                if (pg2 > pg1 || !(cov > c->clip_cov_lb && cov < c->clip_cov_ub)) continue;
+            }
+            cand[n_cand++] = (CovToken){cov, i};
+        }
+    double ratio = c->mode == PG_CLIP_COV ? c->clip_cov_ratio : c->kl_cov_ratio;
+    int64_t k = (int64_t)(ratio * (double)n);
+    k = k > 1 ? k : 1;
+    if (c->mode == PG_KL_COV) qsort(cand, (size_t)n_cand, sizeof *cand, cov_desc);
+    Rng rng;
+    rng_init(&rng, c->cov_seed);
+    for (; chosen < k && chosen < n_cand; chosen++) {
+        if (c->mode == PG_CLIP_COV) {  // a random one of those left (Fisher-Yates)
+            int64_t j = chosen + (int64_t)(rng_next_u64(&rng) % (uint64_t)(n_cand - chosen));
+            CovToken t = cand[j];
+            cand[j] = cand[chosen];
+            cand[chosen] = t;
+        }
+        sel[cand[chosen].i - t0] = 1;
+    }
+    free(cand);
+    return chosen;
+}
+
 double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_logp, const float *ref_logp,
                  const float *entropy, const uint8_t *mask, const float *is_w, const float *adv, const int64_t *seq_off,
                  int B, double n_tokens_total, double n_seqs_total, float *dlogp, float *dent, GrpoLossStats *stats) {
@@ -261,6 +326,12 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     if (c->clip_c != 0.0 && c->mode != PG_VANILLA) die("grpo_loss: clip_ratio_c is the vanilla loss's dual clip");
     if (c->mode == PG_SAPO && !(c->tau_pos > 0.0 && c->tau_neg > 0.0))
         die("grpo_loss: sapo needs positive tau_pos and tau_neg, got %g and %g", c->tau_pos, c->tau_neg);
+    if (c->mode == PG_CLIP_COV && !(c->clip_cov_ratio > 0.0 && c->clip_cov_lb < c->clip_cov_ub))
+        die("grpo_loss: clip_cov needs clip_cov_ratio > 0 and clip_cov_lb < clip_cov_ub, got %g, %g and %g",
+            c->clip_cov_ratio, c->clip_cov_lb, c->clip_cov_ub);
+    if (c->mode == PG_KL_COV && !(c->kl_cov_ratio > 0.0 && c->ppo_kl_coef >= 0.0))
+        die("grpo_loss: kl_cov needs kl_cov_ratio > 0 and ppo_kl_coef >= 0, got %g and %g", c->kl_cov_ratio,
+            c->ppo_kl_coef);
     if (c->agg == AGG_SEQ_MEAN_TOKEN_SUM_NORM && !(c->norm_len > 0.0))
         die("grpo_loss: seq-mean-token-sum-norm needs a positive normalising length, got %g", c->norm_len);
     // gspo and sapo aggregate their policy term seq-mean-token-mean, geo_mean a sequence's term over sequences
@@ -268,7 +339,10 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
     GrpoLossStats st;
     grpo_loss_stats_init(&st);
     double pg_sum = 0.0, kl_sum = 0.0, ent_sum = 0.0;
-    int64_t n_clip = 0, n_clip_lower = 0;
+    int64_t n_clip = 0, n_clip_lower = 0, n_pp_clip = 0;  // n_pp_clip: PPO's clip under clip_cov, not reported
+    int cov = c->mode == PG_CLIP_COV || c->mode == PG_KL_COV;
+    uint8_t *sel = cov && B > 0 ? xmalloc((size_t)(seq_off[B] - seq_off[0] + 1)) : NULL;
+    if (sel) n_clip = cov_select(c, logp, old_logp, mask, adv, seq_off, B, sel);
     for (int b = 0; b < B; b++) {
         int64_t t0 = seq_off[b], t1 = seq_off[b + 1];
         if (t1 < t0) die("grpo_loss: sequence %d has offsets %lld > %lld", b, (long long)t0, (long long)t1);
@@ -315,8 +389,14 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
                 n_clip_lower += x != xc && A < 0.0;
             } else {
                 double w_is = is_w ? (double)is_w[i] : 1.0;  // the rollout correction's weight (no gradient)
-                pg_sum += wp * w_is * token_pg(c, A, c->mode == PG_GSPO ? xs : x, logp[i], &g, &ratio, &n_clip,
-                                               &n_clip_lower);
+                double pg = token_pg(c, A, c->mode == PG_GSPO ? xs : x, logp[i], &g, &ratio,
+                                     cov ? &n_pp_clip : &n_clip, &n_clip_lower);
+                if (sel && sel[i - seq_off[0]] && c->mode == PG_CLIP_COV) pg = g = 0.0;
+                if (sel && sel[i - seq_off[0]] && c->mode == PG_KL_COV) {  // d|x|/dx: torch's sign, 0 at 0
+                    pg += c->ppo_kl_coef * fabs(x);
+                    g += c->ppo_kl_coef * (double)((x > 0.0) - (x < 0.0));
+                }
+                pg_sum += wp * w_is * pg;
                 g *= w_is;
             }
             double dkl = 0.0, kl = ref_logp ? kl_estimate(c->kl, logp[i], ref_logp[i], &dkl) : 0.0;
@@ -337,6 +417,7 @@ double grpo_loss(const GrpoLossConfig *c, const float *logp, const float *old_lo
         st.clip_frac = (double)n_clip / n_tokens_total;
         st.clip_frac_lower = (double)n_clip_lower / n_tokens_total;
     }
+    free(sel);
     if (stats) *stats = st;
     return st.loss;
 }

@@ -34,7 +34,16 @@ typedef enum { AGG_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_MEAN, AGG_SEQ_MEAN_TOKEN_SUM_N
 //             clamped to +-20): every token has a gradient, the clipped ratio only weighs it
 //   sapo      compute_policy_loss_sapo: loss = -A f(r), f(r) = sigmoid(tau (r - 1)) 4 / tau, tau = tau_pos for
 //             A > 0 else tau_neg (a soft gate instead of the clip); seq-mean-token-mean always (verl's)
-typedef enum { PG_VANILLA, PG_GSPO, PG_GEO_MEAN, PG_CISPO, PG_SAPO } PolicyLossMode;
+//   clip_cov  compute_policy_loss_clip_cov (Clip-Cov, arXiv 2505.22617): PPO's clip (no dual clip), and of the loss
+//             tokens the clip leaves alone whose cov = (A - mean A)(logp - mean logp) lies strictly inside
+//             (clip_cov_lb, clip_cov_ub), max(1, int(clip_cov_ratio n)) chosen at random (all when fewer) lose
+//             their policy term and its gradient; clip_frac counts those chosen
+//   kl_cov    compute_policy_loss_kl_cov (KL-Cov, the same paper): loss = -A r, no clip; the max(1, int(kl_cov_ratio
+//             n)) loss tokens of the largest cov (ties: the earlier token) add ppo_kl_coef |logp - old|; clip_frac
+//             counts them
+//             Both: the means and n over the loss tokens of one grpo_loss call (verl: of one micro-batch; clip_cov's
+//             means as masked_mean, / (n + 1e-8), kl_cov's / n); the log-ratio clamped to +-20 as vanilla's
+typedef enum { PG_VANILLA, PG_GSPO, PG_GEO_MEAN, PG_CISPO, PG_SAPO, PG_CLIP_COV, PG_KL_COV } PolicyLossMode;
 // verl's algorithm.adv_estimator for outcome rewards (one score a response), core_algos.py as above:
 //   grpo                          compute_grpo_outcome_advantage (grpo_advantages below)
 //   rloo                          compute_rloo_outcome_advantage: r - the mean of the group's others
@@ -100,6 +109,9 @@ typedef struct {
     LossAgg agg;
     double norm_len;             // seq-mean-token-sum-norm only: the constant divisor (max response length)
     double entropy_coeff;        // entropy bonus (verl entropy_coeff): loss -= entropy_coeff * agg(entropy); 0 = off
+    double clip_cov_ratio, clip_cov_lb, clip_cov_ub;  // clip_cov [0.0002 / 1 / 5]
+    double kl_cov_ratio, ppo_kl_coef;                 // kl_cov [0.0002 / 0.1]
+    uint64_t cov_seed;           // clip_cov's random choice: the same seed, the same tokens
 } GrpoLossConfig;
 
 // Every field is this micro-batch's share of the mini-batch value (normalised by the totals passed

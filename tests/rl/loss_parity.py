@@ -220,6 +220,98 @@ def policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos,
     return pg_loss, zero, zero, ratio
 
 
+COV_MODES = ("clip_cov", "kl_cov")
+
+
+def verl_masked_mean(x, mask):
+    """verl_F.masked_mean: / (mask.sum() + 1e-8)."""
+    return (x * mask).sum() / (mask.sum() + 1e-8)
+
+
+def policy_loss_clip_cov(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_low, clip_high,
+                         clip_cov_ratio, clip_cov_lb, clip_cov_ub, pick, agg_kw, rollout_is_weights=None):
+    """verl compute_policy_loss_clip_cov (verl-project/verl 1dda039b) on one micro-batch, the log-ratio clamped to
+    +-20 as grpo does (verl's is not; they differ past it only). pick(candidates as (row, col), clip_num) stands
+    for verl's torch.randperm choice. Returns (pg_loss, tokens chosen)."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clip_by_origin = (pg_losses2 > pg_losses1) & (response_mask > 0)
+    cov_all = ((advantages - verl_masked_mean(advantages, response_mask)) *
+               (log_prob - verl_masked_mean(log_prob.detach(), response_mask))).detach()
+    cov_all[response_mask == 0] = -torch.inf
+    cov_all[clip_by_origin] = -torch.inf
+    clip_num = max(int(clip_cov_ratio * response_mask.sum().item()), 1)
+    top_k_idx = torch.nonzero((cov_all < clip_cov_ub) & (cov_all > clip_cov_lb) & (response_mask > 0))
+    chosen = pick([tuple(ix) for ix in top_k_idx.tolist()], clip_num)
+    corr = torch.ones_like(advantages)
+    for b, t in chosen:
+        corr[b, t] = 0
+    pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    return agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kw), len(chosen)
+
+
+def policy_loss_kl_cov(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, kl_cov_ratio, ppo_kl_coef,
+                       agg_kw, rollout_is_weights=None):
+    """verl compute_policy_loss_kl_cov on one micro-batch (its ratio clamped as above). torch.topk's choice among equal
+    covariances is unspecified (a micro-batch of one response, or of equal advantages, has all of them 0): here, as in
+    grpo, the earlier token; where the k-th and the next differ that is topk's set."""
+    negative_approx_kl = log_prob - old_log_prob
+    ratio = torch.exp(torch.clamp(negative_approx_kl, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    pg_losses_kl = -advantages * ratio + ppo_kl_coef * negative_approx_kl.abs()
+    valid = response_mask > 0
+    all_valid_adv = advantages[valid].detach().reshape(-1)
+    all_valid_logp = log_prob[valid].detach().reshape(-1)
+    chosen = torch.zeros_like(valid)
+    if len(all_valid_adv):
+        cov = (all_valid_adv - all_valid_adv.mean()) * (all_valid_logp - all_valid_logp.mean())
+        k = max(1, int(len(cov) * kl_cov_ratio))
+        top = torch.topk(cov, k, largest=True).indices
+        if k < len(cov) and cov[top].min() == torch.topk(cov, k + 1, largest=True).values[k]:  # a tie at the k-th
+            top = torch.tensor(sorted(range(len(cov)), key=lambda i: (-float(cov[i]), i))[:k])
+        flat = torch.zeros(len(cov), dtype=torch.bool)
+        flat[top] = True
+        chosen[valid] = flat
+    pg_losses = torch.where(chosen, pg_losses_kl, pg_losses1)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    return agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kw), int(chosen.sum())
+
+
+def cov_policy_loss(case, old, logp, adv, mask, is_w, micro, picked):
+    """clip_cov / kl_cov as verl's actor runs them: micro-batch by micro-batch (micro: their sizes), each choosing its
+    own tokens, aggregated with the mini-batch's totals (global_batch_info). picked: the (row, col) clip_cov chose
+    where it had more candidates than clip_num (None: there must not be)."""
+    n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum().to(mask.dtype)
+    agg_kw = dict(batch_num_tokens=n_tok, global_batch_size=n_seq, loss_scale_factor=case["norm_len"] or None)
+    total, n_chosen, b0 = 0.0, 0, 0
+    for mb in micro:
+        rows = slice(b0, b0 + mb)
+        w = is_w[rows] if is_w is not None else None
+
+        def pick(cands, clip_num, b0=b0):
+            if len(cands) <= clip_num:
+                return cands
+            assert picked is not None, f"{case['name']}: {len(cands)} candidates for {clip_num}: a random choice"
+            return [(b, t) for b, t in cands if (b + b0, t) in picked]
+        if mb and case["mode"] == "clip_cov":
+            pg, n = policy_loss_clip_cov(old[rows], logp[rows], adv[rows], mask[rows], case["agg"], case["clip_low"],
+                                         case["clip_high"], case.get("clip_cov_ratio", 0.0002), case.get("clip_cov_lb", 1.0),
+                                         case.get("clip_cov_ub", 5.0), pick, agg_kw, w)
+        elif mb:
+            pg, n = policy_loss_kl_cov(old[rows], logp[rows], adv[rows], mask[rows], case["agg"], case.get("kl_cov_ratio", 0.0002),
+                                       case.get("ppo_kl_coef", 0.1), agg_kw, w)
+        if mb:
+            total, n_chosen = total + pg, n_chosen + n
+        b0 += mb
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    zero = torch.tensor(0.0, dtype=logp.dtype)
+    return total, torch.tensor(n_chosen / float(n_tok), dtype=logp.dtype), zero, ratio
+
+
 def policy_loss(mode, old, logp, adv, mask, agg, clip_low, clip_high, clip_c, norm_len, tau_pos=1.0, tau_neg=1.05,
                 is_w=None):
     """verl's get_policy_loss_fn(mode): (pg_loss, clipfrac, clipfrac_lower, the ratio grpo reports per token);
@@ -418,8 +510,9 @@ def outcome_advantage(estimator, scores, index, lens, epsilon=1e-6, norm_adv_by_
     return (masked_whiten(scores[:, None] * mask, mask) * mask)[:, 0]
 
 
-def reference_loss(case, dtype):
-    """The actor's loss for one mini-batch in one call, and d loss / d logp per sequence."""
+def reference_loss(case, dtype, micro=None, picked=None):
+    """The actor's loss for one mini-batch in one call, and d loss / d logp per sequence. clip_cov / kl_cov choose
+    their tokens per micro-batch: micro (sizes; None: one) and picked as cov_policy_loss's."""
     rows = case["logp"]
     B, T = len(rows), max(1, max(len(r) for r in rows))
 
@@ -437,9 +530,14 @@ def reference_loss(case, dtype):
     adv = torch.tensor(case["adv"], dtype=torch.float32).to(dtype)[:, None].expand(B, T)
     clip_c = case["clip_c"] if case["clip_c"] else None
     norm_len = case["norm_len"] if case["norm_len"] else None
-    pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(
-        case.get("mode", "vanilla"), old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"], clip_c,
-        norm_len, case.get("tau_pos", 1.0), case.get("tau_neg", 1.05), pad("is_w") if "is_w" in case else None)
+    is_w = pad("is_w") if "is_w" in case else None
+    if case.get("mode") in COV_MODES:
+        pg_loss, clipfrac, clipfrac_lower, ratio = cov_policy_loss(case, old, logp, adv, mask, is_w, micro or [B],
+                                                                   picked)
+    else:
+        pg_loss, clipfrac, clipfrac_lower, ratio = policy_loss(
+            case.get("mode", "vanilla"), old, logp, adv, mask, case["agg"], case["clip_low"], case["clip_high"],
+            clip_c, norm_len, case.get("tau_pos", 1.0), case.get("tau_neg", 1.05), is_w)
     loss, kl_loss = pg_loss, torch.tensor(0.0, dtype=dtype)
     if case.get("ref_logp") is not None:
         kld = kl_penalty_forward(logp, pad("ref_logp"), case["kl"])
@@ -576,6 +674,29 @@ def build_cases():
         cases.append(dict(base, is_w=is_w, mask=tool_mask, entropy=ents, entropy_coeff=0.01, name=f"rollout-is/{mode}",
                           kind="loss", mode=mode, kl="k3", agg="token-mean", clip_low=0.2, clip_high=0.28,
                           clip_c=3.0 if mode == "vanilla" else 0.0, kl_coef=0.1, norm_len=0.0, micro=micro))
+    # Clip-Cov and KL-Cov (verl's clip_cov / kl_cov), each micro-batch choosing its own tokens by the covariance of
+    # advantage and log p: clip_cov_ratio 1 makes clip_num every token, so all in the window lose their gradient (no
+    # random choice); kl_cov's top 10% get 0.5 |log r|. With KL, entropy and the extremes past the clamps; and with
+    # the tool mask and rollout weights.
+    cov_kw = dict(clip_cov_ratio=1.0, clip_cov_lb=0.3, clip_cov_ub=2.5, kl_cov_ratio=0.1, ppo_kl_coef=0.5)
+    for mode in COV_MODES:
+        for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+            cases.append(dict(base, entropy=ents, entropy_coeff=0.01, name=f"{mode}/{agg}", kind="loss", mode=mode,
+                              kl="k3", agg=agg, clip_low=0.2, clip_high=0.28, clip_c=0.0, kl_coef=0.1, norm_len=16.0,
+                              micro=micro, **cov_kw))
+        cases.append(dict(base, is_w=is_w, mask=tool_mask, name=f"{mode}/tool-mask-rollout-is", kind="loss", mode=mode,
+                          kl="k2", agg="seq-mean-token-mean", clip_low=0.1, clip_high=0.3, clip_c=0.0, kl_coef=0.05,
+                          norm_len=0.0, micro=[3, 5], **cov_kw))
+        # verl's ratios (0.0002: one token a micro-batch), clip_cov's window wide open
+        cases.append(dict(big, name=f"{mode}/defaults", kind="loss", mode=mode, kl="k3", agg="token-mean",
+                          clip_low=0.2, clip_high=0.2, clip_c=0.0, kl_coef=0.0, norm_len=0.0, micro=[5, 7, 12],
+                          clip_cov_lb=-100.0, clip_cov_ub=100.0, random_choice=mode == "clip_cov", count_check=True))
+    # clip_cov's random choice: 5% of the tokens among many more candidates; the reference takes the tokens grpo chose
+    # (those of gradient 0) and the checks are that they are candidates, as many as clip_num, and the loss verl's
+    cases.append(dict(big, name="clip_cov/random-choice", kind="loss", mode="clip_cov", kl="k3", agg="token-mean",
+                      clip_low=0.2, clip_high=0.2, clip_c=0.0, kl_coef=0.0, norm_len=0.0, micro=[5, 7, 12],
+                      clip_cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0, cov_seed=7, random_choice=True,
+                      count_check=True))
     # Outcome advantage estimators (verl's adv_estimator) on binary, continuous and flat groups; opo and the
     # whitened ones weigh responses by their loss tokens (a zero-length one among them).
     lens8 = [float(n) for n in torch.randint(1, 40, (48,), generator=gen)]
@@ -600,10 +721,32 @@ def rel_err(c, t):
     return abs(c - t) / max(1.0, abs(t))
 
 
+def zero_grads(dlogp):
+    """(row, col) of the tokens whose gradient grpo left at exactly 0."""
+    return {(b, t) for b, row in enumerate(dlogp) for t, v in enumerate(row) if v == 0.0}
+
+
 def compare_loss(case, out):
-    name = case["name"]
-    ref = reference_loss(case, torch.float64)
-    ref32 = reference_loss(case, torch.float32)
+    name, cov = case["name"], case.get("mode") in COV_MODES
+    # clip_cov's random choice, where it had one to make (kl_coef 0, no entropy: a chosen token's gradient is 0)
+    picked = zero_grads(out["dlogp"]) if case.get("random_choice") else None
+    ref = reference_loss(case, torch.float64, picked=picked)
+    ref32 = reference_loss(case, torch.float32, picked=picked)
+    compare_outputs(name, out["loss"], out["stats"], out["dlogp"], out.get("dent"), ref, ref32)
+    if cov and len(case["micro"]) > 1:  # each micro-batch chooses its own tokens, as verl's
+        picked = zero_grads(out["micro_dlogp"]) if case.get("random_choice") else None
+        refm = reference_loss(case, torch.float64, case["micro"], picked)
+        refm32 = reference_loss(case, torch.float32, case["micro"], picked)
+        compare_outputs(f"{name} in micro-batches {case['micro']}", out["micro_loss_sum"], out["micro_stats"],
+                        out["micro_dlogp"], out.get("dent"), refm, refm32)
+        return ref
+    if not cov or len(case["micro"]) == 1:
+        compare_micro(case, out)
+    return ref
+
+
+def compare_outputs(name, loss, stats, dlogp, dent, ref, ref32):
+    out = dict(loss=loss, stats=stats, dlogp=dlogp, dent=dent)
     e = rel_err(out["loss"], ref["loss"])
     check(e <= LOSS_TOL, f"{name}: loss {out['loss']:.12g} vs torch {ref['loss']:.12g} (rel {e:.2e})")
     for k in ("pg_loss", "kl", "clip_frac", "clip_frac_lower", "ratio_min", "ratio_max", "entropy"):
@@ -637,6 +780,9 @@ def compare_loss(case, out):
     g32 = max([abs(c - t) for c, t in zip(flat_c, [v for row in ref32["dlogp"] for v in row])] + [0.0]) / scale
     print(f"info {name}: dlogp vs float32 torch, max diff / max |g| = {g32:.2e}")
 
+
+def compare_micro(case, out):
+    name = case["name"]
     # Micro-batches with the mini-batch's totals add up to the single call.
     e = abs(out["micro_loss_sum"] - out["loss"]) / max(1.0, abs(out["loss"]))
     check(e <= 1e-12, f"{name}: micro-batches {case['micro']} sum to the loss (rel {e:.1e})")
@@ -647,7 +793,6 @@ def compare_loss(case, out):
     same = same and ms["ratio_min"] == ws["ratio_min"] and ms["ratio_max"] == ws["ratio_max"] \
         and ms["n_tokens"] == ws["n_tokens"]
     check(same, f"{name}: micro-batch stats (grpo_loss_stats_add) equal the single call's")
-    return ref
 
 
 def compare_adv(case, out):
@@ -773,6 +918,11 @@ def main():
                       and ref["clip_frac"] == 0.0, f"{case['name']}: clip fraction exactly 0 (torch too)")
                 check(out["stats"]["ratio_all_one"] and ref["ratio_min"] == 1.0 == ref["ratio_max"],
                       f"{case['name']}: ratio min = max = 1 exactly (torch too)")
+            if case.get("count_check"):  # as many as clip_num (kl_cov: k), in the single call
+                n_tok = out["stats"]["n_tokens"]
+                want = max(int(case.get(case["mode"] + "_ratio", 0.0002) * n_tok), 1)
+                got = round(out["stats"]["clip_frac"] * n_tok)
+                check(got == want, f"{case['name']}: {got} tokens chosen of {n_tok}, verl's clip_num {want}")
             if "clip-higher" in case["name"]:
                 check(out["stats"]["clip_frac"] > 0 and out["stats"]["clip_frac_lower"] > 0,
                       f"{case['name']}: the inputs exercise both clips "
@@ -790,6 +940,7 @@ def main():
     bad = [("unknown-kl", dict(base, kl="k4"), "k4"),
            ("kl-without-ref", dict(nokl, kl_coef=0.1), "reference"),
            ("clip_c-below-1", dict(base, clip_c=0.5), "clip_ratio_c"),
+           ("clip_cov-window", dict(base, mode="clip_cov", clip_c=0.0, clip_cov_lb=5.0, clip_cov_ub=5.0), "clip_cov_lb"),
            ("sum-norm-without-length", dict(base, agg="seq-mean-token-sum-norm", norm_len=0.0), "normalising length")]
     for tag, case, needle in bad:
         p, _ = run_tool(args.tool, args.tmp, [dict(case, name=tag)], "bad_" + tag)

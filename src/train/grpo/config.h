@@ -114,6 +114,7 @@ typedef struct {
     double clip_ratio_low, clip_ratio_high, clip_ratio_c;   // clip_ratio_c 0: no dual clip
     struct {
         int loss_mode;  // PolicyLossMode (rl/grpo_loss.h), in its order
+        double clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef;  // clip_cov, kl_cov
     } policy_loss;
     double tau_pos, tau_neg;  // sapo
     GrpoLossAgg loss_agg_mode;

@@ -177,7 +177,9 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
                                a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
                                a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
                                (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
-                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff};
+                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff,
+                               a->policy_loss.clip_cov_ratio, a->policy_loss.clip_cov_lb, a->policy_loss.clip_cov_ub,
+                               a->policy_loss.kl_cov_ratio, a->policy_loss.ppo_kl_coef, 0};
     const GrpoRewardConfig *rc = &c->reward;
     RewardSpec *sp = s->rewards;
     // reward.by_data_source: both rules, each row scored by its own (a zero weight stands for 1)

@@ -98,9 +98,10 @@ void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *c
 // One mini-batch's gradient, micro-batch by micro-batch, into the trainer's gradient slab. Its loss
 // is normalised by the whole mini-batch over all ranks (n_tok tokens, n_seq responses), so that the
 // ranks' gradients add up to the single-process one (with dynamic sampling the ranks drop flat groups
-// on their own, so mini-batches after the first may hold other samples than in one process).
+// on their own, so mini-batches after the first may hold other samples than in one process). pass: the epoch
+// and mini-batch, which with the step, rank and micro-batch seed clip_cov's choice.
 static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t m0, int64_t m1, double n_tok,
-                                 double n_seq, int on_policy, UpdateWs *u, GrpoLossStats *total) {
+                                 double n_seq, int on_policy, const int64_t pass[2], UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
     const Backend *be = cm->be;
     GrpoLossConfig lc = s->loss;
@@ -121,6 +122,9 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
             rollout_is_weights(s->rollout_is == 2, s->rollout_is_threshold, sb->old_logp, sb->rollout_logp, sb->mask,
                                sb->resp_off[k], sb->resp_off[k + 1], sb->is_w);
         GrpoLossStats st;
+        uint64_t seed_of[6] = {s->seed, (uint64_t)r->tr.st.iteration, (uint64_t)pass[0], (uint64_t)pass[1],
+                               (uint64_t)a, (uint64_t)r->comm.rank};
+        lc.cov_seed = hash_bytes(seed_of, sizeof seed_of);
         grpo_loss(&lc, sb->logp, sb->old_logp, r->has_ref ? sb->ref_logp : NULL, sb->ent, sb->mask, sb->is_w,
                   sb->kept_adv + a, sb->resp_off + a, (int)(b - a), n_tok, n_seq, sb->dlogp, bonus ? sb->dent : NULL,
                   &st);
@@ -153,7 +157,7 @@ void grpo_update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st
             const Qwen2 *cm = trainer_begin_step(&r->tr);
             if (r->train_merger)  // the merger's weights moved with the last update
                 grpo_merge_features(r, r->merger_be, &r->merger, sb->hidden, sb->units, (int)s->train_batch_size, sb->feats);
-            accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, u, &st->loss);
+            accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, (int64_t[2]){e, mb}, u, &st->loss);
             if (r->train_merger) grpo_merger_backward(r, sb);
             double norm = trainer_apply(&r->tr, st->lr, 1);
             if (!isfinite(norm)) fprintf(stderr, "grpo: warning: step %lld: non-finite gradients; update skipped\n", (long long)it + 1);
