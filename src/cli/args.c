@@ -97,7 +97,8 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8, int vl) {
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8,
+                              int kinds) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter"), *dts = cli_str(spec, "--dtype");
     int int8 = q8 && dts && strcmp(dts, "int8") == 0;
     if (adapter && dev && strcmp(dev, "cpu") != 0)
@@ -107,10 +108,11 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     if (be->on_device && dts && (int8 || cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16))
         die("--dtype %s: --device %s computes in bf16 (fp32 and int8 weights run on the CPU)", dts, dev);
     Qwen2Config c;
-    qwen2_config_load_vl(&c, model_dir);
-    if (c.vl && !vl) qwen2_config_load(&c, model_dir);  // refuses it in one line
+    qwen2_config_read(&c, model_dir);
+    if (c.score_labels && !(kinds & CLI_MODEL_RM)) qwen2_config_load_vl(&c, model_dir);  // refuses them in one line
+    if (c.vl && !(kinds & CLI_MODEL_VL)) qwen2_config_load(&c, model_dir);
     if (c.vl && be->on_device) die("--device %s: vision-language models run on the CPU only so far", dev);
-    qwen2_load_vl(m, model_dir, dt);
+    qwen2_load_config(m, model_dir, dt, &c);
     qwen2_to_backend(m, be);
     memset(lora, 0, sizeof *lora);
     if (adapter) {

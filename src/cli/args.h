@@ -48,9 +48,12 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
 // Loads --model onto --device in --dtype; with --adapter (when the spec has it) the PEFT LoRA adapter
 // into *lora, attached to m (free it with lora_free; lora->params is NULL without one). q8: for commands that
 // decode (generate, serve), where --dtype int8 loads bf16 weights and their int8 copies into *q8, attached
-// to m (qwen2_q8_free it; zeroed without); NULL: int8 is refused. vl: the command takes images, so a
-// Qwen2.5-VL model's language model loads (on the CPU); else such a model is refused.
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8, int vl);
+// to m (qwen2_q8_free it; zeroed without); NULL: int8 is refused. kinds: CLI_MODEL_VL, the command takes
+// images, so a Qwen2.5-VL model's language model loads (on the CPU); CLI_MODEL_RM, a reward model loads (its
+// score head for lm_head); other such models are refused.
+enum { CLI_MODEL_VL = 1, CLI_MODEL_RM = 2 };
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8,
+                              int kinds);
 // The model's stop tokens (eos_token_id of DIR's config.json and generation_config.json) and tok's eos
 // (tok may be NULL), once each, into out (16 at most); returns their count.
 int cli_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]);

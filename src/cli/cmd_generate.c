@@ -343,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
     Qwen2 m;
     Lora lora;
     Qwen2Q8 q8;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, 1);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, CLI_MODEL_VL);
     Gen g = {.m = &m, .has_vl = m.cfg.vl};
     if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
     char *tok_path = path_join(dir, "tokenizer.json");

@@ -41,14 +41,17 @@ int cmd_init(int argc, char **argv) {
         {"--seed", "S", "random seed", "0", 0},
         {"--dtype", "f32|bf16", "dtype of the weights file", "f32", 0},
         {"--tokenizer", "PATH", "copy this tokenizer.json (and the tokenizer_config.json beside it) into DIR", NULL, 0},
+        {"--reward-model", NULL, "a reward model instead (Qwen2/Qwen3ForSequenceClassification: a score head of one "
+                                 "label in place of lm_head)", NULL, 0},
         {"--force", NULL, "overwrite a model already in DIR", NULL, 0},
     };
     CliSpec spec = {"grpo init --out DIR [--preset NAME] [--seed S] [--dtype f32|bf16] [--tokenizer PATH] "
-                    "[--force]",
+                    "[--reward-model] [--force]",
                     "Writes a Qwen2 or Qwen3 model (Qwen2ForCausalLM / Qwen3ForCausalLM, by preset) with Hugging\n"
                     "Face's initialisation (normal(0, initializer_range) weights, zero biases, unit norms) as\n"
                     "config.json + model.safetensors; the qwen2.5-vl presets write a Qwen2.5-VL\n"
-                    "(Qwen2_5_VLForConditionalGeneration: a vision tower beside, preprocessor_config.json).",
+                    "(Qwen2_5_VLForConditionalGeneration: a vision tower beside, preprocessor_config.json).\n"
+                    "--reward-model writes a reward model of the preset's shape (reward.reward_model.model_path).",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *out = cli_str(&spec, "--out"), *preset = cli_str(&spec, "--preset");
@@ -59,6 +62,8 @@ int cmd_init(int argc, char **argv) {
     int vl = vl_preset(preset, &c, &vc);
     if (!vl && !qwen2_config_preset(&c, preset))
         die("option --preset: unknown preset \"%s\" (known: %s, %s)", preset, qwen2_preset_names(), vl_preset_names());
+    if (cli_str(&spec, "--reward-model") && vl) die("option --reward-model: a reward model is a text model, not %s", preset);
+    if (cli_str(&spec, "--reward-model")) c.score_labels = 1;
 
     dir_create(out);
     char *cfg = path_join(out, "config.json"), *weights = path_join(out, "model.safetensors");

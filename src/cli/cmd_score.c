@@ -75,7 +75,9 @@ static void score_flush(Scorer *s, Batch *b) {
                                (const float *const *)b->feats, s->merge, &in) != 0)
         die("internal: a line's image pads do not match its images");
     if (any) vl = &in;
-    qwen2_logprobs_vl(s->m, b->tokens, b->seq_off, b->B, &s->acts, vl, s->out);
+    int rm = s->m->cfg.score_labels > 0;  // a reward model: one score a line
+    if (rm) qwen2_seq_scores(s->m, b->tokens, b->seq_off, b->B, &s->acts, s->out);
+    else qwen2_logprobs_vl(s->m, b->tokens, b->seq_off, b->B, &s->acts, vl, s->out);
     if (vl) qwen2_vl_inputs_free(&in);
     double dt = time_now() - t0;
     s->seconds += dt;
@@ -85,6 +87,12 @@ static void score_flush(Scorer *s, Batch *b) {
         fputs("{", stdout);
         for (int64_t j = b->seq_off[i]; b->echo[i] && j < b->seq_off[i + 1]; j++)  // a "messages" line's tokens
             printf("%s%d", j > b->seq_off[i] ? ", " : "\"tokens\": [", b->tokens[j]);
+        if (rm) {
+            fputs(b->echo[i] ? "], \"score\": " : "\"score\": ", stdout);
+            json_write_number(stdout, s->out[i]);
+            fputs("}\n", stdout);
+            continue;
+        }
         fputs(b->echo[i] ? "], \"logprobs\": [" : "\"logprobs\": [", stdout);
         for (int64_t j = b->seq_off[i]; j + 1 < b->seq_off[i + 1]; j++) {
             if (j > b->seq_off[i]) fputs(", ", stdout);
@@ -209,6 +217,8 @@ int cmd_score(int argc, char **argv) {
                     "(and \"tools\") is the chat template's rendering of the conversation, and its output\n"
                     "line adds \"tokens\"; a Qwen2.5-VL model takes images there as content parts\n"
                     "{\"type\": \"image\", \"image\": PATH}.\n"
+                    "A reward model (Qwen2/Qwen3ForSequenceClassification) writes {\"score\": float}\n"
+                    "instead: its score head at the line's last token.\n"
                     "At a bad line, the lines before it are written, then it stops.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
@@ -218,7 +228,7 @@ int cmd_score(int argc, char **argv) {
     Qwen2 m;
     Lora lora;
     const char *dir = cli_str(&spec, "--model");
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, NULL, 1);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, NULL, CLI_MODEL_VL | CLI_MODEL_RM);
     Scorer s = {.m = &m};
     ScoreCtx sc = {.m = &m, .dir = dir, .has_vl = m.cfg.vl};
     if (sc.has_vl) vl_model_load(&sc.vl, dir, &m.cfg);

@@ -97,6 +97,28 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
 }
 
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
+    qwen2_config_read(c, dir);
+    if (c->score_labels)
+        die("%s: a reward model (a sequence-classification checkpoint) scores responses (reward.reward_model.model_path, "
+            "grpo score); it cannot generate or be trained as the policy", dir);
+}
+
+void qwen2_config_load_rm(Qwen2Config *c, const char *dir) {
+    qwen2_config_read(c, dir);
+    if (!c->score_labels)
+        die("%s: not a reward model (architectures Qwen2ForSequenceClassification or Qwen3ForSequenceClassification)",
+            dir);
+}
+
+// transformers' num_labels: the size of id2label, 2 when the config has none (PretrainedConfig's default).
+static int64_t num_labels(const cJSON *root, const char *path) {
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (!ids || cJSON_IsNull(ids)) return json_get_int_or(root, "num_labels", 2, path);
+    if (!cJSON_IsObject(ids)) die("%s: id2label must be an object", path);
+    return cJSON_GetArraySize(ids);
+}
+
+void qwen2_config_read(Qwen2Config *c, const char *dir) {
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) die("model directory %s does not exist", dir);
     char *path = path_join(dir, "config.json");
@@ -104,15 +126,17 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     if (!cJSON_IsObject(root)) die("%s: not a JSON object", path);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *model_type = json_str(root, "model_type", path);
-    int qwen3, vl;
+    int qwen3, vl, score = 0;
     if (cJSON_IsArray(arch)) {
         const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
         const char *name = cJSON_IsString(a0) ? a0->valuestring : "?";
-        qwen3 = strcmp(name, "Qwen3ForCausalLM") == 0;
+        score = !strcmp(name, "Qwen2ForSequenceClassification") || !strcmp(name, "Qwen3ForSequenceClassification");
+        qwen3 = !strcmp(name, "Qwen3ForCausalLM") || !strcmp(name, "Qwen3ForSequenceClassification");
         vl = !strcmp(name, "Qwen2_5_VLForConditionalGeneration") || !strcmp(name, "Qwen2VLForConditionalGeneration");
-        if (!qwen3 && !vl && strcmp(name, "Qwen2ForCausalLM") != 0)
+        if (!qwen3 && !vl && !score && strcmp(name, "Qwen2ForCausalLM") != 0)
             die("%s: unknown architecture \"%s\" (supported: Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                "Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration)", path, name);
+                "Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration; reward models "
+                "Qwen2ForSequenceClassification, Qwen3ForSequenceClassification)", path, name);
     } else {
         qwen3 = model_type && strcmp(model_type, "qwen3") == 0;
         vl = model_type && (!strcmp(model_type, "qwen2_5_vl") || !strcmp(model_type, "qwen2_vl"));
@@ -130,6 +154,12 @@ void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     if (act && strcmp(act, "silu") != 0) die("%s: hidden_act \"%s\" is unsupported (only silu)", path, act);
     memset(c, 0, sizeof *c);
     c->image_pad_id = -1;
+    if (score) {  // one score a response: what verl and TRL read of a reward model
+        c->score_labels = num_labels(root, path);
+        if (c->score_labels != 1)
+            die("%s: a reward model with %lld labels (id2label); one score a response (num_labels 1) is supported",
+                path, (long long)c->score_labels);
+    }
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     if (vl) {  // M-RoPE: mrope_section in rope_scaling (transformers 4) or rope_parameters (5)
@@ -212,6 +242,7 @@ cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype) {
     cJSON *r = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!r || !arch) die("out of memory");
     const char *name = c->qk_norm ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM", *type = c->qk_norm ? "qwen3" : "qwen2";
+    if (c->score_labels) name = c->qk_norm ? "Qwen3ForSequenceClassification" : "Qwen2ForSequenceClassification";
     if (c->vl) name = "Qwen2_5_VLForConditionalGeneration", type = "qwen2_5_vl";
     cJSON_AddItemToArray(arch, cJSON_CreateString(name));
     cJSON_AddItemToObject(r, "architectures", arch);
@@ -246,6 +277,17 @@ cJSON *qwen2_config_json(const Qwen2Config *c, DType dtype) {
         cJSON_AddStringToObject(rs, "type", "mrope");
         cJSON_AddItemToObject(rs, "mrope_section", cJSON_CreateIntArray(c->mrope_section, 3));
         cJSON_AddNumberToObject(r, "image_token_id", (double)c->image_pad_id);
+    }
+    if (c->score_labels) {  // transformers' num_labels is the size of id2label
+        cJSON *id2label = cJSON_AddObjectToObject(r, "id2label"), *label2id = cJSON_AddObjectToObject(r, "label2id");
+        if (!id2label || !label2id) die("out of memory");
+        for (int64_t i = 0; i < c->score_labels; i++) {
+            char key[24], label[32];
+            snprintf(key, sizeof key, "%lld", (long long)i);
+            snprintf(label, sizeof label, "LABEL_%lld", (long long)i);
+            cJSON_AddStringToObject(id2label, key, label);
+            cJSON_AddNumberToObject(label2id, label, (double)i);
+        }
     }
     cJSON_AddStringToObject(r, "torch_dtype", dtype == DTYPE_BF16 ? "bfloat16" : "float32");
     return r;
@@ -293,7 +335,8 @@ static void kind_specs(const Qwen2Config *c, KindSpec k[N_KINDS]) {
         {"model.layers.%d.mlp.up_proj.weight", 1, I, C},
         {"model.layers.%d.mlp.down_proj.weight", 1, C, I},
         {"model.norm.weight", 0, C, 0},
-        {"lm_head.weight", 0, c->tied ? 0 : V, C},  // no storage when tied
+        // no storage when tied; a reward model's score head instead
+        {c->score_labels ? "score.weight" : "lm_head.weight", 0, c->score_labels ? c->score_labels : c->tied ? 0 : V, C},
         {"visual.merger.ln_q.weight", 0, mh, 0},  // a trained merger (merger_in), else no storage
         {"visual.merger.ln_q.bias", 0, mb, 0},    // Qwen2-VL's LayerNorm
         {"visual.merger.mlp.0.weight", 0, m4, m4},
@@ -324,7 +367,7 @@ size_t qwen2_layout(const Qwen2Config *c, Qwen2Layout *w) {
         *f[i] = total;
         total += (size_t)kind_numel(&k[i]) * (k[i].per_layer ? (size_t)c->layers : 1);
     }
-    if (c->tied) w->lm_head = w->embed;
+    if (c->tied && !c->score_labels) w->lm_head = w->embed;
     return total;
 }
 
@@ -946,7 +989,21 @@ void qwen2_decode_step_at(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, co
 void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits) {
     const Qwen2Config *c = &m->cfg;
     const void *x = qwen2_operand(m, h, B * c->hidden, a->in16);
-    project(m, logits, h, x, m->w.lm_head, NULL, B, c->hidden, c->vocab);
+    project(m, logits, h, x, m->w.lm_head, NULL, B, c->hidden, c->score_labels ? c->score_labels : c->vocab);
+}
+
+void qwen2_seq_scores(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out) {
+    const Backend *be = m->be;
+    const Qwen2Config *c = &m->cfg;
+    if (!c->score_labels) die("internal: qwen2_seq_scores on a model without a score head");
+    qwen2_forward(m, tokens, seq_off, B, a, NULL, NULL);
+    // each sequence's last row (verl's: the last attended token), through kv_dst, which only decode reads
+    for (int b = 0; b < B; b++) a->host.kv_dst[b] = seq_off[b + 1] - 1;
+    if (a->dev.kv_dst != a->host.kv_dst)
+        be->upload(be, a->dev.kv_dst, a->host.kv_dst, (size_t)B * sizeof *a->host.kv_dst);
+    be->gather_rows(be, a->proj, a->xn, a->dev.kv_dst, B, c->hidden, 1.0f);
+    qwen2_logits(m, a->proj, B, a, a->q);
+    be->download(be, out, a->q, (size_t)B * (size_t)c->score_labels * sizeof *out);
 }
 
 // eos_token_id of one JSON file (int or list) appended to out without duplicates.

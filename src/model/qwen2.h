@@ -29,6 +29,8 @@ typedef struct {
     int merger_ln_bias;   // with merger_in: its norm is a LayerNorm with a bias (Qwen2-VL)
     int64_t lora_rank;    // not from config.json: the rank of attached LoRA adapters, which the
                           // workspaces leave room for (0: none; set by lora_attach)
+    int64_t score_labels; // a reward model (Qwen2/Qwen3ForSequenceClassification): its score head's labels (1),
+                          // stored as "score.weight" (labels, C) where lm_head would be (0: a causal LM)
 } Qwen2Config;
 
 typedef struct Lora Lora;  // model/lora.h
@@ -118,6 +120,9 @@ void qwen2_config_load(Qwen2Config *c, const char *dir);
 // The same, taking a Qwen2.5-VL model's language model too (its text_config, M-RoPE's sections, the image
 // pad id): for qwen2_vl_logprobs.
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir);
+// A reward model's (dies on any other); and any config.json this file reads (a reward model's too).
+void qwen2_config_load_rm(Qwen2Config *c, const char *dir);
+void qwen2_config_read(Qwen2Config *c, const char *dir);
 // Known shapes: "tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b". Returns 0 if unknown.
 int qwen2_config_preset(Qwen2Config *c, const char *name);
 const char *qwen2_preset_names(void);
@@ -292,6 +297,9 @@ void qwen2_decode_step_at(const Qwen2 *m, Qwen2KV *kv, const int32_t *tokens, co
                           const int32_t *pos, const int32_t *rope_pos, int B, Qwen2Acts *a, float *logits);
 // logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
 void qwen2_logits(const Qwen2 *m, const float *h, int64_t B, Qwen2Acts *a, float *logits);
+// A reward model's scores (score_labels of them a sequence, out: host memory): the score head over each
+// sequence's last row of the final hidden states (Qwen2ForSequenceClassification's pooling, without padding).
+void qwen2_seq_scores(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, Qwen2Acts *a, float *out);
 // Stop tokens: eos_token_id of config.json and generation_config.json (int or list) in DIR.
 int qwen2_stop_ids(const char *dir, int32_t *out, int max);
 // out (N, host memory): out[i] = log p(tokens[i+1] | tokens[..i]) within each sequence; 0 at each

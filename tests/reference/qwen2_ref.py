@@ -136,6 +136,16 @@ def is_qwen3(cfg):
     return cfg.get("model_type") == "qwen3"
 
 
+def is_reward_model(cfg):
+    """Qwen2ForSequenceClassification / Qwen3ForSequenceClassification: a score head where lm_head would be."""
+    return any(a.endswith("ForSequenceClassification") for a in cfg.get("architectures", []))
+
+
+def num_labels(cfg):
+    """transformers' num_labels: the size of id2label (PretrainedConfig's default: 2)."""
+    return len(cfg["id2label"]) if cfg.get("id2label") else cfg.get("num_labels", 2)
+
+
 def head_dim(cfg):
     """Qwen3 states head_dim; Qwen2's is hidden_size / num_attention_heads."""
     if is_qwen3(cfg):
@@ -170,7 +180,9 @@ def expected_shapes(cfg):
             p + "mlp.down_proj.weight": (C, I),
         })
     s["model.norm.weight"] = (C,)
-    if not cfg["tie_word_embeddings"]:
+    if is_reward_model(cfg):
+        s["score.weight"] = (num_labels(cfg), C)
+    elif not cfg["tie_word_embeddings"]:
         s["lm_head.weight"] = (V, C)
     return s
 
@@ -268,7 +280,9 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     m.V = cfg["vocab_size"]
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
-    m.lm_head = m.embed if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    m.lm_head = m.embed if cfg["tie_word_embeddings"] else w.get("lm_head.weight")
+    if is_reward_model(cfg):  # the score head (num_labels, C), read at the last token (reward_scores)
+        m.lm_head = w["score.weight"]
     m.layers = layer_dicts(cfg, w)
     if adapter is not None:
         acfg, tensors = load_lora(adapter, cfg)
@@ -533,6 +547,15 @@ def hidden_states(m, ids):
 def logits(m, tokens):
     with torch.no_grad():
         return linear(m, hidden_states(m, torch.tensor(tokens, dtype=torch.long)), m.lm_head)
+
+
+def reward_scores(m, seqs):
+    """A reward model's scores: transformers' Qwen2ForSequenceClassification.forward (modeling_qwen2.py) runs the
+    decoder, applies score (a Linear without bias) to every position's final-normed hidden state and pools the
+    logits at each row's last non-pad token; a sequence without padding is pooled at its last token. Returns
+    [[one value per label] per sequence]."""
+    with torch.no_grad():
+        return [linear(m, hidden_states(m, torch.tensor(t, dtype=torch.long)), m.lm_head)[-1].tolist() for t in seqs]
 
 
 def score(m, seqs):

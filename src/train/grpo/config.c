@@ -189,6 +189,19 @@ static const ConfigKey KEYS[] = {
     KFLOAT("reward.program.memory_mb", reward.program.memory_mb, "16384", 0, 1e9,
            "the scorer's data-memory limit (RLIMIT_DATA) in MiB: past it its allocations fail, so a runaway "
            "scorer scores 0 instead of taking the machine's memory (0: no limit)"),
+    KSTR_NULL("reward.reward_model.model_path", reward.reward_model.model_path,
+              "a reward model (Qwen2/Qwen3ForSequenceClassification with its tokenizer and chat template): its score "
+              "of each conversation, the response as the assistant's turn, times reward.reward_model.weight, joins "
+              "the reward (verl's reward_model.enable and model.path); null: none"),
+    KFLOAT("reward.reward_model.weight", reward.reward_model.weight, "1.0", -BIG, BIG,
+           "the reward model's weight in the reward"),
+    KENUM("reward.reward_model.dtype", reward.reward_model.dtype, "bf16", "f32|bf16",
+          "storage (and products) of the reward model's weights; it is frozen and runs on the CPU"),
+    KINT_NULL("reward.reward_model.max_length", reward.reward_model.max_length, 1, INT32_MAX,
+              "tokens of a conversation the reward model reads; a longer one keeps its last max_length, where the "
+              "score is read, and is counted (null: data.max_prompt_length + data.max_response_length + 256)"),
+    KINT("reward.reward_model.micro_batch_size", reward.reward_model.micro_batch_size, "8", 1, 4096,
+         "conversations a forward of the reward model"),
     KINT("reward.overlong_buffer.len", reward.overlong_buffer.len, "0", 0, INT32_MAX,
          "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
     KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,
@@ -657,6 +670,8 @@ static const struct {
     {"beta", "actor.kl_loss_coef"}, {"epsilon", "actor.clip_ratio_low"}, {"epsilon_high", "actor.clip_ratio_high"},
     {"norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std"}, {"scale_rewards", "algorithm.norm_adv_by_std"},
     {"filter_groups.enable", "algorithm.dynamic_sampling"},
+    {"reward_model.enable", "reward.reward_model.model_path"},
+    {"reward_model.model.path", "reward.reward_model.model_path"},
     {"importance_sampling_level", "actor.policy_loss.loss_mode"}, {"loss_type", "actor.loss_agg_mode"},
     {"mask_truncated_completions", "algorithm.mask_truncated"},
     {"output_dir", "trainer.out_dir"}, {"default_local_dir", "trainer.out_dir"},
@@ -953,7 +968,7 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                      a->lora.target_modules.items[i]);
     const GrpoRewardConfig *r = &c->reward;
     if (r->gsm8k.weight == 0 && r->boxed.weight == 0 && r->format.weight == 0 && r->exact.weight == 0 &&
-        r->program.weight == 0)
+        r->program.weight == 0 && !(r->reward_model.model_path && r->reward_model.weight != 0))
         CONFLICT("reward.gsm8k.weight", "", "every reward weight is 0: there is nothing to learn from");
 }
 

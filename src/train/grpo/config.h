@@ -84,6 +84,12 @@ typedef struct {
         char *command;
     } program;
     struct {
+        char *model_path;  // NULL: no reward model
+        double weight;
+        DType dtype;       // DTYPE_F32 or DTYPE_BF16
+        int64_t max_length, micro_batch_size;  // max_length 0: the data's limits + 256
+    } reward_model;
+    struct {
         int64_t len;  // 0: off
         double penalty_factor;
     } overlong_buffer;

@@ -72,6 +72,10 @@ typedef struct {
     int zero, pin_cpu;
     double topk_ratio;           // 0: dense all-reduce
     TrainerLora lora;            // actor.lora.*, model.adapter (rank 0, no adapter: full fine-tuning)
+    const char *rm_path;         // reward.reward_model (NULL: none): its directory, weight, dtype, tokens a
+    double rm_weight;            // conversation (resolved: never 0), conversations a forward
+    DType rm_dtype;
+    int64_t rm_max_length, rm_micro;
 } GrpoSettings;
 
 // The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
@@ -100,6 +104,7 @@ typedef struct {
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
     size_t backend;          // a device backend's own buffers (Backend.memory_own; in fixed)
     size_t int8;             // rollout.weight_dtype int8: the policy's Q8_0 copies and their scratch (in fixed)
+    size_t reward_model;     // reward.reward_model: its weights and workspace, in host memory (in fixed on the CPU)
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).

@@ -28,7 +28,7 @@ double grpo_rss_gib(const char *key) {
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
-       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_N };
+       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_RM_SUM, M_RM_N, M_RM_CUT, M_N };
 
 // , "key": x (null when x is not finite: JSON has no NaN)
 static void write_key_number(FILE *f, const char *key, double x) {
@@ -48,6 +48,7 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     sum[M_PG] = st->loss.pg_loss, sum[M_CLIP] = st->loss.clip_frac, sum[M_ENT] = st->loss.entropy, sum[M_KL] = st->loss.kl;
     sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
     sum[M_DROPPED] = (double)sb->n_dropped_groups;
+    sum[M_RM_SUM] = st->rm_sum, sum[M_RM_N] = (double)st->rm_n, sum[M_RM_CUT] = (double)st->rm_cut;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
     double diff[3] = {st->probs_diff_max, st->probs_diff_sum, st->probs_diff_n};
@@ -114,6 +115,10 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
         write_key_number(f, "rollout_rs_masked_fraction", rs[0] > 0 ? rs[1] / rs[0] : 0.0);
         write_key_number(f, "rollout_rs_seq_masked_fraction", rs[2] > 0 ? rs[3] / rs[2] : 0.0);
     }
+    if (r->has_rm) {  // every sample the step scored (dynamic sampling: every generation batch's)
+        write_key_number(f, "reward_model_score_mean", sum[M_RM_N] > 0 ? sum[M_RM_SUM] / sum[M_RM_N] : NAN);
+        fprintf(f, ", \"reward_model_truncated\": %.0f", sum[M_RM_CUT]);
+    }
     if (s->dynamic_sampling)
         fprintf(f, ", \"num_gen_batches\": %lld, \"groups_dropped\": %.0f", (long long)st->n_gen_batches, sum[M_DROPPED]);
     if (r->has_tools)
@@ -125,6 +130,10 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
         fprintf(stderr, "grpo: warning: step %lld: %.0f reward program call%s failed and scored 0 (last: %s)\n",
                 (long long)r->tr.st.iteration, sum[M_REWARD_FAIL], sum[M_REWARD_FAIL] == 1 ? "" : "s",
                 reward_last_error(&r->rewards));
+    if (sum[M_RM_CUT] > 0)
+        fprintf(stderr, "grpo: warning: step %lld: %.0f conversation%s longer than reward.reward_model.max_length (%lld) "
+                "lost their start\n", (long long)r->tr.st.iteration, sum[M_RM_CUT], sum[M_RM_CUT] == 1 ? "" : "s",
+                (long long)s->rm_max_length);
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
             (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }

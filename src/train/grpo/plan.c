@@ -77,6 +77,11 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
     if (s->rollout_int8) p->int8 = qwen2_q8_bytes(&lm);
+    if (s->rm_path) {
+        Qwen2Config rc;
+        qwen2_config_load_rm(&rc, s->rm_path);
+        p->reward_model = reward_model_bytes(&rc, s->rm_dtype, s->rm_max_length, s->rm_micro);
+    }
     if (c->vl) vision_plan(s, c, &vc, ranks, p);
     if (be->memory_own) {
         int64_t rows = micro * max_seq_len(s) > prefill ? micro * max_seq_len(s) : prefill;
@@ -86,7 +91,8 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         p->backend = be->memory_own(be, rows, (int)c->heads, width);
     }
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
-    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->int8 + p->vision + p->backend;
+    p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->int8 + p->vision + p->backend +
+               (be->on_device ? 0 : p->reward_model);
     p->peak = p->fixed + p->workspace + p->images;
     p->sum = p->fixed + p->rollout + p->update + p->images;
 }
@@ -98,20 +104,22 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
     char *int8 = p->int8 ? xprintf(" + int8 rollout copy %.2f", (double)p->int8 / GIB) : xstrdup("");
+    char *rm = p->reward_model ? xprintf(" + reward model %.2f", (double)p->reward_model / GIB) : xstrdup("");
     const char *moments = p->host ? " (the master and moments on the host)" : "";
     if (p->offloaded && !p->host)  // a device's stay on the host, staged through two buffers on the device
         moments = p->moments < p->offloaded ? " (staging buffers; on the host)" : " (offloaded during rollout)";
     char *text = xprintf("policy %.2f + compute copy %.2f + gradients %.2f + Adam moments %.2f%s + reference %.2f"
-                         "%s%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
+                         "%s%s%s%s + workspace %.2f = max(rollout %.2f, update %.2f) -> peak %.2f (not shared: %.2f)%s",
                          (double)p->policy / GIB, (double)p->compute / GIB, (double)p->grads / GIB,
                          (double)p->moments / GIB, moments,
-                         (double)p->reference / GIB, int8, vision, own, (double)p->workspace / GIB,
+                         (double)p->reference / GIB, int8, rm, vision, own, (double)p->workspace / GIB,
                          (double)p->rollout / GIB, (double)p->update / GIB, (double)p->peak / GIB,
                          (double)p->sum / GIB, host);
     free(vision);
     free(host);
     free(own);
     free(int8);
+    free(rm);
     return text;
 }
 

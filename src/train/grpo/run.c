@@ -54,6 +54,10 @@ static void validate(Run *r, int64_t step, ValStats *v) {
     float **feats = grpo_prompt_features(r, &r->val, idx, (int)n, s->val_files, NULL);
     if (n > 0) grpo_generate(r, m, &r->val, idx, idx, (int)n, G, &s->val_sampler, feats, out);
     grpo_features_free(feats, n);
+    const PromptSample **xs = xmalloc((size_t)(n * G + 1) * sizeof *xs);
+    float *rm = xcalloc((size_t)(n * G + 1), sizeof *rm);
+    for (int64_t i = 0; i < n * G; i++) xs[i] = &r->val.s[v0 + i / G];
+    grpo_reward_model_scores(r, xs, out, n * G, rm, NULL);
     FILE *dump = NULL;
     char *dump_path = path_join(s->out_dir, "val_samples.jsonl");
     if (s->dump_samples && !(dump = fopen(dump_path, "a"))) die("cannot open %s for writing: %s", dump_path, strerror(errno));
@@ -64,7 +68,7 @@ static void validate(Run *r, int64_t step, ValStats *v) {
         for (int j = 0; j < G; j++) {
             RolloutSample *o = &out[i * G + j];
             char *text = rollout_sample_final_text(o);
-            char *msgs = grpo_score_sample(r, x, o, text, &det[j]);
+            char *msgs = grpo_score_sample(r, x, o, text, rm[i * G + j], &det[j]);
             c += det[j].correct == 1;
             reward += det[j].total;
             if (dump) {
@@ -96,6 +100,7 @@ static void validate(Run *r, int64_t step, ValStats *v) {
     }
     if (dump) file_close(dump, dump_path);
     free(dump_path);
+    free(xs), free(rm);
     free(det);
     free(out);
     free(idx);
@@ -165,6 +170,12 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         .dist_timeout_s = c->dist.timeout_s, .zero = (int)c->dist.zero, .pin_cpu = c->dist.pin_cpu,
         .topk_ratio = c->compression.type == GRPO_COMPRESSION_TOPK ? c->compression.ratio : 0.0,
     };
+    if (c->reward.reward_model.model_path && c->reward.reward_model.weight != 0) {  // a zero weight loads nothing
+        s->rm_path = c->reward.reward_model.model_path, s->rm_weight = c->reward.reward_model.weight;
+        s->rm_dtype = c->reward.reward_model.dtype, s->rm_micro = c->reward.reward_model.micro_batch_size;
+        int64_t len = c->reward.reward_model.max_length;
+        s->rm_max_length = len ? len : max_seq_len(s) + 256;
+    }
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
     const char *rs = c->algorithm.rollout_correction.rollout_rs;
     char why[256];
@@ -331,6 +342,8 @@ static void run_load(Run *r) {
     for (int i = 0; i < r->n_stop; i++) dup |= r->stop_ids[i] == r->tok.eos_id;
     if (!dup) r->stop_ids[r->n_stop++] = r->tok.eos_id;
     reward_set_init(&r->rewards, s->rewards, s->n_rewards);
+    if ((r->has_rm = s->rm_path != NULL))
+        reward_model_load(&r->rm, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_micro);
     // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
     // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
     if ((r->has_ref = s->loss.kl_coef > 0) && r->tr.has_lora) {
@@ -436,6 +449,7 @@ static void run_finish(Run *r) {
     qwen2_q8_free(&r->q8);
     backend_arena_free(r->tr.be, &r->workspace);
     reward_set_free(&r->rewards);
+    if (r->has_rm) reward_model_free(&r->rm);
     if (r->has_tools) toolset_free(&r->tools);
     prompt_data_free(&r->train);
     if (r->has_val) prompt_data_free(&r->val);

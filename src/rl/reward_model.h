@@ -1,0 +1,37 @@
+// A reward model in the loop (reward.reward_model): a sequence-classification checkpoint
+// (Qwen2ForSequenceClassification / Qwen3ForSequenceClassification, one label) scores each response as verl's
+// reward loop does (verl-project/verl 1dda039b, verl/experimental/reward_loop/reward_loop.py,
+// _preprocess_reward_inputs and compute_score_disrm): the conversation, the response as the assistant's turn,
+// rendered by the reward model's own chat template without a generation prompt, a leading bos_token removed,
+// tokenized by its own tokenizer; the score head's raw value at the last token (vLLM's classify with
+// use_activation false). Frozen, on the CPU, in the dtype asked for.
+#pragma once
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "model/qwen2.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    Qwen2 m;
+    Tokenizer tok;
+    Arena arena;
+    Qwen2Acts acts;
+    int64_t max_length;  // tokens a conversation; a longer one keeps its last max_length (the score's token)
+    int64_t max_batch;   // conversations a forward
+    int32_t *tokens;     // (max_batch * max_length)
+    int64_t *seq_off;    // (max_batch + 1)
+    float *out;          // (max_batch)
+    char *dir;
+} RewardModel;
+
+// Bytes the plan counts: the weights in dtype and the forward's workspace.
+size_t reward_model_bytes(const Qwen2Config *c, DType dtype, int64_t max_length, int64_t max_batch);
+// Loads DIR (config.json, safetensors, tokenizer.json, tokenizer_config.json with its chat template); dies in
+// one line naming what is missing or wrong.
+void reward_model_load(RewardModel *rm, const char *dir, DType dtype, int64_t max_length, int64_t max_batch);
+void reward_model_free(RewardModel *rm);
+// Scores n conversations (msgs[i]: a JSON array of {"role", "content"} ending with the response's assistant
+// turn) into scores[i]. Returns how many were longer than max_length (cut on the left). Dies naming the
+// reward model on a template error.
+int64_t reward_model_score(RewardModel *rm, int64_t n, const char *const *msgs, float *scores);
