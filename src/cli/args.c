@@ -128,15 +128,6 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     return be;
 }
 
-int cli_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]) {
-    int n = qwen2_stop_ids(dir, out, 16);
-    if (!tok || tok->eos_id < 0 || n >= 16) return n;
-    int dup = 0;
-    for (int i = 0; i < n; i++) dup |= out[i] == tok->eos_id;
-    if (!dup) out[n++] = tok->eos_id;
-    return n;
-}
-
 TrainerLora cli_lora(const CliSpec *spec, uint64_t seed) {
     LoraSpec ls = {.rank = cli_int(spec, "--lora-rank", 0, 65536), .alpha = cli_double(spec, "--lora-alpha", -1e6, 1e6)};
     TrainerLora lo = {.spec = ls,

@@ -54,9 +54,6 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
 enum { CLI_MODEL_VL = 1, CLI_MODEL_RM = 2 };
 const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8,
                               int kinds);
-// The model's stop tokens (eos_token_id of DIR's config.json and generation_config.json) and tok's eos
-// (tok may be NULL), once each, into out (16 at most); returns their count.
-int cli_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]);
 // The LoRA options of a training command (--lora-rank, --lora-alpha, --lora-targets, --lora-base-dtype,
 // --adapter); rank 0 and no adapter: full fine-tuning.
 TrainerLora cli_lora(const CliSpec *spec, uint64_t seed);

@@ -363,7 +363,7 @@ int cmd_generate(int argc, char **argv) {
         cfg.tool_user = &hook;
     }
     int32_t stop_ids[16];
-    int n_stop = cli_stop_ids(dir, g.has_tok ? &g.tok : NULL, stop_ids);
+    int n_stop = rollout_stop_ids(dir, g.has_tok ? &g.tok : NULL, stop_ids);
     cfg.stop_ids = g.stop_ids = stop_ids;
     cfg.n_stop_ids = g.n_stop_ids = n_stop;
 

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/lora.h"
+#include "rollout/rollout.h"
 #include "serve/server.h"
 #include "text/tokenizer.h"
 
@@ -82,7 +83,7 @@ int cmd_serve(int argc, char **argv) {
     free(tok_path);
     if (has_tok) tokenizer_load(&tok, dir);
     int32_t stop_ids[16];
-    int n_stop = cli_stop_ids(dir, has_tok ? &tok : NULL, stop_ids);
+    int n_stop = rollout_stop_ids(dir, has_tok ? &tok : NULL, stop_ids);
     int rc = serve_run(&m, has_tok ? &tok : NULL, stop_ids, n_stop, &o);
     if (has_tok) tokenizer_free(&tok);
     free(key);

@@ -87,6 +87,15 @@ char *rollout_sample_messages(const RolloutSample *s, const char *prompt, const 
     return out;
 }
 
+int rollout_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]) {
+    int n = qwen2_stop_ids(dir, out, 16);
+    if (!tok || tok->eos_id < 0 || n >= 16) return n;
+    int dup = 0;
+    for (int i = 0; i < n; i++) dup |= out[i] == tok->eos_id;
+    if (!dup) out[n++] = tok->eos_id;
+    return n;
+}
+
 void rollout_sample_free(RolloutSample *s) {
     free(s->tokens);
     free(s->logprobs);

@@ -133,6 +133,9 @@ int rollout_engine_step(RolloutEngine *e);
 void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user);
 void rollout_sample_free(RolloutSample *s);
+// A model's stop tokens (eos_token_id of DIR's config.json and generation_config.json) and tok's eos (tok may be
+// NULL), once each, into out (16 at most); returns their count.
+int rollout_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]);
 // The sample's text up to a stop string as a NUL-terminated copy (malloc'd), what rewards score.
 char *rollout_sample_text(const RolloutSample *s);
 // The same from turn_start: the model's last turn (what the rule rewards score after tool turns).

@@ -25,6 +25,7 @@ usage: /usr/bin/python3 tests/train/reward_model_test.py --grpo build/grpo --tmp
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,7 +195,7 @@ def test_loop(policy):
         check(metrics.get("reward_model_truncated") == cut and (cut > 0) == bool(max_length),
               f"loop/{tag}: reward_model_truncated {metrics.get('reward_model_truncated')}, conversations over "
               f"max_length {cut}")
-        check("reward model" in p.stderr, f"loop/{tag}: the memory plan counts the reward model")
+        check("reward models" in p.stderr, f"loop/{tag}: the memory plan counts the reward model")
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -270,6 +271,88 @@ def test_demo(policy):
           f"{after:.4f} after 12 steps")
 
 
+def make_judge(d):
+    """A random causal LM with the byte tokenizer and a ChatML template; it stops at <|endoftext|> or <|im_end|>."""
+    shutil.rmtree(d, ignore_errors=True)
+    ref.make_model(d, seed=21, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, vocab=259, tied=False,
+                   max_pos=1024)
+    write_byte_tokenizer(d)
+    tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
+    tc["chat_template"] = CHATML
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f)
+
+
+def greedy(m, ids, stops, max_new):
+    """Greedy decoding by the float64 forward: the new tokens, a final stop token left out (as grpo's text)."""
+    out = []
+    for _ in range(max_new):
+        t = int(torch.argmax(ref.logits(m, ids + out)[-1]))
+        if t in stops:
+            break
+        out.append(t)
+    return out
+
+
+def test_judge(policy):
+    """reward.judge: each sample's reward is weight x the number the regex finds last in the judge's greedy answer
+    to the rubric, or failure_score; the judge's answer replayed by the float64 forward from Jinja2's rendering."""
+    judge = os.path.join(TMP, "judge")
+    make_judge(judge)
+    data = os.path.join(TMP, "prompts.jsonl")
+    rows = [json.loads(l) for l in open(data)]
+    rubric = "Grade {response} (question: {prompt}; answer {answer}). {prompt}"
+    out = os.path.join(TMP, "out-judge")
+    shutil.rmtree(out, ignore_errors=True)
+    p = run("train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out}", "trainer.steps=1",
+            "data.train_batch_size=4", "rollout.n=4", "data.max_prompt_length=48", "data.max_response_length=10",
+            "data.chat_template=false", "trainer.dump_samples=true", "reward.gsm8k.weight=0",
+            f"reward.judge.model_path={judge}", "reward.judge.weight=0.5", "reward.judge.dtype=f32",
+            f"reward.judge.rubric='{rubric}'", "reward.judge.regex='([0-9])'", "reward.judge.max_new_tokens=12",
+            "reward.judge.failure_score=-1", "reward.judge.micro_batch_size=3")
+    check(p.returncode == 0, f"judge: grpo train with a judge ran (rc {p.returncode}) "
+                             f"{p.stderr.strip()[-300:] if p.returncode else ''}")
+    if p.returncode:
+        return
+    m = ref.load_model(judge, torch.float64)
+    tc = json.load(open(os.path.join(judge, "tokenizer_config.json")))
+    tmpl = jinja2.Environment().from_string(tc["chat_template"])
+    samples = read_jsonl_bytes(os.path.join(out, "samples.jsonl"))
+    texts, answers = [], []
+    for s in samples:
+        row = rows[s["prompt_index"]]
+        vals = {"prompt": row["prompt"], "response": s["response"], "answer": row["answer"]}
+        filled = re.sub(r"\{(prompt|response|answer)\}", lambda g: vals[g.group(1)], rubric)
+        texts.append(tmpl.render(messages=[{"role": "user", "content": filled}], add_generation_prompt=True))
+    tok = run("tokenize", "--tokenizer", judge, "--jsonl", stdin="".join(json.dumps({"text": t}) + "\n" for t in texts))
+    ids = [json.loads(l)["ids"] for l in tok.stdout.splitlines()]
+    gen = [greedy(m, x, {256, 258}, 12) for x in ids]
+    dec = run("tokenize", "--tokenizer", judge, "--jsonl", "--decode",
+              stdin="".join(json.dumps({"ids": g}) + "\n" for g in gen))
+    answers = [json.loads(l)["text"] for l in dec.stdout.splitlines()]
+    want, failures = [], 0
+    for a in answers:
+        found = re.findall(r"([0-9])", a)
+        failures += not found
+        want.append(0.5 * (float(found[-1]) if found else -1.0))
+    worst = max(abs(s["reward"] - w) for s, w in zip(samples, want))
+    check(len(answers) == len(samples) == 16 and worst <= 1e-6,
+          f"judge: 16 rewards = 0.5 x the last digit of the float64 forward's greedy answer (or -1), worst "
+          f"{worst:.1e}; {failures} answers without one")
+    metrics = read_jsonl_bytes(os.path.join(out, "metrics.jsonl"))[-1]
+    check(0 < failures < 16 and metrics.get("judge_failures") == failures,
+          f"judge: judge_failures {metrics.get('judge_failures')} vs {failures}")
+    mean = sum(2 * w for w in want) / len(want)
+    check(rel_err(metrics.get("judge_score_mean", float("nan")), mean) <= 1e-6,
+          f"judge: judge_score_mean {metrics.get('judge_score_mean')} vs {mean:.6g}")
+    check("judgements had no score" in p.stderr, "judge: the failures are warned about")
+    bad = run("train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out}-bad",
+              "data.max_prompt_length=48", "data.max_response_length=10", f"reward.judge.model_path={judge}",
+              "reward.judge.regex='([0-9'")
+    ok, err = one_error_line(bad)
+    check(ok and "reward.judge.regex" in err, f"judge: a regex that does not compile: {err!r}")
+
+
 def main():
     global GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -289,6 +372,7 @@ def main():
     group("refused", lambda: test_refused(policy))
     group("loop", lambda: test_loop(policy))
     group("demo", lambda: test_demo(policy))
+    group("judge", lambda: test_judge(policy))
     sys.exit(summary())
 
 

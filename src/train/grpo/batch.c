@@ -33,26 +33,50 @@ int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
 
 // The rewards of one sample of prompt x (text: its final answer) into *det; returns the conversation's
 // messages of a multi-turn sample (NULL for single turn), which the caller frees.
-char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float rm,
+char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float models,
                         RewardDetail *det) {
     char *msgs = r->has_tools ? rollout_sample_messages(out, x->prompt, x->messages) : NULL;
     RewardRow row = {x->prompt, x->answer, msgs, x->extra_info, -1};
     if (r->s->by_data_source) row.rule = reward_rule_of_data_source(x->data_source);
     reward_score_row(&r->rewards, &row, text, det);
-    if (r->has_rm) det->total += r->s->rm_weight * (double)rm;
+    det->total += models;
     return msgs;
 }
 
-void grpo_reward_model_scores(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
-                              StepStats *st) {
-    if (!r->has_rm) return;
-    char **msgs = xmalloc((size_t)(n + 1) * sizeof *msgs);
-    for (int64_t i = 0; i < n; i++) msgs[i] = rollout_sample_messages(&samples[i], x[i]->prompt, x[i]->messages);
-    int64_t cut = reward_model_score(&r->rm, n, (const char *const *)msgs, out);
-    for (int64_t i = 0; i < n; i++) free(msgs[i]);
-    free(msgs);
-    for (int64_t i = 0; st && i < n; i++) st->rm_sum += out[i];
-    if (st) st->rm_n += n, st->rm_cut += cut;
+void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
+                        StepStats *st) {
+    StepStats none = {0};
+    if (!st) st = &none;
+    float *score = xmalloc((size_t)(n + 1) * sizeof *score);
+    char **text = xmalloc((size_t)(n + 1) * sizeof *text);
+    for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
+    if (r->has_rm) {
+        for (int64_t i = 0; i < n; i++) text[i] = rollout_sample_messages(&samples[i], x[i]->prompt, x[i]->messages);
+        st->rm_cut += reward_model_score(&r->rm, n, (const char *const *)text, score);
+        for (int64_t i = 0; i < n; i++) {
+            free(text[i]);
+            out[i] += (float)(r->s->rm_weight * score[i]);
+            st->rm_sum += score[i];
+        }
+        st->rm_n += n;
+    }
+    if (r->has_judge) {
+        const char **prompt = xmalloc((size_t)(n + 1) * sizeof *prompt);
+        const char **answer = xmalloc((size_t)(n + 1) * sizeof *answer);
+        for (int64_t i = 0; i < n; i++) {
+            text[i] = rollout_sample_final_text(&samples[i]);
+            prompt[i] = x[i]->prompt, answer[i] = x[i]->answer;
+        }
+        st->judge_failures += reward_judge_score(&r->judge, n, prompt, (const char *const *)text, answer, score);
+        for (int64_t i = 0; i < n; i++) {
+            free(text[i]);
+            out[i] += (float)(r->s->judge_weight * score[i]);
+            st->judge_sum += score[i];
+        }
+        st->judge_n += n;
+        free(prompt), free(answer);
+    }
+    free(score), free(text);
 }
 
 // reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
@@ -99,13 +123,13 @@ void grpo_batch_alloc(const Run *r, const int64_t *idx, StepBatch *sb) {
 void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
     const GrpoSettings *s = r->s;
     grpo_batch_alloc(r, idx, sb);
-    float *rm = xcalloc((size_t)sb->n_samples + 1, sizeof *rm);
-    grpo_reward_model_scores(r, sb->prompt, sb->samples, sb->n_samples, rm, st);
+    float *models = xmalloc(((size_t)sb->n_samples + 1) * sizeof *models);
+    grpo_model_rewards(r, sb->prompt, sb->samples, sb->n_samples, models, st);
     for (int64_t i = 0; i < sb->n_samples; i++) {
         const RolloutSample *x = &sb->samples[i];
         char *text = rollout_sample_final_text(x);  // after tool turns: the model's last turn
         RewardDetail det;
-        char *msgs = grpo_score_sample(r, sb->prompt[i], x, text, rm[i], &det);
+        char *msgs = grpo_score_sample(r, sb->prompt[i], x, text, models[i], &det);
         double rw = det.total;
         free(text);
         free(msgs);
@@ -115,7 +139,7 @@ void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st
         sb->correct[i] = det.correct;
         st->reward_failures += det.program_failures;
     }
-    free(rm);
+    free(models);
 }
 
 // The counts metrics need of a scored batch: accuracy, truncation, lengths, turns.

@@ -11,6 +11,7 @@
 #include "base/yaml.h"
 #include "model/lora.h"
 #include "rl/grpo_loss.h"
+#include "rl/reward_judge.h"
 
 typedef enum { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_STRING, KEY_ENUM, KEY_LIST, KEY_MAP } KeyType;
 
@@ -202,6 +203,28 @@ static const ConfigKey KEYS[] = {
               "score is read, and is counted (null: data.max_prompt_length + data.max_response_length + 256)"),
     KINT("reward.reward_model.micro_batch_size", reward.reward_model.micro_batch_size, "8", 1, 4096,
          "conversations a forward of the reward model"),
+    KSTR_NULL("reward.judge.model_path", reward.judge.model_path,
+              "a generative judge (a causal LM with its tokenizer; the policy's own model.path judges with its "
+              "initial weights): it answers reward.judge.rubric greedily, and the number reward.judge.regex finds in "
+              "its answer, times reward.judge.weight, joins the reward; null: none"),
+    KFLOAT("reward.judge.weight", reward.judge.weight, "1.0", -BIG, BIG, "the judge's weight in the reward"),
+    KENUM("reward.judge.dtype", reward.judge.dtype, "bf16", "f32|bf16",
+          "storage (and products) of the judge's weights; it is frozen and runs on the CPU"),
+    KSTR("reward.judge.rubric", reward.judge.rubric, REWARD_JUDGE_RUBRIC,
+         "the judge's user turn (its chat template's, with the generation prompt): {prompt}, {response} and "
+         "{answer} are replaced by the prompt's last user message, the response's last turn and the answer"),
+    KSTR("reward.judge.regex", reward.judge.regex, REWARD_JUDGE_REGEX,
+         "PCRE2 pattern whose last match in the judge's answer gives the score: its first group (else the whole "
+         "match) read as a number"),
+    KINT("reward.judge.max_new_tokens", reward.judge.max_new_tokens, "32", 1, INT32_MAX,
+         "tokens the judge's answer may take"),
+    KINT_NULL("reward.judge.max_length", reward.judge.max_length, 2, INT32_MAX,
+              "tokens of rubric and answer a judgement may take; a longer rubric is a failure (null: "
+              "data.max_prompt_length + data.max_response_length + 512 + reward.judge.max_new_tokens)"),
+    KINT("reward.judge.micro_batch_size", reward.judge.micro_batch_size, "8", 1, 4096, "judgements decoded together"),
+    KFLOAT("reward.judge.failure_score", reward.judge.failure_score, "0.0", -BIG, BIG,
+           "the score of an answer without one (no match, not a number) or of a rubric too long; counted in "
+           "judge_failures"),
     KINT("reward.overlong_buffer.len", reward.overlong_buffer.len, "0", 0, INT32_MAX,
          "DAPO's soft overlong penalty over the last len tokens before data.max_response_length (0: off)"),
     KFLOAT("reward.overlong_buffer.penalty_factor", reward.overlong_buffer.penalty_factor, "1.0", 0, BIG,
@@ -968,7 +991,8 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                      a->lora.target_modules.items[i]);
     const GrpoRewardConfig *r = &c->reward;
     if (r->gsm8k.weight == 0 && r->boxed.weight == 0 && r->format.weight == 0 && r->exact.weight == 0 &&
-        r->program.weight == 0 && !(r->reward_model.model_path && r->reward_model.weight != 0))
+        r->program.weight == 0 && !(r->reward_model.model_path && r->reward_model.weight != 0) &&
+        !(r->judge.model_path && r->judge.weight != 0))
         CONFLICT("reward.gsm8k.weight", "", "every reward weight is 0: there is nothing to learn from");
 }
 

@@ -90,6 +90,13 @@ typedef struct {
         int64_t max_length, micro_batch_size;  // max_length 0: the data's limits + 256
     } reward_model;
     struct {
+        char *model_path;  // NULL: no judge
+        double weight, failure_score;
+        DType dtype;
+        char *rubric, *regex;
+        int64_t max_new_tokens, max_length, micro_batch_size;  // max_length 0: the data's limits + 512 + new tokens
+    } judge;
+    struct {
         int64_t len;  // 0: off
         double penalty_factor;
     } overlong_buffer;

@@ -8,6 +8,7 @@
 #include "model/qwen2.h"
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
+#include "rl/reward_judge.h"
 #include "nn/sampler.h"
 #include "train/grpo/config.h"
 #include "train/optim.h"
@@ -76,6 +77,8 @@ typedef struct {
     double rm_weight;            // conversation (resolved: never 0), conversations a forward
     DType rm_dtype;
     int64_t rm_max_length, rm_micro;
+    RewardJudgeConfig judge;     // reward.judge (model_path NULL: none; max_length resolved)
+    double judge_weight;
 } GrpoSettings;
 
 // The loop's view of a configuration: verl-style keys resolved into what one step needs (mini-batches
@@ -104,7 +107,8 @@ typedef struct {
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
     size_t backend;          // a device backend's own buffers (Backend.memory_own; in fixed)
     size_t int8;             // rollout.weight_dtype int8: the policy's Q8_0 copies and their scratch (in fixed)
-    size_t reward_model;     // reward.reward_model: its weights and workspace, in host memory (in fixed on the CPU)
+    size_t reward_model;     // reward.reward_model and reward.judge: their weights and workspaces, in host memory (in
+                             // fixed on the CPU)
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).

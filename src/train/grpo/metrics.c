@@ -28,7 +28,8 @@ double grpo_rss_gib(const char *key) {
 
 // Sums over the ranks of what the metrics need (each rank's loss statistics are already its share).
 enum { M_REWARD, M_LEN, M_TRUNC, M_ACC, M_CORRECT, M_TOKENS, M_KEPT, M_RESP, M_PG, M_CLIP, M_ENT, M_KL,
-       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_RM_SUM, M_RM_N, M_RM_CUT, M_N };
+       M_KL_REWARD, M_REWARD_FAIL, M_TURNS, M_TOOL_CALLS, M_TOOL_ERRORS, M_DROPPED, M_RM_SUM, M_RM_N, M_RM_CUT,
+       M_JUDGE_SUM, M_JUDGE_N, M_JUDGE_FAIL, M_N };
 
 // , "key": x (null when x is not finite: JSON has no NaN)
 static void write_key_number(FILE *f, const char *key, double x) {
@@ -49,6 +50,8 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
     sum[M_KL_REWARD] = st->kl_reward, sum[M_REWARD_FAIL] = (double)st->reward_failures;
     sum[M_DROPPED] = (double)sb->n_dropped_groups;
     sum[M_RM_SUM] = st->rm_sum, sum[M_RM_N] = (double)st->rm_n, sum[M_RM_CUT] = (double)st->rm_cut;
+    sum[M_JUDGE_SUM] = st->judge_sum, sum[M_JUDGE_N] = (double)st->judge_n;
+    sum[M_JUDGE_FAIL] = (double)st->judge_failures;
     comm_allreduce_f64(&r->comm, sum, M_N, COMM_SUM, "metrics");
     comm_allreduce_f64(&r->comm, mx, 3, COMM_MAX, "metrics");
     double diff[3] = {st->probs_diff_max, st->probs_diff_sum, st->probs_diff_n};
@@ -119,6 +122,10 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
         write_key_number(f, "reward_model_score_mean", sum[M_RM_N] > 0 ? sum[M_RM_SUM] / sum[M_RM_N] : NAN);
         fprintf(f, ", \"reward_model_truncated\": %.0f", sum[M_RM_CUT]);
     }
+    if (r->has_judge) {  // failures count at reward.judge.failure_score
+        write_key_number(f, "judge_score_mean", sum[M_JUDGE_N] > 0 ? sum[M_JUDGE_SUM] / sum[M_JUDGE_N] : NAN);
+        fprintf(f, ", \"judge_failures\": %.0f", sum[M_JUDGE_FAIL]);
+    }
     if (s->dynamic_sampling)
         fprintf(f, ", \"num_gen_batches\": %lld, \"groups_dropped\": %.0f", (long long)st->n_gen_batches, sum[M_DROPPED]);
     if (r->has_tools)
@@ -134,6 +141,9 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
         fprintf(stderr, "grpo: warning: step %lld: %.0f conversation%s longer than reward.reward_model.max_length (%lld) "
                 "lost their start\n", (long long)r->tr.st.iteration, sum[M_RM_CUT], sum[M_RM_CUT] == 1 ? "" : "s",
                 (long long)s->rm_max_length);
+    if (sum[M_JUDGE_FAIL] > 0)
+        fprintf(stderr, "grpo: warning: step %lld: %.0f of %.0f judgements had no score (reward.judge.regex) and "
+                "scored %g\n", (long long)r->tr.st.iteration, sum[M_JUDGE_FAIL], sum[M_JUDGE_N], s->judge.failure_score);
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
             (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }

@@ -82,6 +82,11 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         qwen2_config_load_rm(&rc, s->rm_path);
         p->reward_model = reward_model_bytes(&rc, s->rm_dtype, s->rm_max_length, s->rm_micro);
     }
+    if (s->judge.model_path) {
+        Qwen2Config jc;
+        qwen2_config_load(&jc, s->judge.model_path);
+        p->reward_model += reward_judge_bytes(&jc, &s->judge);
+    }
     if (c->vl) vision_plan(s, c, &vc, ranks, p);
     if (be->memory_own) {
         int64_t rows = micro * max_seq_len(s) > prefill ? micro * max_seq_len(s) : prefill;
@@ -104,7 +109,7 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
     char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
     char *int8 = p->int8 ? xprintf(" + int8 rollout copy %.2f", (double)p->int8 / GIB) : xstrdup("");
-    char *rm = p->reward_model ? xprintf(" + reward model %.2f", (double)p->reward_model / GIB) : xstrdup("");
+    char *rm = p->reward_model ? xprintf(" + reward models %.2f", (double)p->reward_model / GIB) : xstrdup("");
     const char *moments = p->host ? " (the master and moments on the host)" : "";
     if (p->offloaded && !p->host)  // a device's stay on the host, staged through two buffers on the device
         moments = p->moments < p->offloaded ? " (staging buffers; on the host)" : " (offloaded during rollout)";

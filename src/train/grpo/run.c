@@ -55,9 +55,9 @@ static void validate(Run *r, int64_t step, ValStats *v) {
     if (n > 0) grpo_generate(r, m, &r->val, idx, idx, (int)n, G, &s->val_sampler, feats, out);
     grpo_features_free(feats, n);
     const PromptSample **xs = xmalloc((size_t)(n * G + 1) * sizeof *xs);
-    float *rm = xcalloc((size_t)(n * G + 1), sizeof *rm);
+    float *models = xmalloc((size_t)(n * G + 1) * sizeof *models);
     for (int64_t i = 0; i < n * G; i++) xs[i] = &r->val.s[v0 + i / G];
-    grpo_reward_model_scores(r, xs, out, n * G, rm, NULL);
+    grpo_model_rewards(r, xs, out, n * G, models, NULL);
     FILE *dump = NULL;
     char *dump_path = path_join(s->out_dir, "val_samples.jsonl");
     if (s->dump_samples && !(dump = fopen(dump_path, "a"))) die("cannot open %s for writing: %s", dump_path, strerror(errno));
@@ -68,7 +68,7 @@ static void validate(Run *r, int64_t step, ValStats *v) {
         for (int j = 0; j < G; j++) {
             RolloutSample *o = &out[i * G + j];
             char *text = rollout_sample_final_text(o);
-            char *msgs = grpo_score_sample(r, x, o, text, rm[i * G + j], &det[j]);
+            char *msgs = grpo_score_sample(r, x, o, text, models[i * G + j], &det[j]);
             c += det[j].correct == 1;
             reward += det[j].total;
             if (dump) {
@@ -100,7 +100,7 @@ static void validate(Run *r, int64_t step, ValStats *v) {
     }
     if (dump) file_close(dump, dump_path);
     free(dump_path);
-    free(xs), free(rm);
+    free(xs), free(models);
     free(det);
     free(out);
     free(idx);
@@ -175,6 +175,14 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         s->rm_dtype = c->reward.reward_model.dtype, s->rm_micro = c->reward.reward_model.micro_batch_size;
         int64_t len = c->reward.reward_model.max_length;
         s->rm_max_length = len ? len : max_seq_len(s) + 256;
+    }
+    const GrpoRewardConfig *rw = &c->reward;
+    if (rw->judge.model_path && rw->judge.weight != 0) {
+        s->judge = (RewardJudgeConfig){rw->judge.model_path, rw->judge.rubric, rw->judge.regex, rw->judge.dtype,
+                                       rw->judge.max_length, rw->judge.max_new_tokens, rw->judge.micro_batch_size,
+                                       rw->judge.failure_score};
+        if (!s->judge.max_length) s->judge.max_length = max_seq_len(s) + 512 + rw->judge.max_new_tokens;
+        s->judge_weight = rw->judge.weight;
     }
     s->micro_batch_size = a->micro_batch_size ? a->micro_batch_size : s->mini_batch_size;
     const char *rs = c->algorithm.rollout_correction.rollout_rs;
@@ -337,13 +345,11 @@ static void run_load(Run *r) {
     // would make, the run ending early when data.epochs passes are used up (run_more).
     int64_t per_step = s->gen_batch_size * r->comm.size;
     r->steps = s->steps ? s->steps : s->epochs * ((r->train.n + per_step - 1) / per_step);
-    r->n_stop = qwen2_stop_ids(s->model_dir, r->stop_ids, 15);
-    int dup = r->tok.eos_id < 0;
-    for (int i = 0; i < r->n_stop; i++) dup |= r->stop_ids[i] == r->tok.eos_id;
-    if (!dup) r->stop_ids[r->n_stop++] = r->tok.eos_id;
+    r->n_stop = rollout_stop_ids(s->model_dir, &r->tok, r->stop_ids);
     reward_set_init(&r->rewards, s->rewards, s->n_rewards);
     if ((r->has_rm = s->rm_path != NULL))
         reward_model_load(&r->rm, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_micro);
+    if ((r->has_judge = s->judge.model_path != NULL)) reward_judge_load(&r->judge, &s->judge);
     // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
     // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
     if ((r->has_ref = s->loss.kl_coef > 0) && r->tr.has_lora) {
@@ -450,6 +456,7 @@ static void run_finish(Run *r) {
     backend_arena_free(r->tr.be, &r->workspace);
     reward_set_free(&r->rewards);
     if (r->has_rm) reward_model_free(&r->rm);
+    if (r->has_judge) reward_judge_free(&r->judge);
     if (r->has_tools) toolset_free(&r->tools);
     prompt_data_free(&r->train);
     if (r->has_val) prompt_data_free(&r->val);

@@ -9,6 +9,7 @@
 #include "model/vision.h"
 #include "model/vl.h"
 #include "parallel/comm.h"
+#include "rl/reward_judge.h"
 #include "rl/reward_model.h"
 #include "rollout/rollout.h"
 #include "rollout/tools.h"
@@ -54,6 +55,8 @@ typedef struct {
     int64_t reward_failures;  // reward program calls that failed (scored 0)
     double rm_sum;            // the reward model's scores of the step's samples, added up
     int64_t rm_n, rm_cut;     // how many, and how many were cut at its max_length
+    double judge_sum;         // the judge's scores, added up
+    int64_t judge_n, judge_failures;
     int64_t n_gen_batches;    // generation batches the rollout took (dynamic sampling: until the batch is full)
     int64_t model_tokens, turns, tool_calls, tool_errors;  // with tools (model_tokens: always)
     double t_tools;           // seconds in tool calls during the rollout
@@ -101,6 +104,8 @@ typedef struct {
     RewardSet rewards;
     RewardModel rm;  // reward.reward_model (has_rm)
     int has_rm;
+    RewardJudge judge;  // reward.judge (has_judge)
+    int has_judge;
     ToolSet tools;  // multi-turn rollout (has_tools)
     int has_tools;
     ToolHook hook;
@@ -131,16 +136,16 @@ void grpo_step(Run *r, Stream *stream);
 // Packs kept samples [a, b) into the workspace's batch: tokens, targets (the response tokens, each
 // predicted from the row before it), seq_off. Returns the number of rows.
 int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u);
-// The rewards of one sample of prompt x (text: its final answer) into *det, with the reward model's score rm (when
-// the run has one) times its weight; returns the conversation's messages of a multi-turn sample (NULL for single
-// turn), which the caller frees.
-char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float rm,
+// The rewards of one sample of prompt x (text: its final answer) into *det, with `models` (grpo_model_rewards')
+// added; returns the conversation's messages of a multi-turn sample (NULL for single turn), which the caller frees.
+char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float models,
                         RewardDetail *det);
-// The reward model's scores of n samples (sample i of prompt x[i]: the conversation, its response as the
-// assistant's turn) into out (NULL without a reward model: nothing); they and the conversations cut at its
-// max_length are added to st (may be NULL).
-void grpo_reward_model_scores(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
-                              StepStats *st);
+// The rewards of models of n samples (sample i of prompt x[i]) into out: the reward model's score of the
+// conversation (its response as the assistant's turn) and the judge's of the prompt, the response's last turn and
+// the answer, each times its weight (0 without them). Their scores, the conversations the reward model cut at its
+// max_length and the judge's failures are added to st (may be NULL).
+void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
+                        StepStats *st);
 // reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
 void grpo_check_data_sources(const PromptData *d, const char *const *paths);
 void grpo_step_batch_free(StepBatch *sb, int64_t n_prompts);
