@@ -62,8 +62,9 @@ int cmd_init(int argc, char **argv) {
     int vl = vl_preset(preset, &c, &vc);
     if (!vl && !qwen2_config_preset(&c, preset))
         die("option --preset: unknown preset \"%s\" (known: %s, %s)", preset, qwen2_preset_names(), vl_preset_names());
-    if (cli_str(&spec, "--reward-model") && vl) die("option --reward-model: a reward model is a text model, not %s", preset);
-    if (cli_str(&spec, "--reward-model")) c.score_labels = 1;
+    int rm = cli_str(&spec, "--reward-model") != NULL;
+    if (rm && vl) die("option --reward-model: a reward model is a text model, not %s", preset);
+    if (rm) c.score_labels = 1;
 
     dir_create(out);
     char *cfg = path_join(out, "config.json"), *weights = path_join(out, "model.safetensors");

@@ -1,5 +1,6 @@
 // grpo score: JSONL {"tokens": [...]} in, {"logprobs": [...]} out; entry i-1 is
-// log p(tokens[i] | tokens[0..i-1]). Lines are packed into batches of about --batch-tokens tokens.
+// log p(tokens[i] | tokens[0..i-1]); a reward model's {"score": x} instead. Lines are packed into batches of
+// about --batch-tokens tokens.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <stdio.h>

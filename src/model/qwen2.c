@@ -99,8 +99,8 @@ void qwen2_config_load(Qwen2Config *c, const char *dir) {
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir) {
     qwen2_config_read(c, dir);
     if (c->score_labels)
-        die("%s: a reward model (a sequence-classification checkpoint) scores responses (reward.reward_model.model_path, "
-            "grpo score); it cannot generate or be trained as the policy", dir);
+        die("%s: a reward model (a sequence-classification checkpoint) scores responses "
+            "(reward.reward_model.model_path, grpo score); it cannot generate or be trained as the policy", dir);
 }
 
 void qwen2_config_load_rm(Qwen2Config *c, const char *dir) {

@@ -115,10 +115,10 @@ typedef struct {
 } Qwen2Tensor;
 
 // Reads DIR/config.json; dies naming the file and key on anything unsupported or missing, and on a
-// Qwen2.5-VL model (not yet taken by the commands).
+// Qwen2.5-VL model (not yet taken by the commands) or a reward model.
 void qwen2_config_load(Qwen2Config *c, const char *dir);
 // The same, taking a Qwen2.5-VL model's language model too (its text_config, M-RoPE's sections, the image
-// pad id): for qwen2_vl_logprobs.
+// pad id): for qwen2_vl_logprobs. Both refuse a reward model.
 void qwen2_config_load_vl(Qwen2Config *c, const char *dir);
 // A reward model's (dies on any other); and any config.json this file reads (a reward model's too).
 void qwen2_config_load_rm(Qwen2Config *c, const char *dir);

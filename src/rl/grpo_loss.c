@@ -297,8 +297,8 @@ static int64_t cov_select(const GrpoLossConfig *c, const float *logp, const floa
             cand[n_cand++] = (CovToken){cov, i};
         }
     double ratio = c->mode == PG_CLIP_COV ? c->clip_cov_ratio : c->kl_cov_ratio;
-    int64_t k = (int64_t)(ratio * (double)n);
-    k = k > 1 ? k : 1;
+    double want = ratio * (double)n;  // verl's int(ratio * n), at least 1 (and at most n: a ratio may exceed 1)
+    int64_t k = want >= (double)n ? n : want >= 1.0 ? (int64_t)want : 1;
     if (c->mode == PG_KL_COV) qsort(cand, (size_t)n_cand, sizeof *cand, cov_desc);
     Rng rng;
     rng_init(&rng, c->cov_seed);

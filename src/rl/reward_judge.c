@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "rl/reward_model.h"
 #include "rollout/rollout.h"
 #include "text/chat.h"
 #include "text/utf8.h"
@@ -20,8 +21,17 @@ static size_t workspace_bytes(const Qwen2Config *c, const RewardJudgeConfig *cfg
     return rollout_workspace_bytes(backend_cpu(), c, cfg->dtype, cfg->max_batch, cfg->max_length, prefill_rows(cfg));
 }
 
+// cfg with its max_length fitted to the judge's positions.
+static RewardJudgeConfig fitted(const Qwen2Config *c, const RewardJudgeConfig *cfg) {
+    RewardJudgeConfig f = *cfg;
+    f.max_length = reward_length_limit(cfg->max_length, cfg->length_asked, c->max_pos, "reward.judge.max_length",
+                                       cfg->model_path);
+    return f;
+}
+
 size_t reward_judge_bytes(const Qwen2Config *c, const RewardJudgeConfig *cfg) {
-    return qwen2_layout(c, &(Qwen2Layout){0}) * dtype_size(cfg->dtype) + workspace_bytes(c, cfg);
+    RewardJudgeConfig f = fitted(c, cfg);
+    return qwen2_layout(c, &(Qwen2Layout){0}) * dtype_size(cfg->dtype) + workspace_bytes(c, &f);
 }
 
 void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
@@ -41,16 +51,14 @@ void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
     if (!j->match) die("out of memory compiling reward.judge.regex");
     Qwen2Config c;
     qwen2_config_load(&c, cfg->model_path);
-    if (cfg->max_length > c.max_pos)
-        die("reward.judge.max_length %lld exceeds %s's max_position_embeddings %lld", (long long)cfg->max_length,
-            cfg->model_path, (long long)c.max_pos);
+    j->cfg = fitted(&c, cfg);
     tokenizer_load(&j->tok, cfg->model_path);
     if (j->tok.n_ids > c.vocab)
         die("reward.judge.model_path %s: its tokenizer has ids up to %d, its vocab_size is %lld", cfg->model_path,
             j->tok.n_ids - 1, (long long)c.vocab);
     qwen2_load_config(&j->m, cfg->model_path, cfg->dtype, &c);
     j->n_stop = rollout_stop_ids(cfg->model_path, &j->tok, j->stop_ids);
-    arena_init(&j->arena, workspace_bytes(&c, cfg));
+    arena_init(&j->arena, workspace_bytes(&c, &j->cfg));
 }
 
 void reward_judge_free(RewardJudge *j) {

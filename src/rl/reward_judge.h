@@ -20,7 +20,8 @@
 typedef struct {
     const char *model_path, *rubric, *regex;  // rubric: {prompt}, {response}, {answer} are replaced
     DType dtype;
-    int64_t max_length;   // rubric tokens + max_new_tokens a judgement may take
+    int64_t max_length;   // rubric tokens + max_new_tokens a judgement may take (cut to the judge's positions
+    int length_asked;     // unless the user asked for it: reward_length_limit)
     int64_t max_new_tokens, max_batch;  // the answer's tokens; judgements a wave
     double failure_score;
 } RewardJudgeConfig;

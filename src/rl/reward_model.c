@@ -1,5 +1,6 @@
 #include "rl/reward_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,18 +8,24 @@
 #include "base/util.h"
 #include "text/chat.h"
 
-size_t reward_model_bytes(const Qwen2Config *c, DType dtype, int64_t max_length, int64_t max_batch) {
+int64_t reward_length_limit(int64_t want, int asked, int64_t max_pos, const char *key, const char *dir) {
+    if (want <= max_pos) return want;
+    if (asked) die("%s %lld exceeds %s's max_position_embeddings %lld", key, (long long)want, dir, (long long)max_pos);
+    return max_pos;
+}
+
+size_t reward_model_bytes(const Qwen2Config *c, const char *dir, DType dtype, int64_t max_length, int asked,
+                          int64_t max_batch) {
+    max_length = reward_length_limit(max_length, asked, c->max_pos, "reward.reward_model.max_length", dir);
     size_t weights = qwen2_layout(c, &(Qwen2Layout){0}) * dtype_size(dtype);
     return weights + qwen2_acts_bytes(backend_cpu(), c, dtype, max_batch * max_length, max_length);
 }
 
-void reward_model_load(RewardModel *rm, const char *dir, DType dtype, int64_t max_length, int64_t max_batch) {
+void reward_model_load(RewardModel *rm, const char *dir, DType dtype, int64_t max_length, int asked, int64_t max_batch) {
     memset(rm, 0, sizeof *rm);
     Qwen2Config c;
     qwen2_config_load_rm(&c, dir);
-    if (max_length > c.max_pos)
-        die("reward.reward_model.max_length %lld exceeds %s's max_position_embeddings %lld", (long long)max_length,
-            dir, (long long)c.max_pos);
+    max_length = reward_length_limit(max_length, asked, c.max_pos, "reward.reward_model.max_length", dir);
     tokenizer_load(&rm->tok, dir);
     if (!rm->tok.chat.tpl) die("reward model %s: its tokenizer has no chat template (tokenizer_config.json)", dir);
     if (rm->tok.n_ids > c.vocab)
@@ -79,6 +86,9 @@ int64_t reward_model_score(RewardModel *rm, int64_t n, const char *const *msgs, 
             rm->seq_off[b + 1] = rm->seq_off[b] + len;
         }
         qwen2_seq_scores(&rm->m, rm->tokens, rm->seq_off, B, &rm->acts, rm->out);
+        for (int b = 0; b < B; b++)
+            if (!isfinite(rm->out[b])) die("reward model %s: a conversation scored %g (a broken checkpoint?)", rm->dir,
+                                           (double)rm->out[b]);
         memcpy(scores + i0, rm->out, (size_t)B * sizeof *scores);
     }
     free(ids.ids);

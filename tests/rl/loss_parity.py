@@ -693,10 +693,12 @@ def build_cases():
                           clip_cov_lb=-100.0, clip_cov_ub=100.0, random_choice=mode == "clip_cov", count_check=True))
     # clip_cov's random choice: 5% of the tokens among many more candidates; the reference takes the tokens grpo chose
     # (those of gradient 0) and the checks are that they are candidates, as many as clip_num, and the loss verl's
-    cases.append(dict(big, name="clip_cov/random-choice", kind="loss", mode="clip_cov", kl="k3", agg="token-mean",
-                      clip_low=0.2, clip_high=0.2, clip_c=0.0, kl_coef=0.0, norm_len=0.0, micro=[5, 7, 12],
-                      clip_cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0, cov_seed=7, random_choice=True,
-                      count_check=True))
+    # seeds 7, 8 and 7 again: another seed chooses other tokens, the same seed the same (random_seeds, in main)
+    for seed, tag in ((7, ""), (8, "-seed-8"), (7, "-seed-7-again")):
+        cases.append(dict(big, name="clip_cov/random-choice" + tag, kind="loss", mode="clip_cov", kl="k3",
+                          agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=0.0, kl_coef=0.0, norm_len=0.0,
+                          micro=[5, 7, 12], clip_cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0, cov_seed=seed,
+                          random_choice=True, count_check=True))
     # Outcome advantage estimators (verl's adv_estimator) on binary, continuous and flat groups; opo and the
     # whitened ones weigh responses by their loss tokens (a zero-length one among them).
     lens8 = [float(n) for n in torch.randint(1, 40, (48,), generator=gen)]
@@ -740,8 +742,7 @@ def compare_loss(case, out):
         compare_outputs(f"{name} in micro-batches {case['micro']}", out["micro_loss_sum"], out["micro_stats"],
                         out["micro_dlogp"], out.get("dent"), refm, refm32)
         return ref
-    if not cov or len(case["micro"]) == 1:
-        compare_micro(case, out)
+    compare_micro(case, out)
     return ref
 
 
@@ -931,6 +932,11 @@ def main():
             compare_adv(case, out)
         else:
             compare_parse(case, out)
+
+    chosen = {c["name"]: zero_grads(o["dlogp"]) for c, o in zip(cases, outs) if c["name"].startswith("clip_cov/random")}
+    a, b, c = (chosen["clip_cov/random-choice" + t] for t in ("", "-seed-8", "-seed-7-again"))
+    check(a == c and a != b, f"clip_cov/random-choice: seed 7 chooses the same {len(a)} zero-gradient tokens twice, "
+                             f"seed 8 others ({len(a & b)} in common)")
 
     rs_checks(args)
 

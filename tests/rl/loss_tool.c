@@ -160,7 +160,7 @@ static void run_loss(FILE *f, const cJSON *c, const char *name) {
     cfg.clip_cov_ub = json_get_number_or(c, "clip_cov_ub", 5.0, name);
     cfg.kl_cov_ratio = json_get_number_or(c, "kl_cov_ratio", 0.0002, name);
     cfg.ppo_kl_coef = json_get_number_or(c, "ppo_kl_coef", 0.1, name);
-    cfg.cov_seed = (uint64_t)json_get_number_or(c, "cov_seed", 0.0, name);
+    cfg.cov_seed = cJSON_GetObjectItemCaseSensitive(c, "cov_seed") ? (uint64_t)json_get_int(c, "cov_seed", name) : 0;
     const char *mode = cJSON_GetObjectItemCaseSensitive(c, "mode") ? need_string(c, "mode", name) : "vanilla";
     if (!policy_loss_parse(mode, &cfg.mode)) die("case %s: unknown policy loss \"%s\"", name, mode);
     const char *kl = need_string(c, "kl", name), *agg = need_string(c, "agg", name);

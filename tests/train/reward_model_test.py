@@ -10,11 +10,13 @@ messages, the response as the assistant's turn, add_generation_prompt false).
 
   score     `grpo score` on random reward models written by `grpo init --reward-model` (Qwen2 and Qwen3 shapes) vs
             the float64 forward: fp32 weights within 2e-5 of the score's scale (float32 sums over a 64-wide model),
-            bf16 weights against the same forward with bf16 weights and operands (qwen2_ref's bf16 mode) within 1e-4
+            bf16 weights (and the emulated CUDA device's kernels, --device emu) against the same forward with bf16
+            weights and operands (qwen2_ref's bf16 mode) within 1e-4
             (float32 sums as fp32's, but an operand whose sum lands on a bf16 rounding boundary may round the other
             way: one such flip moves a score by ~1e-3 of an activation's share; none was seen, 1e-7 measured)
   refused   a causal LM given as the reward model, a reward model given as the policy or to `grpo generate`, a
-            classifier of 2 labels: one `grpo: error:` line each
+            classifier of 2 labels, a reward model without a chat template, a max_length past its positions: one
+            `grpo: error:` line each
   loop      a GRPO step with reward.exact (weight 1) and the reward model (weight 0.5, fp32): each sample's reward is
             exact + 0.5 x the forward's score of the conversation Jinja2 renders, within 2e-5, and so is each
             validation sample's; the metric reward_model_score_mean is their mean; max_length cuts a conversation to
@@ -42,7 +44,6 @@ from harness import check as harness_check, group, summary  # noqa: E402
 
 F32_TOL = 2e-5
 BF16_TOL = 1e-4
-TEMPLATE = os.path.join(HERE, "..", "text", "qwen2.5_chat_template.jinja")
 GRPO = TMP = None
 
 
@@ -59,13 +60,25 @@ def one_error_line(p):
     return p.returncode != 0 and err.startswith("grpo: error:") and "\n" not in err, err
 
 
+# The reward model's own template: it starts with its bos_token (which verl's reward loop removes) and ends with a
+# token of its own tokenizer, <|score|>, which the policy's does not have.
+RM_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+               "{% endfor %}<|score|>")
+
+
 def make_rm(d, preset, seed):
-    """`grpo init --reward-model`, with the byte tokenizer and Qwen2.5's chat template."""
+    """`grpo init --reward-model`, with the byte tokenizer plus <|rm|> (its bos_token) and <|score|>, and RM_TEMPLATE."""
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     write_byte_tokenizer(d)
+    tj = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
+    for i, t in enumerate(("<|rm|>", "<|score|>")):
+        tj["added_tokens"].append({"id": 259 + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                                   "normalized": False, "special": True})
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
     tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
-    tc["chat_template"] = open(TEMPLATE, encoding="utf-8").read()
+    tc["chat_template"], tc["bos_token"] = RM_TEMPLATE, "<|rm|>"
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(tc, f)
     p = run("init", "--out", d, "--preset", preset, "--seed", str(seed), "--reward-model", "--force")
@@ -78,7 +91,8 @@ def rel_err(a, b):
 
 
 def score_lines(rm_dir, seqs, dtype):
-    p = run("score", "--model", rm_dir, "--dtype", dtype, stdin="".join(json.dumps({"tokens": s}) + "\n" for s in seqs))
+    how = ["--device", "emu"] if dtype == "emu" else ["--dtype", dtype]
+    p = run("score", "--model", rm_dir, *how, stdin="".join(json.dumps({"tokens": s}) + "\n" for s in seqs))
     if p.returncode != 0:
         raise RuntimeError(p.stderr)
     return [json.loads(l)["score"] for l in p.stdout.splitlines()]
@@ -94,8 +108,10 @@ def test_score():
         check(cfg["architectures"] == [("Qwen3" if "qwen3" in preset else "Qwen2") + "ForSequenceClassification"]
               and len(cfg["id2label"]) == 1, f"score/{preset}: grpo init wrote {cfg['architectures']}, "
               f"id2label {cfg['id2label']}")
-        for dtype, tol in (("f32", F32_TOL), ("bf16", BF16_TOL)):
-            m = ref.load_model(d, torch.float64, bf16=dtype == "bf16")
+        for dtype, tol in (("f32", F32_TOL), ("bf16", BF16_TOL), ("emu", BF16_TOL)):
+            if dtype == "emu" and preset != "tiny":  # the emulated device's kernels (bf16), once
+                continue
+            m = ref.load_model(d, torch.float64, bf16=dtype != "f32")
             want = [r[0] for r in ref.reward_scores(m, seqs)]
             got = score_lines(d, seqs, dtype)
             scale = max(abs(w) for w in want)
@@ -114,6 +130,13 @@ def test_refused(policy):
     del cfg["id2label"], cfg["label2id"]  # transformers' default: 2 labels
     with open(os.path.join(two, "config.json"), "w") as f:
         json.dump(cfg, f)
+    plain = os.path.join(TMP, "rm-no-template")
+    shutil.rmtree(plain, ignore_errors=True)
+    shutil.copytree(rm, plain)
+    tc = json.load(open(os.path.join(plain, "tokenizer_config.json")))
+    del tc["chat_template"]
+    with open(os.path.join(plain, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f)
     data = os.path.join(TMP, "prompts.jsonl")
     base = ["train", f"data.train_file={data}", f"trainer.out_dir={os.path.join(TMP, 'out-refused')}",
             "trainer.steps=1", "data.train_batch_size=2", "rollout.n=2", "data.max_prompt_length=48",
@@ -124,6 +147,10 @@ def test_refused(policy):
         ("reward-model-as-policy", [*base, f"model.path={rm}"], "a reward model"),
         ("generate-with-reward-model", ["generate", "--model", rm], "a reward model"),
         ("two-labels", ["score", "--model", two], "2 labels"),
+        ("no-chat-template", [*base, f"model.path={policy}", f"reward.reward_model.model_path={plain}"],
+         "no chat template"),
+        ("max-length-past-positions", [*base, f"model.path={policy}", f"reward.reward_model.model_path={rm}",
+                                       "reward.reward_model.max_length=5000"], "max_position_embeddings 2048"),
     ]
     for name, args, needle in cases:
         p = run(*args, stdin="")
@@ -133,12 +160,15 @@ def test_refused(policy):
 
 def conversation_ids(rm_dir, prompt, response, max_length):
     """The tokens the reward model reads: Jinja2's rendering of [user prompt, assistant response] (no generation
-    prompt), tokenized by grpo's tokenizer (its parity with Hugging Face's is tests/text's), the last max_length."""
+    prompt) less the leading bos_token (verl's), tokenized by grpo with the reward model's own tokenizer (its parity
+    with Hugging Face's is tests/text's), the last max_length."""
     tc = json.load(open(os.path.join(rm_dir, "tokenizer_config.json")))
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     msgs = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
     text = env.from_string(tc["chat_template"]).render(messages=msgs, add_generation_prompt=False,
-                                                       eos_token=tc.get("eos_token"))
+                                                       eos_token=tc.get("eos_token"), bos_token=tc["bos_token"])
+    assert text.startswith(tc["bos_token"]) and text.endswith("<|score|>")
+    text = text[len(tc["bos_token"]):]
     p = run("tokenize", "--tokenizer", os.path.join(rm_dir, "tokenizer.json"), "--jsonl",
             stdin=json.dumps({"text": text}) + "\n")
     if p.returncode != 0:
@@ -151,7 +181,7 @@ def test_loop(policy):
     rm = os.path.join(TMP, "rm-tiny")
     m = ref.load_model(rm, torch.float64)
     data = os.path.join(TMP, "prompts.jsonl")
-    for tag, max_length in (("whole", None), ("max-length-60", 60)):
+    for tag, max_length in (("whole", None), ("max-length-40", 40)):
         out = os.path.join(TMP, "out-loop-" + tag)
         shutil.rmtree(out, ignore_errors=True)
         args = ["train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out}",

@@ -308,13 +308,13 @@ static const ConfigKey KEYS[] = {
           "a random few of the tokens of high covariance of advantage and log p lose their gradient; kl_cov, no clip "
           "and the tokens of the highest covariance get a penalty |log r|. gspo and sapo aggregate their policy term "
           "seq-mean-token-mean and geo_mean per response, whatever actor.loss_agg_mode says (verl's)"),
-    KFLOAT_POS("actor.policy_loss.clip_cov_ratio", actor.policy_loss.clip_cov_ratio, "0.0002", 1,
+    KFLOAT_POS("actor.policy_loss.clip_cov_ratio", actor.policy_loss.clip_cov_ratio, "0.0002", BIG,
            "clip_cov: the fraction of a micro-batch's loss tokens that lose their gradient (at least one)"),
     KFLOAT("actor.policy_loss.clip_cov_lb", actor.policy_loss.clip_cov_lb, "1.0", -BIG, BIG,
            "clip_cov: the covariance window's lower bound (exclusive)"),
     KFLOAT("actor.policy_loss.clip_cov_ub", actor.policy_loss.clip_cov_ub, "5.0", -BIG, BIG,
            "clip_cov: and its upper bound (exclusive), above clip_cov_lb"),
-    KFLOAT_POS("actor.policy_loss.kl_cov_ratio", actor.policy_loss.kl_cov_ratio, "0.0002", 1,
+    KFLOAT_POS("actor.policy_loss.kl_cov_ratio", actor.policy_loss.kl_cov_ratio, "0.0002", BIG,
            "kl_cov: the fraction of a micro-batch's loss tokens, those of the highest covariance, that get the "
            "penalty (at least one)"),
     KFLOAT("actor.policy_loss.ppo_kl_coef", actor.policy_loss.ppo_kl_coef, "0.1", 0, BIG,
@@ -922,7 +922,7 @@ static void check_conflicts(const GrpoConfig *c, char **key_where) {
                  (long long)c->data.min_pixels, (long long)c->data.max_pixels);
     if (a->clip_ratio_c != 0 && a->clip_ratio_c <= 1)
         CONFLICT("actor.clip_ratio_c", "", "actor.clip_ratio_c must be 0 (off) or above 1, not %g", a->clip_ratio_c);
-    if (a->policy_loss.clip_cov_lb >= a->policy_loss.clip_cov_ub)
+    if (a->policy_loss.loss_mode == PG_CLIP_COV && a->policy_loss.clip_cov_lb >= a->policy_loss.clip_cov_ub)
         CONFLICT("actor.policy_loss.clip_cov_lb", "actor.policy_loss.clip_cov_ub",
                  "actor.policy_loss.clip_cov_lb (%g) must be below actor.policy_loss.clip_cov_ub (%g)",
                  a->policy_loss.clip_cov_lb, a->policy_loss.clip_cov_ub);

@@ -73,10 +73,11 @@ typedef struct {
     int zero, pin_cpu;
     double topk_ratio;           // 0: dense all-reduce
     TrainerLora lora;            // actor.lora.*, model.adapter (rank 0, no adapter: full fine-tuning)
-    const char *rm_path;         // reward.reward_model (NULL: none): its directory, weight, dtype, tokens a
-    double rm_weight;            // conversation (resolved: never 0), conversations a forward
+    const char *rm_path;         // reward.reward_model (NULL: none)
+    double rm_weight;
     DType rm_dtype;
-    int64_t rm_max_length, rm_micro;
+    int64_t rm_max_length, rm_micro;  // tokens a conversation (the user's or the default), conversations a forward
+    int rm_length_asked;              // rm_max_length is the user's
     RewardJudgeConfig judge;     // reward.judge (model_path NULL: none; max_length resolved)
     double judge_weight;
 } GrpoSettings;
@@ -107,8 +108,8 @@ typedef struct {
                              // processor's max_pixels) + the tower's forward on one such image (in peak)
     size_t backend;          // a device backend's own buffers (Backend.memory_own; in fixed)
     size_t int8;             // rollout.weight_dtype int8: the policy's Q8_0 copies and their scratch (in fixed)
-    size_t reward_model;     // reward.reward_model and reward.judge: their weights and workspaces, in host memory (in
-                             // fixed on the CPU)
+    size_t reward_model;     // reward.reward_model and reward.judge: their weights and workspaces (in fixed); on a
+    size_t reward_model_host;  // device, where they stay in host memory, here instead
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).

@@ -138,9 +138,8 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
                 (long long)r->tr.st.iteration, sum[M_REWARD_FAIL], sum[M_REWARD_FAIL] == 1 ? "" : "s",
                 reward_last_error(&r->rewards));
     if (sum[M_RM_CUT] > 0)
-        fprintf(stderr, "grpo: warning: step %lld: %.0f conversation%s longer than reward.reward_model.max_length (%lld) "
-                "lost their start\n", (long long)r->tr.st.iteration, sum[M_RM_CUT], sum[M_RM_CUT] == 1 ? "" : "s",
-                (long long)s->rm_max_length);
+        fprintf(stderr, "grpo: warning: step %lld: %.0f conversation(s) longer than reward.reward_model.max_length "
+                "were cut to their last tokens\n", (long long)r->tr.st.iteration, sum[M_RM_CUT]);
     if (sum[M_JUDGE_FAIL] > 0)
         fprintf(stderr, "grpo: warning: step %lld: %.0f of %.0f judgements had no score (reward.judge.regex) and "
                 "scored %g\n", (long long)r->tr.st.iteration, sum[M_JUDGE_FAIL], sum[M_JUDGE_N], s->judge.failure_score);

@@ -80,7 +80,8 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
     if (s->rm_path) {
         Qwen2Config rc;
         qwen2_config_load_rm(&rc, s->rm_path);
-        p->reward_model = reward_model_bytes(&rc, s->rm_dtype, s->rm_max_length, s->rm_micro);
+        p->reward_model = reward_model_bytes(&rc, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_length_asked,
+                                             s->rm_micro);
     }
     if (s->judge.model_path) {
         Qwen2Config jc;
@@ -96,8 +97,9 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         p->backend = be->memory_own(be, rows, (int)c->heads, width);
     }
     p->workspace = p->rollout > p->update ? p->rollout : p->update;
+    if (be->on_device) p->reward_model_host = p->reward_model, p->reward_model = 0;
     p->fixed = p->policy + p->compute + p->grads + p->moments + p->reference + p->int8 + p->vision + p->backend +
-               (be->on_device ? 0 : p->reward_model);
+               p->reward_model;
     p->peak = p->fixed + p->workspace + p->images;
     p->sum = p->fixed + p->rollout + p->update + p->images;
 }
@@ -107,6 +109,11 @@ char *grpo_plan_text(const GrpoMemPlan *p) {
                                        (double)p->images / GIB)
                              : xstrdup("");
     char *host = p->host ? xprintf(" (on the host: %.2f)", (double)p->host / GIB) : xstrdup("");
+    if (p->reward_model_host) {
+        char *more = xprintf("%s (reward models on the host: %.2f)", host, (double)p->reward_model_host / GIB);
+        free(host);
+        host = more;
+    }
     char *own = p->backend ? xprintf(" + device buffers %.2f", (double)p->backend / GIB) : xstrdup("");
     char *int8 = p->int8 ? xprintf(" + int8 rollout copy %.2f", (double)p->int8 / GIB) : xstrdup("");
     char *rm = p->reward_model ? xprintf(" + reward models %.2f", (double)p->reward_model / GIB) : xstrdup("");

@@ -175,12 +175,16 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         s->rm_dtype = c->reward.reward_model.dtype, s->rm_micro = c->reward.reward_model.micro_batch_size;
         int64_t len = c->reward.reward_model.max_length;
         s->rm_max_length = len ? len : max_seq_len(s) + 256;
+        s->rm_length_asked = len != 0;
     }
     const GrpoRewardConfig *rw = &c->reward;
     if (rw->judge.model_path && rw->judge.weight != 0) {
-        s->judge = (RewardJudgeConfig){rw->judge.model_path, rw->judge.rubric, rw->judge.regex, rw->judge.dtype,
-                                       rw->judge.max_length, rw->judge.max_new_tokens, rw->judge.micro_batch_size,
-                                       rw->judge.failure_score};
+        s->judge = (RewardJudgeConfig){.model_path = rw->judge.model_path, .rubric = rw->judge.rubric,
+                                       .regex = rw->judge.regex, .dtype = rw->judge.dtype,
+                                       .max_length = rw->judge.max_length, .length_asked = rw->judge.max_length != 0,
+                                       .max_new_tokens = rw->judge.max_new_tokens,
+                                       .max_batch = rw->judge.micro_batch_size,
+                                       .failure_score = rw->judge.failure_score};
         if (!s->judge.max_length) s->judge.max_length = max_seq_len(s) + 512 + rw->judge.max_new_tokens;
         s->judge_weight = rw->judge.weight;
     }
@@ -192,13 +196,15 @@ void grpo_settings_resolve(GrpoSettings *s, const GrpoConfig *c) {
         die("algorithm.rollout_correction.rollout_rs: %s", why);  // the configuration's check has said it first
     resolve_lora(s, c);
     // KL in the loss (verl use_kl_loss) or folded into the reward (use_kl_in_reward), never both.
-    s->loss = (GrpoLossConfig){(PolicyLossMode)a->policy_loss.loss_mode, a->tau_pos, a->tau_neg,
-                               a->clip_ratio_low, a->clip_ratio_high, a->clip_ratio_c,
-                               a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
-                               (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
-                               (LossAgg)a->loss_agg_mode, (double)c->data.max_response_length, a->entropy_coeff,
-                               a->policy_loss.clip_cov_ratio, a->policy_loss.clip_cov_lb, a->policy_loss.clip_cov_ub,
-                               a->policy_loss.kl_cov_ratio, a->policy_loss.ppo_kl_coef, 0};
+    s->loss = (GrpoLossConfig){
+        .mode = (PolicyLossMode)a->policy_loss.loss_mode, .tau_pos = a->tau_pos, .tau_neg = a->tau_neg,
+        .clip_low = a->clip_ratio_low, .clip_high = a->clip_ratio_high, .clip_c = a->clip_ratio_c,
+        .kl_coef = a->use_kl_loss ? a->kl_loss_coef : c->algorithm.use_kl_in_reward ? c->algorithm.kl_coef : 0.0,
+        .kl = (KlEstimator)(a->use_kl_loss ? a->kl_loss_type : c->algorithm.kl_penalty),
+        .agg = (LossAgg)a->loss_agg_mode, .norm_len = (double)c->data.max_response_length,
+        .entropy_coeff = a->entropy_coeff, .clip_cov_ratio = a->policy_loss.clip_cov_ratio,
+        .clip_cov_lb = a->policy_loss.clip_cov_lb, .clip_cov_ub = a->policy_loss.clip_cov_ub,
+        .kl_cov_ratio = a->policy_loss.kl_cov_ratio, .ppo_kl_coef = a->policy_loss.ppo_kl_coef};
     const GrpoRewardConfig *rc = &c->reward;
     RewardSpec *sp = s->rewards;
     // reward.by_data_source: both rules, each row scored by its own (a zero weight stands for 1)
@@ -281,6 +287,9 @@ static void run_load(Run *r) {
     const GrpoSettings *s = r->s;
     Qwen2Config lm;
     qwen2_config_load_vl(&lm, s->model_dir);
+    if (lm.vl && (s->rm_path || s->judge.model_path))  // their templates would get image parts
+        die("%s: a vision-language policy with reward.reward_model or reward.judge: not yet (they read text only)",
+            s->model_dir);
     if ((r->has_vl = lm.vl)) {  // the vision tower is frozen: loaded once, fp32, never trained
         vl_model_load(&r->vl, s->model_dir, &lm);
         vl_set_pixels(&r->vl.proc, s->min_pixels, s->max_pixels, "data.min_pixels / data.max_pixels");
@@ -348,7 +357,7 @@ static void run_load(Run *r) {
     r->n_stop = rollout_stop_ids(s->model_dir, &r->tok, r->stop_ids);
     reward_set_init(&r->rewards, s->rewards, s->n_rewards);
     if ((r->has_rm = s->rm_path != NULL))
-        reward_model_load(&r->rm, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_micro);
+        reward_model_load(&r->rm, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_length_asked, s->rm_micro);
     if ((r->has_judge = s->judge.model_path != NULL)) reward_judge_load(&r->judge, &s->judge);
     // The reference is the initial policy, frozen (optionally rounded to bf16); never computed when beta = 0.
     // With LoRA it is the base with the adapters switched off: the policy's own weights, no copy.
