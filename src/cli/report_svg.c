@@ -148,8 +148,8 @@ static int chart_range(const ReportMetrics *m, const ChartSpec *c, Range *r) {
         }
     if (!any) return 0;
     if (c->stacked) lo = 0;
-    if (r->x1 == r->x0) {  // one step: half a step either side, or more where 0.5 is below its ulp
-        double pad = fmax(0.5, fabs(r->x0) * 1e-9);
+    if (r->x1 == r->x0) {  // one step: half a step either side, or a few ulps where 0.5 is below its ulp
+        double pad = fmax(0.5, 4 * (nextafter(fabs(r->x0), INFINITY) - fabs(r->x0)));
         r->x0 -= pad, r->x1 += pad;
     }
     if (hi == lo) {  // a flat line sits in the middle of the plot
