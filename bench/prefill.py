@@ -35,6 +35,12 @@ def flops_per_token(m, T):
 
 def torch_forward_logprobs(m, ids):
     """Batched (B, T) forward in the reference's ops; returns (B, T-1) logprobs."""
+    z = torch_hidden(m, ids)[:, :-1] @ m.lm_head.t()
+    return z.gather(2, ids[:, 1:, None])[..., 0] - torch.logsumexp(z, -1)
+
+
+def torch_hidden(m, ids):
+    """Batched (B, T) forward in the reference's ops up to the final norm: (B, T, C)."""
     B, T = ids.shape
     H, KVH, D = m.H, m.KVH, m.D
     cos, sin = ref.rope_cos_sin(T, D, m.theta, m.dtype)
@@ -57,8 +63,7 @@ def torch_forward_logprobs(m, ids):
         x = x + F.linear(a.transpose(1, 2).reshape(B, T, H * D), L["wo"])
         h = ref.rms_norm(x, L["ln2"], m.eps)
         x = x + F.linear(F.silu(F.linear(h, L["wg"])) * F.linear(h, L["wu"]), L["wd"])
-    z = ref.rms_norm(x, m.norm, m.eps)[:, :-1] @ m.lm_head.t()
-    return z.gather(2, ids[:, 1:, None])[..., 0] - torch.logsumexp(z, -1)
+    return ref.rms_norm(x, m.norm, m.eps)
 
 
 def main():
