@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Reward-model scoring: `grpo score` on a sequence-classification model vs PyTorch, same weights, same run.
 
-usage: /usr/bin/python3 bench/reward_model.py [--grpo build/grpo] [--model DIR] [--batch 8x384] [--repeats 5]
-           [--threads N] [--modes quiet load]
+usage: /usr/bin/python3 bench/reward_model.py [--grpo build/grpo] [--model DIR] [--preset qwen2.5-0.5b]
+           [--batch 8x384] [--repeats 5] [--threads N] [--modes quiet load]
 
 What reward.reward_model costs a GRPO step: B conversations of T tokens through a Qwen2.5-0.5B-shaped reward model
-(`grpo init --reward-model --preset qwen2.5-0.5b`, random weights, BF16 file; made on first use) in bf16, the score
+(`grpo init --reward-model --preset PRESET`, random weights, BF16 file; made on first use) in bf16, the score
 head at the last token. grpo: `grpo score --dtype bf16 --stats`, the forward's seconds of each of --repeats batches
 after a first one (the first touches pages); PyTorch: bench/prefill.py's batched forward up to the final norm with
 the weights and activations torch.bfloat16 (as oneDNN runs them), then the score head on the last rows, median of
@@ -32,6 +32,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grpo", default=os.path.join(here, "..", "build", "grpo"))
     ap.add_argument("--model", default="/tmp/grpo-bench-rm-qwen2.5-0.5b")
+    ap.add_argument("--preset", default="qwen2.5-0.5b", help="the shape of a model made on first use")
     ap.add_argument("--batch", default="8x384", help="conversations x tokens of one forward")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -39,8 +40,8 @@ def main():
     a = ap.parse_args()
     B, T = (int(x) for x in a.batch.split("x"))
     if not os.path.exists(os.path.join(a.model, "config.json")):
-        print(f"creating {a.model} (a qwen2.5-0.5b-shaped reward model, bf16 file)", file=sys.stderr)
-        subprocess.run([a.grpo, "init", "--out", a.model, "--preset", "qwen2.5-0.5b", "--dtype", "bf16",
+        print(f"creating {a.model} (a {a.preset}-shaped reward model, bf16 file)", file=sys.stderr)
+        subprocess.run([a.grpo, "init", "--out", a.model, "--preset", a.preset, "--dtype", "bf16",
                         "--reward-model"], check=True)
     torch.set_num_threads(a.threads)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))

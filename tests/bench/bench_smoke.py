@@ -16,7 +16,7 @@ script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
            [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b memory prefill
-                   parquet serve chat_template tokenizer_throughput train]
+                   parquet reward_model serve chat_template tokenizer_throughput train]
 """
 import argparse
 import importlib.util
@@ -298,6 +298,28 @@ def prefill():
               f"max abs difference {err}; {p.stderr[-300:]}")
 
 
+def reward_model():
+    model = T("rm_tiny")
+    out, _ = bench("reward_model", "reward_model.py", ["--grpo", GRPO, "--model", model, "--preset", "tiny", "--batch", "2x16", "--repeats", 2,
+                                                       "--threads", 2, "--modes", "quiet", "load"])
+    prints("reward_model", out, "threads=2 ", "batch 2x16", "grpo conv/s", "torch conv/s", "\n quiet ", "\n  load ")
+    # its PyTorch peer computes grpo's model: the score `grpo score` gives (bf16 rounding points on both sides)
+    import torch
+    spec = importlib.util.spec_from_file_location("bench_prefill", os.path.join(BENCH, "prefill.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = ref.load_model(model, torch.float32)
+    ids = torch.randint(0, m.V, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = (mod.torch_hidden(m, ids)[:, -1] @ m.lm_head.t())[:, 0]
+    p = subprocess.run([GRPO, "score", "--model", model, "--dtype", "f32"], capture_output=True, text=True,
+                       input="".join(json.dumps({"tokens": r}) + "\n" for r in ids.tolist()), timeout=120)
+    got = torch.tensor([json.loads(l)["score"] for l in p.stdout.splitlines()]) if p.returncode == 0 else None
+    err = (got - want).abs().max().item() if got is not None and got.shape == want.shape else float("inf")
+    check("reward_model: its PyTorch forward gives grpo score's scores (1e-4)", err < 1e-4,
+          f"max abs difference {err}; {p.stderr[-300:]}")
+
+
 def serve():
     out, _ = bench("serve", "serve.py", ["--grpo", GRPO, "--model", T("serve_tiny"), "--preset", "tiny", "--clients", 4,
                                          "--requests", 4, "--max-tokens", 4, "--repeats", 1, "--modes", "quiet", "load"])
@@ -347,7 +369,7 @@ def train():
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
-          ("parquet", parquet), ("serve", serve), ("chat_template", chat_template), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
+          ("parquet", parquet), ("reward_model", reward_model), ("serve", serve), ("chat_template", chat_template), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
 harness.group("setup", setup)
 for name, fn in GROUPS:
