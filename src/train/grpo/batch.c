@@ -31,8 +31,8 @@ int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
     return seq_off[b - a];
 }
 
-// The rewards of one sample of prompt x (text: its final answer) into *det; returns the conversation's
-// messages of a multi-turn sample (NULL for single turn), which the caller frees.
+// The rewards of one sample of prompt x (text: its final answer) and the models' (grpo_model_rewards) into *det;
+// returns the conversation's messages of a multi-turn sample (NULL for single turn), which the caller frees.
 char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float models,
                         RewardDetail *det) {
     char *msgs = r->has_tools ? rollout_sample_messages(out, x->prompt, x->messages) : NULL;
