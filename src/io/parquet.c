@@ -24,9 +24,9 @@
 #define PQ_MAX_PAGE ((uint64_t)256 << 20)     // one page, decompressed
 // Level entries of the chunks of a row group read at once (~20 bytes each in memory: a few bytes of RLE can
 // claim millions), and the bytes of its pages decompressed, in all. The fuzz build's are smaller, to stay
-// within the fuzzer's memory limit, and it caps the JSON nodes the whole file's rows can make (allocations: the
-// harness fails an input that makes over a million): a node per value, and per row one per schema node (a
-// row's groups, nulls included).
+// within the fuzzer's memory limit, and it caps the JSON nodes the whole file's rows can make, as the footer counts
+// them (the harness fails an input that holds over a million allocations at once): a node per value, and per row
+// one per schema node (a row's groups, nulls included).
 #ifdef GRPO_FUZZ
 #define PQ_MAX_VALUES ((int64_t)1 << 22)
 #define PQ_MAX_GROUP_BYTES ((int64_t)1 << 28)

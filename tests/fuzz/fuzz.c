@@ -54,8 +54,28 @@ static size_t slot_of(uintptr_t p) {
 }
 static int slot_empty(const Slot *s) { return s->gen != gen || s->p == 0; }
 
+static Slot *heap_find(uintptr_t p);
+static void heap_add(uintptr_t p);
+
+// Keeps only the blocks still held, in a new generation of the set: an input that allocates and frees more blocks
+// than the log holds (a Parquet file of a million rows) goes on. A block the log names twice (freed, then the same
+// address allocated again) is kept once.
+static void heap_compact(void) {
+    size_t live = 0;
+    for (size_t i = 0; i < n_log; i++) {
+        Slot *s = heap_find(heap_log[i]);
+        if (!s) continue;
+        s->p = TOMB;  // found once
+        heap_log[live++] = heap_log[i];
+    }
+    gen++;
+    n_log = n_used = 0;
+    for (size_t i = 0; i < live; i++) heap_add(heap_log[i]);  // rewrites heap_log[i] with itself
+}
+
 static void heap_add(uintptr_t p) {
-    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) fuzz_fail("an input made over %zu allocations", n_log);
+    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) heap_compact();
+    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) fuzz_fail("an input held over %zu allocations at once", n_log);
     size_t i = slot_of(p);
     while (!slot_empty(&heap[i]) && heap[i].p != TOMB) i = (i + 1) & (HEAP_CAP - 1);
     if (slot_empty(&heap[i])) n_used++;
