@@ -52,6 +52,10 @@ void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
     Qwen2Config c;
     qwen2_config_load(&c, cfg->model_path);
     j->cfg = fitted(&c, cfg);
+    if (j->cfg.max_length <= j->cfg.max_new_tokens)
+        die("reward.judge.max_length %lld (%s's positions: %lld) leaves no room for a rubric beside "
+            "reward.judge.max_new_tokens %lld", (long long)j->cfg.max_length, cfg->model_path, (long long)c.max_pos,
+            (long long)j->cfg.max_new_tokens);
     tokenizer_load(&j->tok, cfg->model_path);
     if (j->tok.n_ids > c.vocab)
         die("reward.judge.model_path %s: its tokenizer has ids up to %d, its vocab_size is %lld", cfg->model_path,
@@ -88,14 +92,15 @@ static char *fill_rubric(const char *rubric, const char *prompt, const char *res
     return b.data;
 }
 
-// The score in the judge's answer: the last match of the regex (its first group, else all of it) read as a number.
-// Returns 0 when there is none.
+// The score in the judge's answer (valid UTF-8): the last non-empty match of the regex (its first group, else all
+// of it) read as a number that a float holds. Returns 0 when there is none.
 static int parse_score(const RewardJudge *j, const char *text, size_t n, double *score) {
     pcre2_match_data *md = (pcre2_match_data *)j->match;
     int found = 0;
     for (PCRE2_SIZE at = 0; at <= n;) {
-        int rc = pcre2_match((const pcre2_code *)j->re, (PCRE2_SPTR)text, n, at, 0, md, NULL);
-        if (rc < 0) break;  // no match, invalid UTF-8, or a match limit: what was found so far stands
+        int rc = pcre2_match((const pcre2_code *)j->re, (PCRE2_SPTR)text, n, at, PCRE2_NOTEMPTY | PCRE2_NO_UTF_CHECK,
+                             md, NULL);
+        if (rc < 0) break;  // no match, or a match limit: what was found so far stands
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         int g = rc > 1 && ov[2] != PCRE2_UNSET ? 1 : 0;
         char num[64];
@@ -103,9 +108,9 @@ static int parse_score(const RewardJudge *j, const char *text, size_t n, double 
         snprintf(num, sizeof num, "%.*s", (int)(len < 63 ? len : 63), text + ov[2 * g]);
         char *end;
         double v = strtod(num, &end);
-        found = len > 0 && len < 63 && end == num + len && isfinite(v);
+        found = len > 0 && len < 63 && end == num + len && isfinite((float)v);
         if (found) *score = v;
-        at = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
+        at = ov[1];  // past a non-empty match: a character boundary
     }
     return found;
 }
@@ -119,11 +124,10 @@ int64_t reward_judge_score(RewardJudge *j, int64_t n, const char *const *prompt,
     for (int64_t i = 0; i < n; i++) {
         char *rubric = fill_rubric(j->cfg.rubric, prompt[i], response[i], answer[i]);
         char *err = chat_encode_prompt(&j->tok, rubric, strlen(rubric), 1, NULL, &ids[i]);
-        int bad = err != NULL;  // a rubric its template cannot take, or not UTF-8: a failure
+        if (err) die("reward.judge %s: its chat template: %s", j->cfg.model_path, err);
         free(rubric);
-        free(err);
         scores[i] = (float)j->cfg.failure_score;
-        if (bad || ids[i].n == 0 || (int64_t)ids[i].n + j->cfg.max_new_tokens > j->cfg.max_length) {
+        if (ids[i].n == 0 || (int64_t)ids[i].n + j->cfg.max_new_tokens > j->cfg.max_length) {  // too long: a failure
             failures++;
             continue;
         }

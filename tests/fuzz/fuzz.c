@@ -33,11 +33,12 @@ void fuzz_fail(const char *fmt, ...) {
 }
 
 // ---------------------------------------------------------------- what the running input allocated
-// Heap blocks: an open-addressing set keyed by address, valid for the current generation (one per
-// input), plus the list of addresses inserted, so releasing walks only this input's blocks.
+// Heap blocks: an open-addressing set keyed by address, valid for the current generation (one per input, and one
+// per compaction), plus the list of addresses inserted, so releasing walks only this input's blocks.
 #define HEAP_CAP (1u << 21)
 #define LOG_CAP (1u << 20)
 #define TOMB ((uintptr_t)1)
+_Static_assert(HEAP_CAP / 2 >= LOG_CAP, "a compaction's re-adds never compact again");
 typedef struct {
     uintptr_t p;
     uint32_t gen;
@@ -74,8 +75,10 @@ static void heap_compact(void) {
 }
 
 static void heap_add(uintptr_t p) {
-    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) heap_compact();
-    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) fuzz_fail("an input held over %zu allocations at once", n_log);
+    if (n_used >= HEAP_CAP / 2 || n_log >= LOG_CAP) {
+        heap_compact();  // over half the log still held: fail rather than compact again and again
+        if (n_log > LOG_CAP / 2) fuzz_fail("an input held over %zu allocations at once", n_log);
+    }
     size_t i = slot_of(p);
     while (!slot_empty(&heap[i]) && heap[i].p != TOMB) i = (i + 1) & (HEAP_CAP - 1);
     if (slot_empty(&heap[i])) n_used++;

@@ -33,7 +33,7 @@ int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u) {
 
 // The rewards of one sample of prompt x (text: its final answer) and the models' (grpo_model_rewards) into *det;
 // returns the conversation's messages of a multi-turn sample (NULL for single turn), which the caller frees.
-char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float models,
+char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, double models,
                         RewardDetail *det) {
     char *msgs = r->has_tools ? rollout_sample_messages(out, x->prompt, x->messages) : NULL;
     RewardRow row = {x->prompt, x->answer, msgs, x->extra_info, -1};
@@ -43,19 +43,26 @@ char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample
     return msgs;
 }
 
-void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
+// A weighted score that a float reward cannot hold ends the run in one line (the advantages would be NaN).
+static double weighted(double weight, float score, const char *key) {
+    double v = weight * (double)score;
+    if (!isfinite((float)v)) die("%s x a score of %g is %g: not a reward a float holds", key, (double)score, v);
+    return v;
+}
+
+void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, double *out,
                         StepStats *st) {
     StepStats none = {0};
     if (!st) st = &none;
     float *score = xmalloc((size_t)(n + 1) * sizeof *score);
     char **text = xmalloc((size_t)(n + 1) * sizeof *text);
-    for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
+    for (int64_t i = 0; i < n; i++) out[i] = 0.0;
     if (r->has_rm) {
         for (int64_t i = 0; i < n; i++) text[i] = rollout_sample_messages(&samples[i], x[i]->prompt, x[i]->messages);
         st->rm_cut += reward_model_score(&r->rm, n, (const char *const *)text, score);
         for (int64_t i = 0; i < n; i++) {
             free(text[i]);
-            out[i] += (float)(r->s->rm_weight * score[i]);
+            out[i] += weighted(r->s->rm_weight, score[i], "reward.reward_model.weight");
             st->rm_sum += score[i];
         }
         st->rm_n += n;
@@ -70,7 +77,7 @@ void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSampl
         st->judge_failures += reward_judge_score(&r->judge, n, prompt, (const char *const *)text, answer, score);
         for (int64_t i = 0; i < n; i++) {
             free(text[i]);
-            out[i] += (float)(r->s->judge_weight * score[i]);
+            out[i] += weighted(r->s->judge_weight, score[i], "reward.judge.weight");
             st->judge_sum += score[i];
         }
         st->judge_n += n;
@@ -123,7 +130,7 @@ void grpo_batch_alloc(const Run *r, const int64_t *idx, StepBatch *sb) {
 void grpo_score_rewards(Run *r, const int64_t *idx, StepBatch *sb, StepStats *st) {
     const GrpoSettings *s = r->s;
     grpo_batch_alloc(r, idx, sb);
-    float *models = xmalloc(((size_t)sb->n_samples + 1) * sizeof *models);
+    double *models = xmalloc(((size_t)sb->n_samples + 1) * sizeof *models);
     grpo_model_rewards(r, sb->prompt, sb->samples, sb->n_samples, models, st);
     for (int64_t i = 0; i < sb->n_samples; i++) {
         const RolloutSample *x = &sb->samples[i];

@@ -221,7 +221,8 @@ static const ConfigKey KEYS[] = {
     KINT_NULL("reward.judge.max_length", reward.judge.max_length, 2, INT32_MAX,
               "tokens of rubric and answer a judgement may take; a longer rubric is a failure (null: "
               "data.max_prompt_length + data.max_response_length + 512 + reward.judge.max_new_tokens)"),
-    KINT("reward.judge.micro_batch_size", reward.judge.micro_batch_size, "8", 1, 4096, "judgements decoded together"),
+    KINT("reward.judge.micro_batch_size", reward.judge.micro_batch_size, "8", 1, 4096,
+         "the judge's workspace holds this many judgements of reward.judge.max_length tokens (shorter ones: more)"),
     KFLOAT("reward.judge.failure_score", reward.judge.failure_score, "0.0", -BIG, BIG,
            "the score of an answer without one (no match, not a number) or of a rubric too long; counted in "
            "judge_failures"),

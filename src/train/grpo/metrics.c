@@ -141,8 +141,9 @@ void grpo_write_metrics(Run *r, const StepBatch *sb, const StepStats *st) {
         fprintf(stderr, "grpo: warning: step %lld: %.0f conversation(s) longer than reward.reward_model.max_length "
                 "were cut to their last tokens\n", (long long)r->tr.st.iteration, sum[M_RM_CUT]);
     if (sum[M_JUDGE_FAIL] > 0)
-        fprintf(stderr, "grpo: warning: step %lld: %.0f of %.0f judgements had no score (reward.judge.regex) and "
-                "scored %g\n", (long long)r->tr.st.iteration, sum[M_JUDGE_FAIL], sum[M_JUDGE_N], s->judge.failure_score);
+        fprintf(stderr, "grpo: warning: step %lld: %.0f of %.0f judgements had no score (no match of "
+                "reward.judge.regex, or a rubric past reward.judge.max_length) and scored %g\n",
+                (long long)r->tr.st.iteration, sum[M_JUDGE_FAIL], sum[M_JUDGE_N], s->judge.failure_score);
     fprintf(stderr, "grpo train: step %lld/%lld | reward %.3f | acc %.3f | kl %.4g | clip %.3f | len %.1f | %.0f tok/s | %.1f s\n",
             (long long)r->tr.st.iteration, (long long)r->steps, rmean, acc, kl, sum[M_CLIP] / upd, rlen, tok_s, dt);
 }

@@ -55,7 +55,7 @@ static void validate(Run *r, int64_t step, ValStats *v) {
     if (n > 0) grpo_generate(r, m, &r->val, idx, idx, (int)n, G, &s->val_sampler, feats, out);
     grpo_features_free(feats, n);
     const PromptSample **xs = xmalloc((size_t)(n * G + 1) * sizeof *xs);
-    float *models = xmalloc((size_t)(n * G + 1) * sizeof *models);
+    double *models = xmalloc((size_t)(n * G + 1) * sizeof *models);
     for (int64_t i = 0; i < n * G; i++) xs[i] = &r->val.s[v0 + i / G];
     grpo_model_rewards(r, xs, out, n * G, models, NULL);
     FILE *dump = NULL;

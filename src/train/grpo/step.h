@@ -138,13 +138,13 @@ void grpo_step(Run *r, Stream *stream);
 int64_t grpo_pack(const StepBatch *sb, int64_t a, int64_t b, UpdateWs *u);
 // The rewards of one sample of prompt x (text: its final answer) into *det, with `models` (grpo_model_rewards')
 // added; returns the conversation's messages of a multi-turn sample (NULL for single turn), which the caller frees.
-char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, float models,
+char *grpo_score_sample(const Run *r, const PromptSample *x, const RolloutSample *out, const char *text, double models,
                         RewardDetail *det);
 // The rewards of models of n samples (sample i of prompt x[i]) into out: the reward model's score of the
 // conversation (its response as the assistant's turn) and the judge's of the prompt, the response's last turn and
 // the answer, each times its weight (0 without them). Their scores, the conversations the reward model cut at its
 // max_length and the judge's failures are added to st (may be NULL).
-void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, float *out,
+void grpo_model_rewards(Run *r, const PromptSample *const *x, const RolloutSample *samples, int64_t n, double *out,
                         StepStats *st);
 // reward.by_data_source: every row's data_source must name a rule (checked before the run starts).
 void grpo_check_data_sources(const PromptData *d, const char *const *paths);
