@@ -274,6 +274,14 @@ def memory():
     prints("memory --model --lora-rank", out, "LoRA rank 2", "== offload_optimizer=true", *run_lines)
 
 
+def prefill_module():
+    """bench/prefill.py, whose PyTorch forward is the peer of cpu.py, prefill.py and reward_model.py."""
+    spec = importlib.util.spec_from_file_location("bench_prefill", os.path.join(BENCH, "prefill.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def prefill():
     for name, model in (("prefill qwen2 bf16", T("qwen2")), ("prefill qwen3", T("qwen3"))):
         out, _ = bench(name, "prefill.py", ["--grpo", GRPO, "--model", model, "--lengths", 8, 16, "--batch-tokens", 32,
@@ -283,9 +291,7 @@ def prefill():
         check(f"{name}: a row per length (B = batch tokens / T)", rows == [("8", "4"), ("16", "2")], str(rows))
         # its PyTorch peer (which cpu.py uses too) computes grpo's model: the same log-probs as `grpo score`
         import torch
-        spec = importlib.util.spec_from_file_location("bench_prefill", os.path.join(BENCH, "prefill.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = prefill_module()
         m = ref.load_model(model, torch.float32)
         ids = torch.randint(0, m.V, (2, 16), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
@@ -300,14 +306,12 @@ def prefill():
 
 def reward_model():
     model = T("rm_tiny")
-    out, _ = bench("reward_model", "reward_model.py", ["--grpo", GRPO, "--model", model, "--preset", "tiny", "--batch", "2x16", "--repeats", 2,
-                                                       "--threads", 2, "--modes", "quiet", "load"])
+    out, _ = bench("reward_model", "reward_model.py", ["--grpo", GRPO, "--model", model, "--preset", "tiny", "--batch",
+                                                       "2x16", "--repeats", 2, "--threads", 2, "--modes", "quiet", "load"])
     prints("reward_model", out, "threads=2 ", "batch 2x16", "grpo conv/s", "torch conv/s", "\n quiet ", "\n  load ")
     # its PyTorch peer computes grpo's model: the score `grpo score` gives (bf16 rounding points on both sides)
     import torch
-    spec = importlib.util.spec_from_file_location("bench_prefill", os.path.join(BENCH, "prefill.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = prefill_module()
     m = ref.load_model(model, torch.float32)
     ids = torch.randint(0, m.V, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

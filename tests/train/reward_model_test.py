@@ -333,13 +333,17 @@ def test_judge(policy):
     rows = [json.loads(l) for l in open(data)]
     rubric = "Grade {response} (question: {prompt}; answer {answer}). {prompt}"
     out = os.path.join(TMP, "out-judge")
-    shutil.rmtree(out, ignore_errors=True)
-    p = run("train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out}", "trainer.steps=1",
-            "data.train_batch_size=4", "rollout.n=4", "data.max_prompt_length=48", "data.max_response_length=10",
-            "data.chat_template=false", "trainer.dump_samples=true", "reward.gsm8k.weight=0",
-            f"reward.judge.model_path={judge}", "reward.judge.weight=0.5", "reward.judge.dtype=f32",
-            f"reward.judge.rubric='{rubric}'", "reward.judge.regex='([0-9])'", "reward.judge.max_new_tokens=12",
-            "reward.judge.failure_score=-1", "reward.judge.micro_batch_size=3")
+
+    def judged(out, regex, *more):
+        """One step with the judge alone (weight 0.5, failures -1) reading the rubric with regex."""
+        shutil.rmtree(out, ignore_errors=True)
+        return run("train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out}",
+                   "trainer.steps=1", "data.train_batch_size=4", "rollout.n=4", "data.max_prompt_length=48",
+                   "data.max_response_length=10", "data.chat_template=false", "trainer.dump_samples=true",
+                   "reward.gsm8k.weight=0", f"reward.judge.model_path={judge}", "reward.judge.weight=0.5",
+                   "reward.judge.dtype=f32", f"reward.judge.rubric='{rubric}'", f"reward.judge.regex='{regex}'",
+                   "reward.judge.max_new_tokens=12", "reward.judge.failure_score=-1", *more)
+    p = judged(out, "([0-9])", "reward.judge.micro_batch_size=3")
     check(p.returncode == 0, f"judge: grpo train with a judge ran (rc {p.returncode}) "
                              f"{p.stderr.strip()[-300:] if p.returncode else ''}")
     if p.returncode:
@@ -388,13 +392,7 @@ def test_judge(policy):
     check(ok and "leaves no room for a rubric" in err, f"judge: max_length without room for a rubric: {err!r}")
     # a regex without a group that can match empty: the last non-empty match, all of it (a run of digits)
     out2 = out + "-nogroup"
-    shutil.rmtree(out2, ignore_errors=True)
-    p = run("train", f"model.path={policy}", f"data.train_file={data}", f"trainer.out_dir={out2}", "trainer.steps=1",
-            "data.train_batch_size=4", "rollout.n=4", "data.max_prompt_length=48", "data.max_response_length=10",
-            "data.chat_template=false", "trainer.dump_samples=true", "reward.gsm8k.weight=0",
-            f"reward.judge.model_path={judge}", "reward.judge.weight=0.5", "reward.judge.dtype=f32",
-            f"reward.judge.rubric='{rubric}'", "reward.judge.regex='[0-9]*'", "reward.judge.max_new_tokens=12",
-            "reward.judge.failure_score=-1")
+    p = judged(out2, "[0-9]*")
     got = [s["reward"] for s in read_jsonl_bytes(os.path.join(out2, "samples.jsonl"))] if p.returncode == 0 else []
     want = [0.5 * (float(re.findall(r"[0-9]+", a)[-1]) if re.findall(r"[0-9]+", a) else -1.0) for a in answers]
     check(got == want, f"judge: regex [0-9]* scores the last run of digits of the same answers ({p.stderr[-200:] if p.returncode else ''})")
