@@ -436,15 +436,15 @@ def g_errors():
 def g_queue():
     """--max-batch 1 --max-queue 1: one request runs, one waits, the next is answered 429 with Retry-After."""
     with Server(SLOW, "--max-batch", 1, "--max-queue", 1) as srv:
-        long_body = json.dumps({"prompt": "a", "max_tokens": 1500, "temperature": 1.0, "seed": 1}).encode()
+        long_body = json.dumps({"prompt": "a", "max_tokens": 2000, "temperature": 1.0, "seed": 1}).encode()
         results = []
 
         def post():
             results.append(request(srv, "POST", "/v1/completions", long_body, timeout=900)[0])
         ts = [threading.Thread(target=post) for _ in range(2)]
-        for t in ts:
+        for t, gauge in zip(ts, ("grpo_running_requests", "grpo_queue_depth")):
             t.start()
-            time.sleep(0.3)
+            wait_metric(srv, gauge, 1)  # one runs, then one waits: the queue is full before the third comes
         r = calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": "b", "max_tokens": 1}})[0]
         for t in ts:
             t.join()
@@ -465,7 +465,7 @@ def g_disconnect():
             if stream:
                 first_token(s)
             else:
-                time.sleep(0.3)
+                wait_metric(srv, "grpo_running_requests", 1)
             before = metric(srv, "grpo_generation_tokens_total")
             s.close()
             t0 = time.time()
@@ -492,6 +492,16 @@ def metric(srv, name):
     return int(re.search(name + r" (\d+)", text).group(1))
 
 
+def wait_metric(srv, name, value, timeout=60):
+    """Polls /metrics until the counter or gauge `name` reads `value` (what the server did, not a guess of how
+    long it takes); an AssertionError after `timeout` seconds."""
+    end = time.time() + timeout
+    while metric(srv, name) != value:
+        if time.time() > end:
+            raise AssertionError(f"{name} did not reach {value} in {timeout}s")
+        time.sleep(0.01)
+
+
 def g_left_queued():
     """A client that leaves while its request waits in the queue: the request never runs (its prompt is never
     admitted), and the server goes on."""
@@ -504,9 +514,9 @@ def g_left_queued():
         first_token(running)  # its prompt is admitted and counted before `before` is read
         before = metric(srv, "grpo_prompt_tokens_total")
         queued = send({"prompt": "q" * 50, "max_tokens": 5})
-        time.sleep(0.3)
+        wait_metric(srv, "grpo_queue_depth", 1)
         queued.close()
-        time.sleep(0.3)
+        wait_metric(srv, "grpo_queue_depth", 0)  # dropped at the next step, while the first still runs
         running.close()
         r = calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": "b", "max_tokens": 3}})[0]
         admitted = metric(srv, "grpo_prompt_tokens_total") - before
@@ -522,7 +532,7 @@ def g_sigterm():
         t = threading.Thread(target=lambda: out.append(request(srv, "POST", "/v1/completions", body,
                                                                timeout=900)))
         t.start()
-        time.sleep(0.5)
+        wait_metric(srv, "grpo_running_requests", 1)
         srv.p.send_signal(signal.SIGTERM)
         t.join()
         rc = srv.p.wait(60)
@@ -549,13 +559,14 @@ def g_load():
         bad = [i for i, r in enumerate(res) if not r["ok"] or
                r["response"]["choices"][0]["token_ids"] != want[i % 80]["tokens"]]
         lat = sorted(r["seconds"] for r in res)
-        st, _, body = request(srv, "GET", "/metrics")
-        m = re.search(r'grpo_step_batch_size_bucket\{le="1"\} (\d+)', body.decode())
-        steps = int(re.search(r"grpo_step_batch_size_count (\d+)", body.decode()).group(1))
+        steps = metric(srv, "grpo_step_batch_size_count")
+        made = metric(srv, "grpo_generation_tokens_total")
         check("load: 64 clients x 20 requests all answered, each equal to grpo generate's (token ids)",
               len(res) == 1280 and not bad, f"{len(bad)} wrong; {out['seconds']:.1f}s, p50 {lat[len(lat) // 2]:.3f}s")
-        check("load: requests shared decode steps (continuous batching)", int(m.group(1)) < steps / 2,
-              f"{m.group(1)} of {steps} steps had one sequence")
+        # one sequence a step would make as many steps as tokens; how many steps had one depends on how fast
+        # the clients come back (a busy machine: a third), the mean batch does not
+        check("load: requests shared decode steps (continuous batching): at least 2 sequences a step on average",
+              made >= 2 * steps, f"{made} tokens in {steps} steps")
     check("load: the server exits 0", srv.rc == 0)
 
 
