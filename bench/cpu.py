@@ -2,8 +2,8 @@
 """CPU benchmark, fp32 and bf16, quiet and under load: one table with every figure of the CPU goals.
 
 usage: /usr/bin/python3 bench/cpu.py [--grpo build/grpo] [--ceiling build/ceiling] [--model DIR]
-           [--modes quiet load] [--repeats 3] [--threads N] [--train-steps 4] [--skip-train]
-           [--isa avx2|avx512|avx512_bf16|amx|native] [--prefill-batch 4x512] [--decode-new 32 16]
+           [--modes quiet load] [--repeats 3] [--threads N] [--train-steps 4] [--skip-train] [--skip-levels]
+           [--isa avx2|avx512|avx512_bf16|amx|native] [--prefill-batch 4x512] [--decode-new 32 16] [--decode-batch 64]
            [--skinny-mb 512]
 --isa caps every side at that CPU level: grpo and its ceilings through GRPO_CPU_ISA, PyTorch through
 ONEDNN_MAX_CPU_ISA and (avx2) OPENBLAS_CORETYPE=Haswell, set before torch loads. The table heads with
@@ -37,7 +37,8 @@ the CPU-levels issue: decode b1 >= 1.8x, prefill and train step >= 0.9x, score's
 issue 41's: each level's decode kernel and its whole batch-1 decode at >= 85% of the read loop, no level
 slower than a lower one (5% allowed for noise), int8 decode b1 >= 1.6x bf16, prefill bf16 >= 1.1x and the
 train step bf16 >= 1.5x PyTorch bf16. A ceiling that cannot be measured prints as n/a. Model: qwen2.5-0.5b shape, random weights
-(made on first use, F32 file).
+(made on first use, F32 file), or --model DIR of any family the reference reads (Llama-3.2-1B's: `grpo init --preset
+llama-3.2-1b`).
 Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
@@ -217,8 +218,9 @@ def run_mode(a, mode, models, tmp):
         V = models["torch_f32"].V
         r["prefill"] = prefill(a, env, models, torch.randint(0, V, a.prefill_batch, generator=g))
         r["decode1"] = decode(a, env, models, 1, a.decode_new[0], 16)
-        r["decode64"] = decode(a, env, models, 64, a.decode_new[1], 4)
-        r["levels"] = decode_levels(a, env)
+        r["decode64"] = decode(a, env, models, a.decode_batch, a.decode_new[1], 4)  # the batch's, 64 by default
+        if not a.skip_levels:
+            r["levels"] = decode_levels(a, env)
         if not a.skip_train:
             r["train"] = train(a, env, tmp)
     finally:
@@ -247,7 +249,7 @@ def report(a, m, res):  # m: the fp32 reference model (sizes)
               f"bf16 {fmt(c['gemm_bf16'], '.0f')}{' (widened to fp32)' if widened else ''} GFLOP/s")
         print(f"{'phase':<12}{'grpo f32':>10}{'grpo bf16':>11}{'torch f32':>11}{'torch bf16':>11}"
               f"{'f32/torch':>10}{'bf16/torch':>11}{'bf16/tbf16':>11}  extra")
-        for k, name in (("prefill", "prefill"), ("decode1", "decode b1"), ("decode64", "decode b64"),
+        for k, name in (("prefill", "prefill"), ("decode1", "decode b1"), ("decode64", f"decode b{a.decode_batch}"),
                         ("train", "train step")):
             if k not in r:
                 continue
@@ -343,9 +345,11 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--train-steps", type=int, default=4)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--skip-levels", action="store_true", help="no decode and kernels by CPU level")
     ap.add_argument("--isa", choices=list(ISA_ENV), help="cap grpo and PyTorch at this CPU level")
     ap.add_argument("--prefill-batch", default="4x512", help="sequences x tokens of one prefill forward")
     ap.add_argument("--decode-new", type=int, nargs=2, default=[32, 16], help="new tokens at batch 1 and 64")
+    ap.add_argument("--decode-batch", type=int, default=64, help="the larger decode batch")
     ap.add_argument("--gemm-shape", type=int, nargs=3, default=[2048, 4864, 896], help="M N K of the ceilings")
     ap.add_argument("--read-mb", type=int, default=1024, help="size of the read loop's array")
     ap.add_argument("--skinny-mb", type=int, default=512, help="weights each decode kernel streams (by level)")

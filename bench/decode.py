@@ -36,7 +36,7 @@ def torch_greedy(m, ids, steps):
     B, P = ids.shape
     H, KVH, D = m.H, m.KVH, m.D
     G = H // KVH
-    cos, sin = ref.rope_cos_sin(P + steps, D, m.theta, m.dtype)
+    cos, sin = ref.rope_cos_sin(P + steps, D, m.theta, m.dtype, m.inv_freq)
     cache = [None] * len(m.layers)
 
     def forward(x_ids, pos):

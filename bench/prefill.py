@@ -43,7 +43,7 @@ def torch_hidden(m, ids):
     """Batched (B, T) forward in the reference's ops up to the final norm: (B, T, C)."""
     B, T = ids.shape
     H, KVH, D = m.H, m.KVH, m.D
-    cos, sin = ref.rope_cos_sin(T, D, m.theta, m.dtype)
+    cos, sin = ref.rope_cos_sin(T, D, m.theta, m.dtype, m.inv_freq)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     x = m.embed[ids]
     for L in m.layers:

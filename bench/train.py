@@ -109,7 +109,7 @@ def torch_worker(a):
                for r in rows), "the worker expects equal prompt/completion lengths"
     data = torch.tensor([r["prompt_ids"] + r["completion_ids"] for r in rows], dtype=torch.long)
     H, KVH, D, T = m.H, m.KVH, m.D, a.seq_len
-    cos, sin = ref.rope_cos_sin(T, D, m.theta, torch.float32)
+    cos, sin = ref.rope_cos_sin(T, D, m.theta, torch.float32, m.inv_freq)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
 
     def nll_sum(ids):

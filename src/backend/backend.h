@@ -10,6 +10,7 @@
 
 #include "base/arena.h"
 #include "base/dtype.h"
+#include "nn/ops.h"
 #include "nn/optim.h"
 #include "nn/sampler.h"
 
@@ -56,7 +57,7 @@ struct Backend {
                             int64_t C, float eps);
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const void *weight, const void *bias,
                            DType dt, int64_t N, int64_t C, int64_t OC);
-    void (*rope_table)(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta);
+    void (*rope_table)(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f);
     void (*rope_forward)(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D);
     void (*swiglu_forward)(const Backend *be, float *out, const float *gate, const float *up, int64_t n);
     void (*residual_forward)(const Backend *be, float *x, const float *y, int64_t n);

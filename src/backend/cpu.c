@@ -60,9 +60,9 @@ static void cpu_matmul(const Backend *be, float *out, const void *inp, const voi
     matmul_forward(out, inp, weight, bias, dt, N, C, OC);
 }
 
-static void cpu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta) {
+static void cpu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f) {
     (void)be;
-    rope_table(cs, pos, N, D, theta);
+    rope_table(cs, pos, N, D, f);
 }
 
 static void cpu_rope(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 static CliOpt *find(const CliSpec *spec, const char *name) {
     for (int i = 0; i < spec->n; i++)
@@ -93,11 +93,11 @@ DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const ch
 }
 
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
-    if (!cli_str(spec, "--dtype")) return qwen2_file_dtype(model_dir);
+    if (!cli_str(spec, "--dtype")) return decoder_file_dtype(model_dir);
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8,
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Decoder *m, Lora *lora, DecoderQ8 *q8,
                               int kinds) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter"), *dts = cli_str(spec, "--dtype");
     int int8 = q8 && dts && strcmp(dts, "int8") == 0;
@@ -107,13 +107,13 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     DType dt = be->on_device || int8 ? DTYPE_BF16 : cli_weights_dtype(spec, model_dir);
     if (be->on_device && dts && (int8 || cli_dtype(spec, "--dtype", "f32", "bf16", NULL) != DTYPE_BF16))
         die("--dtype %s: --device %s computes in bf16 (fp32 and int8 weights run on the CPU)", dts, dev);
-    Qwen2Config c;
-    qwen2_config_read(&c, model_dir);
-    if (c.score_labels && !(kinds & CLI_MODEL_RM)) qwen2_config_load_vl(&c, model_dir);  // refuses them in one line
-    if (c.vl && !(kinds & CLI_MODEL_VL)) qwen2_config_load(&c, model_dir);
+    DecoderConfig c;
+    decoder_config_read(&c, model_dir);
+    if (c.score_labels && !(kinds & CLI_MODEL_RM)) decoder_config_load_vl(&c, model_dir);  // refuses them in one line
+    if (c.vl && !(kinds & CLI_MODEL_VL)) decoder_config_load(&c, model_dir);
     if (c.vl && be->on_device) die("--device %s: vision-language models run on the CPU only so far", dev);
-    qwen2_load_config(m, model_dir, dt, &c);
-    qwen2_to_backend(m, be);
+    decoder_load_config(m, model_dir, dt, &c);
+    decoder_to_backend(m, be);
     memset(lora, 0, sizeof *lora);
     if (adapter) {
         lora_load(lora, &m->cfg, adapter);
@@ -121,8 +121,8 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 
     }
     if (q8) memset(q8, 0, sizeof *q8);
     if (int8) {  // decode's copies; prefill reads the bf16 slab
-        qwen2_q8_init(q8, m, "--dtype int8");
-        qwen2_q8_quantize(q8, m);
+        decoder_q8_init(q8, m, "--dtype int8");
+        decoder_q8_quantize(q8, m);
         m->q8 = q8;
     }
     return be;

@@ -4,7 +4,7 @@
 
 #include "base/dtype.h"
 #include "model/lora.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 #include "train/trainer.h"
 
@@ -41,18 +41,18 @@ const CliOpt *cli_opt(const CliSpec *spec, const char *name);
 // dies naming the option on any other value. The option must have a value (a default or given).
 DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const char *bf16, const char *f16);
 // The weights' dtype from option --dtype (f32 or bf16); without it, the checkpoint's in model_dir
-// (qwen2_file_dtype).
+// (decoder_file_dtype).
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
 // Loads model_dir onto the backend option --device names (default cpu): bf16 on a GPU, else as
-// cli_weights_dtype says. Returns the backend (backend_close it after qwen2_free).
+// cli_weights_dtype says. Returns the backend (backend_close it after decoder_free).
 // Loads --model onto --device in --dtype; with --adapter (when the spec has it) the PEFT LoRA adapter
 // into *lora, attached to m (free it with lora_free; lora->params is NULL without one). q8: for commands that
 // decode (generate, serve), where --dtype int8 loads bf16 weights and their int8 copies into *q8, attached
-// to m (qwen2_q8_free it; zeroed without); NULL: int8 is refused. kinds: CLI_MODEL_VL, the command takes
+// to m (decoder_q8_free it; zeroed without); NULL: int8 is refused. kinds: CLI_MODEL_VL, the command takes
 // images, so a Qwen2.5-VL model's language model loads (on the CPU); CLI_MODEL_RM, a reward model loads (its
 // score head for lm_head); other such models are refused.
 enum { CLI_MODEL_VL = 1, CLI_MODEL_RM = 2 };
-const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Qwen2 *m, Lora *lora, Qwen2Q8 *q8,
+const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Decoder *m, Lora *lora, DecoderQ8 *q8,
                               int kinds);
 // The LoRA options of a training command (--lora-rank, --lora-alpha, --lora-targets, --lora-base-dtype,
 // --adapter); rank 0 and no adapter: full fine-tuning.

@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/doctor.h"
 #include "model/lora.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "train/grpo/grpo.h"
 
 static const char *const status_names[] = {"PASS", "WARN", "FAIL"};
@@ -183,8 +183,8 @@ static void plan_config(DoctorPlan *p, const GrpoConfig *c, int ranks) {
         p->why = "model.path has no config.json";
         return;
     }
-    Qwen2Config mc;
-    qwen2_config_load_vl(&mc, s.model_dir);  // grpo train takes VL models: the plan counts their tower
+    DecoderConfig mc;
+    decoder_config_load_vl(&mc, s.model_dir);  // grpo train takes VL models: the plan counts their tower
     const Backend *be = backend_cpu();
     if (s.device && strcmp(s.device, "cpu") != 0) {
         p->device = s.device;

@@ -10,7 +10,7 @@
 #include "base/util.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vl.h"
 #include "nn/skinny.h"
 #include "rollout/rollout.h"
@@ -22,7 +22,7 @@
 typedef struct {
     Tokenizer tok;
     int has_tok;
-    const Qwen2 *m;
+    const Decoder *m;
     const int32_t *stop_ids;
     int n_stop_ids;
     Utf8Stream stream;  // plain mode: text printed as it is generated
@@ -176,10 +176,10 @@ static void print_sample_jsonl(const Gen *g, const RolloutSample *s, int index, 
     printf(", \"finish_reason\": \"%s\"}\n", s->finish == FINISH_STOP ? "stop" : "length");
 }
 
-static size_t default_kv_budget(const Qwen2Config *c, const RolloutPrompt *p, int n, int G) {
+static size_t default_kv_budget(const DecoderConfig *c, const RolloutPrompt *p, int n, int G) {
     int64_t slot = 1;
     for (int i = 0; i < n; i++) slot = p[i].n + p[i].max_new_tokens > slot ? p[i].n + p[i].max_new_tokens : slot;
-    size_t need = qwen2_kv_bytes_per_token(c) * (size_t)slot * (size_t)n * (size_t)G;
+    size_t need = decoder_kv_bytes_per_token(c) * (size_t)slot * (size_t)n * (size_t)G;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t cap = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 : (size_t)4 << 30;  // a quarter of RAM
     return need < cap ? need : cap;
@@ -340,9 +340,9 @@ int cmd_generate(int argc, char **argv) {
     if (jsonl && spec.n_args) die("a prompt argument was given with --jsonl; prompts come from stdin");
 
     const char *dir = cli_str(&spec, "--model");
-    Qwen2 m;
+    Decoder m;
     Lora lora;
-    Qwen2Q8 q8;
+    DecoderQ8 q8;
     const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, CLI_MODEL_VL);
     Gen g = {.m = &m, .has_vl = m.cfg.vl};
     if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
@@ -386,7 +386,7 @@ int cmd_generate(int argc, char **argv) {
     }
     // Image prompts: each image through the frozen tower once, its features in its prompt's pads.
     float **feats = xcalloc((size_t)n_prompts + 1, sizeof *feats);
-    Qwen2VlInputs *vin = xcalloc((size_t)n_prompts + 1, sizeof *vin);
+    DecoderVlInputs *vin = xcalloc((size_t)n_prompts + 1, sizeof *vin);
     for (int i = 0; jsonl && g.has_vl && i < n_prompts; i++) {
         snprintf(where, sizeof where, "stdin line %d", i + 1);
         feats[i] = vl_prompt_features(&g.vl, g.ims[i], g.n_ims[i], where);
@@ -414,7 +414,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 0; i < n_prompts * G; i++) rollout_sample_free(&out[i]);
     for (int i = 0; i < n_prompts; i++) {
         free(ids[i].ids);
-        qwen2_vl_inputs_free(&vin[i]);
+        decoder_vl_inputs_free(&vin[i]);
         free(feats[i]);
         for (int k = 0; g.ims && k < g.n_ims[i]; k++) vl_image_free(&g.ims[i][k]);
         if (g.ims) free(g.ims[i]);
@@ -428,8 +428,8 @@ int cmd_generate(int argc, char **argv) {
     free((void *)stop->values);
     if (g.has_tools) toolset_free(&g.tools);
     if (g.has_tok) tokenizer_free(&g.tok);
-    qwen2_free(&m);
-    qwen2_q8_free(&q8);
+    decoder_free(&m);
+    decoder_q8_free(&q8);
     lora_free(&lora);
     backend_close(be);
     return 0;

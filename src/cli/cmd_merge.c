@@ -6,7 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/lora.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 
 int cmd_merge(int argc, char **argv) {
@@ -28,17 +28,17 @@ int cmd_merge(int argc, char **argv) {
     char *cfg = path_join(out, "config.json");
     if (!cli_str(&spec, "--force") && file_exists(cfg)) die("%s already holds a model; choose another --out or pass --force", out);
     free(cfg);
-    Qwen2 m;
-    qwen2_load(&m, base, DTYPE_F32);
+    Decoder m;
+    decoder_load(&m, base, DTYPE_F32);
     Lora lora;
     lora_load(&lora, &m.cfg, adapter);
     lora_merge(&m, &lora);
     dir_create(out);
     copy_model_extras(base, out);
-    qwen2_save(&m, out, dtype, NULL);
+    decoder_save(&m, out, dtype, NULL);
     fprintf(stderr, "grpo merge: wrote %s (%s + %s, r = %lld, scale %g)\n", out, base, adapter,
             (long long)lora.spec.rank, (double)lora.scale);
     lora_free(&lora);
-    qwen2_free(&m);
+    decoder_free(&m);
     return 0;
 }

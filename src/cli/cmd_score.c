@@ -12,7 +12,7 @@
 #include "base/util.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vl.h"
 #include "text/tokenizer.h"
 
@@ -45,10 +45,10 @@ static void batch_add(Batch *b, const int32_t *ids, int64_t n, VlImage *ims, int
 }
 
 typedef struct {
-    const Qwen2 *m;
+    const Decoder *m;
     int merge;  // a vision-language model's spatial_merge_size
     Arena arena;
-    Qwen2Acts acts;
+    DecoderActs acts;
     float *out;
     int64_t tokens_done, seqs_done;
     double seconds;
@@ -60,16 +60,16 @@ static void score_flush(Scorer *s, Batch *b) {
     if (b->B == 0) return;
     int64_t N = b->seq_off[b->B];
     if (N > s->acts.max_tokens) {  // grow the workspace for an unusually long sequence
-        qwen2_acts_free(&s->acts);
+        decoder_acts_free(&s->acts);
         backend_arena_free(s->m->be, &s->arena);
         free(s->out);
-        backend_arena_init(s->m->be, &s->arena, qwen2_acts_bytes(s->m->be, &s->m->cfg, s->m->dtype, N, N));
-        qwen2_acts_init(&s->acts, s->m->be, &s->m->cfg, s->m->dtype, N, N, &s->arena);
+        backend_arena_init(s->m->be, &s->arena, decoder_acts_bytes(s->m->be, &s->m->cfg, s->m->dtype, N, N));
+        decoder_acts_init(&s->acts, s->m->be, &s->m->cfg, s->m->dtype, N, N, &s->arena);
         s->out = xmalloc((size_t)N * sizeof(float));
     }
     double t0 = time_now();
-    Qwen2VlInputs in;
-    const Qwen2VlInputs *vl = NULL;
+    DecoderVlInputs in;
+    const DecoderVlInputs *vl = NULL;
     int any = 0;
     for (int i = 0; i < b->B; i++) any |= b->n_ims[i] > 0;
     if (any && vl_batch_inputs(s->m, b->tokens, b->seq_off, b->B, NULL, (const VlImage *const *)b->ims, b->n_ims,
@@ -77,9 +77,9 @@ static void score_flush(Scorer *s, Batch *b) {
         die("internal: a line's image pads do not match its images");
     if (any) vl = &in;
     int rm = s->m->cfg.score_labels > 0;  // a reward model: one score a line
-    if (rm) qwen2_seq_scores(s->m, b->tokens, b->seq_off, b->B, &s->acts, s->out);
-    else qwen2_logprobs_vl(s->m, b->tokens, b->seq_off, b->B, &s->acts, vl, s->out);
-    if (vl) qwen2_vl_inputs_free(&in);
+    if (rm) decoder_seq_scores(s->m, b->tokens, b->seq_off, b->B, &s->acts, s->out);
+    else decoder_logprobs_vl(s->m, b->tokens, b->seq_off, b->B, &s->acts, vl, s->out);
+    if (vl) decoder_vl_inputs_free(&in);
     double dt = time_now() - t0;
     s->seconds += dt;
     s->batch_seconds = xrealloc(s->batch_seconds, (size_t)(s->n_batches + 1) * sizeof(double));
@@ -114,7 +114,7 @@ static void score_flush(Scorer *s, Batch *b) {
 
 // Parses one input line into `ids` (grown as needed): its token count, or -1 with *err (malloc'd) saying
 // what is wrong, naming the line.
-static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c, int32_t **ids, int64_t *cap,
+static int64_t parse_line(const char *line, int64_t lineno, const DecoderConfig *c, int32_t **ids, int64_t *cap,
                           char **err) {
     long long ln = (long long)lineno;
     cJSON *root = json_parse_exact(line, strlen(line), NULL);
@@ -160,7 +160,7 @@ static int64_t parse_line(const char *line, int64_t lineno, const Qwen2Config *c
 // What a {"messages": [...]} line needs: the tokenizer (loaded at the first such line) and, for a
 // vision-language model, its tower and image processor.
 typedef struct {
-    const Qwen2 *m;
+    const Decoder *m;
     const char *dir;
     Tokenizer tok;
     int has_tok, has_vl;
@@ -218,7 +218,7 @@ int cmd_score(int argc, char **argv) {
                     "(and \"tools\") is the chat template's rendering of the conversation, and its output\n"
                     "line adds \"tokens\"; a Qwen2.5-VL model takes images there as content parts\n"
                     "{\"type\": \"image\", \"image\": PATH}.\n"
-                    "A reward model (Qwen2/Qwen3ForSequenceClassification) writes {\"score\": float}\n"
+                    "A reward model (a ...ForSequenceClassification) writes {\"score\": float}\n"
                     "instead: its score head at the line's last token.\n"
                     "At a bad line, the lines before it are written, then it stops.",
                     opts, sizeof opts / sizeof opts[0]};
@@ -226,7 +226,7 @@ int cmd_score(int argc, char **argv) {
     int64_t batch_tokens = cli_int(&spec, "--batch-tokens", 1, INT64_C(1) << 24);
 
     double t0 = time_now();
-    Qwen2 m;
+    Decoder m;
     Lora lora;
     const char *dir = cli_str(&spec, "--model");
     const Backend *be = cli_load_model(&spec, dir, &m, &lora, NULL, CLI_MODEL_VL | CLI_MODEL_RM);
@@ -234,8 +234,8 @@ int cmd_score(int argc, char **argv) {
     ScoreCtx sc = {.m = &m, .dir = dir, .has_vl = m.cfg.vl};
     if (sc.has_vl) vl_model_load(&sc.vl, dir, &m.cfg);
     if (sc.has_vl) s.merge = sc.vl.proc.merge;
-    backend_arena_init(be, &s.arena, qwen2_acts_bytes(be, &m.cfg, m.dtype, batch_tokens, batch_tokens));
-    qwen2_acts_init(&s.acts, be, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
+    backend_arena_init(be, &s.arena, decoder_acts_bytes(be, &m.cfg, m.dtype, batch_tokens, batch_tokens));
+    decoder_acts_init(&s.acts, be, &m.cfg, m.dtype, batch_tokens, batch_tokens, &s.arena);
     s.out = xmalloc((size_t)batch_tokens * sizeof(float));
     double load_seconds = time_now() - t0;
 
@@ -290,9 +290,9 @@ int cmd_score(int argc, char **argv) {
     if (sc.has_vl) vl_model_free(&sc.vl);
     if (sc.has_tok) tokenizer_free(&sc.tok);
     free(s.out);
-    qwen2_acts_free(&s.acts);
+    decoder_acts_free(&s.acts);
     backend_arena_free(be, &s.arena);
-    qwen2_free(&m);
+    decoder_free(&m);
     lora_free(&lora);
     backend_close(be);
     return 0;

@@ -71,9 +71,9 @@ int cmd_serve(int argc, char **argv) {
     char *key = cli_str(&spec, "--api-key-file") ? read_key(cli_str(&spec, "--api-key-file")) : NULL;
     o.api_key = key;
 
-    Qwen2 m;
+    Decoder m;
     Lora lora;
-    Qwen2Q8 q8;
+    DecoderQ8 q8;
     const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, 0);
     o.max_len = m.cfg.max_pos < 4096 ? m.cfg.max_pos : 4096;
     if (cli_str(&spec, "--max-len")) o.max_len = cli_int(&spec, "--max-len", 2, m.cfg.max_pos);
@@ -88,8 +88,8 @@ int cmd_serve(int argc, char **argv) {
     if (has_tok) tokenizer_free(&tok);
     free(key);
     free(spec.args);
-    qwen2_free(&m);
-    qwen2_q8_free(&q8);
+    decoder_free(&m);
+    decoder_q8_free(&q8);
     lora_free(&lora);
     backend_close(be);
     return rc;

@@ -16,10 +16,10 @@ static void usage(FILE *f) {
                "advantages, clipped-ratio update with KL, AdamW. Every key, its default and meaning: the\n"
                "configuration table in README.md (grpo train --print-config shows the resolved values).\n\n"
                "With no arguments, or --demo: the built-in demo in runs/demo (--demo-smoke: shortened to\n"
-               "seconds; --demo-qwen3: its model Qwen3-shaped). --demo-tools: the tool-use demo in\n"
-               "runs/demo-tools (multi-turn rollout; --demo-tools-smoke: shortened). --demo-vl: the vision-\n"
-               "language demo in runs/demo-vl (a tiny Qwen2.5-VL counts red squares; --demo-vl-smoke:\n"
-               "shortened).\n");
+               "seconds; --demo-qwen3, --demo-llama: its model Qwen3- or Llama-shaped). --demo-tools: the\n"
+               "tool-use demo in runs/demo-tools (multi-turn rollout; --demo-tools-smoke: shortened).\n"
+               "--demo-vl: the vision-language demo in runs/demo-vl (a tiny Qwen2.5-VL counts red squares;\n"
+               "--demo-vl-smoke: shortened).\n");
 }
 
 // A word that names a config file (FILE.yaml, .yml or .json) rather than a key=value override.
@@ -37,7 +37,8 @@ int cmd_train(int argc, char **argv) {
     const char *config = NULL;
     char **overrides = xmalloc((size_t)argc * sizeof *overrides);
     // no arguments: the built-in demo
-    int n = 0, print = 0, demo = argc == 1, smoke = 0, qwen3 = 0, tools = 0, vl = 0;
+    int n = 0, print = 0, demo = argc == 1, smoke = 0, tools = 0, vl = 0;
+    DecoderFamily family = ARCH_QWEN2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -49,7 +50,9 @@ int cmd_train(int argc, char **argv) {
         } else if (strcmp(argv[i], "--demo") == 0 || strcmp(argv[i], "--demo-smoke") == 0) {
             demo = 1, smoke = argv[i][6] != '\0';
         } else if (strcmp(argv[i], "--demo-qwen3") == 0) {
-            demo = 1, qwen3 = 1;
+            demo = 1, family = ARCH_QWEN3;
+        } else if (strcmp(argv[i], "--demo-llama") == 0) {
+            demo = 1, family = ARCH_LLAMA;
         } else if (strcmp(argv[i], "--demo-tools") == 0 || strcmp(argv[i], "--demo-tools-smoke") == 0) {
             demo = 1, tools = 1, smoke = argv[i][12] != '\0';
         } else if (strcmp(argv[i], "--demo-vl") == 0 || strcmp(argv[i], "--demo-vl-smoke") == 0) {
@@ -69,7 +72,7 @@ int cmd_train(int argc, char **argv) {
         if (config || print) die("--demo runs the built-in demo; it takes no --config or --print-config");
         if (tools) demo_tools_run("runs/demo-tools", 0, smoke, overrides, n, NULL);
         else if (vl) demo_vl_run("runs/demo-vl", 0, smoke, overrides, n, NULL);
-        else demo_run("runs/demo", 0, smoke, qwen3, overrides, n, NULL);
+        else demo_run("runs/demo", 0, smoke, family, overrides, n, NULL);
         free(overrides);
         return 0;
     }

@@ -144,26 +144,29 @@ int demo_write_vocab(const char *dir, const DemoVocab *v) {
     return first_special + (int)(N_SPECIALS + v->n_added);
 }
 
-void demo_model_config(Qwen2Config *c, int n_ids, int qwen3) {
-    *c = (Qwen2Config){.vocab = (n_ids + 63) / 64 * 64, .hidden = 128, .inter = 384, .layers = 4, .heads = 4,
-                       .kv_heads = 2, .head_dim = 32, .max_pos = 64, .rope_theta = 10000.0, .eps = 1e-6f, .tied = 1,
-                       .bos_id = -1, .eos_id = -1, .init_std = 0.02, .attn_bias = !qwen3, .qk_norm = qwen3};
+void demo_model_config(DecoderConfig *c, int n_ids, DecoderFamily family) {
+    *c = (DecoderConfig){.vocab = (n_ids + 63) / 64 * 64, .hidden = 128, .inter = 384, .layers = 4, .heads = 4,
+                       .kv_heads = 2, .head_dim = 32, .max_pos = 64, .rope = {.theta = 10000.0}, .eps = 1e-6f,
+                         .tied = 1, .bos_id = -1, .eos_id = -1, .init_std = 0.02};
+    decoder_config_family(c, family);
+    if (family == ARCH_LLAMA)  // Llama 3's rescaling, of a 16-token original context: all three bands of D = 32
+        c->rope = (RopeFreqs){10000.0, ROPE_LLAMA3, 8.0, 1.0, 4.0, 16};
 }
 
-void demo_write_model(const char *dir, uint64_t seed, int qwen3, const DemoVocab *v, int64_t max_pos) {
+void demo_write_model(const char *dir, uint64_t seed, DecoderFamily family, const DemoVocab *v, int64_t max_pos) {
     int n_ids = v ? demo_write_vocab(dir, v) : demo_write_tokenizer(dir);
     Tokenizer tok;
     tokenizer_load(&tok, dir);
-    Qwen2Config c;
-    demo_model_config(&c, n_ids, qwen3);
+    DecoderConfig c;
+    demo_model_config(&c, n_ids, family);
     if (max_pos) c.max_pos = max_pos;
     c.bos_id = c.eos_id = tok.eos_id;  // generation stops at config.json's eos_token_id
     tokenizer_free(&tok);
-    Qwen2 m;
-    qwen2_build(&m, &c, DTYPE_F32);
-    qwen2_init_random(&m, seed);
-    qwen2_save(&m, dir, DTYPE_F32, NULL);
-    qwen2_free(&m);
+    Decoder m;
+    decoder_build(&m, &c, DTYPE_F32);
+    decoder_init_random(&m, seed);
+    decoder_save(&m, dir, DTYPE_F32, NULL);
+    decoder_free(&m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -256,8 +259,8 @@ void demo_write_data(const char *dir, uint64_t seed, const DemoTask *t) {
 
 double demo_accuracy(const char *model_dir, const char *adapter, const char *data_file, int64_t max_new_tokens,
                      const char *tools_file, double *call_rate) {
-    Qwen2 m;
-    qwen2_load_vl(&m, model_dir, DTYPE_F32);  // the VL demo's model too
+    Decoder m;
+    decoder_load_vl(&m, model_dir, DTYPE_F32);  // the VL demo's model too
     VlModel vm;
     if (m.cfg.vl) vl_model_load(&vm, model_dir, &m.cfg);
     Lora lora = {0};
@@ -277,7 +280,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     prompt_data_load(&d, &data_file, 1, "the demo's data", &po);
     RolloutPrompt *p = xcalloc((size_t)d.n, sizeof *p);
     float **feats = xcalloc((size_t)d.n, sizeof *feats);
-    Qwen2VlInputs *in = xcalloc((size_t)d.n, sizeof *in);
+    DecoderVlInputs *in = xcalloc((size_t)d.n, sizeof *in);
     int64_t longest = 1;
     for (int64_t i = 0; i < d.n; i++) {
         const PromptSample *x = &d.s[i];
@@ -292,7 +295,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .stop_ids = &stop,
                         .n_stop_ids = stop >= 0, .share_prefill = 1, .prefill_tokens = 2048};
     if (tools_file) rc.max_turns = 1, rc.tool_fn = tools_rollout_turns, rc.tool_user = &hook;
-    rc.kv_budget_bytes = qwen2_kv_bytes_per_token(&m.cfg) * (size_t)(longest + max_new_tokens) * (size_t)d.n;
+    rc.kv_budget_bytes = decoder_kv_bytes_per_token(&m.cfg) * (size_t)(longest + max_new_tokens) * (size_t)d.n;
     RolloutSample *out = xcalloc((size_t)d.n, sizeof *out);
     RolloutStats st;
     rollout_generate(&m, &tok, &rc, p, (int)d.n, 1, out, &st, NULL, NULL);
@@ -307,7 +310,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     if (call_rate) *call_rate = (double)called / (double)d.n;
     double acc = (double)correct / (double)d.n;
     for (int64_t i = 0; i < d.n; i++) {
-        qwen2_vl_inputs_free(&in[i]);
+        decoder_vl_inputs_free(&in[i]);
         free(feats[i]);
     }
     free(in);
@@ -318,7 +321,7 @@ double demo_accuracy(const char *model_dir, const char *adapter, const char *dat
     prompt_data_free(&d);
     if (tools_file) toolset_free(&ts);
     tokenizer_free(&tok);
-    qwen2_free(&m);
+    decoder_free(&m);
     lora_free(&lora);
     return acc;
 }
@@ -426,7 +429,7 @@ void demo_warmup(const DemoWarmup *w, DemoResult *R) {
     fprintf(stderr, "; now GRPO\n");
 }
 
-void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
+void demo_run(const char *dir, uint64_t seed, int smoke, DecoderFamily family, char **overrides, int n_overrides,
               DemoResult *res) {
     // Its ranks would write the same files, and SFT then GRPO would initialise MPI twice.
     if (comm_launched()) die("the built-in demo runs in one process: start it without mpirun");
@@ -438,8 +441,9 @@ void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overr
     char *grpo = path_join(dir, "grpo"), *sft_file = path_join(data, "sft.jsonl");
     char *train_file = path_join(data, "train.jsonl"), *val_file = path_join(data, "val.jsonl");
     fprintf(stderr, "grpo demo: sort 4-7 distinct digits (\"Sort 3140\" -> \"0134\"), reward = exact match; "
-            "a tiny %s and a byte-level BPE tokenizer generated in %s\n", qwen3 ? "Qwen3" : "Qwen2", dir);
-    demo_write_model(init, seed, qwen3, NULL, 0);
+            "a tiny %s and a byte-level BPE tokenizer generated in %s\n",
+            family == ARCH_QWEN3 ? "Qwen3" : family == ARCH_LLAMA ? "Llama" : "Qwen2", dir);
+    demo_write_model(init, seed, family, NULL, 0);
     demo_write_data(data, seed, &task);
     R.t_setup = time_now() - t0;
 

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "base/rng.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "train/grpo/config.h"
 
 #define DEMO_CARELESS 0.6
@@ -45,12 +45,12 @@ typedef struct DemoVocab {
     const char *chat_template;
 } DemoVocab;
 int demo_write_vocab(const char *dir, const DemoVocab *v);
-// The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64); qwen3: with
-// Qwen3's q/k norms and no q/k/v biases.
-void demo_model_config(Qwen2Config *c, int n_ids, int qwen3);
+// The demo model's shape for a tokenizer of n_ids ids (vocab rounded up to a multiple of 64), of the family's
+// parts (ARCH_QWEN2, ARCH_QWEN3: q/k norms and no q/k/v biases; ARCH_LLAMA: no biases, Llama 3's RoPE rescaling).
+void demo_model_config(DecoderConfig *c, int n_ids, DecoderFamily family);
 // A complete model directory: tokenizer files (v's, or NULL: demo_write_tokenizer's), config.json (max_pos
 // positions, 0: the demo's 64) and initialised f32 weights.
-void demo_write_model(const char *dir, uint64_t seed, int qwen3, const DemoVocab *v, int64_t max_pos);
+void demo_write_model(const char *dir, uint64_t seed, DecoderFamily family, const DemoVocab *v, int64_t max_pos);
 
 // "Sort 3140" and its answer "0134" for the n digits d; careless: the teacher's answer ("134").
 // buf must hold 32 bytes.
@@ -111,8 +111,8 @@ void demo_finish(const char *dir, int smoke, int64_t n_val, const char *what, co
 
 // The whole demo in DIR, generated from `seed` (created; its subdirectories init/, data/, sft/, grpo/ are overwritten):
 // tokenizer + model + data, SFT, held-out accuracy, GRPO, held-out accuracy, and a summary on
-// stderr. smoke: the same pipeline shortened to seconds (for tests). qwen3: the model is Qwen3-shaped (q/k
-// norms, no q/k/v biases) instead of Qwen2. overrides: `grpo train` dotted keys applied on top of the demo's
+// stderr. smoke: the same pipeline shortened to seconds (for tests). family: the model's (demo_model_config).
+// overrides: `grpo train` dotted keys applied on top of the demo's
 // GRPO settings.
-void demo_run(const char *dir, uint64_t seed, int smoke, int qwen3, char **overrides, int n_overrides,
+void demo_run(const char *dir, uint64_t seed, int smoke, DecoderFamily family, char **overrides, int n_overrides,
               DemoResult *res);

@@ -205,7 +205,7 @@ void demo_tools_run(const char *dir, uint64_t seed, int smoke, char **overrides,
             "model cannot compute but can copy from a `multiply` tool; reward = exact match; in %s\n", ANSWER, dir);
     dir_create(dir);
     DemoVocab v = {WORDS, sizeof WORDS / sizeof *WORDS, ADDED, sizeof ADDED / sizeof *ADDED, TEMPLATE};
-    demo_write_model(init, seed, 0, &v, TOOLS_DEMO_MAX_PROMPT + TOOLS_DEMO_MAX_RESPONSE);
+    demo_write_model(init, seed, ARCH_QWEN2, &v, TOOLS_DEMO_MAX_PROMPT + TOOLS_DEMO_MAX_RESPONSE);
     write_tools(tools);
     char *list = xprintf("[%s]", SCHEMA);
     cJSON *schemas = cJSON_Parse(list);  // the SFT prompts list the tool as the rollout's will

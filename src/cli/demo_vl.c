@@ -40,10 +40,10 @@ static void write_model(const char *dir, uint64_t seed) {
     tokenizer_load(&tok, dir);
     int32_t vision[3];
     for (int i = 0; i < 3; i++) vision[i] = tokenizer_token_id(&tok, VISION_TOKENS[i]);
-    Qwen2Config c;
-    demo_model_config(&c, n_ids, 0);
+    DecoderConfig c;
+    demo_model_config(&c, n_ids, ARCH_QWEN2);
     c.bos_id = c.eos_id = tok.eos_id;
-    c.vl = 1;
+    decoder_config_family(&c, ARCH_QWEN2_5_VL);
     c.image_pad_id = vision[1];
     memcpy(c.mrope_section, (int[3]){4, 6, 6}, sizeof c.mrope_section);  // head_dim 32: 16 pairs
     tokenizer_free(&tok);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define OPS_HOST_DEVICE __host__ __device__  // nn/ops.h's functions that kernels call too
 
 extern "C" {
 #include "base/util.h"
@@ -285,7 +286,7 @@ __global__ void k_embedding(float *out, const int32_t *tokens, const __nv_bfloat
     FOR_EACH(e, N * C) out[e] = __bfloat162float(table[(int64_t)tokens[e / C] * C + e % C]);
 }
 
-__global__ void k_rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta) {
+__global__ void k_rope_table(float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f) {
     int half = D / 2;
     FOR_EACH(e, N * half) {
         int64_t i = e / half;
@@ -293,7 +294,7 @@ __global__ void k_rope_table(float *cs, const int32_t *pos, int64_t N, int D, do
         // In double, as on the CPU; as a multiple of pi, whose reduction needs no local memory (cos and sin of
         // large arguments reduce through a table on the stack). Within 2e-11 of the CPU's angle below position
         // 131072 (3e-16 of it), far below float's ulp.
-        double turns = (double)pos[i] * (pow(theta, -2.0 * j / D) / M_PI), s, c;
+        double turns = (double)pos[i] * (rope_inv_freq(f, j, D) / M_PI), s, c;
         sincospi(turns, &s, &c);
         cs[i * D + j] = (float)c;
         cs[i * D + half + j] = (float)s;
@@ -376,9 +377,9 @@ static void cu_rmsnorm(const Backend *be, float *out, const float *inp, const vo
     LAUNCH(k_rmsnorm, (unsigned)N, 256, 0, c->stream, out, inp, (const __nv_bfloat16 *)weight, C, eps);
 }
 
-static void cu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, double theta) {
+static void cu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f) {
     Cuda *c = use(be);
-    LAUNCH(k_rope_table, blocks_for(N * (D / 2), 256), 256, 0, c->stream, cs, pos, N, D, theta);
+    LAUNCH(k_rope_table, blocks_for(N * (D / 2), 256), 256, 0, c->stream, cs, pos, N, D, f);
 }
 
 static void cu_rope(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D) {

@@ -34,7 +34,7 @@ int lora_targets_add(unsigned *mask, const char *name) {
 static int adapted(const Lora *lo, LoraTarget t) { return (lo->spec.targets >> t) & 1u; }
 
 // Sizes and offsets of spec's adapters for config c; params stays NULL.
-static void lora_layout(Lora *lo, const Qwen2Config *c, const LoraSpec *spec) {
+static void lora_layout(Lora *lo, const DecoderConfig *c, const LoraSpec *spec) {
     memset(lo, 0, sizeof *lo);
     lo->spec = *spec;
     lo->scale = (float)(spec->alpha / (double)spec->rank);
@@ -54,7 +54,7 @@ static void lora_layout(Lora *lo, const Qwen2Config *c, const LoraSpec *spec) {
     lo->n = off;
 }
 
-void lora_init(Lora *lo, const Qwen2Config *c, const LoraSpec *spec, uint64_t seed) {
+void lora_init(Lora *lo, const DecoderConfig *c, const LoraSpec *spec, uint64_t seed) {
     if (spec->rank < 1 || !spec->targets) die("internal: lora_init with rank %lld", (long long)spec->rank);
     lora_layout(lo, c, spec);
     lo->params = xcalloc(lo->n ? lo->n : 1, 4);
@@ -68,7 +68,7 @@ void lora_init(Lora *lo, const Qwen2Config *c, const LoraSpec *spec, uint64_t se
     }
 }
 
-size_t lora_params(const Qwen2Config *c, const LoraSpec *spec) {
+size_t lora_params(const DecoderConfig *c, const LoraSpec *spec) {
     Lora lo;
     lora_layout(&lo, c, spec);
     return lo.n;
@@ -99,7 +99,7 @@ const Lora *lora_host(const Lora *lo, Lora *copy) {
     return copy;
 }
 
-int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
+int lora_tensors(const Lora *lo, DecoderTensor *out) {
     int n = 0;
     for (int t = 0; t < LORA_TARGETS; t++) {
         if (!adapted(lo, (LoraTarget)t)) continue;
@@ -108,7 +108,7 @@ int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
         for (int64_t l = 0; l < lo->layers; l++)
             for (int ab = 0; ab < 2; ab++, n++) {
                 if (!out) continue;
-                Qwen2Tensor *x = &out[n];
+                DecoderTensor *x = &out[n];
                 snprintf(x->name, sizeof x->name, "base_model.model.model.layers.%lld.%s.%s.lora_%c.weight",
                          (long long)l, block, NAMES[t], ab ? 'B' : 'A');
                 x->ndim = 2;
@@ -121,9 +121,9 @@ int lora_tensors(const Lora *lo, Qwen2Tensor *out) {
     return n;
 }
 
-static Qwen2Tensor *tensor_list(const Lora *lo, int *n) {
+static DecoderTensor *tensor_list(const Lora *lo, int *n) {
     *n = lora_tensors(lo, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
+    DecoderTensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
     lora_tensors(lo, ts);
     return ts;
 }
@@ -132,7 +132,7 @@ void lora_save(const Lora *dlo, const char *dir, const char *base_model) {
     Lora copy;
     const Lora *lo = lora_host(dlo, &copy);
     int n;
-    Qwen2Tensor *ts = tensor_list(lo, &n);
+    DecoderTensor *ts = tensor_list(lo, &n);
     StWriteTensor *ws = xcalloc((size_t)(n ? n : 1), sizeof *ws);
     for (int i = 0; i < n; i++) {
         ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = 2, .data = ts[i].data};
@@ -225,7 +225,7 @@ void lora_spec_from_adapter(LoraSpec *spec, const char *adapter, const char *ran
     *spec = file;
 }
 
-void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
+void lora_load(Lora *lo, const DecoderConfig *c, const char *dir) {
     char *wp = path_join(dir, "adapter_model.safetensors");
     LoraSpec spec;
     lora_read_spec(&spec, dir);
@@ -233,7 +233,7 @@ void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
     SafeTensors st;
     safetensors_open(&st, wp);
     int n;
-    Qwen2Tensor *ts = tensor_list(lo, &n);
+    DecoderTensor *ts = tensor_list(lo, &n);
     lo->params = xcalloc(lo->n ? lo->n : 1, 4);
     lo->be = backend_cpu();
     for (int i = 0; i < n; i++) {
@@ -255,7 +255,7 @@ void lora_load(Lora *lo, const Qwen2Config *c, const char *dir) {
     free(wp);
 }
 
-void lora_attach(Qwen2 *m, const Lora *lo) {
+void lora_attach(Decoder *m, const Lora *lo) {
     const Backend *lb = lo->be ? lo->be : backend_cpu();  // NULL: made by hand on the host
     if (lb != m->be) die("internal: adapters on %s attached to a model on %s", lb->name, m->be->name);
     if (lo->layers != m->cfg.layers) die("internal: adapters of %lld layers on a %lld-layer model",
@@ -272,9 +272,9 @@ static const float *lora_b(const Lora *lo, LoraTarget t, int64_t l) {
     return lo->params + lo->b[t] + (size_t)(l * lo->out[t] * lo->spec.rank);
 }
 
-void lora_merge(Qwen2 *m, const Lora *lo) {
+void lora_merge(Decoder *m, const Lora *lo) {
     if (m->dtype != DTYPE_F32) die("internal: lora_merge into a %s model", dtype_name(m->dtype));
-    const Qwen2Layout *w = &m->w;
+    const DecoderLayout *w = &m->w;
     const size_t base[LORA_TARGETS] = {w->wq, w->wk, w->wv, w->wo, w->wgate, w->wup, w->wdown};
     for (int t = 0; t < LORA_TARGETS; t++) {
         if (!adapted(lo, (LoraTarget)t)) continue;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_TARGETS } LoraTarget;
 
@@ -22,7 +22,7 @@ struct Lora {
     float scale;  // alpha / rank
     int64_t layers;
     int64_t in[LORA_TARGETS], out[LORA_TARGETS];  // the adapted projection's sizes
-    // Element offsets of A (L, r, in) and B (L, out, r), layer-stacked like Qwen2Layout; 0-sized when
+    // Element offsets of A (L, r, in) and B (L, out, r), layer-stacked like DecoderLayout; 0-sized when
     // the target is not adapted.
     size_t a[LORA_TARGETS], b[LORA_TARGETS];
     float *params;  // n fp32 elements, in be's memory
@@ -37,10 +37,10 @@ const char *lora_target_name(LoraTarget t);
 int lora_targets_add(unsigned *mask, const char *name);
 // Adapters of `spec` for a model of config c: A as PEFT initialises it (Kaiming-uniform with
 // a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B zero.
-void lora_init(Lora *lo, const Qwen2Config *c, const LoraSpec *spec, uint64_t seed);
+void lora_init(Lora *lo, const DecoderConfig *c, const LoraSpec *spec, uint64_t seed);
 void lora_free(Lora *lo);
 // Elements of spec's adapters for a model of config c.
-size_t lora_params(const Qwen2Config *c, const LoraSpec *spec);
+size_t lora_params(const DecoderConfig *c, const LoraSpec *spec);
 // spec from DIR/adapter_config.json; dies naming the file and key on what grpo cannot run.
 void lora_read_spec(LoraSpec *spec, const char *dir);
 // Continuing from an adapter: its adapter_config.json replaces *spec. What the user set must agree with it:
@@ -49,22 +49,22 @@ void lora_spec_from_adapter(LoraSpec *spec, const char *adapter, const char *ran
                             const char *targets_key);
 // The adapter tensors with PEFT's names (base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight,
 // ...), in slab order; returns their count. `out` may be NULL.
-int lora_tensors(const Lora *lo, Qwen2Tensor *out);
+int lora_tensors(const Lora *lo, DecoderTensor *out);
 // DIR/adapter_config.json and DIR/adapter_model.safetensors (F32), each written atomically (a device's params staged
 // through the host).
 void lora_save(const Lora *lo, const char *dir, const char *base_model);
 // Reads a PEFT LoRA adapter directory for a model of config c; dies with one line naming the file and
 // key or tensor on anything else (DoRA, rsLoRA, biases, other modules, wrong shapes).
-void lora_load(Lora *lo, const Qwen2Config *c, const char *dir);
+void lora_load(Lora *lo, const DecoderConfig *c, const char *dir);
 // Moves lo's params into be's memory (the host copy is freed).
 void lora_to_backend(Lora *lo, const Backend *be);
 // Adapters whose params host code may read: lo itself on the CPU, else *copy with lo's params downloaded
 // (lora_free it when the result is copy).
 const Lora *lora_host(const Lora *lo, Lora *copy);
 // Attaches lo to m (both on the same backend): every forward of m (and the training passes) then adds the adapters.
-void lora_attach(Qwen2 *m, const Lora *lo);
+void lora_attach(Decoder *m, const Lora *lo);
 // W += scale * B A for every adapted weight of m (an F32 model): a plain model equal to base + adapters.
-void lora_merge(Qwen2 *m, const Lora *lo);
+void lora_merge(Decoder *m, const Lora *lo);
 
 // out (N, out_t) += scale * (x (N, in_t) A^T) B^T for layer l's target t; u (N, r) scratch keeps x A^T.
 // No-op when t is not adapted.

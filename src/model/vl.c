@@ -9,7 +9,7 @@
 #include "io/safetensors.h"
 #include "text/chat.h"
 
-void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
+void vl_model_load(VlModel *v, const char *dir, const DecoderConfig *c) {
     char *path = path_join(dir, "config.json");
     cJSON *cfg = json_load_file(path, FILE_MAX_JSON);
     VisionConfig vc;
@@ -24,7 +24,7 @@ void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c) {
 
 void vl_model_free(VlModel *v) { vision_free(&v->vision); }
 
-void vl_config_merger(Qwen2Config *c, const VisionConfig *vc) {
+void vl_config_merger(DecoderConfig *c, const VisionConfig *vc) {
     c->merger_in = vc ? vc->hidden : 0;
     c->merger_units = vc ? (int64_t)vc->merge * vc->merge : 0;
     c->merger_ln_bias = vc ? vc->qwen2 : 0;
@@ -37,29 +37,29 @@ void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const
         die("%s: min_pixels %lld exceeds max_pixels %lld", what, (long long)p->min_pixels, (long long)p->max_pixels);
 }
 
-int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc) {
+int vl_preset(const char *name, DecoderConfig *c, VisionConfig *vc) {
     // The published towers: 32 blocks of width 1280, full attention in 4 of them, 112-pixel windows.
     VisionConfig big = {.depth = 32, .hidden = 1280, .intermediate = 3420, .heads = 16, .patch = 14, .merge = 2,
                         .temporal = 2, .window = 112, .in_channels = 3, .fullatt = {7, 15, 23, 31}, .n_fullatt = 4,
                         .eps = 1e-6f};
     int section[3] = {16, 24, 24};  // head_dim 128
     if (!strcmp(name, "qwen2.5-vl-tiny")) {
-        qwen2_config_preset(c, "tiny");
+        decoder_config_preset(c, "tiny");
         *vc = (VisionConfig){.depth = 2, .hidden = 32, .intermediate = 48, .heads = 2, .patch = 14, .merge = 2,
                              .temporal = 2, .window = 112, .in_channels = 3, .fullatt = {1}, .n_fullatt = 1,
                              .eps = 1e-6f};
         memcpy(section, (int[3]){2, 3, 3}, sizeof section);  // head_dim 16
     } else if (!strcmp(name, "qwen2.5-vl-3b")) {
-        qwen2_config_preset(c, "qwen2.5-3b");
+        decoder_config_preset(c, "qwen2.5-3b");
         *vc = big;
     } else if (!strcmp(name, "qwen2.5-vl-7b")) {
-        qwen2_config_preset(c, "qwen2.5-7b");
+        decoder_config_preset(c, "qwen2.5-7b");
         *vc = big;
     } else {
         return 0;
     }
     c->max_pos = 128000;
-    c->vl = 1;
+    decoder_config_family(c, ARCH_QWEN2_5_VL);
     c->image_pad_id = 151655;
     memcpy(c->mrope_section, section, sizeof section);
     vc->out_hidden = (int)c->hidden;
@@ -70,9 +70,9 @@ const char *vl_preset_names(void) { return "qwen2.5-vl-tiny, qwen2.5-vl-3b, qwen
 
 // config.json (transformers 4's flat layout: the language model's keys, the vision ids, vision_config) and
 // preprocessor_config.json.
-static void write_configs(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+static void write_configs(const char *dir, const DecoderConfig *c, const VisionConfig *vc, const int32_t vision[3],
                           int64_t max_pixels, DType dtype) {
-    cJSON *r = qwen2_config_json(c, dtype), *v = cJSON_CreateObject(), *p = cJSON_CreateObject();
+    cJSON *r = decoder_config_json(c, dtype), *v = cJSON_CreateObject(), *p = cJSON_CreateObject();
     if (!v || !p) die("out of memory");
     // transformers' get_rope_index finds the images by their vision_start
     cJSON_AddNumberToObject(r, "vision_start_token_id", vision[0]);
@@ -105,16 +105,16 @@ static void write_configs(const char *dir, const Qwen2Config *c, const VisionCon
     cJSON_Delete(p);
 }
 
-void vl_write_random(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+void vl_write_random(const char *dir, const DecoderConfig *c, const VisionConfig *vc, const int32_t vision[3],
                      int64_t max_pixels, uint64_t seed, DType dtype) {
-    Qwen2 m;
-    qwen2_build(&m, c, DTYPE_F32);
-    qwen2_init_random(&m, seed);
+    Decoder m;
+    decoder_build(&m, c, DTYPE_F32);
+    decoder_init_random(&m, seed);
     Vision v;
     vision_init_random(&v, vc, seed ^ 0x5eed, c->init_std);
-    int n_lm = qwen2_tensors(&m, NULL), n_vis = vision_n_tensors(vc);
-    Qwen2Tensor *ts = xmalloc((size_t)n_lm * sizeof *ts);
-    qwen2_tensors(&m, ts);
+    int n_lm = decoder_tensors(&m, NULL), n_vis = vision_n_tensors(vc);
+    DecoderTensor *ts = xmalloc((size_t)n_lm * sizeof *ts);
+    decoder_tensors(&m, ts);
     StWriteTensor *ws = xcalloc((size_t)(n_lm + n_vis), sizeof *ws);
     for (int i = 0; i < n_lm; i++) {
         ws[i] = (StWriteTensor){.name = ts[i].name, .ndim = ts[i].ndim, .data = ts[i].data};
@@ -127,7 +127,7 @@ void vl_write_random(const char *dir, const Qwen2Config *c, const VisionConfig *
     write_configs(dir, c, vc, vision, max_pixels, dtype);
     free(path), free(names), free(ws), free(ts);
     vision_free(&v);
-    qwen2_free(&m);
+    decoder_free(&m);
 }
 
 static void image_read(const VlImage *im, Image *out, const char *where) {
@@ -199,22 +199,22 @@ void vl_image_free(VlImage *im) {
     memset(im, 0, sizeof *im);
 }
 
-int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+int vl_batch_inputs(const Decoder *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
                     const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
-                    Qwen2VlInputs *in) {
+                    DecoderVlInputs *in) {
     int(**grids)[3] = xmalloc((size_t)B * sizeof *grids + 1);
     for (int b = 0; b < B; b++) {
         grids[b] = xmalloc((size_t)(n_images[b] + 1) * sizeof *grids[b]);
         for (int k = 0; k < n_images[b]; k++) memcpy(grids[b][k], ims[b][k].grid, sizeof grids[b][k]);
     }
-    int rc = qwen2_vl_inputs(m, tokens, seq_off, B, prompt_len, feats, (const int(*const *)[3])grids, n_images,
+    int rc = decoder_vl_inputs(m, tokens, seq_off, B, prompt_len, feats, (const int(*const *)[3])grids, n_images,
                              merge, in);
     for (int b = 0; b < B; b++) free(grids[b]);
     free(grids);
     return rc;
 }
 
-void vl_inputs_grads(Qwen2VlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads) {
+void vl_inputs_grads(DecoderVlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads) {
     in->image_grads = xmalloc((size_t)in->n_image_rows * sizeof *in->image_grads + 1);
     for (int64_t i = 0, b = 0; i < in->n_image_rows; i++) {
         while (in->image_rows[i] >= seq_off[b + 1]) b++;
@@ -222,8 +222,8 @@ void vl_inputs_grads(Qwen2VlInputs *in, const int64_t *seq_off, const float *con
     }
 }
 
-const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const VlImage *ims,
-                                      int n_images, const float *feats, int merge, Qwen2VlInputs *in) {
+const DecoderVlInputs *vl_prompt_inputs(const Decoder *m, const int32_t *ids, int64_t n, const VlImage *ims,
+                                      int n_images, const float *feats, int merge, DecoderVlInputs *in) {
     if (n_images == 0) return NULL;
     int64_t seq_off[2] = {0, n};
     if (vl_batch_inputs(m, ids, seq_off, 1, NULL, &ims, &n_images, &feats, merge, in) != 0)

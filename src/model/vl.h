@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vision.h"
 #include "model/vl_processor.h"
 #include "text/tokenizer.h"
@@ -23,24 +23,24 @@ typedef struct {
 
 // DIR's vision tower (config.json's vision_config, visual.* weights) and preprocessor_config.json, checked
 // against the language model's config c (its hidden width).
-void vl_model_load(VlModel *v, const char *dir, const Qwen2Config *c);
+void vl_model_load(VlModel *v, const char *dir, const DecoderConfig *c);
 void vl_model_free(VlModel *v);
 // The processor's resize bounds set by the user (data.min_pixels / data.max_pixels, --min-pixels / --max-pixels;
 // 0 keeps preprocessor_config.json's); dies naming `what` when min exceeds max.
 void vl_set_pixels(VlProcessor *p, int64_t min_pixels, int64_t max_pixels, const char *what);
 
-// c's parameter slab with the patch merger of tower vc in it (a trained merger: Qwen2Config.merger_*), or
+// c's parameter slab with the patch merger of tower vc in it (a trained merger: DecoderConfig.merger_*), or
 // without (vc NULL).
-void vl_config_merger(Qwen2Config *c, const VisionConfig *vc);
+void vl_config_merger(DecoderConfig *c, const VisionConfig *vc);
 
 // Qwen2.5-VL shapes for `grpo init`: "qwen2.5-vl-tiny" (the tiny text preset's language model, a 2-block tower
 // of width 32), "qwen2.5-vl-3b", "qwen2.5-vl-7b" (the published configs). Returns 0 for another name.
-int vl_preset(const char *name, Qwen2Config *c, VisionConfig *vc);
+int vl_preset(const char *name, DecoderConfig *c, VisionConfig *vc);
 const char *vl_preset_names(void);
 // DIR as a Qwen2.5-VL checkpoint of random weights (Hugging Face's initialisation, c->init_std): the language
 // model c and tower vc in model.safetensors (transformers 4's names; weights in dtype), config.json with
 // vision_start / image / vision_end ids `vision` and preprocessor_config.json (min_pixels 56 x 56, max_pixels).
-void vl_write_random(const char *dir, const Qwen2Config *c, const VisionConfig *vc, const int32_t vision[3],
+void vl_write_random(const char *dir, const DecoderConfig *c, const VisionConfig *vc, const int32_t vision[3],
                      int64_t max_pixels, uint64_t seed, DType dtype);
 
 // One image of a prompt: a file, or its encoded bytes (a Parquet row's {"bytes": ...}).
@@ -63,20 +63,20 @@ void vl_image_free(VlImage *im);
 // The pads of the images' merged units: t*h*w / merge^2.
 int64_t vl_image_units(const int grid[3], int merge);
 
-// qwen2_vl_inputs of a packed batch whose sequence b has the n_images[b] images ims[b] (their grids) and their
+// decoder_vl_inputs of a packed batch whose sequence b has the n_images[b] images ims[b] (their grids) and their
 // features feats[b] in its first prompt_len[b] rows (NULL: all). Returns 0, or -1 when pads and images differ.
-int vl_batch_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
+int vl_batch_inputs(const Decoder *m, const int32_t *tokens, const int64_t *seq_off, int B, const int64_t *prompt_len,
                     const VlImage *const *ims, const int *n_images, const float *const *feats, int merge,
-                    Qwen2VlInputs *in);
+                    DecoderVlInputs *in);
 
-// in->image_grads (qwen2_backward's) of a batch (sequences seq_off) whose sequence b took its features from
+// in->image_grads (decoder_backward's) of a batch (sequences seq_off) whose sequence b took its features from
 // feats[b] (vl_batch_inputs): each image row's gradient goes to the same place of grads[b].
-void vl_inputs_grads(Qwen2VlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads);
+void vl_inputs_grads(DecoderVlInputs *in, const int64_t *seq_off, const float *const *feats, float *const *grads);
 
 // A prompt's own image inputs (the rollout's RolloutPrompt.vl): ids (n) with its images and their features;
 // in when it has images, else NULL (a text prompt). Dies when its pads and images differ.
-const Qwen2VlInputs *vl_prompt_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, const VlImage *ims,
-                                      int n_images, const float *feats, int merge, Qwen2VlInputs *in);
+const DecoderVlInputs *vl_prompt_inputs(const Decoder *m, const int32_t *ids, int64_t n, const VlImage *ims,
+                                      int n_images, const float *feats, int merge, DecoderVlInputs *in);
 
 // ids (n) with each image_pad token expanded to its image's pads, in order, into *out (a fresh list).
 // Returns 0, or -1 when the ids hold another number of image_pad tokens than n_images.

@@ -38,13 +38,13 @@ void matmul_forward(float *out, const void *inp, const void *weight, const void 
     else gemm(dt, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias, 0, out, OC);
 }
 
-void rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta) {
+void rope_table(float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f) {
     int half = D / 2;
 #pragma omp parallel for PAR_IF(N * D * 16)
     for (int64_t i = 0; i < N; i++)
         for (int j = 0; j < half; j++) {
             // Angles in double: HF uses fp32 here, and long positions lose digits there.
-            double angle = (double)pos[i] * pow(theta, -2.0 * j / D);
+            double angle = (double)pos[i] * rope_inv_freq(f, j, D);
             cs[i * D + j] = (float)cos(angle);
             cs[i * D + half + j] = (float)sin(angle);
         }

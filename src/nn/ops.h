@@ -9,10 +9,39 @@
 // come in its weights' dtype: the caller rounds them (dtype_from_f32), once for all projections of
 // one input. Products accumulate in fp32.
 #pragma once
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
+
+#ifndef OPS_HOST_DEVICE  // the CUDA backend includes this file: what both sides compute is marked for both
+#define OPS_HOST_DEVICE
+#endif
+
+// RoPE's frequencies as Hugging Face's rope_type computes them: theta's (default), divided by factor (linear),
+// or Llama 3's long-context rescaling (llama3: wavelengths beyond original_max_pos / low_freq_factor divided
+// by factor, below original_max_pos / high_freq_factor kept, smoothly between).
+typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
+typedef struct {
+    double theta;
+    RopeType type;
+    double factor;                            // linear, llama3
+    double low_freq_factor, high_freq_factor;  // llama3
+    double original_max_pos;                   // llama3: original_max_position_embeddings
+} RopeFreqs;
+
+// The angle per position of pair j of a D-wide head (transformers' inv_freq[j], in double).
+static inline OPS_HOST_DEVICE double rope_inv_freq(RopeFreqs f, int j, int D) {
+    double inv = pow(f.theta, -2.0 * j / D);
+    if (f.type == ROPE_LINEAR) return inv / f.factor;
+    if (f.type != ROPE_LLAMA3) return inv;
+    double wavelen = 2 * 3.14159265358979323846 / inv;  // math.pi
+    if (wavelen > f.original_max_pos / f.low_freq_factor) return inv / f.factor;
+    if (wavelen < f.original_max_pos / f.high_freq_factor) return inv;
+    double s = (f.original_max_pos / wavelen - f.low_freq_factor) / (f.high_freq_factor - f.low_freq_factor);
+    return (1 - s) * inv / f.factor + s * inv;
+}
 
 // out (N,C) = table[tokens[i]] ; table (V,C)
 void embedding_forward(float *out, const int32_t *tokens, const void *table, DType wt, int64_t N, int64_t C);
@@ -44,7 +73,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const void *dout
 
 // cs (N, D) overwritten with RoPE's rotation for each row: the cosines of its D/2 angles, then their sines;
 // pos (N) is each row's position within its sequence. One table serves every layer's q and k.
-void rope_table(float *cs, const int32_t *pos, int64_t N, int D, double theta);
+void rope_table(float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f);
 // x (N, n_heads*D) rotated in place by RoPE, rotate-half layout (pairs i and i+D/2); cs from rope_table.
 void rope_forward(float *x, const float *cs, int64_t N, int n_heads, int D);
 // dx (N, n_heads*D) in place: d(loss)/d(rope input) from d(loss)/d(rope output) (the inverse rotation)

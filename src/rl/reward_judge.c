@@ -17,21 +17,21 @@ static int64_t prefill_rows(const RewardJudgeConfig *cfg) {
     return cfg->max_length > ROLLOUT_PREFILL ? cfg->max_length : ROLLOUT_PREFILL;
 }
 
-static size_t workspace_bytes(const Qwen2Config *c, const RewardJudgeConfig *cfg) {
+static size_t workspace_bytes(const DecoderConfig *c, const RewardJudgeConfig *cfg) {
     return rollout_workspace_bytes(backend_cpu(), c, cfg->dtype, cfg->max_batch, cfg->max_length, prefill_rows(cfg));
 }
 
 // cfg with its max_length fitted to the judge's positions.
-static RewardJudgeConfig fitted(const Qwen2Config *c, const RewardJudgeConfig *cfg) {
+static RewardJudgeConfig fitted(const DecoderConfig *c, const RewardJudgeConfig *cfg) {
     RewardJudgeConfig f = *cfg;
     f.max_length = reward_length_limit(cfg->max_length, cfg->length_asked, c->max_pos, "reward.judge.max_length",
                                        cfg->model_path);
     return f;
 }
 
-size_t reward_judge_bytes(const Qwen2Config *c, const RewardJudgeConfig *cfg) {
+size_t reward_judge_bytes(const DecoderConfig *c, const RewardJudgeConfig *cfg) {
     RewardJudgeConfig f = fitted(c, cfg);
-    return qwen2_layout(c, &(Qwen2Layout){0}) * dtype_size(cfg->dtype) + workspace_bytes(c, &f);
+    return decoder_layout(c, &(DecoderLayout){0}) * dtype_size(cfg->dtype) + workspace_bytes(c, &f);
 }
 
 void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
@@ -49,8 +49,8 @@ void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
     j->re = re;
     j->match = pcre2_match_data_create_from_pattern(re, NULL);
     if (!j->match) die("out of memory compiling reward.judge.regex");
-    Qwen2Config c;
-    qwen2_config_load(&c, cfg->model_path);
+    DecoderConfig c;
+    decoder_config_load(&c, cfg->model_path);
     j->cfg = fitted(&c, cfg);
     if (j->cfg.max_length <= j->cfg.max_new_tokens)
         die("reward.judge.max_length %lld (%s's positions: %lld) leaves no room for a rubric beside "
@@ -60,14 +60,14 @@ void reward_judge_load(RewardJudge *j, const RewardJudgeConfig *cfg) {
     if (j->tok.n_ids > c.vocab)
         die("reward.judge.model_path %s: its tokenizer has ids up to %d, its vocab_size is %lld", cfg->model_path,
             j->tok.n_ids - 1, (long long)c.vocab);
-    qwen2_load_config(&j->m, cfg->model_path, cfg->dtype, &c);
+    decoder_load_config(&j->m, cfg->model_path, cfg->dtype, &c);
     j->n_stop = rollout_stop_ids(cfg->model_path, &j->tok, j->stop_ids);
     arena_init(&j->arena, workspace_bytes(&c, &j->cfg));
 }
 
 void reward_judge_free(RewardJudge *j) {
     arena_free(&j->arena);
-    qwen2_free(&j->m);
+    decoder_free(&j->m);
     tokenizer_free(&j->tok);
     pcre2_match_data_free((pcre2_match_data *)j->match);
     pcre2_code_free((pcre2_code *)j->re);

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "base/arena.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 // The defaults of reward.judge.rubric and reward.judge.regex.
@@ -28,7 +28,7 @@ typedef struct {
 
 typedef struct {
     RewardJudgeConfig cfg;
-    Qwen2 m;
+    Decoder m;
     Tokenizer tok;
     Arena arena;        // the rollout engine's KV cache and activations
     void *re, *match;   // pcre2_code, pcre2_match_data
@@ -37,7 +37,7 @@ typedef struct {
 } RewardJudge;
 
 // Bytes the plan counts: the weights in dtype and the rollout workspace.
-size_t reward_judge_bytes(const Qwen2Config *c, const RewardJudgeConfig *cfg);
+size_t reward_judge_bytes(const DecoderConfig *c, const RewardJudgeConfig *cfg);
 // Loads cfg->model_path (a causal LM with its tokenizer; its chat template when it has one) and compiles the
 // regex (its first group is the score, else the whole match); dies in one line naming what is wrong. The strings
 // of cfg must outlive j.

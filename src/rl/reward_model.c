@@ -14,27 +14,27 @@ int64_t reward_length_limit(int64_t want, int asked, int64_t max_pos, const char
     return max_pos;
 }
 
-size_t reward_model_bytes(const Qwen2Config *c, const char *dir, DType dtype, int64_t max_length, int asked,
+size_t reward_model_bytes(const DecoderConfig *c, const char *dir, DType dtype, int64_t max_length, int asked,
                           int64_t max_batch) {
     max_length = reward_length_limit(max_length, asked, c->max_pos, "reward.reward_model.max_length", dir);
-    size_t weights = qwen2_layout(c, &(Qwen2Layout){0}) * dtype_size(dtype);
-    return weights + qwen2_acts_bytes(backend_cpu(), c, dtype, max_batch * max_length, max_length);
+    size_t weights = decoder_layout(c, &(DecoderLayout){0}) * dtype_size(dtype);
+    return weights + decoder_acts_bytes(backend_cpu(), c, dtype, max_batch * max_length, max_length);
 }
 
 void reward_model_load(RewardModel *rm, const char *dir, DType dtype, int64_t max_length, int asked, int64_t max_batch) {
     memset(rm, 0, sizeof *rm);
-    Qwen2Config c;
-    qwen2_config_load_rm(&c, dir);
+    DecoderConfig c;
+    decoder_config_load_rm(&c, dir);
     max_length = reward_length_limit(max_length, asked, c.max_pos, "reward.reward_model.max_length", dir);
     tokenizer_load(&rm->tok, dir);
     if (!rm->tok.chat.tpl) die("reward model %s: its tokenizer has no chat template (tokenizer_config.json)", dir);
     if (rm->tok.n_ids > c.vocab)
         die("reward model %s: its tokenizer has ids up to %d, its vocab_size is %lld", dir, rm->tok.n_ids - 1,
             (long long)c.vocab);
-    qwen2_load_config(&rm->m, dir, dtype, &c);
+    decoder_load_config(&rm->m, dir, dtype, &c);
     int64_t rows = max_batch * max_length;
-    arena_init(&rm->arena, qwen2_acts_bytes(rm->m.be, &c, dtype, rows, max_length));
-    qwen2_acts_init(&rm->acts, rm->m.be, &c, dtype, rows, max_length, &rm->arena);
+    arena_init(&rm->arena, decoder_acts_bytes(rm->m.be, &c, dtype, rows, max_length));
+    decoder_acts_init(&rm->acts, rm->m.be, &c, dtype, rows, max_length, &rm->arena);
     rm->max_length = max_length, rm->max_batch = max_batch;
     rm->tokens = xmalloc((size_t)rows * sizeof *rm->tokens);
     rm->seq_off = xmalloc((size_t)(max_batch + 1) * sizeof *rm->seq_off);
@@ -43,9 +43,9 @@ void reward_model_load(RewardModel *rm, const char *dir, DType dtype, int64_t ma
 }
 
 void reward_model_free(RewardModel *rm) {
-    qwen2_acts_free(&rm->acts);
+    decoder_acts_free(&rm->acts);
     arena_free(&rm->arena);
-    qwen2_free(&rm->m);
+    decoder_free(&rm->m);
     tokenizer_free(&rm->tok);
     free(rm->tokens), free(rm->seq_off), free(rm->out), free(rm->dir);
 }
@@ -85,7 +85,7 @@ int64_t reward_model_score(RewardModel *rm, int64_t n, const char *const *msgs, 
             memcpy(rm->tokens + rm->seq_off[b], ids.ids + ids.n - len, (size_t)len * sizeof *rm->tokens);
             rm->seq_off[b + 1] = rm->seq_off[b] + len;
         }
-        qwen2_seq_scores(&rm->m, rm->tokens, rm->seq_off, B, &rm->acts, rm->out);
+        decoder_seq_scores(&rm->m, rm->tokens, rm->seq_off, B, &rm->acts, rm->out);
         for (int b = 0; b < B; b++)
             if (!isfinite(rm->out[b])) die("reward model %s: a conversation scored %g (a broken checkpoint?)", rm->dir,
                                            (double)rm->out[b]);

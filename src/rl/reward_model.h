@@ -1,6 +1,6 @@
-// A reward model in the loop (reward.reward_model): a sequence-classification checkpoint
-// (Qwen2ForSequenceClassification / Qwen3ForSequenceClassification, one label) scores each response as verl's
-// reward loop does (verl-project/verl 1dda039b, verl/experimental/reward_loop/reward_loop.py,
+// A reward model in the loop (reward.reward_model): a sequence-classification checkpoint (a
+// ...ForSequenceClassification of the architecture table: Qwen2, Qwen3, Llama, Mistral; one label) scores each
+// response as verl's reward loop does (verl-project/verl 1dda039b, verl/experimental/reward_loop/reward_loop.py,
 // _preprocess_reward_inputs and compute_score_disrm): the conversation, the response as the assistant's turn,
 // rendered by the reward model's own chat template without a generation prompt, a leading bos_token removed,
 // tokenized by its own tokenizer; the score head's raw value at the last token (vLLM's classify with
@@ -11,14 +11,14 @@
 #include <stdint.h>
 
 #include "base/arena.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 typedef struct {
-    Qwen2 m;
+    Decoder m;
     Tokenizer tok;
     Arena arena;
-    Qwen2Acts acts;
+    DecoderActs acts;
     int64_t max_length;  // tokens a conversation; a longer one keeps its last max_length (the score's token)
     int64_t max_batch;   // conversations a forward
     int32_t *tokens;     // (max_batch * max_length)
@@ -31,7 +31,7 @@ typedef struct {
 // dies naming key and dir when it is too many), or the default want cut to max_pos.
 int64_t reward_length_limit(int64_t want, int asked, int64_t max_pos, const char *key, const char *dir);
 // Bytes the plan counts: the weights in dtype and the forward's workspace (max_length, asked as for the load).
-size_t reward_model_bytes(const Qwen2Config *c, const char *dir, DType dtype, int64_t max_length, int asked,
+size_t reward_model_bytes(const DecoderConfig *c, const char *dir, DType dtype, int64_t max_length, int asked,
                           int64_t max_batch);
 // Loads DIR (config.json, safetensors, tokenizer.json, tokenizer_config.json with its chat template); dies in
 // one line naming what is missing or wrong. max_length (asked: the user's, else the default) is cut or refused

@@ -88,7 +88,7 @@ char *rollout_sample_messages(const RolloutSample *s, const char *prompt, const 
 }
 
 int rollout_stop_ids(const char *dir, const Tokenizer *tok, int32_t out[16]) {
-    int n = qwen2_stop_ids(dir, out, 16);
+    int n = decoder_stop_ids(dir, out, 16);
     if (!tok || tok->eos_id < 0 || n >= 16) return n;
     int dup = 0;
     for (int i = 0; i < n; i++) dup |= out[i] == tok->eos_id;
@@ -175,23 +175,23 @@ static double draw_unit(const RolloutConfig *cfg, Seq *q) {
     return cfg->sampler.temperature > 0 ? sampler_unit(&q->rng) : 0.0;
 }
 
-size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
+size_t rollout_workspace_bytes(const Backend *be, const DecoderConfig *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows) {
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
-    return (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c) +
-           qwen2_acts_bytes(be, c, dtype, act_rows, slot_len) + (size_t)n_slots * (size_t)c->vocab * 4 +
+    return (size_t)n_slots * (size_t)slot_len * decoder_kv_bytes_per_token(c) +
+           decoder_acts_bytes(be, c, dtype, act_rows, slot_len) + (size_t)n_slots * (size_t)c->vocab * 4 +
            4 * 64;  // 64-byte alignment of KV, activations, logits
 }
 
 // The engine: the model, the KV cache slots and workspace, and the sequences in them (seqs[slot]).
 struct RolloutEngine {
-    const Qwen2 *m;
+    const Decoder *m;
     const Tokenizer *tok;
     int n_slots;
     int64_t slot_len, prefill_rows;
     Arena own, *arena;
-    Qwen2KV kv;
-    Qwen2Acts acts;
+    DecoderKV kv;
+    DecoderActs acts;
     float *logits;       // (n_slots, V) in the backend's memory
     float *host_logits;  // (n_slots, V) their host copy, for logits_fn on a device (allocated on first use)
     Seq *seqs;           // per slot; active ones hold a sequence
@@ -206,9 +206,9 @@ struct RolloutEngine {
     RolloutStats stats;
 };
 
-RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
+RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
                                   int64_t prefill_rows, Arena *workspace) {
-    const Qwen2Config *c = &m->cfg;
+    const DecoderConfig *c = &m->cfg;
     if (!m->be->on_device) skinny_tuning(m->q8 ? DTYPE_Q8 : m->dtype);  // the decode kernel, resolved before any timed phase
     RolloutEngine *e = xcalloc(1, sizeof *e);
     *e = (RolloutEngine){.m = m, .tok = tok, .n_slots = n_slots, .slot_len = slot_len, .prefill_rows = prefill_rows};
@@ -216,8 +216,8 @@ RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_sl
     e->arena = workspace ? workspace : &e->own;
     if (workspace) arena_reset(workspace);
     else backend_arena_init(m->be, &e->own, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows));
-    qwen2_kv_init(&e->kv, c, n_slots, slot_len, e->arena);
-    qwen2_acts_init(&e->acts, m->be, c, m->dtype, act_rows, slot_len, e->arena);
+    decoder_kv_init(&e->kv, c, n_slots, slot_len, e->arena);
+    decoder_acts_init(&e->acts, m->be, c, m->dtype, act_rows, slot_len, e->arena);
     e->logits = arena_alloc(e->arena, (size_t)n_slots * (size_t)c->vocab * sizeof(float));
     e->seqs = xcalloc((size_t)n_slots, sizeof *e->seqs);
     e->pending = xcalloc((size_t)n_slots, sizeof *e->pending);
@@ -230,8 +230,8 @@ RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_sl
     e->lps = xmalloc((size_t)n_slots * sizeof *e->lps);
     e->u = xmalloc((size_t)n_slots * sizeof *e->u);
     e->scr = m->be->sampler_new(m->be, c->vocab);
-    e->stats.kv_bytes = (size_t)n_slots * (size_t)slot_len * qwen2_kv_bytes_per_token(c);
-    e->stats.kv_bytes_per_token = qwen2_kv_bytes_per_token(c);
+    e->stats.kv_bytes = (size_t)n_slots * (size_t)slot_len * decoder_kv_bytes_per_token(c);
+    e->stats.kv_bytes_per_token = decoder_kv_bytes_per_token(c);
     return e;
 }
 
@@ -252,7 +252,7 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->pending);
     free(e->seqs);
     free(e->host_logits);
-    qwen2_acts_free(&e->acts);
+    decoder_acts_free(&e->acts);
     if (e->arena == &e->own) backend_arena_free(e->m->be, &e->own);
     free(e);
 }
@@ -370,10 +370,10 @@ static void end_finished(RolloutEngine *e) {
 // The prompt logits of request r, whose prompt fills rows [from, from + n) of the last forward: passed to
 // its logits_fn in chunks of the logits buffer.
 static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
-    const Qwen2 *m = e->m;
+    const Decoder *m = e->m;
     for (int64_t i = 0; i < r->prompt->n;) {
         int64_t rows = r->prompt->n - i < e->n_slots ? r->prompt->n - i : e->n_slots;
-        qwen2_logits(m, e->acts.xn + (from + i) * m->cfg.hidden, rows, &e->acts, e->logits);
+        decoder_logits(m, e->acts.xn + (from + i) * m->cfg.hidden, rows, &e->acts, e->logits);
         r->logits_fn(r->user, r->index, -1, i, rows, host_rows(e, e->logits, rows));
         i += rows;
     }
@@ -382,7 +382,7 @@ static void prompt_logits(RolloutEngine *e, RolloutRequest *r, int64_t from) {
 // The prefill forward of the batch in e->tokens / seq_off / slots / row_seq; with a vision-language prompt in
 // it, the batch's image inputs are its prompts' (text prompts' rows: their positions' rotation).
 static void prefill_forward(RolloutEngine *e, int B) {
-    const Qwen2 *m = e->m;
+    const Decoder *m = e->m;
     int64_t D = m->cfg.head_dim, n_images = 0;
     int any = 0;
     for (int b = 0; b < B; b++) {
@@ -391,11 +391,11 @@ static void prefill_forward(RolloutEngine *e, int B) {
         n_images += p->vl ? p->vl->n_image_rows : 0;
     }
     if (!any) {
-        qwen2_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
+        decoder_forward(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots);
         return;
     }
     int64_t N = e->seq_off[B];
-    Qwen2VlInputs in = {.N = N, .rope = xmalloc((size_t)(N * D) * sizeof(float)),
+    DecoderVlInputs in = {.N = N, .rope = xmalloc((size_t)(N * D) * sizeof(float)),
                         .image_rows = xmalloc((size_t)n_images * sizeof(int64_t) + 1),
                         .image_feats = xmalloc((size_t)n_images * sizeof(float *) + 1)};
     for (int b = 0; b < B; b++) {
@@ -413,10 +413,10 @@ static void prefill_forward(RolloutEngine *e, int B) {
         }
         int32_t *pos = xmalloc((size_t)n * sizeof *pos);
         for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
-        rope_table(in.rope + lo * D, pos, n, (int)D, m->cfg.rope_theta);
+        rope_table(in.rope + lo * D, pos, n, (int)D, m->cfg.rope);
         free(pos);
     }
-    qwen2_forward_vl(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots, &in);
+    decoder_forward_vl(m, e->tokens, e->seq_off, B, &e->acts, &e->kv, e->slots, &in);
     free(in.rope);
     free(in.image_rows);
     free(in.image_feats);
@@ -425,8 +425,8 @@ static void prefill_forward(RolloutEngine *e, int B) {
 // Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
 // sample; every sequence samples its first token.
 static void prefill(RolloutEngine *e) {
-    const Qwen2 *m = e->m;
-    const Qwen2Config *c = &m->cfg;
+    const Decoder *m = e->m;
+    const DecoderConfig *c = &m->cfg;
     // Every sequence to prefill, in order; one forward row group per prompt (shared) or per sample.
     int n_groups = 0;
     for (int i = 0; i < e->n_pending; i++) {
@@ -462,7 +462,7 @@ static void prefill(RolloutEngine *e) {
         for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
             m->be->copy(m->be, e->acts.proj + b * c->hidden, e->acts.xn + (e->seq_off[b + 1] - 1) * c->hidden,
                         (size_t)c->hidden * sizeof(float));
-        qwen2_logits(m, e->acts.proj, B, &e->acts, e->logits);
+        decoder_logits(m, e->acts.proj, B, &e->acts, e->logits);
         for (int b = 0; b < B; b++) {
             Seq *first = &e->seqs[e->row_seq[b]];
             RolloutRequest *r = first->req;
@@ -471,7 +471,7 @@ static void prefill(RolloutEngine *e) {
                 Seq *q = &e->seqs[s];
                 if (!q->active || q->req != r || !q->fresh) continue;
                 if (q != first && (!r->cfg->share_prefill || q->sample == 0)) continue;
-                if (q != first) qwen2_kv_copy(m, &e->kv, q->slot, first->slot, r->prompt->n);
+                if (q != first) decoder_kv_copy(m, &e->kv, q->slot, first->slot, r->prompt->n);
                 float lp;
                 int32_t id;
                 e->u[0] = draw_unit(r->cfg, q);
@@ -490,7 +490,7 @@ static void prefill(RolloutEngine *e) {
 
 // One decode step: every running sequence but those this step prefilled advances one token.
 static void decode(RolloutEngine *e) {
-    const Qwen2 *m = e->m;
+    const Decoder *m = e->m;
     int B = 0;
     for (int s = 0; s < e->n_slots; s++) {
         Seq *q = &e->seqs[s];
@@ -502,7 +502,7 @@ static void decode(RolloutEngine *e) {
         e->row_seq[B++] = s;
     }
     if (B == 0) return;
-    qwen2_decode_step_at(m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, B, &e->acts, e->logits);
+    decoder_decode_step_at(m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, B, &e->acts, e->logits);
     for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
         Seq *q = &e->seqs[e->row_seq[b]];
         e->u[b] = q->feed.n ? 0.0 : draw_unit(q->req->cfg, q);
@@ -550,10 +550,10 @@ int rollout_engine_step(RolloutEngine *e) {
 }
 
 // Sequences per wave: the most whose KV cache (and, in a given workspace, activations) fit.
-static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n_seqs, int64_t slot_len,
+static int64_t wave_capacity(const Decoder *m, const RolloutConfig *cfg, int64_t n_seqs, int64_t slot_len,
                              int64_t prefill_rows) {
     if (!cfg->workspace)
-        return (int64_t)(cfg->kv_budget_bytes / (qwen2_kv_bytes_per_token(&m->cfg) * (size_t)slot_len));
+        return (int64_t)(cfg->kv_budget_bytes / (decoder_kv_bytes_per_token(&m->cfg) * (size_t)slot_len));
     int64_t fit = 0;
     for (int64_t hi = n_seqs; fit < hi;) {  // the largest count whose workspace fits
         int64_t mid = (fit + hi + 1) / 2;
@@ -565,9 +565,9 @@ static int64_t wave_capacity(const Qwen2 *m, const RolloutConfig *cfg, int64_t n
     return fit;
 }
 
-void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
+void rollout_generate(const Decoder *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user) {
-    const Qwen2Config *c = &m->cfg;
+    const DecoderConfig *c = &m->cfg;
     if (cfg->max_turns > 0 && (!cfg->tool_fn || !tok)) die("internal: multi-turn rollout without a tool hook or tokenizer");
     memset(stats, 0, sizeof *stats);
     // One slot length for all: the longest prompt plus its new tokens.
@@ -577,7 +577,7 @@ void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig 
         if (prompts[i].n > max_prompt) max_prompt = prompts[i].n;
         prompt_tokens += prompts[i].n;
     }
-    size_t per_token = qwen2_kv_bytes_per_token(c);
+    size_t per_token = decoder_kv_bytes_per_token(c);
     int64_t prefill_rows = cfg->prefill_tokens > max_prompt ? cfg->prefill_tokens : max_prompt;
     int64_t fit = wave_capacity(m, cfg, (int64_t)n_prompts * G, slot_len, prefill_rows);
     if (fit < G)

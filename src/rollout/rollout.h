@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "base/arena.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "nn/sampler.h"
 #include "text/tokenizer.h"
 
@@ -48,7 +48,7 @@ typedef struct {
 typedef struct {
     const int32_t *ids;
     int64_t n;
-    const Qwen2VlInputs *vl;  // a vision-language prompt's image inputs (qwen2_vl_inputs of it alone), or NULL;
+    const DecoderVlInputs *vl;  // a vision-language prompt's image inputs (decoder_vl_inputs of it alone), or NULL;
                               // generated tokens rotate at their index + vl->delta[0]
     int max_new_tokens;
     int has_seed;  // sample j of this prompt is seeded by (seed, j) instead of (config seed, index, j)
@@ -86,7 +86,7 @@ typedef struct {
 
 // The workspace rollout_generate needs for n_slots sequences of slot_len tokens (KV cache, decode
 // and prefill activations, logits), prefilling up to prefill_rows tokens per forward pass, for weights of dtype.
-size_t rollout_workspace_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t n_slots, int64_t slot_len,
+size_t rollout_workspace_bytes(const Backend *be, const DecoderConfig *c, DType dtype, int64_t n_slots, int64_t slot_len,
                                int64_t prefill_rows);
 
 // ---------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ typedef struct RolloutEngine RolloutEngine;
 
 // KV cache for n_slots sequences of slot_len positions, prefill passes of up to prefill_rows tokens, in
 // `workspace` (reset; rollout_workspace_bytes of them) or its own memory when NULL.
-RolloutEngine *rollout_engine_new(const Qwen2 *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
+RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_slots, int64_t slot_len,
                                   int64_t prefill_rows, Arena *workspace);
 void rollout_engine_free(RolloutEngine *e);
 int rollout_engine_free_slots(const RolloutEngine *e);
@@ -130,7 +130,7 @@ int rollout_engine_step(RolloutEngine *e);
 
 // Fills out[prompt * G + sample]. tok may be NULL when there are no stop strings. Dies when one
 // prompt's G samples do not fit the KV budget.
-void rollout_generate(const Qwen2 *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
+void rollout_generate(const Decoder *m, const Tokenizer *tok, const RolloutConfig *cfg, const RolloutPrompt *prompts,
                       int n_prompts, int G, RolloutSample *out, RolloutStats *stats, RolloutTokenFn fn, void *user);
 void rollout_sample_free(RolloutSample *s);
 // A model's stop tokens (eos_token_id of DIR's config.json and generation_config.json) and tok's eos (tok may be

@@ -74,7 +74,7 @@ struct Job {
 
 struct Server {
     const ServeOptions *o;
-    const Qwen2 *m;
+    const Decoder *m;
     Tokenizer *tok;
     ApiLimits lim;
     struct MHD_Daemon *d;
@@ -584,7 +584,7 @@ static struct MHD_Daemon *start_daemon(Server *s) {
     return d;
 }
 
-int serve_run(const Qwen2 *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids,
+int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids,
               const ServeOptions *o) {
     Server s = {.o = o, .m = m, .tok = tok};
     s.lim = (ApiLimits){.model_name = o->model_name,

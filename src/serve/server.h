@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 typedef struct {
@@ -25,4 +25,4 @@ typedef struct {
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.
-int serve_run(const Qwen2 *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids, const ServeOptions *o);
+int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids, const ServeOptions *o);

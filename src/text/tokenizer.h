@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the Qwen2 family):
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the Decoder family):
 // added tokens matched in the raw text first, NFC normalisation (or none), the Split pre-tokenizer's regex
 // (PCRE2), the ByteLevel byte<->char mapping, rank-ordered BPE merges, and the ByteLevel decoder.
 #pragma once

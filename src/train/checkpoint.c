@@ -74,20 +74,20 @@ static void write_state(const char *dir, const TrainState *s) {
     cJSON_Delete(r);
 }
 
-Qwen2Tensor *checkpoint_tensors(const Qwen2 *master, const Lora *lora, int *n) {
-    *n = lora ? lora_tensors(lora, NULL) : qwen2_tensors(master, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
+DecoderTensor *checkpoint_tensors(const Decoder *master, const Lora *lora, int *n) {
+    *n = lora ? lora_tensors(lora, NULL) : decoder_tensors(master, NULL);
+    DecoderTensor *ts = xmalloc((size_t)(*n ? *n : 1) * sizeof *ts);
     if (lora) lora_tensors(lora, ts);
-    else qwen2_tensors(master, ts);
+    else decoder_tensors(master, ts);
     return ts;
 }
 
 // optimizer.safetensors: "exp_avg.<name>", "exp_avg_sq.<name>" and, when the model file is not
 // fp32, "master.<name>" for each trained tensor.
-static void write_optimizer(const char *dir, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+static void write_optimizer(const char *dir, const Decoder *master, const Lora *lora, const float *m, const float *v,
                             int with_master) {
     int n;
-    Qwen2Tensor *ts = checkpoint_tensors(master, lora, &n);
+    DecoderTensor *ts = checkpoint_tensors(master, lora, &n);
     StWriteTensor *ws = xcalloc((size_t)n * 3 + 1, sizeof *ws);
     char (*names)[100] = xmalloc((size_t)n * 3 * sizeof *names + 1);
     const char *prefix[3] = {"exp_avg", "exp_avg_sq", "master"};
@@ -136,19 +136,19 @@ void checkpoint_prune(const char *out, int64_t keep) {
     free(steps);
 }
 
-void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+void checkpoint_save(const char *out, const Decoder *master, const Lora *lora, const float *m, const float *v,
                      DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep) {
     char *tmp = step_dir(out, ".checkpoint-%lld.tmp", s->step), *final = step_dir(out, "checkpoint-%lld", s->step);
     if (file_exists(tmp)) dir_remove_flat(tmp);  // left by a run killed mid-save
     dir_create(tmp);
     copy_model_extras(model_dir, tmp);
-    Qwen2 copy;  // the files are written from host memory: a device's weights downloaded once for both
-    const Qwen2 *host = lora ? master : qwen2_host(master, &copy);
+    Decoder copy;  // the files are written from host memory: a device's weights downloaded once for both
+    const Decoder *host = lora ? master : decoder_host(master, &copy);
     write_optimizer(tmp, host, lora, m, v, !lora && save_dtype != DTYPE_F32);
     write_state(tmp, s);
     if (lora) lora_save(lora, tmp, model_dir);  // fp32, as trained
-    else qwen2_save(host, tmp, save_dtype, master->cfg.vl ? model_dir : NULL);
-    if (host == &copy) qwen2_free(&copy);
+    else decoder_save(host, tmp, save_dtype, master->cfg.vl ? model_dir : NULL);
+    if (host == &copy) decoder_free(&copy);
     dir_fsync(tmp);
     if (file_exists(final)) remove_checkpoint(out, s->step);  // the same step, saved by an earlier attempt
     if (rename(tmp, final) != 0) die("cannot rename %s to %s: %s", tmp, final, strerror(errno));
@@ -234,7 +234,7 @@ char *checkpoint_latest(const char *out) {
     return dir;
 }
 
-static void read_moments(const SafeTensors *st, const char *prefix, const Qwen2Tensor *t, float *dst) {
+static void read_moments(const SafeTensors *st, const char *prefix, const DecoderTensor *t, float *dst) {
     char name[128];
     snprintf(name, sizeof name, "%s.%s", prefix, t->name);
     const StTensor *x = safetensors_find(st, name);
@@ -246,7 +246,7 @@ static void read_moments(const SafeTensors *st, const char *prefix, const Qwen2T
 }
 
 // The checkpoint's adapters into lora, which must have their rank, alpha and targets.
-static void load_adapter(const char *dir, const Qwen2 *master, Lora *lora) {
+static void load_adapter(const char *dir, const Decoder *master, Lora *lora) {
     Lora saved;
     lora_load(&saved, &master->cfg, dir);
     if (saved.spec.rank != lora->spec.rank || saved.spec.alpha != lora->spec.alpha ||
@@ -256,17 +256,17 @@ static void load_adapter(const char *dir, const Qwen2 *master, Lora *lora) {
     lora_free(&saved);
 }
 
-void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s) {
-    Qwen2 saved;  // full fine-tuning: the checkpoint's weights, read on the host, then uploaded into master
+void checkpoint_load(const char *dir, Decoder *master, Lora *lora, float *m, float *v, TrainState *s) {
+    Decoder saved;  // full fine-tuning: the checkpoint's weights, read on the host, then uploaded into master
     if (lora) {
         load_adapter(dir, master, lora);
     } else {
-        Qwen2Config c;  // the checkpoint's, with this run's merger (a trained one is in the slab)
-        qwen2_config_load_vl(&c, dir);
+        DecoderConfig c;  // the checkpoint's, with this run's merger (a trained one is in the slab)
+        decoder_config_load_vl(&c, dir);
         c.merger_in = master->cfg.merger_in;
         c.merger_units = master->cfg.merger_units;
         c.merger_ln_bias = master->cfg.merger_ln_bias;
-        qwen2_load_config(&saved, dir, DTYPE_F32, &c);
+        decoder_load_config(&saved, dir, DTYPE_F32, &c);
         if (saved.n_params != master->n_params || saved.cfg.vocab != master->cfg.vocab ||
             saved.cfg.hidden != master->cfg.hidden || saved.cfg.layers != master->cfg.layers ||
             saved.cfg.tied != master->cfg.tied)
@@ -277,7 +277,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
     SafeTensors st;
     safetensors_open(&st, path);
     int n;
-    Qwen2Tensor *ts = checkpoint_tensors(master, lora, &n);
+    DecoderTensor *ts = checkpoint_tensors(master, lora, &n);
     char first[128];
     snprintf(first, sizeof first, "master.%s", ts[0].name);
     int with_master = !lora && safetensors_find(&st, first) != NULL;
@@ -292,7 +292,7 @@ void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float
     free(path);
     if (!lora) {
         master->be->upload(master->be, master->params, saved.params, master->n_params * sizeof(float));
-        qwen2_free(&saved);
+        decoder_free(&saved);
     }
 
     path = path_join(dir, "trainer_state.json");

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 typedef struct {
     int64_t step;          // optimiser steps taken (skipped ones included)
@@ -26,17 +26,17 @@ typedef struct {
 // lora: NULL, or the adapters being trained (with master their frozen base): the checkpoint then holds
 // the PEFT adapter files instead of the model, and the moments are the adapters'. m, v: host memory; master and
 // lora may be a device's (their weights are downloaded for the files).
-void checkpoint_save(const char *out, const Qwen2 *master, const Lora *lora, const float *m, const float *v,
+void checkpoint_save(const char *out, const Decoder *master, const Lora *lora, const float *m, const float *v,
                      DType save_dtype, const char *model_dir, const TrainState *s, int64_t keep);
 // The trained tensors (malloc'd; *n their count): master's, or with LoRA the adapters' (PEFT names).
-Qwen2Tensor *checkpoint_tensors(const Qwen2 *master, const Lora *lora, int *n);
+DecoderTensor *checkpoint_tensors(const Decoder *master, const Lora *lora, int *n);
 // Deletes all but the newest `keep` checkpoints.
 void checkpoint_prune(const char *out, int64_t keep);
 // The newest OUT/checkpoint-<N> (malloc'd), or NULL when there is none.
 char *checkpoint_latest(const char *out);
 // Restores master weights (or lora's adapters; either may be in a device's memory: staged through the host), the
 // moments m and v (host memory) and state; dies naming the file and tensor/key on any mismatch.
-void checkpoint_load(const char *dir, Qwen2 *master, Lora *lora, float *m, float *v, TrainState *s);
+void checkpoint_load(const char *dir, Decoder *master, Lora *lora, float *m, float *v, TrainState *s);
 // How a command names its options, for messages: {"--out", "--resume", "--force", "--model"} or
 // {"trainer.out_dir", "trainer.resume=true", "trainer.overwrite=true", "model.path"}.
 typedef struct {

@@ -9,7 +9,7 @@
 #include "base/arena.h"
 #include "base/json.h"
 #include "base/util.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vl.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -93,7 +93,7 @@ typedef struct {
     SftData data;
     int64_t steps, B, b;  // B samples a step, in micro-batches of b
     Arena arena;          // the training workspace and logp, dlogp: the backend's memory
-    Qwen2Train act;
+    DecoderTrain act;
     float *logp, *dlogp;
     int32_t *tokens, *targets;        // the host's: the packed micro-batch,
     float *host_logp, *host_dlogp;    // its log-probs and their loss weights
@@ -111,14 +111,14 @@ typedef struct {
 
 // The workspace for the activations of the largest micro-batch, and the micro-batch buffers.
 static void sft_workspace(Sft *r) {
-    const Qwen2Config *c = &r->tr.master.cfg;
+    const DecoderConfig *c = &r->tr.master.cfg;
     const Backend *be = r->tr.be;
     int64_t max_tokens = max_micro_tokens(&r->data, r->b), max_seq = max_micro_tokens(&r->data, 1);
     DType wdt = r->tr.has_lora ? r->tr.master.dtype : compute_storage(r->cfg->precision);
     size_t buffers = (size_t)max_tokens * 2 * sizeof(float);
-    size_t bytes = qwen2_train_bytes(be, c, wdt, max_tokens, max_seq, r->cfg->recompute) + buffers + 4096;
+    size_t bytes = decoder_train_bytes(be, c, wdt, max_tokens, max_seq, r->cfg->recompute) + buffers + 4096;
     backend_arena_init(be, &r->arena, bytes);
-    qwen2_train_init(&r->act, be, c, wdt, max_tokens, max_seq, r->cfg->recompute, &r->arena);
+    decoder_train_init(&r->act, be, c, wdt, max_tokens, max_seq, r->cfg->recompute, &r->arena);
     r->logp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->logp);
     r->dlogp = arena_alloc(&r->arena, (size_t)max_tokens * sizeof *r->dlogp);
     r->tokens = xmalloc((size_t)max_tokens * sizeof *r->tokens);
@@ -129,14 +129,14 @@ static void sft_workspace(Sft *r) {
 }
 
 static void sft_workspace_free(Sft *r) {
-    qwen2_train_free(&r->act);
+    decoder_train_free(&r->act);
     backend_arena_free(r->tr.be, &r->arena);
     free(r->tokens), free(r->targets), free(r->host_logp), free(r->host_dlogp), free(r->seq_off);
 }
 
 // The image inputs of micro-batch samples ids[0..b) (packed in r->tokens) into *in and r->act.vl: each
 // sample's features (its images through the frozen tower, computed here) in its prompt. feats: b slots.
-static void micro_images(Sft *r, const int64_t *ids, int64_t b, float **feats, Qwen2VlInputs *in) {
+static void micro_images(Sft *r, const int64_t *ids, int64_t b, float **feats, DecoderVlInputs *in) {
     r->act.vl = NULL;
     int any = 0;
     for (int64_t j = 0; r->has_vl && j < b; j++) any |= r->data.s[ids[j]].n_images > 0;
@@ -160,9 +160,9 @@ static void micro_images(Sft *r, const int64_t *ids, int64_t b, float **feats, Q
     free(plen);
 }
 
-static void micro_images_free(Sft *r, int64_t b, float **feats, Qwen2VlInputs *in) {
+static void micro_images_free(Sft *r, int64_t b, float **feats, DecoderVlInputs *in) {
     if (!r->act.vl) return;
-    qwen2_vl_inputs_free(in);
+    decoder_vl_inputs_free(in);
     for (int64_t j = 0; j < b; j++) free(feats[j]), feats[j] = NULL;
     r->act.vl = NULL;
 }
@@ -181,16 +181,16 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
     // Each completion token weighs 1/n_target in every micro-batch, times the rank count, as the trainer
     // averages the ranks' gradients.
     float w = (float)(-tr->scaler.scale * (double)N / (double)o.n_target);
-    const Qwen2 *cm = trainer_begin_step(&r->tr);
+    const Decoder *cm = trainer_begin_step(&r->tr);
     double loss = 0.0;
     float **feats = xcalloc((size_t)b, sizeof *feats);
-    Qwen2VlInputs in;
+    DecoderVlInputs in;
     for (int64_t mb = r->comm.rank * (B / N); mb < (r->comm.rank + 1) * (B / N); mb += b) {
         pack(&r->data, r->batch + mb, b, w, r->tokens, r->targets, r->host_dlogp, r->seq_off);
         int64_t n = r->seq_off[b];
         cm->be->upload(cm->be, r->dlogp, r->host_dlogp, (size_t)n * sizeof *r->dlogp);
         micro_images(r, r->batch + mb, b, feats, &in);
-        qwen2_train_forward_fused(cm, r->tr.grads, r->tokens, r->targets, r->seq_off, (int)b, r->dlogp, &r->act,
+        decoder_train_forward_fused(cm, r->tr.grads, r->tokens, r->targets, r->seq_off, (int)b, r->dlogp, &r->act,
                                   r->logp);
         cm->be->download(cm->be, r->host_logp, r->logp, (size_t)n * sizeof *r->logp);
         for (int64_t j = 0; j < b; j++) {
@@ -199,7 +199,7 @@ static SftStepOut sft_step(Sft *r, int64_t step, double lr) {
             if (!isfinite(ls) && bad < 0) bad = r->batch[mb + j];
             loss += ls;
         }
-        qwen2_backward(cm, r->tr.grads, r->dlogp, NULL, &r->act);
+        decoder_backward(cm, r->tr.grads, r->dlogp, NULL, &r->act);
         micro_images_free(r, b, feats, &in);
     }
     free(feats);
@@ -248,7 +248,7 @@ void sft_run(const SftConfig *cfg) {
     trainer_init(tr, be, cfg->model_dir, cfg->adam, cfg->clip, cfg->precision, cfg->loss_scale,
                  cfg->loss_scale_window, &lora, NULL, cfg->offload_params);
     trainer_set_dist(tr, &r.comm, cfg->zero, cfg->topk_ratio);
-    const Qwen2Config *c = &tr->master.cfg;
+    const DecoderConfig *c = &tr->master.cfg;
     int64_t max_length = cfg->max_length ? cfg->max_length : c->max_pos;
     if ((r.has_vl = c->vl)) {  // frozen: fp32, never trained
         vl_model_load(&r.vl, cfg->model_dir, c);

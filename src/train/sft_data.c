@@ -115,7 +115,7 @@ static void expand_prompt_images(Loader *L, IdList *ids, int64_t *plen) {
 }
 
 // One row into ids (prompt then completion; *plen prompt tokens).
-static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList *ids, int64_t *plen) {
+static void read_row(Loader *L, const cJSON *root, const DecoderConfig *c, IdList *ids, int64_t *plen) {
     const cJSON *pi = cJSON_GetObjectItemCaseSensitive(root, "prompt_ids");
     const cJSON *ci = cJSON_GetObjectItemCaseSensitive(root, "completion_ids");
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -158,7 +158,7 @@ static void read_row(Loader *L, const cJSON *root, const Qwen2Config *c, IdList 
                 L->r.where, ids->ids[i], (long long)c->vocab);
 }
 
-void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
+void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const DecoderConfig *c,
                    const VlProcessor *vl, int64_t max_length, int filter_overlong) {
     memset(d, 0, sizeof *d);
     d->path = xstrdup(path);

@@ -9,7 +9,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vl.h"
 
 typedef struct {
@@ -33,6 +33,6 @@ typedef struct {
 // named the file. filter_overlong: a row whose prompt alone reaches max_length is skipped and counted, else
 // an error.
 // vl: a vision-language model's image processor (NULL for a text model, whose rows with images are refused).
-void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const Qwen2Config *c,
+void sft_data_load(SftData *d, const char *path, const char *key, const char *model_dir, const DecoderConfig *c,
                    const VlProcessor *vl, int64_t max_length, int filter_overlong);
 void sft_data_free(SftData *d);

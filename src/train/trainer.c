@@ -51,11 +51,11 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
     if (t->has_lora && precision != DTYPE_F32) die("internal: LoRA with a %s compute copy", dtype_name(precision));
     if (t->has_lora && train_merger) die("internal: a trained merger with LoRA");
     // a vision-language model: its language model (the tower is the caller's, frozen), and its merger
-    Qwen2Config c;
-    qwen2_config_load_vl(&c, model_dir);
+    DecoderConfig c;
+    decoder_config_load_vl(&c, model_dir);
     vl_config_merger(&c, train_merger);
-    qwen2_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
-    if (!t->params_on_host) qwen2_to_backend(&t->master, be);
+    decoder_load_config(&t->master, model_dir, t->has_lora ? lora->base_dtype : DTYPE_F32, &c);
+    if (!t->params_on_host) decoder_to_backend(&t->master, be);
     if (t->has_lora) {
         if (lora->adapter) lora_load(&t->lora, &t->master.cfg, lora->adapter);
         else lora_init(&t->lora, &t->master.cfg, &lora->spec, lora->seed);
@@ -64,7 +64,7 @@ void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW ad
         t->w = t->lora.params;
         t->n = t->lora.n;
     } else {
-        if (precision != DTYPE_F32) qwen2_build_on(&t->compute, &t->master.cfg, compute_storage(precision), be);
+        if (precision != DTYPE_F32) decoder_build_on(&t->compute, &t->master.cfg, compute_storage(precision), be);
         t->w = t->master.params;
         t->n = t->master.n_params;
     }
@@ -275,9 +275,9 @@ void trainer_free(Trainer *t) {
         if (t->stage[i]) be->free(be, t->stage[i]);
     if (t->gshard) be->free(be, t->gshard);
     if (t->topk.ratio > 0) topk_free(&t->topk);
-    if (t->precision != DTYPE_F32) qwen2_free(&t->compute);
+    if (t->precision != DTYPE_F32) decoder_free(&t->compute);
     if (t->has_lora) lora_free(&t->lora);
-    qwen2_free(&t->master);
+    decoder_free(&t->master);
     memset(t, 0, sizeof *t);
 }
 
@@ -292,7 +292,7 @@ static void round_into(const Backend *be, void *dst, DType dt, const float *src,
     else be->round_values(be, dst, src, n, precision);
 }
 
-void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
+void compute_copy_round(Decoder *dst, const Decoder *master, DType precision) {
     const Backend *be = master->be;
     size_t n = dst->n_params;  // the master's slab may go on past dst's: a trained merger
     if (dst->be == be) {
@@ -309,18 +309,18 @@ void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision) {
     free(buf);
 }
 
-Qwen2 trainer_base(const Trainer *t) {
-    Qwen2 base = t->master;
+Decoder trainer_base(const Trainer *t) {
+    Decoder base = t->master;
     base.lora = NULL;
     return base;
 }
 
-const Qwen2 *trainer_begin_step(Trainer *t) {
+const Decoder *trainer_begin_step(Trainer *t) {
     t->be->zero(t->be, t->grads, t->n * F);
     return trainer_weights(t);
 }
 
-const Qwen2 *trainer_weights(Trainer *t) {
+const Decoder *trainer_weights(Trainer *t) {
     if (t->precision == DTYPE_F32) return &t->master;
     if (t->compute_stale) compute_copy_round(&t->compute, &t->master, t->precision);
     t->compute_stale = 0;
@@ -349,7 +349,7 @@ double trainer_apply(Trainer *t, double lr, int loss_finite) {
         size_t ra = 0, rb = 0;  // the range so far, of decay rwd
         double rwd = 0.0;
         for (int i = 0; i < t->n_tensors; i++) {
-            const Qwen2Tensor *x = &t->tensors[i];
+            const DecoderTensor *x = &t->tensors[i];
             size_t off = x->off, end = off + (size_t)(x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1));
             size_t a = off > t->lo ? off : t->lo, b = end < t->hi ? end : t->hi;  // the part in this rank's shard
             int no_decay = strstr(x->name, "bias") || strstr(x->name, "norm") || strstr(x->name, "ln_q");
@@ -452,7 +452,7 @@ void trainer_load(Trainer *t, const char *dir) {
 
 void trainer_save_result(const Trainer *t, const char *dir, DType save_dtype, const char *model_dir) {
     if (t->has_lora) lora_save(&t->lora, dir, model_dir);
-    else qwen2_save(&t->master, dir, save_dtype, t->master.cfg.vl ? model_dir : NULL);
+    else decoder_save(&t->master, dir, save_dtype, t->master.cfg.vl ? model_dir : NULL);
 }
 
 int trainer_stop_signal(Trainer *t) {

@@ -2,7 +2,7 @@
 // optional bf16/fp16 compute copy, the gradient slab, Adam moments, loss scaling, the
 // non-finite check that skips a step, global-norm clipping and AdamW.
 //
-//   const Qwen2 *cm = trainer_begin_step(&t);   // compute weights; grads zeroed
+//   const Decoder *cm = trainer_begin_step(&t);   // compute weights; grads zeroed
 //   ... forward/backward of each micro-batch into t.grads, dlogp multiplied by t.scaler.scale ...
 //   double norm = trainer_apply(&t, lr, loss_finite);   // NAN when the step was skipped
 #pragma once
@@ -13,7 +13,7 @@
 #include "parallel/comm.h"
 #include "parallel/topk.h"
 #include "model/lora.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vision.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
@@ -36,14 +36,14 @@ typedef struct {
     AdamW adam;
     double clip;      // 0: off
     DType precision;  // compute copy: F32 (none), BF16 or F16
-    Qwen2 master, compute;  // with LoRA, master is the frozen base with the adapters attached
+    Decoder master, compute;  // with LoRA, master is the frozen base with the adapters attached
     int compute_stale;     // the master changed since compute was last rounded from it
     int has_lora;
     Lora lora;             // the adapters (has_lora)
     float *w;              // the trained fp32 slab: master's weights, or the adapters
     float *grads, *m, *v;  // w's layout
     size_t n;              // elements of w
-    Qwen2Tensor *tensors;  // w's tensors: AdamW's weight-decay groups, checkpoint names
+    DecoderTensor *tensors;  // w's tensors: AdamW's weight-decay groups, checkpoint names
     int n_tensors;
     LossScaler scaler;     // scale 1 unless fp16
     TrainState st;         // step counters and loss-scale state, as checkpointed
@@ -71,7 +71,7 @@ typedef struct {
 // be F32 with LoRA). params_on_host: a device's full fine-tuning keeps the fp32 master and the optimizer on the host
 // (Trainer.params_on_host; not with LoRA or a trained merger).
 // train_merger: a VL model's tower whose patch merger is trained too (its tensors join the slab after the
-// language model's: Qwen2Config.merger_in), or NULL (full fine-tuning only).
+// language model's: DecoderConfig.merger_in), or NULL (full fine-tuning only).
 void trainer_init(Trainer *t, const Backend *be, const char *model_dir, AdamW adam, double clip, DType precision,
                   double loss_scale, int64_t loss_scale_window, const TrainerLora *lora,
                   const VisionConfig *train_merger, int params_on_host);
@@ -100,13 +100,13 @@ DType compute_storage(DType precision);
 // dst (built with compute_storage(precision)) = master's fp32 weights rounded to precision (dst's n_params of
 // them: a reference without the master's trained merger). dst may be on a device and master on the host: rounded
 // there a chunk at a time, then uploaded.
-void compute_copy_round(Qwen2 *dst, const Qwen2 *master, DType precision);
+void compute_copy_round(Decoder *dst, const Decoder *master, DType precision);
 // The weights forward passes must use: the master, or the compute copy refreshed from it.
-const Qwen2 *trainer_weights(Trainer *t);
+const Decoder *trainer_weights(Trainer *t);
 // The base with any adapters switched off (GRPO's reference under LoRA): a view of master's weights.
-Qwen2 trainer_base(const Trainer *t);
+Decoder trainer_base(const Trainer *t);
 // trainer_weights, with the gradients zeroed for a new step.
-const Qwen2 *trainer_begin_step(Trainer *t);
+const Decoder *trainer_begin_step(Trainer *t);
 // Ends a step (st.step += 1): averages the gradients over the ranks, skips the step when the loss
 // (on any rank) or any gradient is not finite, else unscales, clips and applies AdamW at lr.
 // Returns the pre-clip gradient norm, NAN for a skipped step. Collective: every rank calls it.

@@ -167,12 +167,18 @@ static void test_rope(int64_t N, int H, int D) {
     for (int64_t i = 0; i < N; i++) pos[i] = (int32_t)(rng_next_u64(&g_rng) % 40000);
     float *x = randn(N * H * D, 1.0f), *cs = xmalloc((size_t)(N * D) * 4);
     void *dpos = up(pos, (size_t)N * 4), *dx = up(x, (size_t)(N * H * D) * 4), *dcs = g_gpu->alloc(g_gpu, (size_t)(N * D) * 4);
-    rope_table(cs, pos, N, D, 1e6);
-    g_gpu->rope_table(g_gpu, dcs, dpos, N, D, 1e6);
-    float *got = down(dcs, N * D);
-    snprintf(op, sizeof op, "rope_table N%lld D%d", (long long)N, D);
-    report(op, rel_err(got, cs, N * D, 0.0), 1e-7);  // double angles on both: float rounding of cos/sin
-    free(got);
+    // Llama 3's rescaled frequencies (Llama-3.2's), then plain ones, which the rotations below use
+    RopeFreqs llama3 = {5e5, ROPE_LLAMA3, 32.0, 1.0, 4.0, 8192}, plain = {.theta = 1e6};
+    for (int k = 0; k < 2; k++) {
+        RopeFreqs f = k ? plain : llama3;
+        rope_table(cs, pos, N, D, f);
+        g_gpu->rope_table(g_gpu, dcs, dpos, N, D, f);
+        float *got = down(dcs, N * D);
+        snprintf(op, sizeof op, "rope_table%s N%lld D%d", k ? "" : " llama3", (long long)N, D);
+        report(op, rel_err(got, cs, N * D, 0.0), 1e-7);  // double angles on both: float rounding of cos/sin
+        free(got);
+    }
+    float *got;
     rope_forward(x, cs, N, H, D);
     g_gpu->rope_forward(g_gpu, dx, dcs, N, H, D);
     got = down(dx, N * H * D);

@@ -4,7 +4,7 @@
 #include "fuzz.h"
 
 #include "base/util.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "cli/demo.h"
 
 #include <dirent.h>
@@ -313,19 +313,19 @@ const char *fuzz_model(void) {
     if (!f || fwrite(cfg, 1, sizeof cfg - 1, f) != sizeof cfg - 1 || fclose(f) != 0)
         fuzz_fail("cannot write %s", path);
     free(path);
-    Qwen2Config c;
-    demo_model_config(&c, n_ids, 0);
+    DecoderConfig c;
+    demo_model_config(&c, n_ids, ARCH_QWEN2);
     c.hidden = 16;
     c.inter = 32;
     c.layers = 1;
     c.heads = 2;
     c.kv_heads = 1;
     c.head_dim = 8;
-    Qwen2 m;
-    qwen2_build(&m, &c, DTYPE_F32);
-    qwen2_init_random(&m, 1);
-    qwen2_save(&m, model, DTYPE_F32, NULL);
-    qwen2_free(&m);
+    Decoder m;
+    decoder_build(&m, &c, DTYPE_F32);
+    decoder_init_random(&m, 1);
+    decoder_save(&m, model, DTYPE_F32, NULL);
+    decoder_free(&m);
     return model;
 }
 

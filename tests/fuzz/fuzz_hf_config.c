@@ -6,14 +6,14 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 static void body(const uint8_t *data, size_t size, void *ctx) {
     (void)data, (void)size, (void)ctx;
-    Qwen2Config c;
-    qwen2_config_load(&c, fuzz_dir());
+    DecoderConfig c;
+    decoder_config_load(&c, fuzz_dir());
     int32_t stop[16];
-    qwen2_stop_ids(fuzz_dir(), stop, 16);
+    decoder_stop_ids(fuzz_dir(), stop, 16);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "fuzz.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 #include "train/prompt_data.h"
 #include "train/sft_data.h"
@@ -25,8 +25,8 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     char *argv[] = {"generate", "--model", model, "--jsonl", "--max-new-tokens", "3", "--n", "2", NULL};
     cmd_generate(8, argv);
 #elif FUZZ_JSONL == 2
-    Qwen2Config c;
-    qwen2_config_load(&c, model);
+    DecoderConfig c;
+    decoder_config_load(&c, model);
     SftData d;
     sft_data_load(&d, path, "fuzz input", model, &c, NULL, 48, 0);
     sft_data_free(&d);

@@ -1,10 +1,10 @@
 // safetensors: the header and tensor table (safetensors_open), every tensor's data converted to fp32,
-// then the whole file as a model's weights (qwen2_load, against a fixed config.json of the seeds' shape).
+// then the whole file as a model's weights (decoder_load, against a fixed config.json of the seeds' shape).
 #include <stdlib.h>
 
 #include "fuzz.h"
 #include "io/safetensors.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 static char *model_dir, *st_path;
 
@@ -20,9 +20,9 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
         free(x);
     }
     safetensors_close(&st);
-    Qwen2 m;
-    qwen2_load(&m, model_dir, DTYPE_F32);
-    qwen2_free(&m);
+    Decoder m;
+    decoder_load(&m, model_dir, DTYPE_F32);
+    decoder_free(&m);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

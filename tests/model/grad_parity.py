@@ -47,6 +47,12 @@ CASES = [
                                  head_dim=24)),
     ("qwen3-untied-gqa4-d32", dict(T, seed=206, hidden=48, heads=8, kv_heads=2, vocab=350, tied=False,
                                    arch="qwen3", head_dim=32, rope_theta=1e6)),
+    # Llama (modeling_llama.py): no biases, Llama 3's RoPE rescaling (an original context of 128: D = 16's
+    # frequencies in all three bands)
+    ("llama-tied-gqa2-llama3", dict(T, seed=207, hidden=64, heads=4, kv_heads=2, vocab=400, tied=True, arch="llama",
+                                    rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 32.0,
+                                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                                  "original_max_position_embeddings": 128})),
     ("untied-mha-h32", dict(T, seed=201, hidden=32, heads=4, kv_heads=4, vocab=300, tied=False)),
     ("tied-gqa2-h64", dict(T, seed=202, hidden=64, heads=4, kv_heads=2, vocab=512, tied=True)),
     ("untied-mqa4-h64", dict(T, seed=203, hidden=64, heads=4, kv_heads=1, vocab=600, tied=False)),
@@ -69,10 +75,10 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def rope(x, D, theta):
-    """x (T, heads, D), rotate-half layout: pairs (i, i + D/2) rotated by pos * theta^(-2i/D)."""
+def rope(x, D, inv):
+    """x (T, heads, D), rotate-half layout: pairs (i, i + D/2) rotated by pos * inv[i] (transformers' inv_freq:
+    theta^(-2i/D), or Llama 3's rescaling of it)."""
     Tn, half = x.shape[0], D // 2
-    inv = torch.tensor([theta ** (-2.0 * i / D) for i in range(half)], dtype=torch.float64)
     ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]  # (T, half)
     c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
     a, b = x[..., :half], x[..., half:]
@@ -82,7 +88,8 @@ def rope(x, D, theta):
 def seq_logits(P, cfg, toks):
     """Logits (T, V) of one sequence, positions from 0."""
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D, eps, theta = ref.head_dim(cfg), cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    D, eps = ref.head_dim(cfg), cfg["rms_norm_eps"]
+    inv = ref.rope_inv_freq(cfg, D)
     n = len(toks)
     ids = torch.tensor(toks, dtype=torch.long)
     causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -97,7 +104,7 @@ def seq_logits(P, cfg, toks):
         if p + "self_attn.q_norm.weight" in P:  # Qwen3: RMSNorm over each head, before RoPE
             q = rmsnorm(q, P[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, P[p + "self_attn.k_norm.weight"], eps)
-        q, k = rope(q, D, theta), rope(k, D, theta)
+        q, k = rope(q, D, inv), rope(k, D, inv)
         heads = []
         for hh in range(H):
             g = hh // (H // KVH)  # query head hh reads kv head hh / (H/KVH)

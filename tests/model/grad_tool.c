@@ -1,5 +1,5 @@
 // grad_tool MODEL_DIR IN.json OUT.safetensors [--recompute] [--fused]
-// Runs qwen2_train_forward + qwen2_backward on the sequences of IN.json
+// Runs decoder_train_forward + decoder_backward on the sequences of IN.json
 // ({"tokens": [[...]], "targets": [[...]], "dlogp": [[...]]}, optionally "dent": [[...]], the
 // weights of each row's entropy in the loss, and "logit_scale": s) and writes "logp" (N),
 // "entropy" (N, with dent) and "grad.<HF name>" for every parameter tensor, so grad_parity.py can
@@ -13,7 +13,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "io/safetensors.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 
 static const cJSON *list_at(const cJSON *root, const char *key, int b, int *len) {
     const cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, key), b);
@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--fused") == 0) fused = 1;
         else die("grad_tool: unknown option %s", argv[i]);
     }
-    Qwen2 m;
-    qwen2_load(&m, argv[1], DTYPE_F32);
+    Decoder m;
+    decoder_load(&m, argv[1], DTYPE_F32);
     cJSON *root = json_load_file(argv[2], SIZE_MAX);
     int B = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "tokens"));
     int64_t *seq_off = xcalloc((size_t)B + 1, sizeof *seq_off), max_seq = 1;
@@ -63,22 +63,22 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n1; i++) dent[seq_off[b] + i] = (float)cJSON_GetArrayItem(de, i)->valuedouble;
     }
     Arena arena;
-    arena_init(&arena, qwen2_train_bytes(m.be, &m.cfg, m.dtype, N, max_seq, recompute));
-    Qwen2Train t;
-    qwen2_train_init(&t, m.be, &m.cfg, m.dtype, N, max_seq, recompute, &arena);
+    arena_init(&arena, decoder_train_bytes(m.be, &m.cfg, m.dtype, N, max_seq, recompute));
+    DecoderTrain t;
+    decoder_train_init(&t, m.be, &m.cfg, m.dtype, N, max_seq, recompute, &arena);
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "logit_scale");
     if (ls) t.logit_scale = (float)ls->valuedouble;
     float *grads = xcalloc(m.n_params, sizeof(float));
     if (fused && has_dent) die("grad_tool: --fused has no entropy term");
-    if (fused) qwen2_train_forward_fused(&m, grads, tokens, targets, seq_off, B, dlogp, &t, logp);
-    else qwen2_train_forward(&m, tokens, targets, seq_off, B, &t, logp, has_dent ? ent : NULL);
-    qwen2_backward(&m, grads, dlogp, dent, &t);
+    if (fused) decoder_train_forward_fused(&m, grads, tokens, targets, seq_off, B, dlogp, &t, logp);
+    else decoder_train_forward(&m, tokens, targets, seq_off, B, &t, logp, has_dent ? ent : NULL);
+    decoder_backward(&m, grads, dlogp, dent, &t);
 
-    Qwen2 gm = {.cfg = m.cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m.n_params};
-    qwen2_layout(&m.cfg, &gm.w);
-    int n = qwen2_tensors(&gm, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)n * sizeof *ts);
-    qwen2_tensors(&gm, ts);
+    Decoder gm = {.cfg = m.cfg, .dtype = DTYPE_F32, .params = grads, .n_params = m.n_params};
+    decoder_layout(&m.cfg, &gm.w);
+    int n = decoder_tensors(&gm, NULL);
+    DecoderTensor *ts = xmalloc((size_t)n * sizeof *ts);
+    decoder_tensors(&gm, ts);
     StWriteTensor *ws = xcalloc((size_t)n + 2, sizeof *ws);
     char (*names)[96] = xmalloc((size_t)n * sizeof *names);
     ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {N}, .data = logp};
@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     free(ws);
     free(ts);
     free(grads);
-    qwen2_train_free(&t);
+    decoder_train_free(&t);
     arena_free(&arena);
     free(tokens);
     free(targets);
@@ -104,6 +104,6 @@ int main(int argc, char **argv) {
     free(dent);
     free(seq_off);
     cJSON_Delete(root);
-    qwen2_free(&m);
+    decoder_free(&m);
     return 0;
 }

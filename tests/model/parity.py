@@ -21,6 +21,8 @@ TOL = 1e-4
 # Mixed and unsorted: per-line handling, n=1 -> [], and 300 > grpo's 128-query attention block.
 LENGTHS = [7, 1, 100, 2, 300, 64, 33]
 
+LLAMA3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 128}
 # Tiny random models covering the loader/forward variants.
 T = dict(hidden=64, layers=2, intermediate=128)
 CASES = [
@@ -37,6 +39,18 @@ CASES = [
                                         dtype="bf16", arch="qwen3", head_dim=32)),
     ("qwen3-f32-untied-mha-d16", dict(T, seed=109, heads=4, kv_heads=4, vocab=300, tied=False, dtype="f32",
                                       arch="qwen3")),
+    # Llama (transformers' modeling_llama.py: no biases, head_dim its own) with Llama 3's RoPE rescaling
+    # (modeling_rope_utils.py's llama3: an original context of 128 puts one of D=16's frequencies in each band:
+    # kept, smoothed, divided), and with the linear one; Mistral (modeling_mistral.py, sliding_window null)
+    ("llama-f32-tied-gqa2-llama3", dict(T, seed=110, heads=4, kv_heads=2, vocab=500, tied=True, dtype="f32",
+                                        arch="llama", rope_theta=5e5, rope_scaling=LLAMA3)),
+    ("llama-bf16-untied-gqa4-d32-llama3", dict(T, seed=111, layers=3, heads=8, kv_heads=2, vocab=600, tied=False,
+                                               dtype="bf16", arch="llama", head_dim=32, rope_theta=5e5,
+                                               rope_scaling=dict(LLAMA3, original_max_position_embeddings=1024))),
+    ("llama-f32-untied-mha-linear", dict(T, seed=112, heads=4, kv_heads=4, vocab=300, tied=False, dtype="f32",
+                                         arch="llama", rope_scaling={"rope_type": "linear", "factor": 4.0})),
+    ("mistral-f32-untied-gqa2", dict(T, seed=113, heads=4, kv_heads=2, vocab=400, tied=False, dtype="f32",
+                                     arch="mistral", rope_theta=1e6, eps=1e-5)),
 ]
 
 
@@ -125,7 +139,8 @@ def main():
     # AVX512-BF16 run land at different points of the same spread: 1.2e-3 and 2.0e-3 in the qwen3 case,
     # where torch's is 1.8e-3 and the unrounded run's 4.5e-3.)
     for name, extra in [("bf16-tied-gqa2", []), ("bf16-untied-gqa2-3shards", []),
-                        ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", [])]:
+                        ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", []),
+                        ("llama-bf16-untied-gqa4-d32-llama3", [])]:
         def bf16_case(name=name, extra=extra):
             d, kw = os.path.join(a.tmp, name), dict(CASES)[name]
             seqs = batch(kw["seed"], kw["vocab"])
@@ -148,31 +163,35 @@ def main():
 
     # transformers 5 writes RoPE's base as rope_parameters {rope_type, rope_theta}: the same model with its
     # config in that form scores as the rope_theta form does (which the case above holds to the reference).
-    def rope_parameters():
-        name, kw = "f32-theta1e6-eps1e-5", dict(CASES)["f32-theta1e6-eps1e-5"]
-        src, d = os.path.join(a.tmp, name), os.path.join(a.tmp, "rope-parameters")
+    # Llama's rescaling moves there too: rope_parameters {rope_type: llama3, rope_theta, factor, ...}.
+    def rope_parameters(name):
+        kw = dict(CASES)[name]
+        src, d = os.path.join(a.tmp, name), os.path.join(a.tmp, "rope-parameters-" + name)
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
         with open(os.path.join(d, "config.json")) as f:
             cfg = json.load(f)
-        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.pop("rope_theta")}
+        cfg["rope_parameters"] = dict(cfg.pop("rope_scaling", None) or {"rope_type": "default"},
+                                      rope_theta=cfg.pop("rope_theta"))
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
         lines = "".join(json.dumps({"tokens": s}) + "\n" for s in batch(kw["seed"], kw["vocab"]))
         return run_grpo(grpo, ["score", "--model", d], lines) == run_grpo(grpo, ["score", "--model", src], lines)
-    case("config-rope-parameters", rope_parameters)
+    case("config-rope-parameters", lambda: rope_parameters("f32-theta1e6-eps1e-5"))
+    case("config-rope-parameters-llama3", lambda: rope_parameters("llama-f32-tied-gqa2-llama3"))
 
     # grpo's own writer, read back by the independent Python reader
-    for tag, extra, st in [("f32", [], "F32"), ("bf16", ["--dtype", "bf16"], "BF16")]:
-        def init_case(tag=tag, extra=extra, st=st):
+    for tag, extra, st, preset in [("f32", [], "F32", "tiny"), ("bf16", ["--dtype", "bf16"], "BF16", "tiny"),
+                                   ("llama-f32", [], "F32", "llama-tiny")]:
+        def init_case(tag=tag, extra=extra, st=st, preset=preset):
             d = os.path.join(a.tmp, "init-" + tag)
-            run_grpo(grpo, ["init", "--out", d, "--preset", "tiny", "--seed", "3", "--force"] + extra)
+            run_grpo(grpo, ["init", "--out", d, "--preset", preset, "--seed", "3", "--force"] + extra)
             m = ref.load_model(d)  # validates layout, names and shapes
             dt = ref.load_weights(d)["model.embed_tokens.weight"].dtype
             if ref.ST_TAGS[dt] != st:
                 raise RuntimeError(f"embed_tokens stored as {ref.ST_TAGS[dt]}, expected {st}")
             return compare(grpo, d, batch(3, m.V), ["--dtype", "f32"])
-        case("grpo-init-tiny-" + tag, init_case)
+        case("grpo-init-" + preset + "-" + tag.removeprefix("llama-"), init_case)
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")

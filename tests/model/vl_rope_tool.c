@@ -35,7 +35,7 @@ int main(void) {
     }
     float *cs = xmalloc((size_t)(n * D) * sizeof *cs), *plain = xmalloc((size_t)(n * D) * sizeof *plain);
     vl_rope_table(cs, pos3, n, D, theta, sec);
-    rope_table(plain, pos3, n, D, theta);
+    rope_table(plain, pos3, n, D, (RopeFreqs){.theta = theta});
     for (int t = 0; t < 2; t++)
         for (long long i = 0; i < n; i++) {
             const float *row = (t ? plain : cs) + i * D;

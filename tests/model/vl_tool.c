@@ -19,7 +19,7 @@
 #include "base/util.h"
 #include "io/image.h"
 #include "io/safetensors.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vision.h"
 #include "model/vl.h"
 #include "model/vl_processor.h"
@@ -27,16 +27,16 @@
 #include "rollout/rollout.h"
 
 // The one-image sequence's image inputs; its first plen ids are the prompt (later pads are a response's text).
-static void image_inputs(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
-                         const int grid[3], int merge, Qwen2VlInputs *in) {
+static void image_inputs(const Decoder *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
+                         const int grid[3], int merge, DecoderVlInputs *in) {
     int64_t seq_off[2] = {0, n};
     int n_images = 1;
     const int(*grids)[3] = (const int(*)[3])grid;
-    if (qwen2_vl_inputs(m, ids, seq_off, 1, &plen, &feat, &grids, &n_images, merge, in) != 0)
+    if (decoder_vl_inputs(m, ids, seq_off, 1, &plen, &feat, &grids, &n_images, merge, in) != 0)
         die("pads and grid differ");
 }
 
-static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, const int32_t *ids, int64_t n,
+static void write_grads(const Decoder *m, const Vision *v, const float *hidden, const int32_t *ids, int64_t n,
                         const float *feat, const int grid[3], int merge, const char *out) {
     int32_t *targets = xmalloc((size_t)n * sizeof *targets);
     float *dlogp = xmalloc((size_t)n * sizeof *dlogp), *logp = xmalloc((size_t)n * sizeof *logp);
@@ -46,30 +46,30 @@ static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, co
         dlogp[i] = text ? 0.5f * sinf((float)(i + 1)) : 0.0f;
     }
     int64_t seq_off[2] = {0, n};
-    Qwen2VlInputs in;
+    DecoderVlInputs in;
     image_inputs(m, ids, n, n, feat, grid, merge, &in);
     int64_t units = vl_image_units(grid, merge);
     float *dfeat = xcalloc((size_t)(units * v->cfg.out_hidden), sizeof *dfeat);
     vl_inputs_grads(&in, seq_off, &feat, &dfeat);
     Arena arena;
-    arena_init(&arena, qwen2_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
-    Qwen2Train t;
-    qwen2_train_init(&t, m->be, &m->cfg, m->dtype, n, n, 0, &arena);
+    arena_init(&arena, decoder_train_bytes(m->be, &m->cfg, m->dtype, n, n, 0));
+    DecoderTrain t;
+    decoder_train_init(&t, m->be, &m->cfg, m->dtype, n, n, 0, &arena);
     t.vl = &in;
     // the gradient slab of the language model with a trained merger (its tensors after the model's)
-    Qwen2 gm = {.cfg = m->cfg, .dtype = DTYPE_F32};
+    Decoder gm = {.cfg = m->cfg, .dtype = DTYPE_F32};
     vl_config_merger(&gm.cfg, &v->cfg);
-    gm.n_params = qwen2_layout(&gm.cfg, &gm.w);
+    gm.n_params = decoder_layout(&gm.cfg, &gm.w);
     float *grads = gm.params = xcalloc(gm.n_params, sizeof(float));
-    qwen2_train_forward(m, ids, targets, seq_off, 1, &t, logp, NULL);
-    qwen2_backward(m, grads, dlogp, NULL, &t);
-    const Qwen2Layout *w = &gm.w;
+    decoder_train_forward(m, ids, targets, seq_off, 1, &t, logp, NULL);
+    decoder_backward(m, grads, dlogp, NULL, &t);
+    const DecoderLayout *w = &gm.w;
     VisionMergerGrads dw = {grads + w->merger_ln_q, grads + w->merger_ln_q_b, grads + w->merger_w0,
                             grads + w->merger_b0, grads + w->merger_w2, grads + w->merger_b2};
     vision_merge_backward(backend_cpu(), &v->cfg, &v->merger, hidden, units, dfeat, &dw);
-    int nt = qwen2_tensors(&gm, NULL);
-    Qwen2Tensor *ts = xmalloc((size_t)nt * sizeof *ts);
-    qwen2_tensors(&gm, ts);
+    int nt = decoder_tensors(&gm, NULL);
+    DecoderTensor *ts = xmalloc((size_t)nt * sizeof *ts);
+    decoder_tensors(&gm, ts);
     StWriteTensor *ws = xcalloc((size_t)nt + 1, sizeof *ws);
     char (*names)[96] = xmalloc((size_t)nt * sizeof *names);
     ws[0] = (StWriteTensor){.name = "logp", .ndim = 1, .shape = {n}, .data = logp};
@@ -80,14 +80,14 @@ static void write_grads(const Qwen2 *m, const Vision *v, const float *hidden, co
     }
     safetensors_write(out, ws, nt + 1, DTYPE_F32);
     free(names), free(ws), free(ts), free(grads), free(targets), free(dlogp), free(logp), free(dfeat);
-    qwen2_train_free(&t);
+    decoder_train_free(&t);
     arena_free(&arena);
-    qwen2_vl_inputs_free(&in);
+    decoder_vl_inputs_free(&in);
 }
 
-static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
+static void write_generated(const Decoder *m, const int32_t *ids, int64_t n, const float *feat, const int grid[3],
                             int merge, int K, const char *out) {
-    Qwen2VlInputs in;
+    DecoderVlInputs in;
     image_inputs(m, ids, n, n, feat, grid, merge, &in);
     RolloutPrompt p = {.ids = ids, .n = n, .vl = &in, .max_new_tokens = K};
     RolloutConfig rc = {.sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .share_prefill = 1,
@@ -105,21 +105,21 @@ static void write_generated(const Qwen2 *m, const int32_t *ids, int64_t n, const
     if (samples[1].n != k || memcmp(samples[1].tokens, samples[0].tokens, (size_t)k * 4))
         die("the two greedy samples sharing the prefill differ");
     for (int j = 0; j < 2; j++) rollout_sample_free(&samples[j]);
-    qwen2_vl_inputs_free(&in);
+    decoder_vl_inputs_free(&in);
 }
 
-static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
+static void write_scores(const Decoder *m, const int32_t *ids, int64_t n, int64_t plen, const float *feat,
                          const int grid[3], int merge, const char *out) {
     Arena arena;
-    arena_init(&arena, qwen2_acts_bytes(m->be, &m->cfg, m->dtype, n, n) + 4096);
-    Qwen2Acts a;
-    qwen2_acts_init(&a, m->be, &m->cfg, m->dtype, n, n, &arena);
+    arena_init(&arena, decoder_acts_bytes(m->be, &m->cfg, m->dtype, n, n) + 4096);
+    DecoderActs a;
+    decoder_acts_init(&a, m->be, &m->cfg, m->dtype, n, n, &arena);
     float *lp = xmalloc((size_t)n * sizeof *lp);
     int64_t seq_off[2] = {0, n};
-    Qwen2VlInputs in;
+    DecoderVlInputs in;
     image_inputs(m, ids, n, plen, feat, grid, merge, &in);
-    qwen2_logprobs_vl(m, ids, seq_off, 1, &a, &in, lp);
-    qwen2_vl_inputs_free(&in);
+    decoder_logprobs_vl(m, ids, seq_off, 1, &a, &in, lp);
+    decoder_vl_inputs_free(&in);
     FILE *f = fopen(out, "wb");
     if (!f) die("cannot open %s", out);
     int32_t nn = (int32_t)n;
@@ -128,7 +128,7 @@ static void write_scores(const Qwen2 *m, const int32_t *ids, int64_t n, int64_t 
         die("cannot write %s", out);
     file_close(f, out);
     free(lp);
-    qwen2_acts_free(&a);
+    decoder_acts_free(&a);
     arena_free(&arena);
 }
 
@@ -178,8 +178,8 @@ int main(int argc, char **argv) {
     if (mode == 0) {
         write_features(grid, vl_patch_dim(&p), vc.out_hidden, patches, feat, units, argv[3]);
     } else {
-        Qwen2 m;
-        qwen2_load_vl(&m, argv[1], DTYPE_F32);
+        Decoder m;
+        decoder_load_vl(&m, argv[1], DTYPE_F32);
         vision_check(&vc, p.patch, p.temporal, p.merge, m.cfg.hidden, argv[1]);
         int32_t *ids = xmalloc((size_t)(argc + units) * sizeof *ids);
         int64_t n = 0, plen = -1;
@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
         if (mode == 2) write_grads(&m, &v, hidden, ids, n, feat, grid, vc.merge, argv[3]);
         if (mode == 3) write_generated(&m, ids, n, feat, grid, vc.merge, gen, argv[3]);
         free(ids);
-        qwen2_free(&m);
+        decoder_free(&m);
     }
     free(feat), free(hidden), free(patches), free(cfg_path);
     image_free(&im);

@@ -340,7 +340,7 @@ static void test_rope(double theta) {
     int32_t pos[7] = {0, 1, 2, 7, 0, 1000, 131};
     int64_t N = 7, n = N * 3 * 8;
     RopeCtx c = {frandn(n, 1.0f), fnew(n), frandn(n, 1.0f), fnew(N * 8), N, 3, 8};
-    rope_table(c.cs, pos, N, 8, theta);
+    rope_table(c.cs, pos, N, 8, (RopeFreqs){.theta = theta});
     float *dx = fcopy(c.r, n);  // in place: dout -> dinp
     rope_backward(dx, c.cs, N, 3, 8);
     fd_check(op, "dx (in place)", rope_loss, &c, c.x, dx, n, 0.25f, 1 << 30);

@@ -146,16 +146,42 @@ def num_labels(cfg):
     return len(cfg["id2label"]) if cfg.get("id2label") else cfg.get("num_labels", 2)
 
 
+QWEN2_TYPES = ("qwen2", "qwen2_vl", "qwen2_5_vl")
+
+
 def head_dim(cfg):
-    """Qwen3 states head_dim; Qwen2's is hidden_size / num_attention_heads."""
-    if is_qwen3(cfg):
-        return cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    """Qwen3, Llama and Mistral state head_dim (transformers: getattr(config, "head_dim", None) or
+    hidden_size // num_attention_heads); Qwen2's is hidden_size / num_attention_heads."""
+    if cfg.get("model_type") not in QWEN2_TYPES:
+        return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     return cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
 def has_bias(cfg):
-    """Qwen2's q/k/v projections have biases; Qwen3's only with attention_bias."""
-    return not is_qwen3(cfg) or cfg.get("attention_bias", False)
+    """Qwen2's q/k/v projections have biases; Qwen3's, Llama's and Mistral's only with attention_bias."""
+    return cfg.get("model_type") in QWEN2_TYPES or cfg.get("attention_bias", False)
+
+
+def rope_inv_freq(cfg, D):
+    """transformers' inv_freq (modeling_rope_utils.py: _compute_default_rope_parameters, the linear and the
+    llama3 ones), in float64: rope_scaling (transformers 4) or rope_parameters (5)."""
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    theta = rs.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        return inv / rs["factor"]
+    if kind != "llama3":
+        assert kind in ("default", "mrope"), kind
+        return inv
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, scaled)
 
 
 def expected_shapes(cfg):
@@ -188,14 +214,18 @@ def expected_shapes(cfg):
 
 
 def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, vocab, tied,
-               dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512, arch="qwen2", head_dim=None):
-    """Write a random Qwen2 (arch "qwen2") or Qwen3 (arch "qwen3": head_dim its own, default
-    hidden/heads) model dir; returns {name: tensor as stored} for round-trip checks."""
+               dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512, arch="qwen2", head_dim=None,
+               rope_scaling=None):
+    """Write a random Qwen2 (arch "qwen2"), Qwen3 ("qwen3"), Llama ("llama") or Mistral ("mistral") model dir
+    (all but Qwen2: head_dim its own, default hidden/heads; rope_scaling: Llama's, e.g. llama3's); returns
+    {name: tensor as stored} for round-trip checks."""
     D = head_dim or hidden // heads
-    assert heads % kv_heads == 0 and D % 2 == 0 and (arch == "qwen3" or D * heads == hidden)
+    assert heads % kv_heads == 0 and D % 2 == 0 and (arch != "qwen2" or D * heads == hidden)
     sdt = SHORT_DTYPES[dtype]
+    names = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
+             "mistral": "MistralForCausalLM"}
     cfg = {
-        "architectures": ["Qwen3ForCausalLM" if arch == "qwen3" else "Qwen2ForCausalLM"], "model_type": arch,
+        "architectures": [names[arch]], "model_type": arch,
         "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "rms_norm_eps": eps,
@@ -205,8 +235,14 @@ def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, voc
         "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
         "bos_token_id": vocab - 1, "eos_token_id": vocab - 1,
     }
-    if arch == "qwen3":
+    if arch != "qwen2":
         cfg.update({"head_dim": D, "attention_bias": False})
+        del cfg["use_sliding_window"], cfg["max_window_layers"]
+    if arch == "llama":
+        cfg.update({"mlp_bias": False, "rope_scaling": rope_scaling})
+        del cfg["sliding_window"]
+    if arch == "mistral":
+        cfg["sliding_window"] = None
     g = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in expected_shapes(cfg).items():
@@ -278,6 +314,7 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     m.C, m.H, m.KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     m.D, m.eps, m.theta = head_dim(cfg), cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     m.V = cfg["vocab_size"]
+    m.inv_freq = rope_inv_freq(cfg, m.D)
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w.get("lm_head.weight")
@@ -489,9 +526,10 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def rope_cos_sin(T, D, theta, dtype):
+def rope_cos_sin(T, D, theta, dtype, inv_freq=None):
     # angles in float64 (exact-math reference; HF uses float32 here, a <1e-5 rad difference)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    if inv_freq is None:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], -1)  # (T, D)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -518,7 +556,7 @@ def proj(m, li, target, x, w, b=None):
 def hidden_states(m, ids):
     """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
-    cos, sin = rope_cos_sin(T, D, m.theta, m.dtype)
+    cos, sin = rope_cos_sin(T, D, m.theta, m.dtype, m.inv_freq)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = future
     x = m.embed[ids]
     for li, L in enumerate(m.layers):
@@ -590,7 +628,7 @@ def naive_score(m, toks):
     def rope(vec, pos):
         out = vec.clone()
         for i in range(half):
-            ang = pos * m.theta ** (-2.0 * i / D)
+            ang = pos * float(m.inv_freq[i])
             c, s = math.cos(ang), math.sin(ang)
             a, b = float(vec[i]), float(vec[i + half])
             out[i], out[i + half] = a * c - b * s, b * c + a * s

@@ -152,9 +152,9 @@ def write_byte_tokenizer(d):
 STOP_IDS = [256, 3, 17, 40, 65, 70, 80, 90, 100, 120, 150, 200]
 
 
-def make_small_model(d, seed, tied, kv_heads, head_scale=0.5):
+def make_small_model(d, seed, tied, kv_heads, head_scale=0.5, **arch):
     ref.make_model(d, seed=seed, hidden=32, layers=2, heads=4, kv_heads=kv_heads, intermediate=64, vocab=259,
-                   tied=tied, max_pos=128)
+                   tied=tied, max_pos=128, **arch)
     # qwen2_ref's logits have std ~2; halve them so sampling is diverse (no runs of one token)
     w = ref.load_weights(d)
     for k in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -223,6 +223,8 @@ CASES = {
     "entropy-bonus": dict(entropy=0.05, temperature=0.8, mini=2, agg="seq-mean-token-mean", lr=1e-3),
     # untied GQA variant with a bigger G, uneven micro-batches (3 of 12 per mini-batch), no clipping
     "untied-G6": dict(model="small-untied", G=6, mini=2, micro=3, clip=100.0, kl_loss=("k3", 0.05)),
+    # a Llama model (modeling_llama.py), off-policy
+    "llama-epochs2-mini2": dict(model="small-llama", steps=1, epochs=2, mini=2, lr=1.5e-3),
     # the real Qwen tokenizer and grpo init's tiny preset (vocab 151936, hidden 64)
     "qwen-tiny": dict(model="qwen-tiny", steps=1, P=1, G=4, max_resp=6, micro=2),
     # verl semantics that grpo.c does not follow (see the module docstring)
@@ -569,10 +571,16 @@ def setup(tokenizer):
     with open(DATA, "w") as f:
         for i, p in enumerate(PROMPTS):
             f.write(json.dumps({"prompt": p, "answer": str(3 * i + 1)}) + "\n")
-    for name, seed, tied, kvh, scale in (("small", 11, True, 2, 0.5), ("small-untied", 12, False, 1, 0.5)):
+    # small-llama: Llama (no biases) with Llama 3's RoPE rescaling of a 512-token original context, which puts
+    # head_dim 8's four frequencies in all three bands
+    llama = dict(arch="llama", rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 32.0,
+                                                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                             "original_max_position_embeddings": 512})
+    for name, seed, tied, kvh, scale, arch in (("small", 11, True, 2, 0.5, {}), ("small-untied", 12, False, 1, 0.5, {}),
+                                               ("small-llama", 13, True, 2, 0.5, llama)):
         d = os.path.join(TMP, "model-" + name)
         shutil.rmtree(d, ignore_errors=True)
-        make_small_model(d, seed, tied, kvh, scale)
+        make_small_model(d, seed, tied, kvh, scale, **arch)
         MODELS[name] = (d, STOP_IDS)
     make_tools_model(os.path.join(TMP, "model-small-tools"))
     d = os.path.join(TMP, "model-qwen-tiny")

@@ -107,7 +107,7 @@ class TorchQwen:
     def view(self, w):
         """A qwen2_ref.Model whose tensors are w[name] (Parameters or any differentiable tensors)."""
         b, m = self.base, ref.Model()
-        for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V"):
+        for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V", "inv_freq"):
             setattr(m, k, getattr(b, k))
         m.dtype, m.bf16 = self.dtype, self.bf16
         m.embed = w["model.embed_tokens.weight"]

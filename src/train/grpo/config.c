@@ -191,7 +191,8 @@ static const ConfigKey KEYS[] = {
            "the scorer's data-memory limit (RLIMIT_DATA) in MiB: past it its allocations fail, so a runaway "
            "scorer scores 0 instead of taking the machine's memory (0: no limit)"),
     KSTR_NULL("reward.reward_model.model_path", reward.reward_model.model_path,
-              "a reward model (Qwen2/Qwen3ForSequenceClassification with its tokenizer and chat template): its score "
+              "a reward model (Qwen2, Qwen3, Llama or Mistral ...ForSequenceClassification with its tokenizer and chat "
+              "template): its score "
               "of each conversation, the response as the assistant's turn, times reward.reward_model.weight, joins "
               "the reward (verl's reward_model.enable and model.path); null: none"),
     KFLOAT("reward.reward_model.weight", reward.reward_model.weight, "1.0", -BIG, BIG,

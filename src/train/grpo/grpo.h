@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "rl/grpo_loss.h"
 #include "rl/reward.h"
 #include "rl/reward_judge.h"
@@ -113,7 +113,7 @@ typedef struct {
 } GrpoMemPlan;
 // Per process, when s's batch is shared by `ranks` processes (1: one process); ZeRO divides the moments. be: where
 // the model runs (its workspaces' scratch is the backend's).
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int ranks, GrpoMemPlan *p);
+void grpo_memory_plan(const GrpoSettings *s, const DecoderConfig *c, const Backend *be, int ranks, GrpoMemPlan *p);
 // The plan in GiB as one line: "policy 0.92 + compute copy ... -> peak 10.55 (not shared: 10.74)" (malloc'd).
 char *grpo_plan_text(const GrpoMemPlan *p);
 // The run; under `mpirun -np N` every rank calls it: rank r takes the r-th N-th of each step's prompts

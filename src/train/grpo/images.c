@@ -17,9 +17,9 @@
 
 // The image inputs of packed sequences of prompts x[b] (prompt_len[b] rows of each; NULL: whole sequences)
 // with features feats[b] into *in; returns in, or NULL when no sequence has an image (a text batch).
-static const Qwen2VlInputs *vl_inputs(const Qwen2 *m, const int32_t *tokens, const int64_t *seq_off, int B,
+static const DecoderVlInputs *vl_inputs(const Decoder *m, const int32_t *tokens, const int64_t *seq_off, int B,
                                       const int64_t *prompt_len, const PromptSample *const *x, float *const *feats,
-                                      int merge, Qwen2VlInputs *in) {
+                                      int merge, DecoderVlInputs *in) {
     int any = 0;
     for (int b = 0; b < B; b++) any |= x[b]->n_images > 0;
     if (!any) return NULL;
@@ -110,8 +110,8 @@ float **grpo_prompt_features(const Run *r, const PromptData *d, const int64_t *i
 // The image inputs of the micro-batch grpo_pack() made of kept samples [a, b) into *in, and u->act.vl (NULL for
 // a text batch): each prompt's features (pf: per prompt), its response rows text after it; with pg (per
 // prompt, feats' layout) the backward adds the features' gradients there.
-void grpo_pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *pf, float *const *pg,
-                      int64_t a, int64_t b, UpdateWs *u, Qwen2VlInputs *in) {
+void grpo_pack_images(const Run *r, const Decoder *m, const StepBatch *sb, float *const *pf, float *const *pg,
+                      int64_t a, int64_t b, UpdateWs *u, DecoderVlInputs *in) {
     u->act.vl = NULL;
     if (!r->has_vl) return;
     int B = (int)(b - a);
@@ -131,8 +131,8 @@ void grpo_pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, float *
     free(plen);
 }
 
-void grpo_unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
-    if (u->act.vl) qwen2_vl_inputs_free(in);
+void grpo_unpack_images(UpdateWs *u, DecoderVlInputs *in) {
+    if (u->act.vl) decoder_vl_inputs_free(in);
     u->act.vl = NULL;
 }
 
@@ -141,7 +141,7 @@ void grpo_unpack_images(UpdateWs *u, Qwen2VlInputs *in) {
 void grpo_merger_backward(Run *r, StepBatch *sb) {
     const Backend *be = r->tr.be;
     const VisionConfig *vc = &r->vl.vision.cfg;
-    const Qwen2Layout *w = &r->tr.master.w;
+    const DecoderLayout *w = &r->tr.master.w;
     float *g = r->tr.grads;
     VisionMergerGrads dw = {g + w->merger_ln_q, g + w->merger_ln_q_b, g + w->merger_w0, g + w->merger_b0,
                             g + w->merger_w2, g + w->merger_b2};

@@ -27,7 +27,7 @@ static void vision_config_of(const GrpoSettings *s, VisionConfig *vc) {
 // A VL model's part of the plan: the tower vc and the images (its processor's max_pixels: the largest
 // image's patches and merged units) of this rank's prompts: their features, and with a trained merger its
 // input, the reference's features and the features' gradients too.
-static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const VisionConfig *vc, int ranks,
+static void vision_plan(const GrpoSettings *s, const DecoderConfig *c, const VisionConfig *vc, int ranks,
                         GrpoMemPlan *p) {
     VlProcessor proc;
     vl_processor_load(&proc, s->model_dir);
@@ -40,15 +40,15 @@ static void vision_plan(const GrpoSettings *s, const Qwen2Config *c, const Visio
                 vision_forward_bytes(vc, patches, omp_get_max_threads());
 }
 
-void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Backend *be, int ranks, GrpoMemPlan *p) {
-    Qwen2Config cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
-    const Qwen2Config *c = &cfg;
+void grpo_memory_plan(const GrpoSettings *s, const DecoderConfig *model, const Backend *be, int ranks, GrpoMemPlan *p) {
+    DecoderConfig cfg = *model, lm = *model;  // lm: the language model alone (the reference's slab)
+    const DecoderConfig *c = &cfg;
     vl_config_merger(&lm, NULL);
     VisionConfig vc;
     if (c->vl) vision_config_of(s, &vc);
     if (c->vl && s->train_merger) vl_config_merger(&cfg, &vc);  // the merger's tensors join the trained slab
-    Qwen2Layout w;
-    size_t n = qwen2_layout(c, &w), slab = n * 4, policy = slab, n_ref = qwen2_layout(&lm, &w);
+    DecoderLayout w;
+    size_t n = decoder_layout(c, &w), slab = n * 4, policy = slab, n_ref = decoder_layout(&lm, &w);
     size_t compute = s->precision != DTYPE_F32 ? n * dtype_size(compute_storage(s->precision)) : 0;
     size_t reference = s->loss.kl_coef > 0 ? n_ref * dtype_size(compute_storage(s->ref_dtype)) : 0;
     DType rollout_dt = compute_storage(s->precision);
@@ -76,16 +76,16 @@ void grpo_memory_plan(const GrpoSettings *s, const Qwen2Config *model, const Bac
         .update = grpo_update_ws_bytes(s, c, be, micro, max_seq_len(s)),
         .offloaded = s->offload_optimizer ? 2 * shard : 0,
     };
-    if (s->rollout_int8) p->int8 = qwen2_q8_bytes(&lm);
+    if (s->rollout_int8) p->int8 = decoder_q8_bytes(&lm);
     if (s->rm_path) {
-        Qwen2Config rc;
-        qwen2_config_load_rm(&rc, s->rm_path);
+        DecoderConfig rc;
+        decoder_config_load_rm(&rc, s->rm_path);
         p->reward_model = reward_model_bytes(&rc, s->rm_path, s->rm_dtype, s->rm_max_length, s->rm_length_asked,
                                              s->rm_micro);
     }
     if (s->judge.model_path) {
-        Qwen2Config jc;
-        qwen2_config_load(&jc, s->judge.model_path);
+        DecoderConfig jc;
+        decoder_config_load(&jc, s->judge.model_path);
         p->reward_model += reward_judge_bytes(&jc, &s->judge);
     }
     if (c->vl) vision_plan(s, c, &vc, ranks, p);

@@ -44,7 +44,7 @@ static int majority_correct(const RewardDetail *det, int n) {
 // written to OUT/val_samples.jsonl.
 static void validate(Run *r, int64_t step, ValStats *v) {
     const GrpoSettings *s = r->s;
-    const Qwen2 *m = trainer_weights(&r->tr);
+    const Decoder *m = trainer_weights(&r->tr);
     int64_t v0 = r->val.n * r->comm.rank / r->comm.size, n = r->val.n * (r->comm.rank + 1) / r->comm.size - v0;
     int G = s->val_n;
     int64_t *idx = xmalloc((size_t)(n + 1) * sizeof *idx);
@@ -285,8 +285,8 @@ static GrpoSettings rank_share(const GrpoSettings *s, const Comm *comm) {
 // The run's model (trainer), tokenizer, data, stop tokens, rewards and reference: all but its files.
 static void run_load(Run *r) {
     const GrpoSettings *s = r->s;
-    Qwen2Config lm;
-    qwen2_config_load_vl(&lm, s->model_dir);
+    DecoderConfig lm;
+    decoder_config_load_vl(&lm, s->model_dir);
     if (lm.vl && (s->rm_path || s->judge.model_path))  // their templates would get image parts
         die("%s: a vision-language policy with reward.reward_model or reward.judge: not yet (they read text only)",
             s->model_dir);
@@ -301,10 +301,10 @@ static void run_load(Run *r) {
     trainer_init(&r->tr, r->be, s->model_dir, s->adam, s->grad_clip, s->precision, s->loss_scale,
                  s->loss_scale_window, &s->lora, r->train_merger ? &r->vl.vision.cfg : NULL, s->offload_params);
     trainer_set_dist(&r->tr, &r->comm, s->zero, s->topk_ratio);
-    const Qwen2Config *c = &r->tr.master.cfg;
+    const DecoderConfig *c = &r->tr.master.cfg;
     if (r->train_merger) {
         const float *p = r->tr.master.params;
-        const Qwen2Layout *w = &r->tr.master.w;
+        const DecoderLayout *w = &r->tr.master.w;
         r->merger = (VisionMerger){p + w->merger_ln_q, c->merger_ln_bias ? p + w->merger_ln_q_b : NULL,
                                    p + w->merger_w0, p + w->merger_b0, p + w->merger_w2, p + w->merger_b2};
     }
@@ -364,9 +364,9 @@ static void run_load(Run *r) {
     if ((r->has_ref = s->loss.kl_coef > 0) && r->tr.has_lora) {
         r->ref = trainer_base(&r->tr);
     } else if (r->has_ref) {
-        Qwen2Config rc = *c;  // the language model: a trained merger's initial weights are vl's
+        DecoderConfig rc = *c;  // the language model: a trained merger's initial weights are vl's
         vl_config_merger(&rc, NULL);
-        qwen2_build_on(&r->ref, &rc, compute_storage(s->ref_dtype), r->be);
+        decoder_build_on(&r->ref, &rc, compute_storage(s->ref_dtype), r->be);
         compute_copy_round(&r->ref, &r->tr.master, s->ref_dtype);
     }
     r->tr.st.seed = s->seed;
@@ -460,8 +460,8 @@ static void run_finish(Run *r) {
     if (r->dump) file_close(r->dump, r->dump_path);
     free(r->metrics_path);
     free(r->dump_path);
-    if (r->has_ref && !r->tr.has_lora) qwen2_free(&r->ref);
-    qwen2_q8_free(&r->q8);
+    if (r->has_ref && !r->tr.has_lora) decoder_free(&r->ref);
+    decoder_q8_free(&r->q8);
     backend_arena_free(r->tr.be, &r->workspace);
     reward_set_free(&r->rewards);
     if (r->has_rm) reward_model_free(&r->rm);
@@ -532,8 +532,8 @@ void grpo_run(const GrpoSettings *global) {
     backend_arena_init(r.tr.be, &r.workspace, r.plan.workspace);
     if (lead) grpo_print_plan(&r.plan, &r.comm);
     if (lead) print_start(&r);
-    const Qwen2 *rollout_model = trainer_weights(&r.tr);
-    if (s->rollout_int8) qwen2_q8_init(&r.q8, rollout_model, "rollout.weight_dtype: int8");
+    const Decoder *rollout_model = trainer_weights(&r.tr);
+    if (s->rollout_int8) decoder_q8_init(&r.q8, rollout_model, "rollout.weight_dtype: int8");
     if (lead && !rollout_model->be->on_device) {  // the rollout's decode kernel, measured or read now
         DType dt = s->rollout_int8 ? DTYPE_Q8 : rollout_model->dtype;
         char *k = skinny_tuning_text(skinny_tuning(dt));

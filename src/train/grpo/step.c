@@ -17,11 +17,11 @@
 
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
 // prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
-void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
+void grpo_generate(Run *r, const Decoder *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
                    const SamplerConfig *sampler, float *const *feats, RolloutSample *out) {
     const GrpoSettings *s = r->s;
     RolloutPrompt *p = xcalloc((size_t)n, sizeof *p);
-    Qwen2VlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
+    DecoderVlInputs *in = xcalloc((size_t)n + 1, sizeof *in);
     for (int i = 0; i < n; i++) {
         const PromptSample *x = &d->s[idx[i]];
         p[i] = (RolloutPrompt){.ids = x->ids, .n = x->len, .max_new_tokens = (int)s->max_response_length};
@@ -43,7 +43,7 @@ void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *i
     rollout_generate(m, &r->tok, &rc, p, n, G, out, &st, NULL, NULL);
     r->hook.kwargs = NULL;
     free(kwargs);
-    for (int i = 0; i < n; i++) qwen2_vl_inputs_free(&in[i]);
+    for (int i = 0; i < n; i++) decoder_vl_inputs_free(&in[i]);
     free(in);
     free(p);
 }
@@ -59,7 +59,7 @@ static void prompt_positions(const Run *r, int64_t n, int64_t base, int64_t *pos
 // each scored, until every rank holds its share of data.train_batch_size groups that pass the filter; those first
 // in order make sb (samples and rewards; the surplus is dropped, as verl's trainer drops it) and their prompts idx.
 // Returns the generation batches taken; dies past algorithm.filter_groups.max_num_gen_batches.
-static int64_t sample_until_full(Run *r, Stream *stream, const Qwen2 *m, StepBatch *sb, int64_t *idx, StepStats *st) {
+static int64_t sample_until_full(Run *r, Stream *stream, const Decoder *m, StepBatch *sb, int64_t *idx, StepStats *st) {
     const GrpoSettings *s = r->s;
     int64_t P = s->train_batch_size, n = s->gen_batch_size, G = s->G, have = 0, b = 0;
     int64_t *gidx = xmalloc((size_t)n * sizeof *gidx), *gpos = xmalloc((size_t)n * sizeof *gpos);
@@ -121,9 +121,9 @@ void grpo_step(Run *r, Stream *stream) {
     st.t_offload = time_now();
     // 1. rollout on the policy's own (compute) weights, or int8 copies of them made now, KV cache in the workspace;
     // with dynamic sampling, batches of it until the step's groups pass the filter (their rewards scored)
-    const Qwen2 *policy = trainer_weights(&r->tr);
-    Qwen2 rollout = *policy;
-    if (s->rollout_int8) qwen2_q8_quantize(&r->q8, policy), rollout.q8 = &r->q8;
+    const Decoder *policy = trainer_weights(&r->tr);
+    Decoder rollout = *policy;
+    if (s->rollout_int8) decoder_q8_quantize(&r->q8, policy), rollout.q8 = &r->q8;
     sb.samples = xcalloc((size_t)sb.n_samples, sizeof *sb.samples);
     ToolSet before = r->tools;
     if (s->dynamic_sampling) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "base/arena.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "model/vision.h"
 #include "model/vl.h"
 #include "parallel/comm.h"
@@ -73,7 +73,7 @@ typedef struct {
 // The update's workspace: training activations for one micro-batch, in the run's workspace arena (the backend's
 // memory, where the rollout's KV cache was), and the packed micro-batch as the host makes it.
 typedef struct {
-    Qwen2Train act;
+    DecoderTrain act;
     // host memory: the packed micro-batch (grpo_pack) and, per response token, the row its log-prob comes from
     int32_t *tokens, *targets;
     int64_t *seq_off, *resp_rows;
@@ -90,7 +90,7 @@ typedef struct {
     int64_t P_global;       // prompts per step over all ranks
     const Backend *be;      // trainer.device: where the trainer, reference and rollout run
     Trainer tr;
-    Qwen2 ref;
+    Decoder ref;
     int has_ref;
     Tokenizer tok;
     VlModel vl;  // a vision-language model's frozen vision tower and image processor (has_vl)
@@ -116,7 +116,7 @@ typedef struct {
     int64_t steps;
     Arena workspace;  // rollout: KV cache; scoring and update: UpdateWs
     GrpoMemPlan plan;
-    Qwen2Q8 q8;       // rollout.weight_dtype int8: the policy's copies that the rollout decodes with
+    DecoderQ8 q8;       // rollout.weight_dtype int8: the policy's copies that the rollout decodes with
 } Run;
 
 static inline int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_length + s->max_response_length; }
@@ -125,7 +125,7 @@ static inline int64_t max_seq_len(const GrpoSettings *s) { return s->max_prompt_
 
 // Samples prompts idx[0..n) x G with the rollout engine on the policy's weights `m`, in the workspace;
 // prompt i is seeded as the batch's prompt pos[i]; feats[i]: its image features (prompt_features).
-void grpo_generate(Run *r, const Qwen2 *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
+void grpo_generate(Run *r, const Decoder *m, const PromptData *d, const int64_t *idx, const int64_t *pos, int n, int G,
                    const SamplerConfig *sampler, float *const *feats, RolloutSample *out);
 // One GRPO step, as the design's diagram: rollout, rewards, advantages, reference and old
 // log-probs, update, metrics. The rollout and the update take turns in r->workspace.
@@ -199,9 +199,9 @@ float **grpo_prompt_features(const Run *r, const PromptData *d, const int64_t *i
 // The image inputs of the micro-batch grpo_pack() made of kept samples [a, b) into *in, and u->act.vl (NULL for
 // a text batch): each prompt's features (pf: per prompt), its response rows text after it; with pg (per
 // prompt, feats' layout) the backward adds the features' gradients there.
-void grpo_pack_images(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *pf, float *const *pg,
-                      int64_t a, int64_t b, UpdateWs *u, Qwen2VlInputs *in);
-void grpo_unpack_images(UpdateWs *u, Qwen2VlInputs *in);
+void grpo_pack_images(const Run *r, const Decoder *m, const StepBatch *sb, float *const *pf, float *const *pg,
+                      int64_t a, int64_t b, UpdateWs *u, DecoderVlInputs *in);
+void grpo_unpack_images(UpdateWs *u, DecoderVlInputs *in);
 // A trained merger's gradient (into the trainer's slab) from the features' gradients of the mini-batch just
 // accumulated (sb->dfeats, zeroed again); prompts outside it have none.
 void grpo_merger_backward(Run *r, StepBatch *sb);
@@ -210,13 +210,13 @@ void grpo_merger_backward(Run *r, StepBatch *sb);
 
 // The update's workspace on backend be: its bytes in the arena, plus its host part; init lays it out in the arena a
 // (of be's memory), free releases the host part.
-size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int64_t micro,
+size_t grpo_update_ws_bytes(const GrpoSettings *s, const DecoderConfig *c, const Backend *be, int64_t micro,
                             int64_t max_seq);
-void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, const Backend *be, Arena *a);
+void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const DecoderConfig *c, const Backend *be, Arena *a);
 void grpo_update_ws_free(UpdateWs *u);
 // Per-response-token log-probs of the kept samples under model m and image features feats (per prompt; no
 // gradient), into out.
-void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *feats, UpdateWs *u,
+void grpo_score_kept(const Run *r, const Decoder *m, const StepBatch *sb, float *const *feats, UpdateWs *u,
                      float *out);
 // ppo_epochs passes over the mini-batches; clip + AdamW after each (a trained merger's features refreshed
 // before each, as its weights move).

@@ -28,17 +28,17 @@ static DType update_ws_dtype(const GrpoSettings *s) {
 #define WS_DEVICE_ROW (5 * sizeof(float) + sizeof(int64_t))
 #define WS_HOST_ROW (2 * sizeof(int32_t) + sizeof(int64_t))
 
-size_t grpo_update_ws_bytes(const GrpoSettings *s, const Qwen2Config *c, const Backend *be, int64_t micro,
+size_t grpo_update_ws_bytes(const GrpoSettings *s, const DecoderConfig *c, const Backend *be, int64_t micro,
                             int64_t max_seq) {
     int64_t rows = micro * max_seq;
-    size_t act = qwen2_train_bytes(be, c, update_ws_dtype(s), rows, max_seq, s->recompute);
+    size_t act = decoder_train_bytes(be, c, update_ws_dtype(s), rows, max_seq, s->recompute);
     return act + (size_t)rows * (WS_DEVICE_ROW + WS_HOST_ROW) + (size_t)(micro + 1) * sizeof(int64_t) + 8 * 64;
 }
 
-void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *c, const Backend *be, Arena *a) {
+void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const DecoderConfig *c, const Backend *be, Arena *a) {
     int64_t micro = s->micro_batch_size, max_seq = max_seq_len(s), rows = micro * max_seq;
     arena_reset(a);
-    qwen2_train_init(&u->act, be, c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
+    decoder_train_init(&u->act, be, c, update_ws_dtype(s), rows, max_seq, s->recompute, a);
     u->act.logit_scale = s->sampler.temperature > 0 ? 1.0f / s->sampler.temperature : 1.0f;  // verl: logits / T
     u->rows = arena_alloc(a, (size_t)rows * 4), u->drows = arena_alloc(a, (size_t)rows * 4);
     u->ent_rows = arena_alloc(a, (size_t)rows * 4), u->dent_rows = arena_alloc(a, (size_t)rows * 4);
@@ -51,7 +51,7 @@ void grpo_update_ws_init(UpdateWs *u, const GrpoSettings *s, const Qwen2Config *
 }
 
 void grpo_update_ws_free(UpdateWs *u) {
-    qwen2_train_free(&u->act);
+    decoder_train_free(&u->act);
     free(u->tokens), free(u->targets), free(u->resp_rows), free(u->seq_off);
 }
 
@@ -82,14 +82,14 @@ static void host_to_rows(const Backend *be, UpdateWs *u, const float *in, int64_
 
 // Per-response-token log-probs of the kept samples under model m and image features feats (per prompt; no
 // gradient), into out.
-void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *const *feats, UpdateWs *u,
+void grpo_score_kept(const Run *r, const Decoder *m, const StepBatch *sb, float *const *feats, UpdateWs *u,
                      float *out) {
     for (int64_t a = 0; a < sb->n_kept; a += u->micro) {
         int64_t b = a + u->micro < sb->n_kept ? a + u->micro : sb->n_kept;
-        Qwen2VlInputs in;
+        DecoderVlInputs in;
         grpo_pack(sb, a, b, u);
         grpo_pack_images(r, m, sb, feats, NULL, a, b, u, &in);
-        qwen2_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
+        decoder_train_forward(m, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, NULL);
         grpo_unpack_images(u, &in);
         rows_to_host(m->be, u, u->rows, response_rows(m->be, sb, a, b, u), out + sb->resp_off[a]);
     }
@@ -100,7 +100,7 @@ void grpo_score_kept(const Run *r, const Qwen2 *m, const StepBatch *sb, float *c
 // ranks' gradients add up to the single-process one (with dynamic sampling the ranks drop flat groups
 // on their own, so mini-batches after the first may hold other samples than in one process). pass: the epoch
 // and mini-batch, which with the step, rank and micro-batch seed clip_cov's choice.
-static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t m0, int64_t m1, double n_tok,
+static void accumulate_minibatch(Run *r, const Decoder *cm, StepBatch *sb, int64_t m0, int64_t m1, double n_tok,
                                  double n_seq, int on_policy, const int64_t pass[2], UpdateWs *u, GrpoLossStats *total) {
     const GrpoSettings *s = r->s;
     const Backend *be = cm->be;
@@ -109,10 +109,10 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
     int bonus = lc.entropy_coeff != 0.0;
     for (int64_t a = m0; a < m1 && n_tok > 0; a += u->micro) {
         int64_t b = a + u->micro < m1 ? a + u->micro : m1, t0 = sb->resp_off[a], t1 = sb->resp_off[b];
-        Qwen2VlInputs in;
+        DecoderVlInputs in;
         grpo_pack(sb, a, b, u);
         grpo_pack_images(r, cm, sb, sb->feats, sb->dfeats, a, b, u, &in);
-        qwen2_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
+        decoder_train_forward(cm, u->tokens, u->targets, u->seq_off, (int)(b - a), &u->act, u->rows, u->ent_rows);
         int64_t n = response_rows(be, sb, a, b, u), N = u->seq_off[b - a];
         rows_to_host(be, u, u->rows, n, sb->logp + t0);
         rows_to_host(be, u, u->ent_rows, n, sb->ent + t0);
@@ -135,7 +135,7 @@ static void accumulate_minibatch(Run *r, const Qwen2 *cm, StepBatch *sb, int64_t
         for (int64_t t = t0; bonus && t < t1; t++) sb->dent[t] *= scale;
         host_to_rows(be, u, sb->dlogp + t0, n, N, u->drows);
         if (bonus) host_to_rows(be, u, sb->dent + t0, n, N, u->dent_rows);
-        qwen2_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
+        decoder_backward(cm, r->tr.grads, u->drows, bonus ? u->dent_rows : NULL, &u->act);
         grpo_unpack_images(u, &in);
     }
 }
@@ -154,7 +154,7 @@ void grpo_update(Run *r, StepBatch *sb, int need_old, UpdateWs *u, StepStats *st
             double tot[2];  // 0 tokens: a zero-gradient step
             grpo_count_loss_tokens(sb, m0, m1, &tot[0], &tot[1]);
             comm_allreduce_f64(&r->comm, tot, 2, COMM_SUM, "mini-batch token counts");
-            const Qwen2 *cm = trainer_begin_step(&r->tr);
+            const Decoder *cm = trainer_begin_step(&r->tr);
             if (r->train_merger)  // the merger's weights moved with the last update
                 grpo_merge_features(r, r->merger_be, &r->merger, sb->hidden, sb->units, (int)s->train_batch_size, sb->feats);
             accumulate_minibatch(r, cm, sb, m0, m1, tot[0], tot[1], !need_old, (int64_t[2]){e, mb}, u, &st->loss);

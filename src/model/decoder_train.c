@@ -5,11 +5,11 @@
 
 #include "base/util.h"
 #include "model/lora.h"
-#include "model/qwen2.h"
+#include "model/decoder.h"
 #include "nn/ops.h"
 
 // Lays out the training workspace from `base` (NULL: only measure); returns its size in bytes.
-static size_t train_layout(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DType dtype, int64_t N,
+static size_t train_layout(DecoderTrain *t, const Backend *be, const DecoderConfig *c, DType dtype, int64_t N,
                            int64_t max_seq, int recompute, char *base) {
     int64_t C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, I = c->inter;
     int64_t Lk = recompute ? 1 : c->layers;  // layers whose activations are kept
@@ -59,19 +59,19 @@ static size_t train_layout(Qwen2Train *t, const Backend *be, const Qwen2Config *
     return off;
 }
 
-size_t qwen2_train_bytes(const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens, int64_t max_seq,
+size_t decoder_train_bytes(const Backend *be, const DecoderConfig *c, DType dtype, int64_t max_tokens, int64_t max_seq,
                          int recompute) {
-    Qwen2Train t;
+    DecoderTrain t;
     return train_layout(&t, be, c, dtype, max_tokens, max_seq, recompute, NULL);
 }
 
 // Layer l's views: one set per layer, or the single set that recompute rebuilds layer by layer; the
 // residual stream (xin) is kept for every layer either way.
-static Qwen2LayerActs layer_view(const Qwen2Config *c, const Qwen2Train *t, int64_t l) {
+static DecoderLayerActs layer_view(const DecoderConfig *c, const DecoderTrain *t, int64_t l) {
     int64_t M = t->max_tokens, C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     int64_t I = c->inter, s = t->recompute ? 0 : l;
     float *q = t->q + s * M * Q, *k = t->k + s * M * KV;
-    return (Qwen2LayerActs){
+    return (DecoderLayerActs){
         .xin = t->xin + l * M * C, .xout = t->xin + (l + 1) * M * C, .xmid = t->xmid + s * M * C,
         .xn1 = t->xn1 + s * M * C, .xn2 = t->xn2 + s * M * C,
         .qr = c->qk_norm ? t->qr + s * M * Q : q, .kr = c->qk_norm ? t->kr + s * M * KV : k, .q = q, .k = k,
@@ -81,7 +81,7 @@ static Qwen2LayerActs layer_view(const Qwen2Config *c, const Qwen2Train *t, int6
     };
 }
 
-void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DType dtype, int64_t max_tokens,
+void decoder_train_init(DecoderTrain *t, const Backend *be, const DecoderConfig *c, DType dtype, int64_t max_tokens,
                       int64_t max_seq, int recompute, Arena *arena) {
     memset(t, 0, sizeof *t);
     t->max_tokens = max_tokens;
@@ -89,7 +89,7 @@ void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DT
     t->recompute = recompute;
     t->logit_scale = 1.0f;
     train_layout(t, be, c, dtype, max_tokens, max_seq, recompute,
-                 arena_alloc(arena, qwen2_train_bytes(be, c, dtype, max_tokens, max_seq, recompute)));
+                 arena_alloc(arena, decoder_train_bytes(be, c, dtype, max_tokens, max_seq, recompute)));
     t->views = xmalloc((size_t)c->layers * sizeof *t->views);
     for (int64_t l = 0; l < c->layers; l++) t->views[l] = layer_view(c, t, l);
     t->host_pos = xmalloc((size_t)max_tokens * sizeof *t->host_pos);
@@ -97,7 +97,7 @@ void qwen2_train_init(Qwen2Train *t, const Backend *be, const Qwen2Config *c, DT
     t->host_sel = xmalloc((size_t)max_tokens * sizeof *t->host_sel);
 }
 
-void qwen2_train_free(Qwen2Train *t) {
+void decoder_train_free(DecoderTrain *t) {
     free(t->views);
     free(t->host_pos);
     free(t->host_sel_target);
@@ -108,9 +108,9 @@ void qwen2_train_free(Qwen2Train *t) {
 }
 
 // Everything up to the logprob head: the layers, the final norm, and the rows that have targets.
-static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off, int B,
-                         Qwen2Train *t) {
-    const Qwen2Config *c = &m->cfg;
+static void forward_body(const Decoder *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off, int B,
+                         DecoderTrain *t) {
+    const DecoderConfig *c = &m->cfg;
     int64_t N = seq_off[B], C = c->hidden;
     if (N > t->max_tokens) die("internal: training forward over %lld tokens, workspace holds %lld", (long long)N,
                                (long long)t->max_tokens);
@@ -141,25 +141,25 @@ static void forward_body(const Qwen2 *m, const int32_t *tokens, const int32_t *t
     be->upload(be, t->sel, sel, (size_t)t->n_sel * sizeof *sel);
     be->upload(be, t->sel_target, sel_target, (size_t)t->n_sel * sizeof *sel_target);
 
-    t->batch = (Qwen2Batch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
+    t->batch = (DecoderBatch){.B = B, .N = N, .tokens = t->tokens, .pos = t->pos, .seq_off = t->seq_off,
                             .host_seq_off = NULL};  // no KV cache in training
     t->batch.vl = t->vl;
-    qwen2_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
+    decoder_forward_layers(m, &t->batch, t->views, c->layers, t->xf, NULL, NULL);
     // logits * s = (h * s) W^T: the temperature folds into the head's input rows.
     m->be->gather_rows(m->be, t->hsel, t->xf, t->sel, t->n_sel, C, t->logit_scale);
 }
 
 // The head's outputs come in the compact order of sel; spread them back over the rows (0 elsewhere).
-static void scatter_logp(const Qwen2 *m, const Qwen2Train *t, const float *lp, float *logp) {
+static void scatter_logp(const Decoder *m, const DecoderTrain *t, const float *lp, float *logp) {
     m->be->zero(m->be, logp, (size_t)t->N * sizeof *logp);
     m->be->scatter_rows(m->be, logp, lp, t->sel, t->n_sel, 1, 1.0f);
 }
 
-void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
-                         int B, Qwen2Train *t, float *logp, float *entropy) {
+void decoder_train_forward(const Decoder *m, const int32_t *tokens, const int32_t *targets, const int64_t *seq_off,
+                         int B, DecoderTrain *t, float *logp, float *entropy) {
     forward_body(m, tokens, targets, seq_off, B, t);
     float *lp = t->h, *ent = entropy ? t->dup : NULL;  // backward scratch, free until backward runs
-    m->be->logprob_forward(m->be, lp, ent, t->hsel, qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel,
+    m->be->logprob_forward(m->be, lp, ent, t->hsel, decoder_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel,
                            m->cfg.hidden, m->cfg.vocab, t->scratch);
     scatter_logp(m, t, lp, logp);
     if (entropy) scatter_logp(m, t, ent, entropy);
@@ -167,11 +167,11 @@ void qwen2_train_forward(const Qwen2 *m, const int32_t *tokens, const int32_t *t
 
 // The base's gradient at slab offset `off`, or NULL when the base is frozen (adapters attached: grads
 // then holds the adapters' gradients).
-static float *base_grad(const Qwen2 *m, float *grads, size_t off) { return m->lora ? NULL : grads + off; }
+static float *base_grad(const Decoder *m, float *grads, size_t off) { return m->lora ? NULL : grads + off; }
 
 // The head's backward: dlogp, dent (N) in row order -> t->dsel (n_sel, C) and the LM head's gradient
 // in grads. With lp (n_sel) it also writes the head's forward output.
-static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t,
+static void head_backward(const Decoder *m, float *grads, const float *dlogp, const float *dent, DecoderTrain *t,
                           float *lp) {
     const Backend *be = m->be;
     float *dlp = t->dgate, *de = dent ? t->dup : NULL;  // free until the last layer's backward
@@ -179,12 +179,12 @@ static void head_backward(const Qwen2 *m, float *grads, const float *dlogp, cons
     if (de) be->gather_rows(be, de, dent, t->sel, t->n_sel, 1, 1.0f);
     be->zero(be, t->dsel, (size_t)(t->n_sel * m->cfg.hidden) * sizeof *t->dsel);
     be->logprob_backward(be, t->dsel, base_grad(m, grads, m->w.lm_head), lp, dlp, de, t->hsel,
-                         qwen2_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab,
+                         decoder_at(m, m->w.lm_head), m->dtype, t->sel_target, t->n_sel, m->cfg.hidden, m->cfg.vocab,
                          t->scratch);
 }
 
-void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *tokens, const int32_t *targets,
-                               const int64_t *seq_off, int B, const float *dlogp, Qwen2Train *t, float *logp) {
+void decoder_train_forward_fused(const Decoder *m, float *grads, const int32_t *tokens, const int32_t *targets,
+                               const int64_t *seq_off, int B, const float *dlogp, DecoderTrain *t, float *logp) {
     forward_body(m, tokens, targets, seq_off, B, t);
     float *lp = t->h;
     head_backward(m, grads, dlogp, NULL, t, lp);
@@ -193,46 +193,46 @@ void qwen2_train_forward_fused(const Qwen2 *m, float *grads, const int32_t *toke
 }
 
 // The backward of one projection: dout (N, OC) fp32 is rounded to m's dtype here; in (N, C) is its input
-// as the forward multiplied it (qwen2_operand). dinp (N, C) +=, the weight's and bias's gradients in grads +=.
-static void proj_backward(const Qwen2 *m, float *grads, Qwen2Train *t, float *dinp, size_t wo, size_t bo,
+// as the forward multiplied it (decoder_operand). dinp (N, C) +=, the weight's and bias's gradients in grads +=.
+static void proj_backward(const Decoder *m, float *grads, DecoderTrain *t, float *dinp, size_t wo, size_t bo,
                           int has_bias, const float *dout, const void *in, int64_t C, int64_t OC) {
     int64_t N = t->N;
-    const void *d = qwen2_operand(m, dout, N * OC, t->dout16);
+    const void *d = decoder_operand(m, dout, N * OC, t->dout16);
     float *db = has_bias ? base_grad(m, grads, bo) : NULL;
-    m->be->matmul_backward(m->be, dinp, base_grad(m, grads, wo), db, d, in, qwen2_at(m, wo), m->dtype, N, C, OC);
+    m->be->matmul_backward(m->be, dinp, base_grad(m, grads, wo), db, d, in, decoder_at(m, wo), m->dtype, N, C, OC);
 }
 
 // Zeroes n floats of backend memory (a gradient buffer the next op adds into).
-static void zero_floats(const Qwen2 *m, float *p, int64_t n) { m->be->zero(m->be, p, (size_t)n * sizeof *p); }
+static void zero_floats(const Decoder *m, float *p, int64_t n) { m->be->zero(m->be, p, (size_t)n * sizeof *p); }
 
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
-static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *t) {
+static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTrain *t) {
     const Backend *be = m->be;
-    const Qwen2Config *c = &m->cfg;
-    const Qwen2Layout *w = &m->w;
+    const DecoderConfig *c = &m->cfg;
+    const DecoderLayout *w = &m->w;
     DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
     int H = (int)c->heads, KVH = (int)c->kv_heads;
-    const Qwen2LayerActs *a = &t->views[l];
-    if (t->recompute) qwen2_layer_forward(m, l, &t->batch, a, NULL, NULL);
+    const DecoderLayerActs *a = &t->views[l];
+    if (t->recompute) decoder_layer_forward(m, l, &t->batch, a, NULL, NULL);
     // MLP: x_out = xmid + down(silu(gate) * up)
     be->swiglu_forward(be, t->h, a->gate, a->up, N * I);
     zero_floats(m, t->dgate, N * I);
-    const void *h = qwen2_operand(m, t->h, N * I, t->in16);
+    const void *h = decoder_operand(m, t->h, N * I, t->in16);
     proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, h, I, C);
     lora_backward(be, m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
     be->swiglu_backward(be, t->dgate, t->dup, t->dgate, a->gate, a->up, N * I);
     zero_floats(m, t->dxn, N * C);
-    const void *x = qwen2_operand(m, a->xn2, N * C, t->in16);  // gate and up share their input
+    const void *x = decoder_operand(m, a->xn2, N * C, t->in16);  // gate and up share their input
     proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
     proj_backward(m, grads, t, t->dxn, w->wup + l * I * C, 0, 0, t->dup, x, C, I);
     lora_backward(be, m->lora, grads, LORA_GATE, l, a->xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
     lora_backward(be, m->lora, grads, LORA_UP, l, a->xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a->xmid,
-                         qwen2_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+                         decoder_at(m, w->ln2 + l * C), dt, N, C, c->eps);
     // Attention: xmid = xin + o_proj(att)
     zero_floats(m, t->datt, N * Q);
-    const void *att = qwen2_operand(m, a->att, N * Q, t->in16);
+    const void *att = decoder_operand(m, a->att, N * Q, t->in16);
     proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, att, Q, C);
     lora_backward(be, m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
     be->attention_backward(be, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, N,
@@ -244,14 +244,14 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
         zero_floats(m, t->dqr, N * Q);
         zero_floats(m, t->dkr, N * KV);
         be->rmsnorm_backward(be, t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a->qr,
-                             qwen2_at(m, w->qnorm + l * D), dt, N * H, D, c->eps);
+                             decoder_at(m, w->qnorm + l * D), dt, N * H, D, c->eps);
         be->rmsnorm_backward(be, t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a->kr,
-                             qwen2_at(m, w->knorm + l * D), dt, N * KVH, D, c->eps);
+                             decoder_at(m, w->knorm + l * D), dt, N * KVH, D, c->eps);
         dq = t->dqr;
         dk = t->dkr;
     }
     zero_floats(m, t->dxn, N * C);
-    x = qwen2_operand(m, a->xn1, N * C, t->in16);  // q, k and v share theirs
+    x = decoder_operand(m, a->xn1, N * C, t->in16);  // q, k and v share theirs
     int bias = c->attn_bias;
     proj_backward(m, grads, t, t->dxn, w->wq + l * Q * C, w->bq + l * Q, bias, dq, x, C, Q);
     proj_backward(m, grads, t, t->dxn, w->wk + l * KV * C, w->bk + l * KV, bias, dk, x, C, KV);
@@ -260,12 +260,12 @@ static void layer_backward(const Qwen2 *m, float *grads, int64_t l, Qwen2Train *
     lora_backward(be, m->lora, grads, LORA_K, l, a->xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
     lora_backward(be, m->lora, grads, LORA_V, l, a->xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a->xin,
-                         qwen2_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+                         decoder_at(m, w->ln1 + l * C), dt, N, C, c->eps);
 }
 
-void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const float *dent, Qwen2Train *t) {
+void decoder_backward(const Decoder *m, float *grads, const float *dlogp, const float *dent, DecoderTrain *t) {
     const Backend *be = m->be;
-    const Qwen2Config *c = &m->cfg;
+    const DecoderConfig *c = &m->cfg;
     int64_t N = t->N, C = c->hidden;
     if (!t->head_done) head_backward(m, grads, dlogp, dent, t, NULL);
     t->head_done = 0;
@@ -274,7 +274,7 @@ void qwen2_backward(const Qwen2 *m, float *grads, const float *dlogp, const floa
     be->scatter_rows(be, t->dxn, t->dsel, t->sel, t->n_sel, C, t->logit_scale);
     zero_floats(m, t->dx, N * C);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->views[c->layers - 1].xout,
-                         qwen2_at(m, m->w.norm), m->dtype, N, C, c->eps);
+                         decoder_at(m, m->w.norm), m->dtype, N, C, c->eps);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
     // image rows were features, not embeddings: the table gets nothing from them, a trained merger their rows
     float *row = t->vl && t->vl->image_grads ? xmalloc((size_t)C * sizeof *row) : NULL;
