@@ -65,11 +65,10 @@ struct Backend {
     // backend's memory, N is known on the host). lse (N, H), may be NULL: the rows' log-sum-exp, which
     // training's backward reads.
     void (*attention_forward)(const Backend *be, float *out, float *lse, const float *q, const float *k,
-                              const float *v, const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D,
-                              float *scratch);
+                              const float *v, const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch);
     void (*attention_decode_forward)(const Backend *be, float *out, const float *q, const float *k_cache,
-                                     const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
-                                     int KVH, int D, float *scratch);
+                                     const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
+                                     AttnShape a, float *scratch);
     // Row b of k and v (B, row) to k_cache / v_cache at element offset dst[b] (decode's new positions).
     void (*kv_append)(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
                       const int64_t *dst, int B, int64_t row);
@@ -97,7 +96,7 @@ struct Backend {
     void (*rope_backward)(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D);
     void (*attention_backward)(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v,
-                               const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch);
+                               const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch);
     void (*swiglu_backward)(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
                             const float *up, int64_t n);
     // LayerNorm with fp32 weight and bias, and GELU (erf form): a vision-language model's patch merger, trained

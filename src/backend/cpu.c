@@ -81,17 +81,17 @@ static void cpu_residual(const Backend *be, float *x, const float *y, int64_t n)
 }
 
 static void cpu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                          const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+                          const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch) {
     (void)be;
     (void)N;
-    attention_forward(out, lse, q, k, v, seq_off, B, H, KVH, D, scratch);
+    attention_forward(out, lse, q, k, v, seq_off, B, a, scratch);
 }
 
 static void cpu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
-                                 const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
-                                 int KVH, int D, float *scratch) {
+                                 const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
+                                 AttnShape a, float *scratch) {
     (void)be;
-    attention_decode_forward(out, q, k_cache, v_cache, kv_off, n_keys, B, H, KVH, D, scratch);
+    attention_decode_forward(out, q, k_cache, v_cache, kv_off, n_keys, B, a, scratch);
 }
 
 static void cpu_kv_append(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
@@ -176,10 +176,10 @@ static void cpu_rope_backward(const Backend *be, float *dx, const float *cs, int
 
 static void cpu_attention_backward(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
                                    const float *out, const float *lse, const float *q, const float *k, const float *v,
-                                   const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+                                   const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch) {
     (void)be;
     (void)N;
-    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seq_off, B, H, KVH, D, scratch);
+    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seq_off, B, a, scratch);
 }
 
 static void cpu_layernorm(const Backend *be, float *out, const float *inp, const float *weight, const float *bias,

@@ -462,13 +462,20 @@ __device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1
 // One block per (query row, kv head), one warp per query head of the group: each tile of keys and
 // values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
 // accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
+// The first of n keys (0 .. n - 1) that the newest (n - 1) sees through a window (0: all).
+__host__ __device__ inline int64_t window_start(int64_t n, int64_t window) {
+    return window && n > window ? n - window : 0;
+}
+
 // Prefill (seq_off): row i attends to its sequence's rows up to itself, keys packed like the queries.
 // Decode (kv_off, n_keys): row i attends to n_keys[i] cached positions from element kv_off[i].
+// Both read only the last a.window of those keys when a.window > 0.
 // lse (rows, H), may be NULL: each row's log-sum-exp of its scaled scores (training's backward).
 __global__ void __launch_bounds__(32 * ATT_GMAX)
 k_attend(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
-         const int64_t *kv_off, const int32_t *n_keys, int H, int KVH, int D) {
+         const int64_t *kv_off, const int32_t *n_keys, AttnShape a) {
     __shared__ float Ks[ATT_TK][ATT_DMAX + 1], Vs[ATT_TK][ATT_DMAX + 1], Qs[ATT_GMAX][ATT_DMAX];
+    int H = a.H, KVH = a.KVH, D = a.D;
     int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D, start, nk;
     int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
     if (seq_off) {
@@ -479,8 +486,11 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
         start = kv_off[i];
         nk = n_keys[i];
     }
+    int64_t first = window_start(nk, a.window);
+    start += first * kvs;
+    nk -= first;
     const float *kb = k + start + (int64_t)g * D, *vb = v + start + (int64_t)g * D;
-    float scale = 1.0f / sqrtf((float)D), m = -INFINITY, l = 0.0f, acc[CUDA_ATT_DREGS];
+    float scale = a.scale, m = -INFINITY, l = 0.0f, acc[CUDA_ATT_DREGS];
 #pragma unroll
     for (int r = 0; r < CUDA_ATT_DREGS; r++) acc[r] = 0.0f;
     for (int d = lane; d < D; d += 32) Qs[w][d] = q[i * qs + (int64_t)h * D + d] * scale;
@@ -517,33 +527,34 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
     if (lse && lane == 0) lse[i * H + h] = m + logf(l);
 }
 
-static void attention_shape(const Backend *be, int H, int KVH, int D) {
-    if (D < 1 || D > ATT_DMAX || KVH < 1 || H % KVH || H / KVH > ATT_GMAX)
-        die("%s: attention with head_dim %d, %d query heads and %d kv heads is not supported (head_dim up to "
-            "%d, at most %d query heads per kv head)", be->name, D, H, KVH, ATT_DMAX, ATT_GMAX);
+static void attention_shape(const Backend *be, AttnShape a) {
+    if (a.D < 1 || a.D > ATT_DMAX || a.KVH < 1 || a.H % a.KVH || a.H / a.KVH > ATT_GMAX || a.window < 0)
+        die("%s: attention with head_dim %d, %d query heads, %d kv heads and window %lld is not supported (head_dim "
+            "up to %d, at most %d query heads per kv head)", be->name, a.D, a.H, a.KVH, (long long)a.window,
+            ATT_DMAX, ATT_GMAX);
 }
 
 static void attend(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows, int H,
-                   int KVH, int D) {
+                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows,
+                   AttnShape a) {
     Cuda *c = use(be);
-    attention_shape(be, H, KVH, D);
+    attention_shape(be, a);
     if (rows == 0) return;
-    dim3 grid((unsigned)rows, (unsigned)KVH);
-    LAUNCH(k_attend, grid, 32 * (H / KVH), 0, c->stream, out, lse, q, k, v, seq_off, B, kv_off, n_keys, H, KVH, D);
+    dim3 grid((unsigned)rows, (unsigned)a.KVH);
+    LAUNCH(k_attend, grid, 32 * (a.H / a.KVH), 0, c->stream, out, lse, q, k, v, seq_off, B, kv_off, n_keys, a);
 }
 
 static void cu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                         const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+                         const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch) {
     (void)scratch;
-    attend(be, out, lse, q, k, v, seq_off, B, NULL, NULL, N, H, KVH, D);
+    attend(be, out, lse, q, k, v, seq_off, B, NULL, NULL, N, a);
 }
 
 static void cu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
-                                const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B, int H,
-                                int KVH, int D, float *scratch) {
+                                const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
+                                AttnShape a, float *scratch) {
     (void)scratch;
-    attend(be, out, NULL, q, k_cache, v_cache, NULL, 0, kv_off, n_keys, B, H, KVH, D);
+    attend(be, out, NULL, q, k_cache, v_cache, NULL, 0, kv_off, n_keys, B, a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -960,15 +971,16 @@ __global__ void k_attention_delta(float *delta, const float *dout, const float *
 // dq = scale sum_j ds_j k_j, each lane owning head dimensions CUDA_ATT_DIM(lane, r).
 __global__ void __launch_bounds__(32 * ATT_GMAX)
 k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, const float *q, const float *k,
-            const float *v, const int64_t *seq_off, int B, int H, int KVH, int D) {
+            const float *v, const int64_t *seq_off, int B, AttnShape a) {
     __shared__ float Ks[ATT_TK][ATT_DMAX + 1], Vs[ATT_TK][ATT_DMAX + 1], Qs[ATT_GMAX][ATT_DMAX];
+    int H = a.H, KVH = a.KVH, D = a.D;
     int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
     int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
     int b = seq_of(seq_off, B, i);
-    int64_t nk = i - seq_off[b] + 1;
-    const float *kb = k + seq_off[b] * kvs + (int64_t)g * D, *vb = v + seq_off[b] * kvs + (int64_t)g * D;
+    int64_t first = seq_off[b] + window_start(i - seq_off[b] + 1, a.window), nk = i - first + 1;
+    const float *kb = k + first * kvs + (int64_t)g * D, *vb = v + first * kvs + (int64_t)g * D;
     const float *dor = dout + i * qs + (int64_t)h * D;
-    float scale = 1.0f / sqrtf((float)D), L = lse[i * H + h], Di = delta[i * H + h], acc[CUDA_ATT_DREGS];
+    float scale = a.scale, L = lse[i * H + h], Di = delta[i * H + h], acc[CUDA_ATT_DREGS];
 #pragma unroll
     for (int r = 0; r < CUDA_ATT_DREGS; r++) acc[r] = 0.0f;
     for (int d = lane; d < D; d += 32) Qs[w][d] = q[i * qs + (int64_t)h * D + d] * scale;
@@ -1005,7 +1017,8 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
 // dk, dv, FlashAttention-2's way on CUDA cores: one block per (tile of DKV_T keys, kv head), 128 threads. The key
 // tile stays in shared memory; for each query head of the group in turn, tiles of DKV_T query rows (q scaled, dO,
 // lse, delta) come through shared memory too: S = q k and dP = dO v for the tile's pairs (two a thread), p =
-// exp(S - lse) where the pair is causal and in one sequence, ds = p (dP - delta); then thread t adds p dO and ds q
+// exp(S - lse) where the pair is causal, within the window and in one sequence, ds = p (dP - delta); then thread t
+// adds p dO and ds q
 // of the rows its key t / 8 sees into that key's dv and dk, dimensions t % 8 + 8 m (another sequence's rows are
 // not touched: a non-finite value there stays there). Fixed order: heads, then query tiles, then rows.
 #define DKV_T 16
@@ -1015,14 +1028,16 @@ static_assert(sizeof(float) * (4 * DKV_T * (ATT_DMAX + 1) + 2 * DKV_T * (DKV_T +
 
 __global__ void __launch_bounds__(128)
 k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const float *delta, const float *q,
-             const float *k, const float *v, const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D) {
+             const float *k, const float *v, const int64_t *seq_off, int B, int64_t N, AttnShape a) {
     __shared__ float Ks[DKV_T][ATT_DMAX + 1], Vs[DKV_T][ATT_DMAX + 1], Qs[DKV_T][ATT_DMAX + 1];
     __shared__ float Os[DKV_T][ATT_DMAX + 1], Ps[DKV_T][DKV_T + 1], DSs[DKV_T][DKV_T + 1], Ls[DKV_T], Dls[DKV_T];
+    int H = a.H, KVH = a.KVH, D = a.D;
     int64_t j0 = (int64_t)blockIdx.x * DKV_T, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
     int g = blockIdx.y, group = H / KVH, t = threadIdx.x, kk = t / 8, d0 = t % 8;
     int nk = N - j0 < DKV_T ? (int)(N - j0) : DKV_T;
     int64_t last_end = seq_off[seq_of(seq_off, B, j0 + nk - 1) + 1];  // the queries any of the tile's keys sees
-    float scale = 1.0f / sqrtf((float)D), ak[16], av[16];
+    if (a.window && j0 + nk - 1 + a.window < last_end) last_end = j0 + nk - 1 + a.window;
+    float scale = a.scale, ak[16], av[16];
 #pragma unroll
     for (int m = 0; m < 16; m++) ak[m] = av[m] = 0.0f;
     load_kv_tile(Ks, Vs, k + (int64_t)g * D, v + (int64_t)g * D, j0, nk, D, kvs);
@@ -1048,7 +1063,7 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
                 int pair = t + 128 * x, r = pair / DKV_T, c = pair % DKV_T;
                 int64_t i = i0 + r, j = j0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (r < nq && c < nk && i >= j && i < cend) {
+                if (r < nq && c < nk && i >= j && i < cend && (a.window == 0 || i - j < a.window)) {
                     float s = 0.0f, dp = 0.0f;
                     for (int d = 0; d < D; d++) {
                         s += Qs[r][d] * Ks[c][d];
@@ -1089,17 +1104,17 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
 
 static void cu_attention_backward(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
                                   const float *out, const float *lse, const float *q, const float *k, const float *v,
-                                  const int64_t *seq_off, int B, int64_t N, int H, int KVH, int D, float *scratch) {
+                                  const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch) {
     (void)scratch;
     Cuda *c = use(be);
-    attention_shape(be, H, KVH, D);
+    attention_shape(be, a);
     if (N == 0) return;
-    float *delta = (float *)rows_buffer(be, (size_t)N * (size_t)H * sizeof(float));
-    LAUNCH(k_attention_delta, blocks_for(N * H * 32, 256), 256, 0, c->stream, delta, dout, out, N * H, D);
-    dim3 grid((unsigned)N, (unsigned)KVH), tiles((unsigned)((N + DKV_T - 1) / DKV_T), (unsigned)KVH);
-    int threads = 32 * (H / KVH);
-    LAUNCH(k_attend_dq, grid, threads, 0, c->stream, dq, dout, lse, delta, q, k, v, seq_off, B, H, KVH, D);
-    LAUNCH(k_attend_dkv, tiles, 128, 0, c->stream, dk, dv, dout, lse, delta, q, k, v, seq_off, B, N, H, KVH, D);
+    float *delta = (float *)rows_buffer(be, (size_t)N * (size_t)a.H * sizeof(float));
+    LAUNCH(k_attention_delta, blocks_for(N * a.H * 32, 256), 256, 0, c->stream, delta, dout, out, N * a.H, a.D);
+    dim3 grid((unsigned)N, (unsigned)a.KVH), tiles((unsigned)((N + DKV_T - 1) / DKV_T), (unsigned)a.KVH);
+    int threads = 32 * (a.H / a.KVH);
+    LAUNCH(k_attend_dq, grid, threads, 0, c->stream, dq, dout, lse, delta, q, k, v, seq_off, B, a);
+    LAUNCH(k_attend_dkv, tiles, 128, 0, c->stream, dk, dv, dout, lse, delta, q, k, v, seq_off, B, N, a);
 }
 
 // ---- log-prob head backward

@@ -175,6 +175,11 @@ static void out_mlp_block(const Decoder *m, int64_t l, int64_t N, const DecoderL
     be->residual_forward(be, a->xout, a->xmid, N * C);
 }
 
+AttnShape decoder_attn(const DecoderConfig *c, int64_t l) {
+    (void)l;  // every layer of today's families attends alike
+    return attn_shape((int)c->heads, (int)c->kv_heads, (int)c->head_dim, c->sliding_window);
+}
+
 static void check_workspace(const Decoder *m, const DecoderActs *a, int64_t N, const char *what) {
     if (N > a->max_tokens)
         die("internal: %s of %lld rows, workspace holds %lld", what, (long long)N, (long long)a->max_tokens);
@@ -193,8 +198,8 @@ void decoder_layer_forward(const Decoder *m, int64_t l, const DecoderBatch *b, c
         be->copy(be, kv->k + kv_offset(kv, l, slots[s]), a->k + lo * KV, bytes);
         be->copy(be, kv->v + kv_offset(kv, l, slots[s]), a->v + lo * KV, bytes);
     }
-    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, b->seq_off, b->B, b->N, (int)c->heads,
-                          (int)c->kv_heads, (int)c->head_dim, a->scratch);
+    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, b->seq_off, b->B, b->N, decoder_attn(c, l),
+                          a->scratch);
     out_mlp_block(m, l, b->N, a);
 }
 
@@ -308,8 +313,8 @@ void decoder_decode_step_at(const Decoder *m, DecoderKV *kv, const int32_t *toke
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
         // append the new key/value, then attend over the whole slot
         be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, B, KV);
-        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, B, (int)c->heads,
-                                     (int)c->kv_heads, (int)c->head_dim, a->scratch);
+        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, B, decoder_attn(c, l),
+                                     a->scratch);
         out_mlp_block(m, l, B, &a->view);
     }
     be->rmsnorm_forward(be, a->xn, a->x, decoder_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);

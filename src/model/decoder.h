@@ -24,6 +24,8 @@ typedef struct {
     int tied;             // lm_head shares embed_tokens
     int64_t bos_id, eos_id;  // -1 when the config names none
     double init_std;      // initializer_range, used by decoder_init_random
+    int64_t sliding_window;  // > 0: every layer's queries see themselves and the sliding_window - 1 keys before
+                             // (Mistral's sliding_window); 0: full causal attention
     int attn_bias;        // q/k/v projections have biases (Qwen2 and its VL models)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
     int vl;               // a Qwen2.5-VL or Qwen2-VL model's language model (0: a text model, as zeroed configs
@@ -128,6 +130,8 @@ const DecoderArch *decoder_arch(DecoderFamily family);
 const char *decoder_arch_name(const DecoderConfig *c);
 // c's family and the parts of a layer its row has (attn_bias, qk_norm, vl): for configs built in code.
 void decoder_config_family(DecoderConfig *c, DecoderFamily family);
+// Layer l's attention: c's heads, 1/sqrt(head_dim) and its sliding window.
+AttnShape decoder_attn(const DecoderConfig *c, int64_t l);
 
 // Reads DIR/config.json; dies naming the file and key on anything unsupported or missing, and on a
 // Qwen2.5-VL model (not yet taken by the commands) or a reward model.

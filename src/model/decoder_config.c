@@ -19,7 +19,7 @@ enum {
     PART_HEAD_DIM = 1 << 3,      // head_dim may differ from hidden_size / num_attention_heads
     PART_VL = 1 << 4,            // a vision-language model's language model (M-RoPE, the image pad)
     PART_ROPE_SCALING = 1 << 5,  // rope_scaling / rope_parameters of type linear or llama3
-    PART_SLIDING_KEY = 1 << 6,   // sliding_window (Mistral; only null or beyond the context is supported)
+    PART_SLIDING_KEY = 1 << 6,   // sliding_window (Mistral: every layer's window, or null)
     PART_USE_SLIDING = 1 << 7,   // use_sliding_window (Qwen2; only false is supported)
 };
 
@@ -358,13 +358,13 @@ void decoder_config_read(DecoderConfig *c, const char *dir) {
     for (int i = 0; i < 2 && (arch->parts & PART_BIAS_KEY); i++)
         if (json_get_bool_or(root, bias_keys[i], 0, path))
             die("%s: %s: true is unsupported for %s (only false)", path, bias_keys[i], arch->causal);
-    if (arch->parts & PART_SLIDING_KEY) {  // a window no shorter than the context changes nothing
-        int64_t window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window")
-                             ? json_get_int_or(root, "sliding_window", 0, path)
-                             : 4096;  // MistralConfig's default
-        if (window > 0 && window < c->max_pos)
-            die("%s: sliding_window %lld shorter than max_position_embeddings %lld is unsupported", path,
-                (long long)window, (long long)c->max_pos);
+    if (arch->parts & PART_SLIDING_KEY) {  // null: full attention
+        c->sliding_window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window")
+                                ? json_get_int_or(root, "sliding_window", 0, path)
+                                : 4096;  // MistralConfig's default
+        if (c->sliding_window < 0)
+            die("%s: sliding_window %lld is not positive (null: full attention)", path,
+                (long long)c->sliding_window);
     }
     if (vl && c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2] != c->head_dim / 2)
         die("%s: mrope_section [%d, %d, %d] does not add up to head_dim / 2 = %lld", path, c->mrope_section[0],
@@ -420,7 +420,11 @@ cJSON *decoder_config_json(const DecoderConfig *c, DType dtype) {
     cJSON_AddNumberToObject(r, "initializer_range", c->init_std);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied);
     if (a->parts & PART_USE_SLIDING) cJSON_AddBoolToObject(r, "use_sliding_window", 0);
-    if (a->parts & PART_SLIDING_KEY) cJSON_AddNullToObject(r, "sliding_window");
+    if ((a->parts & PART_SLIDING_KEY) && c->sliding_window) {
+        cJSON_AddNumberToObject(r, "sliding_window", (double)c->sliding_window);
+    } else if (a->parts & PART_SLIDING_KEY) {
+        cJSON_AddNullToObject(r, "sliding_window");
+    }
     cJSON_AddBoolToObject(r, "use_cache", 1);
     cJSON_AddNumberToObject(r, "attention_dropout", 0.0);
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", (double)c->bos_id);

@@ -236,7 +236,7 @@ static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTra
     proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, att, Q, C);
     lora_backward(be, m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
     be->attention_backward(be, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, N,
-                           H, KVH, (int)D, t->scratch);
+                           decoder_attn(c, l), t->scratch);
     be->rope_backward(be, t->dq, t->rope, N, H, (int)D);
     be->rope_backward(be, t->dk, t->rope, N, KVH, (int)D);
     float *dq = t->dq, *dk = t->dk;  // d(loss)/d(the projections' outputs)

@@ -23,11 +23,19 @@ static float softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
 
 size_t attention_scratch_floats(int64_t max_T) { return (size_t)omp_get_max_threads() * ATT_QBLOCK * (size_t)max_T; }
 
+// The first key query i sees. A block of queries i0 .. reads keys k0 = key_start(i0) onwards; within them query
+// i sees local indices row_lo(i, k0) .. i - k0.
+static int64_t key_start(int64_t i0, int64_t window) { return window && i0 - window + 1 > 0 ? i0 - window + 1 : 0; }
+static int64_t row_lo(int64_t i, int64_t k0, int64_t window) {
+    int64_t lo = key_start(i, window) - k0;
+    return lo > 0 ? lo : 0;
+}
+
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off,
-                       int B, int H, int KVH, int D, float *scratch) {
-    int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;  // row strides
-    int group = H / KVH;
-    float scale = 1.0f / sqrtf((float)D);
+                       int B, AttnShape a, float *scratch) {
+    int H = a.H, D = a.D;
+    int64_t qs = (int64_t)H * D, kvs = (int64_t)a.KVH * D;  // row strides
+    int group = H / a.KVH;
     int64_t max_T = 0;
     for (int b = 0; b < B; b++) max_T = seq_off[b + 1] - seq_off[b] > max_T ? seq_off[b + 1] - seq_off[b] : max_T;
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -40,14 +48,18 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
             const float *vh = v + r0 * kvs + (int64_t)(h / group) * D;
             float *oh = out + r0 * qs + (int64_t)h * D;
             for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
-                int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
-                gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kh, kvs, 0, S, nk);
-                for (int64_t r = 0; r < bs; r++) {  // query i0+r sees keys 0..i0+r
-                    float l = softmax_rows(S + r * nk, 1, i0 + r + 1, nk);
+                int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = key_start(i0, a.window);
+                int64_t nk = i0 + bs - k0;
+                gemm_f32_local(0, 1, bs, nk, D, a.scale, qh + i0 * qs, qs, kh + k0 * kvs, kvs, 0, S, nk);
+                for (int64_t r = 0; r < bs; r++) {
+                    float *s = S + r * nk;
+                    int64_t lo = row_lo(i0 + r, k0, a.window), hi = i0 + r - k0;
+                    float l = softmax_rows(s + lo, 1, hi - lo + 1, nk);
                     if (lse) lse[(r0 + i0 + r) * H + h] = l;
-                    for (int64_t j = i0 + r + 1; j < nk; j++) S[r * nk + j] = 0.0f;
+                    for (int64_t j = 0; j < nk; j++)
+                        if (j < lo || j > hi) s[j] = 0.0f;
                 }
-                gemm_f32_local(0, 0, bs, D, nk, 1.0f, S, nk, vh, kvs, 0, oh + i0 * qs, qs);
+                gemm_f32_local(0, 0, bs, D, nk, 1.0f, S, nk, vh + k0 * kvs, kvs, 0, oh + i0 * qs, qs);
             }
         }
     }
@@ -59,11 +71,12 @@ size_t attention_backward_scratch_floats(int64_t max_T) { return 2 * attention_s
 // dQ = scale dS K, dK += scale dS^T Q. Threads own whole (sequence, kv head) pairs, so the query
 // heads sharing a kv head add into its dK/dV one after another, never concurrently.
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH,
-                        int D, float *scratch) {
+                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, AttnShape a,
+                        float *scratch) {
+    int H = a.H, KVH = a.KVH, D = a.D;
     int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     int group = H / KVH;
-    float scale = 1.0f / sqrtf((float)D);
+    float scale = a.scale;
     int64_t max_T = 0;
     for (int b = 0; b < B; b++) max_T = seq_off[b + 1] - seq_off[b] > max_T ? seq_off[b + 1] - seq_off[b] : max_T;
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -81,22 +94,25 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 const float *doh = dout + r0 * qs + (int64_t)h * D;
                 float *dqh = dq + r0 * qs + (int64_t)h * D;
                 for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
-                    int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, nk = i0 + bs;
-                    gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kg, kvs, 0, S, nk);
-                    gemm_f32_local(0, 1, bs, nk, D, 1.0f, doh + i0 * qs, qs, vg, kvs, 0, dP, nk);
+                    int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = key_start(i0, a.window);
+                    int64_t nk = i0 + bs - k0;
+                    const float *kb = kg + k0 * kvs, *vb = vg + k0 * kvs;
+                    gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kb, kvs, 0, S, nk);
+                    gemm_f32_local(0, 1, bs, nk, D, 1.0f, doh + i0 * qs, qs, vb, kvs, 0, dP, nk);
                     for (int64_t r = 0; r < bs; r++) {
                         float *s = S + r * nk, *dp = dP + r * nk;
                         float l = lse[(r0 + i0 + r) * H + h], di = 0.0f;
+                        int64_t lo = row_lo(i0 + r, k0, a.window), hi = i0 + r - k0;
                         for (int d = 0; d < D; d++) di += doh[(i0 + r) * qs + d] * oh[(i0 + r) * qs + d];
                         for (int64_t j = 0; j < nk; j++) {
-                            float p = j <= i0 + r ? exp_approx(s[j] - l) : 0.0f;
+                            float p = j >= lo && j <= hi ? exp_approx(s[j] - l) : 0.0f;
                             s[j] = p;
                             dp[j] = p * (dp[j] - di);
                         }
                     }
-                    gemm_f32_local(1, 0, nk, D, bs, 1.0f, S, nk, doh + i0 * qs, qs, 1, dvg, kvs);
-                    gemm_f32_local(0, 0, bs, D, nk, scale, dP, nk, kg, kvs, 0, dqh + i0 * qs, qs);
-                    gemm_f32_local(1, 0, nk, D, bs, scale, dP, nk, qh + i0 * qs, qs, 1, dkg, kvs);
+                    gemm_f32_local(1, 0, nk, D, bs, 1.0f, S, nk, doh + i0 * qs, qs, 1, dvg + k0 * kvs, kvs);
+                    gemm_f32_local(0, 0, bs, D, nk, scale, dP, nk, kb, kvs, 0, dqh + i0 * qs, qs);
+                    gemm_f32_local(1, 0, nk, D, bs, scale, dP, nk, qh + i0 * qs, qs, 1, dkg + k0 * kvs, kvs);
                 }
             }
         }
@@ -104,11 +120,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 }
 
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
-                              const int64_t *kv_off, const int32_t *n_keys, int B, int H, int KVH, int D,
-                              float *scratch) {
+                              const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch) {
+    int H = a.H, KVH = a.KVH, D = a.D;
     int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     int group = H / KVH;
-    float scale = 1.0f / sqrtf((float)D);
     int32_t max_n = 0;
     for (int b = 0; b < B; b++) max_n = n_keys[b] > max_n ? n_keys[b] : max_n;
     // The query heads of one kv head form a (group x D) matrix against the same keys: one product each way.
@@ -116,10 +131,10 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < KVH; g++) {
             float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_n;
-            int64_t n = n_keys[b];
+            int64_t n0 = key_start(n_keys[b] - 1, a.window), n = n_keys[b] - n0, first = kv_off[b] + n0 * kvs;
             const float *qg = q + b * qs + (int64_t)g * group * D;
-            const float *kg = k_cache + kv_off[b] + (int64_t)g * D, *vg = v_cache + kv_off[b] + (int64_t)g * D;
-            gemm_f32_local(0, 1, group, n, D, scale, qg, D, kg, kvs, 0, S, n);
+            const float *kg = k_cache + first + (int64_t)g * D, *vg = v_cache + first + (int64_t)g * D;
+            gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, kg, kvs, 0, S, n);
             softmax_rows(S, group, n, n);
             gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, vg, kvs, 0, out + b * qs + (int64_t)g * group * D, D);
         }

@@ -79,31 +79,44 @@ void rope_forward(float *x, const float *cs, int64_t N, int n_heads, int D);
 // dx (N, n_heads*D) in place: d(loss)/d(rope input) from d(loss)/d(rope output) (the inverse rotation)
 void rope_backward(float *dx, const float *cs, int64_t N, int n_heads, int D);
 
-// out (N, H*D): causal attention within each sequence; q (N, H*D), k and v (N, KVH*D);
-// query head h reads kv head h / (H/KVH). scratch: attention_scratch_floats(max_T) floats.
+// One attention call's heads, score scale and mask: query head h reads kv head h / (H/KVH); a score is
+// scale * q.k (1/sqrt(D): attn_shape's; Gemma's is query_pre_attn_scalar^-1/2); query i sees the keys j <= i
+// with i - j < window (sliding-window layers: itself and window - 1 before it; window 0: every earlier key).
+typedef struct {
+    int H, KVH, D;
+    int64_t window;
+    float scale;
+} AttnShape;
+static inline AttnShape attn_shape(int H, int KVH, int D, int64_t window) {
+    AttnShape a = {H, KVH, D, window, 1.0f / sqrtf((float)D)};
+    return a;
+}
+
+// out (N, H*D): causal attention within each sequence; q (N, H*D), k and v (N, KVH*D).
+// scratch: attention_scratch_floats(max_T) floats.
 // lse (N,H), may be NULL: each row's log-sum-exp of its scaled scores, so backward can rebuild the
 // probabilities block by block instead of keeping (T,T) of them.
 size_t attention_scratch_floats(int64_t max_T);
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off,
-                       int B, int H, int KVH, int D, float *scratch);
+                       int B, AttnShape a, float *scratch);
 // dq (N,H*D), dk, dv (N,KVH*D) are OVERWRITTEN. out and lse are the forward's.
 // scratch: attention_backward_scratch_floats(max_T) floats.
 size_t attention_backward_scratch_floats(int64_t max_T);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, int H, int KVH,
-                        int D, float *scratch);
+                        const float *q, const float *k, const float *v, const int64_t *seq_off, int B, AttnShape a,
+                        float *scratch);
 
 // out (n) = GELU(inp) = inp * Phi(inp), the erf form (PyTorch's nn.GELU()); out may be inp
 void gelu_forward(float *out, const float *inp, int64_t n);
 // dinp (n) OVERWRITTEN = dout * GELU'(inp) (in double); dinp may be dout
 void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
 
-// Decode attention: one query row per sequence against its cached keys.
-// out, q (B, H*D); sequence b reads n_keys[b] rows of k_cache/v_cache starting at float offset
-// kv_off[b], rows KVH*D floats apart. scratch: attention_scratch_floats(max n_keys) floats.
+// Decode attention: one query row per sequence, the newest position, against its cached keys.
+// out, q (B, H*D); sequence b has n_keys[b] rows of k_cache/v_cache starting at float offset kv_off[b], rows
+// KVH*D floats apart, and reads the last min(n_keys[b], window) of them. scratch: attention_scratch_floats(max
+// n_keys) floats.
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
-                              const int64_t *kv_off, const int32_t *n_keys, int B, int H, int KVH, int D,
-                              float *scratch);
+                              const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch);
 
 // out (n) = silu(gate) * up
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t n);

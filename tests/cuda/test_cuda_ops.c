@@ -195,8 +195,10 @@ static void test_rope(int64_t N, int H, int D) {
     gfree(dpos), gfree(dx), gfree(dcs);
 }
 
-static void test_attention(const int64_t *lens, int B, int H, int KVH, int D) {
-    char op[96];
+// window > 0: sliding-window attention
+static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, int64_t window) {
+    char op[112];
+    AttnShape a = attn_shape(H, KVH, D, window);
     int64_t *off = xmalloc((size_t)(B + 1) * sizeof *off), N = 0, T = 0;
     off[0] = 0;
     for (int b = 0; b < B; b++) {
@@ -206,12 +208,13 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D) {
     N = off[B];
     float *q = randn(N * H * D, 1.0f), *k = randn(N * KVH * D, 1.0f), *v = randn(N * KVH * D, 1.0f);
     float *want = xmalloc((size_t)(N * H * D) * 4), *scratch = xmalloc(attention_scratch_floats(T) * 4);
-    attention_forward(want, NULL, q, k, v, off, B, H, KVH, D, scratch);
+    attention_forward(want, NULL, q, k, v, off, B, a, scratch);
     void *dq = up(q, (size_t)(N * H * D) * 4), *dk = up(k, (size_t)(N * KVH * D) * 4), *dv = up(v, (size_t)(N * KVH * D) * 4);
     void *doff = up(off, (size_t)(B + 1) * 8), *dout = g_gpu->alloc(g_gpu, (size_t)(N * H * D) * 4);
-    g_gpu->attention_forward(g_gpu, dout, NULL, dq, dk, dv, doff, B, N, H, KVH, D, NULL);
+    g_gpu->attention_forward(g_gpu, dout, NULL, dq, dk, dv, doff, B, N, a, NULL);
     float *got = down(dout, N * H * D);
-    snprintf(op, sizeof op, "attention prefill B%d N%lld H%d KVH%d D%d", B, (long long)N, H, KVH, D);
+    snprintf(op, sizeof op, "attention prefill B%d N%lld H%d KVH%d D%d window %lld", B, (long long)N, H, KVH, D,
+             (long long)window);
     report(op, rel_err(got, want, N * H * D, 0.0), 8.0 * U * (double)(T + D));
     free(got);
 
@@ -228,13 +231,14 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D) {
         memcpy(vc + kv_off[b], v + off[b] * KVH * D, (size_t)(lens[b] * KVH * D) * 4);
         memcpy(qd + (int64_t)b * H * D, q + (off[b + 1] - 1) * H * D, (size_t)(H * D) * 4);
     }
-    attention_decode_forward(wd, qd, kc, vc, kv_off, nk, B, H, KVH, D, scratch);
+    attention_decode_forward(wd, qd, kc, vc, kv_off, nk, B, a, scratch);
     void *dkc = up(kc, (size_t)(B * T * KVH * D) * 4), *dvc = up(vc, (size_t)(B * T * KVH * D) * 4);
     void *dqd = up(qd, (size_t)(B * H * D) * 4), *doffd = up(kv_off, (size_t)B * 8), *dnk = up(nk, (size_t)B * 4);
     void *dod = g_gpu->alloc(g_gpu, (size_t)(B * H * D) * 4);
-    g_gpu->attention_decode_forward(g_gpu, dod, dqd, dkc, dvc, doffd, dnk, B, H, KVH, D, NULL);
+    g_gpu->attention_decode_forward(g_gpu, dod, dqd, dkc, dvc, doffd, dnk, B, a, NULL);
     got = down(dod, B * H * D);
-    snprintf(op, sizeof op, "attention decode B%d max keys %lld H%d KVH%d D%d", B, (long long)T, H, KVH, D);
+    snprintf(op, sizeof op, "attention decode B%d max keys %lld H%d KVH%d D%d window %lld", B, (long long)T, H, KVH,
+             D, (long long)window);
     report(op, rel_err(got, wd, B * H * D, 0.0), 8.0 * U * (double)(T + D));
     free(got);
 
@@ -622,8 +626,9 @@ static void test_matmul_backward(int64_t N, int64_t C, int64_t OC) {
 }
 
 // The forward's log-sum-exp and the backward (dq, dk, dv overwritten) of packed causal sequences with GQA.
-static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, int D) {
-    char op[96];
+static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, int D, int64_t window) {
+    char op[112];
+    AttnShape a = attn_shape(H, KVH, D, window);
     int64_t *off = xmalloc((size_t)(B + 1) * sizeof *off), T = 0;
     off[0] = 0;
     for (int b = 0; b < B; b++) {
@@ -635,8 +640,8 @@ static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, 
     float *out = xmalloc((size_t)nq * 4), *lse = xmalloc((size_t)(N * H) * 4);
     float *scratch = xmalloc(attention_backward_scratch_floats(T) * 4);
     float *dq = xmalloc((size_t)nq * 4), *dk = xmalloc((size_t)nkv * 4), *dv = xmalloc((size_t)nkv * 4);
-    attention_forward(out, lse, q, k, v, off, B, H, KVH, D, scratch);
-    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, off, B, H, KVH, D, scratch);
+    attention_forward(out, lse, q, k, v, off, B, a, scratch);
+    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, off, B, a, scratch);
     void *dQ = up(q, (size_t)nq * 4), *dK = up(k, (size_t)nkv * 4), *dV = up(v, (size_t)nkv * 4);
     void *dOff = up(off, (size_t)(B + 1) * 8), *dDO = up(dout, (size_t)nq * 4);
     void *dO = g_gpu->alloc(g_gpu, (size_t)nq * 4), *dL = g_gpu->alloc(g_gpu, (size_t)(N * H) * 4);
@@ -644,19 +649,23 @@ static void test_attention_backward(const int64_t *lens, int B, int H, int KVH, 
     g_gpu->zero(g_gpu, gdq, (size_t)nq * 4);  // poisoned with the answer, then zeroed: overwritten, not added
     g_gpu->scale(g_gpu, gdk, (size_t)nkv, 3.0f);
     g_gpu->scale(g_gpu, gdv, (size_t)nkv, -1.0f);
-    g_gpu->attention_forward(g_gpu, dO, dL, dQ, dK, dV, dOff, B, N, H, KVH, D, NULL);
-    snprintf(op, sizeof op, "attention lse B%d N%lld H%d KVH%d D%d", B, (long long)N, H, KVH, D);
+    g_gpu->attention_forward(g_gpu, dO, dL, dQ, dK, dV, dOff, B, N, a, NULL);
+    snprintf(op, sizeof op, "attention lse B%d N%lld H%d KVH%d D%d window %lld", B, (long long)N, H, KVH, D,
+             (long long)window);
     check(op, dL, lse, N * H, 1.0, 8.0 * U * (double)(T + D));  // a log of a sum of <= T positive terms
     // The backward from the CPU's forward (out, lse), so only the backward's own error is measured.
     g_gpu->upload(g_gpu, dO, out, (size_t)nq * 4);
     g_gpu->upload(g_gpu, dL, lse, (size_t)(N * H) * 4);
-    g_gpu->attention_backward(g_gpu, gdq, gdk, gdv, dDO, dO, dL, dQ, dK, dV, dOff, B, N, H, KVH, D, NULL);
+    g_gpu->attention_backward(g_gpu, gdq, gdk, gdv, dDO, dO, dL, dQ, dK, dV, dOff, B, N, a, NULL);
     // dq: sums over <= T keys of terms p (dp - delta) k; dk, dv: over <= T queries of each of the group's heads
-    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dq", B, (long long)N, H, KVH, D);
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d window %lld: dq", B, (long long)N, H, KVH, D,
+             (long long)window);
     check(op, gdq, dq, nq, 0.0, 8.0 * U * (double)(T + D));
-    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dk", B, (long long)N, H, KVH, D);
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d window %lld: dk", B, (long long)N, H, KVH, D,
+             (long long)window);
     check(op, gdk, dk, nkv, 0.0, 8.0 * U * (double)(T * group + D));
-    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d: dv", B, (long long)N, H, KVH, D);
+    snprintf(op, sizeof op, "attention_backward B%d N%lld H%d KVH%d D%d window %lld: dv", B, (long long)N, H, KVH, D,
+             (long long)window);
     check(op, gdv, dv, nkv, 0.0, 8.0 * U * (double)(T * group + D));
     free(off), free(q), free(k), free(v), free(dout), free(out), free(lse), free(scratch), free(dq), free(dk);
     free(dv);
@@ -846,12 +855,14 @@ static void test_training_ops(void) {
     test_matmul_backward(37, 96, 130);
     test_matmul_backward(5, 33, 7);
     const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2}, l4[] = {5, 0, 23};
-    test_attention_backward(l1, 3, 14, 2, 64);
-    test_attention_backward(l2, 2, 4, 2, 16);
-    test_attention_backward(l3, 3, 6, 2, 24);
-    test_attention_backward(l2, 2, 16, 1, 40);
-    test_attention_backward(l1, 3, 4, 4, 128);
-    test_attention_backward(l4, 3, 4, 2, 7);  // an empty sequence; head_dim not a multiple of 8
+    test_attention_backward(l1, 3, 14, 2, 64, 0);
+    test_attention_backward(l2, 2, 4, 2, 16, 0);
+    test_attention_backward(l3, 3, 6, 2, 24, 0);
+    test_attention_backward(l2, 2, 16, 1, 40, 0);
+    test_attention_backward(l1, 3, 4, 4, 128, 0);
+    test_attention_backward(l4, 3, 4, 2, 7, 0);  // an empty sequence; head_dim not a multiple of 8
+    test_attention_backward(l3, 3, 4, 2, 24, 40);  // sliding window: key tiles past their queries' windows
+    test_attention_backward(l1, 3, 6, 3, 16, 5);
     test_logprob_backward(300, 64, 1000);
     test_logprob_backward(5, 96, 3001);
     test_optimizer(1, 1);
@@ -878,15 +889,17 @@ static void test_all_ops(void) {
     test_rope(37, 4, 16);
     test_rope(5, 3, 40);
     const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2};
-    test_attention(l1, 3, 14, 2, 64);  // GQA 7, tiles crossed at 32 and 64 keys
-    test_attention(l2, 2, 28, 4, 128);
-    test_attention(l3, 3, 4, 4, 64);   // MHA
-    test_attention(l1, 3, 4, 2, 16);   // the tiny preset's head_dim: half a warp's lanes idle
-    test_attention(l3, 3, 6, 2, 24);   // the generate test models': not a multiple of 16 either
-    test_attention(l2, 2, 6, 3, 40);   // past one lane per dimension, not a multiple of 32
-    test_attention(l1, 3, 16, 1, 80);  // 16 query heads per kv head: the largest group
-    test_attention(l3, 3, 2, 2, 96);
-    test_attention(l2, 2, 4, 2, 112);
+    test_attention(l1, 3, 14, 2, 64, 0);  // GQA 7, tiles crossed at 32 and 64 keys
+    test_attention(l2, 2, 28, 4, 128, 0);
+    test_attention(l3, 3, 4, 4, 64, 0);   // MHA
+    test_attention(l1, 3, 4, 2, 16, 0);   // the tiny preset's head_dim: half a warp's lanes idle
+    test_attention(l3, 3, 6, 2, 24, 0);   // the generate test models': not a multiple of 16 either
+    test_attention(l2, 2, 6, 3, 40, 0);   // past one lane per dimension, not a multiple of 32
+    test_attention(l1, 3, 16, 1, 80, 0);  // 16 query heads per kv head: the largest group
+    test_attention(l3, 3, 2, 2, 96, 0);
+    test_attention(l2, 2, 4, 2, 112, 0);
+    test_attention(l3, 3, 4, 2, 64, 40);  // sliding window: a tile's keys partly out of it, decode from a cache
+    test_attention(l1, 3, 6, 3, 24, 1);   // a window of one key: each row its own value
     test_logprob(300, 64, 1000);       // crosses the 256-row chunk; target -1 rows
     test_logprob(5, 896, 151936);
     test_sample(37, 1000);

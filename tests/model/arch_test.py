@@ -117,17 +117,25 @@ def main():
                   and pre["architecture"] == cfg["architectures"][0] and rel(pre["inv_freq"], want) < 1e-12,
                   f"{pre['params'] if rc3 == 0 else pre}")
 
-    def refused():
-        # Mistral-7B-v0.1's 4k window over a 32k context: the window is not there yet, so refused in one line
+    def windowed():
+        # Mistral-7B-v0.1: v0.3's config but for a 4k sliding window over the 32k context, rope_theta 1e4 and a
+        # 32000-token vocabulary; 7,241,732,096 parameters published (its safetensors' total_size / 2)
         cfg = dict(MODELS["mistralai/Mistral-7B-v0.3"][0], sliding_window=4096, rope_theta=10000.0, vocab_size=32000)
         d = os.path.join(a.tmp, "mistral-v0.1")
         write(d, cfg)
-        rc, err = tool(a, d)
-        check("Mistral-7B-v0.1 (sliding_window 4096 of 32768): refused in one line naming sliding_window",
-              rc == 1 and err.startswith("grpo: error:") and "sliding_window 4096" in err and "\n" not in err, err)
+        rc, got = tool(a, d)
+        check("Mistral-7B-v0.1: its 4096-key sliding window, and the published parameter count",
+              rc == 0 and got["sliding_window"] == 4096 and got["params"] == 7241732096, f"{got}")
+        check("Mistral-7B-v0.1: grpo writes sliding_window back", rc == 0 and got["config"]["sliding_window"] == 4096,
+              f"{got['config'] if rc == 0 else got}")
+        bad = os.path.join(a.tmp, "mistral-bad-window")
+        write(bad, dict(cfg, sliding_window=-1))
+        rc, err = tool(a, bad)
+        check("a negative sliding_window: refused in one line naming it",
+              rc == 1 and err.startswith("grpo: error:") and "sliding_window -1" in err and "\n" not in err, err)
 
     harness.group("published", models)
-    harness.group("refused", refused)
+    harness.group("sliding window", windowed)
     return harness.summary()
 
 

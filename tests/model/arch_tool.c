@@ -1,7 +1,7 @@
 // What the architecture table makes of a config, for arch_test.py (one line of JSON):
 //   arch_tool DIR        DIR/config.json as the loader reads it
 //   arch_tool --preset NAME
-// {"architecture", "params" (the layout's parameter count), "head_dim", "attn_bias", "qk_norm",
+// {"architecture", "params" (the layout's parameter count), "head_dim", "attn_bias", "qk_norm", "sliding_window",
 //  "inv_freq" (RoPE's per-pair angle a position, rope_inv_freq), "config" (what grpo writes back)}
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     cJSON_AddNumberToObject(out, "head_dim", (double)c.head_dim);
     cJSON_AddBoolToObject(out, "attn_bias", c.attn_bias);
     cJSON_AddBoolToObject(out, "qk_norm", c.qk_norm);
+    cJSON_AddNumberToObject(out, "sliding_window", (double)c.sliding_window);
     for (int j = 0; j < c.head_dim / 2; j++)
         cJSON_AddItemToArray(inv, cJSON_CreateNumber(rope_inv_freq(c.rope, j, (int)c.head_dim)));
     cJSON_AddItemToObject(out, "inv_freq", inv);

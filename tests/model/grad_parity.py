@@ -53,6 +53,10 @@ CASES = [
                                     rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 32.0,
                                                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                                   "original_max_position_embeddings": 128})),
+    # Mistral (modeling_mistral.py) with a 40-key sliding window: the 129- and 140-token rows' later query blocks
+    # start past key 0
+    ("mistral-untied-gqa2-window40", dict(T, seed=208, hidden=64, heads=4, kv_heads=2, vocab=400, tied=False,
+                                          arch="mistral", sliding_window=40)),
     ("untied-mha-h32", dict(T, seed=201, hidden=32, heads=4, kv_heads=4, vocab=300, tied=False)),
     ("tied-gqa2-h64", dict(T, seed=202, hidden=64, heads=4, kv_heads=2, vocab=512, tied=True)),
     ("untied-mqa4-h64", dict(T, seed=203, hidden=64, heads=4, kv_heads=1, vocab=600, tied=False)),
@@ -92,7 +96,7 @@ def seq_logits(P, cfg, toks):
     inv = ref.rope_inv_freq(cfg, D)
     n = len(toks)
     ids = torch.tensor(toks, dtype=torch.long)
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    causal = ~ref.causal_mask(n, ref.sliding_window(cfg))
     x = P["model.embed_tokens.weight"][ids]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."

@@ -41,7 +41,8 @@ CASES = [
                                       arch="qwen3")),
     # Llama (transformers' modeling_llama.py: no biases, head_dim its own) with Llama 3's RoPE rescaling
     # (modeling_rope_utils.py's llama3: an original context of 128 puts one of D=16's frequencies in each band:
-    # kept, smoothed, divided), and with the linear one; Mistral (modeling_mistral.py, sliding_window null)
+    # kept, smoothed, divided), and with the linear one; Mistral (modeling_mistral.py) with sliding_window null,
+    # 40 (the 100- and 300-token rows see 40 keys) and 150 (past the 128-query block)
     ("llama-f32-tied-gqa2-llama3", dict(T, seed=110, heads=4, kv_heads=2, vocab=500, tied=True, dtype="f32",
                                         arch="llama", rope_theta=5e5, rope_scaling=LLAMA3)),
     ("llama-bf16-untied-gqa4-d32-llama3", dict(T, seed=111, layers=3, heads=8, kv_heads=2, vocab=600, tied=False,
@@ -51,6 +52,10 @@ CASES = [
                                          arch="llama", rope_scaling={"rope_type": "linear", "factor": 4.0})),
     ("mistral-f32-untied-gqa2", dict(T, seed=113, heads=4, kv_heads=2, vocab=400, tied=False, dtype="f32",
                                      arch="mistral", rope_theta=1e6, eps=1e-5)),
+    ("mistral-f32-tied-gqa2-window40", dict(T, seed=114, heads=4, kv_heads=2, vocab=400, tied=True, dtype="f32",
+                                            arch="mistral", sliding_window=40)),
+    ("mistral-bf16-untied-gqa4-window150", dict(T, seed=115, heads=8, kv_heads=2, vocab=500, tied=False,
+                                                dtype="bf16", arch="mistral", head_dim=16, sliding_window=150)),
 ]
 
 
@@ -140,7 +145,7 @@ def main():
     # where torch's is 1.8e-3 and the unrounded run's 4.5e-3.)
     for name, extra in [("bf16-tied-gqa2", []), ("bf16-untied-gqa2-3shards", []),
                         ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", []),
-                        ("llama-bf16-untied-gqa4-d32-llama3", [])]:
+                        ("llama-bf16-untied-gqa4-d32-llama3", []), ("mistral-bf16-untied-gqa4-window150", [])]:
         def bf16_case(name=name, extra=extra):
             d, kw = os.path.join(a.tmp, name), dict(CASES)[name]
             seqs = batch(kw["seed"], kw["vocab"])

@@ -352,19 +352,22 @@ static void test_rope(double theta) {
 typedef struct {
     float *out, *q, *k, *v, *r, *scratch;
     const int64_t *seq_off;
-    int B, H, KVH, D;
+    int B;
+    AttnShape a;
     int64_t N;
 } AttCtx;
 
 static double att_loss(void *p) {
     AttCtx *c = p;
-    attention_forward(c->out, NULL, c->q, c->k, c->v, c->seq_off, c->B, c->H, c->KVH, c->D, c->scratch);
-    return dot_d(c->r, c->out, c->N * c->H * c->D);
+    attention_forward(c->out, NULL, c->q, c->k, c->v, c->seq_off, c->B, c->a, c->scratch);
+    return dot_d(c->r, c->out, c->N * c->a.H * c->a.D);
 }
 
-static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, int64_t max_samples) {
-    char op[96];
-    int n0 = snprintf(op, sizeof op, "attention H%d KVH%d D%d T=", H, KVH, D);
+// window > 0: sliding-window attention (each query sees itself and window - 1 keys before it)
+static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, int64_t window, int64_t max_samples) {
+    char op[112];
+    AttnShape a = attn_shape(H, KVH, D, window);
+    int n0 = snprintf(op, sizeof op, "attention H%d KVH%d D%d window %lld T=", H, KVH, D, (long long)window);
     int64_t seq_off[8] = {0}, max_T = 0;
     for (int b = 0; b < B; b++) {
         seq_off[b + 1] = seq_off[b] + lens[b];
@@ -373,44 +376,44 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
     }
     int64_t N = seq_off[B], nq = N * H * D, nkv = N * KVH * D;
     AttCtx c = {fnew(nq), frandn(nq, 1.0f), frandn(nkv, 1.0f), frandn(nkv, 1.0f), frandn(nq, 1.0f),
-                fnew((int64_t)attention_scratch_floats(max_T)), seq_off, B, H, KVH, D, N};
+                fnew((int64_t)attention_scratch_floats(max_T)), seq_off, B, a, N};
     float *lse = fnew(N * H), *out = fnew(nq);
-    attention_forward(out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, c.scratch);
+    attention_forward(out, lse, c.q, c.k, c.v, seq_off, B, a, c.scratch);
     // lse must not change the output
     float *out2 = fnew(nq);
-    attention_forward(out2, NULL, c.q, c.k, c.v, seq_off, B, H, KVH, D, c.scratch);
+    attention_forward(out2, NULL, c.q, c.k, c.v, seq_off, B, a, c.scratch);
     double e = 0.0;
     for (int64_t i = 0; i < nq; i++) e = fmax(e, fabs((double)out[i] - out2[i]));
     report(op, "out with/without lse (abs)", e, 1e-6, "");
-    // lse against a direct double computation
+    // lse against a direct double computation over the keys j0 .. i the row sees
     double lerr = 0.0, scale = 1.0 / sqrt((double)D);
     for (int b = 0; b < B; b++)
         for (int64_t i = seq_off[b]; i < seq_off[b + 1]; i++)
             for (int h = 0; h < H; h++) {
                 const float *qi = c.q + i * H * D + h * D;
                 double mx = -INFINITY, s[256];
-                int64_t nk = i - seq_off[b] + 1;
-                for (int64_t j = 0; j < nk && j < 256; j++) {
+                int64_t nk = i - seq_off[b] + 1, j0 = window && nk > window ? nk - window : 0;
+                for (int64_t j = j0; j < nk && j < 256; j++) {
                     const float *kj = c.k + (seq_off[b] + j) * KVH * D + (h / (H / KVH)) * D;
                     s[j] = dot_d(qi, kj, D) * scale;
                     mx = fmax(mx, s[j]);
                 }
                 if (nk > 256) continue;
                 double sum = 0.0;
-                for (int64_t j = 0; j < nk; j++) sum += exp(s[j] - mx);
+                for (int64_t j = j0; j < nk; j++) sum += exp(s[j] - mx);
                 lerr = fmax(lerr, fabs(mx + log(sum) - lse[i * H + h]));
             }
     report(op, "lse (abs err)", lerr, 1e-5, "");
 
     float *scr = fnew((int64_t)attention_backward_scratch_floats(max_T));
     float *dq = fnew(nq), *dk = fnew(nkv), *dv = fnew(nkv);
-    attention_backward(dq, dk, dv, c.r, out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, scr);
+    attention_backward(dq, dk, dv, c.r, out, lse, c.q, c.k, c.v, seq_off, B, a, scr);
     fd_check(op, "dq", att_loss, &c, c.q, dq, nq, 1e-2f, max_samples);
     fd_check(op, "dk", att_loss, &c, c.k, dk, nkv, 1e-2f, max_samples);
     fd_check(op, "dv", att_loss, &c, c.v, dv, nkv, 1e-2f, max_samples);
     // OVERWRITTEN: NaN-filled buffers give the same result
     float *oq = nan_filled(nq), *ok = nan_filled(nkv), *ov = nan_filled(nkv);
-    attention_backward(oq, ok, ov, c.r, out, lse, c.q, c.k, c.v, seq_off, B, H, KVH, D, scr);
+    attention_backward(oq, ok, ov, c.r, out, lse, c.q, c.k, c.v, seq_off, B, a, scr);
     overwrite_check(op, "dq", oq, dq, nq);
     overwrite_check(op, "dk", ok, dk, nkv);
     overwrite_check(op, "dv", ov, dv, nkv);
@@ -757,10 +760,12 @@ int main(int argc, char **argv) {
     test_rope(1e4);
     test_rope(1e6);
     const int64_t l1[] = {1, 5, 9}, l2[] = {4, 2}, l3[] = {6, 1, 3}, l4[] = {3, 130};
-    test_attention(l1, 3, 4, 2, 8, 1 << 30);  // GQA 2
-    test_attention(l2, 2, 2, 2, 4, 1 << 30);  // MHA
-    test_attention(l3, 3, 4, 1, 6, 1 << 30);  // MQA (4 query heads on one kv head)
-    test_attention(l4, 2, 2, 1, 4, 160);      // crosses the 128-query block; sampled
+    test_attention(l1, 3, 4, 2, 8, 0, 1 << 30);  // GQA 2
+    test_attention(l2, 2, 2, 2, 4, 0, 1 << 30);  // MHA
+    test_attention(l3, 3, 4, 1, 6, 0, 1 << 30);  // MQA (4 query heads on one kv head)
+    test_attention(l4, 2, 2, 1, 4, 0, 160);      // crosses the 128-query block; sampled
+    test_attention(l1, 3, 4, 2, 8, 3, 1 << 30);  // sliding window 3 (Mistral's, Gemma's local layers)
+    test_attention(l4, 2, 2, 1, 4, 50, 160);     // a window across the 128-query block's start
     test_swiglu();
     test_logprob(9, 12, 50, 1 << 30);
     test_logprob(300, 8, 37, 200);  // crosses the 256-row chunk; sampled

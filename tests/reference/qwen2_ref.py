@@ -157,6 +157,21 @@ def head_dim(cfg):
     return cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
+def sliding_window(cfg):
+    """Mistral's sliding_window (modeling_mistral.py: every layer's mask keeps key j for query i when
+    i - j < sliding_window, masking_utils.sliding_window_overlay); 0 for full attention (null, or a family whose
+    key means nothing without use_sliding_window)."""
+    return (cfg.get("sliding_window") or 0) if cfg.get("model_type") == "mistral" else 0
+
+
+def causal_mask(T, window):
+    """(T, T) bool, True where query i may not see key j: the future, and with a window keys i - j >= window."""
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if window:
+        mask |= torch.ones(T, T, dtype=torch.bool).tril(-window)
+    return mask
+
+
 def has_bias(cfg):
     """Qwen2's q/k/v projections have biases; Qwen3's, Llama's and Mistral's only with attention_bias."""
     return cfg.get("model_type") in QWEN2_TYPES or cfg.get("attention_bias", False)
@@ -215,9 +230,10 @@ def expected_shapes(cfg):
 
 def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, vocab, tied,
                dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512, arch="qwen2", head_dim=None,
-               rope_scaling=None):
+               rope_scaling=None, sliding_window=None):
     """Write a random Qwen2 (arch "qwen2"), Qwen3 ("qwen3"), Llama ("llama") or Mistral ("mistral") model dir
-    (all but Qwen2: head_dim its own, default hidden/heads; rope_scaling: Llama's, e.g. llama3's); returns
+    (all but Qwen2: head_dim its own, default hidden/heads; rope_scaling: Llama's, e.g. llama3's;
+    sliding_window: Mistral's, None for null); returns
     {name: tensor as stored} for round-trip checks."""
     D = head_dim or hidden // heads
     assert heads % kv_heads == 0 and D % 2 == 0 and (arch != "qwen2" or D * heads == hidden)
@@ -242,7 +258,7 @@ def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, voc
         cfg.update({"mlp_bias": False, "rope_scaling": rope_scaling})
         del cfg["sliding_window"]
     if arch == "mistral":
-        cfg["sliding_window"] = None
+        cfg["sliding_window"] = sliding_window
     g = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in expected_shapes(cfg).items():
@@ -315,6 +331,7 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     m.D, m.eps, m.theta = head_dim(cfg), cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     m.V = cfg["vocab_size"]
     m.inv_freq = rope_inv_freq(cfg, m.D)
+    m.window = sliding_window(cfg)
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w.get("lm_head.weight")
@@ -557,7 +574,7 @@ def hidden_states(m, ids):
     """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
     cos, sin = rope_cos_sin(T, D, m.theta, m.dtype, m.inv_freq)
-    mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = future
+    mask = causal_mask(T, m.window)
     x = m.embed[ids]
     for li, L in enumerate(m.layers):
         h = rms_norm(x, L["ln1"], m.eps)

@@ -37,6 +37,8 @@ MODELS = {
     "untied": dict(TINY, seed=11, vocab=300, tied=False),
     "tied": dict(TINY, seed=12, vocab=257, tied=True),
     "qwen3": dict(TINY, seed=15, vocab=280, tied=True, arch="qwen3", head_dim=24),  # q/k norms in the KV cache path
+    # Mistral's sliding window: decode reads only the cache's last 20 keys
+    "mistral-window": dict(TINY, seed=16, vocab=290, tied=False, arch="mistral", sliding_window=20),
     # 8 layers x 4 KV heads x 64 dims x (K,V) x fp32 = 16 KiB per token, so whole-MiB --kv-cache-mb
     # budgets are fine-grained enough to force waves on a handful of short sequences
     "kv": dict(hidden=256, layers=8, heads=4, kv_heads=4, intermediate=512, max_pos=512, dtype="f32",
@@ -284,7 +286,7 @@ def g_reference(check):
 
 def g_greedy(check):
     """1. temperature 0 == token-by-token argmax of the float64 reference; logprobs under T=1."""
-    for name in ("untied", "tied", "twin-rows", "qwen3"):
+    for name in ("untied", "tied", "twin-rows", "qwen3", "mistral-window"):
         d = DIRS[name]
         m, eos = refm(d), eos_ids(d)
         prompts = rand_prompts(len(name), [1, 3, 17, 40, 70], m.V)
