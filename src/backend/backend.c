@@ -151,7 +151,7 @@ void backend_missing_training_ops(const Backend *be, char *buf, size_t n) {
     list_if_missing(buf, n, be->matmul_backward != NULL, "matmul_backward");
     list_if_missing(buf, n, be->rope_backward != NULL, "rope_backward");
     list_if_missing(buf, n, be->attention_backward != NULL, "attention_backward");
-    list_if_missing(buf, n, be->swiglu_backward != NULL, "swiglu_backward");
+    list_if_missing(buf, n, be->glu_backward != NULL, "glu_backward");
     list_if_missing(buf, n, be->layernorm_forward != NULL, "layernorm_forward");
     list_if_missing(buf, n, be->layernorm_backward != NULL, "layernorm_backward");
     list_if_missing(buf, n, be->gelu_forward != NULL, "gelu_forward");

@@ -54,12 +54,12 @@ struct Backend {
     void (*embedding_forward)(const Backend *be, float *out, const int32_t *tokens, const void *table, DType wt,
                               int64_t N, int64_t C);
     void (*rmsnorm_forward)(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
-                            int64_t C, float eps);
+                            int64_t C, float eps, float offset);
     void (*matmul_forward)(const Backend *be, float *out, const void *inp, const void *weight, const void *bias,
                            DType dt, int64_t N, int64_t C, int64_t OC);
     void (*rope_table)(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f);
     void (*rope_forward)(const Backend *be, float *x, const float *cs, int64_t N, int n_heads, int D);
-    void (*swiglu_forward)(const Backend *be, float *out, const float *gate, const float *up, int64_t n);
+    void (*glu_forward)(const Backend *be, float *out, const float *gate, const float *up, int64_t n, GluAct act);
     void (*residual_forward)(const Backend *be, float *x, const float *y, int64_t n);
     // Causal attention of packed sequences (nn/ops.h attention_forward); N = seq_off[B] (seq_off is in the
     // backend's memory, N is known on the host). lse (N, H), may be NULL: the rows' log-sum-exp, which
@@ -90,15 +90,15 @@ struct Backend {
     void (*embedding_backward)(const Backend *be, float *dtable, const float *dout, const int32_t *tokens, int64_t N,
                                int64_t C);
     void (*rmsnorm_backward)(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                             const void *weight, DType wt, int64_t N, int64_t C, float eps);
+                             const void *weight, DType wt, int64_t N, int64_t C, float eps, float offset);
     void (*matmul_backward)(const Backend *be, float *dinp, float *dweight, float *dbias, const void *dout,
                             const void *inp, const void *weight, DType dt, int64_t N, int64_t C, int64_t OC);
     void (*rope_backward)(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D);
     void (*attention_backward)(const Backend *be, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v,
                                const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch);
-    void (*swiglu_backward)(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
-                            const float *up, int64_t n);
+    void (*glu_backward)(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, int64_t n, GluAct act);
     // LayerNorm with fp32 weight and bias, and GELU (erf form): a vision-language model's patch merger, trained
     // with the language model (actor.vision.train_merger).
     void (*layernorm_forward)(const Backend *be, float *out, const float *inp, const float *weight, const float *bias,

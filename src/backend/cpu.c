@@ -49,9 +49,9 @@ static void cpu_embedding(const Backend *be, float *out, const int32_t *tokens, 
 }
 
 static void cpu_rmsnorm(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
-                        int64_t C, float eps) {
+                        int64_t C, float eps, float offset) {
     (void)be;
-    rmsnorm_forward(out, inp, weight, wt, N, C, eps);
+    rmsnorm_forward(out, inp, weight, wt, N, C, eps, offset);
 }
 
 static void cpu_matmul(const Backend *be, float *out, const void *inp, const void *weight, const void *bias, DType dt,
@@ -70,9 +70,9 @@ static void cpu_rope(const Backend *be, float *x, const float *cs, int64_t N, in
     rope_forward(x, cs, N, n_heads, D);
 }
 
-static void cpu_swiglu(const Backend *be, float *out, const float *gate, const float *up, int64_t n) {
+static void cpu_glu(const Backend *be, float *out, const float *gate, const float *up, int64_t n, GluAct act) {
     (void)be;
-    swiglu_forward(out, gate, up, n);
+    glu_forward(out, gate, up, n, act);
 }
 
 static void cpu_residual(const Backend *be, float *x, const float *y, int64_t n) {
@@ -158,9 +158,9 @@ static void cpu_embedding_backward(const Backend *be, float *dtable, const float
 }
 
 static void cpu_rmsnorm_backward(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                                 const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+                                 const void *weight, DType wt, int64_t N, int64_t C, float eps, float offset) {
     (void)be;
-    rmsnorm_backward(dinp, dweight, dout, inp, weight, wt, N, C, eps);
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, wt, N, C, eps, offset);
 }
 
 static void cpu_matmul_backward(const Backend *be, float *dinp, float *dweight, float *dbias, const void *dout,
@@ -204,10 +204,10 @@ static void cpu_gelu_backward(const Backend *be, float *dinp, const float *dout,
     gelu_backward(dinp, dout, inp, n);
 }
 
-static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
-                                const float *up, int64_t n) {
+static void cpu_glu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, int64_t n, GluAct act) {
     (void)be;
-    swiglu_backward(dgate, dup, dout, gate, up, n);
+    glu_backward(dgate, dup, dout, gate, up, n, act);
 }
 
 static void cpu_logprob_backward(const Backend *be, float *dh, float *dW, float *out, const float *dlogp,
@@ -290,7 +290,7 @@ static void cpu_close(const Backend *be) { (void)be; }
     .matmul_forward = cpu_matmul, \
     .rope_table = cpu_rope_table, \
     .rope_forward = cpu_rope, \
-    .swiglu_forward = cpu_swiglu, \
+    .glu_forward = cpu_glu, \
     .residual_forward = cpu_residual, \
     .attention_forward = cpu_attention, \
     .attention_decode_forward = cpu_attention_decode, \
@@ -305,7 +305,7 @@ static void cpu_close(const Backend *be) { (void)be; }
     .matmul_backward = cpu_matmul_backward, \
     .rope_backward = cpu_rope_backward, \
     .attention_backward = cpu_attention_backward, \
-    .swiglu_backward = cpu_swiglu_backward, \
+    .glu_backward = cpu_glu_backward, \
     .layernorm_forward = cpu_layernorm, \
     .layernorm_backward = cpu_layernorm_backward, \
     .gelu_forward = cpu_gelu, \

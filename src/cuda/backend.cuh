@@ -314,10 +314,10 @@ __global__ void k_rope(float *x, const float *cs, int64_t N, int n_heads, int D,
     }
 }
 
-__global__ void k_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+__global__ void k_glu(float *out, const float *gate, const float *up, int64_t n, GluAct act) {
     FOR_EACH(i, n) {
         float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = (act == GLU_SILU ? g / (1.0f + expf(-g)) : gelu_tanh(g)) * up[i];
     }
 }
 
@@ -342,14 +342,15 @@ __global__ void k_kv_append(float *kc, float *vc, const float *k, const float *v
     }
 }
 
-// One block a row: out = x / rms(x) * w.
-__global__ void k_rmsnorm(float *out, const float *inp, const __nv_bfloat16 *w, int64_t C, float eps) {
+// One block a row: out = x / rms(x) * (offset + w).
+__global__ void k_rmsnorm(float *out, const float *inp, const __nv_bfloat16 *w, int64_t C, float eps, float offset) {
     const float *x = inp + blockIdx.x * C;
     double ss = 0.0;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) ss += (double)x[j] * x[j];
     ss = block_sum_d(ss);
     float r = (float)(1.0 / sqrt(ss / (double)C + eps));
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) out[blockIdx.x * C + j] = x[j] * r * __bfloat162float(w[j]);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        out[blockIdx.x * C + j] = x[j] * r * (offset + __bfloat162float(w[j]));
 }
 
 static void need_bf16(const Backend *be, DType dt, const char *op) {
@@ -370,11 +371,11 @@ static void cu_embedding(const Backend *be, float *out, const int32_t *tokens, c
 }
 
 static void cu_rmsnorm(const Backend *be, float *out, const float *inp, const void *weight, DType wt, int64_t N,
-                       int64_t C, float eps) {
+                       int64_t C, float eps, float offset) {
     Cuda *c = use(be);
     need_bf16(be, wt, "rmsnorm");
     if (N == 0) return;
-    LAUNCH(k_rmsnorm, (unsigned)N, 256, 0, c->stream, out, inp, (const __nv_bfloat16 *)weight, C, eps);
+    LAUNCH(k_rmsnorm, (unsigned)N, 256, 0, c->stream, out, inp, (const __nv_bfloat16 *)weight, C, eps, offset);
 }
 
 static void cu_rope_table(const Backend *be, float *cs, const int32_t *pos, int64_t N, int D, RopeFreqs f) {
@@ -387,9 +388,9 @@ static void cu_rope(const Backend *be, float *x, const float *cs, int64_t N, int
     LAUNCH(k_rope, blocks_for(N * n_heads * (D / 2), 256), 256, 0, c->stream, x, cs, N, n_heads, D, 1.0f);
 }
 
-static void cu_swiglu(const Backend *be, float *out, const float *gate, const float *up, int64_t n) {
+static void cu_glu(const Backend *be, float *out, const float *gate, const float *up, int64_t n, GluAct act) {
     Cuda *c = use(be);
-    LAUNCH(k_swiglu, blocks_for(n, 256), 256, 0, c->stream, out, gate, up, n);
+    LAUNCH(k_glu, blocks_for(n, 256), 256, 0, c->stream, out, gate, up, n, act);
 }
 
 static void cu_residual(const Backend *be, float *x, const float *y, int64_t n) {
@@ -770,23 +771,23 @@ static void *rows_buffer(const Backend *be, size_t bytes) {
     return grow(be, &c->rows, &c->rows_bytes, bytes);
 }
 
-// One block a row. y = x r w with r = 1 / sqrt(mean(x^2) + eps): dx += r (dy w) - x r^3 mean(dy w x) (dinp may
-// be NULL); r (float) into rstd[row] for the weight's gradient.
+// One block a row. y = x r w with r = 1 / sqrt(mean(x^2) + eps) and w = offset + weight: dx += r (dy w) - x r^3
+// mean(dy w x) (dinp may be NULL); r (float) into rstd[row] for the weight's gradient.
 __global__ void k_rmsnorm_backward(float *dinp, float *rstd, const float *dout, const float *inp,
-                                   const __nv_bfloat16 *w, int64_t C, float eps) {
+                                   const __nv_bfloat16 *w, int64_t C, float eps, float offset) {
     int64_t row = blockIdx.x;
     const float *x = inp + row * C, *dy = dout + row * C;
     double ss = 0.0, dot = 0.0;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
         ss += (double)x[j] * x[j];
-        dot += (double)dy[j] * __bfloat162float(w[j]) * x[j];
+        dot += (double)dy[j] * (offset + __bfloat162float(w[j])) * x[j];
     }
     ss = block_sum_d(ss);
     dot = block_sum_d(dot);
     double r = 1.0 / sqrt(ss / (double)C + eps);
     float a = (float)r, b = (float)(r * r * r * dot / (double)C);
     for (int64_t j = threadIdx.x; dinp && j < C; j += blockDim.x)
-        dinp[row * C + j] += a * dy[j] * __bfloat162float(w[j]) - b * x[j];
+        dinp[row * C + j] += a * dy[j] * (offset + __bfloat162float(w[j])) - b * x[j];
     if (threadIdx.x == 0) rstd[row] = a;
 }
 
@@ -801,13 +802,13 @@ __global__ void k_rmsnorm_dweight(float *dweight, const float *dout, const float
 }
 
 static void cu_rmsnorm_backward(const Backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                                const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+                                const void *weight, DType wt, int64_t N, int64_t C, float eps, float offset) {
     Cuda *c = use(be);
     need_bf16(be, wt, "rmsnorm_backward");
     if (N == 0) return;
     float *rstd = (float *)rows_buffer(be, (size_t)N * sizeof(float));
     LAUNCH(k_rmsnorm_backward, (unsigned)N, 256, 0, c->stream, dinp, rstd, dout, inp,
-           (const __nv_bfloat16 *)weight, C, eps);
+           (const __nv_bfloat16 *)weight, C, eps, offset);
     if (dweight) LAUNCH(k_rmsnorm_dweight, blocks_for(C, 128), 128, 0, c->stream, dweight, dout, inp, rstd, N, C);
 }
 
@@ -907,19 +908,25 @@ static void cu_gelu_backward(const Backend *be, float *dinp, const float *dout, 
 }
 
 // dout may be dgate: each element is read before it is written.
-__global__ void k_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
-                                  int64_t n) {
+__global__ void k_glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               int64_t n, GluAct act) {
     FOR_EACH(i, n) {
-        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), d = dout[i];
-        dup[i] = d * g * sig;
-        dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+        float g = gate[i], d = dout[i];
+        if (act == GLU_SILU) {
+            float sig = 1.0f / (1.0f + expf(-g));
+            dup[i] = d * g * sig;
+            dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+        } else {
+            dup[i] = d * gelu_tanh(g);
+            dgate[i] = d * up[i] * (float)gelu_tanh_grad(g);
+        }
     }
 }
 
-static void cu_swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
-                               const float *up, int64_t n) {
+static void cu_glu_backward(const Backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n, GluAct act) {
     Cuda *c = use(be);
-    LAUNCH(k_swiglu_backward, blocks_for(n, 256), 256, 0, c->stream, dgate, dup, dout, gate, up, n);
+    LAUNCH(k_glu_backward, blocks_for(n, 256), 256, 0, c->stream, dgate, dup, dout, gate, up, n, act);
 }
 
 static void cu_rope_backward(const Backend *be, float *dx, const float *cs, int64_t N, int n_heads, int D) {
@@ -1414,7 +1421,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->matmul_forward = cu_matmul;
     be->rope_table = cu_rope_table;
     be->rope_forward = cu_rope;
-    be->swiglu_forward = cu_swiglu;
+    be->glu_forward = cu_glu;
     be->residual_forward = cu_residual;
     be->attention_forward = cu_attention;
     be->attention_decode_forward = cu_attention_decode;
@@ -1429,7 +1436,7 @@ static const Backend *backend_new(const char *name, int ordinal) {
     be->matmul_backward = cu_matmul_backward;
     be->rope_backward = cu_rope_backward;
     be->attention_backward = cu_attention_backward;
-    be->swiglu_backward = cu_swiglu_backward;
+    be->glu_backward = cu_glu_backward;
     be->layernorm_forward = cu_layernorm;
     be->layernorm_backward = cu_layernorm_backward;
     be->gelu_forward = cu_gelu;

@@ -46,16 +46,18 @@ static size_t acts_layout(DecoderActs *a, const Backend *be, const DecoderConfig
     TAKE(up, N * I);
     TAKE(scratch, att > lp ? att : lp);
     TAKE(rope, N * c->head_dim);
+    TAKE(rope_local, c->rope_local.theta > 0 ? N * c->head_dim : 0);
     TAKE(lora_u, N * c->lora_rank);
 #undef TAKE
     a->meta_bytes = meta_layout(&a->dev, N, base ? base + off : NULL);
     off += a->meta_bytes;
     if (!in16) a->in16 = NULL;  // F32 weights: none
     // Every layer in place: the o projection's sum in proj, then the MLP's back into x.
-    a->view = (DecoderLayerActs){.xin = a->x, .xmid = a->proj, .xout = a->x, .xn1 = a->xn, .xn2 = a->xn,
-                               .qr = a->q, .kr = a->k, .q = a->q, .k = a->k, .v = a->v, .att = a->att,
-                               .gate = a->gate, .up = a->up, .h = a->gate, .rope = a->rope, .lora_u = a->lora_u,
-                               .scratch = a->scratch, .in16 = a->in16};
+    a->view = (DecoderLayerActs){.xin = a->x, .xmid = a->proj, .xout = a->x, .ao = a->proj, .mo = a->x,
+                               .xn1 = a->xn, .xn2 = a->xn, .qr = a->q, .kr = a->k, .q = a->q, .k = a->k, .v = a->v,
+                               .att = a->att, .gate = a->gate, .up = a->up, .h = a->gate, .rope = a->rope,
+                               .rope_local = a->rope_local, .lora_u = a->lora_u, .scratch = a->scratch,
+                               .in16 = a->in16};
     return off;
 }
 
@@ -127,6 +129,10 @@ static void project(const Decoder *m, float *out, const float *x, const void *xo
     else m->be->matmul_forward(m->be, out, xo, decoder_at(m, w), bias, m->dtype, N, C, OC);
 }
 
+const float *decoder_layer_rope(const DecoderConfig *c, int64_t l, const DecoderLayerActs *a) {
+    return c->rope_local.theta > 0 && decoder_layer_slides(c, l) ? a->rope_local : a->rope;
+}
+
 // The halves of a transformer block, over N rows of layer l's views: shared by prefill, decode and
 // training (which differ in the attention between them and in where the views point).
 static void qkv_block(const Decoder *m, int64_t l, int64_t N, const DecoderLayerActs *a) {
@@ -135,7 +141,8 @@ static void qkv_block(const Decoder *m, int64_t l, int64_t N, const DecoderLayer
     const DecoderLayout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
-    be->rmsnorm_forward(be, a->xn1, a->xin, decoder_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+    float eps = c->eps, off = c->norm_offset;
+    be->rmsnorm_forward(be, a->xn1, a->xin, decoder_at(m, w->ln1 + l * C), dt, N, C, eps, off);
     const void *xn = decoder_operand(m, a->xn1, N * C, a->in16);
     project(m, a->qr, a->xn1, xn, w->wq + l * Q * C, decoder_bias(m, w->bq + l * Q), N, C, Q);
     project(m, a->kr, a->xn1, xn, w->wk + l * KV * C, decoder_bias(m, w->bk + l * KV), N, C, KV);
@@ -144,40 +151,72 @@ static void qkv_block(const Decoder *m, int64_t l, int64_t N, const DecoderLayer
     lora_forward(m->be, m->lora, LORA_K, l, a->xn1, N, a->kr, a->lora_u);
     lora_forward(m->be, m->lora, LORA_V, l, a->xn1, N, a->v, a->lora_u);
     if (c->qk_norm) {  // each head's query and key: rows of D
-        be->rmsnorm_forward(be, a->q, a->qr, decoder_at(m, w->qnorm + l * D), dt, N * c->heads, D, c->eps);
-        be->rmsnorm_forward(be, a->k, a->kr, decoder_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, c->eps);
+        be->rmsnorm_forward(be, a->q, a->qr, decoder_at(m, w->qnorm + l * D), dt, N * c->heads, D, eps, off);
+        be->rmsnorm_forward(be, a->k, a->kr, decoder_at(m, w->knorm + l * D), dt, N * c->kv_heads, D, eps, off);
     }
-    be->rope_forward(be, a->q, a->rope, N, (int)c->heads, (int)D);
-    be->rope_forward(be, a->k, a->rope, N, (int)c->kv_heads, (int)D);
+    const float *rope = decoder_layer_rope(c, l, a);
+    be->rope_forward(be, a->q, rope, N, (int)c->heads, (int)D);
+    be->rope_forward(be, a->k, rope, N, (int)c->kv_heads, (int)D);
 }
 
-// a->att (attention output) -> o_proj + residual into xmid, then the MLP + residual into xout.
+// a->att (attention output) -> o_proj (its post-norm) + residual into xmid, then the MLP (its post-norm) +
+// residual into xout.
 static void out_mlp_block(const Decoder *m, int64_t l, int64_t N, const DecoderLayerActs *a) {
     const Backend *be = m->be;
     const DecoderConfig *c = &m->cfg;
     const DecoderLayout *w = &m->w;
     DType dt = m->dtype;
     int64_t C = c->hidden, I = c->inter, Q = c->heads * c->head_dim;
+    float eps = c->eps, off = c->norm_offset;
     const void *att = decoder_operand(m, a->att, N * Q, a->in16);
-    project(m, a->xmid, a->att, att, w->wo + l * C * Q, NULL, N, Q, C);
-    lora_forward(m->be, m->lora, LORA_O, l, a->att, N, a->xmid, a->lora_u);
+    project(m, a->ao, a->att, att, w->wo + l * C * Q, NULL, N, Q, C);
+    lora_forward(m->be, m->lora, LORA_O, l, a->att, N, a->ao, a->lora_u);
+    if (c->post_norms)
+        be->rmsnorm_forward(be, a->xmid, a->ao, decoder_at(m, w->post_attn_norm + l * C), dt, N, C, eps, off);
     be->residual_forward(be, a->xmid, a->xin, N * C);
-    be->rmsnorm_forward(be, a->xn2, a->xmid, decoder_at(m, w->ln2 + l * C), dt, N, C, c->eps);
+    be->rmsnorm_forward(be, a->xn2, a->xmid, decoder_at(m, w->ln2 + l * C), dt, N, C, eps, off);
     const void *xn = decoder_operand(m, a->xn2, N * C, a->in16);
     project(m, a->gate, a->xn2, xn, w->wgate + l * I * C, NULL, N, C, I);
     project(m, a->up, a->xn2, xn, w->wup + l * I * C, NULL, N, C, I);
     lora_forward(m->be, m->lora, LORA_GATE, l, a->xn2, N, a->gate, a->lora_u);
     lora_forward(m->be, m->lora, LORA_UP, l, a->xn2, N, a->up, a->lora_u);
-    be->swiglu_forward(be, a->h, a->gate, a->up, N * I);
+    be->glu_forward(be, a->h, a->gate, a->up, N * I, c->act);
     const void *h = decoder_operand(m, a->h, N * I, a->in16);
-    project(m, a->xout, a->h, h, w->wdown + l * C * I, NULL, N, I, C);
-    lora_forward(m->be, m->lora, LORA_DOWN, l, a->h, N, a->xout, a->lora_u);
+    project(m, a->mo, a->h, h, w->wdown + l * C * I, NULL, N, I, C);
+    lora_forward(m->be, m->lora, LORA_DOWN, l, a->h, N, a->mo, a->lora_u);
+    if (c->post_norms)
+        be->rmsnorm_forward(be, a->xout, a->mo, decoder_at(m, w->post_mlp_norm + l * C), dt, N, C, eps, off);
     be->residual_forward(be, a->xout, a->xmid, N * C);
 }
 
+int decoder_layer_slides(const DecoderConfig *c, int64_t l) {
+    return c->sliding_window > 0 && (c->sliding_pattern == 0 || (l + 1) % c->sliding_pattern != 0);
+}
+
 AttnShape decoder_attn(const DecoderConfig *c, int64_t l) {
-    (void)l;  // every layer of today's families attends alike
-    return attn_shape((int)c->heads, (int)c->kv_heads, (int)c->head_dim, c->sliding_window);
+    AttnShape a = attn_shape((int)c->heads, (int)c->kv_heads, (int)c->head_dim,
+                             decoder_layer_slides(c, l) ? c->sliding_window : 0);
+    if (c->query_scalar > 0) a.scale = (float)(1.0 / sqrt(c->query_scalar));
+    return a;
+}
+
+float decoder_embed_scale(const DecoderConfig *c, DType dtype) {
+    float s = c->embed_scaled ? (float)sqrt((double)c->hidden) : 1.0f;
+    return dtype == DTYPE_BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
+}
+
+// Whole-batch steps of every forward: the rows' RoPE tables (pos: in the backend's memory) and embeddings (x:
+// times Gemma's scale).
+static void rope_tables(const Decoder *m, const int32_t *pos, int64_t N, float *rope, float *rope_local) {
+    const DecoderConfig *c = &m->cfg;
+    m->be->rope_table(m->be, rope, pos, N, (int)c->head_dim, c->rope);
+    if (c->rope_local.theta > 0) m->be->rope_table(m->be, rope_local, pos, N, (int)c->head_dim, c->rope_local);
+}
+
+static void embed(const Decoder *m, float *x, const int32_t *tokens, int64_t N) {
+    const DecoderConfig *c = &m->cfg;
+    m->be->embedding_forward(m->be, x, tokens, decoder_at(m, m->w.embed), m->dtype, N, c->hidden);
+    if (c->embed_scaled) m->be->scale(m->be, x, (size_t)(N * c->hidden), decoder_embed_scale(c, m->dtype));
 }
 
 static void check_workspace(const Decoder *m, const DecoderActs *a, int64_t N, const char *what) {
@@ -212,14 +251,14 @@ void decoder_forward_layers(const Decoder *m, const DecoderBatch *b, const Decod
     if (vl)
         be->upload(be, views[0].rope, vl->rope, (size_t)(b->N * c->head_dim) * sizeof(float));
     else
-        be->rope_table(be, views[0].rope, b->pos, b->N, (int)c->head_dim, c->rope);
-    be->embedding_forward(be, views[0].xin, b->tokens, decoder_at(m, m->w.embed), m->dtype, b->N, c->hidden);
+        rope_tables(m, b->pos, b->N, views[0].rope, views[0].rope_local);
+    embed(m, views[0].xin, b->tokens, b->N);
     for (int64_t i = 0; vl && i < vl->n_image_rows; i++)  // image features in place of the pads' embeddings
         be->upload(be, views[0].xin + vl->image_rows[i] * c->hidden, vl->image_feats[i],
                    (size_t)c->hidden * sizeof(float));
     for (int64_t l = 0; l < c->layers; l++) decoder_layer_forward(m, l, b, &views[n_views == 1 ? 0 : l], kv, slots);
     const float *last = views[n_views == 1 ? 0 : c->layers - 1].xout;
-    be->rmsnorm_forward(be, out, last, decoder_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps);
+    be->rmsnorm_forward(be, out, last, decoder_at(m, m->w.norm), m->dtype, b->N, c->hidden, c->eps, c->norm_offset);
 }
 
 // The forward over the batch batch_fill put in a->host: positions, the upload, then every layer (vl: image
@@ -306,8 +345,8 @@ void decoder_decode_step_at(const Decoder *m, DecoderKV *kv, const int32_t *toke
         h->kv_dst[b] = h->kv_off[b] + pos[b] * KV;
     }
     meta_upload(m, a);
-    be->rope_table(be, a->rope, a->dev.pos, B, (int)c->head_dim, c->rope);
-    be->embedding_forward(be, a->x, a->dev.tokens, decoder_at(m, m->w.embed), m->dtype, B, c->hidden);
+    rope_tables(m, a->dev.pos, B, a->rope, a->rope_local);
+    embed(m, a->x, a->dev.tokens, B);
     for (int64_t l = 0; l < c->layers; l++) {
         qkv_block(m, l, B, &a->view);
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
@@ -317,7 +356,7 @@ void decoder_decode_step_at(const Decoder *m, DecoderKV *kv, const int32_t *toke
                                      a->scratch);
         out_mlp_block(m, l, B, &a->view);
     }
-    be->rmsnorm_forward(be, a->xn, a->x, decoder_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps);
+    be->rmsnorm_forward(be, a->xn, a->x, decoder_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps, c->norm_offset);
     decoder_logits(m, a->xn, B, a, logits);
 }
 

@@ -1,7 +1,7 @@
 // The decoder-only transformer of every model the project reads (Qwen2, Qwen3, Qwen2.5-VL's language model,
-// Llama, Mistral), driven by an architecture table (model/decoder_config.c): a row per Hugging Face family says
-// which parts a layer has (q/k/v biases, q/k norms, its own head_dim, M-RoPE, RoPE rescaling), its config keys'
-// defaults and its names. Here: the config, one parameter slab (fp32 or bf16) with named offsets, HF load/save,
+// Llama, Mistral, Gemma 3), driven by an architecture table (model/decoder_config.c): a row per Hugging Face family
+// says which parts a layer has (q/k/v biases, q/k norms, its own head_dim, M-RoPE, RoPE rescaling, sliding windows,
+// Gemma's norms, embedding scale and GELU), its config keys' defaults and its names. Here: the config, one parameter slab (fp32 or bf16) with named offsets, HF load/save,
 // the forward pass over a packed batch of sequences, the KV cache and decode, and training's forward/backward.
 #pragma once
 #include <cjson/cJSON.h>
@@ -13,7 +13,15 @@
 #include "base/dtype.h"
 
 // A row of the architecture table.
-typedef enum { ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2_5_VL, ARCH_QWEN2_VL, ARCH_LLAMA, ARCH_MISTRAL } DecoderFamily;
+typedef enum {
+    ARCH_QWEN2,
+    ARCH_QWEN3,
+    ARCH_QWEN2_5_VL,
+    ARCH_QWEN2_VL,
+    ARCH_LLAMA,
+    ARCH_MISTRAL,
+    ARCH_GEMMA3,
+} DecoderFamily;
 typedef struct DecoderArch DecoderArch;
 
 typedef struct {
@@ -24,8 +32,19 @@ typedef struct {
     int tied;             // lm_head shares embed_tokens
     int64_t bos_id, eos_id;  // -1 when the config names none
     double init_std;      // initializer_range, used by decoder_init_random
-    int64_t sliding_window;  // > 0: every layer's queries see themselves and the sliding_window - 1 keys before
-                             // (Mistral's sliding_window); 0: full causal attention
+    int64_t sliding_window;  // > 0: a sliding layer's queries see themselves and the sliding_window - 1 keys
+                             // before (Mistral's every layer; Gemma's local layers); 0: full causal attention
+    int64_t sliding_pattern; // Gemma: every sliding_pattern-th layer (l + 1 a multiple) is global, the rest slide
+                             // (sliding_window_pattern); 0: every layer slides when sliding_window is set
+    RopeFreqs rope_local;    // Gemma: the sliding layers' RoPE (rope_local_base_freq); theta 0: rope everywhere
+    double query_scalar;     // Gemma: scores scaled by query_scalar^-1/2 (query_pre_attn_scalar); 0: head_dim
+    // Gemma's layer: RMSNorms scale by (1 + w) (norm_offset 1), the attention's and the MLP's outputs are normed
+    // before their residual add (post_norms), the embeddings are scaled by sqrt(hidden) (embed_scaled) and the MLP
+    // is GeGLU (act GLU_GELU_TANH); everyone else's: 0, 0, 0, GLU_SILU.
+    float norm_offset;
+    int post_norms;
+    int embed_scaled;
+    GluAct act;
     int attn_bias;        // q/k/v projections have biases (Qwen2 and its VL models)
     int qk_norm;          // Qwen3: RMSNorm over head_dim on each head's query and key, before RoPE
     int vl;               // a Qwen2.5-VL or Qwen2-VL model's language model (0: a text model, as zeroed configs
@@ -59,6 +78,8 @@ typedef struct {
     size_t ln2;          // (L, C)
     size_t wgate, wup;   // (L, I, C)
     size_t wdown;        // (L, C, I)
+    size_t post_attn_norm, post_mlp_norm;  // (L, C) each; Gemma's norms of o_proj's and down_proj's outputs (else
+                                           // empty); its pre-MLP norm is ln2
     size_t norm;         // (C)
     size_t lm_head;      // (V, C); equals embed when tied
     // With merger_in (h) > 0, the patch merger (vision.h's VisionMerger; U h = merger_in * merger_units);
@@ -130,8 +151,13 @@ const DecoderArch *decoder_arch(DecoderFamily family);
 const char *decoder_arch_name(const DecoderConfig *c);
 // c's family and the parts of a layer its row has (attn_bias, qk_norm, vl): for configs built in code.
 void decoder_config_family(DecoderConfig *c, DecoderFamily family);
-// Layer l's attention: c's heads, 1/sqrt(head_dim) and its sliding window.
+// Whether layer l slides (sliding_window, sliding_pattern), and its attention: c's heads, its score scale and
+// window.
+int decoder_layer_slides(const DecoderConfig *c, int64_t l);
 AttnShape decoder_attn(const DecoderConfig *c, int64_t l);
+// What the embedding's output is multiplied by (1 without embed_scaled; Gemma's sqrt(hidden), rounded to the
+// slab's dtype as transformers rounds it to the weights')
+float decoder_embed_scale(const DecoderConfig *c, DType dtype);
 
 // Reads DIR/config.json; dies naming the file and key on anything unsupported or missing, and on a
 // Qwen2.5-VL model (not yet taken by the commands) or a reward model.
@@ -200,15 +226,21 @@ typedef struct {
 // h = gate); training gives each layer its own and keeps apart what the backward reads.
 typedef struct {
     float *xin, *xmid, *xout;  // (N, C) the residual stream entering, after attention, leaving the layer
+    float *ao, *mo;            // (N, C) o_proj's and down_proj's outputs before post_norms' norms (xmid and xout
+                               // where nothing keeps them apart)
     float *xn1, *xn2;          // (N, C) the normed inputs of attention and of the MLP
     float *qr, *kr;            // (N, H*D), (N, KVH*D) the q and k projections before their norm
     float *q, *k, *v;          // after the q/k norm and RoPE
     float *att, *lse;          // (N, H*D) attention output; (N, H) its log-sum-exp, or NULL (not kept)
-    float *gate, *up, *h;      // (N, I); h = silu(gate) * up
-    // Shared by every layer: the rows' RoPE table, bf16 operand buffer, LoRA scratch, attention scratch.
-    float *rope, *lora_u, *scratch;
+    float *gate, *up, *h;      // (N, I); h = act(gate) * up
+    // Shared by every layer: the rows' RoPE tables (rope_local: Gemma's sliding layers'), bf16 operand buffer,
+    // LoRA scratch, attention scratch.
+    float *rope, *rope_local, *lora_u, *scratch;
     uint16_t *in16;
 } DecoderLayerActs;
+
+// Layer l's RoPE table among a's (rope_local for Gemma's sliding layers, else rope).
+const float *decoder_layer_rope(const DecoderConfig *c, int64_t l, const DecoderLayerActs *a);
 
 // A packed batch for decoder_forward_layers: B sequences, N = seq_off[B] rows, in the backend's memory.
 typedef struct {
@@ -234,6 +266,7 @@ typedef struct {
     float *gate, *up;  // (N, I)
     float *scratch;    // attention / logprob-head scratch
     float *rope;       // (N, D) RoPE's cosines and sines for the rows' positions
+    float *rope_local; // (N, D) the same for the sliding layers' RoPE (rope_local's; else empty)
     float *lora_u;     // (N, lora_rank) the adapters' x A^T
     DecoderLayerActs view;  // every layer's views: the buffers above, in place
     DecoderMeta dev;     // the metadata where the ops read it
@@ -343,6 +376,7 @@ typedef struct {
     int B;
     int32_t *tokens, *pos;
     float *rope;  // (max_tokens, D) RoPE's cosines and sines for pos
+    float *rope_local;  // (max_tokens, D) the sliding layers' (rope_local; else empty)
     int64_t *seq_off;
     int64_t *sel;         // (N) rows that have a target, in order
     int32_t *sel_target;  // (N) their targets
@@ -350,11 +384,13 @@ typedef struct {
     // Per layer (L of each; one with recompute), each (max_tokens, width):
     float *xn1, *q, *k, *v, *att, *lse, *xmid, *xn2, *gate, *up;
     float *qr, *kr;  // qk_norm: the projections before their norm (none without qk_norm)
+    float *ao, *mo;  // post_norms: o_proj's and down_proj's outputs before their norms (none without)
     float *xf;    // (N, C) final norm output
     float *hsel;  // (n_sel, C) its rows that have targets: the logprob head never sees the others
     // Backward scratch.
     float *h, *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dsel, *scratch;
     float *dqr, *dkr;  // qk_norm: gradients of the projections before their norm
+    float *dpost;      // post_norms: (N, C) the gradient of a post-norm's input
     uint16_t *in16, *dout16;  // (N, max(C, I)) bf16 models: a projection's operands rounded to bf16
     float *lora_u, *lora_du;  // (N, lora_rank) LoRA scratch
     DecoderLayerActs *views;    // (L) each layer's views of the buffers above (malloc'd; decoder_train_free)

@@ -19,8 +19,11 @@ enum {
     PART_HEAD_DIM = 1 << 3,      // head_dim may differ from hidden_size / num_attention_heads
     PART_VL = 1 << 4,            // a vision-language model's language model (M-RoPE, the image pad)
     PART_ROPE_SCALING = 1 << 5,  // rope_scaling / rope_parameters of type linear or llama3
-    PART_SLIDING_KEY = 1 << 6,   // sliding_window (Mistral: every layer's window, or null)
+    PART_SLIDING_KEY = 1 << 6,   // sliding_window (Mistral: every layer's window, or null; Gemma: its local layers')
     PART_USE_SLIDING = 1 << 7,   // use_sliding_window (Qwen2; only false is supported)
+    PART_GEMMA = 1 << 8,         // Gemma 3's layer: (1 + w) norms, post-norms, scaled embeddings, GeGLU, local and
+                                 // global layers (sliding_window_pattern / layer_types) with their own RoPE bases,
+                                 // query_pre_attn_scalar
 };
 
 struct DecoderArch {
@@ -33,6 +36,7 @@ struct DecoderArch {
     double eps;
     int64_t max_pos;
     int64_t kv_heads;  // 0: num_attention_heads
+    int tied;          // tie_word_embeddings
 };
 
 static const DecoderArch archs[] = {
@@ -48,6 +52,9 @@ static const DecoderArch archs[] = {
      PART_HEAD_DIM | PART_BIAS_KEY | PART_ROPE_SCALING, 10000.0, 1e-6, 2048, 0},
     {ARCH_MISTRAL, "mistral", "MistralForCausalLM", "MistralForSequenceClassification",
      PART_HEAD_DIM | PART_SLIDING_KEY, 10000.0, 1e-6, 4096 * 32, 8},
+    {ARCH_GEMMA3, "gemma3_text", "Gemma3ForCausalLM", NULL,
+     PART_QK_NORM | PART_HEAD_DIM | PART_BIAS_KEY | PART_ROPE_SCALING | PART_SLIDING_KEY | PART_GEMMA, 1e6, 1e-6,
+     131072, 4, 1},
 };
 enum { N_ARCHS = sizeof archs / sizeof archs[0] };
 
@@ -68,6 +75,11 @@ void decoder_config_family(DecoderConfig *c, DecoderFamily family) {
     c->attn_bias = (a->parts & PART_QKV_BIAS) != 0;
     c->qk_norm = (a->parts & PART_QK_NORM) != 0;
     c->vl = (a->parts & PART_VL) != 0;
+    int gemma = (a->parts & PART_GEMMA) != 0;
+    c->norm_offset = gemma ? 1.0f : 0.0f;
+    c->post_norms = gemma;
+    c->embed_scaled = gemma;
+    c->act = gemma ? GLU_GELU_TANH : GLU_SILU;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,6 +94,8 @@ static const struct {
     int tied;
     int64_t bos, eos;
     RopeFreqs rope;  // with a type: its scaling (theta above)
+    int64_t window, pattern;  // Gemma: sliding_window, sliding_window_pattern
+    double local_theta, query_scalar;  // Gemma: rope_local_base_freq, query_pre_attn_scalar
 } presets[] = {
     {"tiny", ARCH_QWEN2, 151936, 64, 176, 2, 4, 2, 16, 2048, 1e6, 1e-6f, 1, 151643, 151645, {0}},
     {"qwen2.5-0.5b", ARCH_QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1e6, 1e-6f, 1, 151643, 151645, {0}},
@@ -103,6 +117,13 @@ static const struct {
     {"llama-3.1-8b", ARCH_LLAMA, 128256, 4096, 14336, 32, 32, 8, 128, 131072, 500000.0, 1e-5f, 0, 128000, 128001,
      {0, ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192}},
     {"mistral-7b", ARCH_MISTRAL, 32768, 4096, 14336, 32, 32, 8, 128, 32768, 1e6, 1e-5f, 0, 1, 2, {0}},
+    // Gemma 3: five local layers (a 512- or 1024-key window, RoPE base 1e4) to each global one; the 4B's text
+    // model rescales the global RoPE linearly by 8
+    {"gemma3-tiny", ARCH_GEMMA3, 262144, 64, 192, 3, 4, 1, 16, 32768, 1e6, 1e-6f, 1, 2, 1, {0}, 16, 3, 1e4, 16},
+    {"gemma-3-1b", ARCH_GEMMA3, 262144, 1152, 6912, 26, 4, 1, 256, 32768, 1e6, 1e-6f, 1, 2, 1, {0}, 512, 6, 1e4,
+     256},
+    {"gemma-3-4b", ARCH_GEMMA3, 262208, 2560, 10240, 34, 8, 4, 256, 131072, 1e6, 1e-6f, 1, 2, 1,
+     {0, ROPE_LINEAR, 8.0}, 1024, 6, 1e4, 256},
 };
 
 int decoder_config_preset(DecoderConfig *c, const char *name) {
@@ -124,6 +145,10 @@ int decoder_config_preset(DecoderConfig *c, const char *name) {
         c->tied = presets[i].tied;
         c->bos_id = presets[i].bos;
         c->eos_id = presets[i].eos;
+        c->sliding_window = presets[i].window;
+        c->sliding_pattern = presets[i].pattern;
+        c->rope_local.theta = presets[i].local_theta;
+        c->query_scalar = presets[i].query_scalar;
         c->init_std = 0.02;
         return 1;
     }
@@ -133,7 +158,7 @@ int decoder_config_preset(DecoderConfig *c, const char *name) {
 const char *decoder_preset_names(void) {
     return "tiny, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, "
            "qwen3-tiny, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, "
-           "llama-tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, mistral-7b";
+           "llama-tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, mistral-7b, gemma3-tiny, gemma-3-1b, gemma-3-4b";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,8 +272,27 @@ static const DecoderArch *arch_of(const cJSON *root, const char *path, int *scor
         arch_names(1));
 }
 
+// RoPE type `type` (NULL: default) and its factors from holder (`key`, for errors) into f: the default, or with
+// the row's rescaling linear or llama3 (holder NULL: only the default); dies naming the key on any other.
+static void rope_type_keys(RopeFreqs *f, const DecoderArch *arch, const cJSON *holder, const char *key,
+                           const char *type, const char *path) {
+    if (!type || !strcmp(type, "default")) return;
+    int llama3 = !strcmp(type, "llama3"), linear = !strcmp(type, "linear");
+    if (!holder || !(arch->parts & PART_ROPE_SCALING) || !(llama3 || linear))
+        die("%s: %s.rope_type \"%s\" is unsupported for %s (%s)", path, key, type, arch->causal,
+            holder && (arch->parts & PART_ROPE_SCALING) ? "default, linear or llama3" : "only default");
+    f->type = llama3 ? ROPE_LLAMA3 : ROPE_LINEAR;
+    f->factor = json_get_number_or(holder, "factor", 0, path);
+    if (llama3) {
+        f->low_freq_factor = json_get_number_or(holder, "low_freq_factor", 0, path);
+        f->high_freq_factor = json_get_number_or(holder, "high_freq_factor", 0, path);
+        f->original_max_pos = json_get_number_or(holder, "original_max_position_embeddings", 0, path);
+    }
+}
+
 // rope_scaling (transformers 4) or rope_parameters (5): M-RoPE's sections of a VL model, Llama's rescaling, or
-// nothing; dies naming the key on any other.
+// nothing; Gemma's local layers' base (rope_local_base_freq, or rope_parameters per layer type); dies naming
+// the key on any other.
 static void rope_keys(DecoderConfig *c, const DecoderArch *arch, const cJSON *root, const char *path) {
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -275,18 +319,66 @@ static void rope_keys(DecoderConfig *c, const DecoderArch *arch, const cJSON *ro
         return;
     }
     if (!type && holder == scaling && holder) die("%s: rope_scaling without a rope_type is unsupported", path);
-    if (!type || !strcmp(type, "default")) return;
-    int llama3 = !strcmp(type, "llama3"), linear = !strcmp(type, "linear");
-    if (!(arch->parts & PART_ROPE_SCALING) || !(llama3 || linear))
-        die("%s: %s.rope_type \"%s\" is unsupported for %s (%s)", path, key, type, arch->causal,
-            arch->parts & PART_ROPE_SCALING ? "default, linear or llama3" : "only default");
-    c->rope.type = llama3 ? ROPE_LLAMA3 : ROPE_LINEAR;
-    c->rope.factor = json_get_number_or(holder, "factor", 0, path);
-    if (llama3) {
-        c->rope.low_freq_factor = json_get_number_or(holder, "low_freq_factor", 0, path);
-        c->rope.high_freq_factor = json_get_number_or(holder, "high_freq_factor", 0, path);
-        c->rope.original_max_pos = json_get_number_or(holder, "original_max_position_embeddings", 0, path);
+    if ((arch->parts & PART_GEMMA) && cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "full_attention")) {
+        // transformers 5's Gemma 3: rope_parameters per layer type
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+        const cJSON *local = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+        if (!cJSON_IsObject(full) || !cJSON_IsObject(local))
+            die("%s: rope_parameters needs objects full_attention and sliding_attention", path);
+        c->rope.theta = json_get_number_or(full, "rope_theta", arch->theta, path);
+        c->rope_local.theta = json_get_number_or(local, "rope_theta", 10000.0, path);
+        rope_type_keys(&c->rope, arch, full, "rope_parameters.full_attention", json_str(full, "rope_type", path), path);
+        rope_type_keys(&c->rope_local, arch, NULL, "rope_parameters.sliding_attention",
+                       json_str(local, "rope_type", path), path);
+        return;
     }
+    if (arch->parts & PART_GEMMA) c->rope_local.theta = json_get_number_or(root, "rope_local_base_freq", 1e4, path);
+    rope_type_keys(&c->rope, arch, holder, key, type, path);
+}
+
+// Which of Gemma's layers slide: layer_types (transformers 5) must repeat (pattern - 1) sliding layers and a full
+// one; or sliding_window_pattern (4).
+static void layer_pattern(DecoderConfig *c, const cJSON *root, const char *path) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!types || cJSON_IsNull(types)) {
+        c->sliding_pattern = json_get_int_or(root, "sliding_window_pattern", 6, path);
+        if (c->sliding_pattern < 1 || c->sliding_pattern > 1 << 12)
+            die("%s: sliding_window_pattern %lld is outside [1, 4096]", path, (long long)c->sliding_pattern);
+        return;
+    }
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->layers)
+        die("%s: layer_types must be a list of num_hidden_layers (%lld) strings", path, (long long)c->layers);
+    int64_t l = 0;
+    c->sliding_pattern = 0;  // every layer slides unless one is full
+    for (const cJSON *e = types->child; e; e = e->next, l++) {
+        int full = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+        if (!full && !(cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")))
+            die("%s: layer_types[%lld] must be \"sliding_attention\" or \"full_attention\"", path, (long long)l);
+        if (full && !c->sliding_pattern) c->sliding_pattern = l + 1;
+    }
+    for (l = 0; l < c->layers; l++) {
+        const cJSON *e = cJSON_GetArrayItem(types, (int)l);
+        if (!strcmp(e->valuestring, "sliding_attention") != !decoder_layer_slides(c, l))
+            die("%s: layer_types is not a repeating pattern of sliding layers and one full one (layer %lld)", path,
+                (long long)l);
+    }
+}
+
+// Gemma 3's keys beyond the table's flags: the local/global layers, the score scale, and the soft-caps (Gemma 2's,
+// null in Gemma 3: refused when set).
+static void gemma_keys(DecoderConfig *c, const cJSON *root, const char *path) {
+    if (!c->sliding_window) die("%s: sliding_window must be set for Gemma 3's local layers", path);
+    layer_pattern(c, root, path);
+    c->query_scalar = json_get_number_or(root, "query_pre_attn_scalar", 256, path);
+    if (!(c->query_scalar > 0)) die("%s: query_pre_attn_scalar %g must be positive", path, c->query_scalar);
+    const char *caps[2] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, caps[i]);
+        if (it && !cJSON_IsNull(it))
+            die("%s: %s is unsupported (Gemma 2's soft-capping; Gemma 3 sets null)", path, caps[i]);
+    }
+    if (json_get_bool_or(root, "use_bidirectional_attention", 0, path))
+        die("%s: use_bidirectional_attention: true (an embedding model) is unsupported", path);
 }
 
 void decoder_config_read(DecoderConfig *c, const char *dir) {
@@ -304,8 +396,10 @@ void decoder_config_read(DecoderConfig *c, const char *dir) {
     if (vl && cJSON_IsObject(text) && cJSON_GetObjectItemCaseSensitive(text, "hidden_size")) root = (cJSON *)text;
     if ((arch->parts & PART_USE_SLIDING) && json_get_bool_or(root, "use_sliding_window", 0, path))
         die("%s: sliding-window attention (use_sliding_window: true) is unsupported", path);
-    const char *act = json_str(root, "hidden_act", path);
-    if (act && strcmp(act, "silu") != 0) die("%s: hidden_act \"%s\" is unsupported (only silu)", path, act);
+    const char *act_key = arch->parts & PART_GEMMA ? "hidden_activation" : "hidden_act";
+    const char *act_want = arch->parts & PART_GEMMA ? "gelu_pytorch_tanh" : "silu";
+    const char *act = json_str(root, act_key, path);
+    if (act && strcmp(act, act_want) != 0) die("%s: %s \"%s\" is unsupported (only %s)", path, act_key, act, act_want);
     memset(c, 0, sizeof *c);
     decoder_config_family(c, arch->family);
     c->image_pad_id = -1;
@@ -337,7 +431,7 @@ void decoder_config_read(DecoderConfig *c, const char *dir) {
     c->eps = (float)json_get_number_or(root, "rms_norm_eps", arch->eps, path);
     // transformers 5 keeps a VL model's tie_word_embeddings at the top, beside text_config
     int tied_top = json_get_bool_or(top, "tie_word_embeddings", 0, path);
-    c->tied = json_get_bool_or(root, "tie_word_embeddings", tied_top, path);
+    c->tied = json_get_bool_or(root, "tie_word_embeddings", tied_top || arch->tied, path);
     c->init_std = json_get_number_or(root, "initializer_range", 0.02, path);
     c->bos_id = token_id_or(root, "bos_token_id", path);
     c->eos_id = token_id_or(root, "eos_token_id", path);
@@ -366,6 +460,7 @@ void decoder_config_read(DecoderConfig *c, const char *dir) {
             die("%s: sliding_window %lld is not positive (null: full attention)", path,
                 (long long)c->sliding_window);
     }
+    if (arch->parts & PART_GEMMA) gemma_keys(c, root, path);
     if (vl && c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2] != c->head_dim / 2)
         die("%s: mrope_section [%d, %d, %d] does not add up to head_dim / 2 = %lld", path, c->mrope_section[0],
             c->mrope_section[1], c->mrope_section[2], (long long)(c->head_dim / 2));
@@ -383,6 +478,20 @@ static void add_float(cJSON *obj, const char *key, double v) {
     if (!cJSON_AddRawToObject(obj, key, buf)) die("out of memory");
 }
 
+// Gemma 3's own keys, as transformers 4.5x writes them and 5 reads them (layer_types beside the pattern).
+static void gemma_json(cJSON *r, const DecoderConfig *c) {
+    cJSON *types = cJSON_AddArrayToObject(r, "layer_types");
+    if (!types) die("out of memory");
+    for (int64_t l = 0; l < c->layers; l++)
+        cJSON_AddItemToArray(types, cJSON_CreateString(decoder_layer_slides(c, l) ? "sliding_attention"
+                                                                                  : "full_attention"));
+    cJSON_AddNumberToObject(r, "sliding_window_pattern", (double)c->sliding_pattern);
+    cJSON_AddNumberToObject(r, "rope_local_base_freq", c->rope_local.theta);
+    cJSON_AddNumberToObject(r, "query_pre_attn_scalar", c->query_scalar);
+    cJSON_AddNullToObject(r, "final_logit_softcapping");
+    cJSON_AddNullToObject(r, "attn_logit_softcapping");
+}
+
 cJSON *decoder_config_json(const DecoderConfig *c, DType dtype) {
     cJSON *r = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!r || !arch) die("out of memory");
@@ -393,7 +502,12 @@ cJSON *decoder_config_json(const DecoderConfig *c, DType dtype) {
     if (a->parts & PART_HEAD_DIM) cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
     if (a->parts & PART_BIAS_KEY) cJSON_AddBoolToObject(r, "attention_bias", 0);
     if (a->family == ARCH_LLAMA) cJSON_AddBoolToObject(r, "mlp_bias", 0);
-    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    if (a->parts & PART_GEMMA) {
+        cJSON_AddStringToObject(r, "hidden_activation", "gelu_pytorch_tanh");
+        gemma_json(r, c);
+    } else {
+        cJSON_AddStringToObject(r, "hidden_act", "silu");
+    }
     cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab);
     cJSON_AddNumberToObject(r, "hidden_size", (double)c->hidden);
     cJSON_AddNumberToObject(r, "intermediate_size", (double)c->inter);

@@ -1,4 +1,4 @@
-// Qwen2 training: qwen2.c's forward over per-layer activation views that the backward reads, the
+// Training: decoder.c's forward over per-layer activation views that the backward reads, the
 // log-prob head over the rows that have targets, and the backward into a gradient slab.
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@ static size_t train_layout(DecoderTrain *t, const Backend *be, const DecoderConf
     TAKE(tokens, N);
     TAKE(pos, N);
     TAKE(rope, N * c->head_dim);
+    TAKE(rope_local, c->rope_local.theta > 0 ? N * c->head_dim : 0);
     TAKE(seq_off, N + 1);
     TAKE(sel, N);
     TAKE(sel_target, N);
@@ -32,6 +33,9 @@ static size_t train_layout(DecoderTrain *t, const Backend *be, const DecoderConf
     TAKE(kr, c->qk_norm ? Lk * N * KV : 0);
     TAKE(dqr, c->qk_norm ? N * Q : 0);
     TAKE(dkr, c->qk_norm ? N * KV : 0);
+    TAKE(ao, c->post_norms ? Lk * N * C : 0);
+    TAKE(mo, c->post_norms ? Lk * N * C : 0);
+    TAKE(dpost, c->post_norms ? N * C : 0);
     TAKE(lse, Lk * N * c->heads);
     TAKE(xmid, Lk * N * C);
     TAKE(xn2, Lk * N * C);
@@ -71,13 +75,15 @@ static DecoderLayerActs layer_view(const DecoderConfig *c, const DecoderTrain *t
     int64_t M = t->max_tokens, C = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     int64_t I = c->inter, s = t->recompute ? 0 : l;
     float *q = t->q + s * M * Q, *k = t->k + s * M * KV;
+    float *xmid = t->xmid + s * M * C, *xout = t->xin + (l + 1) * M * C;
     return (DecoderLayerActs){
-        .xin = t->xin + l * M * C, .xout = t->xin + (l + 1) * M * C, .xmid = t->xmid + s * M * C,
+        .xin = t->xin + l * M * C, .xout = xout, .xmid = xmid,
+        .ao = c->post_norms ? t->ao + s * M * C : xmid, .mo = c->post_norms ? t->mo + s * M * C : xout,
         .xn1 = t->xn1 + s * M * C, .xn2 = t->xn2 + s * M * C,
         .qr = c->qk_norm ? t->qr + s * M * Q : q, .kr = c->qk_norm ? t->kr + s * M * KV : k, .q = q, .k = k,
         .v = t->v + s * M * KV, .att = t->att + s * M * Q, .lse = t->lse + s * M * c->heads,
         .gate = t->gate + s * M * I, .up = t->up + s * M * I, .h = t->h,
-        .rope = t->rope, .lora_u = t->lora_u, .scratch = t->scratch, .in16 = t->in16,
+        .rope = t->rope, .rope_local = t->rope_local, .lora_u = t->lora_u, .scratch = t->scratch, .in16 = t->in16,
     };
 }
 
@@ -205,6 +211,18 @@ static void proj_backward(const Decoder *m, float *grads, DecoderTrain *t, float
 // Zeroes n floats of backend memory (a gradient buffer the next op adds into).
 static void zero_floats(const Decoder *m, float *p, int64_t n) { m->be->zero(m->be, p, (size_t)n * sizeof *p); }
 
+// The backward of a post-norm (Gemma's, weight at slab offset w, input in): d(loss)/d(in) from t->dx (the norm's
+// output adds to the residual stream, whose gradient t->dx is) into t->dpost, which it returns; without
+// post_norms, t->dx itself.
+static float *post_norm_backward(const Decoder *m, float *grads, DecoderTrain *t, size_t w, const float *in) {
+    const DecoderConfig *c = &m->cfg;
+    if (!c->post_norms) return t->dx;
+    zero_floats(m, t->dpost, t->N * c->hidden);
+    m->be->rmsnorm_backward(m->be, t->dpost, base_grad(m, grads, w), t->dx, in, decoder_at(m, w), m->dtype, t->N,
+                            c->hidden, c->eps, c->norm_offset);
+    return t->dpost;
+}
+
 // t->dx holds d(loss)/d(layer l's output); leaves d(loss)/d(its input) there.
 static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTrain *t) {
     const Backend *be = m->be;
@@ -213,15 +231,17 @@ static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTra
     DType dt = m->dtype;
     int64_t N = t->N, C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter;
     int H = (int)c->heads, KVH = (int)c->kv_heads;
+    float eps = c->eps, off = c->norm_offset;
     const DecoderLayerActs *a = &t->views[l];
     if (t->recompute) decoder_layer_forward(m, l, &t->batch, a, NULL, NULL);
-    // MLP: x_out = xmid + down(silu(gate) * up)
-    be->swiglu_forward(be, t->h, a->gate, a->up, N * I);
+    // MLP: x_out = xmid + [post-norm](down(act(gate) * up))
+    float *dmo = post_norm_backward(m, grads, t, w->post_mlp_norm + l * C, a->mo);
+    be->glu_forward(be, t->h, a->gate, a->up, N * I, c->act);
     zero_floats(m, t->dgate, N * I);
     const void *h = decoder_operand(m, t->h, N * I, t->in16);
-    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, t->dx, h, I, C);
-    lora_backward(be, m->lora, grads, LORA_DOWN, l, t->h, t->dx, N, t->dgate, t->lora_u, t->lora_du);
-    be->swiglu_backward(be, t->dgate, t->dup, t->dgate, a->gate, a->up, N * I);
+    proj_backward(m, grads, t, t->dgate, w->wdown + l * C * I, 0, 0, dmo, h, I, C);
+    lora_backward(be, m->lora, grads, LORA_DOWN, l, t->h, dmo, N, t->dgate, t->lora_u, t->lora_du);
+    be->glu_backward(be, t->dgate, t->dup, t->dgate, a->gate, a->up, N * I, c->act);
     zero_floats(m, t->dxn, N * C);
     const void *x = decoder_operand(m, a->xn2, N * C, t->in16);  // gate and up share their input
     proj_backward(m, grads, t, t->dxn, w->wgate + l * I * C, 0, 0, t->dgate, x, C, I);
@@ -229,24 +249,26 @@ static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTra
     lora_backward(be, m->lora, grads, LORA_GATE, l, a->xn2, t->dgate, N, t->dxn, t->lora_u, t->lora_du);
     lora_backward(be, m->lora, grads, LORA_UP, l, a->xn2, t->dup, N, t->dxn, t->lora_u, t->lora_du);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln2 + l * C), t->dxn, a->xmid,
-                         decoder_at(m, w->ln2 + l * C), dt, N, C, c->eps);
-    // Attention: xmid = xin + o_proj(att)
+                         decoder_at(m, w->ln2 + l * C), dt, N, C, eps, off);
+    // Attention: xmid = xin + [post-norm](o_proj(att))
+    float *dao = post_norm_backward(m, grads, t, w->post_attn_norm + l * C, a->ao);
     zero_floats(m, t->datt, N * Q);
     const void *att = decoder_operand(m, a->att, N * Q, t->in16);
-    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, t->dx, att, Q, C);
-    lora_backward(be, m->lora, grads, LORA_O, l, a->att, t->dx, N, t->datt, t->lora_u, t->lora_du);
+    proj_backward(m, grads, t, t->datt, w->wo + l * C * Q, 0, 0, dao, att, Q, C);
+    lora_backward(be, m->lora, grads, LORA_O, l, a->att, dao, N, t->datt, t->lora_u, t->lora_du);
     be->attention_backward(be, t->dq, t->dk, t->dv, t->datt, a->att, a->lse, a->q, a->k, a->v, t->seq_off, t->B, N,
                            decoder_attn(c, l), t->scratch);
-    be->rope_backward(be, t->dq, t->rope, N, H, (int)D);
-    be->rope_backward(be, t->dk, t->rope, N, KVH, (int)D);
+    const float *rope = decoder_layer_rope(c, l, a);
+    be->rope_backward(be, t->dq, rope, N, H, (int)D);
+    be->rope_backward(be, t->dk, rope, N, KVH, (int)D);
     float *dq = t->dq, *dk = t->dk;  // d(loss)/d(the projections' outputs)
     if (c->qk_norm) {
         zero_floats(m, t->dqr, N * Q);
         zero_floats(m, t->dkr, N * KV);
         be->rmsnorm_backward(be, t->dqr, base_grad(m, grads, w->qnorm + l * D), t->dq, a->qr,
-                             decoder_at(m, w->qnorm + l * D), dt, N * H, D, c->eps);
+                             decoder_at(m, w->qnorm + l * D), dt, N * H, D, eps, off);
         be->rmsnorm_backward(be, t->dkr, base_grad(m, grads, w->knorm + l * D), t->dk, a->kr,
-                             decoder_at(m, w->knorm + l * D), dt, N * KVH, D, c->eps);
+                             decoder_at(m, w->knorm + l * D), dt, N * KVH, D, eps, off);
         dq = t->dqr;
         dk = t->dkr;
     }
@@ -260,7 +282,7 @@ static void layer_backward(const Decoder *m, float *grads, int64_t l, DecoderTra
     lora_backward(be, m->lora, grads, LORA_K, l, a->xn1, dk, N, t->dxn, t->lora_u, t->lora_du);
     lora_backward(be, m->lora, grads, LORA_V, l, a->xn1, t->dv, N, t->dxn, t->lora_u, t->lora_du);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, w->ln1 + l * C), t->dxn, a->xin,
-                         decoder_at(m, w->ln1 + l * C), dt, N, C, c->eps);
+                         decoder_at(m, w->ln1 + l * C), dt, N, C, eps, off);
 }
 
 void decoder_backward(const Decoder *m, float *grads, const float *dlogp, const float *dent, DecoderTrain *t) {
@@ -274,7 +296,7 @@ void decoder_backward(const Decoder *m, float *grads, const float *dlogp, const 
     be->scatter_rows(be, t->dxn, t->dsel, t->sel, t->n_sel, C, t->logit_scale);
     zero_floats(m, t->dx, N * C);
     be->rmsnorm_backward(be, t->dx, base_grad(m, grads, m->w.norm), t->dxn, t->views[c->layers - 1].xout,
-                         decoder_at(m, m->w.norm), m->dtype, N, C, c->eps);
+                         decoder_at(m, m->w.norm), m->dtype, N, C, c->eps, c->norm_offset);
     for (int64_t l = c->layers - 1; l >= 0; l--) layer_backward(m, grads, l, t);
     // image rows were features, not embeddings: the table gets nothing from them, a trained merger their rows
     float *row = t->vl && t->vl->image_grads ? xmalloc((size_t)C * sizeof *row) : NULL;
@@ -287,5 +309,6 @@ void decoder_backward(const Decoder *m, float *grads, const float *dlogp, const 
         be->zero(be, dx, (size_t)C * sizeof(float));
     }
     free(row);
+    if (c->embed_scaled) be->scale(be, t->dx, (size_t)(N * C), decoder_embed_scale(c, m->dtype));
     if (!m->lora) be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
 }

@@ -21,12 +21,14 @@ typedef struct {
     int64_t rows, cols;  // cols 0: a vector
 } KindSpec;
 
-enum { N_KINDS = 23 };
+enum { N_KINDS = 25 };
 
-// Kinds with 0 rows (biases without attn_bias, q/k norms without qk_norm, a tied head) have no storage.
+// Kinds with 0 rows (biases without attn_bias, q/k norms without qk_norm, post-norms without post_norms, a tied
+// head) have no storage. Gemma names its pre-MLP norm pre_feedforward_layernorm and its norm of the attention's
+// output post_attention_layernorm (everyone else's pre-MLP norm).
 static void kind_specs(const DecoderConfig *c, KindSpec k[N_KINDS]) {
     int64_t C = c->hidden, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D, I = c->inter, V = c->vocab;
-    int64_t bias = c->attn_bias ? 1 : 0, norm = c->qk_norm ? D : 0;
+    int64_t bias = c->attn_bias ? 1 : 0, norm = c->qk_norm ? D : 0, post = c->post_norms ? C : 0;
     int64_t mh = c->merger_in, m4 = c->merger_in * c->merger_units, mc = mh ? C : 0;
     int64_t mb = c->merger_ln_bias ? mh : 0;
     const KindSpec specs[N_KINDS] = {
@@ -41,10 +43,13 @@ static void kind_specs(const DecoderConfig *c, KindSpec k[N_KINDS]) {
         {"model.layers.%d.self_attn.o_proj.weight", 1, C, Q},
         {"model.layers.%d.self_attn.q_norm.weight", 1, norm, 0},
         {"model.layers.%d.self_attn.k_norm.weight", 1, norm, 0},
-        {"model.layers.%d.post_attention_layernorm.weight", 1, C, 0},
+        {post ? "model.layers.%d.pre_feedforward_layernorm.weight" : "model.layers.%d.post_attention_layernorm.weight",
+         1, C, 0},
         {"model.layers.%d.mlp.gate_proj.weight", 1, I, C},
         {"model.layers.%d.mlp.up_proj.weight", 1, I, C},
         {"model.layers.%d.mlp.down_proj.weight", 1, C, I},
+        {"model.layers.%d.post_attention_layernorm.weight", 1, post, 0},
+        {"model.layers.%d.post_feedforward_layernorm.weight", 1, post, 0},
         {"model.norm.weight", 0, C, 0},
         // no storage when tied; a reward model's score head instead
         {c->score_labels ? "score.weight" : "lm_head.weight", 0, c->score_labels ? c->score_labels : c->tied ? 0 : V, C},
@@ -62,7 +67,8 @@ static int64_t kind_numel(const KindSpec *k) { return k->rows * (k->cols ? k->co
 
 static void layout_fields(DecoderLayout *w, size_t *f[N_KINDS]) {
     size_t *list[N_KINDS] = {&w->embed, &w->ln1, &w->wq, &w->bq, &w->wk, &w->bk, &w->wv, &w->bv, &w->wo,
-                             &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->norm, &w->lm_head,
+                             &w->qnorm, &w->knorm, &w->ln2, &w->wgate, &w->wup, &w->wdown, &w->post_attn_norm,
+                             &w->post_mlp_norm, &w->norm, &w->lm_head,
                              &w->merger_ln_q, &w->merger_ln_q_b, &w->merger_w0, &w->merger_b0, &w->merger_w2,
                              &w->merger_b2};
     memcpy(f, list, sizeof list);
@@ -274,7 +280,8 @@ void decoder_init_random(Decoder *m, uint64_t seed) {
         int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
         int is_norm = strstr(t->name, "norm") != NULL;
         for (int64_t j = 0; j < numel; j++)
-            t->data[j] = t->ndim == 2 ? (float)m->cfg.init_std * rng_normal(&rng) : (is_norm ? 1.0f : 0.0f);
+            t->data[j] = t->ndim == 2 ? (float)m->cfg.init_std * rng_normal(&rng)
+                                      : (is_norm ? 1.0f - m->cfg.norm_offset : 0.0f);  // gains of 1
     }
     free(ts);
 }

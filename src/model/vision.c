@@ -335,7 +335,7 @@ static void attend(float *out, const float *qkv, int H, int D, const int64_t *se
 static void norm_forward(float *out, const float *x, const float *w, const float *b, int64_t N, int64_t C,
                          float eps) {
     if (b) layernorm_forward(out, x, w, b, N, C, eps);
-    else rmsnorm_forward(out, x, w, DTYPE_F32, N, C, eps);
+    else rmsnorm_forward(out, x, w, DTYPE_F32, N, C, eps, 0.0f);
 }
 
 void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden) {
@@ -401,7 +401,7 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
             for (int64_t i = 0; i < N * I; i++) g[i] = up[i] / (1.0f + expf(-1.702f * up[i]));
         } else {  // SwiGLU
             matmul_forward(g, h, b->gate_w, b->gate_b, DTYPE_F32, N, C, I);
-            swiglu_forward(g, g, up, N * I);
+            glu_forward(g, g, up, N * I, GLU_SILU);
         }
         matmul_forward(o, g, b->down_w, b->down_b, DTYPE_F32, N, I, C);
         residual_forward(x, o, N * C);
@@ -419,7 +419,7 @@ static void merge_forward(const Backend *be, const VisionConfig *c, const Vision
                           int64_t units, float *h, float *z, float *a, float *y) {
     int64_t C = c->hidden, M4 = C * c->merge * c->merge;
     if (w->ln_q_b) be->layernorm_forward(be, h, hidden, w->ln_q, w->ln_q_b, units * M4 / C, C, c->eps);
-    else be->rmsnorm_forward(be, h, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps);
+    else be->rmsnorm_forward(be, h, hidden, w->ln_q, DTYPE_F32, units * M4 / C, C, c->eps, 0.0f);
     be->matmul_forward(be, a, h, w->w0, w->b0, DTYPE_F32, units, M4, M4);
     if (z) be->copy(be, z, a, (size_t)(units * M4) * sizeof *z);
     be->gelu_forward(be, a, a, units * M4);
@@ -449,7 +449,7 @@ void vision_merge_backward(const Backend *be, const VisionConfig *c, const Visio
     be->matmul_backward(be, dh, dw->w0, dw->b0, da, h, w->w0, DTYPE_F32, units, M4, M4);
     // the tower below is frozen: the norm's input gradient (dx) is not needed, only its weights'
     if (w->ln_q_b) be->layernorm_backward(be, NULL, dw->ln_q, dw->ln_q_b, dh, hidden, w->ln_q, n / C, C, c->eps);
-    else be->rmsnorm_backward(be, dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, n / C, C, c->eps);
+    else be->rmsnorm_backward(be, dx, dw->ln_q, dh, hidden, w->ln_q, DTYPE_F32, n / C, C, c->eps, 0.0f);
     float *bufs[] = {h, z, a, y, da, dh, dx};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
 }

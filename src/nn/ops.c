@@ -20,7 +20,8 @@ void embedding_forward(float *out, const int32_t *tokens, const void *table, DTy
     for (int64_t i = 0; i < N; i++) dtype_to_f32(wt, (const char *)table + (size_t)tokens[i] * row, out + i * C, (size_t)C);
 }
 
-void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps) {
+void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps,
+                     float offset) {
 #pragma omp parallel for PAR_IF(N * C)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C;
@@ -28,7 +29,7 @@ void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt,
         double ss = 0.0;
         for (int64_t j = 0; j < C; j++) ss += (double)x[j] * x[j];
         float rstd = (float)(1.0 / sqrt(ss / (double)C + eps));
-        for (int64_t j = 0; j < C; j++) o[j] = x[j] * rstd * dtype_get(weight, wt, (size_t)j);
+        for (int64_t j = 0; j < C; j++) o[j] = x[j] * rstd * (offset + dtype_get(weight, wt, (size_t)j));
     }
 }
 
@@ -69,11 +70,11 @@ static void rope_rotate(float *x, const float *cs, int64_t N, int n_heads, int D
 
 void rope_forward(float *x, const float *cs, int64_t N, int n_heads, int D) { rope_rotate(x, cs, N, n_heads, D, 1.0f); }
 
-void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+void glu_forward(float *out, const float *gate, const float *up, int64_t n, GluAct act) {
 #pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        out[i] = g / (1.0f + exp_approx(-g)) * up[i];
+        out[i] = (act == GLU_SILU ? g / (1.0f + exp_approx(-g)) : gelu_tanh(g)) * up[i];
     }
 }
 
@@ -99,20 +100,20 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
 }
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
-                      int64_t N, int64_t C, float eps) {
-    // y = x * r * w with r = rsqrt(mean(x^2) + eps):  dx = r * (dy*w) - x * r^3 * mean(dy*w*x)
+                      int64_t N, int64_t C, float eps, float offset) {
+    // y = x * r * w with r = rsqrt(mean(x^2) + eps) (w: offset + weight):  dx = r * (dy*w) - x * r^3 * mean(dy*w*x)
 #pragma omp parallel for PAR_IF(N * C)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C, *dy = dout + i * C;
         double ss = 0.0, dot = 0.0;
         for (int64_t j = 0; j < C; j++) {
             ss += (double)x[j] * x[j];
-            dot += (double)dy[j] * dtype_get(weight, wt, (size_t)j) * x[j];
+            dot += (double)dy[j] * (offset + dtype_get(weight, wt, (size_t)j)) * x[j];
         }
         double r = 1.0 / sqrt(ss / (double)C + eps);
         float a = (float)r, b = (float)(r * r * r * dot / (double)C);
         float *dx = dinp + i * C;
-        for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * dtype_get(weight, wt, (size_t)j) - b * x[j];
+        for (int64_t j = 0; j < C; j++) dx[j] += a * dy[j] * (offset + dtype_get(weight, wt, (size_t)j)) - b * x[j];
     }
     // dweight sums over rows, in row order (deterministic); cheap next to the matmuls around it.
     for (int64_t i = 0; dweight && i < N; i++) {
@@ -215,11 +216,18 @@ void rope_backward(float *dx, const float *cs, int64_t N, int n_heads, int D) {
     rope_rotate(dx, cs, N, n_heads, D, -1.0f);  // the transpose of a rotation is its inverse
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+void glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n,
+                  GluAct act) {
 #pragma omp parallel for PAR_IF(n)
     for (int64_t i = 0; i < n; i++) {
-        float g = gate[i], sig = 1.0f / (1.0f + exp_approx(-g)), d = dout[i];
-        dup[i] = d * g * sig;
-        dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+        float g = gate[i], d = dout[i];
+        if (act == GLU_SILU) {
+            float sig = 1.0f / (1.0f + exp_approx(-g));
+            dup[i] = d * g * sig;
+            dgate[i] = d * up[i] * sig * (1.0f + g * (1.0f - sig));
+        } else {
+            dup[i] = d * gelu_tanh(g);
+            dgate[i] = d * up[i] * (float)gelu_tanh_grad(g);
+        }
     }
 }

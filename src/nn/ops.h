@@ -48,11 +48,13 @@ void embedding_forward(float *out, const int32_t *tokens, const void *table, DTy
 // dtable (V,C) += dout (N,C) scattered to the rows of tokens
 void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t N, int64_t C);
 
-// out (N,C) = inp * rsqrt(mean(inp^2) + eps) * weight ; weight (C); out may be inp
-void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps);
+// out (N,C) = inp * rsqrt(mean(inp^2) + eps) * (offset + weight) ; weight (C); out may be inp.
+// offset 0 (Qwen, Llama, Mistral), or 1: Gemma's norms scale by 1 + w (their weights start at 0).
+void rmsnorm_forward(float *out, const float *inp, const void *weight, DType wt, int64_t N, int64_t C, float eps,
+                     float offset);
 // dinp (N,C) +=, dweight (C) += (may be NULL: a frozen weight); the norm is recomputed from inp
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const void *weight, DType wt,
-                      int64_t N, int64_t C, float eps);
+                      int64_t N, int64_t C, float eps, float offset);
 
 // out (N,C) = (inp - mean) * rsqrt(var + eps) * weight + bias per row (LayerNorm; the row's statistics in double);
 // weight, bias (C) fp32; out may be inp
@@ -118,10 +120,23 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
                               const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch);
 
-// out (n) = silu(gate) * up
-void swiglu_forward(float *out, const float *gate, const float *up, int64_t n);
+// The gated MLP's activation: SwiGLU's silu (Qwen, Llama, Mistral) or GeGLU's GELU in its tanh form (Gemma's
+// gelu_pytorch_tanh: PyTorch's gelu(approximate="tanh")).
+typedef enum { GLU_SILU, GLU_GELU_TANH } GluAct;
+static inline OPS_HOST_DEVICE float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+// its derivative, in double
+static inline OPS_HOST_DEVICE double gelu_tanh_grad(double x) {
+    double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// out (n) = act(gate) * up
+void glu_forward(float *out, const float *gate, const float *up, int64_t n, GluAct act);
 // dgate, dup (n) OVERWRITTEN; dout may alias dgate
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+void glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n,
+                  GluAct act);
 
 // x (n) += y (n)
 void residual_forward(float *x, const float *y, int64_t n);

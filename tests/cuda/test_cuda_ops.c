@@ -90,12 +90,15 @@ static void test_elementwise(int64_t n) {
     report(op, memcmp(want16, got16, (size_t)n * 2) ? 1.0 : 0.0, 0.0);
 
     float *want = xmalloc((size_t)n * 4), *dout = g_gpu->alloc(g_gpu, (size_t)n * 4);
-    swiglu_forward(want, x, y, n);
-    g_gpu->swiglu_forward(g_gpu, dout, dx, dy, n);
-    float *got = down(dout, n);
-    snprintf(op, sizeof op, "swiglu n%lld", (long long)n);
-    report(op, rel_err(got, want, n, 1e-3), 1e-6);  // expf vs the CPU's exp polynomial: ulps
-    free(got);
+    float *got;
+    for (int act = GLU_SILU; act <= GLU_GELU_TANH; act++) {
+        glu_forward(want, x, y, n, (GluAct)act);
+        g_gpu->glu_forward(g_gpu, dout, dx, dy, n, (GluAct)act);
+        got = down(dout, n);
+        snprintf(op, sizeof op, "glu %s n%lld", act == GLU_SILU ? "silu" : "gelu-tanh", (long long)n);
+        report(op, rel_err(got, want, n, 1e-3), 1e-6);  // expf vs the CPU's exp polynomial, tanhf: ulps
+        free(got);
+    }
 
     memcpy(want, x, (size_t)n * 4);
     residual_forward(want, y, n);
@@ -122,12 +125,15 @@ static void test_embedding_rmsnorm(int64_t N, int64_t C, int64_t V) {
     snprintf(op, sizeof op, "embedding N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
     report(op, rel_err(got, want, N * C, 0.0), 0.0);
     free(got);
-    rmsnorm_forward(want, x, w16, DTYPE_BF16, N, C, 1e-6f);
-    g_gpu->rmsnorm_forward(g_gpu, dout, dx, dw, DTYPE_BF16, N, C, 1e-6f);
-    got = down(dout, N * C);
-    snprintf(op, sizeof op, "rmsnorm N%lld C%lld", (long long)N, (long long)C);
-    report(op, rel_err(got, want, N * C, 0.0), 4e-7);  // sums in double on both sides: rounding of r only
-    free(got), free(table), free(w), free(x), free(t16), free(w16), free(tok), free(want);
+    for (int off = 0; off <= 1; off++) {  // Gemma's (1 + w) with offset 1
+        rmsnorm_forward(want, x, w16, DTYPE_BF16, N, C, 1e-6f, (float)off);
+        g_gpu->rmsnorm_forward(g_gpu, dout, dx, dw, DTYPE_BF16, N, C, 1e-6f, (float)off);
+        got = down(dout, N * C);
+        snprintf(op, sizeof op, "rmsnorm N%lld C%lld offset %d", (long long)N, (long long)C, off);
+        report(op, rel_err(got, want, N * C, 0.0), 4e-7);  // sums in double on both sides: rounding of r only
+        free(got);
+    }
+    free(table), free(w), free(x), free(t16), free(w16), free(tok), free(want);
     gfree(dout), gfree(dt), gfree(dtok), gfree(dw), gfree(dx);
 }
 
@@ -464,15 +470,20 @@ static void test_train_elementwise(int64_t n) {
     float *wg = xmalloc((size_t)n * 4), *wu = xmalloc((size_t)n * 4);
     void *dx = up(x, (size_t)n * 4), *dy = up(y, (size_t)n * 4), *dd = up(d, (size_t)n * 4);
     void *dg = g_gpu->alloc(g_gpu, (size_t)n * 4), *du = g_gpu->alloc(g_gpu, (size_t)n * 4);
-    swiglu_backward(wg, wu, d, x, y, n);
-    g_gpu->swiglu_backward(g_gpu, dg, du, dd, dx, dy, n);
-    snprintf(op, sizeof op, "swiglu_backward n%lld (dgate, dup)", (long long)n);
-    float *gg = down(dg, n), *gu = down(du, n);
-    report(op, fmax(rel_err(gg, wg, n, 1e-3), rel_err(gu, wu, n, 1e-3)), 1e-6);  // expf vs exp_approx: ulps
-    free(gg), free(gu);
-    g_gpu->swiglu_backward(g_gpu, dd, du, dd, dx, dy, n);  // dout aliasing dgate
-    snprintf(op, sizeof op, "swiglu_backward n%lld, dout = dgate", (long long)n);
-    check(op, dd, wg, n, 1e-3, 1e-6);
+    for (int act = GLU_SILU; act <= GLU_GELU_TANH; act++) {
+        const char *name = act == GLU_SILU ? "silu" : "gelu-tanh";
+        glu_backward(wg, wu, d, x, y, n, (GluAct)act);
+        g_gpu->glu_backward(g_gpu, dg, du, dd, dx, dy, n, (GluAct)act);
+        snprintf(op, sizeof op, "glu_backward %s n%lld (dgate, dup)", name, (long long)n);
+        float *gg = down(dg, n), *gu = down(du, n);
+        report(op, fmax(rel_err(gg, wg, n, 1e-3), rel_err(gu, wu, n, 1e-3)), 1e-6);  // expf vs exp_approx: ulps
+        free(gg), free(gu);
+        g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);
+        g_gpu->glu_backward(g_gpu, dd, du, dd, dx, dy, n, (GluAct)act);  // dout aliasing dgate
+        snprintf(op, sizeof op, "glu_backward %s n%lld, dout = dgate", name, (long long)n);
+        check(op, dd, wg, n, 1e-3, 1e-6);
+        g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);
+    }
 
     gelu_forward(wg, x, n);
     g_gpu->gelu_forward(g_gpu, dg, dx, n);
@@ -553,12 +564,14 @@ static void test_norms_backward(int64_t N, int64_t C, int64_t V) {
     snprintf(op, sizeof op, "embedding_backward N%lld C%lld V%lld", (long long)N, (long long)C, (long long)V);
     check(op, ddt, wdt, V * C, 0.0, 0.0);  // the same adds in the same order
 
-    rmsnorm_backward(wdx, wdw, dy, x, w16, DTYPE_BF16, N, C, 1e-6f);
-    g_gpu->rmsnorm_backward(g_gpu, ddx, ddw, dDY, dX, dW16, DTYPE_BF16, N, C, 1e-6f);
-    snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld: dinp", (long long)N, (long long)C);
-    check(op, ddx, wdx, N * C, 0.0, 1e-6);  // sums in double on both sides: rounding of r and r^3 mean
-    snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld: dweight", (long long)N, (long long)C);
-    check(op, ddw, wdw, C, 0.0, 8.0 * U * sqrt((double)N));
+    for (int off = 0; off <= 1; off++) {  // the second pass adds to the first's sums on both sides
+        rmsnorm_backward(wdx, wdw, dy, x, w16, DTYPE_BF16, N, C, 1e-6f, (float)off);
+        g_gpu->rmsnorm_backward(g_gpu, ddx, ddw, dDY, dX, dW16, DTYPE_BF16, N, C, 1e-6f, (float)off);
+        snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld offset %d: dinp", (long long)N, (long long)C, off);
+        check(op, ddx, wdx, N * C, 0.0, 1e-6);  // sums in double on both sides: rounding of r and r^3 mean
+        snprintf(op, sizeof op, "rmsnorm_backward N%lld C%lld offset %d: dweight", (long long)N, (long long)C, off);
+        check(op, ddw, wdw, C, 0.0, 8.0 * U * sqrt((double)N));
+    }
 
     float *want = xmalloc((size_t)(N * C) * 4);
     layernorm_forward(want, x, w, b, N, C, 1e-6f);

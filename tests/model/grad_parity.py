@@ -57,6 +57,11 @@ CASES = [
     # start past key 0
     ("mistral-untied-gqa2-window40", dict(T, seed=208, hidden=64, heads=4, kv_heads=2, vocab=400, tied=False,
                                           arch="mistral", sliding_window=40)),
+    # Gemma 3 (modeling_gemma3.py): local layers (a 40-key window, RoPE base 1e4) and a global one, (1 + w) norms,
+    # post-norms, sqrt(hidden)-scaled embeddings, GELU-tanh, query_pre_attn_scalar 20
+    ("gemma3-tied-gqa2-window40", dict(T, seed=209, hidden=64, heads=4, kv_heads=2, vocab=400, tied=True,
+                                       arch="gemma3", head_dim=24, rope_theta=1e6, sliding_window=40, pattern=3,
+                                       query_scalar=20)),
     ("untied-mha-h32", dict(T, seed=201, hidden=32, heads=4, kv_heads=4, vocab=300, tied=False)),
     ("tied-gqa2-h64", dict(T, seed=202, hidden=64, heads=4, kv_heads=2, vocab=512, tied=True)),
     ("untied-mqa4-h64", dict(T, seed=203, hidden=64, heads=4, kv_heads=1, vocab=600, tied=False)),
@@ -93,35 +98,43 @@ def seq_logits(P, cfg, toks):
     """Logits (T, V) of one sequence, positions from 0."""
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, eps = ref.head_dim(cfg), cfg["rms_norm_eps"]
-    inv = ref.rope_inv_freq(cfg, D)
+    gemma = ref.is_gemma(cfg)  # modeling_gemma3.py: (1 + w) norms, post-norms, GELU-tanh, local/global layers
+
+    def norm(x, name):
+        return rmsnorm(x, 1 + P[name] if gemma else P[name], eps)
+
     n = len(toks)
     ids = torch.tensor(toks, dtype=torch.long)
-    causal = ~ref.causal_mask(n, ref.sliding_window(cfg))
-    x = P["model.embed_tokens.weight"][ids]
+    x = P["model.embed_tokens.weight"][ids] * ref.embed_scale(cfg)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
+        inv = ref.layer_inv_freq(cfg, l, D)
+        causal = ~ref.causal_mask(n, ref.layer_window(cfg, l))
+        h = norm(x, p + "input_layernorm.weight")
         zero = torch.zeros((), dtype=torch.float64)  # no q/k/v biases (Qwen3)
         q = (h @ P[p + "self_attn.q_proj.weight"].t() + P.get(p + "self_attn.q_proj.bias", zero)).view(n, H, D)
         k = (h @ P[p + "self_attn.k_proj.weight"].t() + P.get(p + "self_attn.k_proj.bias", zero)).view(n, KVH, D)
         v = (h @ P[p + "self_attn.v_proj.weight"].t() + P.get(p + "self_attn.v_proj.bias", zero)).view(n, KVH, D)
         if p + "self_attn.q_norm.weight" in P:  # Qwen3: RMSNorm over each head, before RoPE
-            q = rmsnorm(q, P[p + "self_attn.q_norm.weight"], eps)
-            k = rmsnorm(k, P[p + "self_attn.k_norm.weight"], eps)
+            q = norm(q, p + "self_attn.q_norm.weight")
+            k = norm(k, p + "self_attn.k_norm.weight")
         q, k = rope(q, D, inv), rope(k, D, inv)
         heads = []
         for hh in range(H):
             g = hh // (H // KVH)  # query head hh reads kv head hh / (H/KVH)
-            s = (q[:, hh, :] @ k[:, g, :].t()) / math.sqrt(D)
+            s = (q[:, hh, :] @ k[:, g, :].t()) * ref.attn_scale(cfg, D)
             s = s.masked_fill(~causal, float("-inf"))
             heads.append(torch.softmax(s, -1) @ v[:, g, :])
         a = torch.cat(heads, -1)  # (n, H*D), head-major columns
-        x = x + a @ P[p + "self_attn.o_proj.weight"].t()
-        h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
+        o = a @ P[p + "self_attn.o_proj.weight"].t()
+        x = x + (norm(o, p + "post_attention_layernorm.weight") if gemma else o)
+        h = norm(x, p + ("pre_feedforward_layernorm.weight" if gemma else "post_attention_layernorm.weight"))
         gate = h @ P[p + "mlp.gate_proj.weight"].t()
         up = h @ P[p + "mlp.up_proj.weight"].t()
-        x = x + (gate * torch.sigmoid(gate) * up) @ P[p + "mlp.down_proj.weight"].t()
-    x = rmsnorm(x, P["model.norm.weight"], eps)
+        act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma else gate * torch.sigmoid(gate)
+        d = (act * up) @ P[p + "mlp.down_proj.weight"].t()
+        x = x + (norm(d, p + "post_feedforward_layernorm.weight") if gemma else d)
+    x = norm(x, "model.norm.weight")
     W = P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else P["lm_head.weight"]
     return x @ W.t()
 

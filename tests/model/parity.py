@@ -52,6 +52,14 @@ CASES = [
                                          arch="llama", rope_scaling={"rope_type": "linear", "factor": 4.0})),
     ("mistral-f32-untied-gqa2", dict(T, seed=113, heads=4, kv_heads=2, vocab=400, tied=False, dtype="f32",
                                      arch="mistral", rope_theta=1e6, eps=1e-5)),
+    # Gemma 3 (modeling_gemma3.py): two local layers of three (windows of 40 and 150 keys, RoPE base 1e4) and a
+    # global one, with llama's linear rescaling on the global RoPE as Gemma-3-4B has
+    ("gemma3-f32-tied-gqa2-window40", dict(T, seed=116, layers=3, heads=4, kv_heads=2, vocab=500, tied=True,
+                                           dtype="f32", arch="gemma3", head_dim=24, rope_theta=1e6, sliding_window=40,
+                                           pattern=3, query_scalar=20)),
+    ("gemma3-bf16-untied-mqa-window150", dict(T, seed=117, layers=3, heads=4, kv_heads=1, vocab=600, tied=False,
+                                              dtype="bf16", arch="gemma3", head_dim=32, sliding_window=150, pattern=3,
+                                              query_scalar=32, rope_scaling={"rope_type": "linear", "factor": 8.0})),
     ("mistral-f32-tied-gqa2-window40", dict(T, seed=114, heads=4, kv_heads=2, vocab=400, tied=True, dtype="f32",
                                             arch="mistral", sliding_window=40)),
     ("mistral-bf16-untied-gqa4-window150", dict(T, seed=115, heads=8, kv_heads=2, vocab=500, tied=False,
@@ -145,7 +153,8 @@ def main():
     # where torch's is 1.8e-3 and the unrounded run's 4.5e-3.)
     for name, extra in [("bf16-tied-gqa2", []), ("bf16-untied-gqa2-3shards", []),
                         ("f32-untied-gqa4", ["--dtype", "bf16"]), ("qwen3-bf16-untied-gqa4-d32", []),
-                        ("llama-bf16-untied-gqa4-d32-llama3", []), ("mistral-bf16-untied-gqa4-window150", [])]:
+                        ("llama-bf16-untied-gqa4-d32-llama3", []), ("mistral-bf16-untied-gqa4-window150", []),
+                        ("gemma3-bf16-untied-mqa-window150", [])]:
         def bf16_case(name=name, extra=extra):
             d, kw = os.path.join(a.tmp, name), dict(CASES)[name]
             seqs = batch(kw["seed"], kw["vocab"])

@@ -11,7 +11,7 @@
 // The linear ops (embedding, matmul, rope) have no truncation error at all.
 //
 // Besides the values: gradients are ADDED into pre-filled buffers (checked against a run into
-// zeros), buffers ops.h calls OVERWRITTEN ignore their NaN-filled contents, swiglu's dout may
+// zeros), buffers ops.h calls OVERWRITTEN ignore their NaN-filled contents, glu's dout may
 // alias dgate, matmul's dinp/dbias may be NULL, and logprob rows with target -1 get no gradient
 // even with a non-zero dlogp. Prints one line per op and tensor; exit status 1 on any failure.
 //
@@ -186,27 +186,28 @@ static void test_embedding(void) {
 typedef struct {
     float *out, *inp, *w, *r;
     int64_t N, C;
-    float eps;
+    float eps, offset;
 } RmsCtx;
 
 static double rms_loss(void *p) {
     RmsCtx *c = p;
-    rmsnorm_forward(c->out, c->inp, c->w, DTYPE_F32, c->N, c->C, c->eps);
+    rmsnorm_forward(c->out, c->inp, c->w, DTYPE_F32, c->N, c->C, c->eps, c->offset);
     return dot_d(c->r, c->out, c->N * c->C);
 }
 
-static void test_rmsnorm(int64_t N, int64_t C, float eps) {
+// offset 1: Gemma's (1 + w), its weights near 0
+static void test_rmsnorm(int64_t N, int64_t C, float eps, float offset) {
     char op[64];
-    snprintf(op, sizeof op, "rmsnorm N%lld C%lld eps%g", (long long)N, (long long)C, eps);
-    RmsCtx c = {fnew(N * C), frandn(N * C, 1.0f), frandn(C, 0.1f), frandn(N * C, 1.0f), N, C, eps};
-    for (int64_t j = 0; j < C; j++) c.w[j] += 1.0f;
+    snprintf(op, sizeof op, "rmsnorm N%lld C%lld eps%g offset %g", (long long)N, (long long)C, eps, offset);
+    RmsCtx c = {fnew(N * C), frandn(N * C, 1.0f), frandn(C, 0.1f), frandn(N * C, 1.0f), N, C, eps, offset};
+    for (int64_t j = 0; j < C; j++) c.w[j] += 1.0f - offset;
     for (int64_t j = 0; j < C; j++) c.inp[2 * C + j] *= 0.1f;  // a small-norm row
     float *dx = fnew(N * C), *dw = fnew(C);
-    rmsnorm_backward(dx, dw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps);
+    rmsnorm_backward(dx, dw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps, offset);
     fd_check(op, "dinp", rms_loss, &c, c.inp, dx, N * C, 1e-3f, 1 << 30);
     fd_check(op, "dweight", rms_loss, &c, c.w, dw, C, 1e-2f, 1 << 30);
     float *px = frandn(N * C, 1.0f), *pw = frandn(C, 1.0f), *ax = fcopy(px, N * C), *aw = fcopy(pw, C);
-    rmsnorm_backward(ax, aw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps);
+    rmsnorm_backward(ax, aw, c.r, c.inp, c.w, DTYPE_F32, N, C, eps, offset);
     acc_check(op, "dinp", ax, px, dx, N * C);
     acc_check(op, "dweight", aw, pw, dw, C);
     free(c.out), free(c.inp), free(c.w), free(c.r), free(dx), free(dw), free(px), free(pw), free(ax), free(aw);
@@ -421,30 +422,31 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
     free(scr), free(dq), free(dk), free(dv), free(oq), free(ok), free(ov);
 }
 
-// ---------------------------------------------------------------------------------------- swiglu
+// ---------------------------------------------------------------------------------------- glu
 
 typedef struct {
     float *out, *gate, *up, *r;
     int64_t n;
-} SwiCtx;
+    GluAct act;
+} GluCtx;
 
-static double swi_loss(void *p) {
-    SwiCtx *c = p;
-    swiglu_forward(c->out, c->gate, c->up, c->n);
+static double glu_loss(void *p) {
+    GluCtx *c = p;
+    glu_forward(c->out, c->gate, c->up, c->n, c->act);
     return dot_d(c->r, c->out, c->n);
 }
 
-static void test_swiglu(void) {
-    const char *op = "swiglu n41";
+static void test_glu(GluAct act) {
+    const char *op = act == GLU_SILU ? "glu silu n41" : "glu gelu-tanh n41";
     int64_t n = 41;
-    SwiCtx c = {fnew(n), frandn(n, 3.0f), frandn(n, 1.0f), frandn(n, 1.0f), n};
+    GluCtx c = {fnew(n), frandn(n, 3.0f), frandn(n, 1.0f), frandn(n, 1.0f), n, act};
     c.gate[0] = -12.0f, c.gate[1] = 12.0f, c.gate[2] = 0.0f;  // saturated ends and the origin
     float *dg = nan_filled(n), *du = nan_filled(n);           // OVERWRITTEN
-    swiglu_backward(dg, du, c.r, c.gate, c.up, n);
-    fd_check(op, "dgate", swi_loss, &c, c.gate, dg, n, 1e-2f, 1 << 30);
-    fd_check(op, "dup", swi_loss, &c, c.up, du, n, 0.25f, 1 << 30);
+    glu_backward(dg, du, c.r, c.gate, c.up, n, act);
+    fd_check(op, "dgate", glu_loss, &c, c.gate, dg, n, 1e-2f, 1 << 30);
+    fd_check(op, "dup", glu_loss, &c, c.up, du, n, 0.25f, 1 << 30);
     float *ag = fcopy(c.r, n), *au = nan_filled(n);  // dout aliases dgate
-    swiglu_backward(ag, au, ag, c.gate, c.up, n);
+    glu_backward(ag, au, ag, c.gate, c.up, n, act);
     double e = 0.0;
     for (int64_t i = 0; i < n; i++) e = fmax(e, fmax(fabs((double)ag[i] - dg[i]), fabs((double)au[i] - du[i])));
     report(op, "dout aliasing dgate", e / fmax(fmax(maxabs(dg, n), maxabs(du, n)), 1e-30), 0.0, "");
@@ -734,8 +736,9 @@ int main(int argc, char **argv) {
     rng_init(&g_rng, 1234);
     test_vmath();
     test_embedding();
-    test_rmsnorm(5, 37, 1e-5f);
-    test_rmsnorm(3, 16, 1e-6f);
+    test_rmsnorm(5, 37, 1e-5f, 0.0f);
+    test_rmsnorm(3, 16, 1e-6f, 0.0f);
+    test_rmsnorm(4, 24, 1e-6f, 1.0f);
     test_layernorm(5, 37, 1e-6f);
     test_layernorm(3, 16, 1e-5f);
     test_gelu();
@@ -766,7 +769,8 @@ int main(int argc, char **argv) {
     test_attention(l4, 2, 2, 1, 4, 0, 160);      // crosses the 128-query block; sampled
     test_attention(l1, 3, 4, 2, 8, 3, 1 << 30);  // sliding window 3 (Mistral's, Gemma's local layers)
     test_attention(l4, 2, 2, 1, 4, 50, 160);     // a window across the 128-query block's start
-    test_swiglu();
+    test_glu(GLU_SILU);
+    test_glu(GLU_GELU_TANH);
     test_logprob(9, 12, 50, 1 << 30);
     test_logprob(300, 8, 37, 200);  // crosses the 256-row chunk; sampled
     printf("test_ops_grad: %d checks, %d failed\n", g_checks, g_failures);

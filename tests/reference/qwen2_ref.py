@@ -136,6 +136,13 @@ def is_qwen3(cfg):
     return cfg.get("model_type") == "qwen3"
 
 
+def is_gemma(cfg):
+    """Gemma 3's text model (modeling_gemma3.py, Gemma3ForCausalLM): RMSNorms scaling by (1 + w), embeddings times
+    sqrt(hidden), q/k norms, the attention's and the MLP's outputs normed before their residual adds, a GELU-tanh
+    gated MLP, local (sliding-window, own RoPE base) and global layers, scores scaled by query_pre_attn_scalar."""
+    return cfg.get("model_type") == "gemma3_text"
+
+
 def is_reward_model(cfg):
     """Qwen2ForSequenceClassification / Qwen3ForSequenceClassification: a score head where lm_head would be."""
     return any(a.endswith("ForSequenceClassification") for a in cfg.get("architectures", []))
@@ -162,6 +169,39 @@ def sliding_window(cfg):
     i - j < sliding_window, masking_utils.sliding_window_overlay); 0 for full attention (null, or a family whose
     key means nothing without use_sliding_window)."""
     return (cfg.get("sliding_window") or 0) if cfg.get("model_type") == "mistral" else 0
+
+
+def layer_slides(cfg, li):
+    """Whether layer li attends through a sliding window: Gemma's local layers (layer_types, or all but every
+    sliding_window_pattern-th), Mistral's every layer when sliding_window is set."""
+    if is_gemma(cfg):
+        if cfg.get("layer_types"):
+            return cfg["layer_types"][li] == "sliding_attention"
+        return (li + 1) % cfg.get("sliding_window_pattern", 6) != 0
+    return bool(sliding_window(cfg))
+
+
+def layer_window(cfg, li):
+    return (cfg.get("sliding_window") or 0) if layer_slides(cfg, li) else 0
+
+
+def layer_inv_freq(cfg, li, D):
+    """Layer li's RoPE frequencies: Gemma's local layers use rope_local_base_freq without rescaling."""
+    if is_gemma(cfg) and layer_slides(cfg, li):
+        return rope_inv_freq({"rope_theta": cfg.get("rope_local_base_freq", 10000.0)}, D)
+    return rope_inv_freq(cfg, D)
+
+
+def attn_scale(cfg, D):
+    return cfg.get("query_pre_attn_scalar", 256) ** -0.5 if is_gemma(cfg) else 1.0 / math.sqrt(D)
+
+
+def embed_scale(cfg, bf16=False):
+    """Gemma3TextScaledWordEmbedding's sqrt(hidden): a float32 tensor cast to the weights' dtype (bf16: rounded)."""
+    if not is_gemma(cfg):
+        return 1.0
+    s = torch.tensor(cfg["hidden_size"] ** 0.5, dtype=torch.float32)
+    return float(s.to(torch.bfloat16) if bf16 else s)
 
 
 def causal_mask(T, window):
@@ -212,7 +252,7 @@ def expected_shapes(cfg):
             if has_bias(cfg):
                 s[p + f"self_attn.{n}_proj.bias"] = (rows,)
         s[p + "self_attn.o_proj.weight"] = (C, H * D)
-        if is_qwen3(cfg):  # RMSNorm over each head's query and key
+        if is_qwen3(cfg) or is_gemma(cfg):  # RMSNorm over each head's query and key
             s[p + "self_attn.q_norm.weight"] = (D,)
             s[p + "self_attn.k_norm.weight"] = (D,)
         s.update({
@@ -220,6 +260,9 @@ def expected_shapes(cfg):
             p + "mlp.gate_proj.weight": (I, C), p + "mlp.up_proj.weight": (I, C),
             p + "mlp.down_proj.weight": (C, I),
         })
+        if is_gemma(cfg):
+            s[p + "pre_feedforward_layernorm.weight"] = (C,)
+            s[p + "post_feedforward_layernorm.weight"] = (C,)
     s["model.norm.weight"] = (C,)
     if is_reward_model(cfg):
         s["score.weight"] = (num_labels(cfg), C)
@@ -230,18 +273,19 @@ def expected_shapes(cfg):
 
 def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, vocab, tied,
                dtype="f32", shards=1, rope_theta=10000.0, eps=1e-6, max_pos=512, arch="qwen2", head_dim=None,
-               rope_scaling=None, sliding_window=None):
+               rope_scaling=None, sliding_window=None, pattern=None, query_scalar=None):
     """Write a random Qwen2 (arch "qwen2"), Qwen3 ("qwen3"), Llama ("llama") or Mistral ("mistral") model dir
     (all but Qwen2: head_dim its own, default hidden/heads; rope_scaling: Llama's, e.g. llama3's;
-    sliding_window: Mistral's, None for null); returns
+    sliding_window: Mistral's, None for null; Gemma 3 ("gemma3"): sliding_window and pattern (every pattern-th
+    layer global), query_scalar; its norm weights near 0, as its (1 + w) norms start); returns
     {name: tensor as stored} for round-trip checks."""
     D = head_dim or hidden // heads
     assert heads % kv_heads == 0 and D % 2 == 0 and (arch != "qwen2" or D * heads == hidden)
     sdt = SHORT_DTYPES[dtype]
     names = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
-             "mistral": "MistralForCausalLM"}
+             "mistral": "MistralForCausalLM", "gemma3": "Gemma3ForCausalLM"}
     cfg = {
-        "architectures": [names[arch]], "model_type": arch,
+        "architectures": [names[arch]], "model_type": "gemma3_text" if arch == "gemma3" else arch,
         "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "rms_norm_eps": eps,
@@ -259,11 +303,18 @@ def make_model(out_dir, seed, hidden, layers, heads, kv_heads, intermediate, voc
         del cfg["sliding_window"]
     if arch == "mistral":
         cfg["sliding_window"] = sliding_window
+    if arch == "gemma3":
+        del cfg["hidden_act"]
+        cfg.update({"hidden_activation": "gelu_pytorch_tanh", "sliding_window": sliding_window,
+                    "sliding_window_pattern": pattern, "rope_local_base_freq": 10000.0,
+                    "query_pre_attn_scalar": query_scalar, "final_logit_softcapping": None,
+                    "attn_logit_softcapping": None, "rope_scaling": rope_scaling,
+                    "bos_token_id": 2, "eos_token_id": 1})
     g = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in expected_shapes(cfg).items():
         if name.endswith("norm.weight"):
-            t = 1 + 0.1 * torch.randn(shape, generator=g)       # non-trivial gains
+            t = (0 if arch == "gemma3" else 1) + 0.1 * torch.randn(shape, generator=g)  # non-trivial gains
         elif name.endswith(".bias"):
             t = 0.1 * torch.randn(shape, generator=g)           # non-zero so bias bugs show
         elif name in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -325,6 +376,8 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
             raise ValueError(f"{name}: shape {tuple(raw[name].shape)} != expected {shape}")
     w = {n: raw.pop(n) for n in shapes}  # pop: free each raw tensor as we go
     w = {n: (t.to(torch.bfloat16) if bf16 else t).to(dt) for n, t in w.items()}
+    if is_gemma(cfg):  # Gemma3RMSNorm: x / rms(x) * (1 + w), the 1 added to the stored (rounded) weight
+        w = {n: (1 + t if n.endswith("norm.weight") else t) for n, t in w.items()}
     m = Model()
     m.cfg, m.dtype, m.bf16 = cfg, dt, bf16
     m.C, m.H, m.KVH = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -332,6 +385,9 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     m.V = cfg["vocab_size"]
     m.inv_freq = rope_inv_freq(cfg, m.D)
     m.window = sliding_window(cfg)
+    m.layer_window = [layer_window(cfg, li) for li in range(cfg["num_hidden_layers"])]
+    m.layer_inv = [layer_inv_freq(cfg, li, m.D) for li in range(cfg["num_hidden_layers"])]
+    m.scale, m.embed_scale, m.gemma = attn_scale(cfg, m.D), embed_scale(cfg, bf16), is_gemma(cfg)
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w.get("lm_head.weight")
@@ -363,10 +419,14 @@ def layer_dicts(cfg, w):
     """Per layer, its tensors under short keys from w (HF name -> tensor); None for a bias or q/k norm the
     model has not."""
     layers = []
+    gemma = is_gemma(cfg)  # its pre-MLP norm is pre_feedforward_layernorm; post_attention_layernorm norms o_proj's
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         layers.append({k: w.get(p + n) for k, n in [
-            ("ln1", "input_layernorm.weight"), ("ln2", "post_attention_layernorm.weight"),
+            ("ln1", "input_layernorm.weight"),
+            ("ln2", "pre_feedforward_layernorm.weight" if gemma else "post_attention_layernorm.weight"),
+            ("pa", "post_attention_layernorm.weight" if gemma else "-"),
+            ("pf", "post_feedforward_layernorm.weight" if gemma else "-"),
             ("wq", "self_attn.q_proj.weight"), ("bq", "self_attn.q_proj.bias"),
             ("wk", "self_attn.k_proj.weight"), ("bk", "self_attn.k_proj.bias"),
             ("wv", "self_attn.v_proj.weight"), ("bv", "self_attn.v_proj.bias"),
@@ -573,10 +633,10 @@ def proj(m, li, target, x, w, b=None):
 def hidden_states(m, ids):
     """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
-    cos, sin = rope_cos_sin(T, D, m.theta, m.dtype, m.inv_freq)
-    mask = causal_mask(T, m.window)
-    x = m.embed[ids]
+    x = m.embed[ids] * m.embed_scale
     for li, L in enumerate(m.layers):
+        cos, sin = rope_cos_sin(T, D, m.theta, m.dtype, m.layer_inv[li])
+        mask = causal_mask(T, m.layer_window[li])
         h = rms_norm(x, L["ln1"], m.eps)
         q = proj(m, li, "q_proj", h, L["wq"], L["bq"]).view(T, H, D)
         k = proj(m, li, "k_proj", h, L["wk"], L["bk"]).view(T, KVH, D)
@@ -589,13 +649,15 @@ def hidden_states(m, ids):
         # GQA: q head h uses kv head h // (H/KVH), i.e. each kv head repeated consecutively
         k = k.repeat_interleave(H // KVH, 0)
         v = v.repeat_interleave(H // KVH, 0)
-        s = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(D))
+        s = (q @ k.transpose(1, 2)) * m.scale
         s = s.masked_fill(mask, float("-inf"))
         a = torch.softmax(s, -1) @ v                                        # (H, T, D)
-        x = x + proj(m, li, "o_proj", a.transpose(0, 1).reshape(T, H * D), L["wo"])
+        o = proj(m, li, "o_proj", a.transpose(0, 1).reshape(T, H * D), L["wo"])
+        x = x + (rms_norm(o, L["pa"], m.eps) if m.gemma else o)
         h = rms_norm(x, L["ln2"], m.eps)
         g, u = proj(m, li, "gate_proj", h, L["wg"]), proj(m, li, "up_proj", h, L["wu"])
-        x = x + proj(m, li, "down_proj", F.silu(g) * u, L["wd"])
+        d = proj(m, li, "down_proj", (F.gelu(g, approximate="tanh") if m.gemma else F.silu(g)) * u, L["wd"])
+        x = x + (rms_norm(d, L["pf"], m.eps) if m.gemma else d)
     return rms_norm(x, m.norm, m.eps)
 
 
