@@ -357,8 +357,8 @@ static void layer_pattern(DecoderConfig *c, const cJSON *root, const char *path)
         if (full && !c->sliding_pattern) c->sliding_pattern = l + 1;
     }
     for (l = 0; l < c->layers; l++) {
-        const cJSON *e = cJSON_GetArrayItem(types, (int)l);
-        if (!strcmp(e->valuestring, "sliding_attention") != !decoder_layer_slides(c, l))
+        int slides = strcmp(cJSON_GetArrayItem(types, (int)l)->valuestring, "sliding_attention") == 0;
+        if (slides != decoder_layer_slides(c, l))
             die("%s: layer_types is not a repeating pattern of sliding layers and one full one (layer %lld)", path,
                 (long long)l);
     }

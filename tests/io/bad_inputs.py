@@ -268,7 +268,7 @@ CASES = [
     # a Qwen2 file called Llama: its q/k/v biases have no place in Llama's layout (not dropped silently)
     load("cfg-llama", cfg(architectures=["LlamaForCausalLM"]), "{d}/model.safetensors", "q_proj.bias",
          "LlamaForCausalLM"),
-    load("cfg-model_type-other", cfg(architectures=None, model_type="gemma3_text"), "{d}/" + CFG, '"gemma3_text"'),
+    load("cfg-model_type-other", cfg(architectures=None, model_type="gemma2"), "{d}/" + CFG, '"gemma2"'),
     load("cfg-no-arch-no-model_type", cfg(architectures=None, model_type=None), "{d}/" + CFG, "architecture"),
     load("cfg-sliding-window", cfg(use_sliding_window=True), "{d}/" + CFG, "sliding-window"),
     load("cfg-sliding-window-not-bool", cfg(use_sliding_window="no"), "{d}/" + CFG, "use_sliding_window"),
@@ -308,6 +308,14 @@ CASES = [
                                                     sliding_window=-16), "{d}/" + CFG, "sliding_window -16"),
     load("cfg-mistral-sliding-window-string", cfg(architectures=["MistralForCausalLM"], model_type="mistral",
                                                   sliding_window="4k"), "{d}/" + CFG, "sliding_window"),
+    # Gemma 3: what its row refuses (Gemma 2's soft-caps, another activation, layer types that do not repeat)
+    load("cfg-gemma3-softcap", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                                   final_logit_softcapping=30.0), "{d}/" + CFG, "final_logit_softcapping"),
+    load("cfg-gemma3-activation", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                                      hidden_activation="silu"), "{d}/" + CFG, "hidden_activation", '"silu"'),
+    load("cfg-gemma3-layer-types", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                                       num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]),
+         "{d}/" + CFG, "layer_types", "layer 1"),
     load("cfg-qwen3-head_dim-zero", cfg(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=0),
          "{d}/" + CFG, "head_dim"),
     load("cfg-rope_scaling", cfg(rope_scaling={"type": "linear", "factor": 2.0}), "{d}/" + CFG, "rope_scaling"),

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The architecture table against published checkpoints: the config.json of each model below (as published on
-the Hugging Face Hub, kept here as data) read by grpo's loader (tests/model/arch_tool.c), its layout's parameter
+the Hugging Face Hub, kept here as data; Gemma-3-1B's tie_word_embeddings is its config class's default, true) read
+by grpo's loader (tests/model/arch_tool.c), its layout's parameter
 count equal to the count the Hub publishes for the checkpoint (its safetensors' total) and to the sum over the
 tensors transformers' layout has (qwen2_ref.expected_shapes, written from modeling_llama.py / modeling_mistral.py /
-modeling_qwen2.py), RoPE's frequencies equal to transformers' (modeling_rope_utils.py: default and llama3, in
+modeling_qwen2.py / modeling_gemma3.py), RoPE's frequencies equal to transformers' (modeling_rope_utils.py: default and llama3, in
 float64), grpo's own config.json for it read back the same, and `grpo init`'s presets of the same shapes.
 
 usage: /usr/bin/python3 tests/model/arch_test.py --tool PATH_TO_ARCH_TOOL --tmp DIR
@@ -62,6 +63,17 @@ MODELS = {
                            "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
                            "use_cache": True, "use_sliding_window": False, "vocab_size": 151936},
                           494032768, "qwen2.5-0.5b"),
+    "google/gemma-3-1b-pt": ({"architectures": ["Gemma3ForCausalLM"], "attention_bias": False,
+                              "attention_dropout": 0.0, "attn_logit_softcapping": None, "bos_token_id": 2,
+                              "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": None,
+                              "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+                              "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+                              "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26,
+                              "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+                              "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": None,
+                              "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+                              "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 262144},
+                             999885952, "gemma-3-1b"),
 }
 
 
@@ -101,7 +113,7 @@ def main():
             check(f"{name}: the layout has the Hub's {published:,} parameters (transformers' tensors: "
                   f"{torch_count:,})", got["params"] == published == torch_count, f"{got['params']:,}")
             want = ref.rope_inv_freq(cfg, ref.head_dim(cfg)).tolist()
-            check(f"{name}: RoPE's frequencies are transformers' ({cfg.get('rope_scaling', {}).get('rope_type', 'default')}"
+            check(f"{name}: RoPE's frequencies are transformers' ({(cfg.get('rope_scaling') or {}).get('rope_type', 'default')}"
                   f", head_dim {ref.head_dim(cfg)})", rel(got["inv_freq"], want) < 1e-12,
                   f"max relative {rel(got['inv_freq'], want):.1e}")
             back = os.path.join(d, "written")

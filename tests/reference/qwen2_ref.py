@@ -239,6 +239,11 @@ def rope_inv_freq(cfg, D):
     return torch.where(medium, smoothed, scaled)
 
 
+def tied(cfg):
+    """tie_word_embeddings, or its config class's default: true for Gemma 3, false for the rest."""
+    return cfg.get("tie_word_embeddings", is_gemma(cfg))
+
+
 def expected_shapes(cfg):
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -266,7 +271,7 @@ def expected_shapes(cfg):
     s["model.norm.weight"] = (C,)
     if is_reward_model(cfg):
         s["score.weight"] = (num_labels(cfg), C)
-    elif not cfg["tie_word_embeddings"]:
+    elif not tied(cfg):
         s["lm_head.weight"] = (V, C)
     return s
 
@@ -366,7 +371,7 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     dt = _dtype(compute_dtype)
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
-    cfg.setdefault("tie_word_embeddings", False)
+    cfg.setdefault("tie_word_embeddings", tied(cfg))
     raw = load_weights(model_dir)
     shapes = expected_shapes(cfg)
     for name, shape in shapes.items():

@@ -39,6 +39,9 @@ MODELS = {
     "qwen3": dict(TINY, seed=15, vocab=280, tied=True, arch="qwen3", head_dim=24),  # q/k norms in the KV cache path
     # Mistral's sliding window: decode reads only the cache's last 20 keys
     "mistral-window": dict(TINY, seed=16, vocab=290, tied=False, arch="mistral", sliding_window=20),
+    # Gemma 3: a local layer (20-key window, its own RoPE table in decode) and a global one
+    "gemma3": dict(TINY, seed=17, vocab=300, tied=True, arch="gemma3", head_dim=16, sliding_window=20, pattern=2,
+                   query_scalar=16),
     # 8 layers x 4 KV heads x 64 dims x (K,V) x fp32 = 16 KiB per token, so whole-MiB --kv-cache-mb
     # budgets are fine-grained enough to force waves on a handful of short sequences
     "kv": dict(hidden=256, layers=8, heads=4, kv_heads=4, intermediate=512, max_pos=512, dtype="f32",
@@ -286,7 +289,7 @@ def g_reference(check):
 
 def g_greedy(check):
     """1. temperature 0 == token-by-token argmax of the float64 reference; logprobs under T=1."""
-    for name in ("untied", "tied", "twin-rows", "qwen3", "mistral-window"):
+    for name in ("untied", "tied", "twin-rows", "qwen3", "mistral-window", "gemma3"):
         d = DIRS[name]
         m, eos = refm(d), eos_ids(d)
         prompts = rand_prompts(len(name), [1, 3, 17, 40, 70], m.V)

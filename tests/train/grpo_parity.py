@@ -225,6 +225,9 @@ CASES = {
     "untied-G6": dict(model="small-untied", G=6, mini=2, micro=3, clip=100.0, kl_loss=("k3", 0.05)),
     # a Llama model (modeling_llama.py), off-policy
     "llama-epochs2-mini2": dict(model="small-llama", steps=1, epochs=2, mini=2, lr=1.5e-3),
+    # Mistral (modeling_mistral.py) with a sliding window, Gemma 3 (modeling_gemma3.py): one step each
+    "mistral-window": dict(model="small-mistral", steps=1),
+    "gemma3": dict(model="small-gemma", steps=1),
     # the real Qwen tokenizer and grpo init's tiny preset (vocab 151936, hidden 64)
     "qwen-tiny": dict(model="qwen-tiny", steps=1, P=1, G=4, max_resp=6, micro=2),
     # verl semantics that grpo.c does not follow (see the module docstring)
@@ -576,8 +579,13 @@ def setup(tokenizer):
     llama = dict(arch="llama", rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 32.0,
                                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                              "original_max_position_embeddings": 512})
+    # small-mistral: Mistral with an 8-key sliding window; small-gemma: Gemma 3, a local layer (8 keys) and a global one
+    mistral = dict(arch="mistral", sliding_window=8)
+    gemma = dict(arch="gemma3", sliding_window=8, pattern=2, query_scalar=8)
     for name, seed, tied, kvh, scale, arch in (("small", 11, True, 2, 0.5, {}), ("small-untied", 12, False, 1, 0.5, {}),
-                                               ("small-llama", 13, True, 2, 0.5, llama)):
+                                               ("small-llama", 13, True, 2, 0.5, llama),
+                                               ("small-mistral", 15, False, 2, 0.5, mistral),
+                                               ("small-gemma", 16, True, 1, 0.5, gemma)):
         d = os.path.join(TMP, "model-" + name)
         shutil.rmtree(d, ignore_errors=True)
         make_small_model(d, seed, tied, kvh, scale, **arch)

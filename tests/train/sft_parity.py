@@ -107,9 +107,13 @@ class TorchQwen:
     def view(self, w):
         """A qwen2_ref.Model whose tensors are w[name] (Parameters or any differentiable tensors)."""
         b, m = self.base, ref.Model()
-        for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V", "inv_freq"):
+        for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V", "inv_freq", "window", "layer_window", "layer_inv",
+                  "scale", "gemma"):
             setattr(m, k, getattr(b, k))
         m.dtype, m.bf16 = self.dtype, self.bf16
+        m.embed_scale = ref.embed_scale(b.cfg, self.bf16)
+        if m.gemma:  # (1 + w) norms: the stored w is the parameter
+            w = {n: (1 + t if n.endswith("norm.weight") else t) for n, t in w.items()}
         m.embed = w["model.embed_tokens.weight"]
         m.norm = w["model.norm.weight"]
         m.lm_head = m.embed if self.tied else w["lm_head.weight"]  # tied: the same tensor, grads add up
