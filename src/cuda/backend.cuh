@@ -460,14 +460,14 @@ __device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1
     }
 }
 
-// One block per (query row, kv head), one warp per query head of the group: each tile of keys and
-// values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
-// accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
 // The first of n keys (0 .. n - 1) that the newest (n - 1) sees through a window (0: all).
 __host__ __device__ inline int64_t window_start(int64_t n, int64_t window) {
     return window && n > window ? n - window : 0;
 }
 
+// One block per (query row, kv head), one warp per query head of the group: each tile of keys and
+// values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
+// accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
 // Prefill (seq_off): row i attends to its sequence's rows up to itself, keys packed like the queries.
 // Decode (kv_off, n_keys): row i attends to n_keys[i] cached positions from element kv_off[i].
 // Both read only the last a.window of those keys when a.window > 0.
@@ -531,8 +531,8 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
 static void attention_shape(const Backend *be, AttnShape a) {
     if (a.D < 1 || a.D > ATT_DMAX || a.KVH < 1 || a.H % a.KVH || a.H / a.KVH > ATT_GMAX || a.window < 0)
         die("%s: attention with head_dim %d, %d query heads, %d kv heads and window %lld is not supported (head_dim "
-            "up to %d, at most %d query heads per kv head)", be->name, a.D, a.H, a.KVH, (long long)a.window,
-            ATT_DMAX, ATT_GMAX);
+            "up to %d, at most %d query heads per kv head, a window >= 0)", be->name, a.D, a.H, a.KVH,
+            (long long)a.window, ATT_DMAX, ATT_GMAX);
 }
 
 static void attend(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -1,8 +1,9 @@
 // The decoder-only transformer of every model the project reads (Qwen2, Qwen3, Qwen2.5-VL's language model,
-// Llama, Mistral, Gemma 3), driven by an architecture table (model/decoder_config.c): a row per Hugging Face family
-// says which parts a layer has (q/k/v biases, q/k norms, its own head_dim, M-RoPE, RoPE rescaling, sliding windows,
-// Gemma's norms, embedding scale and GELU), its config keys' defaults and its names. Here: the config, one parameter slab (fp32 or bf16) with named offsets, HF load/save,
-// the forward pass over a packed batch of sequences, the KV cache and decode, and training's forward/backward.
+// Llama, Mistral, Gemma 3), driven by an architecture table (model/decoder_config.c): a row per Hugging Face
+// family says which parts a layer has (q/k/v biases, q/k norms, its own head_dim, M-RoPE, RoPE rescaling,
+// sliding windows, Gemma's norms, embedding scale and GELU), its config keys' defaults and its names. Here: the
+// config, one parameter slab (fp32 or bf16) with named offsets, HF load/save, the forward pass over a packed
+// batch of sequences, the KV cache and decode, and training's forward/backward.
 #pragma once
 #include <cjson/cJSON.h>
 #include <stddef.h>

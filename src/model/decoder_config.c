@@ -181,6 +181,8 @@ void decoder_config_check(const DecoderConfig *c, const char *where) {
     if (c->heads / c->kv_heads > 128) die("%s: more than 128 query heads per key/value head is unsupported", where);
     if (c->head_dim % 2) die("%s: head dimension %lld must be even for RoPE", where, (long long)c->head_dim);
     if (!(c->rope.theta > 0) || !(c->eps > 0)) die("%s: rope_theta and rms_norm_eps must be positive", where);
+    if (c->family == ARCH_GEMMA3 && !(c->rope_local.theta > 0))
+        die("%s: rope_local_base_freq must be positive", where);
     const RopeFreqs *r = &c->rope;
     if (r->type != ROPE_DEFAULT && !(r->factor >= 1 && r->factor <= 1e6))
         die("%s: the rope scaling factor %g is outside [1, 1e6]", where, r->factor);
@@ -337,7 +339,7 @@ static void rope_keys(DecoderConfig *c, const DecoderArch *arch, const cJSON *ro
 }
 
 // Which of Gemma's layers slide: layer_types (transformers 5) must repeat (pattern - 1) sliding layers and a full
-// one; or sliding_window_pattern (4).
+// one; or sliding_window_pattern (transformers 4).
 static void layer_pattern(DecoderConfig *c, const cJSON *root, const char *path) {
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (!types || cJSON_IsNull(types)) {
@@ -485,7 +487,9 @@ static void gemma_json(cJSON *r, const DecoderConfig *c) {
     for (int64_t l = 0; l < c->layers; l++)
         cJSON_AddItemToArray(types, cJSON_CreateString(decoder_layer_slides(c, l) ? "sliding_attention"
                                                                                   : "full_attention"));
-    cJSON_AddNumberToObject(r, "sliding_window_pattern", (double)c->sliding_pattern);
+    // no global layer: a pattern past the last layer (transformers divides by it)
+    cJSON_AddNumberToObject(r, "sliding_window_pattern",
+                            (double)(c->sliding_pattern ? c->sliding_pattern : c->layers + 1));
     cJSON_AddNumberToObject(r, "rope_local_base_freq", c->rope_local.theta);
     cJSON_AddNumberToObject(r, "query_pre_attn_scalar", c->query_scalar);
     cJSON_AddNullToObject(r, "final_logit_softcapping");

@@ -309,6 +309,7 @@ void decoder_backward(const Decoder *m, float *grads, const float *dlogp, const 
         be->zero(be, dx, (size_t)C * sizeof(float));
     }
     free(row);
+    if (m->lora) return;  // the table is frozen
     if (c->embed_scaled) be->scale(be, t->dx, (size_t)(N * C), decoder_embed_scale(c, m->dtype));
-    if (!m->lora) be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
+    be->embedding_backward(be, grads + m->w.embed, t->dx, t->tokens, N, C);
 }

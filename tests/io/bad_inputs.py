@@ -313,6 +313,8 @@ CASES = [
                                    final_logit_softcapping=30.0), "{d}/" + CFG, "final_logit_softcapping"),
     load("cfg-gemma3-activation", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
                                       hidden_activation="silu"), "{d}/" + CFG, "hidden_activation", '"silu"'),
+    load("cfg-gemma3-rope-local-zero", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+                                           rope_local_base_freq=0), "{d}/" + CFG, "rope_local_base_freq"),
     load("cfg-gemma3-layer-types", cfg(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
                                        num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]),
          "{d}/" + CFG, "layer_types", "layer 1"),
