@@ -460,11 +460,6 @@ __device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1
     }
 }
 
-// The first of n keys (0 .. n - 1) that the newest (n - 1) sees through a window (0: all).
-__host__ __device__ inline int64_t window_start(int64_t n, int64_t window) {
-    return window && n > window ? n - window : 0;
-}
-
 // One block per (query row, kv head), one warp per query head of the group: each tile of keys and
 // values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
 // accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
@@ -487,7 +482,7 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
         start = kv_off[i];
         nk = n_keys[i];
     }
-    int64_t first = window_start(nk, a.window);
+    int64_t first = attn_first_key(nk - 1, a.window);  // row i is the newest of its nk keys
     start += first * kvs;
     nk -= first;
     const float *kb = k + start + (int64_t)g * D, *vb = v + start + (int64_t)g * D;
@@ -984,7 +979,7 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
     int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D;
     int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
     int b = seq_of(seq_off, B, i);
-    int64_t first = seq_off[b] + window_start(i - seq_off[b] + 1, a.window), nk = i - first + 1;
+    int64_t first = seq_off[b] + attn_first_key(i - seq_off[b], a.window), nk = i - first + 1;
     const float *kb = k + first * kvs + (int64_t)g * D, *vb = v + first * kvs + (int64_t)g * D;
     const float *dor = dout + i * qs + (int64_t)h * D;
     float scale = a.scale, L = lse[i * H + h], Di = delta[i * H + h], acc[CUDA_ATT_DREGS];
@@ -1070,7 +1065,7 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
                 int pair = t + 128 * x, r = pair / DKV_T, c = pair % DKV_T;
                 int64_t i = i0 + r, j = j0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (r < nq && c < nk && i >= j && i < cend && (a.window == 0 || i - j < a.window)) {
+                if (r < nq && c < nk && i >= j && i < cend && j >= attn_first_key(i, a.window)) {
                     float s = 0.0f, dp = 0.0f;
                     for (int d = 0; d < D; d++) {
                         s += Qs[r][d] * Ks[c][d];

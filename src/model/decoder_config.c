@@ -358,8 +358,9 @@ static void layer_pattern(DecoderConfig *c, const cJSON *root, const char *path)
             die("%s: layer_types[%lld] must be \"sliding_attention\" or \"full_attention\"", path, (long long)l);
         if (full && !c->sliding_pattern) c->sliding_pattern = l + 1;
     }
-    for (l = 0; l < c->layers; l++) {
-        int slides = strcmp(cJSON_GetArrayItem(types, (int)l)->valuestring, "sliding_attention") == 0;
+    l = 0;
+    for (const cJSON *e = types->child; e; e = e->next, l++) {
+        int slides = strcmp(e->valuestring, "sliding_attention") == 0;
         if (slides != decoder_layer_slides(c, l))
             die("%s: layer_types is not a repeating pattern of sliding layers and one full one (layer %lld)", path,
                 (long long)l);

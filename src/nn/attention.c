@@ -23,11 +23,10 @@ static float softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld) {
 
 size_t attention_scratch_floats(int64_t max_T) { return (size_t)omp_get_max_threads() * ATT_QBLOCK * (size_t)max_T; }
 
-// The first key query i sees. A block of queries i0 .. reads keys k0 = key_start(i0) onwards; within them query
-// i sees local indices row_lo(i, k0) .. i - k0.
-static int64_t key_start(int64_t i0, int64_t window) { return window && i0 - window + 1 > 0 ? i0 - window + 1 : 0; }
+// A block of queries i0 .. reads keys k0 = attn_first_key(i0) onwards; within them query i sees local indices
+// row_lo(i, k0) .. i - k0.
 static int64_t row_lo(int64_t i, int64_t k0, int64_t window) {
-    int64_t lo = key_start(i, window) - k0;
+    int64_t lo = attn_first_key(i, window) - k0;
     return lo > 0 ? lo : 0;
 }
 
@@ -48,7 +47,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
             const float *vh = v + r0 * kvs + (int64_t)(h / group) * D;
             float *oh = out + r0 * qs + (int64_t)h * D;
             for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
-                int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = key_start(i0, a.window);
+                int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = attn_first_key(i0, a.window);
                 int64_t nk = i0 + bs - k0;
                 gemm_f32_local(0, 1, bs, nk, D, a.scale, qh + i0 * qs, qs, kh + k0 * kvs, kvs, 0, S, nk);
                 for (int64_t r = 0; r < bs; r++) {
@@ -94,7 +93,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 const float *doh = dout + r0 * qs + (int64_t)h * D;
                 float *dqh = dq + r0 * qs + (int64_t)h * D;
                 for (int64_t i0 = 0; i0 < T; i0 += ATT_QBLOCK) {
-                    int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = key_start(i0, a.window);
+                    int64_t bs = T - i0 < ATT_QBLOCK ? T - i0 : ATT_QBLOCK, k0 = attn_first_key(i0, a.window);
                     int64_t nk = i0 + bs - k0;
                     const float *kb = kg + k0 * kvs, *vb = vg + k0 * kvs;
                     gemm_f32_local(0, 1, bs, nk, D, scale, qh + i0 * qs, qs, kb, kvs, 0, S, nk);
@@ -131,7 +130,8 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < KVH; g++) {
             float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_n;
-            int64_t n0 = key_start(n_keys[b] - 1, a.window), n = n_keys[b] - n0, first = kv_off[b] + n0 * kvs;
+            int64_t n0 = attn_first_key(n_keys[b] - 1, a.window), n = n_keys[b] - n0;
+            int64_t first = kv_off[b] + n0 * kvs;
             const float *qg = q + b * qs + (int64_t)g * group * D;
             const float *kg = k_cache + first + (int64_t)g * D, *vg = v_cache + first + (int64_t)g * D;
             gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, kg, kvs, 0, S, n);

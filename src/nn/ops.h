@@ -89,6 +89,11 @@ typedef struct {
     int64_t window;
     float scale;
 } AttnShape;
+// The first key that query i sees through a window, queries and keys counted alike from 0: i - window + 1, or 0
+// (no window, or not that far in). The CPU ops and the CUDA kernels both mask with it.
+static inline OPS_HOST_DEVICE int64_t attn_first_key(int64_t i, int64_t window) {
+    return window && i - window + 1 > 0 ? i - window + 1 : 0;
+}
 static inline AttnShape attn_shape(int H, int KVH, int D, int64_t window) {
     AttnShape a = {H, KVH, D, window, 1.0f / sqrtf((float)D)};
     return a;

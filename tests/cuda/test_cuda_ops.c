@@ -478,11 +478,10 @@ static void test_train_elementwise(int64_t n) {
         float *gg = down(dg, n), *gu = down(du, n);
         report(op, fmax(rel_err(gg, wg, n, 1e-3), rel_err(gu, wu, n, 1e-3)), 1e-6);  // expf vs exp_approx: ulps
         free(gg), free(gu);
-        g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);
         g_gpu->glu_backward(g_gpu, dd, du, dd, dx, dy, n, (GluAct)act);  // dout aliasing dgate
         snprintf(op, sizeof op, "glu_backward %s n%lld, dout = dgate", name, (long long)n);
         check(op, dd, wg, n, 1e-3, 1e-6);
-        g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);
+        g_gpu->upload(g_gpu, dd, d, (size_t)n * 4);  // dout again for the next activation
     }
 
     gelu_forward(wg, x, n);
