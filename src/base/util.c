@@ -14,6 +14,17 @@
 #include <time.h>
 #include <unistd.h>
 
+// The calling thread's handler: state of the thread (not of the run), set and cleared by its owner.
+static _Thread_local struct {
+    DieHandler fn;
+    void *user;
+} on_die;
+
+void die_catch_on_thread(DieHandler fn, void *user) {
+    on_die.fn = fn;
+    on_die.user = user;
+}
+
 void die(const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -32,6 +43,11 @@ void die(const char *fmt, ...) {
     }
     fputc('\n', stderr);
     fflush(stderr);
+    if (on_die.fn) {
+        DieHandler fn = on_die.fn;
+        on_die.fn = NULL;
+        fn(on_die.user, msg);
+    }
     // _exit: an error exit has nothing to clean up, and leak checkers need not inspect it.
     _exit(1);
 }

@@ -19,6 +19,11 @@
 
 // Prints "grpo: error: <message>" on one line and exits with status 1.
 GRPO_NORETURN void die(const char *fmt, ...) GRPO_PRINTF(1, 2);
+// A thread that must answer for its work when it fails (grpo serve's engine thread: its requests get an error
+// answer) catches die() on that thread: after the error line, die() calls the thread's handler with the
+// message; the handler does not return (it long-jumps to the thread's recovery). NULL: die() exits again.
+typedef void (*DieHandler)(void *user, const char *msg);
+void die_catch_on_thread(DieHandler fn, void *user);
 #ifdef GRPO_FUZZ
 GRPO_NORETURN void fuzz_on_die(const char *msg);  // defined by the fuzz harnesses (tests/fuzz/fuzz.c)
 #endif

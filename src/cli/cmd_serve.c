@@ -46,11 +46,16 @@ int cmd_serve(int argc, char **argv) {
          0},
         {"--timeout", "S", "close a connection idle (or sending nothing) this long", "60", 0},
         {"--max-connections", "N", "open connections at most", "4096", 0},
+        {"--http-threads", "N", "threads reading, parsing and answering requests (the engine has its own)", "4",
+         0},
+        {"--log", "FILE", "append a line per request (time, client, request, status, seconds, tokens); - for stderr",
+         NULL, 0},
     };
     CliSpec spec = {
         "grpo serve --model DIR [options]",
         "OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions (stream: true\n"
-        "for server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+        "for server-sent events), GET /v1/models[/ID], POST /tokenize and /detokenize (vLLM's),\n"
+        "GET /health, GET /metrics (Prometheus). Unknown request fields are refused (400), not ignored.\n"
         "Requests join the running decode batch between steps (continuous batching). Log-probs are\n"
         "grpo generate's: log p under softmax(logits / T) (T = 1 when greedy), and a prompt's (echo)\n"
         "grpo score's. SIGINT/SIGTERM: stop accepting, finish the accepted requests, exit 0.",
@@ -66,7 +71,9 @@ int cmd_serve(int argc, char **argv) {
                       .max_body = (size_t)cli_int(&spec, "--max-body-mb", 1, 4096) << 20,
                       .max_header = (size_t)cli_int(&spec, "--max-header-kb", 4, 1 << 20) << 10,
                       .timeout_s = (unsigned)cli_int(&spec, "--timeout", 1, 86400),
-                      .max_connections = (unsigned)cli_int(&spec, "--max-connections", 1, 1 << 20)};
+                      .max_connections = (unsigned)cli_int(&spec, "--max-connections", 1, 1 << 20),
+                      .http_threads = (unsigned)cli_int(&spec, "--http-threads", 1, 256),
+                      .log = cli_str(&spec, "--log")};
     o.model_name = cli_str(&spec, "--served-model-name") ? cli_str(&spec, "--served-model-name") : dir;
     char *key = cli_str(&spec, "--api-key-file") ? read_key(cli_str(&spec, "--api-key-file")) : NULL;
     o.api_key = key;

@@ -242,6 +242,7 @@ enum cudaError_t {
     cudaErrorMemoryAllocation = 2,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorLaunchFailure = 719,  // only from the fault injection (GRPO_EMU_FAIL_SYNC, emu_runtime.cpp)
 };
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,

@@ -672,6 +672,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unknown error";
 }
@@ -865,9 +866,18 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
+// Fault injection for the tests of what a GPU fault does to grpo (grpo serve answering its requests): with
+// GRPO_EMU_FAIL_SYNC=N the N-th stream synchronisation of the process reports an unspecified launch failure, as
+// a kernel's fault surfaces on a GPU.
+static bool injected_fault() {
+    static const long at = getenv("GRPO_EMU_FAIL_SYNC") ? atol(getenv("GRPO_EMU_FAIL_SYNC")) : 0;
+    static std::atomic<long> syncs{0};
+    return at > 0 && ++syncs == at;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::stream_flush(s);
-    return cudaSuccess;
+    return injected_fault() ? cudaErrorLaunchFailure : cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {

@@ -74,6 +74,13 @@ int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, 
     while (arg + 1 < V && logits[arg] != mx) arg++;  // the lowest id wins ties
     double sum = row_exp_sum(s->prob, logits, V, mx, 1.0f / T);
     double log_sum = log(sum);
+    if (sc->min_p > 0 && sc->temperature > 0) {  // the most likely token has prob 1 here (exp of 0)
+        sum = 0.0;
+        for (int64_t i = 0; i < V; i++) {
+            if (s->prob[i] < sc->min_p) s->prob[i] = 0.0f;
+            sum += s->prob[i];
+        }
+    }
     int32_t id;
     if (sc->temperature <= 0) {
         id = (int32_t)arg;
@@ -110,4 +117,34 @@ int32_t sampler_sample(const SamplerConfig *sc, const float *logits, int64_t V, 
     }
     *logprob = (float)((double)(logits[id] - mx) / T - log_sum);
     return id;
+}
+
+int sampler_processing(const LogitsProcessing *p) {
+    return (p->repetition_penalty > 0 && p->repetition_penalty != 1) || p->presence_penalty != 0 ||
+           p->frequency_penalty != 0 || p->n_bias > 0 || p->min_tokens > 0;
+}
+
+// A token's logit under the repetition penalty (HF's and vLLM's: divided when positive, else multiplied).
+static float repeated(float logit, float penalty) { return logit > 0 ? logit / penalty : logit * penalty; }
+
+void sampler_process(const LogitsProcessing *p, float *logits, const int32_t *prompt, int64_t n_prompt,
+                     const int32_t *out, int64_t n_out, const int32_t *stop_ids, int n_stop, int32_t *count) {
+    if (n_out < p->min_tokens)
+        for (int i = 0; i < n_stop; i++) logits[stop_ids[i]] = -INFINITY;
+    for (int i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias[i];
+    if (p->repetition_penalty > 0 && p->repetition_penalty != 1) {  // each distinct token once
+        for (int64_t i = 0; i < n_prompt + n_out; i++) {
+            int32_t id = i < n_prompt ? prompt[i] : out[i - n_prompt];
+            if (!count[id]) logits[id] = repeated(logits[id], p->repetition_penalty);
+            count[id] = 1;
+        }
+        for (int64_t i = 0; i < n_prompt + n_out; i++) count[i < n_prompt ? prompt[i] : out[i - n_prompt]] = 0;
+    }
+    if (p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    for (int64_t i = 0; i < n_out; i++) count[out[i]]++;
+    for (int64_t i = 0; i < n_out; i++) {  // each distinct output token once, then its count is cleared
+        int32_t c = count[out[i]];
+        if (c) logits[out[i]] -= p->frequency_penalty * (float)c + p->presence_penalty;
+        count[out[i]] = 0;
+    }
 }

@@ -136,11 +136,15 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         const char *b = tokenizer_id_bytes(tok, id, &len);
         buf_append(&out->text, b ? b : "", b ? len : 0);
         out->text_end = (int64_t)out->text.len;
-        for (int i = 0; i < cfg->n_stop_strings && !q->done; i++) {  // within the model's own turn
+        int n_stop = out->n >= cfg->proc.min_tokens ? cfg->n_stop_strings : 0;
+        for (int i = 0; i < n_stop && !q->done; i++) {  // within the model's own turn
             size_t sl = strlen(cfg->stop_strings[i]), from = before >= sl ? before - sl + 1 : 0;
             if (from < (size_t)out->turn_start) from = (size_t)out->turn_start;
             const char *hit = memmem(out->text.data + from, out->text.len - from, cfg->stop_strings[i], sl);
-            if (hit) q->done = 1, out->finish = FINISH_STOP, out->text_end = hit - out->text.data;
+            if (!hit) continue;
+            q->done = 1;
+            out->finish = FINISH_STOP;
+            out->text_end = hit - out->text.data + (cfg->include_stop_str ? (int64_t)sl : 0);
         }
     }
     if (!q->done && out->n >= r->prompt->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
@@ -203,6 +207,9 @@ struct RolloutEngine {
     float *lps;
     double *u;     // each row's uniform draw from its sequence's RNG
     void *scr;     // the backend's sampler scratch
+    float *proc_row;        // (V) a processed row of logits (host)
+    int32_t *proc_count;    // (V) sampler_process's counters
+    SamplerScratch proc_scr;  // the host sampler's, for processed rows
     RolloutStats stats;
 };
 
@@ -252,6 +259,10 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->pending);
     free(e->seqs);
     free(e->host_logits);
+    free(e->proc_row);
+    free(e->proc_count);
+    free(e->proc_scr.prob);
+    free(e->proc_scr.idx);
     decoder_acts_free(&e->acts);
     if (e->arena == &e->own) backend_arena_free(e->m->be, &e->own);
     free(e);
@@ -312,6 +323,31 @@ static const float *host_rows(RolloutEngine *e, const float *logits, int64_t row
     if (!e->host_logits) e->host_logits = xmalloc((size_t)e->n_slots * (size_t)e->m->cfg.vocab * sizeof(float));
     be->download(be, e->host_logits, logits, bytes);
     return e->host_logits;
+}
+
+// Whether q's request samples on the host from processed logits: it has logits processing, or a min_p that
+// only the host sampler has.
+static int host_sampled(const RolloutEngine *e, const RolloutConfig *cfg) {
+    return sampler_processing(&cfg->proc) || (cfg->sampler.min_p > 0 && e->m->be->on_device);
+}
+
+// q's next token from its row of logits (backend memory), processed on the host (host_sampled); logits_fn
+// sees the processed row.
+static int32_t sample_processed(RolloutEngine *e, Seq *q, const float *row, double u, float *lp) {
+    int64_t V = e->m->cfg.vocab;
+    const RolloutRequest *r = q->req;
+    const RolloutSample *out = &r->out[q->sample];
+    if (!e->proc_row) {
+        e->proc_row = xmalloc((size_t)V * sizeof *e->proc_row);
+        e->proc_count = xcalloc((size_t)V, sizeof *e->proc_count);
+        e->proc_scr = (SamplerScratch){xmalloc((size_t)V * sizeof(float)), xmalloc((size_t)V * sizeof(int32_t))};
+    }
+    memcpy(e->proc_row, host_rows(e, row, 1), (size_t)V * sizeof *e->proc_row);
+    sampler_process(&r->cfg->proc, e->proc_row, r->prompt->ids, r->prompt->n, out->tokens, out->n,
+                    r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_count);
+    int32_t id = sampler_sample(&r->cfg->sampler, e->proc_row, V, u, &e->proc_scr, lp);
+    if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, e->proc_row);
+    return id;
 }
 
 // The tool turns of the sequences that paused in this step: one call of a hook for all that share it.
@@ -475,9 +511,13 @@ static void prefill(RolloutEngine *e) {
                 float lp;
                 int32_t id;
                 e->u[0] = draw_unit(r->cfg, q);
-                m->be->sample(m->be, &r->cfg->sampler, row, 1, c->vocab, e->u, e->scr, &id, &lp);
-                if (r->logits_fn && r->want_logits)
-                    r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
+                if (host_sampled(e, r->cfg)) {
+                    id = sample_processed(e, q, row, e->u[0], &lp);
+                } else {
+                    m->be->sample(m->be, &r->cfg->sampler, row, 1, c->vocab, e->u, e->scr, &id, &lp);
+                    if (r->logits_fn && r->want_logits)
+                        r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
+                }
                 q->fresh = 0;
                 q->stepped = 1;
                 record(e, q, id, lp);
@@ -512,14 +552,23 @@ static void decode(RolloutEngine *e) {
         int b1 = b0 + 1;
         while (b1 < B && e->seqs[e->row_seq[b1]].req->cfg == cfg) b1++;
         const float *rows = e->logits + (int64_t)b0 * m->cfg.vocab;
-        m->be->sample(m->be, &cfg->sampler, rows, b1 - b0, m->cfg.vocab, e->u + b0, e->scr, e->tokens + b0,
-                      e->lps + b0);
+        if (host_sampled(e, cfg)) {
+            for (int b = b0; b < b1; b++) {
+                Seq *q = &e->seqs[e->row_seq[b]];
+                if (!q->feed.n)
+                    e->tokens[b] = sample_processed(e, q, rows + (int64_t)(b - b0) * m->cfg.vocab, e->u[b],
+                                                    &e->lps[b]);
+            }
+        } else {
+            m->be->sample(m->be, &cfg->sampler, rows, b1 - b0, m->cfg.vocab, e->u + b0, e->scr, e->tokens + b0,
+                          e->lps + b0);
+        }
         b0 = b1;
     }
     for (int b = 0; b < B; b++) {
         Seq *q = &e->seqs[e->row_seq[b]];
         RolloutRequest *r = q->req;
-        if (r->logits_fn && r->want_logits && !q->feed.n)
+        if (r->logits_fn && r->want_logits && !q->feed.n && !host_sampled(e, r->cfg))
             r->logits_fn(r->user, r->index, q->sample, 0, 1,
                          host_rows(e, e->logits + (int64_t)b * m->cfg.vocab, 1));
         record(e, q, e->tokens[b], e->lps[b]);

@@ -28,6 +28,9 @@ typedef void (*RolloutToolFn)(void *user, RolloutToolTurn *turns, int n);
 
 typedef struct {
     SamplerConfig sampler;
+    LogitsProcessing proc;  // penalties, biases, min_tokens (a row with any: processed and sampled on the host,
+                            // and logits_fn sees the processed row); min_tokens also holds off stop strings
+    int include_stop_str;   // a stop string's text stays in the sample's text (text_end after it)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

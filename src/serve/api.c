@@ -50,17 +50,53 @@ static int get_bool(const cJSON *root, const char *key, int *out, ApiError *err)
     return 0;
 }
 
-// Sampling fields OpenAI has and grpo does not: refused unless they ask for nothing.
-static int check_unsupported(const cJSON *root, ApiError *err) {
-    static const char *const zero[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, zero[i]);
-        if (e && !cJSON_IsNull(e) && !(cJSON_IsNumber(e) && e->valuedouble == 0))
-            return fail(err, 400, zero[i], xprintf("\"%s\" is not supported (only 0)", zero[i]));
+// The request's fields: each known one is read (or refused below when it asks for what grpo does not do);
+// any other is refused, as OpenAI's API does, rather than silently ignored. user and metadata change nothing.
+static int check_known(const cJSON *root, int chat, ApiError *err) {
+    static const char *const both[] = {
+        "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n", "seed",
+        "stop", "stream", "stream_options", "logprobs", "return_token_ids", "presence_penalty",
+        "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens", "ignore_eos", "stop_token_ids",
+        "include_stop_str_in_output", "skip_special_tokens", "user", "metadata", "best_of", "response_format",
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
+    static const char *const completions[] = {"prompt", "echo", "suffix"};
+    static const char *const chats[] = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+                                        "chat_template_kwargs"};
+    for (const cJSON *e = root->child; e; e = e->next) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) known |= !strcmp(e->string, both[i]);
+        const char *const *own = chat ? chats : completions;
+        size_t n_own = chat ? sizeof chats / sizeof chats[0] : sizeof completions / sizeof completions[0];
+        for (size_t i = 0; i < n_own; i++) known |= !strcmp(e->string, own[i]);
+        snprintf(err->own_param, sizeof err->own_param, "%s", e->string);  // the body is freed before the answer
+        if (!known)
+            return fail(err, 400, err->own_param, xprintf("unknown field \"%.100s\" (grpo serve refuses what it would "
+                                                     "ignore)", e->string));
     }
-    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
-    if (bias && !cJSON_IsNull(bias) && cJSON_GetArraySize(bias) > 0)
-        return fail(err, 400, "logit_bias", xprintf("\"logit_bias\" is not supported"));
+    return 0;
+}
+
+// Fields OpenAI or vLLM have and grpo does not do: refused unless they ask for nothing.
+static int check_unsupported(const cJSON *root, ApiError *err) {
+    static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar"};
+    for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, guided[i]);
+        if (e && !cJSON_IsNull(e))
+            return fail(err, 400, guided[i], xprintf("\"%s\" is not supported (no structured outputs yet)", guided[i]));
+    }
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
+    if (format && !cJSON_IsNull(format) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text")))
+        return fail(err, 400, "response_format",
+                    xprintf("\"response_format\" must be {\"type\": \"text\"} (no structured outputs yet)"));
+    const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skip_special_tokens");
+    if (skip && !cJSON_IsNull(skip) && !cJSON_IsFalse(skip))
+        return fail(err, 400, "skip_special_tokens",
+                    xprintf("\"skip_special_tokens\" must be false: the text keeps special tokens"));
+    const cJSON *parallel = cJSON_GetObjectItemCaseSensitive(root, "parallel_tool_calls");
+    if (parallel && !cJSON_IsNull(parallel) && !cJSON_IsTrue(parallel))
+        return fail(err, 400, "parallel_tool_calls",
+                    xprintf("\"parallel_tool_calls\" must be true: the model may call several tools"));
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
     if (suffix && !cJSON_IsNull(suffix))
         return fail(err, 400, "suffix", xprintf("\"suffix\" is not supported"));
@@ -81,7 +117,7 @@ static int parse_ids(const cJSON *arr, int64_t vocab, IdList *ids, const char *w
         int64_t v;
         if (!json_as_int(e, 0, vocab - 1, &v))
             return fail(
-                err, 400, "prompt",
+                err, 400, what,
                 xprintf("%s[%lld] is not a token id in [0, %lld)", what, (long long)i, (long long)vocab));
         idlist_push(ids, (int32_t)v);
     }
@@ -124,7 +160,8 @@ static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokeniz
     return 0;
 }
 
-static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, ApiError *err) {
+static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, int generation,
+                          ApiError *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
@@ -134,7 +171,7 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     Buf text = {0};
     const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     if (cJSON_IsNull(kwargs)) kwargs = NULL;
-    char *why = chat_render(&tok->chat, msgs, tools, kwargs, nul, 1, &text);
+    char *why = chat_render(&tok->chat, msgs, tools, kwargs, nul, generation, &text);
     if (why) {
         buf_free(&text);
         return fail(err, 400, "messages", why);
@@ -171,6 +208,61 @@ static int parse_stop(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *er
     return 0;
 }
 
+// "logit_bias": {"token id": bias in [-100, 100]}, as OpenAI.
+static int parse_bias(ApiJob *job, const cJSON *root, int64_t vocab, ApiError *err) {
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!bias || cJSON_IsNull(bias)) return 0;
+    if (!cJSON_IsObject(bias))
+        return fail(err, 400, "logit_bias", xprintf("\"logit_bias\" must be an object of token ids to biases"));
+    int n = cJSON_GetArraySize(bias);
+    job->bias_ids = xcalloc((size_t)(n ? n : 1), sizeof *job->bias_ids);
+    job->bias = xcalloc((size_t)(n ? n : 1), sizeof *job->bias);
+    int i = 0;
+    for (const cJSON *e = bias->child; e; e = e->next, i++) {
+        char *end;
+        long long id = strtoll(e->string, &end, 10);
+        if (!*e->string || *end || id < 0 || id >= vocab)
+            return fail(err, 400, "logit_bias",
+                        xprintf("\"logit_bias\" key \"%.40s\" is not a token id in [0, %lld)", e->string,
+                                (long long)vocab));
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return fail(err, 400, "logit_bias", xprintf("\"logit_bias\"[\"%lld\"] must be a number in [-100, 100]",
+                                                        id));
+        job->bias_ids[i] = (int32_t)id;
+        job->bias[i] = (float)e->valuedouble;
+    }
+    job->cfg.proc.bias_ids = job->bias_ids;
+    job->cfg.proc.bias = job->bias;
+    job->cfg.proc.n_bias = n;
+    return 0;
+}
+
+// The stop ids: the model's (none with ignore_eos) and "stop_token_ids".
+static int parse_stop_ids(ApiJob *job, const cJSON *root, const ApiLimits *lim, int64_t vocab, ApiError *err) {
+    int ignore_eos = 0;
+    if (get_bool(root, "ignore_eos", &ignore_eos, err)) return -1;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");
+    if (ids && !cJSON_IsNull(ids) && !cJSON_IsArray(ids))
+        return fail(err, 400, "stop_token_ids", xprintf("\"stop_token_ids\" must be a list of token ids"));
+    int n = cJSON_GetArraySize(ids);
+    if (n > API_STOP_MAX)
+        return fail(err, 400, "stop_token_ids", xprintf("\"stop_token_ids\" holds at most %d ids", API_STOP_MAX));
+    job->stop_ids = xcalloc((size_t)(lim->n_stop_ids + n + 1), sizeof *job->stop_ids);
+    int k = 0;
+    for (int i = 0; i < lim->n_stop_ids && !ignore_eos; i++) job->stop_ids[k++] = lim->stop_ids[i];
+    int i = 0;
+    for (const cJSON *e = ids ? ids->child : NULL; e; e = e->next, i++) {
+        int64_t v;
+        if (!json_as_int(e, 0, vocab - 1, &v))
+            return fail(err, 400, "stop_token_ids",
+                        xprintf("\"stop_token_ids\"[%d] is not a token id in [0, %lld)", i, (long long)vocab));
+        job->stop_ids[k++] = (int32_t)v;
+    }
+    job->cfg.stop_ids = job->stop_ids;
+    job->cfg.n_stop_ids = k;
+    return 0;
+}
+
 static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
     job->logprobs = -1;
     if (!job->chat) {
@@ -193,9 +285,10 @@ static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
     return 0;
 }
 
-static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiLimits *lim, ApiError *err) {
-    double t = 1.0, top_p = 1.0;
-    int64_t top_k = 0, n = 1, seed = 0;
+static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiLimits *lim, int64_t vocab,
+                        ApiError *err) {
+    double t = 1.0, top_p = 1.0, min_p = 0.0, rep = 1.0, presence = 0.0, frequency = 0.0;
+    int64_t top_k = 0, n = 1, seed = 0, min_tokens = 0;
     int64_t max_tokens = job->chat ? -1 : 16;  // OpenAI's defaults: 16, and the room left for chat
     if (get_number(root, "temperature", 0.0, 100.0, &t, err) ||
         get_number(root, "top_p", 1e-9, 1.0, &top_p, err) ||
@@ -205,8 +298,18 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_int(root, "max_completion_tokens", 0, INT32_MAX, &max_tokens, err) ||
         parse_stop(job, root, nul, err) || parse_logprobs(job, root, err) ||
         get_bool(root, "stream", &job->stream, err) ||
-        get_bool(root, "return_token_ids", &job->return_token_ids, err) || check_unsupported(root, err))
+        get_bool(root, "return_token_ids", &job->return_token_ids, err) || check_unsupported(root, err) ||
+        get_number(root, "min_p", 0.0, 1.0, &min_p, err) ||
+        get_number(root, "repetition_penalty", 1e-6, 100.0, &rep, err) ||
+        get_number(root, "presence_penalty", -2.0, 2.0, &presence, err) ||
+        get_number(root, "frequency_penalty", -2.0, 2.0, &frequency, err) ||
+        get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, err) ||
+        get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
+        parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err))
         return -1;
+    if (max_tokens >= 0 && min_tokens > max_tokens)
+        return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" %lld exceeds max_tokens %lld",
+                                                    (long long)min_tokens, (long long)max_tokens));
     if (!job->chat && get_bool(root, "echo", &job->echo, err)) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
@@ -219,9 +322,12 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
     job->cfg.sampler.temperature = t < 1e-5 ? 0.0f : (float)t;
     job->cfg.sampler.top_p = (float)top_p;
     job->cfg.sampler.top_k = top_k < 0 ? 0 : (int)top_k;
+    job->cfg.sampler.min_p = (float)min_p;
+    job->cfg.proc.repetition_penalty = (float)rep;
+    job->cfg.proc.presence_penalty = (float)presence;
+    job->cfg.proc.frequency_penalty = (float)frequency;
+    job->cfg.proc.min_tokens = (int)min_tokens;
     job->cfg.share_prefill = 1;
-    job->cfg.stop_ids = lim->stop_ids;
-    job->cfg.n_stop_ids = lim->n_stop_ids;
     job->n = (int)n;
     job->max_tokens = (int)max_tokens;
     return 0;
@@ -250,13 +356,13 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
                      cJSON_IsString(model) ? model->valuestring : "?", lim->model_name));
         goto out;
     }
-    if (parse_fields(job, root, nul, lim, err)) goto out;
+    if (check_known(root, chat, err) || parse_fields(job, root, nul, lim, vocab, err)) goto out;
     if (job->cfg.n_stop_strings && !tok) {  // stop strings are matched in decoded text
         fail(err, 400, "stop",
              xprintf("\"stop\" needs the model's tokenizer: this server has none (token ids only)"));
         goto out;
     }
-    if (chat ? parse_messages(job, root, nul, tok, err)
+    if (chat ? parse_messages(job, root, nul, tok, 1, err)
              : parse_prompts(job, cJSON_GetObjectItemCaseSensitive(root, "prompt"), nul, tok, vocab, err))
         goto out;
     if ((int64_t)job->n_prompts * job->n > lim->max_batch) {
@@ -320,6 +426,9 @@ void api_job_free(ApiJob *job) {
     free(job->samples);
     for (int i = 0; i < job->cfg.n_stop_strings; i++) free(job->stop[i]);
     free(job->stop);
+    free(job->stop_ids);
+    free(job->bias_ids);
+    free(job->bias);
     free(job->prompts);
     free(job->prompt_lp);
     free(job->prompt_tops);
@@ -825,5 +934,121 @@ char *api_error_body(const ApiError *err) {
         fputs("null", f);
     fprintf(f, ", \"code\": %d}}", err->status);
     if (fclose(f) != 0) die("writing an error failed");
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// vLLM's /tokenize and /detokenize
+
+static cJSON *parse_object(const char *body, size_t n, uint32_t *nul, ApiError *err) {
+    size_t bad = utf8_check(body, n);
+    if (bad < n) {
+        fail(err, 400, NULL, xprintf("the body is not valid UTF-8 (byte %zu)", bad));
+        return NULL;
+    }
+    cJSON *root = json_parse_line(body, n, nul);
+    if (!cJSON_IsObject(root)) {
+        fail(err, 400, NULL, xprintf("the body is not a JSON object"));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+// The fields of root must be among names (NULL-terminated).
+static int only_fields(const cJSON *root, const char *const *names, ApiError *err) {
+    for (const cJSON *e = root->child; e; e = e->next) {
+        int known = 0;
+        for (int i = 0; names[i]; i++) known |= !strcmp(e->string, names[i]);
+        snprintf(err->own_param, sizeof err->own_param, "%s", e->string);
+        if (!known) return fail(err, 400, err->own_param, xprintf("unknown field \"%.100s\"", e->string));
+    }
+    return 0;
+}
+
+static int check_model(const cJSON *root, const ApiLimits *lim, ApiError *err) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model) && (!cJSON_IsString(model) || strcmp(model->valuestring, lim->model_name)))
+        return fail(err, 404, "model",
+                    xprintf("the model \"%.100s\" does not exist (this server has \"%s\")",
+                            cJSON_IsString(model) ? model->valuestring : "?", lim->model_name));
+    return 0;
+}
+
+char *api_tokenize(const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim, int64_t vocab, ApiError *err) {
+    static const char *const names[] = {"model", "prompt", "messages", "add_generation_prompt", "tools",
+                                        "chat_template_kwargs", NULL};
+    memset(err, 0, sizeof *err);
+    uint32_t nul;
+    cJSON *root = parse_object(body, n, &nul, err);
+    if (!root) return NULL;
+    ApiJob job = {0};
+    char *out = NULL;
+    int generation = 1;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (only_fields(root, names, err) || check_model(root, lim, err) ||
+        get_bool(root, "add_generation_prompt", &generation, err))
+        goto done;
+    if (!msgs == !prompt) {
+        fail(err, 400, "prompt", xprintf("give \"prompt\" (text) or \"messages\" (a chat), one of them"));
+        goto done;
+    }
+    if (msgs ? parse_messages(&job, root, nul, tok, generation, err)
+             : cJSON_IsString(prompt) ? parse_prompts(&job, prompt, nul, tok, vocab, err)
+                                      : fail(err, 400, "prompt", xprintf("\"prompt\" must be a string")))
+        goto done;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) die("open_memstream failed");
+    fprintf(f, "{\"count\": %zu, \"max_model_len\": %lld, \"tokens\": ", job.prompts[0].n,
+            (long long)lim->max_len);
+    write_ids(f, job.prompts[0].ids, (int64_t)job.prompts[0].n);
+    fputs(", \"token_strs\": null}", f);
+    if (fclose(f) != 0) die("writing a response failed");
+done:
+    api_job_free(&job);
+    cJSON_Delete(root);
+    return out;
+}
+
+char *api_detokenize(const char *body, size_t n, const Tokenizer *tok, const ApiLimits *lim, int64_t vocab,
+                     ApiError *err) {
+    static const char *const names[] = {"model", "tokens", NULL};
+    memset(err, 0, sizeof *err);
+    uint32_t nul;
+    cJSON *root = parse_object(body, n, &nul, err);
+    if (!root) return NULL;
+    IdList ids = {0};
+    char *out = NULL;
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (only_fields(root, names, err) || check_model(root, lim, err)) goto done;
+    if (!cJSON_IsArray(tokens)) {
+        fail(err, 400, "tokens", xprintf("\"tokens\" must be a list of token ids"));
+        goto done;
+    }
+    if (!tok) {
+        fail(err, 400, "tokens", xprintf("text needs a tokenizer, and the model has none"));
+        goto done;
+    }
+    if (parse_ids(tokens, vocab, &ids, "tokens", err)) goto done;
+    Buf text = {0};
+    size_t bad;
+    if (tokenizer_decode(tok, ids.ids, ids.n, &text, &bad) != 0) {
+        buf_free(&text);
+        fail(err, 400, "tokens", xprintf("\"tokens\"[%zu] is not in the vocabulary", bad));
+        goto done;
+    }
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) die("open_memstream failed");
+    fputs("{\"prompt\": ", f);
+    write_text(f, text.data ? text.data : "", text.len);
+    fputs("}", f);
+    if (fclose(f) != 0) die("writing a response failed");
+    buf_free(&text);
+done:
+    free(ids.ids);
+    cJSON_Delete(root);
     return out;
 }

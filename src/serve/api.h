@@ -35,8 +35,11 @@ typedef struct {
     int n_prompts, n;  // choices: n per prompt, n_prompts * n in all
     IdList *prompts;
     int max_tokens;     // as asked (0: none generated; the engine still samples one, which is dropped)
-    RolloutConfig cfg;  // sampler, seed, stops
+    RolloutConfig cfg;  // sampler, logits processing, seed, stops
     char **stop;
+    int32_t *stop_ids;  // the model's stop ids (but with ignore_eos) and the request's stop_token_ids
+    int32_t *bias_ids;  // logit_bias
+    float *bias;
     int logprobs;  // top log-probs per token (0: only the token's), -1: none
     int echo;      // completions: the prompt's text (and log-probs) before the output
     int stream, include_usage, return_token_ids;
@@ -57,7 +60,8 @@ typedef struct {
 
 typedef struct {
     int status;         // HTTP status
-    const char *param;  // the field at fault, or NULL
+    const char *param;  // the field at fault (static, or own_param), or NULL
+    char own_param[64];  // a field named by the request (an unknown one)
     char *message;      // malloc'd
 } ApiError;
 
@@ -80,5 +84,10 @@ char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model);
 // Appends to out the stream's chunks for what the job's choices made since the last call (final: every
 // choice has finished; then also the usage chunk when asked, and "data: [DONE]").
 void api_stream(ApiJob *job, const Tokenizer *tok, const char *model, int final, Buf *out);
+// vLLM's /tokenize ({"prompt": text} or {"messages": [...]}: {"count", "max_model_len", "tokens"}) and
+// /detokenize ({"tokens": [...]}: {"prompt": text}): the response body, or NULL with *err.
+char *api_tokenize(const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim, int64_t vocab, ApiError *err);
+char *api_detokenize(const char *body, size_t n, const Tokenizer *tok, const ApiLimits *lim, int64_t vocab,
+                     ApiError *err);
 // An OpenAI error object for err.
 char *api_error_body(const ApiError *err);

@@ -1,24 +1,37 @@
 // grpo serve's HTTP side, engine thread and metrics (see server.h).
 //
-// A job is one HTTP request. Its connection's handler (the MHD thread) reads and parses the body, puts the
-// job on the queue and suspends the connection (or starts its event stream); the engine thread admits
-// queued jobs while KV slots are free, steps the engine, and publishes: stream chunks as they come, the
-// whole response at the end, then resumes the connection. One mutex guards what both threads touch (the
-// queue, a job's flags and output, the metrics). A job is freed by whichever side lets go of it last:
-// the engine when it is done with it, MHD when the request ends (on_completed).
+// A job is one HTTP request. Its connection's handler (one of MHD's pool threads) checks the headers (the key,
+// the size: refused before any body byte is kept), reads and parses the body, puts the job on the queue and
+// suspends the connection (or starts its event stream); the engine thread admits queued jobs while KV slots are
+// free, steps the engine, formats the stream chunks of the step (outside the lock) and publishes them, and
+// resumes a finished job's connection, whose pool thread formats the whole response. One mutex guards what the
+// threads share (the queue, a job's flags and output, the metrics); the tokenizer has its own (api_parse). A
+// job is freed by whichever side lets go of it last: the engine when it is done with it, MHD when the request
+// ends (on_completed, which writes the access log line).
+//
+// A client that closes its sending side only (a FIN: nc, some proxies) may still read: its answer is committed
+// (the status and headers go out, and a space, JSON's whitespace), so that a client that is gone shows as a
+// reset of the socket, which cancels the request. A cancelled request is never answered as if complete.
+// A die() on the engine thread (a CUDA error, memory) is caught there: every accepted request is answered with
+// the error, and the server stops.
 #define _GNU_SOURCE  // POLLRDHUP
 #include "serve/server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <omp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/hash.h"
@@ -58,17 +71,23 @@ struct Job {
     struct MHD_Connection *conn;
     int fd;  // the connection's socket, to notice a client that left while suspended
     Buf body;
-    int too_big;     // the body passed max_body: answered 413 once read
-    int done;        // finished: response (or the stream's end) is ready
+    int done;        // finished: answered on the headers, or its answer (or the stream's end) is ready
+    int failed;      // ended without its answer (client gone): a committed body ends with an error
     int in_engine;   // queued or running: the engine thread holds it
     int conn_gone;   // MHD ended the request (sent, or the client left)
     int suspended;   // its connection is suspended by us and not yet resumed
-    int status;      // of a finished non-stream job
-    char *response;  // its body
-    Buf out;         // stream: the event-stream bytes so far
+    int committed;   // answered 200 with the body through out (a stream; a job whose client half-closed)
+    int probe;       // the client half-closed: the engine asks the HTTP side to commit
+    int formatted;   // a committed non-stream job: its response is in out
+    int status;      // the status sent (0: none yet)
+    int error_status;  // the engine failed: error (its body) is the answer of a job not yet committed
+    char *error;
+    Buf out;         // committed: the body bytes so far
+    Buf pend;        // stream: the chunks of the engine's last step, formatted outside the lock
     size_t out_sent;
     double t_arrive, t_first;
     int64_t counted;  // tokens counted in the metrics
+    char what[128];   // "METHOD URL", for the access log
     Job *next;        // in the queue or the running list
 };
 
@@ -80,7 +99,12 @@ struct Server {
     struct MHD_Daemon *d;
     RolloutEngine *e;
     pthread_mutex_t mu;
+    pthread_mutex_t tok_mu;  // the tokenizer (its word cache and match data) for one parse at a time
     pthread_cond_t cv;
+    pthread_t main_thread;  // woken (SIGTERM) to stop the server when the engine fails
+    FILE *log;              // --log: the access log, or NULL
+    jmp_buf engine_jump;    // the engine thread's way back from a die() in a step
+    char failure[512];      // the engine's error, once it failed
     Job *queue, *queue_tail, *running;
     int n_queued, n_jobs, draining;
     uint64_t seed_state;  // seeds of requests without one
@@ -103,7 +127,8 @@ static void job_free(Job *j) {
     api_job_free(&j->api);
     buf_free(&j->body);
     buf_free(&j->out);
-    free(j->response);
+    buf_free(&j->pend);
+    free(j->error);
     free(j);
 }
 
@@ -128,6 +153,7 @@ static enum MHD_Result respond(Job *j, int status, const char *body, size_t n, c
     MHD_destroy_response(r);
     pthread_mutex_lock(&j->srv->mu);
     count_status(j->srv, status);
+    j->status = status;
     pthread_mutex_unlock(&j->srv->mu);
     return rc;
 }
@@ -138,7 +164,7 @@ static enum MHD_Result respond_json(Job *j, int status, const char *body) {
 
 // An OpenAI error object; takes message (malloc'd).
 static enum MHD_Result respond_error(Job *j, int status, const char *param, char *message) {
-    ApiError err = {status, param, message};
+    ApiError err = {.status = status, .param = param, .message = message};
     char *body = api_error_body(&err);
     enum MHD_Result rc = respond_json(j, status, body);
     free(body);
@@ -146,11 +172,23 @@ static enum MHD_Result respond_error(Job *j, int status, const char *param, char
     return rc;
 }
 
-// The event stream's reader: what the engine wrote, else the connection waits (suspended) for more.
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+// A committed body's reader: what is in out, else the connection waits (suspended) for more. A non-stream
+// job's response is formatted here once the engine is done with it (its samples no longer change).
+static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max) {
     Job *j = cls;
     Server *s = j->srv;
     (void)pos;
+    pthread_mutex_lock(&s->mu);
+    int format = j->done && !j->failed && !j->api.stream && !j->formatted;
+    j->formatted |= format;
+    pthread_mutex_unlock(&s->mu);
+    if (format) {
+        char *response = api_response(&j->api, s->tok, s->lim.model_name);
+        pthread_mutex_lock(&s->mu);
+        buf_append(&j->out, response, strlen(response));
+        pthread_mutex_unlock(&s->mu);
+        free(response);
+    }
     pthread_mutex_lock(&s->mu);
     size_t n = j->out.len - j->out_sent;
     ssize_t rc = 0;
@@ -160,7 +198,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         j->out_sent += n;
         rc = (ssize_t)n;
     } else if (j->done) {
-        rc = MHD_CONTENT_READER_END_OF_STREAM;
+        rc = j->failed ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
     } else {
         j->suspended = 1;
         MHD_suspend_connection(j->conn);
@@ -169,15 +207,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     return rc;
 }
 
-static enum MHD_Result respond_stream(Job *j) {
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, NULL);
+// 200 now, the body as it comes through out: an event stream, or (a client that half-closed) JSON.
+static enum MHD_Result respond_committed(Job *j, const char *type) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, body_read, j, NULL);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     enum MHD_Result rc = MHD_queue_response(j->conn, 200, r);
     MHD_destroy_response(r);
     pthread_mutex_lock(&j->srv->mu);
     count_status(j->srv, 200);
+    j->status = 200;
+    j->committed = 1;
     pthread_mutex_unlock(&j->srv->mu);
     return rc;
 }
@@ -256,16 +297,20 @@ static char *body_too_big(const Server *s) {
     return xprintf("the body exceeds %zu bytes (--max-body-mb)", s->o->max_body);
 }
 
-static enum MHD_Result get_models(Job *j) {
+// GET /v1/models (the list: one model), or /v1/models/{id} (that model, when it is this one).
+static enum MHD_Result get_models(Job *j, const char *id) {
     Server *s = j->srv;
+    if (id && strcmp(id, s->lim.model_name))
+        return respond_error(j, 404, "model", xprintf("the model \"%.100s\" does not exist (this server has \"%s\")",
+                                                      id, s->lim.model_name));
     char *body = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&body, &len);
     if (!f) die("open_memstream failed");
-    fputs("{\"object\": \"list\", \"data\": [{\"id\": ", f);
+    fputs(id ? "{\"id\": " : "{\"object\": \"list\", \"data\": [{\"id\": ", f);
     json_write_string(f, s->lim.model_name, strlen(s->lim.model_name));
-    fprintf(f, ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"grpo\", \"max_model_len\": %lld}]}",
-            (long long)time(NULL), (long long)s->o->max_len);
+    fprintf(f, ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"grpo\", \"max_model_len\": %lld}%s",
+            (long long)time(NULL), (long long)s->o->max_len, id ? "" : "]}");
     if (fclose(f) != 0) die("writing the model list failed");
     enum MHD_Result rc = respond_json(j, 200, body);
     free(body);
@@ -284,12 +329,25 @@ static int authorized(Server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+enum { PEER_OPEN, PEER_HALF_CLOSED, PEER_GONE };
+
+// A client's socket: open, half-closed (its FIN is in: done sending, maybe still reading), or gone (a reset
+// or an error).
+static int peer_state(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (fd < 0 || poll(&p, 1, 0) <= 0) return PEER_OPEN;
+    if (p.revents & (POLLHUP | POLLERR)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_HALF_CLOSED : PEER_OPEN;
+}
+
 static enum MHD_Result post_generate(Job *j, int chat) {
     Server *s = j->srv;
     ApiError err;
-    if (api_parse(&j->api, chat, j->body.data ? j->body.data : "", j->body.len, s->tok, &s->lim,
-                  s->m->cfg.vocab, &err) != 0)
-        return respond_error(j, err.status, err.param, err.message);
+    pthread_mutex_lock(&s->tok_mu);
+    int rc = api_parse(&j->api, chat, j->body.data ? j->body.data : "", j->body.len, s->tok, &s->lim,
+                       s->m->cfg.vocab, &err);
+    pthread_mutex_unlock(&s->tok_mu);
+    if (rc != 0) return respond_error(j, err.status, err.param, err.message);
     pthread_mutex_lock(&s->mu);
     if (s->draining) {
         pthread_mutex_unlock(&s->mu);
@@ -310,8 +368,12 @@ static enum MHD_Result post_generate(Job *j, int chat) {
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(j->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
-    j->t_arrive = time_now();
     j->in_engine = 1;
+    // A client that half-closed with its request (nc, a proxy) is answered through a committed body: a
+    // connection suspended now could not be resumed past its FIN (client_left).
+    int half_closed = !j->api.stream && peer_state(j->fd) == PEER_HALF_CLOSED;
+    if (half_closed) buf_append(&j->out, " ", 1);
+    j->committed = half_closed;
     if (s->queue_tail)
         s->queue_tail->next = j;
     else
@@ -320,18 +382,43 @@ static enum MHD_Result post_generate(Job *j, int chat) {
     s->n_queued++;
     pthread_cond_broadcast(&s->cv);
     int stream = j->api.stream;
-    if (!stream) {  // until the engine resumes it with the response
+    if (!stream && !half_closed) {  // until the engine resumes it with the response
         j->suspended = 1;
         MHD_suspend_connection(j->conn);
     }
     pthread_mutex_unlock(&s->mu);
-    return stream ? respond_stream(j) : MHD_YES;
+    if (stream || half_closed) return respond_committed(j, stream ? "text/event-stream" : "application/json");
+    return MHD_YES;
+}
+
+#define MODEL_PATH "/v1/models/"
+
+// The endpoints behind the API key (with --api-key-file).
+static int needs_key(const char *url) {
+    return !strcmp(url, "/v1/models") || !strncmp(url, MODEL_PATH, strlen(MODEL_PATH)) ||
+           !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/tokenize") ||
+           !strcmp(url, "/detokenize");
+}
+
+// POST /tokenize or /detokenize (vLLM's): answered at once, no engine.
+static enum MHD_Result post_tokens(Job *j, int encode) {
+    Server *s = j->srv;
+    ApiError err;
+    const char *body = j->body.data ? j->body.data : "";
+    pthread_mutex_lock(&s->tok_mu);
+    char *out = encode ? api_tokenize(body, j->body.len, s->tok, &s->lim, s->m->cfg.vocab, &err)
+                       : api_detokenize(body, j->body.len, s->tok, &s->lim, s->m->cfg.vocab, &err);
+    pthread_mutex_unlock(&s->tok_mu);
+    if (!out) return respond_error(j, err.status, err.param, err.message);
+    enum MHD_Result rc = respond_json(j, 200, out);
+    free(out);
+    return rc;
 }
 
 static enum MHD_Result route(Job *j, const char *url, const char *method) {
     Server *s = j->srv;
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    int completions = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
+    int chat = !strcmp(url, "/v1/chat/completions");
     if (!strcmp(url, "/health")) {
         if (!get) return respond_error(j, 405, NULL, xprintf("use GET"));
         return respond(j, 200, "", 0, "text/plain");
@@ -343,14 +430,60 @@ static enum MHD_Result route(Job *j, const char *url, const char *method) {
         free(text);
         return rc;
     }
-    if (strcmp(url, "/v1/models") && !completions && !chat)
-        return respond_error(j, 404, NULL, xprintf("no such endpoint: %.200s", url));
-    if (!authorized(s, j->conn)) return respond_error(j, 401, NULL, xprintf("a valid API key is required"));
-    if (!strcmp(url, "/v1/models"))
-        return get ? get_models(j) : respond_error(j, 405, NULL, xprintf("use GET"));
+    if (!needs_key(url)) return respond_error(j, 404, NULL, xprintf("no such endpoint: %.200s", url));
+    int one = !strncmp(url, MODEL_PATH, strlen(MODEL_PATH));
+    if (one || !strcmp(url, "/v1/models"))
+        return get ? get_models(j, one ? url + strlen(MODEL_PATH) : NULL) : respond_error(j, 405, NULL, xprintf("use GET"));
     if (!post) return respond_error(j, 405, NULL, xprintf("use POST"));
-    if (j->too_big) return respond_error(j, 413, NULL, body_too_big(s));
+    if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) return post_tokens(j, !strcmp(url, "/tokenize"));
     return post_generate(j, chat);
+}
+
+// A body grows past --max-body-mb: MHD (0.9.75) cannot queue an answer while a body is coming, so the 413 is
+// written to the socket here (best effort: the socket may be full) and the connection closed.
+static enum MHD_Result refuse_body(Job *j) {
+    ApiError err = {.status = 413, .message = body_too_big(j->srv)};
+    char *body = api_error_body(&err);
+    char *msg = xprintf("HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                        strlen(body), body);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(j->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) (void)!send(ci->connect_fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+    pthread_mutex_lock(&j->srv->mu);
+    count_status(j->srv, 413);
+    j->status = 413;
+    j->done = 1;
+    pthread_mutex_unlock(&j->srv->mu);
+    free(msg);
+    free(body);
+    free(err.message);
+    return MHD_NO;
+}
+
+// The headers are in: a job for the request, refused here when it lacks the key or announces a body too big
+// (MHD then reads none of the body).
+static enum MHD_Result on_headers(Server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                  void **con_cls) {
+    Job *j = xcalloc(1, sizeof *j);
+    j->srv = s;
+    j->conn = c;
+    j->fd = -1;
+    j->t_arrive = time_now();
+    snprintf(j->what, sizeof j->what, "%s %s", method, url);
+    *con_cls = j;
+    pthread_mutex_lock(&s->mu);
+    s->n_jobs++;
+    pthread_mutex_unlock(&s->mu);
+    if (needs_key(url) && !authorized(s, c)) {
+        j->done = 1;
+        return respond_error(j, 401, NULL, xprintf("a valid API key is required"));
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->o->max_body) {
+        j->done = 1;
+        return respond_error(j, 413, NULL, body_too_big(s));
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -359,50 +492,73 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     Server *s = cls;
     Job *j = *con_cls;
     (void)version;
-    if (!j) {  // the headers are in
-        j = xcalloc(1, sizeof *j);
-        j->srv = s;
-        j->conn = c;
-        j->fd = -1;
-        *con_cls = j;
-        pthread_mutex_lock(&s->mu);
-        s->n_jobs++;
-        pthread_mutex_unlock(&s->mu);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o->max_body) {  // refused before reading it
-            j->done = 1;
-            return respond_error(j, 413, NULL, body_too_big(s));
-        }
-        return MHD_YES;
-    }
+    if (!j) return on_headers(s, c, url, method, con_cls);
     if (*upload_size) {
-        if (!j->done && !j->too_big && j->body.len + *upload_size <= s->o->max_body)
-            buf_append(&j->body, upload, *upload_size);
-        else
-            j->too_big = 1;
+        if (j->body.len + *upload_size > s->o->max_body) return refuse_body(j);
+        buf_append(&j->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    // Resumed by the engine (finished, or its client half-closed), or the body is in.
     pthread_mutex_lock(&s->mu);
-    int taken = j->in_engine || j->done;  // resumed by the engine with the response, or answered already (413)
-    char *body = j->response;
-    int status = j->status;
-    j->response = NULL;
+    int taken = j->in_engine || j->done;
+    int commit = j->probe && !j->committed && !j->done;
+    int finished = j->done && !j->status && !j->failed;
+    int failed = j->failed;
+    char *error = j->error;
+    j->error = NULL;
+    if (commit) buf_append(&j->out, " ", 1);
     pthread_mutex_unlock(&s->mu);
     if (!taken) return route(j, url, method);
-    if (!body) return MHD_YES;
-    enum MHD_Result rc = respond_json(j, status, body);
+    if (commit) return respond_committed(j, "application/json");
+    if (!finished) return failed ? MHD_NO : MHD_YES;  // a cancelled job's connection closes unanswered
+    char *body = error ? error : api_response(&j->api, s->tok, s->lim.model_name);
+    enum MHD_Result rc = respond_json(j, error ? j->error_status : 200, body);
     free(body);
     return rc;
+}
+
+// --log: one line a request as it ends: time, client, "METHOD URL", status (0: none sent), seconds, tokens, and
+// how it ended (ok, or MHD's reason: the client left, a timeout, an error).
+static void access_log(Server *s, struct MHD_Connection *c, const Job *j, enum MHD_RequestTerminationCode why) {
+    char addr[INET6_ADDRSTRLEN] = "-";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
+    if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
+    static const char *ends[] = {"ok", "error", "timeout", "shutdown", "read-error", "client-left"};
+    const char *end = (unsigned)why < sizeof ends / sizeof ends[0] ? ends[why] : "error";
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    int64_t prompt = 0;  // set by the parse, before the engine saw the job
+    for (int p = 0; p < j->api.n_prompts && j->api.rp; p++) prompt += j->api.rp[p].n;
+    Buf line = {0};
+    for (const unsigned char *p = (const unsigned char *)j->what; *p; p++) {  // the URL as sent: escaped
+        char esc[8];
+        int n = *p < 0x20 || *p >= 0x7f || *p == '"' ? snprintf(esc, sizeof esc, "\\x%02x", *p)
+                                                     : snprintf(esc, sizeof esc, "%c", *p);
+        buf_append(&line, esc, (size_t)n);
+    }
+    pthread_mutex_lock(&s->mu);  // whole lines, in the order requests end; the tokens counted after each step
+    fprintf(s->log, "%s %s \"%.*s\" %d %.3fs prompt_tokens=%lld completion_tokens=%lld %s\n", when, addr,
+            (int)line.len, line.data ? line.data : "", j->status, time_now() - j->t_arrive, (long long)prompt,
+            (long long)j->counted, j->failed ? "cancelled" : end);
+    fflush(s->log);
+    pthread_mutex_unlock(&s->mu);
+    buf_free(&line);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode why) {
     Server *s = cls;
     Job *j = *con_cls;
-    (void)c, (void)why;
     if (!j) return;
     *con_cls = NULL;
+    if (s->log) access_log(s, c, j, why);
     pthread_mutex_lock(&s->mu);
     j->conn_gone = 1;
     j->suspended = 0;
@@ -417,26 +573,29 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 // ---------------------------------------------------------------------------------------------
 // the engine thread
 
-// Under the lock: has the client of a suspended job gone away (closed or reset)?
-static int client_left(const Job *j) {
+// Under the lock: has j's client gone? A reset or error on its socket, or MHD ended the request. A client
+// that half-closed (a FIN) may still read: a job not yet committed is committed (the engine asks its HTTP
+// thread), so that the next poll tells a gone client (its socket answers the bytes with a reset) from one
+// that only finished sending. (MHD 0.9.75 may instead read the FIN as it resumes the connection and close
+// it: the request is then cancelled, never answered as if complete.)
+static int client_left(Job *j) {
     if (j->conn_gone) return 1;
-    if (j->fd < 0) return 0;
-    struct pollfd p = {.fd = j->fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    int peer = peer_state(j->fd);
+    if (peer == PEER_HALF_CLOSED && !j->committed && !j->probe) {
+        j->probe = 1;
+        wake(j);
+    }
+    return peer == PEER_GONE;
 }
 
-// Under the lock: j is done (finished, or its client left); its response or the stream's end goes out.
-static void job_finish(Server *s, Job *j, int client_gone) {
-    const char *model = s->lim.model_name;
+// Under the lock: j leaves the engine, done: its answer can go out (a stream's last chunks are in pend), or,
+// failed (its client left: nothing more is sent; a committed body ends with an error).
+static void job_finish(Server *s, Job *j, int failed) {
     double now = time_now();
-    if (!client_gone) hist_add(&s->latency, now - j->t_arrive);
-    if (!client_gone && j->t_first == 0) hist_add(&s->ttft, now - j->t_arrive);
-    for (int i = 0; i < j->api.n_prompts * j->api.n; i++) j->api.samples[i].done = 1;
-    if (j->api.stream)
-        api_stream(&j->api, s->tok, model, 1, &j->out);
-    else
-        j->response = api_response(&j->api, s->tok, model);
-    j->status = 200;
+    if (!failed) hist_add(&s->latency, now - j->t_arrive);
+    if (!failed && j->t_first == 0) hist_add(&s->ttft, now - j->t_arrive);
+    if (!failed) buf_append(&j->out, j->pend.data, j->pend.len);
+    j->failed = failed;
     j->done = 1;
     j->in_engine = 0;
     wake(j);
@@ -486,35 +645,92 @@ static void admit(Server *s) {
     if (!s->queue) s->queue_tail = NULL;
 }
 
-// Under the lock, after a step: stream chunks, finished jobs, clients that left.
+static int job_running(const Job *j) {
+    int running = 0;
+    for (int p = 0; p < j->api.n_prompts; p++) running += j->api.rr[p].running;
+    return running;
+}
+
+// After a step, outside the lock (the running list and the jobs' samples are the engine thread's): each
+// stream's chunks of the step, its last ones when it has finished, into its pend.
+static void format_streams(Server *s) {
+    for (Job *j = s->running; j; j = j->next) {
+        j->pend.len = 0;
+        if (j->api.stream) api_stream(&j->api, s->tok, s->lim.model_name, !job_running(j), &j->pend);
+    }
+}
+
+// Under the lock, after a step: the tokens counted, stream chunks published, finished jobs, clients that
+// left (their requests cancelled).
 static void publish(Server *s) {
     for (Job **at = &s->running; *at;) {
         Job *j = *at;
         ApiJob *a = &j->api;
-        int running = 0, made = 0;
-        for (int p = 0; p < a->n_prompts; p++) running += a->rr[p].running;
-        for (int i = 0; i < a->n_prompts * a->n; i++) made |= a->samples[i].n > 0;
+        int64_t made = 0;
+        for (int i = 0; i < a->n_prompts * a->n; i++) made += a->samples[i].n;
+        s->generation_tokens += made - j->counted;
+        j->counted = made;
         if (made && j->t_first == 0) {
             j->t_first = time_now();
             hist_add(&s->ttft, j->t_first - j->t_arrive);
         }
-        int left = running && client_left(j);
-        if (left) {
+        int running = job_running(j);
+        int left = client_left(j);
+        if (left && running)
             for (int p = 0; p < a->n_prompts; p++) rollout_engine_cancel(s->e, &a->rr[p]);
-            running = 0;
-        }
-        if (running) {
-            if (a->stream) {
-                size_t before = j->out.len;
-                api_stream(a, s->tok, s->lim.model_name, 0, &j->out);
-                if (j->out.len > before) wake(j);
-            }
+        if (running && !left) {
+            buf_append(&j->out, j->pend.data, j->pend.len);
+            if (j->pend.len) wake(j);
             at = &j->next;
             continue;
         }
         *at = j->next;
         job_finish(s, j, left);
     }
+}
+
+// The engine failed (a die() on its thread, caught: its error line is out): under the lock, every job is
+// answered with the error — a queued one 503, a running one 500 (a stream: an error event; a committed JSON
+// body ends with an error) — and the main thread is woken to stop the server.
+static void engine_failed(Server *s) {
+    while (s->running || s->queue) {
+        Job *j = s->running ? s->running : s->queue;
+        int queued = !s->running;
+        if (queued) {
+            s->queue = j->next;
+            s->n_queued--;
+        } else {
+            s->running = j->next;
+        }
+        ApiError err = {.status = queued ? 503 : 500,
+                        .message = xprintf(queued ? "the server is stopping: its engine failed: %s" : "the engine failed: %s",
+                                s->failure)};
+        char *body = api_error_body(&err);
+        j->pend.len = 0;
+        if (j->api.stream) {
+            buf_append(&j->out, "data: ", 6);
+            buf_append(&j->out, body, strlen(body));
+            buf_append(&j->out, "\n\n", 2);
+            free(body);
+        } else {
+            j->error_status = err.status;
+            j->error = body;
+        }
+        free(err.message);
+        job_finish(s, j, j->committed && !j->api.stream);
+    }
+    s->queue_tail = NULL;
+    s->draining = 1;
+    pthread_kill(s->main_thread, SIGTERM);
+}
+
+// die() on the engine thread during a step: back to engine_main, unless inside a parallel region (there
+// die() exits, as on any other thread).
+static void engine_die(void *user, const char *msg) {
+    Server *s = user;
+    if (omp_in_parallel()) return;
+    snprintf(s->failure, sizeof s->failure, "%s", msg);
+    longjmp(s->engine_jump, 1);
 }
 
 static void *engine_main(void *arg) {
@@ -528,15 +744,17 @@ static void *engine_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        int before = rollout_engine_free_slots(s->e);
-        rollout_engine_step(s->e);
-        pthread_mutex_lock(&s->mu);
-        for (Job *j = s->running; j; j = j->next) {
-            int64_t made = 0;
-            for (int i = 0; i < j->api.n_prompts * j->api.n; i++) made += j->api.samples[i].n;
-            s->generation_tokens += made - j->counted;
-            j->counted = made;
+        if (setjmp(s->engine_jump)) {
+            pthread_mutex_lock(&s->mu);
+            engine_failed(s);
+            break;
         }
+        int before = rollout_engine_free_slots(s->e);
+        die_catch_on_thread(engine_die, s);
+        rollout_engine_step(s->e);
+        die_catch_on_thread(NULL, NULL);
+        format_streams(s);
+        pthread_mutex_lock(&s->mu);
         s->batch = s->o->max_batch - before;
         int b = 0;
         while (b < N_BATCH_BUCKETS && s->batch > batch_buckets[b]) b++;
@@ -579,7 +797,7 @@ static struct MHD_Daemon *start_daemon(Server *s) {
         flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_THREAD_POOL_SIZE, o->http_threads, MHD_OPTION_END);
     if (!d) die("cannot listen on %s port %d (in use, or not an address of this machine?)", o->host, o->port);
     return d;
 }
@@ -596,8 +814,14 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
     s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
-    if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_cond_init(&s.cv, NULL) != 0)
+    if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_mutex_init(&s.tok_mu, NULL) != 0 ||
+        pthread_cond_init(&s.cv, NULL) != 0)
         die("cannot create a mutex");
+    s.main_thread = pthread_self();
+    if (o->log) {
+        s.log = strcmp(o->log, "-") ? fopen(o->log, "a") : stderr;
+        if (!s.log) die("option --log: cannot open %s: %s", o->log, strerror(errno));
+    }
     // SIGINT and SIGTERM go to this thread's sigwait only: the threads started below inherit the mask.
     sigset_t sig;
     sigemptyset(&sig);
@@ -615,8 +839,14 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     fflush(stderr);
     int got;
     sigwait(&sig, &got);
-    fprintf(stderr, "grpo serve: %s: finishing the accepted requests, accepting no more\n",
-            got == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_mutex_lock(&s.mu);
+    int failed = s.failure[0] != 0;  // the engine's SIGTERM
+    pthread_mutex_unlock(&s.mu);
+    if (failed)
+        fprintf(stderr, "grpo serve: the engine failed: answering the accepted requests with the error, stopping\n");
+    else
+        fprintf(stderr, "grpo serve: %s: finishing the accepted requests, accepting no more\n",
+                got == SIGINT ? "SIGINT" : "SIGTERM");
     // ours to close, but only after MHD_stop_daemon: its threads may still be using it
     MHD_socket listen = MHD_quiesce_daemon(s.d);
     pthread_mutex_lock(&s.mu);
@@ -624,6 +854,7 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     pthread_cond_broadcast(&s.cv);
     pthread_mutex_unlock(&s.mu);
     if (pthread_join(engine, NULL) != 0) die("cannot join the engine thread");
+    failed = s.failure[0] != 0;  // also when it failed while finishing
     // Responses still being sent get a few seconds; then every connection closes.
     double t0 = time_now();
     pthread_mutex_lock(&s.mu);
@@ -635,8 +866,15 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     pthread_mutex_unlock(&s.mu);
     MHD_stop_daemon(s.d);
     if (listen != MHD_INVALID_SOCKET) close(listen);
+    if (s.log && s.log != stderr && fclose(s.log) != 0) die("option --log: writing %s failed", o->log);
+    if (failed) {  // the engine stopped inside a step: its state is not freed (exit status 1, as die's)
+        fprintf(stderr, "grpo serve: stopped after an engine failure\n");
+        fflush(stderr);
+        _exit(1);
+    }
     rollout_engine_free(s.e);
     pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.tok_mu);
     pthread_mutex_destroy(&s.mu);
     fprintf(stderr, "grpo serve: stopped\n");
     return 0;

@@ -1,4 +1,4 @@
-// grpo serve's server: HTTP from libmicrohttpd (one event thread, epoll), an engine thread that runs the
+// grpo serve's server: HTTP from libmicrohttpd (a pool of epoll threads), an engine thread that runs the
 // rollout engine's steps (continuous batching: requests join and leave between steps), and the main
 // thread waiting for SIGINT/SIGTERM to drain and stop.
 #pragma once
@@ -22,6 +22,8 @@ typedef struct {
     size_t max_header;    // a connection's memory for headers (larger: 431)
     unsigned timeout_s;   // an idle or slow connection is closed after this
     unsigned max_connections;
+    unsigned http_threads;  // MHD's pool: parsing, templates and formatting run on them
+    const char *log;        // the access log's path ("-": stderr), or NULL
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.

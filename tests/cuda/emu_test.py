@@ -9,7 +9,8 @@ tests/cuda/hf_parity.py checks a GPU against the CPU:
   generate  greedy `grpo generate --device emu` equal to `--device cpu --dtype bf16` token for token (a sequence
             may part only where the CPU's two best log-probs are within 1e-3: a flipped rounding's reach), and
             sampled log-probs equal to `grpo score --device emu` of the sampled sequences (mean within 1e-4)
-  serve     `grpo serve --device emu`: a greedy completion equal to `grpo generate --device emu`
+  serve     `grpo serve --device emu`: a greedy completion equal to `grpo generate --device emu`, and one with
+            logits processing (sampled on the host from the downloaded rows)
   errors    --device emu --dtype f32, a LoRA adapter and a bad device name: exit 1, one `grpo: error:` line
 Models: `grpo init` presets tiny (Qwen2, head_dim 16) and qwen3-tiny (q/k norms, head_dim 32).
 One line per check (PASS/FAIL), then "N passed, N failed"; exit 1 on any failure.
@@ -114,6 +115,16 @@ try:
     want = records(run(["generate", "--model", m, "--jsonl", "--temperature", 0, "--max-new-tokens", 10] + EMU,
                        jsonl([{"tokens": prompt}])), "tokens")[0]
     check("serve --device emu: greedy completion == generate --device emu", got == want, f"{got} vs {want}")
+    # logits processing on a device: rows downloaded, processed and sampled on the host. A certain stop token
+    # held off by min_tokens: the first 4 tokens are the device sampler's greedy ones, then it stops.
+    stop = next(t for t in range(1, 100) if t not in want)
+    body.update(stop_token_ids=[stop], logit_bias={str(stop): 100}, min_tokens=4)
+    out = {}
+    if port:
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        out = json.loads(c.getresponse().read())["choices"][0]
+    check("serve --device emu: logit_bias, min_tokens, stop_token_ids (host sampling of device rows)",
+          out.get("token_ids") == want[:4] + [stop] and out.get("finish_reason") == "stop", str(out)[:300])
 finally:
     srv.send_signal(signal.SIGTERM)
     rc = srv.wait(120)

@@ -35,6 +35,8 @@ async function one(call) {
       }
       case "models":
         return { ok: true, response: await client.models.list() };
+      case "model":  // models.retrieve(id): GET /models/{id}
+        return { ok: true, response: await client.models.retrieve(b.id) };
       default:
         throw new Error(`unknown kind ${call.kind}`);
     }

@@ -9,6 +9,7 @@ usage: /usr/bin/python3 tests/serve/hostile_test.py --grpo PATH --tmp DIR
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -82,6 +83,64 @@ def idle(srv, want):
             pass
         s.close()
     check("1,000 idle connections: --timeout closed them", closed >= 990, f"{closed} closed")
+
+
+def answer_before_body(port, head, chunks=()):
+    """Sends head (a request's line and headers) and chunks, then nothing more, and returns the status of the
+    answer to that: a server that waits for the rest of the body closes at --timeout with no answer (None)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=8)
+    try:
+        s.sendall(head)
+        for c in chunks:
+            s.sendall(c)
+    except OSError:
+        pass  # refused and closed while sending
+    got = b""
+    try:
+        while b"\r\n" not in got:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except OSError:
+        pass
+    s.close()
+    m = re.match(rb"HTTP/1\.[01] (\d+)", got)
+    return int(m.group(1)) if m else None
+
+
+def chunked(n, size):
+    return [b"%x\r\n" % size + b"x" * size + b"\r\n" for _ in range(n)]
+
+
+def refused_early(srv):
+    """A chunked body past --max-body-mb (1 MiB) is refused once the limit is passed, not read to its end."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    got = answer_before_body(srv.port, head, chunked(20, 64 << 10))  # 1.25 MiB, no last chunk
+    check("a chunked body past --max-body-mb: 413 as the limit is passed (no last chunk sent)", got == 413, str(got))
+
+
+def auth_on_headers(model, want):
+    """With --api-key-file, an unauthenticated request is answered 401 on its headers: none of its body is waited
+    for or kept (today's limit: --max-body-mb x --max-connections of memory for anyone)."""
+    key = os.path.join(st.TMP, "key")
+    with open(key, "w") as f:
+        f.write("k3y\n")
+    srv = st.Server(model, "--timeout", 2, "--max-body-mb", 1, "--api-key-file", key)
+    try:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n%s\r\n"
+        for name, auth in (("no key", b""), ("a wrong key", b"Authorization: Bearer nope\r\n")):
+            got = answer_before_body(srv.port, head % auth)
+            check(f"--api-key-file, {name}, a 500 kB body not sent: 401 on the headers", got == 401, str(got))
+        chunk_head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        got = answer_before_body(srv.port, chunk_head, chunked(2, 1000))
+        check("--api-key-file, no key, a chunked body: 401 on the headers", got == 401, str(got))
+        status, _, body = st.request(srv, "POST", "/v1/completions", NORMAL, {"Authorization": "Bearer k3y"}, 120)
+        got = json.loads(body)["choices"][0]["text"] if status == 200 else body
+        check("--api-key-file, the key: answered as without one", (status, got) == want, str(got)[:200])
+    finally:
+        rc = srv.stop(120)
+    check("--api-key-file server: exit 0", rc == 0, str(rc))
 
 
 def bad_bodies():
@@ -159,6 +218,7 @@ def main():
                 check("truncated body that stalls: closed by --timeout", isinstance(e, ConnectionResetError), str(e))
             s2.close()
         attack(srv, "truncated bodies", truncated, want)
+        attack(srv, "a chunked body past the limit", lambda: refused_early(srv), want)
         garbage = [b"\x00\xff\xfe garbage\r\n\r\n", b"GET\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n",
                    b"DELETE /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", b"POST /v1/completions HTTP/1.0\r\n\r\n",
                    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
@@ -172,12 +232,22 @@ def main():
                 bad.append(f"{name}: {status}")
         check(f"hostile JSON ({len(bad_bodies())} bodies: wrong types, negative and huge numbers, deep nesting, bad "
               f"UTF-8): every one a 4xx", not bad, "; ".join(bad)[:600])
+        tok_bad = [(path, b) for path in ("/tokenize", "/detokenize") for b in
+                   (b"{", b"", b"[1]", b'{"prompt": "\xc3\x28"}', b"[" * 100000 + b"]" * 100000,
+                    b'{"tokens": "x"}', b'{"tokens": [1e300]}', b'{"tokens": [-1]}', b'{"tokens": [[1]]}',
+                    b'{"tokens": [1.5]}', b'{"prompt": ["a"]}', b'{"messages": 3}', b'{"messages": [{"role": 1}]}',
+                    b'{"prompt": "a", "add_generation_prompt": "yes"}')]
+        bad = [f"{p} {b[:30]!r}: {st_}" for p, b in tok_bad
+               if not 400 <= (st_ := st.raw(srv, st.post_bytes(p, b)) or 0) < 500]
+        check(f"hostile JSON to /tokenize and /detokenize ({len(tok_bad)} bodies): every one a 4xx", not bad,
+              "; ".join(bad)[:600])
         got = normal(srv)
         check("hostile JSON: a normal request is answered after them", got == want, str(got)[:200])
     finally:
         rc = srv.stop(120)
     tail = "".join(srv.log)[-1500:]
     check("SIGTERM after the attacks: exit 0 (under ASan: no leak, no error)", rc == 0, f"rc {rc}: {tail}")
+    auth_on_headers(d, want)
     return harness.summary(t0)
 
 

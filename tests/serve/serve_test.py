@@ -36,6 +36,7 @@ TOL = 1e-5
 CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
 SCHEMA = {"type": "function", "function": tools_test.MULT}
 GRPO = TMP = None
+FAULT_AT = 200  # the emulated device's failing synchronisation (engine_fault): past the start, before 400 tokens
 RAND = TOOL = SLOW = None  # model directories (SLOW: big enough that 1,500 tokens take seconds)
 
 
@@ -372,7 +373,13 @@ def g_errors():
                ({"prompt": "x", "logprobs": 21}, 400, "logprobs"),
                ({"prompt": [[1, 2], [999]]}, 400, "prompt"),
                ({"prompt": "x", "stop": [""]}, 400, "stop"),
-               ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+               ({"prompt": "x", "frequency_penallty": 0.5}, 400, "frequency_penallty"),
+               ({"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format"),
+               ({"prompt": "x", "skip_special_tokens": True}, 400, "skip_special_tokens"),
+               ({"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias"),
+               ({"prompt": "x", "stop_token_ids": [260]}, 400, "stop_token_ids"),
+               ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, 400, "min_tokens"),
+               ({"prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty"),
                ({"prompt": "x", "model": "other"}, 404, "model")]
         res = calls(srv, *({"kind": "completions", "body": dict({"model": RAND}, **b)} for b, _, _ in bad))
         for (b, status, param), r in zip(bad, res):
@@ -407,7 +414,7 @@ def g_errors():
                 "grpo_prompt_tokens_total", "grpo_generation_tokens_total"]
         n400 = int(re.search(r'grpo_requests_total\{status="400"\} (\d+)', text).group(1))
         check("metrics: Prometheus text with requests by status, tokens, queue, batch, TTFT and latency histograms",
-              st == 200 and all(k in text for k in need) and n400 == 13, f"400s: {n400}")
+              st == 200 and all(k in text for k in need) and n400 == 19, f"400s: {n400}")
     keyfile = os.path.join(TMP, "key")
     with open(keyfile, "w") as f:
         f.write("s3cret-key\n")
@@ -474,6 +481,218 @@ def g_disconnect():
             made = metric(srv, "grpo_generation_tokens_total") - before
             check(f"disconnect ({'stream' if stream else 'waiting for the whole response'}): the slot is freed, the "
                   f"next request is served at once", r["ok"] and made < 500, f"{took:.2f}s, {made} tokens after leaving")
+
+
+def g_endpoints():
+    """vLLM's /tokenize and /detokenize, and the client's models.retrieve: a text's ids are `grpo tokenize`'s, a
+    chat's the prompt_token_ids its completion reports, /detokenize gives the text back; another model id 404s."""
+    text = "héllo wörld, tokenize me"
+    want = [int(x) for x in subprocess.run([GRPO, "tokenize", "--tokenizer", os.path.join(RAND, "tokenizer.json")],
+                                           input=text, capture_output=True, text=True, check=True).stdout.split()]
+    msgs = [{"role": "user", "content": "hi there"}]
+    with Server(RAND) as srv:
+        st, _, body = request(srv, "POST", "/tokenize", json.dumps({"model": RAND, "prompt": text}).encode())
+        got = json.loads(body) if st == 200 else {}
+        check("/tokenize a text: grpo tokenize's ids, count and max_model_len",
+              got.get("tokens") == want and got.get("count") == len(want) and got.get("max_model_len") == 512,
+              f"{st} {body[:200]}")
+        st, _, body = request(srv, "POST", "/tokenize", json.dumps({"messages": msgs}).encode())
+        chat = calls(srv, {"kind": "chat", "body": {"model": RAND, "messages": msgs, "max_tokens": 1,
+                                                     "return_token_ids": True}})[0]["response"]
+        check("/tokenize messages: the chat completion's prompt_token_ids",
+              st == 200 and json.loads(body)["tokens"] == chat["prompt_token_ids"], f"{st} {body[:200]}")
+        st, _, body = request(srv, "POST", "/detokenize", json.dumps({"tokens": want}).encode())
+        check("/detokenize: the text back", st == 200 and json.loads(body)["prompt"] == text, f"{st} {body[:200]}")
+        bad = [request(srv, "POST", "/tokenize", json.dumps(b).encode())[0] for b in
+               ({"prompt": "x", "messages": msgs}, {"prompt": 5}, {"prompt": "x", "extra": 1}, {"model": "no",
+                                                                                              "prompt": "x"})]
+        bad.append(request(srv, "POST", "/detokenize", json.dumps({"tokens": [99999]}).encode())[0])
+        check("/tokenize and /detokenize: bad bodies 400 (a wrong model 404)", bad == [400, 400, 400, 404, 400],
+              str(bad))
+        r = calls(srv, {"kind": "model", "body": {"id": RAND}}, {"kind": "model", "body": {"id": "nope"}})
+        check("models.retrieve: this model's object; another id NotFoundError (404)",
+              r[0]["ok"] and r[0]["response"]["id"] == RAND and not r[1]["ok"] and r[1]["status"] == 404,
+              json.dumps(r)[:300])
+
+
+def processed(logits, prompt, out, p, stop_ids):
+    """vLLM's logits processors on one row (float64), from its docs and sampler: min_tokens masks the stop ids,
+    logit_bias adds, repetition_penalty divides a positive logit (multiplies another) of each token in the
+    prompt or output, frequency and presence penalties subtract count x f + p for each output token."""
+    x = logits.clone()
+    if len(out) < p.get("min_tokens", 0):
+        x[stop_ids] = -math.inf
+    for k, b in p.get("logit_bias", {}).items():
+        x[int(k)] += b
+    rp = p.get("repetition_penalty", 1.0)
+    for t in set(prompt + out):
+        x[t] = x[t] / rp if x[t] > 0 else x[t] * rp
+    for t in set(out):
+        x[t] -= p.get("frequency_penalty", 0.0) * out.count(t) + p.get("presence_penalty", 0.0)
+    return x
+
+
+def g_processors():
+    """Penalties, logit_bias, min_tokens, ignore_eos, stop_token_ids, include_stop_str_in_output and min_p, through
+    the official client: each greedy token is the argmax of the float64 reference's logits processed by vLLM's
+    formulas (given the tokens before it), the processing changes the text, and min_p's samples keep above it."""
+    m = ref.load_model(RAND, torch.float64)
+    with open(os.path.join(RAND, "config.json")) as f:
+        eos = json.load(f)["eos_token_id"]
+    base = {"model": RAND, "prompt": PROMPTS[0], "max_tokens": 24, "temperature": 0, "return_token_ids": True}
+    cases = [("repetition_penalty 1.5", {"repetition_penalty": 1.5}),
+             ("presence 1.5 + frequency 0.7", {"presence_penalty": 1.5, "frequency_penalty": 0.7}),
+             ("logit_bias", {"logit_bias": {"65": 6.0, "32": -100}}),
+             ("min_tokens 8 with a stop token id", None)]
+    with Server(RAND) as srv:
+        plain = calls(srv, {"kind": "completions", "body": base})[0]["response"]
+        plain_ids = plain["choices"][0]["token_ids"]
+        prompt = plain["choices"][0]["prompt_token_ids"]
+        cases[3] = (cases[3][0], {"min_tokens": 8, "stop_token_ids": [plain_ids[2]]})
+        res = calls(srv, *({"kind": "completions", "body": dict(base, **p)} for _, p in cases))
+        for (name, p), r in zip(cases, res):
+            ch = r["response"]["choices"][0] if r["ok"] else {"token_ids": []}
+            out, worst = ch["token_ids"], 0.0
+            stops = [eos] + p.get("stop_token_ids", [])
+            for i, t in enumerate(out):
+                x = processed(ref.logits(m, prompt + out[:i])[-1].double(), prompt, out[:i], p, stops)
+                worst = max(worst, float(x.max() - x[t]))
+            check(f"processors, {name}: each token the reference's processed argmax; the output changed",
+                  r["ok"] and out and worst < 1e-4 and out != plain_ids, f"{len(out)} tokens, gap {worst:.1e}")
+        certain = dict(base, stop_token_ids=[65], logit_bias={"65": 100}, min_tokens=5)  # "A", else masked
+        stopped = calls(srv, {"kind": "completions", "body": certain})[0]["response"]["choices"][0]
+        check("processors: min_tokens 5 holds a certain stop token id off for 5 tokens, then it stops the output",
+              len(stopped["token_ids"]) == 6 and 65 not in stopped["token_ids"][:5] and
+              stopped["token_ids"][5] == 65 and stopped["finish_reason"] == "stop", str(stopped["token_ids"]))
+        to_eos = dict(base, logit_bias={str(eos): 100}, max_tokens=5)
+        r1, r2 = calls(srv, {"kind": "completions", "body": to_eos},
+                       {"kind": "completions", "body": dict(to_eos, ignore_eos=True)})
+        c1, c2 = r1["response"]["choices"][0], r2["response"]["choices"][0]
+        check("processors: eos made certain stops at once; with ignore_eos the output runs to max_tokens",
+              c1["token_ids"] == [eos] and c1["finish_reason"] == "stop" and c2["token_ids"] == [eos] * 5 and
+              c2["finish_reason"] == "length", f"{c1['token_ids']} {c2['token_ids']}")
+        text = plain["choices"][0]["text"]
+        stop = re.search(r"[!-~]{2}", text).group(0)  # two ASCII characters (the text is of random bytes)
+        r = calls(srv, {"kind": "completions", "body": dict(base, stop=[stop], include_stop_str_in_output=True)})[0]
+        got = r["response"]["choices"][0]["text"] if r["ok"] else ""
+        check("processors: include_stop_str_in_output keeps the stop string, the text ends with it",
+              got == text[:text.index(stop) + len(stop)], f"{got!r} vs {text!r}")
+        # min_p: sampled tokens all hold at least min_p of the most likely token's probability (temperature 2)
+        worst = {}
+        for min_p in (0.0, 0.3):
+            body = dict(base, temperature=2.0, seed=11, n=4, max_tokens=30, min_p=min_p)
+            r = calls(srv, {"kind": "completions", "body": body})[0]["response"]
+            ratios = []
+            for ch in r["choices"]:
+                out = ch["token_ids"]
+                for i, t in enumerate(out):
+                    pr = torch.softmax(ref.logits(m, prompt + out[:i])[-1].double() / 2.0, -1)
+                    ratios.append(float(pr[t] / pr.max()))
+            worst[min_p] = min(ratios)
+        check("processors: min_p 0.3 keeps every sampled token at >= 0.3 x the best one's probability (without it, "
+              "some fall below)", worst[0.3] >= 0.3 - 1e-4 and worst[0.0] < 0.3, str(worst))
+
+
+def read_halfclosed(srv, body):
+    """Sends a request, closes the sending side (shutdown(SHUT_WR), as nc does) and reads the answer to its end:
+    (status, body)."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
+    s.sendall(post_bytes("/v1/completions", json.dumps(body).encode()))
+    s.shutdown(socket.SHUT_WR)
+    r = http.client.HTTPResponse(s)
+    r.begin()
+    data = r.read()
+    s.close()
+    return r.status, data
+
+
+def stream_text(data):
+    """The text of an event stream's chunks, and whether it ended with [DONE]."""
+    events = [x[6:] for x in data.decode().split("\n") if x.startswith("data: ")]
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]" and json.loads(e)["choices"])
+    return text, bool(events) and events[-1] == "[DONE]"
+
+
+def g_halfclose():
+    """A client that closes its sending side after its request (nc, some proxies) may still read: its request runs
+    to its end and is answered in full, running or queued, whole or streamed, equal to a normal request's answer;
+    a client that is gone (closed) still frees its slot (g_disconnect)."""
+    body = {"prompt": "a", "max_tokens": 40, "temperature": 1.0, "seed": 5}
+    with Server(SLOW, "--max-batch", 1, "--log", "-") as srv:
+        want = json.loads(request(srv, "POST", "/v1/completions", json.dumps(body).encode(), timeout=300)[2])
+        want = want["choices"][0]
+        status, data = read_halfclosed(srv, body)
+        got = json.loads(data)["choices"][0] if status == 200 else {}
+        check("half-closed, running: answered in full, equal to a normal request's answer",
+              status == 200 and got.get("text") == want["text"] and got.get("finish_reason") == "length",
+              f"{status} {data[:200]}")
+        running = socket.create_connection(("127.0.0.1", srv.port))
+        running.sendall(post_bytes("/v1/completions", json.dumps(
+            {"prompt": "a", "max_tokens": 1500, "temperature": 1.0, "seed": 2, "stream": True}).encode()))
+        first_token(running)
+        out = []
+        t = threading.Thread(target=lambda: out.append(read_halfclosed(srv, body)))
+        t.start()
+        wait_metric(srv, "grpo_queue_depth", 1)
+        running.close()  # the slot frees; the half-closed request runs
+        t.join()
+        status, data = out[0]
+        got = json.loads(data)["choices"][0] if status == 200 else {}
+        check("half-closed while queued: answered in full when it runs (not an empty 200 at once)",
+              status == 200 and got.get("text") == want["text"] and got.get("finish_reason") == "length",
+              f"{status} {data[:200]}")
+        status, data = read_halfclosed(srv, dict(body, stream=True))
+        text, done = stream_text(data)
+        check("half-closed, streamed: every chunk and [DONE], the text a normal request's",
+              status == 200 and text == want["text"] and done, f"{status} {data[-200:]}")
+    check("half-close: the server exits 0", srv.rc == 0)
+
+
+def g_engine_fault():
+    """A CUDA error in the engine (the emulated device's fault injection: the N-th stream synchronisation fails, as
+    a kernel's fault surfaces on a GPU): every accepted request is answered with the error, never as if complete
+    (running: 500; streamed: an error event; queued: 503), the error line names it, the server exits 1."""
+    env = dict(os.environ, GRPO_EMU_FAIL_SYNC=str(FAULT_AT))
+    log = os.path.join(TMP, "fault.log")
+    srv = Server(RAND, "--device", "emu", "--max-batch", 2, "--log", log, env=env)
+    try:
+        long = {"prompt": "a", "max_tokens": 400, "temperature": 1.0, "seed": 3}
+        out = {}
+
+        def post(name, body):
+            out[name] = request(srv, "POST", "/v1/completions", json.dumps(body).encode(), timeout=300)
+        streamed = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
+        streamed.sendall(post_bytes("/v1/completions", json.dumps(dict(long, stream=True)).encode()))
+        r = http.client.HTTPResponse(streamed)
+        r.begin()
+        events = []
+        while not events:  # its first token: it runs
+            events += [x[6:].decode() for x in [r.readline()] if x.startswith(b"data: ")]
+        ts = [threading.Thread(target=post, args=("running", long))]
+        ts[0].start()
+        wait_metric(srv, "grpo_running_requests", 2)
+        ts.append(threading.Thread(target=post, args=("queued", long)))
+        ts[1].start()
+        for t in ts:
+            t.join()
+        events += [x[6:] for x in r.read().decode().split("\n") if x.startswith("data: ")]
+        rc = srv.p.wait(120)
+    finally:
+        srv.stop()
+    log_lines = "".join(srv.log)
+    errors = {k: (v[0], json.loads(v[2]).get("error", {}).get("message", "")) for k, v in out.items()}
+    cuda = "unspecified launch failure"
+    check("engine fault: the running request is answered 500 naming the error",
+          errors["running"][0] == 500 and cuda in errors["running"][1], str(errors)[:300])
+    check("engine fault: the queued request is answered 503", errors["queued"][0] == 503, str(errors)[:300])
+    last = json.loads(events[-1]) if events and events[-1] != "[DONE]" else {}
+    check("engine fault: the stream ends with an error event naming it (no [DONE])",
+          cuda in last.get("error", {}).get("message", ""), str(events[-2:])[:300])
+    check("engine fault: one error line names it; the server exits 1",
+          rc == 1 and f"grpo: error: CUDA: " in log_lines and cuda in log_lines, f"rc {rc}: {log_lines[-600:]}")
+    lines = open(log).read().splitlines()
+    check("engine fault: the access log has a line per request, with its status (200 stream, 500, 503)",
+          sorted(int(x.split()[4]) for x in lines if "/v1/completions" in x) == [200, 500, 503], "\n".join(lines)[:600])
 
 
 def first_token(s):
@@ -553,7 +772,8 @@ def g_load():
     want = generate(RAND, [{"prompt": p, "max_tokens": 8} for p in prompts], "--temperature", "0")
     bodies = [{"model": RAND, "prompt": prompts[i % 80], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
               for i in range(64 * 20)]
-    with Server(RAND, "--max-batch", 64, "--max-queue", 2048) as srv:
+    log = os.path.join(TMP, "access.log")
+    with Server(RAND, "--max-batch", 64, "--max-queue", 2048, "--log", log) as srv:
         out = client(srv, load={"clients": 64, "bodies": bodies})["load"]
         res = out["results"]
         bad = [i for i, r in enumerate(res) if not r["ok"] or
@@ -567,6 +787,10 @@ def g_load():
         # the clients come back (a busy machine: a third), the mean batch does not
         check("load: requests shared decode steps (continuous batching): at least 2 sequences a step on average",
               made >= 2 * steps, f"{made} tokens in {steps} steps")
+    lines = [x.split() for x in open(log) if '"POST /v1/completions"' in x]
+    check("load: --log has a line per request: 200, its prompt's and its 8 tokens, ended ok",
+          len(lines) == 1280 and all(x[4] == "200" and x[7] == "completion_tokens=8" and x[8] == "ok" for x in lines),
+          f"{len(lines)} lines; {lines[:2]}")
     check("load: the server exits 0", srv.rc == 0)
 
 
@@ -582,6 +806,8 @@ def main():
     os.makedirs(TMP)
     groups = [("completions", g_completions), ("loglikelihood", g_loglikelihood), ("chat", g_chat), ("chat_template", g_chat_template),
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
+              ("halfclose", g_halfclose), ("engine_fault", g_engine_fault), ("processors", g_processors),
+              ("endpoints", g_endpoints),
               ("sigterm", g_sigterm), ("load", g_load)]
     return harness.run_groups(setup, groups, a.only)
 
