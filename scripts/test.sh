@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: a release build and an ASan+UBSan build, each running every test under ctest (as many at once as
 # there are cores: most tests leave a core idle while their Python peer computes); a ThreadSanitizer
-# build of the emulated device's two tests (its threads are TSan fibers: a missing barrier is a race); then the
+# build of the emulated device's two tests (its threads are TSan fibers: a missing barrier is a race) and of
+# grpo serve's threaded tests; then the
 # fuzz build (clang, libFuzzer + ASan + UBSan): each harness replays its corpus and fuzzes for 10 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ for variant in release asan tsan fuzz; do
   args=()
   targets=()
   [ $variant = asan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_SANITIZE=ON)
-  [ $variant = tsan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_TSAN=ON) && targets=(test_emu test_cuda_ops)
+  [ $variant = tsan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_TSAN=ON) && targets=(test_emu test_cuda_ops grpo)
   [ $variant = fuzz ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_FUZZ=ON -DCMAKE_C_COMPILER=clang)
   if ! GRPO_BUILD_TARGETS="${targets[*]}" scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
     cat "$dir.log"

@@ -48,6 +48,9 @@ int cmd_serve(int argc, char **argv) {
         {"--max-connections", "N", "open connections at most", "4096", 0},
         {"--http-threads", "N", "threads reading, parsing and answering requests (the engine has its own)", "4",
          0},
+        {"--reasoning-parser", "qwen3|none",
+         "chat: the text of an answer that opens with <think> up to </think> is its reasoning_content (vLLM's)",
+         "none", 0},
         {"--log", "FILE", "append a line per request (time, client, request, status, seconds, tokens); - for stderr",
          NULL, 0},
     };
@@ -74,6 +77,10 @@ int cmd_serve(int argc, char **argv) {
                       .max_connections = (unsigned)cli_int(&spec, "--max-connections", 1, 1 << 20),
                       .http_threads = (unsigned)cli_int(&spec, "--http-threads", 1, 256),
                       .log = cli_str(&spec, "--log")};
+    const char *parser = cli_str(&spec, "--reasoning-parser");
+    if (strcmp(parser, "qwen3") && strcmp(parser, "none"))
+        die("option --reasoning-parser: \"%s\" is not qwen3 or none", parser);
+    o.reasoning = !strcmp(parser, "qwen3");
     o.model_name = cli_str(&spec, "--served-model-name") ? cli_str(&spec, "--served-model-name") : dir;
     char *key = cli_str(&spec, "--api-key-file") ? read_key(cli_str(&spec, "--api-key-file")) : NULL;
     o.api_key = key;

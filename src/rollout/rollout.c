@@ -148,6 +148,7 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         }
     }
     if (!q->done && out->n >= r->prompt->max_new_tokens) q->done = 1, out->finish = FINISH_LENGTH;
+    if (!q->done && cfg->end_at_tool_call && ends_with_tool_call(out)) q->done = 1, out->finish = FINISH_STOP;
     if (!q->done && cfg->tool_fn && out->turns < cfg->max_turns && ends_with_tool_call(out)) q->paused = 1;
 }
 

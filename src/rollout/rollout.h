@@ -31,6 +31,7 @@ typedef struct {
     LogitsProcessing proc;  // penalties, biases, min_tokens (a row with any: processed and sampled on the host,
                             // and logits_fn sees the processed row); min_tokens also holds off stop strings
     int include_stop_str;   // a stop string's text stays in the sample's text (text_end after it)
+    int end_at_tool_call;   // the output ends after a </tool_call> (grpo serve with tools: the client calls it)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

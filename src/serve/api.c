@@ -50,30 +50,37 @@ static int get_bool(const cJSON *root, const char *key, int *out, ApiError *err)
     return 0;
 }
 
-// The request's fields: each known one is read (or refused below when it asks for what grpo does not do);
-// any other is refused, as OpenAI's API does, rather than silently ignored. user and metadata change nothing.
+static int listed(const char *name, const char *const *names) {
+    for (int i = 0; names && names[i]; i++)
+        if (!strcmp(name, names[i])) return 1;
+    return 0;
+}
+
+// Each field of root must be in names or more (NULL-terminated lists; more may be NULL): any other is refused,
+// as OpenAI's API does, rather than silently ignored.
+static int only_fields(const cJSON *root, const char *const *names, const char *const *more, ApiError *err) {
+    for (const cJSON *e = root->child; e; e = e->next) {
+        snprintf(err->own_param, sizeof err->own_param, "%s", e->string);  // the body is freed before the answer
+        if (!listed(e->string, names) && !listed(e->string, more))
+            return fail(err, 400, err->own_param,
+                        xprintf("unknown field \"%.100s\" (grpo serve refuses what it would ignore)", e->string));
+    }
+    return 0;
+}
+
+// The request's fields: each known one is read, or refused below when it asks for what grpo does not do. user
+// and metadata change nothing.
 static int check_known(const cJSON *root, int chat, ApiError *err) {
     static const char *const both[] = {
         "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n", "seed",
         "stop", "stream", "stream_options", "logprobs", "return_token_ids", "presence_penalty",
         "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens", "ignore_eos", "stop_token_ids",
         "include_stop_str_in_output", "skip_special_tokens", "user", "metadata", "best_of", "response_format",
-        "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
-    static const char *const completions[] = {"prompt", "echo", "suffix"};
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar", NULL};
+    static const char *const completions[] = {"prompt", "echo", "suffix", NULL};
     static const char *const chats[] = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-                                        "chat_template_kwargs"};
-    for (const cJSON *e = root->child; e; e = e->next) {
-        int known = 0;
-        for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) known |= !strcmp(e->string, both[i]);
-        const char *const *own = chat ? chats : completions;
-        size_t n_own = chat ? sizeof chats / sizeof chats[0] : sizeof completions / sizeof completions[0];
-        for (size_t i = 0; i < n_own; i++) known |= !strcmp(e->string, own[i]);
-        snprintf(err->own_param, sizeof err->own_param, "%s", e->string);  // the body is freed before the answer
-        if (!known)
-            return fail(err, 400, err->own_param, xprintf("unknown field \"%.100s\" (grpo serve refuses what it would "
-                                                     "ignore)", e->string));
-    }
-    return 0;
+                                        "chat_template_kwargs", NULL};
+    return only_fields(root, both, chat ? chats : completions, err);
 }
 
 // Fields OpenAI or vLLM have and grpo does not do: refused unless they ask for nothing.
@@ -160,8 +167,8 @@ static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokeniz
     return 0;
 }
 
-static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, int generation,
-                          ApiError *err) {
+static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, const ApiLimits *lim,
+                          int generation, ApiError *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
@@ -180,6 +187,8 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     job->n_prompts = 1;
     int none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
     job->tools = cJSON_GetArraySize(tools) > 0 && !none;
+    job->cfg.end_at_tool_call = job->tools;  // the client runs the tool: the model's turn ends with its call
+    job->reasoning = lim->reasoning;
     int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
     buf_free(&text);
     return rc;
@@ -221,10 +230,12 @@ static int parse_bias(ApiJob *job, const cJSON *root, int64_t vocab, ApiError *e
     for (const cJSON *e = bias->child; e; e = e->next, i++) {
         char *end;
         long long id = strtoll(e->string, &end, 10);
-        if (!*e->string || *end || id < 0 || id >= vocab)
+        int repeated = 0;
+        for (int k = 0; k < i; k++) repeated |= job->bias_ids[k] == id;
+        if (!(*e->string >= '0' && *e->string <= '9') || *end || id < 0 || id >= vocab || repeated)
             return fail(err, 400, "logit_bias",
-                        xprintf("\"logit_bias\" key \"%.40s\" is not a token id in [0, %lld)", e->string,
-                                (long long)vocab));
+                        xprintf("\"logit_bias\" key \"%.40s\" is not a token id in [0, %lld), or repeats one",
+                                e->string, (long long)vocab));
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
             return fail(err, 400, "logit_bias", xprintf("\"logit_bias\"[\"%lld\"] must be a number in [-100, 100]",
                                                         id));
@@ -314,7 +325,10 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
         return fail(err, 400, "stream_options", xprintf("\"stream_options\" must be an object"));
-    if (cJSON_IsObject(so) && get_bool(so, "include_usage", &job->include_usage, err)) return -1;
+    static const char *const so_fields[] = {"include_usage", NULL};
+    if (cJSON_IsObject(so) && (only_fields(so, so_fields, NULL, err) || get_bool(so, "include_usage", &job->include_usage,
+                                                                            err)))
+        return -1;
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(root, "seed");
     job->has_seed = se && !cJSON_IsNull(se);
     job->seed = (uint64_t)seed;
@@ -362,7 +376,7 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
              xprintf("\"stop\" needs the model's tokenizer: this server has none (token ids only)"));
         goto out;
     }
-    if (chat ? parse_messages(job, root, nul, tok, 1, err)
+    if (chat ? parse_messages(job, root, nul, tok, lim, 1, err)
              : parse_prompts(job, cJSON_GetObjectItemCaseSensitive(root, "prompt"), nul, tok, vocab, err))
         goto out;
     if ((int64_t)job->n_prompts * job->n > lim->max_batch) {
@@ -633,10 +647,33 @@ static void write_chat_logprobs(FILE *f, const ApiJob *job, const Tokenizer *tok
     fputs("]}", f);
 }
 
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+
+// Qwen3's reasoning (job->reasoning, vLLM's --reasoning-parser qwen3): a chat text that opens with <think>
+// holds its reasoning up to </think> (all of it when none comes), its content after; another text is all
+// content. Of text[0, n): the reasoning [r0, r1), where the content starts (c0: SIZE_MAX while the reasoning is
+// still open, or the text may yet open with <think>).
+typedef struct {
+    size_t r0, r1, c0;
+    int open;
+} Think;
+
+static Think think_split(const ApiJob *job, const char *text, size_t n, int ended) {
+    size_t lo = strlen(THINK_OPEN), lc = strlen(THINK_CLOSE);
+    if (!job->reasoning) return (Think){0, 0, 0, 0};
+    if (n < lo && !ended && !memcmp(text, THINK_OPEN, n)) return (Think){n, n, SIZE_MAX, 1};
+    if (n < lo || memcmp(text, THINK_OPEN, lo)) return (Think){0, 0, 0, 0};
+    const char *close = memmem(text + lo, n - lo, THINK_CLOSE, lc);
+    if (!close) return (Think){lo, n, ended ? n : SIZE_MAX, !ended};
+    return (Think){lo, (size_t)(close - text), (size_t)(close - text) + lc, 0};
+}
+
 // The hermes tool calls of a chat answer, [{["index",] "id", "type": "function", "function": {"name",
-// "arguments"}}, ...] appended to out (may be NULL), and the length of the content before the first one;
-// 0 when the text has none or one does not parse (then it is all content).
-static int tool_calls(const char *text, size_t n, const char *id, int with_index, Buf *out,
+// "arguments"}}, ...] from call `from` on appended to out (may be NULL), and the length of the content before
+// the first one. Returns how many calls the text has; 0 when it has none or one does not parse (then it is
+// all content).
+static int tool_calls(const char *text, size_t n, const char *id, int with_index, int from, Buf *out,
                       size_t *content_len) {
     const char *first = memmem(text, n, "<tool_call>", 11);
     if (!first) return 0;
@@ -654,10 +691,15 @@ static int tool_calls(const char *text, size_t n, const char *id, int with_index
             ok = 0;
             break;
         }
+        at = memmem(end + 12, (size_t)(text + n - end - 12), "<tool_call>", 11);
+        if (count < from) {
+            cJSON_Delete(call);
+            continue;
+        }
         Buf args = {0};
         json_dump_py(&args, cJSON_GetObjectItemCaseSensitive(call, "arguments"), nul);
         const char *name = cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring;
-        fputs(count ? ", {" : "{", g);
+        fputs(count > from ? ", {" : "{", g);
         if (with_index) fprintf(g, "\"index\": %d, ", count);
         fprintf(g, "\"id\": \"call_%s_%d\", \"type\": \"function\", \"function\": {\"name\": ", id, count);
         write_text(g, name, strlen(name));  // the model's bytes: made valid UTF-8
@@ -666,7 +708,6 @@ static int tool_calls(const char *text, size_t n, const char *id, int with_index
         fputs("}}", g);
         buf_free(&args);
         cJSON_Delete(call);
-        at = memmem(end + 12, (size_t)(text + n - end - 12), "<tool_call>", 11);
     }
     if (fclose(g) != 0) die("writing tool calls failed");
     if (ok && out) buf_append(out, calls, calls_len);
@@ -676,16 +717,33 @@ static int tool_calls(const char *text, size_t n, const char *id, int with_index
         *content_len = c;
     }
     free(calls);
-    return ok;
+    return ok ? count : 0;
 }
 
-// A chat choice's tool calls (job->tools), as tool_calls.
-static int choice_tool_calls(const ApiJob *job, const ApiChoice *c, int i, int with_index, Buf *out,
-                             size_t *content_len) {
+// A chat choice's tool calls (job->tools) in its content (from byte start), as tool_calls, from call `from`
+// on: those of the whole text once it has ended, else those of its complete <tool_call> blocks so far.
+// *content_len: where the content before the first call ends (an offset in the whole text).
+static int choice_tool_calls(const ApiJob *job, const ApiChoice *c, int i, int ended, size_t start, int with_index,
+                             int from, Buf *out, size_t *content_len) {
     char id[64];
     snprintf(id, sizeof id, "%s_%d", job->id, i);
-    const char *text = c->s->text.data ? c->s->text.data : "";
-    return job->tools && tool_calls(text, out_text_len(job, c), id, with_index, out, content_len);
+    size_t n = out_text_len(job, c);
+    if (start > n) return 0;
+    const char *text = (c->s->text.data ? c->s->text.data : "") + start;
+    n -= start;
+    for (const char *close = ended ? NULL : memmem(text, n, "</tool_call>", 12); !ended;) {
+        if (!close) return 0;
+        const char *next = memmem(close + 12, (size_t)(text + n - close - 12), "</tool_call>", 12);
+        if (!next) {
+            n = (size_t)(close + 12 - text);
+            break;
+        }
+        close = next;
+    }
+    size_t len = 0;
+    int count = job->tools ? tool_calls(text, n, id, with_index, from, out, &len) : 0;
+    if (count) *content_len = start + len;
+    return count;
 }
 
 static const char *finish_name(const RolloutSample *s) {
@@ -706,16 +764,29 @@ static void write_head(FILE *f, const ApiJob *job, const char *object, const cha
     json_write_string(f, model, strlen(model));
 }
 
-// A chat choice's message: content (or null) and tool calls.
-static void write_message(FILE *f, const ApiJob *job, const ApiChoice *c, int i) {
+// How many tool calls a finished chat choice made.
+static int finished_calls(const ApiJob *job, const ApiChoice *c, int i) {
     size_t content = out_text_len(job, c);
+    Think t = think_split(job, c->s->text.data ? c->s->text.data : "", content, 1);
+    return choice_tool_calls(job, c, i, 1, t.c0, 0, 0, NULL, &content);
+}
+
+// A chat choice's message: content (or null), its reasoning, and tool calls.
+static void write_message(FILE *f, const ApiJob *job, const ApiChoice *c, int i) {
+    const char *text = c->s->text.data ? c->s->text.data : "";
+    size_t content = out_text_len(job, c);
+    Think t = think_split(job, text, content, 1);
     Buf calls = {0};
-    int tool = choice_tool_calls(job, c, i, 0, &calls, &content);
+    int tool = choice_tool_calls(job, c, i, 1, t.c0, 0, 0, &calls, &content);
     fputs("{\"role\": \"assistant\", \"content\": ", f);
-    if (tool && content == 0)
+    if ((tool || t.r1 > t.r0) && content <= t.c0)
         fputs("null", f);
     else
-        write_text(f, c->s->text.data, content);
+        write_text(f, text + t.c0, content - t.c0);
+    if (t.r1 > t.r0) {
+        fputs(", \"reasoning_content\": ", f);
+        write_text(f, text + t.r0, t.r1 - t.r0);
+    }
     if (tool) fprintf(f, ", \"tool_calls\": [%.*s]", (int)calls.len, calls.data);
     fputc('}', f);
     buf_free(&calls);
@@ -754,9 +825,7 @@ char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model) {
             write_chat_logprobs(f, job, tok, c, 0, nt);
         else
             write_completion_logprobs(f, job, tok, p, c, 0, nt, job->echo);
-        size_t content;
-        const char *finish =
-            job->chat && choice_tool_calls(job, c, i, 0, NULL, &content) ? "tool_calls" : finish_name(c->s);
+        const char *finish = job->chat && finished_calls(job, c, i) ? "tool_calls" : finish_name(c->s);
         fprintf(f, ", \"finish_reason\": \"%s\"", finish);
         if (job->return_token_ids) {
             fputs(", \"token_ids\": ", f);
@@ -784,7 +853,7 @@ char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model) {
 
 // How much of a running choice's text may be sent: not the bytes that could start a stop string or a
 // tool call, nor a character cut off at the end. With `final`, all of it.
-static size_t sendable(const ApiJob *job, const ApiChoice *c, int final) {
+static size_t sendable(const ApiJob *job, const ApiChoice *c, const Think *t, int final) {
     const char *text = c->s->text.data ? c->s->text.data : "";
     size_t end = out_text_len(job, c);
     if (final) return end;
@@ -793,8 +862,9 @@ static size_t sendable(const ApiJob *job, const ApiChoice *c, int final) {
         size_t l = strlen(job->stop[i]);
         if (l - 1 > hold) hold = l - 1;
     }
-    if (job->tools) {
-        const char *call = memmem(text, end, "<tool_call>", 11);
+    if (t->open && hold < strlen(THINK_CLOSE) - 1) hold = strlen(THINK_CLOSE) - 1;  // a </think> coming
+    if (job->tools && !t->open) {  // calls are in the content
+        const char *call = memmem(text + t->c0, end - t->c0, "<tool_call>", 11);
         if (call) return (size_t)(call - text) > c->sent_bytes ? (size_t)(call - text) : c->sent_bytes;
         if (hold < 10) hold = 10;
     }
@@ -808,33 +878,54 @@ static size_t sendable(const ApiJob *job, const ApiChoice *c, int final) {
     return at > c->sent_bytes ? at : c->sent_bytes;
 }
 
-static void chunk_open(FILE *f, const ApiJob *job, const char *model, int i) {
+// A chunk of choice i up to its choice's fields; with return_token_ids the choice's first chunk carries its
+// prompt's ids (where the whole response has them: chat at the top, completions in the choice).
+static void chunk_open(FILE *f, ApiJob *job, const char *model, int i) {
+    ApiChoice *c = &job->choices[i];
+    const IdList *prompt = &job->prompts[i / job->n];
+    int ids = job->return_token_ids && !c->prompt_sent;
+    c->prompt_sent = 1;
     fputs("data: ", f);
     write_head(f, job, job->chat ? "chat.completion.chunk" : "text_completion", model);
+    if (ids && job->chat) {
+        fputs(", \"prompt_token_ids\": ", f);
+        write_ids(f, prompt->ids, (int64_t)prompt->n);
+    }
     fprintf(f, ", \"choices\": [{\"index\": %d, ", i);
+    if (ids && !job->chat) {
+        fputs("\"prompt_token_ids\": ", f);
+        write_ids(f, prompt->ids, (int64_t)prompt->n);
+        fputs(", ", f);
+    }
 }
 
 // One chunk of choice i: its new text [from, to), its tokens' log-probs [t0, t1), and when ending its
 // finish reason (chat: with tool calls, whose text is then not sent as content).
-static void write_chunk(FILE *f, const ApiJob *job, const Tokenizer *tok, const char *model, int i,
-                        size_t from, size_t to, int t0, int t1, int end) {
+// A chunk of choice i: its text [from, to) (chat: split by t into reasoning_content and content, the tags
+// left out), the log-probs of tokens [t0, t1), the tool calls of calls (its complete ones not yet sent: they
+// take the place of the text from the first call on), the finish at the end.
+static void write_chunk(FILE *f, ApiJob *job, const Tokenizer *tok, const char *model, int i, const Think *t,
+                        size_t from, size_t to, int t0, int t1, const Buf *calls, int n_calls, int end) {
     const ApiChoice *c = &job->choices[i];
     const char *text = c->s->text.data ? c->s->text.data : "";
     chunk_open(f, job, model, i);
-    int tool = 0;
+    int tool = n_calls > 0;
     if (job->chat) {
+        size_t r0 = from > t->r0 ? from : t->r0, r1 = to < t->r1 ? to : t->r1, c0 = from > t->c0 ? from : t->c0;
+        const char *sep = "";
         fputs("\"delta\": {", f);
-        size_t content = 0;
-        Buf calls = {0};
-        tool = end && choice_tool_calls(job, c, i, 1, &calls, &content);
-        if (tool) {
-            to = content > from ? content : from;
-            fprintf(f, "\"tool_calls\": [%.*s]", (int)calls.len, calls.data);
+        if (calls->len) {
+            fprintf(f, "\"tool_calls\": [%.*s]", (int)calls->len, calls->data);
+            sep = ", ";
         }
-        buf_free(&calls);
-        if (to > from) {
-            fputs(tool ? ", \"content\": " : "\"content\": ", f);
-            write_text(f, text + from, to - from);
+        if (r1 > r0) {
+            fprintf(f, "%s\"reasoning_content\": ", sep);
+            write_text(f, text + r0, r1 - r0);
+            sep = ", ";
+        }
+        if (to > c0) {
+            fprintf(f, "%s\"content\": ", sep);
+            write_text(f, text + c0, to - c0);
         }
         fputc('}', f);
     } else {
@@ -848,6 +939,10 @@ static void write_chunk(FILE *f, const ApiJob *job, const Tokenizer *tok, const 
         write_chat_logprobs(f, job, tok, c, t0, t1);
     else
         write_completion_logprobs(f, job, tok, i / job->n, c, t0, t1, 0);
+    if (job->return_token_ids) {  // the chunk's tokens
+        fputs(", \"token_ids\": ", f);
+        write_ids(f, c->s->tokens + t0, t1 > t0 ? t1 - t0 : 0);
+    }
     if (end)
         fprintf(f, ", \"finish_reason\": \"%s\"}]}\n\n", tool ? "tool_calls" : finish_name(c->s));
     else
@@ -891,12 +986,23 @@ void api_stream(ApiJob *job, const Tokenizer *tok, const char *model, int final,
             }
         }
         int end = c->s->done;
-        size_t to = sendable(job, c, end);
+        Think t = think_split(job, c->s->text.data ? c->s->text.data : "", out_text_len(job, c), end);
+        size_t to = sendable(job, c, &t, end), content = to;
         int t1 = out_tokens(job, c);
-        if (!end && to == c->sent_bytes && t1 == c->sent_tokens) continue;
-        write_chunk(f, job, tok, model, i, c->sent_bytes, to, c->sent_tokens, t1, end);
+        Buf calls = {0};
+        int n_calls =
+            job->chat && !t.open ? choice_tool_calls(job, c, i, end, t.c0, 1, c->sent_calls, &calls, &content) : 0;
+        if (n_calls && to > content) to = content > c->sent_bytes ? content : c->sent_bytes;
+        int per_token = job->logprobs >= 0 || job->return_token_ids;
+        size_t from = c->sent_bytes, c0 = from > t.c0 ? from : t.c0;
+        int text_news = (to < t.r1 ? to : t.r1) > (from > t.r0 ? from : t.r0) || to > c0;  // not only the tags
+        int news = text_news || n_calls > c->sent_calls || (per_token && t1 > c->sent_tokens);
+        if (end || news)  // nothing new (text held back, no log-probs asked): no empty chunk
+            write_chunk(f, job, tok, model, i, &t, c->sent_bytes, to, c->sent_tokens, t1, &calls, n_calls, end);
+        buf_free(&calls);
         c->sent_bytes = to;
         c->sent_tokens = t1;
+        c->sent_calls = n_calls > c->sent_calls ? n_calls : c->sent_calls;
         c->ended = end;
     }
     if (final) {
@@ -955,17 +1061,6 @@ static cJSON *parse_object(const char *body, size_t n, uint32_t *nul, ApiError *
     return root;
 }
 
-// The fields of root must be among names (NULL-terminated).
-static int only_fields(const cJSON *root, const char *const *names, ApiError *err) {
-    for (const cJSON *e = root->child; e; e = e->next) {
-        int known = 0;
-        for (int i = 0; names[i]; i++) known |= !strcmp(e->string, names[i]);
-        snprintf(err->own_param, sizeof err->own_param, "%s", e->string);
-        if (!known) return fail(err, 400, err->own_param, xprintf("unknown field \"%.100s\"", e->string));
-    }
-    return 0;
-}
-
 static int check_model(const cJSON *root, const ApiLimits *lim, ApiError *err) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (model && !cJSON_IsNull(model) && (!cJSON_IsString(model) || strcmp(model->valuestring, lim->model_name)))
@@ -987,14 +1082,14 @@ char *api_tokenize(const char *body, size_t n, Tokenizer *tok, const ApiLimits *
     int generation = 1;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (only_fields(root, names, err) || check_model(root, lim, err) ||
+    if (only_fields(root, names, NULL, err) || check_model(root, lim, err) ||
         get_bool(root, "add_generation_prompt", &generation, err))
         goto done;
     if (!msgs == !prompt) {
         fail(err, 400, "prompt", xprintf("give \"prompt\" (text) or \"messages\" (a chat), one of them"));
         goto done;
     }
-    if (msgs ? parse_messages(&job, root, nul, tok, generation, err)
+    if (msgs ? parse_messages(&job, root, nul, tok, lim, generation, err)
              : cJSON_IsString(prompt) ? parse_prompts(&job, prompt, nul, tok, vocab, err)
                                       : fail(err, 400, "prompt", xprintf("\"prompt\" must be a string")))
         goto done;
@@ -1022,7 +1117,7 @@ char *api_detokenize(const char *body, size_t n, const Tokenizer *tok, const Api
     IdList ids = {0};
     char *out = NULL;
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (only_fields(root, names, err) || check_model(root, lim, err)) goto done;
+    if (only_fields(root, names, NULL, err) || check_model(root, lim, err)) goto done;
     if (!cJSON_IsArray(tokens)) {
         fail(err, 400, "tokens", xprintf("\"tokens\" must be a list of token ids"));
         goto done;

@@ -26,7 +26,9 @@ typedef struct {
     int n_tops, cap_tops;
     size_t sent_bytes;   // stream: text bytes sent
     int sent_tokens;     // stream: tokens whose log-probs were sent
+    int sent_calls;      // stream: tool calls sent (each as one tool_calls delta once its block is complete)
     int started, ended;  // stream: the opening (chat: role) and the final chunk were sent
+    int prompt_sent;     // stream with return_token_ids: its prompt's ids were sent (in its first chunk)
 } ApiChoice;
 
 typedef struct {
@@ -44,6 +46,7 @@ typedef struct {
     int echo;      // completions: the prompt's text (and log-probs) before the output
     int stream, include_usage, return_token_ids;
     int tools;  // chat with tools: tool calls are parsed
+    int reasoning;  // chat with --reasoning-parser qwen3: <think>...</think> is reasoning_content
     int has_seed;
     uint64_t seed;
     // the work
@@ -71,6 +74,7 @@ typedef struct {
     int max_n, max_batch;  // n at most; prompts x n at most
     int32_t *stop_ids;
     int n_stop_ids;
+    int reasoning;  // --reasoning-parser qwen3
 } ApiLimits;
 
 // Parses body[0..n) into job (the caller api_job_free's it, also on error). Returns 0, or -1 with *err.

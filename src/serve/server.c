@@ -100,11 +100,13 @@ struct Server {
     RolloutEngine *e;
     pthread_mutex_t mu;
     pthread_mutex_t tok_mu;  // the tokenizer (its word cache and match data) for one parse at a time
+    pthread_mutex_t log_mu;  // the access log's lines, whole (a slow log stalls no engine step)
     pthread_cond_t cv;
     pthread_t main_thread;  // woken (SIGTERM) to stop the server when the engine fails
     FILE *log;              // --log: the access log, or NULL
     jmp_buf engine_jump;    // the engine thread's way back from a die() in a step
-    char failure[512];      // the engine's error, once it failed
+    char engine_error[512];  // die()'s message, kept by the engine thread as it jumps back
+    char failure[512];      // the engine's error, once it failed (under the lock)
     Job *queue, *queue_tail, *running;
     int n_queued, n_jobs, draining;
     uint64_t seed_state;  // seeds of requests without one
@@ -419,9 +421,12 @@ static enum MHD_Result route(Job *j, const char *url, const char *method) {
     Server *s = j->srv;
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     int chat = !strcmp(url, "/v1/chat/completions");
-    if (!strcmp(url, "/health")) {
+    if (!strcmp(url, "/health")) {  // 503 while draining or after an engine failure: send no more
         if (!get) return respond_error(j, 405, NULL, xprintf("use GET"));
-        return respond(j, 200, "", 0, "text/plain");
+        pthread_mutex_lock(&s->mu);
+        int draining = s->draining;
+        pthread_mutex_unlock(&s->mu);
+        return respond(j, draining ? 503 : 200, "", 0, "text/plain");
     }
     if (!strcmp(url, "/metrics")) {
         if (!get) return respond_error(j, 405, NULL, xprintf("use GET"));
@@ -440,7 +445,8 @@ static enum MHD_Result route(Job *j, const char *url, const char *method) {
 }
 
 // A body grows past --max-body-mb: MHD (0.9.75) cannot queue an answer while a body is coming, so the 413 is
-// written to the socket here (best effort: the socket may be full) and the connection closed.
+// written to the socket here (its send buffer is empty: nothing else was sent) and the connection closed. A
+// client still sending may meet the reset of that close before it reads the 413 (no lingering close).
 static enum MHD_Result refuse_body(Job *j) {
     ApiError err = {.status = 413, .message = body_too_big(j->srv)};
     char *body = api_error_body(&err);
@@ -508,6 +514,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     char *error = j->error;
     j->error = NULL;
     if (commit) buf_append(&j->out, " ", 1);
+    j->committed |= commit;  // with the decision: an engine failure from here on ends the body with an error
     pthread_mutex_unlock(&s->mu);
     if (!taken) return route(j, url, method);
     if (commit) return respond_committed(j, "application/json");
@@ -543,12 +550,17 @@ static void access_log(Server *s, struct MHD_Connection *c, const Job *j, enum M
                                                      : snprintf(esc, sizeof esc, "%c", *p);
         buf_append(&line, esc, (size_t)n);
     }
-    pthread_mutex_lock(&s->mu);  // whole lines, in the order requests end; the tokens counted after each step
-    fprintf(s->log, "%s %s \"%.*s\" %d %.3fs prompt_tokens=%lld completion_tokens=%lld %s\n", when, addr,
-            (int)line.len, line.data ? line.data : "", j->status, time_now() - j->t_arrive, (long long)prompt,
-            (long long)j->counted, j->failed ? "cancelled" : end);
-    fflush(s->log);
+    pthread_mutex_lock(&s->mu);  // the tokens counted after each step
+    int64_t completion = j->counted;
+    int status = j->status;
+    if (j->failed) end = "cancelled";
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->log_mu);
+    fprintf(s->log, "%s %s \"%.*s\" %d %.3fs prompt_tokens=%lld completion_tokens=%lld %s\n", when, addr,
+            (int)line.len, line.data ? line.data : "", status, time_now() - j->t_arrive, (long long)prompt,
+            (long long)completion, end);
+    fflush(s->log);
+    pthread_mutex_unlock(&s->log_mu);
     buf_free(&line);
 }
 
@@ -592,8 +604,9 @@ static int client_left(Job *j) {
 // failed (its client left: nothing more is sent; a committed body ends with an error).
 static void job_finish(Server *s, Job *j, int failed) {
     double now = time_now();
-    if (!failed) hist_add(&s->latency, now - j->t_arrive);
-    if (!failed && j->t_first == 0) hist_add(&s->ttft, now - j->t_arrive);
+    int answered = !failed && !s->failure[0];  // not cancelled, nor answered with the engine's error
+    if (answered) hist_add(&s->latency, now - j->t_arrive);
+    if (answered && j->t_first == 0) hist_add(&s->ttft, now - j->t_arrive);
     if (!failed) buf_append(&j->out, j->pend.data, j->pend.len);
     j->failed = failed;
     j->done = 1;
@@ -729,7 +742,7 @@ static void engine_failed(Server *s) {
 static void engine_die(void *user, const char *msg) {
     Server *s = user;
     if (omp_in_parallel()) return;
-    snprintf(s->failure, sizeof s->failure, "%s", msg);
+    snprintf(s->engine_error, sizeof s->engine_error, "%s", msg);  // die()'s frame goes with the jump
     longjmp(s->engine_jump, 1);
 }
 
@@ -746,6 +759,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (setjmp(s->engine_jump)) {
             pthread_mutex_lock(&s->mu);
+            memcpy(s->failure, s->engine_error, sizeof s->failure);
             engine_failed(s);
             break;
         }
@@ -810,12 +824,13 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
                         .max_n = o->max_n,
                         .max_batch = o->max_batch,
                         .stop_ids = (int32_t *)stop_ids,
-                        .n_stop_ids = n_stop_ids};
+                        .n_stop_ids = n_stop_ids,
+                        .reasoning = o->reasoning};
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
     s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
     if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_mutex_init(&s.tok_mu, NULL) != 0 ||
-        pthread_cond_init(&s.cv, NULL) != 0)
+        pthread_mutex_init(&s.log_mu, NULL) != 0 || pthread_cond_init(&s.cv, NULL) != 0)
         die("cannot create a mutex");
     s.main_thread = pthread_self();
     if (o->log) {
@@ -875,6 +890,7 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     rollout_engine_free(s.e);
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.tok_mu);
+    pthread_mutex_destroy(&s.log_mu);
     pthread_mutex_destroy(&s.mu);
     fprintf(stderr, "grpo serve: stopped\n");
     return 0;

@@ -24,6 +24,7 @@ typedef struct {
     unsigned max_connections;
     unsigned http_threads;  // MHD's pool: parsing, templates and formatting run on them
     const char *log;        // the access log's path ("-": stderr), or NULL
+    int reasoning;          // --reasoning-parser qwen3
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.

@@ -328,6 +328,21 @@ def g_chat():
                   "response's", "".join(p["text"] for p in parts) == whole["response"]["choices"][i]["text"] and
                   max_diff(lps, want["token_logprobs"]) == 0 and offs == want["text_offset"],
                   f"{offs} vs {want['text_offset']}")
+        # return_token_ids streamed: the first chunk of each choice has the prompt's ids, the chunks' token_ids
+        # add up to the whole response's (what an RL agent loop trains on)
+        for kind, b in (("completions", dict(body, return_token_ids=True)),
+                        ("chat", {"model": RAND, "messages": msgs, "max_tokens": 12, "temperature": 1.0, "seed": 3,
+                                  "n": 2, "return_token_ids": True})):
+            whole, stream = calls(srv, {"kind": kind, "body": b}, {"kind": kind + "_stream", "body": b})
+            w = whole["response"]
+            for i in range(2):
+                parts = [c for c in stream["chunks"] if c["choices"] and c["choices"][0]["index"] == i]
+                ids = [t for c in parts for t in c["choices"][0].get("token_ids", [])]
+                first = parts[0] if kind == "chat" else parts[0]["choices"][0]
+                want_prompt = w["prompt_token_ids"] if kind == "chat" else w["choices"][i]["prompt_token_ids"]
+                check(f"{kind} stream, return_token_ids (choice {i}): prompt_token_ids in its first chunk, the "
+                      "chunks' token_ids add up to the whole response's", first.get("prompt_token_ids") ==
+                      want_prompt and ids == w["choices"][i]["token_ids"], f"{ids} vs {w['choices'][i]['token_ids']}")
         models = calls(srv, {"kind": "models", "body": None})[0]
         check("models: the served model is listed", [m["id"] for m in models["response"]["data"]] == [RAND])
 
@@ -353,6 +368,14 @@ def g_tools():
               helper["ok"] and len(fc) == 1 and fc[0]["function"]["name"] == "multiply" and
               json.loads(fc[0]["function"]["arguments"]) == {"a": 6, "b": 7} and fin.get("finish_reason") == "tool_calls",
               json.dumps(helper)[:400])
+        chunks = calls(srv, {"kind": "chat_stream", "body": body})[0]["chunks"]
+        empty = [c for c in chunks if c["choices"] and not c["choices"][0]["delta"] and
+                 c["choices"][0]["finish_reason"] is None]
+        deltas = [d for c in chunks for ch in c["choices"] for d in ch["delta"].get("tool_calls") or []]
+        check("tools, streamed: the call comes as a tool_calls delta (index, id, name, arguments), no empty chunks",
+              not empty and len(deltas) == 1 and deltas[0]["index"] == 0 and deltas[0]["id"] and
+              deltas[0]["function"]["name"] == "multiply" and
+              json.loads(deltas[0]["function"]["arguments"]) == {"a": 6, "b": 7}, json.dumps(chunks)[:600])
         # the next turn: the tool's answer goes back through the template; the model calls again (it always does)
         msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": calls_},
                         {"role": "tool", "tool_call_id": calls_[0]["id"] if calls_ else "x", "content": "42"}]
@@ -360,6 +383,26 @@ def g_tools():
         js = tools_test.js_render([{"messages": msgs2, "tools": [SCHEMA], "add_generation_prompt": True}])[0]
         check("tools: a conversation with the call and the tool's answer renders as the template does",
               r["ok"] and text_of(r["response"]["prompt_token_ids"]) == js)
+    # a model that goes on after its call (as one whose eos is <|endoftext|> invents a <tool_response>): with
+    # tools its turn ends at </tool_call>, without them it runs on
+    chatty = os.path.join(TMP, "chatty")
+    shutil.copytree(TOOL, chatty, dirs_exist_ok=True)
+    w = ref.load_safetensors(os.path.join(chatty, "model.safetensors"))
+    head = w["lm_head.weight"].clone()
+    head[:, 1] = 0.0
+    head[ord("Z"), 1] = 40.0  # after CALL: "Z" (then <|im_end|>), where the model above ends
+    w["lm_head.weight"] = head
+    ref.save_safetensors(os.path.join(chatty, "model.safetensors"), w, {"format": "pt"})
+    with Server(chatty) as srv:
+        body = {"model": chatty, "messages": msgs, "tools": [SCHEMA], "temperature": 0, "max_tokens": 50,
+                "return_token_ids": True}
+        with_tools, without = calls(srv, {"kind": "chat", "body": body},
+                                    {"kind": "chat", "body": {k: v for k, v in body.items() if k != "tools"}})
+        ch = with_tools["response"]["choices"][0]
+        ids = without["response"]["choices"][0]["token_ids"]
+        check("tools: the model's turn ends after its </tool_call> (the client runs the tool); without tools the "
+              "same model runs on", ch["token_ids"] == [259] and ch["finish_reason"] == "tool_calls" and
+              ids[:2] == [259, ord("Z")], f"{ch['token_ids']} / {ids}")
 
 
 def g_errors():
@@ -481,6 +524,63 @@ def g_disconnect():
             made = metric(srv, "grpo_generation_tokens_total") - before
             check(f"disconnect ({'stream' if stream else 'waiting for the whole response'}): the slot is freed, the "
                   f"next request is served at once", r["ok"] and made < 500, f"{took:.2f}s, {made} tokens after leaving")
+
+
+THOUGHT = ["<thi", "nk>\nSix t", "imes seven.</th", "ink>\n\nThe ", "answer is 42."]  # "</think>" split in two
+
+
+def make_thinker(d):
+    """A model that answers every chat turn with the tokens THOUGHT (added tokens, one after the other, from the
+    prompt's last "\n") and then <|im_end|>: a Qwen3-style <think> block, its tags cut across tokens."""
+    end = tools_test.write_byte_tokenizer(d, THOUGHT)
+    V, C, first = 259 + len(THOUGHT), 16, 259
+    t = ref.make_model(d, seed=5, hidden=C, layers=1, heads=2, kv_heads=1, intermediate=32, vocab=V, tied=False,
+                       max_pos=4096)
+    for k in t:
+        if k.endswith("o_proj.weight") or k.endswith("down_proj.weight"):
+            t[k] = torch.zeros_like(t[k])  # the residual is the embedding: the next token follows the last
+    emb, head = torch.zeros(V, C), torch.zeros(V, C)
+    emb[:, C - 1] = 1.0  # any other token: class C - 1 -> <|im_end|>
+    head[end, C - 1] = 40.0
+    emb[10] = 0.0
+    emb[10, 0] = 1.0  # "\n": class 0 -> the first piece
+    head[first, 0] = 40.0
+    for k in range(len(THOUGHT)):  # piece k: class k + 1 -> piece k + 1, the last -> <|im_end|>
+        emb[first + k] = 0.0
+        emb[first + k, k + 1] = 1.0
+        head[first + k + 1 if k + 1 < len(THOUGHT) else end, k + 1] = 40.0
+    t["model.embed_tokens.weight"], t["lm_head.weight"], t["model.norm.weight"] = emb, head, torch.ones(C)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["eos_token_id"] = end
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ref.save_safetensors(os.path.join(d, "model.safetensors"), t, {"format": "pt"})
+
+
+def g_reasoning():
+    """--reasoning-parser qwen3 (vLLM's): an answer that opens with <think> gives its reasoning_content (up to
+    </think>) and its content (after), whole and streamed (the deltas add up; no piece of a tag leaks, though the
+    tags are cut across tokens); without the parser the whole text is content."""
+    d = os.path.join(TMP, "thinker")
+    make_thinker(d)
+    text = "".join(THOUGHT)
+    want_r, want_c = "\nSix times seven.", "\n\nThe answer is 42."
+    body = {"model": d, "messages": [{"role": "user", "content": "6 x 7?"}], "max_tokens": 20, "temperature": 0}
+    with Server(d, "--reasoning-parser", "qwen3") as srv:
+        whole, stream = calls(srv, {"kind": "chat", "body": body}, {"kind": "chat_stream", "body": body})
+        msg = whole["response"]["choices"][0]["message"]
+        check("reasoning: reasoning_content is the text inside <think>, content the text after",
+              msg.get("reasoning_content") == want_r and msg["content"] == want_c, json.dumps(msg))
+        deltas = [c["choices"][0]["delta"] for c in stream["chunks"] if c["choices"]]
+        r = "".join(x.get("reasoning_content") or "" for x in deltas)
+        c = "".join(x.get("content") or "" for x in deltas)
+        check("reasoning, streamed: the reasoning_content and content deltas add up to the same, no tag leaks",
+              r == want_r and c == want_c and not any("<" in json.dumps(x) for x in deltas), json.dumps(deltas))
+    with Server(d) as srv:
+        msg = calls(srv, {"kind": "chat", "body": body})[0]["response"]["choices"][0]["message"]
+        check("reasoning: without --reasoning-parser the whole answer is content",
+              msg["content"] == text and "reasoning_content" not in msg, json.dumps(msg))
 
 
 def g_endpoints():
@@ -807,7 +907,7 @@ def main():
     groups = [("completions", g_completions), ("loglikelihood", g_loglikelihood), ("chat", g_chat), ("chat_template", g_chat_template),
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
               ("halfclose", g_halfclose), ("engine_fault", g_engine_fault), ("processors", g_processors),
-              ("endpoints", g_endpoints),
+              ("endpoints", g_endpoints), ("reasoning", g_reasoning),
               ("sigterm", g_sigterm), ("load", g_load)]
     return harness.run_groups(setup, groups, a.only)
 
