@@ -2,7 +2,7 @@
 """grpo serve under load: continuous batching against one-at-a-time serving, in the same run.
 
 usage: /usr/bin/python3 bench/serve.py [--grpo build/grpo] [--model DIR] [--dtype bf16] [--clients 64]
-           [--requests 64] [--max-tokens 32] [--repeats 3] [--modes quiet load]
+           [--requests 64] [--max-tokens 32] [--repeats 3] [--modes quiet load] [--workload batching|json]
 
 The same server binary twice: `--max-batch 64` (requests join the running decode batch between steps) and
 `--max-batch 1` (one request at a time, the others queued). The official openai client (tests/serve/client.mjs)
@@ -10,7 +10,10 @@ runs --clients concurrent workers over --requests streamed completions (greedy, 
 ~27 tokens that differ), over loopback only. Per configuration: completion tokens per second over the wall
 time, and the p50/p99 of request latency and of time to first token; medians over --repeats runs, the two
 configurations taking turns. `load` first starts one competing single-threaded busy loop, as a shared machine
-has. Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
+has. `--workload json`: one `--max-batch 64` server, the same requests with `response_format: json_object` (JSON
+mode: every token of the vocabulary tried against the output's JSON automaton each step) and without, taking
+turns (sampled at temperature 1, seeded, '}' and '{}' made unlikely so that both run to --max-tokens): the cost
+of the mask per token. Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
 Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
@@ -37,10 +40,10 @@ def start(grpo, model, *opts):
     return p, f"http://127.0.0.1:{m.group(1)}/v1"
 
 
-def run_load(base, model, clients, requests, max_tokens):
-    bodies = [{"model": model, "prompt": f"Request {i}: write a long story about the number {i * 7919 % 1000} and "
-               f"the sea, with many details, in plain words.", "max_tokens": max_tokens, "temperature": 0}
-              for i in range(requests)]
+def run_load(base, model, clients, requests, max_tokens, extra=None):
+    bodies = [dict({"model": model, "prompt": f"Request {i}: write a long story about the number {i * 7919 % 1000} "
+                    f"and the sea, with many details, in plain words.", "max_tokens": max_tokens, "temperature": 0},
+                   **(extra or {})) for i in range(requests)]
     p = subprocess.run(["node", CLIENT], input=json.dumps({"base": base, "load": {"clients": clients, "bodies": bodies,
                                                                                    "stream": True}}),
                        capture_output=True, text=True, timeout=3600)
@@ -70,9 +73,12 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=["quiet", "load"])
+    ap.add_argument("--workload", choices=["batching", "json"], default="batching")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model, "config.json")):
         subprocess.run([a.grpo, "init", "--out", a.model, "--preset", a.preset, "--tokenizer", TOK], check=True)
+    if a.workload == "json":
+        return json_workload(a)
     configs = [("continuous batching (--max-batch 64)", 64), ("one at a time (--max-batch 1)", 1)]
     print(f"grpo serve, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens, medians of {a.repeats}")
@@ -98,6 +104,38 @@ def main():
             ratio = table[(mode, 64)]["tok_s"] / table[(mode, 1)]["tok_s"]
             print(f"{mode:5s}  throughput ratio, batching / one at a time: {ratio:.2f}x", flush=True)
         finally:
+            if hog:
+                hog.kill()
+                hog.wait()
+
+
+def json_workload(a):
+    """The same requests with and without response_format json_object, taking turns on one server."""
+    # '}' and '{}' (ids 92 and 6257 in Qwen's vocabulary) made unlikely, so that the object stays open until the
+    # budget closes it and both take --max-tokens tokens (printed): the difference is then the mask's cost
+    sampled = {"temperature": 1.0, "seed": 1, "logit_bias": {"6257": -100, "92": -100}}
+    configs = [("json_object", dict(sampled, response_format={"type": "json_object"})), ("text", sampled)]
+    print(f"grpo serve JSON mode, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
+          f"{a.max_tokens} tokens (--max-batch 64), medians of {a.repeats}")
+    for mode in a.modes:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        p, base = start(a.grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-queue", 4096, "--max-len", 512)
+        try:
+            runs = {name: [] for name, _ in configs}
+            for _ in range(a.repeats):
+                for name, extra in configs:
+                    runs[name].append(run_load(base, a.model, a.clients, a.requests, a.max_tokens, extra))
+            med = {name: {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]} for name in runs}
+            for name, _ in configs:
+                m = med[name]
+                print(f"{mode:5s}  {name:12s} {m['tok_s']:7.1f} tok/s  {m['tokens'] / a.requests:5.1f} tokens a request  "
+                      f"latency p50 {m['p50']:6.2f}s  TTFT p50 {m['ttft50']:6.2f}s", flush=True)
+            per_token = (1 / med["json_object"]["tok_s"] - 1 / med["text"]["tok_s"]) * 1e3
+            print(f"{mode:5s}  json_object / text throughput: {med['json_object']['tok_s'] / med['text']['tok_s']:.2f}x "
+                  f"({per_token:+.2f} ms per token of the batch)", flush=True)
+        finally:
+            p.terminate()
+            p.wait(120)
             if hog:
                 hog.kill()
                 hog.wait()

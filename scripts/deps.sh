@@ -38,7 +38,8 @@ fi
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/parquet/node_modules/parquet-wasm ]; then
   npm ci --prefix tests/parquet --no-audit --no-fund >&2
 fi
-# The official OpenAI client, the peer of grpo serve's tests (tests/serve/package-lock.json).
-if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/serve/node_modules/openai ]; then
+# The official OpenAI client and ajv, the peers of grpo serve's tests (tests/serve/package-lock.json).
+if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } &&
+  { [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/ajv ]; }; then
   npm ci --prefix tests/serve --no-audit --no-fund >&2
 fi

@@ -32,6 +32,8 @@ typedef struct {
                             // and logits_fn sees the processed row); min_tokens also holds off stop strings
     int include_stop_str;   // a stop string's text stays in the sample's text (text_end after it)
     int end_at_tool_call;   // the output ends after a </tool_call> (grpo serve with tools: the client calls it)
+    int json_object;        // the output is kept one JSON object, closed within max_new_tokens (json_mask.h;
+                            // needs a tokenizer and stop ids; sampled on the host)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

@@ -89,13 +89,9 @@ static int check_unsupported(const cJSON *root, ApiError *err) {
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, guided[i]);
         if (e && !cJSON_IsNull(e))
-            return fail(err, 400, guided[i], xprintf("\"%s\" is not supported (no structured outputs yet)", guided[i]));
+            return fail(err, 400, guided[i],
+                        xprintf("\"%s\" is not supported (response_format json_object is)", guided[i]));
     }
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
-    if (format && !cJSON_IsNull(format) && !(cJSON_IsString(type) && !strcmp(type->valuestring, "text")))
-        return fail(err, 400, "response_format",
-                    xprintf("\"response_format\" must be {\"type\": \"text\"} (no structured outputs yet)"));
     const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skip_special_tokens");
     if (skip && !cJSON_IsNull(skip) && !cJSON_IsFalse(skip))
         return fail(err, 400, "skip_special_tokens",
@@ -274,6 +270,22 @@ static int parse_stop_ids(ApiJob *job, const cJSON *root, const ApiLimits *lim, 
     return 0;
 }
 
+// "response_format": {"type": "text"}, or {"type": "json_object"}: JSON mode (json_mask.h).
+static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
+    static const char *const fields[] = {"type", NULL};
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
+    if (!format || cJSON_IsNull(format)) return 0;
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    if (!cJSON_IsObject(format) || only_fields(format, fields, NULL, err) ||
+        (strcmp(t, "text") && strcmp(t, "json_object")))
+        return fail(err, 400, "response_format",
+                    xprintf("\"response_format\" must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
+                            "(json_schema is not supported yet)"));
+    job->cfg.json_object = !strcmp(t, "json_object");
+    return 0;
+}
+
 static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
     job->logprobs = -1;
     if (!job->chat) {
@@ -316,8 +328,15 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_number(root, "frequency_penalty", -2.0, 2.0, &frequency, err) ||
         get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, err) ||
         get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
-        parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err))
+        parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err) ||
+        parse_format(job, root, err))
         return -1;
+    if (job->cfg.json_object && min_tokens > 0)  // it would mask the stop ids a complete object needs
+        return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with json_object"));
+    if (job->cfg.json_object && job->cfg.n_stop_ids == 0)
+        return fail(err, 400, "response_format",
+                    xprintf("json_object ends the output with a stop token id: none is left (ignore_eos, or a model "
+                            "without eos)"));
     if (max_tokens >= 0 && min_tokens > max_tokens)
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" %lld exceeds max_tokens %lld",
                                                     (long long)min_tokens, (long long)max_tokens));
@@ -371,6 +390,10 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
         goto out;
     }
     if (check_known(root, chat, err) || parse_fields(job, root, nul, lim, vocab, err)) goto out;
+    if (job->cfg.json_object && !tok) {
+        fail(err, 400, "response_format", xprintf("json_object needs the model's tokenizer: this server has none"));
+        goto out;
+    }
     if (job->cfg.n_stop_strings && !tok) {  // stop strings are matched in decoded text
         fail(err, 400, "stop",
              xprintf("\"stop\" needs the model's tokenizer: this server has none (token ids only)"));
@@ -392,6 +415,10 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
             goto out;
         }
         if (job->max_tokens < 0) job->max_tokens = room > 0 ? (int)(room < INT32_MAX ? room : INT32_MAX) : 1;
+        if (job->cfg.json_object && job->max_tokens < 2) {
+            fail(err, 400, "max_tokens", xprintf("json_object needs max_tokens >= 2 (\"{}\")"));
+            goto out;
+        }
         if (len + (job->max_tokens > 0 ? job->max_tokens : 1) > lim->max_len) {
             fail(err, 400, "max_tokens",
                  xprintf(

@@ -187,7 +187,7 @@ def setup():
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
     tools_test.make_model(TOOL, CALL)
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "openai")):
+    if not all(os.path.isdir(os.path.join(HERE, "node_modules", m)) for m in ("openai", "ajv")):
         subprocess.run(["npm", "ci", "--prefix", HERE, "--no-audit", "--no-fund"], check=True, capture_output=True)
 
 
@@ -417,7 +417,7 @@ def g_errors():
                ({"prompt": [[1, 2], [999]]}, 400, "prompt"),
                ({"prompt": "x", "stop": [""]}, 400, "stop"),
                ({"prompt": "x", "frequency_penallty": 0.5}, 400, "frequency_penallty"),
-               ({"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format"),
+               ({"prompt": "x", "response_format": {"type": "json_schema"}}, 400, "response_format"),
                ({"prompt": "x", "skip_special_tokens": True}, 400, "skip_special_tokens"),
                ({"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias"),
                ({"prompt": "x", "stop_token_ids": [260]}, 400, "stop_token_ids"),
@@ -581,6 +581,66 @@ def g_reasoning():
         msg = calls(srv, {"kind": "chat", "body": body})[0]["response"]["choices"][0]["message"]
         check("reasoning: without --reasoning-parser the whole answer is content",
               msg["content"] == text and "reasoning_content" not in msg, json.dumps(msg))
+
+
+def ajv(schema, texts):
+    """ajv's verdict (tests/serve/validate.mjs) on each text: JSON.parse reads it and the schema accepts it."""
+    p = subprocess.run(["node", os.path.join(HERE, "validate.mjs")], input=json.dumps({"schema": schema,
+                                                                                        "texts": texts}),
+                       capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(p.stdout)
+
+
+def g_json():
+    """response_format json_object on a random-weight model: every answer (sampled at temperature 1.5, through
+    the official client, chat and completions, whole and streamed, budgets from 2 to 60 tokens) is one JSON
+    object that JSON.parse reads and ajv accepts as {"type": "object"}, while the same requests unconstrained give
+    none; bad uses are refused."""
+    schema = {"type": "object"}
+    with Server(RAND, "--max-batch", 16) as srv:
+        reqs = []
+        for i, max_tokens in enumerate((2, 3, 8, 20, 60)):
+            reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
+                                                         "max_tokens": max_tokens, "temperature": 1.5, "seed": i}})
+            reqs.append({"kind": "chat", "body": {"model": RAND, "messages": [{"role": "user", "content": "json"}],
+                                                  "n": 8, "max_tokens": max_tokens, "temperature": 1.5,
+                                                  "seed": 100 + i}})
+        for i, max_tokens in enumerate((30, 60, 200)):  # '[' and '{' favoured: nested values, closed in time
+            reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i], "n": 8,
+                                                         "max_tokens": max_tokens, "temperature": 1.5, "seed": 50 + i,
+                                                         "logit_bias": {"91": 5, "123": 5, "34": 4}}})
+        texts = {}
+        for mode in ("text", "json_object"):
+            res = calls(srv, *({"kind": r["kind"], "body": dict(r["body"], response_format={"type": mode})}
+                               for r in reqs))
+            texts[mode] = [c["text"] if "text" in c else c["message"]["content"] or ""
+                           for r in res if r["ok"] for c in r["response"]["choices"]]
+        ok = ajv(schema, texts["json_object"])
+        plain = ajv(schema, texts["text"])
+        check(f"json_object: all {len(ok)} answers (2 to 200 tokens, chat and completions) parse and ajv accepts "
+              f"them; unconstrained, {sum(plain)} of {len(plain)} do", len(ok) == 104 and all(ok) and sum(plain) == 0,
+              str([t for t, v in zip(texts["json_object"], ok) if not v][:3]))
+
+        def depth(x):
+            return 1 + max(map(depth, x.values() if isinstance(x, dict) else x), default=0) \
+                if isinstance(x, (dict, list)) else 0
+        deepest = max(depth(json.loads(t)) for t, v in zip(texts["json_object"], ok) if v)
+        members = sum(len(json.loads(t)) > 0 for t, v in zip(texts["json_object"], ok) if v)
+        check("json_object: the answers hold members, and nested values where '[' and '{' are favoured",
+              members > 10 and deepest >= 4, f"{members} with members, depth {deepest}")
+        body = {"model": RAND, "messages": [{"role": "user", "content": "json"}], "max_tokens": 40,
+                "temperature": 1.5, "seed": 7, "response_format": {"type": "json_object"}}
+        whole, stream = calls(srv, {"kind": "chat", "body": body}, {"kind": "chat_stream", "body": body})
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in stream["chunks"] if c["choices"])
+        check("json_object, streamed: the deltas add up to the whole answer, which parses",
+              text == whole["response"]["choices"][0]["message"]["content"] and ajv(schema, [text]) == [True], text)
+        bad = [request(srv, "POST", "/v1/completions", json.dumps(dict({"prompt": "x"}, **b)).encode())[0] for b in
+               ({"response_format": {"type": "json_object"}, "max_tokens": 1},
+                {"response_format": {"type": "json_object"}, "ignore_eos": True},
+                {"response_format": {"type": "json_object", "schema": {}}}, {"response_format": "json"},
+                {"response_format": {"type": "json_object"}, "min_tokens": 3})]
+        check("json_object: max_tokens 1, ignore_eos, extra fields, a non-object response_format and min_tokens are "
+              "refused", bad == [400] * 5, str(bad))
 
 
 def g_endpoints():
@@ -908,6 +968,7 @@ def main():
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
               ("halfclose", g_halfclose), ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
+              ("json", g_json),
               ("sigterm", g_sigterm), ("load", g_load)]
     return harness.run_groups(setup, groups, a.only)
 
