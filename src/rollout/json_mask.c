@@ -35,7 +35,7 @@ typedef struct {
     char stack[JSON_MAX_DEPTH];  // '{' or '['
 } Json;
 
-#define MAX_WS 4  // whitespace bytes in a row at most (a model could spend its budget on them)
+#define MAX_WS (1 + 2 * JSON_MAX_DEPTH)  // whitespace bytes in a row at most: a line and its indent
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -212,5 +212,7 @@ int64_t json_mask(const Tokenizer *tok, const char *text, size_t n, int64_t toke
             allowed--;
         }
     }
+    for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it (cannot be with the byte tokens of a
+        logits[stop_ids[i]] = 0.0f;                  // byte-level vocabulary): the output ends, no NaN draw
     return allowed;
 }

@@ -11,7 +11,8 @@
 #define JSON_MAX_DEPTH 32  // objects and arrays nested at most (deeper: not offered)
 
 // Sets logits[id] = -inf for every token that would not continue the JSON object text[0, n) (the output so far)
-// with room to close it in tokens_left - 1 more tokens; once the object is complete only stop_ids remain.
-// Returns the tokens left allowed (0: text is no such prefix, and nothing was masked).
+// with room to close it in tokens_left - 1 more tokens; once the object is complete only stop_ids remain (and
+// should no token continue it, the stop ids are left at logit 0, ending the output). Returns the tokens allowed
+// (0 also when text is no such prefix: then nothing was masked).
 int64_t json_mask(const Tokenizer *tok, const char *text, size_t n, int64_t tokens_left, const int32_t *stop_ids,
                   int n_stop, float *logits, int64_t V);

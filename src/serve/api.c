@@ -184,6 +184,8 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     int none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
     job->tools = cJSON_GetArraySize(tools) > 0 && !none;
     job->cfg.end_at_tool_call = job->tools;  // the client runs the tool: the model's turn ends with its call
+    if (job->tools && job->cfg.json_object)  // a </tool_call> inside a string would end the object
+        return fail(err, 400, "response_format", xprintf("json_object cannot be used with tools"));
     job->reasoning = lim->reasoning;
     int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
     buf_free(&text);
@@ -333,6 +335,11 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         return -1;
     if (job->cfg.json_object && min_tokens > 0)  // it would mask the stop ids a complete object needs
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with json_object"));
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");  // text tokens: masked inside
+    if (job->cfg.json_object && (job->cfg.n_stop_strings || cJSON_GetArraySize(ids) > 0))  // or cut the object
+        return fail(err, 400, job->cfg.n_stop_strings ? "stop" : "stop_token_ids",
+                    xprintf("json_object ends at the model's stop token: \"stop\" and \"stop_token_ids\" would "
+                            "cut the object"));
     if (job->cfg.json_object && job->cfg.n_stop_ids == 0)
         return fail(err, 400, "response_format",
                     xprintf("json_object ends the output with a stop token id: none is left (ignore_eos, or a model "
@@ -491,6 +498,7 @@ static float row_logprobs(const float *row, int64_t V, double scale, int32_t id,
     int n = 0;
     for (int64_t v = 0; v < V && k > 0; v++) {  // insertion into the k best so far, best first
         float lp = (float)(row[v] * scale - lse);
+        if (!(lp > -INFINITY)) continue;  // masked (JSON mode, min_tokens): not a candidate
         if (n == k && !(lp > top->lp[n - 1])) continue;
         int j = n < k ? n++ : n - 1;
         for (; j > 0 && top->lp[j - 1] < lp; j--) {
@@ -892,7 +900,9 @@ static size_t sendable(const ApiJob *job, const ApiChoice *c, const Think *t, in
     if (t->open && hold < strlen(THINK_CLOSE) - 1) hold = strlen(THINK_CLOSE) - 1;  // a </think> coming
     if (job->tools && !t->open) {  // calls are in the content
         const char *call = memmem(text + t->c0, end - t->c0, "<tool_call>", 11);
-        if (call) return (size_t)(call - text) > c->sent_bytes ? (size_t)(call - text) : c->sent_bytes;
+        size_t at = call ? (size_t)(call - text) : 0;
+        while (at > t->c0 && (text[at - 1] == '\n' || text[at - 1] == ' ')) at--;  // as tool_calls trims
+        if (call) return at > c->sent_bytes ? at : c->sent_bytes;
         if (hold < 10) hold = 10;
     }
     end = end > hold ? end - hold : 0;

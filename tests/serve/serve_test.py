@@ -605,10 +605,10 @@ def g_json():
             reqs.append({"kind": "chat", "body": {"model": RAND, "messages": [{"role": "user", "content": "json"}],
                                                   "n": 8, "max_tokens": max_tokens, "temperature": 1.5,
                                                   "seed": 100 + i}})
-        for i, max_tokens in enumerate((30, 60, 200)):  # '[' and '{' favoured: nested values, closed in time
+        for i, max_tokens in enumerate((30, 60, 200)):  # '[' and '{' favoured, whitespace not: nested values
             reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i], "n": 8,
                                                          "max_tokens": max_tokens, "temperature": 1.5, "seed": 50 + i,
-                                                         "logit_bias": {"91": 5, "123": 5, "34": 4}}})
+                                                         "logit_bias": {"91": 5, "123": 5, "34": 4, "32": -5, "10": -5, "9": -5, "13": -5}}})
         texts = {}
         for mode in ("text", "json_object"):
             res = calls(srv, *({"kind": r["kind"], "body": dict(r["body"], response_format={"type": mode})}
@@ -638,9 +638,16 @@ def g_json():
                ({"response_format": {"type": "json_object"}, "max_tokens": 1},
                 {"response_format": {"type": "json_object"}, "ignore_eos": True},
                 {"response_format": {"type": "json_object", "schema": {}}}, {"response_format": "json"},
-                {"response_format": {"type": "json_object"}, "min_tokens": 3})]
-        check("json_object: max_tokens 1, ignore_eos, extra fields, a non-object response_format and min_tokens are "
-              "refused", bad == [400] * 5, str(bad))
+                {"response_format": {"type": "json_object"}, "min_tokens": 3},
+                {"response_format": {"type": "json_object"}, "stop": ["}"]},
+                {"response_format": {"type": "json_object"}, "stop_token_ids": [48]})]
+        bad.append(request(srv, "POST", "/v1/chat/completions", json.dumps(dict(body, tools=[SCHEMA])).encode())[0])
+        check("json_object: max_tokens 1, ignore_eos, extra fields, a non-object response_format, min_tokens, stop, "
+              "stop_token_ids and tools are refused (each could cut the object)", bad == [400] * 8, str(bad))
+        r = calls(srv, {"kind": "chat", "body": dict(body, logprobs=True, top_logprobs=5)})[0]
+        tops = [t["logprob"] for x in r["response"]["choices"][0]["logprobs"]["content"] for t in x["top_logprobs"]]
+        check("json_object with top_logprobs: every entry a number (masked tokens are not listed)",
+              r["ok"] and tops and all(isinstance(t, (int, float)) for t in tops), str(tops)[:300])
 
 
 def g_endpoints():
