@@ -89,11 +89,15 @@ static int string_byte(Json *j, unsigned char c) {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
+// The modes between tokens, where whitespace may come: where a key, ':', a value or ',' is due, and where a
+// number may end (the whitespace ends it).
+static const uint32_t ws_modes = 1u << J_OBJ_FIRST | 1u << J_KEY | 1u << J_COLON | 1u << J_VALUE |
+                                 1u << J_ARR_FIRST | 1u << J_AFTER | 1u << J_ZERO | 1u << J_INT | 1u << J_FRAC |
+                                 1u << J_EXP_INT;
+
 // Feeds one byte; 0 when it cannot continue a JSON object (j is then undefined).
 static int json_byte(Json *j, unsigned char c) {
-    if (is_ws(c) && j->mode != J_STRING && j->mode != J_ESCAPE && j->mode != J_HEX && j->mode != J_LITERAL &&
-        j->mode != J_START && j->mode != J_DONE && j->mode != J_MINUS && j->mode != J_DOT && j->mode != J_EXP &&
-        j->mode != J_EXP_SIGN) {
+    if (is_ws(c) && (ws_modes >> j->mode & 1)) {
         if (j->mode == J_ZERO || j->mode == J_INT || j->mode == J_FRAC || j->mode == J_EXP_INT) j->mode = J_AFTER;
         return ++j->ws <= MAX_WS;
     }

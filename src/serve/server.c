@@ -119,10 +119,12 @@ struct Server {
     Histogram ttft, latency;
 };
 
-static void count_status(Server *s, int status) {
+// Under the lock: j is answered with this status, counted in the metrics and kept for the access log.
+static void answered(Job *j, int status) {
     int i = 0;
     while (i < N_STATUSES && statuses[i] != status) i++;
-    s->by_status[i]++;
+    j->srv->by_status[i]++;
+    j->status = status;
 }
 
 static void job_free(Job *j) {
@@ -154,8 +156,7 @@ static enum MHD_Result respond(Job *j, int status, const char *body, size_t n, c
     enum MHD_Result rc = MHD_queue_response(j->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     pthread_mutex_lock(&j->srv->mu);
-    count_status(j->srv, status);
-    j->status = status;
+    answered(j, status);
     pthread_mutex_unlock(&j->srv->mu);
     return rc;
 }
@@ -218,8 +219,7 @@ static enum MHD_Result respond_committed(Job *j, const char *type) {
     enum MHD_Result rc = MHD_queue_response(j->conn, 200, r);
     MHD_destroy_response(r);
     pthread_mutex_lock(&j->srv->mu);
-    count_status(j->srv, 200);
-    j->status = 200;
+    answered(j, 200);
     j->committed = 1;
     pthread_mutex_unlock(&j->srv->mu);
     return rc;
@@ -303,8 +303,9 @@ static char *body_too_big(const Server *s) {
 static enum MHD_Result get_models(Job *j, const char *id) {
     Server *s = j->srv;
     if (id && strcmp(id, s->lim.model_name))
-        return respond_error(j, 404, "model", xprintf("the model \"%.100s\" does not exist (this server has \"%s\")",
-                                                      id, s->lim.model_name));
+        return respond_error(j, 404, "model",
+                             xprintf("the model \"%.100s\" does not exist (this server has \"%s\")", id,
+                                     s->lim.model_name));
     char *body = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&body, &len);
@@ -438,7 +439,8 @@ static enum MHD_Result route(Job *j, const char *url, const char *method) {
     if (!needs_key(url)) return respond_error(j, 404, NULL, xprintf("no such endpoint: %.200s", url));
     int one = !strncmp(url, MODEL_PATH, strlen(MODEL_PATH));
     if (one || !strcmp(url, "/v1/models"))
-        return get ? get_models(j, one ? url + strlen(MODEL_PATH) : NULL) : respond_error(j, 405, NULL, xprintf("use GET"));
+        return get ? get_models(j, one ? url + strlen(MODEL_PATH) : NULL)
+                   : respond_error(j, 405, NULL, xprintf("use GET"));
     if (!post) return respond_error(j, 405, NULL, xprintf("use POST"));
     if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) return post_tokens(j, !strcmp(url, "/tokenize"));
     return post_generate(j, chat);
@@ -456,8 +458,7 @@ static enum MHD_Result refuse_body(Job *j) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(j->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) (void)!send(ci->connect_fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
     pthread_mutex_lock(&j->srv->mu);
-    count_status(j->srv, 413);
-    j->status = 413;
+    answered(j, 413);
     j->done = 1;
     pthread_mutex_unlock(&j->srv->mu);
     free(msg);
@@ -716,8 +717,9 @@ static void engine_failed(Server *s) {
             s->running = j->next;
         }
         ApiError err = {.status = queued ? 503 : 500,
-                        .message = xprintf(queued ? "the server is stopping: its engine failed: %s" : "the engine failed: %s",
-                                s->failure)};
+                        .message = xprintf(queued ? "the server is stopping: its engine failed: %s"
+                                                  : "the engine failed: %s",
+                                           s->failure)};
         char *body = api_error_body(&err);
         j->pend.len = 0;
         if (j->api.stream) {
