@@ -2,7 +2,8 @@
 """grpo serve under load: continuous batching against one-at-a-time serving, in the same run.
 
 usage: /usr/bin/python3 bench/serve.py [--grpo build/grpo] [--model DIR] [--dtype bf16] [--clients 64]
-           [--requests 64] [--max-tokens 32] [--repeats 3] [--modes quiet load] [--workload batching|json]
+           [--requests 64] [--max-tokens 32] [--repeats 3] [--modes quiet load]
+           [--workload batching|json|prefix|chunked] [--streams 8] [--long-tokens 4000] [--chunks 16 64 0]
 
 The same server binary twice: `--max-batch 64` (requests join the running decode batch between steps) and
 `--max-batch 1` (one request at a time, the others queued). The official openai client (tests/serve/client.mjs)
@@ -13,16 +14,25 @@ configurations taking turns. `load` first starts one competing single-threaded b
 has. `--workload json`: one `--max-batch 64` server, the same requests with `response_format: json_object` (JSON
 mode: every token of the vocabulary tried against the output's JSON automaton each step) and without, taking
 turns (sampled at temperature 1, seeded, '}' and '{}' made unlikely so that both run to --max-tokens): the cost
-of the mask per token. Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
+of the mask per token. `--workload prefix`: chat requests whose messages share a system prompt of ~1,000
+tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
+--no-prefix-cache, a fresh server each run (the first request finds the cache empty), taking turns: time to
+first token and throughput. `--workload chunked`: --streams streamed completions decode (greedy) on a `--max-batch
+64` server; once each has 20 tokens, one prompt of --long-tokens tokens arrives (max_tokens 1); per --chunks value
+(`--prefill-chunk`, 0: whole prompts), taking turns: each stream's normal inter-token time (the median before the
+prompt came) and its longest wait while the prompt was prefilled, their worst ratio over the streams, and the
+prompt's time to its answer. Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
 Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
+import http.client
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,8 +50,8 @@ def start(grpo, model, *opts):
     return p, f"http://127.0.0.1:{m.group(1)}/v1"
 
 
-def run_load(base, model, clients, requests, max_tokens, extra=None):
-    bodies = [dict({"model": model, "prompt": f"Request {i}: write a long story about the number {i * 7919 % 1000} "
+def run_load(base, model, clients, requests, max_tokens, extra=None, bodies=None):
+    bodies = bodies or [dict({"model": model, "prompt": f"Request {i}: write a long story about the number {i * 7919 % 1000} "
                     f"and the sea, with many details, in plain words.", "max_tokens": max_tokens, "temperature": 0},
                    **(extra or {})) for i in range(requests)]
     p = subprocess.run(["node", CLIENT], input=json.dumps({"base": base, "load": {"clients": clients, "bodies": bodies,
@@ -55,10 +65,11 @@ def run_load(base, model, clients, requests, max_tokens, extra=None):
     if bad:
         raise SystemExit(f"{len(bad)} requests failed: {bad[0]}")
     tokens = sum(r["usage"]["completion_tokens"] for r in res)
+    prompt_tokens = sum(r["usage"]["prompt_tokens"] for r in res)
     lat = sorted(r["seconds"] for r in res)
     ttft = sorted(r["ttft"] for r in res if r["ttft"] is not None)
     q = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
-    return {"tok_s": tokens / out["seconds"], "tokens": tokens, "seconds": out["seconds"],
+    return {"tok_s": tokens / out["seconds"], "tokens": tokens, "prompt_tokens": prompt_tokens, "seconds": out["seconds"],
             "p50": q(lat, 0.5), "p99": q(lat, 0.99), "ttft50": q(ttft, 0.5), "ttft99": q(ttft, 0.99)}
 
 
@@ -73,12 +84,19 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=["quiet", "load"])
-    ap.add_argument("--workload", choices=["batching", "json"], default="batching")
+    ap.add_argument("--workload", choices=["batching", "json", "prefix", "chunked"], default="batching")
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--long-tokens", type=int, default=4000)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[16, 64, 0])
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model, "config.json")):
         subprocess.run([a.grpo, "init", "--out", a.model, "--preset", a.preset, "--tokenizer", TOK], check=True)
     if a.workload == "json":
         return json_workload(a)
+    if a.workload == "prefix":
+        return prefix_workload(a)
+    if a.workload == "chunked":
+        return chunked_workload(a)
     configs = [("continuous batching (--max-batch 64)", 64), ("one at a time (--max-batch 1)", 1)]
     print(f"grpo serve, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens, medians of {a.repeats}")
@@ -136,6 +154,129 @@ def json_workload(a):
         finally:
             p.terminate()
             p.wait(120)
+            if hog:
+                hog.kill()
+                hog.wait()
+
+
+def prefix_workload(a):
+    """Requests sharing a long system prompt, with and without the prefix cache (a fresh server each run)."""
+    system = "You answer questions about the rules below.\n" + "\n".join(
+        f"Rule {i}: a reply about topic {i * 37 % 101} names the topic, stays polite and uses plain words."
+        for i in range(45))
+    bodies = [{"model": a.model, "max_tokens": a.max_tokens, "temperature": 0,
+               "messages": [{"role": "system", "content": system},
+                            {"role": "user", "content": f"Question {i}: which rule covers topic {i * 13 % 101}?"}]}
+              for i in range(a.requests)]
+    configs = [("prefix cache", []), ("--no-prefix-cache", ["--no-prefix-cache"])]
+    print(f"grpo serve prefix caching, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed chat "
+          f"requests of {a.max_tokens} tokens sharing a system prompt (--max-batch 64), medians of {a.repeats}")
+    for mode in a.modes:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        try:
+            runs = {name: [] for name, _ in configs}
+            for _ in range(a.repeats):
+                for name, opts in configs:
+                    p, base = start(a.grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-queue", 4096,
+                                    "--max-len", 2048, *opts)
+                    try:
+                        runs[name].append(run_load(base, a.model, a.clients, a.requests, a.max_tokens,
+                                                   bodies=bodies))
+                    finally:
+                        p.terminate()
+                        p.wait(120)
+            med = {name: {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]} for name in runs}
+            for name, _ in configs:
+                m = med[name]
+                print(f"{mode:5s}  {name:18s} prompts of {m['prompt_tokens'] / a.requests:6.1f} tokens  "
+                      f"TTFT p50 {m['ttft50']:6.2f}s p99 {m['ttft99']:6.2f}s  latency p50 {m['p50']:6.2f}s  "
+                      f"{m['tok_s']:6.1f} tok/s", flush=True)
+            on, off = med["prefix cache"], med["--no-prefix-cache"]
+            print(f"{mode:5s}  TTFT p50 without / with the cache: {off['ttft50'] / on['ttft50']:.1f}x, p99 "
+                  f"{off['ttft99'] / on['ttft99']:.1f}x; throughput {on['tok_s'] / off['tok_s']:.2f}x", flush=True)
+        finally:
+            if hog:
+                hog.kill()
+                hog.wait()
+
+
+def stream_times(port, body, out, stop):
+    """A streamed completion over raw HTTP: the arrival time (s) of each token chunk into out, until stop is set."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
+              headers={"Content-Type": "application/json"})
+    for line in c.getresponse():
+        if stop.is_set():
+            break
+        if line.startswith(b"data: {"):
+            out.append(time.time())
+    c.close()
+
+
+def chunked_run(a, chunk, long_ids):
+    """One server with --prefill-chunk chunk: streams decode, the long prompt comes; returns the figures."""
+    p, base = start(a.grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-len", a.long_tokens + 512,
+                    "--prefill-chunk", chunk)
+    port = int(base.rsplit(":", 1)[1].split("/")[0])
+    stop = threading.Event()
+    times = [[] for _ in range(a.streams)]
+    body = {"model": a.model, "max_tokens": a.long_tokens + 256, "temperature": 0, "ignore_eos": True}
+    threads = [threading.Thread(target=stream_times, args=(port, dict(body, prompt=f"Stream {i}: tell a story."),
+                                                           times[i], stop)) for i in range(a.streams)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.time() + 600
+        while min(len(t) for t in times) < 20:
+            if time.time() > deadline or p.poll() is not None:
+                raise SystemExit("the streams did not start")
+            time.sleep(0.01)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+        t0 = time.time()
+        c.request("POST", "/v1/completions", body=json.dumps({"model": a.model, "prompt": long_ids, "max_tokens": 1}),
+                  headers={"Content-Type": "application/json"})
+        answer = json.loads(c.getresponse().read())
+        t1 = time.time()
+        c.close()
+        stop.set()
+    finally:
+        p.kill()
+        p.wait(120)
+        for t in threads:
+            t.join()
+    if answer["usage"]["prompt_tokens"] != len(long_ids):
+        raise SystemExit(f"the long prompt was not answered: {answer}")
+    ratios, normals = [], []
+    for ts in times:
+        gaps = [(x, y) for x, y in zip(ts, ts[1:])]
+        during = [y - x for x, y in gaps if y > t0 and x < t1]
+        if not during:
+            raise SystemExit("a stream ended before the long prompt was answered: raise its max_tokens")
+        normal = statistics.median(y - x for x, y in gaps if y < t0)
+        worst = max(during)
+        ratios.append(worst / normal)
+        normals.append(normal)
+    return {"normal": statistics.median(normals), "ratio": max(ratios), "answer": t1 - t0}
+
+
+def chunked_workload(a):
+    """Streams decoding while a long prompt arrives, with chunked prefill (each --chunks value) and without."""
+    long_ids = [(i * 7919) % 50000 + 100 for i in range(a.long_tokens)]  # ordinary ids of Qwen's vocabulary
+    print(f"grpo serve chunked prefill, {a.preset} {a.dtype}, {a.streams} streams decoding while a prompt of "
+          f"{a.long_tokens} tokens arrives (--max-batch 64), medians of {a.repeats}")
+    for mode in a.modes:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        try:
+            runs = {chunk: [] for chunk in a.chunks}
+            for _ in range(a.repeats):
+                for chunk in a.chunks:
+                    runs[chunk].append(chunked_run(a, chunk, long_ids))
+            for chunk in a.chunks:
+                med = {k: statistics.median(r[k] for r in runs[chunk]) for k in runs[chunk][0]}
+                print(f"{mode:5s}  --prefill-chunk {chunk:<5d} inter-token {med['normal'] * 1e3:7.1f} ms, longest wait "
+                      f"while the prompt is prefilled {med['ratio']:6.2f}x it (worst stream); the prompt answered in "
+                      f"{med['answer']:6.2f}s", flush=True)
+        finally:
             if hog:
                 hog.kill()
                 hog.wait()

@@ -51,6 +51,13 @@ int cmd_serve(int argc, char **argv) {
         {"--reasoning-parser", "qwen3|none",
          "chat: the text of an answer that opens with <think> up to </think> is its reasoning_content (vLLM's)",
          "none", 0},
+        {"--prefill-chunk", "N",
+         "while requests decode, a step prefills at most N prompt tokens, in the same forward (0: whole prompts)",
+         "0", 0},
+        {"--no-prefix-cache", NULL,
+         "prefill every prompt whole (default: a prompt's start that a running or recent sequence's cache holds is "
+         "copied from it)",
+         NULL, 0},
         {"--log", "FILE", "append a line per request (time, client, request, status, seconds, tokens); - for stderr",
          NULL, 0},
     };
@@ -76,7 +83,9 @@ int cmd_serve(int argc, char **argv) {
                       .timeout_s = (unsigned)cli_int(&spec, "--timeout", 1, 86400),
                       .max_connections = (unsigned)cli_int(&spec, "--max-connections", 1, 1 << 20),
                       .http_threads = (unsigned)cli_int(&spec, "--http-threads", 1, 256),
-                      .log = cli_str(&spec, "--log")};
+                      .log = cli_str(&spec, "--log"),
+                      .prefix_cache = !cli_str(&spec, "--no-prefix-cache"),
+                      .prefill_chunk = cli_int(&spec, "--prefill-chunk", 0, INT64_C(1) << 24)};
     const char *parser = cli_str(&spec, "--reasoning-parser");
     if (strcmp(parser, "qwen3") && strcmp(parser, "none"))
         die("option --reasoning-parser: \"%s\" is not qwen3 or none", parser);

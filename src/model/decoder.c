@@ -332,32 +332,37 @@ void decoder_decode_step(const Decoder *m, DecoderKV *kv, const int32_t *tokens,
 
 void decoder_decode_step_at(const Decoder *m, DecoderKV *kv, const int32_t *tokens, const int32_t *slots,
                           const int32_t *pos, const int32_t *rope_pos, int B, DecoderActs *a, float *logits) {
+    decoder_extend(m, kv, tokens, slots, pos, rope_pos, B, a);
+    decoder_logits(m, a->xn, B, a, logits);
+}
+
+void decoder_extend(const Decoder *m, DecoderKV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
+                    const int32_t *rope_pos, int64_t N, DecoderActs *a) {
     const Backend *be = m->be;
     const DecoderConfig *c = &m->cfg;
     int64_t KV = c->kv_heads * c->head_dim;
-    check_workspace(m, a, B, "decode batch");
+    check_workspace(m, a, N, "extend batch");
     DecoderMeta *h = &a->host;
-    memcpy(h->tokens, tokens, (size_t)B * sizeof *tokens);
-    memcpy(h->pos, rope_pos, (size_t)B * sizeof *pos);  // the rotation's; the cache offsets below use pos
-    for (int b = 0; b < B; b++) {  // offsets within a layer's cache: the slot, and the new position in it
+    memcpy(h->tokens, tokens, (size_t)N * sizeof *tokens);
+    memcpy(h->pos, rope_pos, (size_t)N * sizeof *pos);  // the rotation's; the cache offsets below use pos
+    for (int64_t b = 0; b < N; b++) {  // offsets within a layer's cache: the slot, and the new position in it
         h->n_keys[b] = pos[b] + 1;
         h->kv_off[b] = kv_offset(kv, 0, slots[b]);
         h->kv_dst[b] = h->kv_off[b] + pos[b] * KV;
     }
     meta_upload(m, a);
-    rope_tables(m, a->dev.pos, B, a->rope, a->rope_local);
-    embed(m, a->x, a->dev.tokens, B);
+    rope_tables(m, a->dev.pos, N, a->rope, a->rope_local);
+    embed(m, a->x, a->dev.tokens, N);
     for (int64_t l = 0; l < c->layers; l++) {
-        qkv_block(m, l, B, &a->view);
+        qkv_block(m, l, N, &a->view);
         float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
-        // append the new key/value, then attend over the whole slot
-        be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, B, KV);
-        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, B, decoder_attn(c, l),
-                                     a->scratch);
-        out_mlp_block(m, l, B, &a->view);
+        // append every row's key/value, then each row attends over its slot up to its own position
+        be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, (int)N, KV);
+        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, (int)N,
+                                     decoder_attn(c, l), a->scratch);
+        out_mlp_block(m, l, N, &a->view);
     }
-    be->rmsnorm_forward(be, a->xn, a->x, decoder_at(m, m->w.norm), m->dtype, B, c->hidden, c->eps, c->norm_offset);
-    decoder_logits(m, a->xn, B, a, logits);
+    be->rmsnorm_forward(be, a->xn, a->x, decoder_at(m, m->w.norm), m->dtype, N, c->hidden, c->eps, c->norm_offset);
 }
 
 void decoder_logits(const Decoder *m, const float *h, int64_t B, DecoderActs *a, float *logits) {

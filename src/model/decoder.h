@@ -348,6 +348,13 @@ void decoder_decode_step(const Decoder *m, DecoderKV *kv, const int32_t *tokens,
 // token after the image has three equal positions); the cache is still indexed by pos.
 void decoder_decode_step_at(const Decoder *m, DecoderKV *kv, const int32_t *tokens, const int32_t *slots,
                           const int32_t *pos, const int32_t *rope_pos, int B, DecoderActs *a, float *logits);
+// N rows, each a token at its own position of a cache slot: row b is tokens[b] at position pos[b] of slot
+// slots[b]; every position before it is in the slot's cache or a row of this batch, and no two rows share a
+// (slot, position). Appends every row's key/value to the cache, then each row attends up to its own position;
+// leaves the final-normed hidden states (N, C) in a->xn. Decode rows, and a prompt's rows after those its slot
+// holds (prefix caching, chunked prefill), in one forward; rope_pos as decoder_decode_step_at's.
+void decoder_extend(const Decoder *m, DecoderKV *kv, const int32_t *tokens, const int32_t *slots, const int32_t *pos,
+                    const int32_t *rope_pos, int64_t N, DecoderActs *a);
 // logits (B, V) of final-normed hidden states h (B, C) (h may be a row buffer of a, not a->in16).
 void decoder_logits(const Decoder *m, const float *h, int64_t B, DecoderActs *a, float *logits);
 // A reward model's scores (score_labels of them a sequence, out: host memory): the score head over each

@@ -118,6 +118,19 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     }
 }
 
+// Whether row b of a decode batch continues row b - 1's run: the same cache slot, the next position (a prompt's
+// rows after those its slot holds).
+static int continues(const int64_t *kv_off, const int32_t *n_keys, int b) {
+    return b > 0 && kv_off[b] == kv_off[b - 1] && n_keys[b] == n_keys[b - 1] + 1;
+}
+
+// Whether row b starts a block: a run's first row, or ATT_QBLOCK rows into it.
+static int block_start(const int64_t *kv_off, const int32_t *n_keys, int b) {
+    int r = b;
+    while (continues(kv_off, n_keys, r)) r--;
+    return (b - r) % ATT_QBLOCK == 0;
+}
+
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
                               const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch) {
     int H = a.H, KVH = a.KVH, D = a.D;
@@ -125,18 +138,35 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
     int group = H / KVH;
     int32_t max_n = 0;
     for (int b = 0; b < B; b++) max_n = n_keys[b] > max_n ? n_keys[b] : max_n;
-    // The query heads of one kv head form a (group x D) matrix against the same keys: one product each way.
+    // A row alone: the query heads of one kv head form a (group x D) matrix against the same keys, one product
+    // each way (the kv head's first query head's turn). A block of a run's rows (up to ATT_QBLOCK): per query head,
+    // the rows' queries against the keys up to the last row's, each row's own keys masked as in attention_forward.
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++) {
-        for (int g = 0; g < KVH; g++) {
+        for (int h = 0; h < H; h++) {
+            if (!block_start(kv_off, n_keys, b)) continue;
+            int bs = 1;
+            while (bs < ATT_QBLOCK && b + bs < B && continues(kv_off, n_keys, b + bs)) bs++;
+            if (bs == 1 && h % group) continue;
             float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_n;
-            int64_t n0 = attn_first_key(n_keys[b] - 1, a.window), n = n_keys[b] - n0;
-            int64_t first = kv_off[b] + n0 * kvs;
-            const float *qg = q + b * qs + (int64_t)g * group * D;
-            const float *kg = k_cache + first + (int64_t)g * D, *vg = v_cache + first + (int64_t)g * D;
-            gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, kg, kvs, 0, S, n);
-            softmax_rows(S, group, n, n);
-            gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, vg, kvs, 0, out + b * qs + (int64_t)g * group * D, D);
+            int64_t n0 = attn_first_key(n_keys[b] - 1, a.window), n = n_keys[b + bs - 1] - n0;
+            int64_t first = kv_off[b] + n0 * kvs + (int64_t)(h / group) * D;
+            if (bs == 1) {
+                const float *qg = q + b * qs + (int64_t)h * D;
+                gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, k_cache + first, kvs, 0, S, n);
+                softmax_rows(S, group, n, n);
+                gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, v_cache + first, kvs, 0, out + b * qs + (int64_t)h * D, D);
+                continue;
+            }
+            gemm_f32_local(0, 1, bs, n, D, a.scale, q + b * qs + (int64_t)h * D, qs, k_cache + first, kvs, 0, S, n);
+            for (int r = 0; r < bs; r++) {
+                float *s = S + (int64_t)r * n;
+                int64_t pos = n_keys[b + r] - 1, lo = attn_first_key(pos, a.window) - n0, hi = pos - n0;
+                softmax_rows(s + lo, 1, hi - lo + 1, n);
+                for (int64_t j = 0; j < n; j++)
+                    if (j < lo || j > hi) s[j] = 0.0f;
+            }
+            gemm_f32_local(0, 0, bs, D, n, 1.0f, S, n, v_cache + first, kvs, 0, out + b * qs + (int64_t)h * D, qs);
         }
     }
 }

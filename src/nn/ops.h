@@ -118,10 +118,11 @@ void gelu_forward(float *out, const float *inp, int64_t n);
 // dinp (n) OVERWRITTEN = dout * GELU'(inp) (in double); dinp may be dout
 void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
 
-// Decode attention: one query row per sequence, the newest position, against its cached keys.
+// Decode attention: query row b at position n_keys[b] - 1 of its sequence against the sequence's cached keys.
 // out, q (B, H*D); sequence b has n_keys[b] rows of k_cache/v_cache starting at float offset kv_off[b], rows
-// KVH*D floats apart, and reads the last min(n_keys[b], window) of them. scratch: attention_scratch_floats(max
-// n_keys) floats.
+// KVH*D floats apart, and reads the last min(n_keys[b], window) of them. Rows of one sequence at consecutive
+// positions (a prompt's rows after those its cache held) are attended to in blocks, the keys read once a block.
+// scratch: attention_scratch_floats(max n_keys) floats.
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
                               const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch);
 

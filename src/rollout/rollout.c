@@ -20,6 +20,8 @@ typedef struct {
     int fresh;    // added, not yet prefilled
     int stepped;  // sampled a token in this step already (its prefill)
     int64_t pos;  // position of the next token to feed
+    int64_t start;  // prefill: the prompt's positions its slot holds (from the cache, then its chunks so far; all
+                    // of them once prefilled)
     int32_t last;
     Rng rng;
     int done;
@@ -212,6 +214,13 @@ struct RolloutEngine {
     float *proc_row;        // (V) a processed row of logits (host)
     int32_t *proc_count;    // (V) sampler_process's counters
     SamplerScratch proc_scr;  // the host sampler's, for processed rows
+    // Prefix caching: what each slot's cache holds, valid as long as the slot is not taken (running or free)
+    int prefix;
+    int64_t chunk;      // chunked prefill: prompt rows a step at most while sequences decode (0: whole prompts)
+    int32_t *kv_ids;    // (n_slots, slot_len) the tokens whose keys and values the slot holds
+    int64_t *kv_n;      // (n_slots) how many: positions [0, kv_n) are valid
+    uint64_t *kv_used;  // (n_slots) when its sequence ended or it was last copied from (least recent: taken first)
+    uint64_t clock;
     RolloutStats stats;
 };
 
@@ -232,8 +241,8 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
     e->pending = xcalloc((size_t)n_slots, sizeof *e->pending);
     e->tokens = xmalloc((size_t)act_rows * sizeof *e->tokens);
     e->slots = xmalloc((size_t)act_rows * sizeof *e->slots);
-    e->pos = xmalloc((size_t)n_slots * sizeof *e->pos);
-    e->rope_pos = xmalloc((size_t)n_slots * sizeof *e->rope_pos);
+    e->pos = xmalloc((size_t)act_rows * sizeof *e->pos);
+    e->rope_pos = xmalloc((size_t)act_rows * sizeof *e->rope_pos);
     e->seq_off = xmalloc(((size_t)act_rows + 1) * sizeof *e->seq_off);
     e->row_seq = xmalloc((size_t)act_rows * sizeof *e->row_seq);
     e->lps = xmalloc((size_t)n_slots * sizeof *e->lps);
@@ -265,10 +274,15 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->proc_count);
     free(e->proc_scr.prob);
     free(e->proc_scr.idx);
+    free(e->kv_ids);
+    free(e->kv_n);
+    free(e->kv_used);
     decoder_acts_free(&e->acts);
     if (e->arena == &e->own) backend_arena_free(e->m->be, &e->own);
     free(e);
 }
+
+const RolloutStats *rollout_engine_stats(const RolloutEngine *e) { return &e->stats; }
 
 int rollout_engine_free_slots(const RolloutEngine *e) {
     int n = 0;
@@ -276,15 +290,94 @@ int rollout_engine_free_slots(const RolloutEngine *e) {
     return n;
 }
 
+void rollout_engine_prefix_cache(RolloutEngine *e, int on) {
+    e->prefix = on;
+    if (!on) return;
+    if (!e->kv_ids) e->kv_ids = xmalloc((size_t)e->n_slots * (size_t)e->slot_len * sizeof *e->kv_ids);
+    free(e->kv_n);
+    free(e->kv_used);
+    e->kv_n = xcalloc((size_t)e->n_slots, sizeof *e->kv_n);  // nothing cached yet
+    e->kv_used = xcalloc((size_t)e->n_slots, sizeof *e->kv_used);
+}
+
+int64_t rollout_engine_prefill_chunk(RolloutEngine *e, int64_t tokens) {
+    int64_t room = (e->prefill_rows > e->n_slots ? e->prefill_rows : e->n_slots) - e->n_slots;  // beside decode rows
+    e->chunk = tokens < room ? tokens : room;
+    return e->chunk;
+}
+
+// Whether r's prompt is text whose prompt logits nobody wants: it may start from cached keys and values, and be
+// prefilled in chunks.
+static int text_only(const RolloutRequest *r) { return !r->prompt->vl && !(r->logits_fn && r->want_prompt_logits); }
+
+static int uses_cache(const RolloutEngine *e, const RolloutRequest *r) { return e->prefix && text_only(r); }
+
+// Whether the cache keeps what r's sequences compute (text: an image pad's keys depend on its image).
+static int feeds_cache(const RolloutEngine *e, const RolloutRequest *r) { return e->prefix && !r->prompt->vl; }
+
+// The positions of a prompt ids (n) that a cache holding tokens have (na) can give: their tokens in common from
+// the start, in whole blocks, leaving the prompt's last token to prefill (its row gives the first new token's
+// logits).
+static int64_t common_blocks(const int32_t *have, int64_t na, const int32_t *ids, int64_t n) {
+    int64_t lcp = 0, most = na < n - 1 ? na : n - 1;
+    while (lcp < most && have[lcp] == ids[lcp]) lcp++;
+    return lcp / ROLLOUT_PREFIX_BLOCK * ROLLOUT_PREFIX_BLOCK;
+}
+
+static int64_t slot_match(const RolloutEngine *e, int s, const int32_t *ids, int64_t n) {
+    return common_blocks(e->kv_ids + (int64_t)s * e->slot_len, e->kv_n[s], ids, n);
+}
+
+// The slot but `self` whose cache gives the most of prompt p (free ones only with free_only), its match in *len
+// (0 and -1: none gives a block).
+static int best_source(const RolloutEngine *e, const RolloutPrompt *p, int self, int free_only, int64_t *len) {
+    int best = -1;
+    *len = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (s == self || (free_only && e->seqs[s].active)) continue;
+        int64_t m = slot_match(e, s, p->ids, p->n);
+        if (m > *len) best = s, *len = m;
+    }
+    return best;
+}
+
+// A free slot holding no cache (empty), else the free one used least recently.
+static int free_slot(const RolloutEngine *e, int empty) {
+    int best = -1;
+    for (int s = 0; s < e->n_slots; s++) {
+        if (e->seqs[s].active) continue;
+        if (e->kv_n[s] == 0) return s;
+        if (!empty && (best < 0 || e->kv_used[s] < e->kv_used[best])) best = s;
+    }
+    return best;
+}
+
+// A free slot for sample j of r: without prefix caching the lowest; with it, an empty one (the prefill copies
+// what another slot's cache gives), else the one whose cache gives the most of r's prompt (sample 0; it keeps
+// that much), else the least recently used. So a cache is taken only when no slot is empty.
+static int take_slot(RolloutEngine *e, const RolloutRequest *r, int j) {
+    int slot = 0;
+    if (!e->prefix) {
+        while (e->seqs[slot].active) slot++;
+        return slot;
+    }
+    int64_t keep = 0;
+    slot = free_slot(e, 1);
+    if (slot < 0 && j == 0 && uses_cache(e, r)) slot = best_source(e, r->prompt, -1, 1, &keep);
+    if (slot < 0) slot = free_slot(e, 0);
+    e->kv_n[slot] = keep;
+    return slot;
+}
+
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
     if (r->n < 1 || r->n > rollout_engine_free_slots(e) || r->prompt->n < 1 ||
         r->prompt->n + r->prompt->max_new_tokens > e->slot_len || r->prompt->n > e->prefill_rows)
         return -1;
     r->running = r->n;
+    r->cached = 0;
     e->pending[e->n_pending++] = r;
-    int slot = 0;
-    for (int j = 0; j < r->n; j++) {  // the lowest free slots, in order
-        while (e->seqs[slot].active) slot++;
+    for (int j = 0; j < r->n; j++) {
+        int slot = take_slot(e, r, j);
         Seq *q = &e->seqs[slot];
         *q = (Seq){.req = r, .sample = j, .slot = slot, .pos = r->prompt->n, .active = 1, .fresh = 1};
         seq_seed(q, r->cfg, r->prompt, r->index);
@@ -293,8 +386,9 @@ int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
     return 0;
 }
 
-// Ends q: its slot is free for the next sequence.
-static void seq_end(Seq *q) {
+// Ends q: its slot is free for the next sequence (its cache kept, with prefix caching).
+static void seq_end(RolloutEngine *e, Seq *q) {
+    if (e->prefix) e->kv_used[q->slot] = ++e->clock;
     free(q->feed.ids);
     q->req->out[q->sample].done = 1;
     q->req->running--;
@@ -303,7 +397,7 @@ static void seq_end(Seq *q) {
 
 void rollout_engine_cancel(RolloutEngine *e, RolloutRequest *r) {
     for (int s = 0; s < e->n_slots; s++)
-        if (e->seqs[s].active && e->seqs[s].req == r) seq_end(&e->seqs[s]);
+        if (e->seqs[s].active && e->seqs[s].req == r) seq_end(e, &e->seqs[s]);
     int k = 0;
     for (int i = 0; i < e->n_pending; i++)
         if (e->pending[i] != r) e->pending[k++] = e->pending[i];
@@ -394,7 +488,7 @@ static void tool_turns(RolloutEngine *e) {
             q->feed_next = 0;
             if (q->feed.n == 0) {  // the hook ended it
                 out->finish = FINISH_STOP;
-                seq_end(q);
+                seq_end(e, q);
             }
         }
         free(at);
@@ -405,7 +499,7 @@ static void tool_turns(RolloutEngine *e) {
 // Frees the slots of the sequences that finished in this step.
 static void end_finished(RolloutEngine *e) {
     for (int s = 0; s < e->n_slots; s++)
-        if (e->seqs[s].active && e->seqs[s].done) seq_end(&e->seqs[s]);
+        if (e->seqs[s].active && e->seqs[s].done) seq_end(e, &e->seqs[s]);
 }
 
 // The prompt logits of request r, whose prompt fills rows [from, from + n) of the last forward: passed to
@@ -463,79 +557,176 @@ static void prefill_forward(RolloutEngine *e, int B) {
     free(in.image_feats);
 }
 
-// Prefill of the added requests: each prompt once (then copied to its other samples' slots), or once per
-// sample; every sequence samples its first token.
-static void prefill(RolloutEngine *e) {
-    const Decoder *m = e->m;
-    const DecoderConfig *c = &m->cfg;
-    // Every sequence to prefill, in order; one forward row group per prompt (shared) or per sample.
-    int n_groups = 0;
+// Where q's prefill starts: the prompt's positions its own slot's cache holds, or more that slot *src's gives
+// (else -1); 0 for a request that does not use the cache.
+static int64_t prefix_start(const RolloutEngine *e, const Seq *q, int *src) {
+    *src = -1;
+    if (!uses_cache(e, q->req)) return 0;
+    int64_t own = e->kv_n[q->slot], m;
+    int s = best_source(e, q->req->prompt, q->slot, 0, &m);
+    if (m <= own) return own;
+    *src = s;
+    return m;
+}
+
+// q's prefill begins at start: positions [0, start) are in its slot's cache (copied from slot src, unless -1).
+// Nothing for a group that began already (its chunks so far).
+static void take_prefix(RolloutEngine *e, Seq *q, int src, int64_t start) {
+    if (q->start > 0) return;
+    q->start = start;
+    if (q->sample == 0) q->req->cached = start;
+    e->stats.cached_tokens += start;
+    if (src < 0) return;
+    decoder_kv_copy(e->m, &e->kv, q->slot, src, start);
+    memcpy(e->kv_ids + (int64_t)q->slot * e->slot_len, e->kv_ids + (int64_t)src * e->slot_len,
+           (size_t)start * sizeof *e->kv_ids);
+    e->kv_n[q->slot] = start;
+    e->kv_used[src] = ++e->clock;
+}
+
+// After slot `slot` got the keys and values of its prompt's first n tokens (its prefill's, or a copy of slot
+// from's): what it holds.
+static void cache_prompt(RolloutEngine *e, int slot, int from, int64_t n) {
+    const RolloutRequest *r = e->seqs[from].req;
+    if (!feeds_cache(e, r)) return;
+    memcpy(e->kv_ids + (int64_t)slot * e->slot_len, r->prompt->ids, (size_t)n * sizeof *e->kv_ids);
+    e->kv_n[slot] = n;
+}
+
+// Where group q's prefill goes on: the positions it has (chunks so far), else where prefix_start says (*src: the
+// slot to copy them from, or -1).
+static int64_t plan_start(const RolloutEngine *e, const Seq *q, int *src) {
+    *src = -1;
+    return q->start > 0 ? q->start : prefix_start(e, q, src);
+}
+
+// Whether chunked prefill takes r's prompt.
+static int chunked(const RolloutEngine *e, const RolloutRequest *r) { return e->chunk > 0 && text_only(r); }
+
+// The pending prompts' row groups, in order: one a prompt (shared prefill) or a sample, the first sequence's
+// slot each; with chunks 0 those chunked prefill leaves whole, 1 those it chunks, -1 all. Returns their count.
+static int pending_groups(const RolloutEngine *e, int *groups, int chunks) {
+    int n = 0;
     for (int i = 0; i < e->n_pending; i++) {
         RolloutRequest *r = e->pending[i];
         for (int s = 0; s < e->n_slots; s++) {
-            Seq *q = &e->seqs[s];
+            const Seq *q = &e->seqs[s];
             if (!q->active || q->req != r || !q->fresh) continue;
             if (q->sample > 0 && r->cfg->share_prefill) continue;
-            e->row_seq[n_groups++] = s;
+            if (chunks >= 0 && chunked(e, r) != chunks) continue;
+            groups[n++] = s;
         }
     }
-    e->n_pending = 0;
-    int *groups = xmalloc((size_t)(n_groups ? n_groups : 1) * sizeof *groups);
-    memcpy(groups, e->row_seq, (size_t)n_groups * sizeof *groups);
+    return n;
+}
+
+// Keeps pending the requests with a sequence still to prefill.
+static void drop_started(RolloutEngine *e) {
+    int k = 0;
+    for (int i = 0; i < e->n_pending; i++) {
+        int fresh = 0;
+        for (int s = 0; s < e->n_slots; s++)
+            fresh |= e->seqs[s].active && e->seqs[s].req == e->pending[i] && e->seqs[s].fresh;
+        if (fresh) e->pending[k++] = e->pending[i];
+    }
+    e->n_pending = k;
+}
+
+// The first token of each sequence whose prefill (group first's) ended in the logits row `row` (backend
+// memory): first's, and its samples' sharing the prefill, which get a copy of its keys and values.
+static void first_tokens(RolloutEngine *e, Seq *first, const float *row) {
+    const Decoder *m = e->m;
+    RolloutRequest *r = first->req;
+    for (int s = 0; s < e->n_slots; s++) {
+        Seq *q = &e->seqs[s];
+        if (!q->active || q->req != r || !q->fresh) continue;
+        if (q != first && (!r->cfg->share_prefill || q->sample == 0)) continue;
+        if (q != first) decoder_kv_copy(m, &e->kv, q->slot, first->slot, r->prompt->n);
+        if (q != first) cache_prompt(e, q->slot, first->slot, r->prompt->n);
+        float lp;
+        int32_t id;
+        double u = draw_unit(r->cfg, q);
+        if (host_sampled(e, r->cfg)) {
+            id = sample_processed(e, q, row, u, &lp);
+        } else {
+            m->be->sample(m->be, &r->cfg->sampler, row, 1, m->cfg.vocab, &u, e->scr, &id, &lp);
+            if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
+        }
+        q->fresh = 0;
+        q->stepped = 1;
+        record(e, q, id, lp);
+        if (!r->cfg->share_prefill) break;
+    }
+}
+
+// Whether group q, to start at `start`, is to wait for the prompts of groups (n) in this forward: one of them
+// would give it more.
+static int waits_for(const RolloutEngine *e, const Seq *q, int64_t start, const int *groups, int n) {
+    if (!uses_cache(e, q->req) || q->start > 0) return 0;
+    const RolloutPrompt *p = q->req->prompt;
+    for (int b = 0; b < n; b++) {
+        const RolloutRequest *r = e->seqs[groups[b]].req;
+        if (feeds_cache(e, r) && common_blocks(r->prompt->ids, r->prompt->n, p->ids, p->n) > start) return 1;
+    }
+    return 0;
+}
+
+// Prefill of the pending requests (with whole_only, those chunked prefill leaves whole): each prompt once (then
+// copied to its other samples' slots), or once per sample, from where its cache or its chunks so far leave it;
+// every sequence samples its first token.
+static void prefill(RolloutEngine *e, int whole_only) {
+    const Decoder *m = e->m;
+    const DecoderConfig *c = &m->cfg;
+    int *groups = xmalloc((size_t)e->n_slots * sizeof *groups);
+    int n_groups = pending_groups(e, groups, whole_only ? 0 : -1);
     for (int g = 0; g < n_groups;) {
-        int B = 0;
+        // A batch of whole prompts (slots: one a sequence), or of prompts' rows after the positions their
+        // slots hold (extend; slots and pos: one a row).
+        int B = 0, extend = 0;
         e->seq_off[0] = 0;
         for (; g < n_groups; g++) {
-            const RolloutPrompt *p = e->seqs[groups[g]].req->prompt;
-            if (B > 0 && e->seq_off[B] + p->n > e->prefill_rows) break;
-            memcpy(e->tokens + e->seq_off[B], p->ids, (size_t)p->n * sizeof *e->tokens);
-            e->slots[B] = groups[g];
-            e->row_seq[B] = groups[g];
-            e->seq_off[B + 1] = e->seq_off[B] + p->n;
+            Seq *q = &e->seqs[groups[g]];
+            const RolloutPrompt *p = q->req->prompt;
+            int src;
+            int64_t start = plan_start(e, q, &src);
+            int64_t n = p->n - start;
+            if (B > 0 && ((start > 0) != extend || e->seq_off[B] + n > e->prefill_rows)) break;
+            if (B > 0 && waits_for(e, q, start, e->row_seq, B)) break;
+            take_prefix(e, q, src, start);
+            extend = start > 0;
+            memcpy(e->tokens + e->seq_off[B], p->ids + start, (size_t)n * sizeof *e->tokens);
+            for (int64_t i = 0; extend && i < n; i++) {
+                e->slots[e->seq_off[B] + i] = q->slot;
+                e->pos[e->seq_off[B] + i] = (int32_t)(start + i);
+            }
+            if (!extend) e->slots[B] = q->slot;
+            e->row_seq[B] = q->slot;
+            e->seq_off[B + 1] = e->seq_off[B] + n;
             B++;
         }
-        prefill_forward(e, B);
+        if (extend) decoder_extend(m, &e->kv, e->tokens, e->slots, e->pos, e->pos, e->seq_off[B], &e->acts);
+        else prefill_forward(e, B);
+        e->stats.step_rows += e->seq_off[B];
         for (int b = 0; b < B; b++) {
-            RolloutRequest *r = e->seqs[e->row_seq[b]].req;
-            if (r->logits_fn && r->want_prompt_logits && e->seqs[e->row_seq[b]].sample == 0)
-                prompt_logits(e, r, e->seq_off[b]);
+            Seq *q = &e->seqs[e->row_seq[b]];
+            q->start = q->req->prompt->n;
+            cache_prompt(e, q->slot, q->slot, q->start);
+            if (q->req->logits_fn && q->req->want_prompt_logits && q->sample == 0)
+                prompt_logits(e, q->req, e->seq_off[b]);
         }
         for (int b = 0; b < B; b++)  // the last row of each prompt predicts its first new token
             m->be->copy(m->be, e->acts.proj + b * c->hidden, e->acts.xn + (e->seq_off[b + 1] - 1) * c->hidden,
                         (size_t)c->hidden * sizeof(float));
         decoder_logits(m, e->acts.proj, B, &e->acts, e->logits);
-        for (int b = 0; b < B; b++) {
-            Seq *first = &e->seqs[e->row_seq[b]];
-            RolloutRequest *r = first->req;
-            const float *row = e->logits + (int64_t)b * c->vocab;
-            for (int s = first->slot; s < e->n_slots; s++) {  // its samples sharing the prefill (or itself)
-                Seq *q = &e->seqs[s];
-                if (!q->active || q->req != r || !q->fresh) continue;
-                if (q != first && (!r->cfg->share_prefill || q->sample == 0)) continue;
-                if (q != first) decoder_kv_copy(m, &e->kv, q->slot, first->slot, r->prompt->n);
-                float lp;
-                int32_t id;
-                e->u[0] = draw_unit(r->cfg, q);
-                if (host_sampled(e, r->cfg)) {
-                    id = sample_processed(e, q, row, e->u[0], &lp);
-                } else {
-                    m->be->sample(m->be, &r->cfg->sampler, row, 1, c->vocab, e->u, e->scr, &id, &lp);
-                    if (r->logits_fn && r->want_logits)
-                        r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
-                }
-                q->fresh = 0;
-                q->stepped = 1;
-                record(e, q, id, lp);
-                if (!r->cfg->share_prefill) break;
-            }
-        }
+        for (int b = 0; b < B; b++) first_tokens(e, &e->seqs[e->row_seq[b]], e->logits + (int64_t)b * c->vocab);
     }
     free(groups);
+    drop_started(e);
 }
 
-// One decode step: every running sequence but those this step prefilled advances one token.
-static void decode(RolloutEngine *e) {
-    const Decoder *m = e->m;
+// This step's decode rows: every running sequence but those that sampled in it already, its last token at
+// pos - 1 (rows 0..B of tokens, slots, pos, rope_pos, row_seq). Returns B.
+static int decode_rows(RolloutEngine *e) {
     int B = 0;
     for (int s = 0; s < e->n_slots; s++) {
         Seq *q = &e->seqs[s];
@@ -546,8 +737,19 @@ static void decode(RolloutEngine *e) {
         e->rope_pos[B] = e->pos[B] + (q->req->prompt->vl ? (int32_t)q->req->prompt->vl->delta[0] : 0);
         e->row_seq[B++] = s;
     }
-    if (B == 0) return;
-    decoder_decode_step_at(m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, B, &e->acts, e->logits);
+    return B;
+}
+
+// After the forward of the B decode rows: their tokens' keys and values are in their slots; each samples its
+// next token from its row of e->logits.
+static void decoded(RolloutEngine *e, int B) {
+    const Decoder *m = e->m;
+    for (int b = 0; b < B; b++) {
+        const Seq *q = &e->seqs[e->row_seq[b]];
+        if (!feeds_cache(e, q->req)) continue;
+        e->kv_ids[(int64_t)q->slot * e->slot_len + e->pos[b]] = e->tokens[b];
+        e->kv_n[q->slot] = e->pos[b] + 1;
+    }
     for (int b = 0; b < B; b++) {  // a row feeding a tool turn samples nothing: it takes no draw
         Seq *q = &e->seqs[e->row_seq[b]];
         e->u[b] = q->feed.n ? 0.0 : draw_unit(q->req->cfg, q);
@@ -576,16 +778,85 @@ static void decode(RolloutEngine *e) {
         if (r->logits_fn && r->want_logits && !q->feed.n && !host_sampled(e, r->cfg))
             r->logits_fn(r->user, r->index, q->sample, 0, 1,
                          host_rows(e, e->logits + (int64_t)b * m->cfg.vocab, 1));
+        q->stepped = 1;
         record(e, q, e->tokens[b], e->lps[b]);
     }
 }
 
+// One decode step: every running sequence but those this step prefilled advances one token.
+static void decode(RolloutEngine *e) {
+    int B = decode_rows(e);
+    if (B == 0) return;
+    decoder_decode_step_at(e->m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, B, &e->acts, e->logits);
+    e->stats.step_rows += B;
+    decoded(e, B);
+}
+
+// Chunked prefill's step while sequences decode: their rows and the next rows of the pending prompts it chunks,
+// e->chunk at most, in one forward (the weights read once for both); a prompt whose last rows are in it samples
+// its first token.
+static void decode_with_chunks(RolloutEngine *e) {
+    const Decoder *m = e->m;
+    const DecoderConfig *c = &m->cfg;
+    int *groups = xmalloc((size_t)e->n_slots * sizeof *groups);
+    int *in = xmalloc((size_t)e->n_slots * sizeof *in);    // the groups with rows in this forward
+    int *done = xmalloc((size_t)e->n_slots * sizeof *done);  // those whose last rows they are
+    int64_t *last = xmalloc((size_t)e->n_slots * sizeof *last);  // and the row of each
+    int n_groups = pending_groups(e, groups, 1);
+    int n_in = 0;
+    int n_done = 0;
+    int B = decode_rows(e);
+    int64_t N = B;
+    for (int g = 0; g < n_groups && N - B < e->chunk; g++) {
+        Seq *q = &e->seqs[groups[g]];
+        const RolloutPrompt *p = q->req->prompt;
+        int src;
+        int64_t start = plan_start(e, q, &src);
+        if (waits_for(e, q, start, in, n_in)) break;
+        take_prefix(e, q, src, start);
+        int64_t n = p->n - start;
+        if (n > e->chunk - (N - B)) n = e->chunk - (N - B);
+        for (int64_t i = 0; i < n; i++) {
+            e->tokens[N + i] = p->ids[start + i];
+            e->slots[N + i] = q->slot;
+            e->pos[N + i] = e->rope_pos[N + i] = (int32_t)(start + i);
+        }
+        N += n;
+        q->start = start + n;
+        in[n_in++] = q->slot;
+        if (q->start == p->n) last[n_done] = N - 1, done[n_done++] = q->slot;
+    }
+    if (N > 0) {
+        decoder_extend(m, &e->kv, e->tokens, e->slots, e->pos, e->rope_pos, N, &e->acts);
+        e->stats.step_rows += N;
+        for (int k = 0; k < n_in; k++) cache_prompt(e, in[k], in[k], e->seqs[in[k]].start);
+        for (int k = 0; k < n_done; k++)  // after the decode rows: the last row of each prompt done
+            if (last[k] != B + k)
+                m->be->copy(m->be, e->acts.xn + (B + k) * c->hidden, e->acts.xn + last[k] * c->hidden,
+                            (size_t)c->hidden * sizeof(float));
+        decoder_logits(m, e->acts.xn, B + n_done, &e->acts, e->logits);
+        decoded(e, B);
+        for (int k = 0; k < n_done; k++) first_tokens(e, &e->seqs[done[k]], e->logits + (int64_t)(B + k) * c->vocab);
+    }
+    free(last);
+    free(done);
+    free(in);
+    free(groups);
+    drop_started(e);
+}
+
 int rollout_engine_step(RolloutEngine *e) {
-    int running = 0;
-    for (int s = 0; s < e->n_slots; s++) e->seqs[s].stepped = 0;
+    int running = 0, decoding = 0;
+    e->stats.step_rows = 0;
+    for (int s = 0; s < e->n_slots; s++) {
+        e->seqs[s].stepped = 0;
+        decoding |= e->seqs[s].active && !e->seqs[s].fresh && !e->seqs[s].done;
+    }
     if (e->n_pending) {
         double t0 = time_now();
-        prefill(e);
+        int chunks = e->chunk > 0 && decoding;
+        prefill(e, chunks);
+        if (chunks) decode_with_chunks(e);
         tool_turns(e);
         end_finished(e);
         e->stats.prefill_seconds += time_now() - t0;

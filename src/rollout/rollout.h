@@ -10,6 +10,7 @@
 #include "text/tokenizer.h"
 
 #define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default
+#define ROLLOUT_PREFIX_BLOCK 16  // prefix caching reuses a cached prompt prefix in blocks of this many tokens
 
 // Multi-turn rollout with tools. A sample whose model text ends in "</tool_call>" while it has turns left
 // pauses; after the step, the hook gets every sample that paused there (so their tools run side by side)
@@ -87,6 +88,8 @@ typedef struct {
     double prefill_seconds, decode_seconds;
     int64_t prompt_tokens, generated_tokens;
     size_t kv_bytes, kv_bytes_per_token;
+    int64_t cached_tokens;  // prompt tokens not prefilled: their keys and values came from the cache
+    int64_t step_rows;      // rows the last engine step forwarded (prompt and decode rows)
     int waves;
 } RolloutStats;
 
@@ -114,7 +117,8 @@ typedef struct {
     RolloutLogitsFn logits_fn;  // may be NULL
     int want_logits, want_prompt_logits;
     void *user;
-    int running;  // samples not yet finished (the engine's)
+    int running;     // samples not yet finished (the engine's)
+    int64_t cached;  // its prompt's tokens whose keys and values came from the cache (the engine's)
 } RolloutRequest;
 
 typedef struct RolloutEngine RolloutEngine;
@@ -125,13 +129,29 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
                                   int64_t prefill_rows, Arena *workspace);
 void rollout_engine_free(RolloutEngine *e);
 int rollout_engine_free_slots(const RolloutEngine *e);
-// Starts r's n samples (prefilled at the next step). Returns -1 (nothing started) when fewer than n slots
+const RolloutStats *rollout_engine_stats(const RolloutEngine *e);
+// Starts r's n samples (prefilled at the next step; with chunked prefill, over the next steps). Returns -1 (nothing started) when fewer than n slots
 // are free, or the prompt is empty, longer than prefill_rows, or with its new tokens longer than slot_len.
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r);
+// Prefix caching (off at first): a new prompt that begins with tokens a slot's cache holds (a running sequence's
+// prompt and tokens so far, or a finished one's, kept until its slot is taken: an empty slot first, then the one
+// the prompt matches, then the least recently used) takes those positions' keys and values (in whole
+// ROLLOUT_PREFIX_BLOCKs, copied unless the slot becomes its own)
+// and prefills only the rest (decoder_extend). Text prompts whose prompt logits nobody wants; a prompt that one
+// added in the same step would give more waits for that one's forward within the step. Set before adding
+// requests (turning it on forgets what the slots held).
+void rollout_engine_prefix_cache(RolloutEngine *e, int on);
+// Chunked prefill (off at first): while sequences decode, a step prefills at most `tokens` rows of the pending
+// prompts (text prompts whose prompt logits nobody wants; others whole, before), in the same forward as the
+// decoding sequences' tokens, so a long prompt holds each running stream up a chunk's compute, not the whole
+// prompt's; a prompt prefilled over several steps samples its first token in the step of its last rows. The
+// rows beside the decode rows are at most the engine's prefill rows less its slots: returns the chunk set.
+int64_t rollout_engine_prefill_chunk(RolloutEngine *e, int64_t tokens);
 // Ends r's samples now and frees their slots; r->out keeps what they made.
 void rollout_engine_cancel(RolloutEngine *e, RolloutRequest *r);
-// One step: prefills the requests added since the last one (each sample takes its first token), and every
-// other running sample takes one token; finished samples free their slots. Returns the samples running.
+// One step: prefills the requests added since the last one (each sample takes its first token; with chunked
+// prefill while others decode, a chunk of them, in the same forward), and every other running sample takes one
+// token; finished samples free their slots. Returns the samples running (those still prefilling too).
 int rollout_engine_step(RolloutEngine *e);
 
 // Fills out[prompt * G + sample]. tok may be NULL when there are no stop strings. Dies when one

@@ -786,11 +786,14 @@ static const char *finish_name(const RolloutSample *s) {
 }
 
 static void write_usage(FILE *f, const ApiJob *job) {
-    int64_t prompt = 0, done = 0;
+    int64_t prompt = 0, done = 0, cached = 0;
     for (int i = 0; i < job->n_prompts; i++) prompt += (int64_t)job->prompts[i].n;
+    for (int i = 0; i < job->n_prompts; i++) cached += job->rr[i].cached;
     for (int i = 0; i < job->n_prompts * job->n; i++) done += out_tokens(job, &job->choices[i]);
-    fprintf(f, "{\"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"total_tokens\": %lld}",
-            (long long)prompt, (long long)done, (long long)(prompt + done));
+    fprintf(f,
+            "{\"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"total_tokens\": %lld, "
+            "\"prompt_tokens_details\": {\"cached_tokens\": %lld}}",
+            (long long)prompt, (long long)done, (long long)(prompt + done), (long long)cached);
 }
 
 static void write_head(FILE *f, const ApiJob *job, const char *object, const char *model) {

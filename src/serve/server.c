@@ -43,8 +43,17 @@
 #define N_BUCKETS 14
 static const double buckets[N_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                           1,     2.5,  5,     10,   30,  60,   120};
+// A histogram of a count per engine step (sequences, rows) over fixed bounds.
+#define MAX_COUNT_BUCKETS 16
+typedef struct {
+    const int *le;  // n ascending bounds
+    int n;
+    int64_t count[MAX_COUNT_BUCKETS + 1];  // the last: above every bound
+} Counts;
 static const int batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-#define N_BATCH_BUCKETS ((int)(sizeof batch_buckets / sizeof batch_buckets[0]))
+static const int row_buckets[] = {1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+_Static_assert(sizeof batch_buckets / sizeof *batch_buckets <= MAX_COUNT_BUCKETS, "batch_buckets");
+_Static_assert(sizeof row_buckets / sizeof *row_buckets <= MAX_COUNT_BUCKETS, "row_buckets");
 static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
 #define N_STATUSES ((int)(sizeof statuses / sizeof statuses[0]))
 
@@ -114,8 +123,9 @@ struct Server {
     // metrics
     int64_t by_status[N_STATUSES + 1];  // the last: any other status
     int64_t prompt_tokens, generation_tokens, steps;
+    int64_t cached_tokens;  // prompt tokens whose keys and values came from the prefix cache
     int batch;  // sequences in the last step
-    int64_t batch_count[N_BATCH_BUCKETS + 1];
+    Counts step_batch, step_rows;  // sequences a step; rows (prompt and decode) a step forwarded
     Histogram ttft, latency;
 };
 
@@ -235,6 +245,23 @@ static void wake(Job *j) {
 // ---------------------------------------------------------------------------------------------
 // endpoints
 
+static void counts_add(Counts *c, int64_t v) {
+    int b = 0;
+    while (b < c->n && v > c->le[b]) b++;
+    c->count[b]++;
+}
+
+static void counts_print(FILE *f, const char *name, const char *help, const Counts *c) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    int64_t cum = 0;
+    for (int i = 0; i < c->n; i++) {
+        cum += c->count[i];
+        fprintf(f, "%s_bucket{le=\"%d\"} %lld\n", name, c->le[i], (long long)cum);
+    }
+    cum += c->count[c->n];
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n%s_count %lld\n", name, (long long)cum, name, (long long)cum);
+}
+
 static char *metrics_text(Server *s) {
     char *out = NULL;
     size_t len = 0;
@@ -253,6 +280,8 @@ static char *metrics_text(Server *s) {
     fprintf(f,
             "# HELP grpo_prompt_tokens_total Prompt tokens of admitted requests.\n"
             "# TYPE grpo_prompt_tokens_total counter\ngrpo_prompt_tokens_total %lld\n"
+            "# HELP grpo_prompt_cached_tokens_total Prompt tokens taken from the prefix cache, not prefilled.\n"
+            "# TYPE grpo_prompt_cached_tokens_total counter\ngrpo_prompt_cached_tokens_total %lld\n"
             "# HELP grpo_generation_tokens_total Tokens generated.\n"
             "# TYPE grpo_generation_tokens_total counter\ngrpo_generation_tokens_total %lld\n"
             "# HELP grpo_queue_depth Requests waiting for KV slots.\n# TYPE grpo_queue_depth gauge\n"
@@ -260,18 +289,12 @@ static char *metrics_text(Server *s) {
             "# TYPE grpo_running_requests gauge\ngrpo_running_requests %d\n"
             "# HELP grpo_batch_size Sequences in the last engine step.\n# TYPE grpo_batch_size gauge\n"
             "grpo_batch_size %d\n",
-            (long long)s->prompt_tokens, (long long)s->generation_tokens, s->n_queued, running, s->batch);
-    fputs("# HELP grpo_step_batch_size Sequences per engine step.\n# TYPE grpo_step_batch_size histogram\n",
-          f);
+            (long long)s->prompt_tokens, (long long)s->cached_tokens, (long long)s->generation_tokens, s->n_queued,
+            running, s->batch);
+    counts_print(f, "grpo_step_batch_size", "Sequences per engine step.", &s->step_batch);
+    counts_print(f, "grpo_step_rows", "Rows an engine step forwarded: prompt rows (prefill) and decode rows.",
+                 &s->step_rows);
     int64_t cum = 0;
-    for (int i = 0; i <= N_BATCH_BUCKETS; i++) {
-        cum += s->batch_count[i];
-        if (i < N_BATCH_BUCKETS)
-            fprintf(f, "grpo_step_batch_size_bucket{le=\"%d\"} %lld\n", batch_buckets[i], (long long)cum);
-        else
-            fprintf(f, "grpo_step_batch_size_bucket{le=\"+Inf\"} %lld\n", (long long)cum);
-    }
-    fprintf(f, "grpo_step_batch_size_count %lld\n", (long long)s->steps);
     const struct {
         const char *name, *help;
         const Histogram *h;
@@ -772,9 +795,9 @@ static void *engine_main(void *arg) {
         format_streams(s);
         pthread_mutex_lock(&s->mu);
         s->batch = s->o->max_batch - before;
-        int b = 0;
-        while (b < N_BATCH_BUCKETS && s->batch > batch_buckets[b]) b++;
-        s->batch_count[b]++;
+        counts_add(&s->step_batch, s->batch);
+        counts_add(&s->step_rows, rollout_engine_stats(s->e)->step_rows);
+        s->cached_tokens = rollout_engine_stats(s->e)->cached_tokens;
         s->steps++;
         publish(s);
     }
@@ -821,6 +844,8 @@ static struct MHD_Daemon *start_daemon(Server *s) {
 int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids,
               const ServeOptions *o) {
     Server s = {.o = o, .m = m, .tok = tok};
+    s.step_batch = (Counts){.le = batch_buckets, .n = (int)(sizeof batch_buckets / sizeof *batch_buckets)};
+    s.step_rows = (Counts){.le = row_buckets, .n = (int)(sizeof row_buckets / sizeof *row_buckets)};
     s.lim = (ApiLimits){.model_name = o->model_name,
                         .max_len = o->max_len,
                         .max_n = o->max_n,
@@ -831,6 +856,8 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
     s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
+    rollout_engine_prefix_cache(s.e, o->prefix_cache);
+    int64_t chunk = rollout_engine_prefill_chunk(s.e, o->prefill_chunk);
     if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_mutex_init(&s.tok_mu, NULL) != 0 ||
         pthread_mutex_init(&s.log_mu, NULL) != 0 || pthread_cond_init(&s.cv, NULL) != 0)
         die("cannot create a mutex");
@@ -851,8 +878,9 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     if (pthread_create(&engine, NULL, engine_main, &s) != 0) die("cannot start the engine thread");
     s.d = start_daemon(&s);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld)\n", o->model_name,
-            o->host, info ? info->port : (unsigned)o->port, o->max_batch, (long long)o->max_len);
+    fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld, --prefill-chunk %lld, prefix "
+            "cache %s)\n", o->model_name, o->host, info ? info->port : (unsigned)o->port, o->max_batch,
+            (long long)o->max_len, (long long)chunk, o->prefix_cache ? "on" : "off");
     fflush(stderr);
     int got;
     sigwait(&sig, &got);

@@ -25,6 +25,8 @@ typedef struct {
     unsigned http_threads;  // MHD's pool: parsing, templates and formatting run on them
     const char *log;        // the access log's path ("-": stderr), or NULL
     int reasoning;          // --reasoning-parser qwen3
+    int prefix_cache;       // reuse cached prompt prefixes' keys and values (rollout_engine_prefix_cache)
+    int64_t prefill_chunk;  // prompt rows a step while requests decode (rollout_engine_prefill_chunk; 0: whole)
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.

@@ -331,6 +331,18 @@ def serve():
            "quiet  continuous batching (--max-batch 64)", "quiet  one at a time (--max-batch 1)",
            "quiet  throughput ratio, batching / one at a time:", "load   continuous batching", " tok/s  latency p50 ",
            "TTFT p50", "load   throughput ratio")
+    common = ["--grpo", GRPO, "--model", T("serve_tiny"), "--preset", "tiny", "--clients", 4, "--requests", 4,
+              "--max-tokens", 4, "--repeats", 1, "--modes", "quiet"]
+    out, _ = bench("serve_json", "serve.py", common + ["--workload", "json"])
+    prints("serve_json", out, "grpo serve JSON mode, tiny bf16", "quiet  json_object", "quiet  text",
+           "quiet  json_object / text throughput:")
+    out, _ = bench("serve_prefix", "serve.py", common + ["--workload", "prefix"])
+    prints("serve_prefix", out, "grpo serve prefix caching, tiny bf16", "quiet  prefix cache ",
+           "quiet  --no-prefix-cache", "quiet  TTFT p50 without / with the cache:")
+    out, _ = bench("serve_chunked", "serve.py", common + ["--workload", "chunked", "--streams", 2, "--long-tokens",
+                                                          300, "--chunks", 32, 0])
+    prints("serve_chunked", out, "grpo serve chunked prefill, tiny bf16, 2 streams", "quiet  --prefill-chunk 32 ",
+           "quiet  --prefill-chunk 0 ", "longest wait while the prompt is prefilled", "the prompt answered in")
 
 
 def parquet():

@@ -248,6 +248,28 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
     report(op, rel_err(got, wd, B * H * D, 0.0), 8.0 * U * (double)(T + D));
     free(got);
 
+    // Extend (decoder_extend: a prompt's rows after its cached ones): every row of each sequence a query against
+    // its slot, attending up to its own position, several rows a slot: the prefill's rows again, on both sides.
+    int64_t *row_off = xmalloc((size_t)N * 8);
+    int32_t *row_nk = xmalloc((size_t)N * 4);
+    for (int b = 0; b < B; b++) {
+        for (int64_t i = 0; i < lens[b]; i++) {
+            row_off[off[b] + i] = kv_off[b];
+            row_nk[off[b] + i] = (int32_t)(i + 1);
+        }
+    }
+    float *we = xmalloc((size_t)(N * H * D) * 4);
+    attention_decode_forward(we, q, kc, vc, row_off, row_nk, (int)N, a, scratch);
+    void *drow_off = up(row_off, (size_t)N * 8), *drow_nk = up(row_nk, (size_t)N * 4);
+    void *dext = g_gpu->alloc(g_gpu, (size_t)(N * H * D) * 4);
+    g_gpu->attention_decode_forward(g_gpu, dext, dq, dkc, dvc, drow_off, drow_nk, (int)N, a, NULL);
+    got = down(dext, N * H * D);
+    snprintf(op, sizeof op, "attention extend B%d N%lld H%d KVH%d D%d window %lld (CPU's too)", B, (long long)N, H,
+             KVH, D, (long long)window);
+    report(op, fmax(rel_err(got, want, N * H * D, 0.0), rel_err(we, want, N * H * D, 0.0)), 8.0 * U * (double)(T + D));
+    free(got), free(we), free(row_off), free(row_nk);
+    gfree(drow_off), gfree(drow_nk), gfree(dext);
+
     // kv_append: row b of k (B, KVH*D) into slot b after its keys; the cache comes back as on the CPU.
     int64_t row = (int64_t)KVH * D, *dst = xmalloc((size_t)B * 8);
     float *kn = randn(B * row, 1.0f), *vn = randn(B * row, 1.0f);

@@ -51,13 +51,17 @@ async function one(call) {
 const out = { calls: [] };
 for (const call of input.calls || []) out.calls.push(await one(call));
 
-// A streamed completion for load runs: its time to the first token, and the usage chunk's counts.
+// A streamed completion (a chat completion when the body has messages) for load runs: its time to the first
+// token, and the usage chunk's counts.
 async function timedStream(body, t) {
   try {
     let first = null, usage = null;
-    const s = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    const chat = "messages" in body;
+    const api = chat ? client.chat.completions : client.completions;
+    const s = await api.create({ ...body, stream: true, stream_options: { include_usage: true } });
     for await (const c of s) {
-      if (first === null && c.choices.length && c.choices[0].text) first = (performance.now() - t) / 1000;
+      const piece = c.choices.length ? (chat ? c.choices[0].delta.content : c.choices[0].text) : null;
+      if (first === null && piece) first = (performance.now() - t) / 1000;
       if (c.usage) usage = c.usage;
     }
     return { ok: true, ttft: first, usage };
