@@ -155,7 +155,8 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
                 const float *qg = q + b * qs + (int64_t)h * D;
                 gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, k_cache + first, kvs, 0, S, n);
                 softmax_rows(S, group, n, n);
-                gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, v_cache + first, kvs, 0, out + b * qs + (int64_t)h * D, D);
+                float *o = out + b * qs + (int64_t)h * D;
+                gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, v_cache + first, kvs, 0, o, D);
                 continue;
             }
             gemm_f32_local(0, 1, bs, n, D, a.scale, q + b * qs + (int64_t)h * D, qs, k_cache + first, kvs, 0, S, n);

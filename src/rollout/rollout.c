@@ -20,8 +20,8 @@ typedef struct {
     int fresh;    // added, not yet prefilled
     int stepped;  // sampled a token in this step already (its prefill)
     int64_t pos;  // position of the next token to feed
-    int64_t start;  // prefill: the prompt's positions its slot holds (from the cache, then its chunks so far; all
-                    // of them once prefilled)
+    int64_t start;  // prefill: the prompt's positions its slot holds (from the cache, then its chunks so
+                    // far; all of them once prefilled)
     int32_t last;
     Rng rng;
     int done;
@@ -219,7 +219,8 @@ struct RolloutEngine {
     int64_t chunk;      // chunked prefill: prompt rows a step at most while sequences decode (0: whole prompts)
     int32_t *kv_ids;    // (n_slots, slot_len) the tokens whose keys and values the slot holds
     int64_t *kv_n;      // (n_slots) how many: positions [0, kv_n) are valid
-    uint64_t *kv_used;  // (n_slots) when its sequence ended or it was last copied from (least recent: taken first)
+    uint64_t *kv_used;  // (n_slots) when its sequence ended or it was last copied from (the least recent is
+                        // taken first)
     uint64_t clock;
     RolloutStats stats;
 };
@@ -301,14 +302,17 @@ void rollout_engine_prefix_cache(RolloutEngine *e, int on) {
 }
 
 int64_t rollout_engine_prefill_chunk(RolloutEngine *e, int64_t tokens) {
-    int64_t room = (e->prefill_rows > e->n_slots ? e->prefill_rows : e->n_slots) - e->n_slots;  // beside decode rows
+    int64_t rows = e->prefill_rows > e->n_slots ? e->prefill_rows : e->n_slots;
+    int64_t room = rows - e->n_slots;  // beside the decode rows
     e->chunk = tokens < room ? tokens : room;
     return e->chunk;
 }
 
 // Whether r's prompt is text whose prompt logits nobody wants: it may start from cached keys and values, and be
 // prefilled in chunks.
-static int text_only(const RolloutRequest *r) { return !r->prompt->vl && !(r->logits_fn && r->want_prompt_logits); }
+static int text_only(const RolloutRequest *r) {
+    return !r->prompt->vl && !(r->logits_fn && r->want_prompt_logits);
+}
 
 static int uses_cache(const RolloutEngine *e, const RolloutRequest *r) { return e->prefix && text_only(r); }
 
@@ -650,7 +654,8 @@ static void first_tokens(RolloutEngine *e, Seq *first, const float *row) {
             id = sample_processed(e, q, row, u, &lp);
         } else {
             m->be->sample(m->be, &r->cfg->sampler, row, 1, m->cfg.vocab, &u, e->scr, &id, &lp);
-            if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
+            if (r->logits_fn && r->want_logits)
+                r->logits_fn(r->user, r->index, q->sample, 0, 1, host_rows(e, row, 1));
         }
         q->fresh = 0;
         q->stepped = 1;
