@@ -56,7 +56,13 @@ class Server:
         self.port = int(m.group(1))
         self.base = f"http://127.0.0.1:{self.port}/v1"
         self.log = []
-        threading.Thread(target=lambda: self.log.extend(self.p.stderr), daemon=True).start()
+        self.reader = threading.Thread(target=lambda: self.log.extend(self.p.stderr), daemon=True)
+        self.reader.start()
+
+    def stderr(self):
+        """What the server printed on stderr after its first line, once it has exited (its reader done)."""
+        self.reader.join(60)
+        return "".join(self.log)
 
     def stop(self, timeout=60):
         if self.p.poll() is None:
@@ -851,7 +857,7 @@ def g_engine_fault():
         rc = srv.p.wait(120)
     finally:
         srv.stop()
-    log_lines = "".join(srv.log)
+    log_lines = srv.stderr()
     errors = {k: (v[0], json.loads(v[2]).get("error", {}).get("message", "")) for k, v in out.items()}
     cuda = "unspecified launch failure"
     check("engine fault: the running request is answered 500 naming the error",
