@@ -124,11 +124,10 @@ static int continues(const int64_t *kv_off, const int32_t *n_keys, int b) {
     return b > 0 && kv_off[b] == kv_off[b - 1] && n_keys[b] == n_keys[b - 1] + 1;
 }
 
-// Whether row b starts a block: a run's first row, or ATT_QBLOCK rows into it.
+// Whether row b starts a block: a run's first row, or a row at a multiple of ATT_QBLOCK positions (so a block
+// holds at most ATT_QBLOCK rows, found without walking back to the run's start).
 static int block_start(const int64_t *kv_off, const int32_t *n_keys, int b) {
-    int r = b;
-    while (continues(kv_off, n_keys, r)) r--;
-    return (b - r) % ATT_QBLOCK == 0;
+    return !continues(kv_off, n_keys, b) || (n_keys[b] - 1) % ATT_QBLOCK == 0;
 }
 
 void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
@@ -146,7 +145,7 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
         for (int h = 0; h < H; h++) {
             if (!block_start(kv_off, n_keys, b)) continue;
             int bs = 1;
-            while (bs < ATT_QBLOCK && b + bs < B && continues(kv_off, n_keys, b + bs)) bs++;
+            while (b + bs < B && continues(kv_off, n_keys, b + bs) && !block_start(kv_off, n_keys, b + bs)) bs++;
             if (bs == 1 && h % group) continue;
             float *S = scratch + (size_t)omp_get_thread_num() * ATT_QBLOCK * (size_t)max_n;
             int64_t n0 = attn_first_key(n_keys[b] - 1, a.window), n = n_keys[b + bs - 1] - n0;
