@@ -50,6 +50,17 @@ def start(grpo, model, *opts):
     return p, f"http://127.0.0.1:{m.group(1)}/v1"
 
 
+def competitor(mode):
+    """For mode "load": one competing single-threaded busy loop, as a shared machine has; else None."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+
+
+def stop(hog):
+    if hog:
+        hog.kill()
+        hog.wait()
+
+
 def run_load(base, model, clients, requests, max_tokens, extra=None, bodies=None):
     bodies = bodies or [dict({"model": model, "prompt": f"Request {i}: write a long story about the number {i * 7919 % 1000} "
                     f"and the sea, with many details, in plain words.", "max_tokens": max_tokens, "temperature": 0},
@@ -102,7 +113,7 @@ def main():
           f"{a.max_tokens} tokens, medians of {a.repeats}")
     table = {}
     for mode in a.modes:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        hog = competitor(mode)
         try:
             runs = {b: [] for _, b in configs}
             for _ in range(a.repeats):
@@ -122,9 +133,7 @@ def main():
             ratio = table[(mode, 64)]["tok_s"] / table[(mode, 1)]["tok_s"]
             print(f"{mode:5s}  throughput ratio, batching / one at a time: {ratio:.2f}x", flush=True)
         finally:
-            if hog:
-                hog.kill()
-                hog.wait()
+            stop(hog)
 
 
 def json_workload(a):
@@ -136,7 +145,7 @@ def json_workload(a):
     print(f"grpo serve JSON mode, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens (--max-batch 64), medians of {a.repeats}")
     for mode in a.modes:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        hog = competitor(mode)
         p, base = start(a.grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-queue", 4096, "--max-len", 512)
         try:
             runs = {name: [] for name, _ in configs}
@@ -154,9 +163,7 @@ def json_workload(a):
         finally:
             p.terminate()
             p.wait(120)
-            if hog:
-                hog.kill()
-                hog.wait()
+            stop(hog)
 
 
 def prefix_workload(a):
@@ -172,7 +179,7 @@ def prefix_workload(a):
     print(f"grpo serve prefix caching, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed chat "
           f"requests of {a.max_tokens} tokens sharing a system prompt (--max-batch 64), medians of {a.repeats}")
     for mode in a.modes:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        hog = competitor(mode)
         try:
             runs = {name: [] for name, _ in configs}
             for _ in range(a.repeats):
@@ -195,9 +202,7 @@ def prefix_workload(a):
             print(f"{mode:5s}  TTFT p50 without / with the cache: {off['ttft50'] / on['ttft50']:.1f}x, p99 "
                   f"{off['ttft99'] / on['ttft99']:.1f}x; throughput {on['tok_s'] / off['tok_s']:.2f}x", flush=True)
         finally:
-            if hog:
-                hog.kill()
-                hog.wait()
+            stop(hog)
 
 
 def stream_times(port, body, out, stop):
@@ -265,7 +270,7 @@ def chunked_workload(a):
     print(f"grpo serve chunked prefill, {a.preset} {a.dtype}, {a.streams} streams decoding while a prompt of "
           f"{a.long_tokens} tokens arrives (--max-batch 64), medians of {a.repeats}")
     for mode in a.modes:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if mode == "load" else None
+        hog = competitor(mode)
         try:
             runs = {chunk: [] for chunk in a.chunks}
             for _ in range(a.repeats):
@@ -277,9 +282,7 @@ def chunked_workload(a):
                       f"while the prompt is prefilled {med['ratio']:6.2f}x it (worst stream); the prompt answered in "
                       f"{med['answer']:6.2f}s", flush=True)
         finally:
-            if hog:
-                hog.kill()
-                hog.wait()
+            stop(hog)
 
 
 if __name__ == "__main__":
