@@ -12,9 +12,9 @@ runs --clients concurrent workers over --requests streamed completions (greedy, 
 time, and the p50/p99 of request latency and of time to first token; medians over --repeats runs, the two
 configurations taking turns. `load` first starts one competing single-threaded busy loop, as a shared machine
 has. `--workload json`: one `--max-batch 64` server, the same requests with `response_format: json_object` (JSON
-mode: every token of the vocabulary tried against the output's JSON automaton each step) and without, taking
-turns (sampled at temperature 1, seeded, '}' and '{}' made unlikely so that both run to --max-tokens): the cost
-of the mask per token. `--workload prefix`: chat requests whose messages share a system prompt of ~1,000
+mode: every token of the vocabulary tried against the output's JSON automaton each step), with `json_schema` (a
+small schema: the automaton follows it) and without, taking turns (sampled at temperature 1, seeded, '}', ']'
+and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token. `--workload prefix`: chat requests whose messages share a system prompt of ~1,000
 tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
 --no-prefix-cache, a fresh server each run (the first request finds the cache empty), taking turns: time to
 first token and throughput. `--workload chunked`: --streams streamed completions decode (greedy) on a `--max-batch
@@ -137,11 +137,17 @@ def main():
 
 
 def json_workload(a):
-    """The same requests with and without response_format json_object, taking turns on one server."""
-    # '}' and '{}' (ids 92 and 6257 in Qwen's vocabulary) made unlikely, so that the object stays open until the
-    # budget closes it and both take --max-tokens tokens (printed): the difference is then the mask's cost
-    sampled = {"temperature": 1.0, "seed": 1, "logit_bias": {"6257": -100, "92": -100}}
-    configs = [("json_object", dict(sampled, response_format={"type": "json_object"})), ("text", sampled)]
+    """The same requests with response_format json_object, json_schema and neither, taking turns on one server."""
+    # '}', ']' and '{}' (ids 92, 60 and 6257 in Qwen's vocabulary) made unlikely, so that the object stays open
+    # until the budget closes it and all take --max-tokens tokens (printed): the difference is then the mask's cost
+    sampled = {"temperature": 1.0, "seed": 1, "logit_bias": {"6257": -100, "92": -100, "60": -100}}
+    schema = {"type": "object", "required": ["answer", "items"], "additionalProperties": False,
+              "properties": {"answer": {"type": "string"}, "kind": {"enum": ["a", "b"]},
+                             "items": {"type": "array", "items": {"type": "string"}}}}
+    configs = [("json_object", dict(sampled, response_format={"type": "json_object"})),
+               ("json_schema", dict(sampled, response_format={"type": "json_schema",
+                                                              "json_schema": {"name": "x", "schema": schema}})),
+               ("text", sampled)]
     print(f"grpo serve JSON mode, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens (--max-batch 64), medians of {a.repeats}")
     for mode in a.modes:
@@ -157,9 +163,10 @@ def json_workload(a):
                 m = med[name]
                 print(f"{mode:5s}  {name:12s} {m['tok_s']:7.1f} tok/s  {m['tokens'] / a.requests:5.1f} tokens a request  "
                       f"latency p50 {m['p50']:6.2f}s  TTFT p50 {m['ttft50']:6.2f}s", flush=True)
-            per_token = (1 / med["json_object"]["tok_s"] - 1 / med["text"]["tok_s"]) * 1e3
-            print(f"{mode:5s}  json_object / text throughput: {med['json_object']['tok_s'] / med['text']['tok_s']:.2f}x "
-                  f"({per_token:+.2f} ms per token of the batch)", flush=True)
+            for name in ("json_object", "json_schema"):
+                per_token = (1 / med[name]["tok_s"] - 1 / med["text"]["tok_s"]) * 1e3
+                print(f"{mode:5s}  {name} / text throughput: {med[name]['tok_s'] / med['text']['tok_s']:.2f}x "
+                      f"({per_token:+.2f} ms per token of the batch)", flush=True)
         finally:
             p.terminate()
             p.wait(120)

@@ -144,8 +144,23 @@ static int64_t widen_block(float *dst, const uint16_t *X, int64_t ldx, int trans
 
 // The widened blocks' buffer of the calling thread (gemm runs on one thread at a time, but need not be the
 // same one): allocated once at its largest, (WIDE_M + WIDE_N) x WIDE_K floats, and kept like oneDNN's own
-// scratchpad, because a fresh 12 MiB per product costs more in page faults than the widening itself.
-static _Thread_local float *wide_buf;
+// scratchpad, because a fresh 12 MiB per product costs more in page faults than the widening itself; freed
+// when the thread exits (a thread-specific key's destructor: a serve engine thread ends before the process).
+static pthread_key_t wide_key;
+static pthread_once_t wide_once = PTHREAD_ONCE_INIT;
+
+static void wide_key_create(void) {
+    if (pthread_key_create(&wide_key, free)) die("pthread_key_create failed");
+}
+
+static float *wide_buffer(void) {
+    if (pthread_once(&wide_once, wide_key_create)) die("pthread_once failed");
+    float *buf = pthread_getspecific(wide_key);
+    if (buf) return buf;
+    buf = xmalloc((size_t)(WIDE_M + WIDE_N) * WIDE_K * sizeof(float));
+    if (pthread_setspecific(wide_key, buf)) die("pthread_setspecific failed");
+    return buf;
+}
 
 static void gemm_bf16_widened(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
                               int64_t lda, const uint16_t *B, int64_t ldb, const uint16_t *bias, int accumulate,
@@ -155,8 +170,8 @@ static void gemm_bf16_widened(int ta, int tb, int64_t M, int64_t N, int64_t K, f
     int64_t mb = WIDE_M * WIDE_K / span / 64 * 64, nb = WIDE_K * WIDE_N / span / 64 * 64;
     mb = M < mb ? M : mb;
     nb = N < nb ? N : nb;
-    if (!wide_buf) wide_buf = xmalloc((size_t)(WIDE_M + WIDE_N) * WIDE_K * sizeof(float));
-    float *a = wide_buf, *b = wide_buf + (size_t)WIDE_M * WIDE_K, *bias32 = NULL;
+    float *wide = wide_buffer();
+    float *a = wide, *b = wide + (size_t)WIDE_M * WIDE_K, *bias32 = NULL;
     if (bias) {
         bias32 = xmalloc((size_t)N * sizeof(float));
         dtype_to_f32(DTYPE_BF16, bias, bias32, (size_t)N);

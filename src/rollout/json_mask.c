@@ -2,7 +2,10 @@
 #include "rollout/json_mask.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
+
+#include "base/util.h"
 
 typedef enum {
     J_START,      // before the object: '{'
@@ -24,30 +27,70 @@ typedef enum {
     J_EXP_SIGN,   // after the exponent's sign: a digit
     J_EXP_INT,    // the exponent's digits
     J_LITERAL,    // in true, false or null: `lit` is the rest
+    J_SKEY,       // in a key of a schema's object: property lp's, lk bytes of it written
+    J_ELIT,       // in a value of a schema's enum (node lnode): literal lp's, lk bytes of it written
     J_DONE,       // the object is complete
 } Mode;
 
 typedef struct {
+    const JsonSchema *s;
     uint8_t mode, key, depth, ws;  // key: the string is an object's key; ws: whitespace bytes in a row
     uint8_t need, lo, hi;          // UTF-8 in a string: continuation bytes left, and the next one's range
-    uint8_t hex;
+    uint8_t hex, intonly;          // intonly: the number is an integer's (no fraction or exponent)
+    uint8_t digits;                // in the number's integer part or exponent
     const char *lit;
-    char stack[JSON_MAX_DEPTH];  // '{' or '['
+    int lnode, lp, lk;
+    struct {
+        char open;            // '{' or '['
+        uint16_t node;        // its schema node: a JS_OBJECT or JS_ARRAY, or 0 (any members)
+        uint32_t at;          // JS_OBJECT: the properties passed; JS_ARRAY: the items begun
+    } frame[JSON_MAX_DEPTH];  // the open containers (last: the state is copied up to depth)
 } Json;
 
 #define MAX_WS (1 + 2 * JSON_MAX_DEPTH)  // whitespace bytes in a row at most: a line and its indent
+// A number stays a finite double, an integer exact in one (below 2^53), as JavaScript's JSON.parse reads them.
+#define MAX_INT_DIGITS 15
+#define MAX_EXP_DIGITS 2
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-static int open_container(Json *j, char c) {
+static const JsNode *node_of(const Json *j, int id) { return &j->s->nodes[id]; }
+
+// The innermost open container's schema node.
+static const JsNode *top(const Json *j) { return node_of(j, j->frame[j->depth - 1].node); }
+
+static int open_container(Json *j, char c, int node) {
     if (j->depth == JSON_MAX_DEPTH) return 0;
-    j->stack[j->depth++] = c;
+    j->frame[j->depth].open = c;
+    j->frame[j->depth].node = (uint16_t)node;
+    j->frame[j->depth++].at = 0;
     j->mode = c == '{' ? J_OBJ_FIRST : J_ARR_FIRST;
     return 1;
 }
 
+// The containers a member of container f (the f+1-th open) may still open within JSON_MAX_DEPTH.
+static int room(int f) { return JSON_MAX_DEPTH - 1 - f; }
+
+// The fewest bytes of a value of node id as a member of container f.
+static int64_t member_cost(const Json *j, int id, int f) { return node_of(j, id)->cost[room(f)]; }
+
+// The bytes of container f's (an object's) required properties from its i-th on: ',' key ':' value each.
+static int64_t rest_required(const Json *j, int f, uint32_t i) {
+    const JsNode *n = node_of(j, j->frame[f].node);
+    return i < (uint32_t)n->n ? j->s->props[n->first + i].rest[room(f)] : 0;
+}
+
+// The bytes that close container f once its current member is done.
+static int64_t frame_rest(const Json *j, int f) {
+    const JsNode *n = node_of(j, j->frame[f].node);
+    if (n->kind == JS_OBJECT) return js_add(1, rest_required(j, f, j->frame[f].at));
+    if (n->kind != JS_ARRAY || j->frame[f].at >= n->min_items) return 1;
+    return js_add(1, js_times(n->min_items - j->frame[f].at, js_add(1, member_cost(j, n->item, f))));
+}
+
 static int close_container(Json *j, char c) {
-    if (j->depth == 0 || j->stack[j->depth - 1] != (c == '}' ? '{' : '[')) return 0;
+    if (j->depth == 0 || j->frame[j->depth - 1].open != (c == '}' ? '{' : '[') || frame_rest(j, j->depth - 1) != 1)
+        return 0;
     j->depth--;
     j->mode = j->depth ? J_AFTER : J_DONE;
     return 1;
@@ -55,18 +98,148 @@ static int close_container(Json *j, char c) {
 
 static int start_value(Json *j, unsigned char c) {
     static const char *const lits[] = {"rue", "alse", "ull"};
+    j->intonly = 0;
     switch (c) {
     case '"': j->mode = J_STRING, j->key = 0; return 1;
     case '{':
-    case '[': return open_container(j, (char)c);
+    case '[': return open_container(j, (char)c, 0);
     case '-': j->mode = J_MINUS; return 1;
     case '0': j->mode = J_ZERO; return 1;
     case 't': j->mode = J_LITERAL, j->lit = lits[0]; return 1;
     case 'f': j->mode = J_LITERAL, j->lit = lits[1]; return 1;
     case 'n': j->mode = J_LITERAL, j->lit = lits[2]; return 1;
     }
-    if (c >= '1' && c <= '9') return j->mode = J_INT, 1;
+    if (c >= '1' && c <= '9') return j->mode = J_INT, j->digits = 1, 1;
     return 0;
+}
+
+// A value of schema node id starting with c.
+static int start_typed(Json *j, int id, unsigned char c) {
+    const JsonSchema *s = j->s;
+    id = json_schema_deref(s, id);
+    const JsNode *n = node_of(j, id);
+    switch (n->kind) {
+    case JS_ANY: return start_value(j, c);
+    case JS_OBJECT_ANY: return c == '{' && open_container(j, '{', 0);
+    case JS_OBJECT:
+    case JS_ARRAY: return json_schema_starts(s, id, c) && open_container(j, (char)c, id);
+    case JS_ENUM:
+        for (int i = 0; i < n->n; i++)
+            if ((unsigned char)s->lits[n->first + i].text[0] == c) {
+                j->mode = J_ELIT, j->lnode = id, j->lp = i, j->lk = 1;
+                return 1;
+            }
+        return 0;
+    case JS_ANYOF:
+        for (int i = 0; i < n->n; i++)
+            if (json_schema_starts(s, s->alts[n->first + i], c)) return start_typed(j, s->alts[n->first + i], c);
+        return 0;
+    default:  // a string, number, integer, boolean or null
+        if (!json_schema_starts(s, id, c) || !start_value(j, c)) return 0;
+        j->intonly = n->kind == JS_INTEGER;
+        return 1;
+    }
+}
+
+// The schema node of the value due in the innermost container (or the root's).
+static int child_node(const Json *j) {
+    if (!j->depth) return j->s->root;
+    const JsNode *n = top(j);
+    if (n->kind == JS_OBJECT) return j->s->props[n->first + j->frame[j->depth - 1].at - 1].node;
+    return n->kind == JS_ARRAY ? n->item : 0;
+}
+
+// The literals J_SKEY and J_ELIT match: the properties the object may write next (up to its next required one),
+// or the enum's values; alternative i's text.
+static const char *alt_text(const Json *j, int i, int *len) {
+    const JsonSchema *s = j->s;
+    if (j->mode == J_SKEY) {
+        const JsProp *p = &s->props[top(j)->first + i];
+        *len = p->len;
+        return p->key;
+    }
+    const JsLit *l = &s->lits[s->nodes[j->lnode].first + i];
+    *len = l->len;
+    return l->text;
+}
+
+static int alt_last(const Json *j) {
+    if (j->mode == J_ELIT) return j->s->nodes[j->lnode].n - 1;
+    const JsNode *n = top(j);
+    int i = (int)j->frame[j->depth - 1].at;
+    while (i < n->n - 1 && !j->s->props[n->first + i].required) i++;
+    return i;
+}
+
+// Alternative i's text, if it agrees with what is written (alternative lp's first lk bytes); else NULL.
+static const char *alt_agrees(const Json *j, int i, int *len) {
+    int n;
+    const char *written = alt_text(j, j->lp, &n);
+    const char *t = alt_text(j, i, len);
+    return *len >= j->lk && !memcmp(written, t, (size_t)j->lk) ? t : NULL;
+}
+
+static int json_byte(Json *j, unsigned char c);
+
+// A byte of a key (J_SKEY) or of an enum value (J_ELIT). A key ends at its closing quote; a complete enum value
+// ends at the first byte that continues no value (a number may go on: 1 or 12).
+static int literal_byte(Json *j, unsigned char c) {
+    int last = alt_last(j), complete = 0, len;
+    for (int i = j->lp; i <= last; i++) {
+        const char *t = alt_agrees(j, i, &len);
+        if (!t || len == j->lk) {
+            complete |= t != NULL;
+            continue;
+        }
+        if ((unsigned char)t[j->lk] != c) continue;
+        j->lp = i;
+        if (++j->lk == len && j->mode == J_SKEY) {
+            j->mode = J_COLON;
+            j->frame[j->depth - 1].at = (uint32_t)i + 1;
+        }
+        return 1;
+    }
+    if (!complete || j->mode == J_SKEY) return 0;
+    j->mode = J_AFTER;
+    return json_byte(j, c);
+}
+
+// The least bytes that finish the literal: a key's with its value and the object's other required properties.
+static int64_t literal_cost(const Json *j) {
+    int64_t best = JS_INF;
+    int len;
+    int d = j->depth - 1, last = alt_last(j);
+    for (int i = j->lp; i <= last; i++) {
+        if (!alt_agrees(j, i, &len)) continue;
+        int64_t c = len - j->lk;
+        if (j->mode == J_SKEY) {  // ':' the value, the required properties after it, '}'
+            int64_t value = member_cost(j, j->s->props[top(j)->first + i].node, d);
+            c = js_add(c + 1, js_add(value, rest_required(j, d, (uint32_t)i + 1) + 1));
+        }
+        best = c < best ? c : best;
+    }
+    return best;
+}
+
+static int key_start(Json *j, unsigned char c) {
+    if (c != '"') return 0;
+    if (j->frame[j->depth - 1].node == 0) return j->mode = J_STRING, j->key = 1, 1;
+    if (j->frame[j->depth - 1].at >= (uint32_t)top(j)->n) return 0;
+    j->mode = J_SKEY, j->lp = (int)j->frame[j->depth - 1].at, j->lk = 1;
+    return 1;
+}
+
+// A ',' after a member: another is due (if the container's schema has room for it).
+static int comma(Json *j) {
+    const JsNode *n = top(j);
+    uint32_t *at = &j->frame[j->depth - 1].at;
+    if (j->frame[j->depth - 1].open == '{') {
+        if (n->kind == JS_OBJECT && *at >= (uint32_t)n->n) return 0;
+        return j->mode = J_KEY, 1;
+    }
+    if (n->kind == JS_ARRAY && *at >= n->max_items) return 0;
+    ++*at;
+    return j->mode = J_VALUE, 1;
 }
 
 // A string's byte: UTF-8 (no overlong form, surrogate or code point past U+10FFFF), escapes, the closing quote.
@@ -103,16 +276,20 @@ static int json_byte(Json *j, unsigned char c) {
     }
     j->ws = 0;
     switch ((Mode)j->mode) {
-    case J_START: return c == '{' && open_container(j, '{');
+    case J_START: return start_typed(j, j->s->root, c);
     case J_OBJ_FIRST:
         if (c == '}') return close_container(j, '}');
-        return c == '"' ? (j->mode = J_STRING, j->key = 1) : 0;
-    case J_KEY: return c == '"' ? (j->mode = J_STRING, j->key = 1) : 0;
+        return key_start(j, c);
+    case J_KEY: return key_start(j, c);
+    case J_SKEY:
+    case J_ELIT: return literal_byte(j, c);
     case J_COLON: return c == ':' ? (j->mode = J_VALUE) : 0;
     case J_ARR_FIRST:
         if (c == ']') return close_container(j, ']');
-        return start_value(j, c);
-    case J_VALUE: return start_value(j, c);
+        if (top(j)->kind == JS_ARRAY && top(j)->max_items == 0) return 0;
+        j->frame[j->depth - 1].at = 1;
+        return start_typed(j, child_node(j), c);
+    case J_VALUE: return start_typed(j, child_node(j), c);
     case J_STRING: return string_byte(j, c);
     case J_ESCAPE:
         if (c == 'u') return j->mode = J_HEX, j->hex = 4, 1;
@@ -123,12 +300,12 @@ static int json_byte(Json *j, unsigned char c) {
         return 1;
     case J_MINUS:
         if (c == '0') return j->mode = J_ZERO, 1;
-        return is_digit(c) ? (j->mode = J_INT) : 0;
+        return is_digit(c) ? (j->mode = J_INT, j->digits = 1) : 0;
     case J_ZERO:
     case J_INT:
-        if (j->mode == J_INT && is_digit(c)) return 1;
-        if (c == '.') return j->mode = J_DOT, 1;
-        if (c == 'e' || c == 'E') return j->mode = J_EXP, 1;
+        if (j->mode == J_INT && is_digit(c)) return ++j->digits <= MAX_INT_DIGITS;
+        if (c == '.' && !j->intonly) return j->mode = J_DOT, 1;
+        if ((c == 'e' || c == 'E') && !j->intonly) return j->mode = J_EXP, 1;
         j->mode = J_AFTER;
         return json_byte(j, c);
     case J_DOT: return is_digit(c) ? (j->mode = J_FRAC) : 0;
@@ -139,10 +316,10 @@ static int json_byte(Json *j, unsigned char c) {
         return json_byte(j, c);
     case J_EXP:
         if (c == '+' || c == '-') return j->mode = J_EXP_SIGN, 1;
-        return is_digit(c) ? (j->mode = J_EXP_INT) : 0;
-    case J_EXP_SIGN: return is_digit(c) ? (j->mode = J_EXP_INT) : 0;
+        return is_digit(c) ? (j->mode = J_EXP_INT, j->digits = 1) : 0;
+    case J_EXP_SIGN: return is_digit(c) ? (j->mode = J_EXP_INT, j->digits = 1) : 0;
     case J_EXP_INT:
-        if (is_digit(c)) return 1;
+        if (is_digit(c)) return ++j->digits <= MAX_EXP_DIGITS;
         j->mode = J_AFTER;
         return json_byte(j, c);
     case J_LITERAL:
@@ -150,32 +327,71 @@ static int json_byte(Json *j, unsigned char c) {
         if (!*++j->lit) j->mode = J_AFTER;
         return 1;
     case J_AFTER:
-        if (c == ',') return j->mode = j->stack[j->depth - 1] == '{' ? J_KEY : J_VALUE, 1;
+        if (c == ',') return comma(j);
         return (c == '}' || c == ']') && close_container(j, (char)c);
     case J_DONE: return 0;
     }
     return 0;
 }
 
-// The bytes (so tokens, one each) that close j at the least: the open string, escape or number finished, a
-// key given its value, then each open container closed.
-static int json_cost(const Json *j) {
-    int c = j->depth, key = j->key ? 2 : 0;  // a key's ':' and a value ('0')
+// The bytes that finish what the innermost container is in (its current member, then the container).
+static int64_t top_cost(const Json *j) {
+    const JsonSchema *s = j->s;
+    int d = j->depth - 1;
+    const JsNode *n = d >= 0 ? top(j) : NULL;
+    int64_t rest = d >= 0 ? frame_rest(j, d) : 0, key = j->key ? 2 : 0;
     switch ((Mode)j->mode) {
-    case J_START: return 2;
-    case J_STRING: return c + j->need + 1 + key;
-    case J_ESCAPE: return c + 2 + key;
-    case J_HEX: return c + j->hex + 1 + key;
+    case J_START: return node_of(j, s->root)->cost[JSON_MAX_DEPTH];
+    case J_DONE: return 0;
+    case J_OBJ_FIRST:  // the required members (no ',' before the first) and '}'
+        return n->kind == JS_OBJECT && rest_required(j, d, 0) ? rest_required(j, d, 0) : 1;
+    case J_ARR_FIRST:
+        if (n->kind != JS_ARRAY || n->min_items == 0) return 1;
+        return js_times(n->min_items, js_add(1, member_cost(j, n->item, d)));
+    case J_AFTER: return rest;
+    case J_KEY:  // a member is due ("":0 in any object), then the required ones left
+        if (n->kind != JS_OBJECT) return 5;
+        if (rest_required(j, d, j->frame[d].at)) return rest_required(j, d, j->frame[d].at);
+        {
+            int64_t best = JS_INF;
+            for (int i = (int)j->frame[d].at; i < n->n; i++) {
+                const JsProp *p = &s->props[n->first + i];
+                int64_t c = js_add(p->len + 1, member_cost(j, p->node, d) + 1);
+                best = c < best ? c : best;
+            }
+            return best;
+        }
+    case J_SKEY: return literal_cost(j);
+    case J_COLON: return js_add(1 + member_cost(j, child_node(j), d), rest);
+    case J_VALUE: return js_add(d >= 0 ? member_cost(j, child_node(j), d) : 0, rest);
+    case J_STRING: return js_add(j->need + 1 + key, rest);
+    case J_ESCAPE: return js_add(2 + key, rest);
+    case J_HEX: return js_add(j->hex + 1 + key, rest);
     case J_MINUS:
     case J_DOT:
     case J_EXP:
-    case J_EXP_SIGN:
-    case J_VALUE: return c + 1;
-    case J_LITERAL: return c + (int)strlen(j->lit);
-    case J_KEY: return c + 4;  // "":0
-    case J_COLON: return c + 2;
-    default: return c;
+    case J_EXP_SIGN: return js_add(1, rest);
+    case J_LITERAL: return js_add((int64_t)strlen(j->lit), rest);
+    case J_ELIT: return js_add(literal_cost(j), rest);
+    case J_ZERO:
+    case J_INT:
+    case J_FRAC:
+    case J_EXP_INT: return rest;
     }
+    return rest;
+}
+
+// The bytes (so tokens, one each) that close j at the least: the open string, literal or number finished, a
+// key given its value, the required members written, each open container closed.
+static int64_t json_cost(const Json *j) {
+    int64_t c = top_cost(j);
+    for (int f = 0; f + 1 < j->depth; f++) c = js_add(c, frame_rest(j, f));
+    return c;
+}
+
+// *to = *from, but for the frames past its depth.
+static void json_copy(Json *to, const Json *from) {
+    memcpy(to, from, offsetof(Json, frame) + from->depth * sizeof from->frame[0]);
 }
 
 static int json_feed(Json *j, const char *s, size_t n) {
@@ -184,27 +400,58 @@ static int json_feed(Json *j, const char *s, size_t n) {
     return 1;
 }
 
-int64_t json_mask(const Tokenizer *tok, const char *text, size_t n, int64_t tokens_left, const int32_t *stop_ids,
-                  int n_stop, float *logits, int64_t V) {
-    Json at = {.mode = J_START};
+static int in_string(uint8_t mode) { return mode == J_STRING || mode == J_ESCAPE || mode == J_HEX; }
+
+uint8_t *json_plain_tokens(const Tokenizer *tok, int64_t V) {
+    uint8_t *plain = xcalloc((size_t)V, 1);
+    for (int64_t id = 0; id < V && id < tok->n_ids; id++) {
+        size_t len = 0, i = 0;
+        const char *b = tokenizer_id_bytes(tok, (int32_t)id, &len);
+        Json j = {.mode = J_STRING};
+        while (b && i < len && json_byte(&j, (unsigned char)b[i]) && in_string(j.mode)) i++;
+        plain[id] = len > 0 && i == len && j.mode == J_STRING && j.need == 0;
+    }
+    return plain;
+}
+
+int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, const char *text, size_t n,
+                  int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+    Json at = {.s = schema, .mode = J_START};
     if (!json_feed(&at, text, n)) return 0;
     int64_t allowed = 0;
     if (at.mode == J_DONE) {  // only the stop ids
         for (int64_t id = 0; id < V; id++) {
             int stop = 0;
             for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
-            if (stop) allowed++;
-            else logits[id] = -INFINITY;
+            if (stop)
+                allowed++;
+            else
+                logits[id] = -INFINITY;
         }
         return allowed;
+    }
+    uint8_t first[256];  // whether a token may start with the byte (most tokens are out at their first)
+    int string = plain && at.mode == J_STRING && at.need == 0;  // a plain token leaves the state as it is
+    int plain_fits = string && 1 + json_cost(&at) + 1 <= tokens_left;
+    Json j;
+    for (int c = 0; c < 256; c++) {
+        json_copy(&j, &at);
+        first[c] = (uint8_t)json_byte(&j, (unsigned char)c);
     }
     for (int64_t id = 0; id < V; id++) {
         size_t len = 0;
         const char *b = id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
-        Json j = at;
-        if (b && len && json_feed(&j, b, len) && 1 + json_cost(&j) <= tokens_left) {
-            allowed++;
+        if (string && plain[id]) {
+            allowed += plain_fits;
+            if (!plain_fits) logits[id] = -INFINITY;
             continue;
+        }
+        if (b && len && first[(unsigned char)b[0]]) {
+            json_copy(&j, &at);
+            if (json_feed(&j, b, len) && 1 + json_cost(&j) + 1 <= tokens_left) {  // the token, the rest, a stop
+                allowed++;
+                continue;
+            }
         }
         logits[id] = -INFINITY;
     }
@@ -217,6 +464,7 @@ int64_t json_mask(const Tokenizer *tok, const char *text, size_t n, int64_t toke
         }
     }
     for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it (cannot be with the byte tokens of a
-        logits[stop_ids[i]] = 0.0f;                  // byte-level vocabulary): the output ends, no NaN draw
+        if (stop_ids[i] >= 0 && stop_ids[i] < V)      // byte-level vocabulary): the output ends, no NaN draw
+            logits[stop_ids[i]] = 0.0f;
     return allowed;
 }

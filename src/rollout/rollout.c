@@ -213,6 +213,7 @@ struct RolloutEngine {
     void *scr;     // the backend's sampler scratch
     float *proc_row;        // (V) a processed row of logits (host)
     int32_t *proc_count;    // (V) sampler_process's counters
+    uint8_t *json_plain;    // (V) json_plain_tokens, for JSON mode
     SamplerScratch proc_scr;  // the host sampler's, for processed rows
     // Prefix caching: what each slot's cache holds, valid as long as the slot is not taken (running or free)
     int prefix;
@@ -273,6 +274,7 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->host_logits);
     free(e->proc_row);
     free(e->proc_count);
+    free(e->json_plain);
     free(e->proc_scr.prob);
     free(e->proc_scr.idx);
     free(e->kv_ids);
@@ -445,9 +447,10 @@ static int32_t sample_processed(RolloutEngine *e, Seq *q, const float *row, doub
     memcpy(e->proc_row, host_rows(e, row, 1), (size_t)V * sizeof *e->proc_row);
     sampler_process(&r->cfg->proc, e->proc_row, r->prompt->ids, r->prompt->n, out->tokens, out->n,
                     r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_count);
+    if (r->cfg->json_object && !e->json_plain) e->json_plain = json_plain_tokens(e->tok, V);
     if (r->cfg->json_object)
-        json_mask(e->tok, out->text.data ? out->text.data : "", out->text.len, r->prompt->max_new_tokens - out->n,
-                  r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
+        json_mask(e->tok, r->cfg->json_schema, e->json_plain, out->text.data ? out->text.data : "", out->text.len,
+                  r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
     int32_t id = sampler_sample(&r->cfg->sampler, e->proc_row, V, u, &e->proc_scr, lp);
     if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, e->proc_row);
     return id;

@@ -7,6 +7,7 @@
 #include "base/arena.h"
 #include "model/decoder.h"
 #include "nn/sampler.h"
+#include "rollout/json_schema.h"
 #include "text/tokenizer.h"
 
 #define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default
@@ -35,6 +36,7 @@ typedef struct {
     int end_at_tool_call;   // the output ends after a </tool_call> (grpo serve with tools: the client calls it)
     int json_object;        // the output is kept one JSON object, closed within max_new_tokens (json_mask.h;
                             // needs a tokenizer and stop ids; sampled on the host)
+    const JsonSchema *json_schema;  // the object's schema (with json_object; {"type": "object"}: any)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

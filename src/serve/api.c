@@ -19,6 +19,7 @@
 static int fail(ApiError *err, int status, const char *param, char *message) {
     err->status = status;
     err->param = param;
+    free(err->message);  // an inner check's, said again by the caller
     err->message = message;
     return -1;
 }
@@ -76,7 +77,7 @@ static int check_known(const cJSON *root, int chat, ApiError *err) {
         "stop", "stream", "stream_options", "logprobs", "return_token_ids", "presence_penalty",
         "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens", "ignore_eos", "stop_token_ids",
         "include_stop_str_in_output", "skip_special_tokens", "user", "metadata", "best_of", "response_format",
-        "guided_json", "guided_regex", "guided_choice", "guided_grammar", NULL};
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend", NULL};
     static const char *const completions[] = {"prompt", "echo", "suffix", NULL};
     static const char *const chats[] = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                         "chat_template_kwargs", NULL};
@@ -85,13 +86,17 @@ static int check_known(const cJSON *root, int chat, ApiError *err) {
 
 // Fields OpenAI or vLLM have and grpo does not do: refused unless they ask for nothing.
 static int check_unsupported(const cJSON *root, ApiError *err) {
-    static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar"};
+    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_grammar"};
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, guided[i]);
         if (e && !cJSON_IsNull(e))
             return fail(err, 400, guided[i],
-                        xprintf("\"%s\" is not supported (response_format json_object is)", guided[i]));
+                        xprintf("\"%s\" is not supported (response_format json_object and json_schema, and "
+                                "guided_json, are)", guided[i]));
     }
+    const cJSON *backend = cJSON_GetObjectItemCaseSensitive(root, "guided_decoding_backend");  // vLLM's choice
+    if (backend && !cJSON_IsNull(backend) && !cJSON_IsString(backend))  // of engine: grpo has one, same outputs
+        return fail(err, 400, "guided_decoding_backend", xprintf("\"guided_decoding_backend\" must be a string"));
     const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skip_special_tokens");
     if (skip && !cJSON_IsNull(skip) && !cJSON_IsFalse(skip))
         return fail(err, 400, "skip_special_tokens",
@@ -163,6 +168,9 @@ static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokeniz
     return 0;
 }
 
+// The structured-output mode asked for, as errors name it.
+static const char *json_mode(const ApiJob *job) { return job->json_any ? "json_object" : "json_schema"; }
+
 static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, const ApiLimits *lim,
                           int generation, ApiError *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -185,7 +193,7 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     job->tools = cJSON_GetArraySize(tools) > 0 && !none;
     job->cfg.end_at_tool_call = job->tools;  // the client runs the tool: the model's turn ends with its call
     if (job->tools && job->cfg.json_object)  // a </tool_call> inside a string would end the object
-        return fail(err, 400, "response_format", xprintf("json_object cannot be used with tools"));
+        return fail(err, 400, job->json_field, xprintf("%s cannot be used with tools", json_mode(job)));
     job->reasoning = lim->reasoning;
     int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
     buf_free(&text);
@@ -272,20 +280,67 @@ static int parse_stop_ids(ApiJob *job, const cJSON *root, const ApiLimits *lim, 
     return 0;
 }
 
-// "response_format": {"type": "text"}, or {"type": "json_object"}: JSON mode (json_mask.h).
-static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
-    static const char *const fields[] = {"type", NULL};
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
-    if (!format || cJSON_IsNull(format)) return 0;
-    const char *t = cJSON_IsString(type) ? type->valuestring : "";
-    if (!cJSON_IsObject(format) || only_fields(format, fields, NULL, err) ||
-        (strcmp(t, "text") && strcmp(t, "json_object")))
-        return fail(err, 400, "response_format",
-                    xprintf("\"response_format\" must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
-                            "(json_schema is not supported yet)"));
-    job->cfg.json_object = !strcmp(t, "json_object");
+static int compile_schema(ApiJob *job, const cJSON *schema, const char *field, ApiError *err) {
+    char *why = NULL;
+    job->schema = json_schema_compile(schema, &why);
+    if (!job->schema) {
+        fail(err, 400, field, xprintf("%s: %s", field, why));
+        free(why);
+        return -1;
+    }
+    job->cfg.json_schema = job->schema;
     return 0;
+}
+
+// "response_format": {"type": "text"}, {"type": "json_object"} (JSON mode: json_mask.h), or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}}} (structured outputs: json_schema.h); or vLLM's "guided_json": a
+// schema (or its JSON text).
+static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
+    static const char *const fields[] = {"type", "json_schema", NULL};
+    static const char *const inner[] = {"name", "schema", "strict", "description", NULL};
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *guided = cJSON_GetObjectItemCaseSensitive(root, "guided_json");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(format, "json_schema");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    if (guided && !cJSON_IsNull(guided)) {
+        if (format && !cJSON_IsNull(format))
+            return fail(err, 400, "guided_json", xprintf("\"guided_json\" and \"response_format\" both given"));
+        job->json_field = "guided_json";
+        job->cfg.json_object = 1;
+        if (!cJSON_IsString(guided)) return compile_schema(job, guided, "guided_json", err);
+        uint32_t nul;  // as the request's own JSON: nothing after it, the last of duplicate keys
+        cJSON *parsed = json_parse_line(guided->valuestring, strlen(guided->valuestring), &nul);
+        if (!parsed) return fail(err, 400, "guided_json", xprintf("\"guided_json\" is a string that is not JSON"));
+        int rc = compile_schema(job, parsed, "guided_json", err);
+        cJSON_Delete(parsed);
+        return rc;
+    }
+    if (!format || cJSON_IsNull(format)) return 0;
+    if (!cJSON_IsObject(format) || only_fields(format, fields, NULL, err) ||
+        (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema")) ||
+        (spec != NULL) != !strcmp(t, "json_schema"))
+        return fail(err, 400, "response_format",
+                    xprintf("\"response_format\" must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                            "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}"));
+    job->json_field = "response_format";
+    job->cfg.json_object = strcmp(t, "text") != 0;
+    if (!spec && job->cfg.json_object) {  // json_object: the schema of any object
+        cJSON *object = cJSON_Parse("{\"type\": \"object\"}");
+        if (!object) die("out of memory");
+        int rc = compile_schema(job, object, "response_format", err);
+        cJSON_Delete(object);
+        job->json_any = 1;
+        return rc;
+    }
+    if (!spec) return 0;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(spec, "name");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(spec, "schema");
+    if (!cJSON_IsObject(spec) || only_fields(spec, inner, NULL, err) || !cJSON_IsString(name) || !schema)
+        return fail(err, 400, "response_format",
+                    xprintf("\"response_format\".json_schema must be {\"name\": \"...\", \"schema\": {...}} "
+                            "(\"strict\" and \"description\" optional)"));
+    return compile_schema(job, schema, "response_format", err);
 }
 
 static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
@@ -334,16 +389,16 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         parse_format(job, root, err))
         return -1;
     if (job->cfg.json_object && min_tokens > 0)  // it would mask the stop ids a complete object needs
-        return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with json_object"));
+        return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with %s", json_mode(job)));
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");  // text tokens: masked inside
     if (job->cfg.json_object && (job->cfg.n_stop_strings || cJSON_GetArraySize(ids) > 0))  // or cut the object
         return fail(err, 400, job->cfg.n_stop_strings ? "stop" : "stop_token_ids",
-                    xprintf("json_object ends at the model's stop token: \"stop\" and \"stop_token_ids\" would "
-                            "cut the object"));
+                    xprintf("%s ends at the model's stop token: \"stop\" and \"stop_token_ids\" would "
+                            "cut the object", json_mode(job)));
     if (job->cfg.json_object && job->cfg.n_stop_ids == 0)
-        return fail(err, 400, "response_format",
-                    xprintf("json_object ends the output with a stop token id: none is left (ignore_eos, or a model "
-                            "without eos)"));
+        return fail(err, 400, job->json_field,
+                    xprintf("%s ends the output with a stop token id: none is left (ignore_eos, or a model "
+                            "without eos)", json_mode(job)));
     if (max_tokens >= 0 && min_tokens > max_tokens)
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" %lld exceeds max_tokens %lld",
                                                     (long long)min_tokens, (long long)max_tokens));
@@ -398,7 +453,8 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
     }
     if (check_known(root, chat, err) || parse_fields(job, root, nul, lim, vocab, err)) goto out;
     if (job->cfg.json_object && !tok) {
-        fail(err, 400, "response_format", xprintf("json_object needs the model's tokenizer: this server has none"));
+        fail(err, 400, job->json_field,
+             xprintf("%s needs the model's tokenizer: this server has none", json_mode(job)));
         goto out;
     }
     if (job->cfg.n_stop_strings && !tok) {  // stop strings are matched in decoded text
@@ -422,8 +478,11 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
             goto out;
         }
         if (job->max_tokens < 0) job->max_tokens = room > 0 ? (int)(room < INT32_MAX ? room : INT32_MAX) : 1;
-        if (job->cfg.json_object && job->max_tokens < 2) {
-            fail(err, 400, "max_tokens", xprintf("json_object needs max_tokens >= 2 (\"{}\")"));
+        int64_t least = job->schema ? 1 + json_schema_least(job->schema) : 0;  // and a stop token
+        if (job->cfg.json_object && job->max_tokens < least) {
+            fail(err, 400, "max_tokens",
+                 xprintf("%s needs max_tokens >= %lld (its shortest object and a stop token)", json_mode(job),
+                         (long long)least));
             goto out;
         }
         if (len + (job->max_tokens > 0 ? job->max_tokens : 1) > lim->max_len) {
@@ -475,6 +534,7 @@ void api_job_free(ApiJob *job) {
     for (int i = 0; i < job->cfg.n_stop_strings; i++) free(job->stop[i]);
     free(job->stop);
     free(job->stop_ids);
+    json_schema_free(job->schema);
     free(job->bias_ids);
     free(job->bias);
     free(job->prompts);

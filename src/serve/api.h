@@ -49,6 +49,9 @@ typedef struct {
     int reasoning;  // chat with --reasoning-parser qwen3: <think>...</think> is reasoning_content
     int has_seed;
     uint64_t seed;
+    JsonSchema *schema;      // response_format json_schema or guided_json (cfg.json_schema), or NULL
+    int json_any;            // the schema is json_object's: any object
+    const char *json_field;  // the field that asked for JSON (response_format or guided_json), or NULL
     // the work
     RolloutPrompt *rp;
     RolloutRequest *rr;      // one per prompt

@@ -27,6 +27,8 @@ async function one(call) {
         for await (const c of await api.create({ ...b, stream: true })) chunks.push(c);
         return { ok: true, chunks };
       }
+      case "chat_parse":  // the SDK's structured-output helper: message.parsed from a json_schema answer
+        return { ok: true, response: await client.chat.completions.parse(b) };
       case "chat_helper": {  // the SDK's own accumulation of a chat stream (content and tool calls)
         const runner = client.chat.completions.stream(b);
         const chunks = [];

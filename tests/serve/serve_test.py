@@ -9,6 +9,7 @@ SIGTERM finishes what runs, and 64 concurrent clients x 20 requests are all answ
 usage: /usr/bin/python3 tests/serve/serve_test.py --grpo PATH --tmp DIR [--only GROUP ...]
 """
 import argparse
+import collections
 import http.client
 import json
 import math
@@ -604,13 +605,13 @@ def ajv(schema, texts):
 
 def g_json():
     """response_format json_object on a random-weight model: every answer (sampled at temperature 1.5, through
-    the official client, chat and completions, whole and streamed, budgets from 2 to 60 tokens) is one JSON
+    the official client, chat and completions, whole and streamed, budgets from 3 to 60 tokens) is one JSON
     object that JSON.parse reads and ajv accepts as {"type": "object"}, while the same requests unconstrained give
     none; bad uses are refused."""
     schema = {"type": "object"}
     with Server(RAND, "--max-batch", 16) as srv:
         reqs = []
-        for i, max_tokens in enumerate((2, 3, 8, 20, 60)):
+        for i, max_tokens in enumerate((3, 4, 8, 20, 60)):
             reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
                                                          "max_tokens": max_tokens, "temperature": 1.5, "seed": i}})
             reqs.append({"kind": "chat", "body": {"model": RAND, "messages": [{"role": "user", "content": "json"}],
@@ -628,7 +629,7 @@ def g_json():
                            for r in res if r["ok"] for c in r["response"]["choices"]]
         ok = ajv(schema, texts["json_object"])
         plain = ajv(schema, texts["text"])
-        check(f"json_object: all {len(ok)} answers (2 to 200 tokens, chat and completions) parse and ajv accepts "
+        check(f"json_object: all {len(ok)} answers (3 to 200 tokens, chat and completions) parse and ajv accepts "
               f"them; unconstrained, {sum(plain)} of {len(plain)} do", len(ok) == 104 and all(ok) and sum(plain) == 0,
               str([t for t, v in zip(texts["json_object"], ok) if not v][:3]))
 
@@ -646,19 +647,143 @@ def g_json():
         check("json_object, streamed: the deltas add up to the whole answer, which parses",
               text == whole["response"]["choices"][0]["message"]["content"] and ajv(schema, [text]) == [True], text)
         bad = [request(srv, "POST", "/v1/completions", json.dumps(dict({"prompt": "x"}, **b)).encode())[0] for b in
-               ({"response_format": {"type": "json_object"}, "max_tokens": 1},
+               ({"response_format": {"type": "json_object"}, "max_tokens": 2},
                 {"response_format": {"type": "json_object"}, "ignore_eos": True},
                 {"response_format": {"type": "json_object", "schema": {}}}, {"response_format": "json"},
                 {"response_format": {"type": "json_object"}, "min_tokens": 3},
                 {"response_format": {"type": "json_object"}, "stop": ["}"]},
                 {"response_format": {"type": "json_object"}, "stop_token_ids": [48]})]
         bad.append(request(srv, "POST", "/v1/chat/completions", json.dumps(dict(body, tools=[SCHEMA])).encode())[0])
-        check("json_object: max_tokens 1, ignore_eos, extra fields, a non-object response_format, min_tokens, stop, "
+        check("json_object: max_tokens 2, ignore_eos, extra fields, a non-object response_format, min_tokens, stop, "
               "stop_token_ids and tools are refused (each could cut the object)", bad == [400] * 8, str(bad))
         r = calls(srv, {"kind": "chat", "body": dict(body, logprobs=True, top_logprobs=5)})[0]
         tops = [t["logprob"] for x in r["response"]["choices"][0]["logprobs"]["content"] for t in x["top_logprobs"]]
         check("json_object with top_logprobs: every entry a number (masked tokens are not listed)",
               r["ok"] and tops and all(isinstance(t, (int, float)) for t in tops), str(tops)[:300])
+
+
+# A schema as Pydantic and OpenAI's strict mode write them: $defs and $ref (recursive too, and in an allOf as
+# Pydantic v1 wraps it), enum and const, an Optional (anyOf with null), arrays with bounds, integers, a free object,
+# an object with no properties allowed, array keywords without a type, annotations.
+STEP = {"type": "object", "title": "Step", "additionalProperties": False, "required": ["n", "ok"],
+        "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}, "why": {"type": ["string", "null"]}}}
+OUT_SCHEMA = {"$defs": {"Step": STEP}, "type": "object", "title": "Answer", "additionalProperties": False,
+              "required": ["name", "kind", "score", "steps", "version"],
+              "properties": {"name": {"type": "string", "description": "a name"},
+                             "kind": {"enum": ["add", "sub", 12, 1, None, True]},
+                             "score": {"type": "number"},
+                             "steps": {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/Step"}]}, "minItems": 1,
+                                       "maxItems": 3},
+                             "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                             "extra": {"type": "object"},
+                             "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+                             "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]},
+                             "empty": {"type": "object", "additionalProperties": False},
+                             "few": {"maxItems": 1},
+                             "version": {"const": 2}}}
+DEEP = {"type": "object", "properties": {"n": {"$ref": "#"}}}  # a list as deep as the model goes
+
+
+def g_schema():
+    """response_format json_schema and vLLM's guided_json on a random-weight model: every answer (temperature 1.5,
+    budgets from the schema's least to 300 tokens, chat and completions, whole and streamed) is JSON that ajv
+    validates against the schema, while the same requests unconstrained give none; the official client's
+    chat.completions.parse reads each answer into message.parsed; what the automaton cannot follow is refused
+    with a 400 naming the keyword."""
+    least = len('{"name":"","kind":1,"score":0,"steps":[{"n":0,"ok":true}],"version":2}') + 1  # and a stop token
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": OUT_SCHEMA, "strict": True}}
+    favour = {"91": 3, "123": 3, "44": 3, "32": -5, "10": -5, "9": -5, "13": -5}  # [ { , up; whitespace down
+    with Server(RAND, "--max-batch", 16) as srv:
+        reqs = []
+        for i, max_tokens in enumerate((least, least + 3, 120, 300)):
+            reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
+                                                         "max_tokens": max_tokens, "temperature": 1.5, "seed": i,
+                                                         "logit_bias": favour if i % 2 else {}}})
+            reqs.append({"kind": "chat", "body": {"model": RAND, "messages": [{"role": "user", "content": "json"}],
+                                                  "n": 8, "max_tokens": max_tokens, "temperature": 1.5,
+                                                  "seed": 100 + i, "logit_bias": favour}})
+        texts, finish = {}, []
+        for mode in ("text", "schema", "guided"):
+            def body(b):
+                if mode == "schema":
+                    return dict(b, response_format=fmt)
+                return dict(b, guided_json=json.dumps(OUT_SCHEMA)) if mode == "guided" else b
+            res = calls(srv, *({"kind": r["kind"], "body": body(r["body"])} for r in reqs))
+            texts[mode] = [c["text"] if "text" in c else c["message"]["content"] or ""
+                           for r in res if r["ok"] for c in r["response"]["choices"]]
+            if mode != "text":
+                finish += [c["finish_reason"] for r in res if r["ok"] for c in r["response"]["choices"]]
+        ok = ajv(OUT_SCHEMA, texts["schema"] + texts["guided"])
+        plain = ajv(OUT_SCHEMA, texts["text"])
+        check(f"json_schema: all {len(ok)} answers ({least} to 300 tokens, chat and completions, response_format and "
+              f"guided_json) parse and ajv validates them; unconstrained, {sum(plain)} of {len(plain)} do",
+              len(ok) == 128 and all(ok) and sum(plain) == 0,
+              str([t for t, v in zip(texts["schema"] + texts["guided"], ok) if not v][:3]))
+        check("json_schema: every answer ends with a stop token (finish_reason \"stop\"), even at the least budget",
+              finish == ["stop"] * 128, str(collections.Counter(finish)))
+        got = [json.loads(t) for t, v in zip(texts["schema"] + texts["guided"], ok) if v]
+        seen = {k for g in got for k in g} | {"kind=" + json.dumps(g["kind"]) for g in got}
+        steps = max(len(g["steps"]) for g in got)
+        check("json_schema: the answers use optional properties (2 of 6 at least), enum values of two types and up "
+              "to 3 steps", len({"note", "extra", "tags", "child", "empty", "few"} & seen) >= 2
+              and sum(k.startswith("kind=") for k in seen) >= 2 and steps == 3, f"{sorted(seen)}, steps up to {steps}")
+        chat = {"model": RAND, "messages": [{"role": "user", "content": "json"}], "max_tokens": 150,
+                "temperature": 1.5, "seed": 7, "response_format": fmt, "logit_bias": favour}
+        parsed, whole, stream = calls(srv, {"kind": "chat_parse", "body": chat}, {"kind": "chat", "body": chat},
+                                      {"kind": "chat_stream", "body": chat})
+        msg = parsed["response"]["choices"][0]["message"] if parsed["ok"] else {"error": parsed}
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in stream["chunks"] if c["choices"])
+        check("json_schema through the client: chat.completions.parse's message.parsed is the answer (it refuses one "
+              "cut by the length limit), and the stream's deltas add up to it",
+              msg.get("parsed") == json.loads(msg.get("content") or "null") and msg.get("content") == text ==
+              whole["response"]["choices"][0]["message"]["content"] and ajv(OUT_SCHEMA, [text]) == [True],
+              json.dumps([msg, text])[-1500:])
+        bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "pattern"),
+                       ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
+                       ({"type": "array"}, "root"),
+                       ({"type": "object", "required": ["b"], "properties": {"a": {}}}, '"b"'),
+                       ({"type": "object", "properties": {"a": {"anyOf": [{"type": "number"},
+                                                                          {"type": "integer"}]}}}, "anyOf"),
+                       ({"type": "object", "properties": {"a": {"$ref": "http://x/y"}}}, "$ref"),
+                       ({"type": "object", "properties": {"a": {"$ref": "#/$defs/none"}}}, "names nothing"),
+                       ({"type": "object", "required": ["a"], "properties": {"a": {"$ref": "#"}}}, "sane size"),
+                       ({"type": "object", "required": ["a"], "properties": {"a": {
+                           "type": "array", "minItems": 10 ** 6, "items": {"type": "array", "minItems": 10 ** 6,
+                                                                           "items": {"minItems": 10 ** 6}}}}},
+                        "sane size"),
+                       ({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A"}]}}, "type": "object",
+                         "properties": {"a": {"$ref": "#/$defs/A"}}}, "names itself"),
+                       ({"type": "object", "properties": {"a": {"enum": [[1]], "minItems": 2}}}, "enum"),
+                       ({"type": "object", "properties": {"a": {"allOf": {"x": {}}}}}, "allOf")]
+        answers = [request(srv, "POST", "/v1/chat/completions", json.dumps(dict(chat, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": b}})).encode()) for b, _ in bad_schemas]
+        msgs = [json.loads(a[2])["error"]["message"] if a[0] == 400 else str(a[0]) for a in answers]
+        check("json_schema: pattern, minimum, a non-object root, an unlisted required name, overlapping anyOf, a "
+              "remote $ref, a dangling $ref, a required self-reference, minItems that multiply past any budget, an "
+              "anyOf naming itself, enum beside minItems and allOf not a list are refused with a 400 naming it",
+              all(w in m for (_, w), m in zip(bad_schemas, msgs)), json.dumps(msgs))
+        deep = calls(srv, {"kind": "completions", "body": {
+            "model": RAND, "prompt": "x", "n": 8, "max_tokens": 400, "temperature": 1.5, "seed": 3,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": DEEP}},
+            "logit_bias": {"34": 6, "110": 6, "58": 6, "123": 6, "125": -6, "32": -9, "10": -9, "9": -9, "13": -9}}})[0]
+        deep_texts = [c["text"] for c in deep["response"]["choices"]] if deep["ok"] else []
+
+        def nesting(x):
+            return 1 + nesting(x["n"]) if isinstance(x, dict) and "n" in x else 1
+        ok = ajv(DEEP, deep_texts)
+        depth = max((nesting(json.loads(t)) for t, v in zip(deep_texts, ok) if v), default=0)
+        check("json_schema: a recursive schema the model nests as deep as it can stops at 32 objects, and every "
+              "answer validates and ends with \"stop\"", len(ok) == 8 and all(ok) and depth == 32 and
+              all(c["finish_reason"] == "stop" for c in deep["response"]["choices"]), f"depth {depth}, {deep_texts[:1]}")
+        more = [request(srv, "POST", "/v1/chat/completions", json.dumps(dict(chat, **b)).encode())[0] for b in
+                ({"max_tokens": least - 1}, {"guided_json": OUT_SCHEMA}, {"guided_json": "{", "response_format": None},
+                 {"guided_json": '{"type": "object"} x', "response_format": None},
+                 {"response_format": {"type": "json_schema"}},
+                 {"response_format": {"type": "json_schema", "json_schema": {"schema": OUT_SCHEMA}}})]
+        check(f"json_schema: max_tokens under the least answer ({least - 1}), guided_json beside response_format, "
+              "guided_json not JSON (or with more after it), a json_schema without its schema or name are refused",
+              more == [400] * 6,
+              str(more))
 
 
 def g_endpoints():
@@ -1227,7 +1352,7 @@ def main():
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
               ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
-              ("json", g_json), ("prefix", g_prefix), ("chunked", g_chunked),
+              ("json", g_json), ("schema", g_schema), ("prefix", g_prefix), ("chunked", g_chunked),
               ("device", g_device),
               ("sigterm", g_sigterm), ("load", g_load)]
     # halfclose only when named (--only halfclose): libmicrohttpd 0.9.75 may itself drop a request whose FIN

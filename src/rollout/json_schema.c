@@ -1,0 +1,542 @@
+// A JSON Schema compiled into nodes for the JSON mode's automaton (see json_schema.h).
+#include "rollout/json_schema.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+#define JS_MAX_NODES 4096
+#define JS_MAX_NESTING 64  // schema objects within schema objects
+
+typedef struct {
+    const cJSON *root;
+    JsonSchema *s;
+    int cap_nodes, cap_props, cap_lits, cap_alts;
+    const cJSON **memo;  // the schema object node memo_id[i] was compiled from ($ref targets compile once)
+    int *memo_id, n_memo, cap_memo;
+    int *anyof;  // the anyOf nodes, checked once all are compiled, and where each is
+    char **anyof_at;
+    int n_anyof, cap_anyof;
+    int nesting;
+    char *why;
+} Build;
+
+static int failed(Build *b, char *why) {
+    if (!b->why)
+        b->why = why;
+    else
+        free(why);
+    return -1;
+}
+
+static void *grow(void *p, int *cap, int n, size_t size) {
+    if (n < *cap) return p;
+    *cap = *cap ? 2 * *cap : 16;
+    return xrealloc(p, (size_t)*cap * size);
+}
+
+static int node_new(Build *b, JsKind kind) {
+    JsonSchema *s = b->s;
+    if (s->n_nodes == JS_MAX_NODES) return failed(b, xprintf("the schema has over %d nodes", JS_MAX_NODES));
+    s->nodes = grow(s->nodes, &b->cap_nodes, s->n_nodes, sizeof *s->nodes);
+    s->nodes[s->n_nodes] = (JsNode){.kind = kind, .item = -1};
+    return s->n_nodes++;
+}
+
+static void memo_add(Build *b, const cJSON *sch, int id) {
+    b->memo = grow(b->memo, &b->cap_memo, b->n_memo, sizeof *b->memo);
+    b->memo_id = xrealloc(b->memo_id, (size_t)b->cap_memo * sizeof *b->memo_id);
+    b->memo[b->n_memo] = sch;
+    b->memo_id[b->n_memo++] = id;
+}
+
+static int listed(const char *name, const char *const *names) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(name, names[i])) return 1;
+    return 0;
+}
+
+static int compile(Build *b, const cJSON *sch, const char *at);
+
+// The value a "$ref" names: "#", or "#/a/b" (a JSON pointer into the schema, ~0 and ~1 escaped).
+static const cJSON *resolve(Build *b, const char *ref, const char *at) {
+    if (ref[0] != '#' || (ref[1] && ref[1] != '/')) {
+        failed(b, xprintf("\"$ref\" \"%.100s\" at %s: only references into this schema (\"#/...\") are supported",
+                          ref, at));
+        return NULL;
+    }
+    const cJSON *v = b->root;
+    for (const char *p = ref + 1; v && *p == '/';) {
+        char name[256];
+        size_t n = 0;
+        for (p++; *p && *p != '/'; p++) {
+            char c = *p;
+            if (c == '~' && (p[1] == '0' || p[1] == '1')) c = *++p == '0' ? '~' : '/';
+            if (n + 1 < sizeof name) name[n++] = c;
+        }
+        name[n] = 0;
+        v = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, atoi(name)) : cJSON_GetObjectItemCaseSensitive(v, name);
+    }
+    if (!v) failed(b, xprintf("\"$ref\" \"%.100s\" at %s names nothing in the schema", ref, at));
+    return v;
+}
+
+static int is_type(const cJSON *v, const char *type) {
+    if (!strcmp(type, "string")) return cJSON_IsString(v);
+    if (!strcmp(type, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(type, "integer"))
+        return cJSON_IsNumber(v) && fabs(v->valuedouble) < 0x1p53 && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(type, "boolean")) return cJSON_IsBool(v);
+    if (!strcmp(type, "null")) return cJSON_IsNull(v);
+    if (!strcmp(type, "object")) return cJSON_IsObject(v);
+    return cJSON_IsArray(v);
+}
+
+// Whether v is of the schema's "type" (one name or a list; none: any).
+static int of_type(const cJSON *v, const cJSON *type) {
+    if (cJSON_IsString(type)) return is_type(v, type->valuestring);
+    for (const cJSON *t = type ? type->child : NULL; t; t = t->next)
+        if (cJSON_IsString(t) && is_type(v, t->valuestring)) return 1;
+    return !type;
+}
+
+// "enum" or "const": their values as JSON text (those of the schema's type).
+static int compile_enum(Build *b, const cJSON *sch, const char *at) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(sch, "enum");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(sch, "const");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
+    if (e && c) return failed(b, xprintf("%s has both \"enum\" and \"const\"", at));
+    if (e && !cJSON_IsArray(e)) return failed(b, xprintf("\"enum\" at %s is not a list", at));
+    int id = node_new(b, JS_ENUM);
+    if (id < 0) return -1;
+    JsonSchema *s = b->s;
+    s->nodes[id].first = s->n_lits;
+    for (const cJSON *v = e ? e->child : c; v; v = e ? v->next : NULL) {
+        if (!of_type(v, type)) continue;
+        if (s->n_lits == JS_MAX_NODES)
+            return failed(b, xprintf("the schema has over %d enum values", JS_MAX_NODES));
+        s->lits = grow(s->lits, &b->cap_lits, s->n_lits, sizeof *s->lits);
+        char *text = cJSON_PrintUnformatted(v);
+        if (!text) die("out of memory printing an enum value");
+        s->lits[s->n_lits++] = (JsLit){text, (int)strlen(text)};
+        s->nodes[id].n++;
+    }
+    if (!s->nodes[id].n) return failed(b, xprintf("\"%s\" at %s allows no value", e ? "enum" : "const", at));
+    return id;
+}
+
+// An anyOf node, its alternatives checked once all are compiled (check).
+static int anyof_new(Build *b, const char *name, const char *at) {
+    int id = node_new(b, JS_ANYOF);
+    if (id < 0) return -1;
+    b->anyof = grow(b->anyof, &b->cap_anyof, b->n_anyof, sizeof *b->anyof);
+    b->anyof_at = xrealloc(b->anyof_at, (size_t)b->cap_anyof * sizeof *b->anyof_at);
+    b->anyof[b->n_anyof] = id;
+    b->anyof_at[b->n_anyof++] = xprintf("\"%s\" at %s", name, at);
+    return id;
+}
+
+// The nodes of a list of schemas (anyOf, oneOf, or a type list), as alternatives of node id.
+static int add_alts(Build *b, int id, const int *alt, int n) {
+    JsonSchema *s = b->s;
+    for (int i = 0; i < n; i++) {
+        s->alts = grow(s->alts, &b->cap_alts, s->n_alts, sizeof *s->alts);
+        s->alts[s->n_alts++] = alt[i];
+    }
+    s->nodes[id].first = s->n_alts - n;
+    s->nodes[id].n = n;
+    return id;
+}
+
+static int compile_anyof(Build *b, const cJSON *list, const char *name, const char *at) {
+    int n = cJSON_GetArraySize(list);
+    if (!cJSON_IsArray(list) || n == 0)
+        return failed(b, xprintf("\"%s\" at %s is not a list of schemas", name, at));
+    int id = anyof_new(b, name, at);
+    if (id < 0) return -1;
+    int *alt = xmalloc((size_t)n * sizeof *alt), i = 0;
+    for (const cJSON *v = list->child; v; v = v->next, i++) {
+        char *where = xprintf("%s/%s/%d", at, name, i);
+        alt[i] = compile(b, v, where);
+        free(where);
+        if (alt[i] < 0) break;
+    }
+    if (i == n) add_alts(b, id, alt, n);
+    free(alt);
+    return i == n ? id : -1;
+}
+
+// Whether a member before v in object o has v's name (cJSON keeps both of a duplicate).
+static int named_before(const cJSON *o, const cJSON *v) {
+    for (const cJSON *w = o->child; w != v; w = w->next)
+        if (!strcmp(w->string, v->string)) return 1;
+    return 0;
+}
+
+static int compile_object(Build *b, const cJSON *sch, const char *at) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(sch, "required");
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties");
+    if (props && !cJSON_IsObject(props)) return failed(b, xprintf("\"properties\" at %s is not an object", at));
+    if (req && !cJSON_IsArray(req)) return failed(b, xprintf("\"required\" at %s is not a list", at));
+    if (more && !cJSON_IsBool(more) && !props)
+        return failed(
+            b, xprintf("\"additionalProperties\" as a schema at %s is not supported (list \"properties\")", at));
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+        if (!cJSON_IsString(r) || !cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
+            return failed(b, xprintf("\"required\" at %s names \"%.100s\", which \"properties\" does not list", at,
+                                     cJSON_IsString(r) ? r->valuestring : "?"));
+    int n = cJSON_GetArraySize(props);
+    if (b->s->n_props + n > JS_MAX_NODES)
+        return failed(b, xprintf("the schema has over %d properties", JS_MAX_NODES));
+    int id = node_new(b, n || cJSON_IsFalse(more) ? JS_OBJECT : JS_OBJECT_ANY);  // {} with no member allowed
+    if (id < 0 || !n) return id;
+    JsProp *p = xcalloc((size_t)n, sizeof *p);
+    int i = 0;
+    for (const cJSON *v = props->child; v; v = v->next, i++) {
+        if (named_before(props, v)) {
+            failed(b, xprintf("\"properties\" at %s lists \"%.100s\" twice", at, v->string));
+            break;
+        }
+        cJSON *name = cJSON_CreateString(v->string);
+        p[i].key = name ? cJSON_PrintUnformatted(name) : NULL;
+        cJSON_Delete(name);
+        if (!p[i].key) die("out of memory printing a property name");
+        p[i].len = (int)strlen(p[i].key);
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            p[i].required |= !strcmp(r->valuestring, v->string);
+        char *where = xprintf("%s/properties/%s", at, v->string);
+        p[i].node = compile(b, v, where);
+        free(where);
+        if (p[i].node < 0) break;
+    }
+    JsonSchema *s = b->s;
+    for (int k = 0; k < n; k++) {  // the props array is only appended to when the properties are all compiled
+        if (i == n) s->props = grow(s->props, &b->cap_props, s->n_props, sizeof *s->props);
+        if (i == n)
+            s->props[s->n_props++] = p[k];
+        else
+            free(p[k].key);
+    }
+    free(p);
+    s->nodes[id].first = s->n_props - n;
+    s->nodes[id].n = n;
+    return i == n ? id : -1;
+}
+
+static int get_count(Build *b, const cJSON *sch, const char *name, int64_t dflt, int64_t *out, const char *at) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sch, name);
+    *out = dflt;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e6 ||
+        v->valuedouble != (int64_t)v->valuedouble)
+        return failed(b, xprintf("\"%s\" at %s is not a whole number in [0, 1000000]", name, at));
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+static int compile_array(Build *b, const cJSON *sch, const char *at) {
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(sch, "items");
+    int64_t lo, hi;
+    if (get_count(b, sch, "minItems", 0, &lo, at) || get_count(b, sch, "maxItems", INT64_MAX, &hi, at)) return -1;
+    if (lo > hi)
+        return failed(b, xprintf("\"minItems\" %lld > \"maxItems\" %lld at %s", (long long)lo, (long long)hi, at));
+    if (cJSON_IsArray(items))
+        return failed(b, xprintf("\"items\" as a list (a tuple) at %s is not supported", at));
+    int id = node_new(b, JS_ARRAY);
+    if (id < 0) return -1;
+    b->s->nodes[id].min_items = lo;
+    b->s->nodes[id].max_items = hi;
+    char *where = xprintf("%s/items", at);
+    int item = items ? compile(b, items, where) : 0;
+    free(where);
+    b->s->nodes[id].item = item;
+    return item < 0 ? -1 : id;
+}
+
+static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
+    static const char *const names[] = {"string", "number", "integer", "boolean", "null", NULL};
+    static const JsKind kinds[] = {JS_STRING, JS_NUMBER, JS_INTEGER, JS_BOOLEAN, JS_NULL};
+    if (!strcmp(type, "object")) return compile_object(b, sch, at);
+    if (!strcmp(type, "array")) return compile_array(b, sch, at);
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(type, names[i])) return node_new(b, kinds[i]);
+    return failed(b, xprintf("\"type\" \"%.100s\" at %s is not a JSON Schema type", type, at));
+}
+
+// "type": one name, or a list of them (an anyOf of each).
+static int compile_type(Build *b, const cJSON *sch, const cJSON *type, const char *at) {
+    if (cJSON_IsString(type)) return compile_typed(b, sch, type->valuestring, at);
+    int n = cJSON_GetArraySize(type), i = 0;
+    if (!cJSON_IsArray(type) || n == 0) return failed(b, xprintf("\"type\" at %s is not a name or a list", at));
+    int id = anyof_new(b, "type", at);
+    int *alt = xmalloc((size_t)n * sizeof *alt);
+    for (const cJSON *t = type->child; id >= 0 && t; t = t->next, i++) {
+        alt[i] = cJSON_IsString(t) ? compile_typed(b, sch, t->valuestring, at)
+                                   : failed(b, xprintf("\"type\" at %s lists a non-name", at));
+        if (alt[i] < 0) break;
+    }
+    if (id >= 0 && i == n) add_alts(b, id, alt, n);
+    free(alt);
+    return id >= 0 && i == n ? id : -1;
+}
+
+static int compile(Build *b, const cJSON *sch, const char *at) {
+    static const char *const notes[] = {"title",    "description", "default", "examples",    "$schema",
+                                        "$id",      "$comment",    "$defs",   "definitions", "deprecated",
+                                        "readOnly", "writeOnly",   NULL};
+    static const char *const known[] = {"type",  "properties", "required", "additionalProperties",
+                                        "items", "minItems",   "maxItems", "enum",
+                                        "const", "anyOf",      "oneOf",    "$ref",
+                                        "allOf", NULL};
+    if (cJSON_IsTrue(sch)) return 0;
+    if (!cJSON_IsObject(sch)) return failed(b, xprintf("the schema at %s is not an object (or true)", at));
+    for (int i = 0; i < b->n_memo; i++)
+        if (b->memo[i] == sch) return b->memo_id[i];
+    for (const cJSON *k = sch->child; k; k = k->next)
+        if (!listed(k->string, notes) && !listed(k->string, known))
+            return failed(b, xprintf("keyword \"%.100s\" at %s is not supported", k->string, at));
+    if (b->nesting == JS_MAX_NESTING)
+        return failed(b, xprintf("the schema nests over %d deep at %s", JS_MAX_NESTING, at));
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(sch, "anyOf");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(sch, "oneOf");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(sch, "allOf");  // of one schema (as Pydantic v1 wraps $ref)
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
+    static const char *const of_object[] = {"properties", "required", "additionalProperties", NULL};
+    static const char *const of_array[] = {"items", "minItems", "maxItems", NULL};
+    int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
+    int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0;
+    for (const cJSON *k = sch->child; k; k = k->next) {
+        known_n += listed(k->string, known);
+        objects += listed(k->string, of_object);
+        arrays += listed(k->string, of_array);
+    }
+    if (shapes > 1 || ((ref || any || one || all) && known_n > 1) || (lits && known_n > 1 + !!type))
+        return failed(b, xprintf("%s: \"$ref\", \"anyOf\", \"oneOf\" and \"allOf\" must stand alone (with "
+                                 "annotations), and \"enum\"/\"const\" with \"type\" at most",
+                                 at));
+    if (all && (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1))
+        return failed(b, xprintf("\"allOf\" at %s: only a list of one schema is supported", at));
+    if (!type && !shapes && objects && arrays)
+        return failed(b, xprintf("%s has keywords of objects and of arrays but no \"type\"", at));
+    b->nesting++;
+    int id;
+    if (ref || all) {
+        id = node_new(b, JS_REF);
+        if (id >= 0) memo_add(b, sch, id);
+        const cJSON *to = NULL;
+        if (id >= 0 && all) to = cJSON_GetArrayItem(all, 0);
+        else if (id >= 0 && cJSON_IsString(ref)) to = resolve(b, ref->valuestring, at);
+        else if (id >= 0) failed(b, xprintf("\"$ref\" at %s is not a string", at));
+        char *where = all ? xprintf("%s/allOf/0", at) : xstrdup(cJSON_IsString(ref) ? ref->valuestring : at);
+        int item = to ? compile(b, to, where) : -1;
+        free(where);
+        if (item >= 0) b->s->nodes[id].item = item;
+        id = item < 0 ? -1 : id;
+    } else if (any || one) {
+        id = compile_anyof(b, any ? any : one, any ? "anyOf" : "oneOf", at);
+    } else if (lits) {
+        id = compile_enum(b, sch, at);
+    } else if (type) {
+        id = compile_type(b, sch, type, at);
+    } else if (objects) {  // no type: the keywords say which (an object or array only, which they then hold)
+        id = compile_object(b, sch, at);
+    } else if (arrays) {
+        id = compile_array(b, sch, at);
+    } else {
+        id = 0;
+    }
+    b->nesting--;
+    if (id >= 0 && !ref && !all) memo_add(b, sch, id);
+    return id;
+}
+
+// The fewest bytes of a value of node n with room for r more containers, from the figures so far.
+static int64_t node_cost(const JsonSchema *s, const JsNode *n, int r) {
+    int64_t c = JS_INF;
+    switch (n->kind) {
+    case JS_ANY:
+    case JS_NUMBER:
+    case JS_INTEGER: return 1;
+    case JS_STRING: return 2;
+    case JS_BOOLEAN:
+    case JS_NULL: return 4;
+    case JS_OBJECT_ANY: return r ? 2 : JS_INF;
+    case JS_OBJECT:
+        if (!r) return JS_INF;
+        c = n->n ? s->props[n->first].rest[r - 1] : 0;
+        return js_add(1, c ? c : 1);  // '{' the required members (no comma before the first) '}'
+    case JS_ARRAY:
+        if (!r) return JS_INF;
+        if (n->min_items == 0) return 2;
+        return js_add(1, js_times(n->min_items, js_add(1, s->nodes[n->item].cost[r - 1])));
+    case JS_ENUM:
+        for (int i = 0; i < n->n; i++) c = s->lits[n->first + i].len < c ? s->lits[n->first + i].len : c;
+        return c;
+    case JS_ANYOF:
+        for (int i = 0; i < n->n; i++) {
+            int64_t a = s->nodes[s->alts[n->first + i]].cost[r];
+            c = a < c ? a : c;
+        }
+        return c;
+    case JS_REF: return s->nodes[n->item].cost[r];
+    }
+    return c;
+}
+
+// Object n's properties' rests with room r for their values.
+static void set_rests(JsonSchema *s, const JsNode *n, int r) {
+    int64_t rest = 0;
+    for (int k = n->n - 1; k >= 0; k--) {
+        JsProp *p = &s->props[n->first + k];
+        if (p->required) rest = js_add(rest, js_add(2 + p->len, s->nodes[p->node].cost[r]));
+        p->rest[r] = rest;
+    }
+}
+
+// Every node's fewest bytes with each room, the rooms in turn (a container's members have one less): a fixed
+// point within a room, where $refs may recur.
+static void set_costs(JsonSchema *s) {
+    for (int r = 0; r <= JS_MAX_DEPTH; r++) {
+        for (int i = 0; i < s->n_nodes; i++) s->nodes[i].cost[r] = JS_INF;
+        if (r > 0)
+            for (int i = 0; i < s->n_nodes; i++)
+                if (s->nodes[i].kind == JS_OBJECT) set_rests(s, &s->nodes[i], r - 1);
+        for (int round = 0, changed = 1; changed && round <= s->n_nodes + 1; round++) {
+            changed = 0;
+            for (int i = s->n_nodes - 1; i >= 0; i--) {  // children (mostly later ids) first
+                int64_t c = node_cost(s, &s->nodes[i], r);
+                changed |= c != s->nodes[i].cost[r];
+                s->nodes[i].cost[r] = c;
+            }
+        }
+    }
+    for (int i = 0; i < s->n_nodes; i++)
+        if (s->nodes[i].kind == JS_OBJECT) set_rests(s, &s->nodes[i], JS_MAX_DEPTH);
+}
+
+int json_schema_deref(const JsonSchema *s, int id) {
+    for (int i = 0; s->nodes[id].kind == JS_REF && i <= s->n_nodes; i++) id = s->nodes[id].item;
+    return id;
+}
+
+static void set_start(JsNode *n, const char *bytes) {
+    for (; *bytes; bytes++) n->starts[(unsigned char)*bytes >> 3] |= (uint8_t)(1u << (*bytes & 7));
+}
+
+// Every node's first bytes: a fixed point, as anyOf and $ref take their alternatives'.
+static void set_starts(JsonSchema *s) {
+    for (int i = 0; i < s->n_nodes; i++) {
+        JsNode *n = &s->nodes[i];
+        switch (n->kind) {
+        case JS_ANY: set_start(n, "\"{[-0123456789tfn"); break;
+        case JS_OBJECT_ANY:
+        case JS_OBJECT: set_start(n, "{"); break;
+        case JS_ARRAY: set_start(n, "["); break;
+        case JS_STRING: set_start(n, "\""); break;
+        case JS_NUMBER:
+        case JS_INTEGER: set_start(n, "-0123456789"); break;
+        case JS_BOOLEAN: set_start(n, "tf"); break;
+        case JS_NULL: set_start(n, "n"); break;
+        case JS_ENUM:
+            for (int k = 0; k < n->n; k++) {
+                char first[2] = {s->lits[n->first + k].text[0], 0};
+                set_start(n, first);
+            }
+            break;
+        case JS_ANYOF:
+        case JS_REF: break;
+        }
+    }
+    for (int round = 0, changed = 1; changed && round <= s->n_nodes + 1; round++) {
+        changed = 0;
+        for (int i = s->n_nodes - 1; i >= 0; i--) {  // alternatives (mostly later ids) first
+            JsNode *n = &s->nodes[i];
+            int k = n->kind == JS_ANYOF ? n->n : n->kind == JS_REF;
+            for (int a = 0; a < k; a++) {
+                const JsNode *from = &s->nodes[n->kind == JS_REF ? n->item : s->alts[n->first + a]];
+                for (int b = 0; b < 32; b++) {
+                    changed |= (from->starts[b] & ~n->starts[b]) != 0;
+                    n->starts[b] |= from->starts[b];
+                }
+            }
+        }
+    }
+}
+
+// Whether an anyOf or $ref reaches itself through anyOfs and $refs alone (no container between: the automaton
+// would choose among the same alternatives forever). state: 0 unseen, 1 on the path, 2 done.
+static int cycles(const JsonSchema *s, int id, uint8_t *state) {
+    const JsNode *n = &s->nodes[id];
+    if (state[id]) return state[id] == 1;
+    state[id] = 1;
+    int k = n->kind == JS_ANYOF ? n->n : n->kind == JS_REF;
+    for (int a = 0; a < k; a++)
+        if (cycles(s, n->kind == JS_REF ? n->item : s->alts[n->first + a], state)) return 1;
+    state[id] = 2;
+    return 0;
+}
+
+// What the automaton cannot follow: anyOfs and $refs that name themselves, an anyOf whose alternatives could
+// start alike, a root that is not an object, a schema no finite value satisfies.
+static int check(Build *b) {
+    JsonSchema *s = b->s;
+    uint8_t *state = xcalloc((size_t)s->n_nodes, 1);
+    int cyclic = 0;
+    for (int i = 0; i < s->n_nodes && !cyclic; i++) cyclic = cycles(s, i, state);
+    free(state);
+    if (cyclic)
+        return failed(b, xprintf("an \"anyOf\" or \"$ref\" of the schema names itself with no object or "
+                                 "array between"));
+    set_starts(s);
+    for (int i = 0; i < b->n_anyof; i++) {
+        const JsNode *n = &s->nodes[b->anyof[i]];
+        for (int c = 1; c < 256; c++) {
+            int k = 0;
+            for (int a = 0; a < n->n; a++) k += json_schema_starts(s, s->alts[n->first + a], (unsigned char)c);
+            if (k > 1)
+                return failed(b, xprintf("%s: alternatives that can both start with '%c' are not supported (each "
+                                         "must start differently: an object, a string, a number, null, ...)",
+                                         b->anyof_at[i], c));
+        }
+    }
+    JsKind root = s->nodes[json_schema_deref(s, s->root)].kind;
+    if (root != JS_OBJECT && root != JS_OBJECT_ANY)
+        return failed(b, xprintf("the schema's root must be an object (\"type\": \"object\")"));
+    set_costs(s);
+    if (json_schema_least(s) >= JS_INF)
+        return failed(b, xprintf("no JSON value of a sane size, nested at most %d deep, satisfies the schema (a "
+                                 "required property recurs, or minItems multiply)",
+                                 JS_MAX_DEPTH));
+    return 0;
+}
+
+JsonSchema *json_schema_compile(const cJSON *schema, char **why) {
+    Build b = {.root = schema, .s = xcalloc(1, sizeof *b.s)};
+    node_new(&b, JS_ANY);
+    b.s->root = compile(&b, schema, "#");
+    if (b.s->root >= 0) check(&b);
+    free(b.memo);
+    free(b.memo_id);
+    for (int i = 0; i < b.n_anyof; i++) free(b.anyof_at[i]);
+    free(b.anyof);
+    free(b.anyof_at);
+    *why = b.why;
+    if (!b.why) return b.s;
+    json_schema_free(b.s);
+    return NULL;
+}
+
+void json_schema_free(JsonSchema *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_props; i++) free(s->props[i].key);
+    for (int i = 0; i < s->n_lits; i++) free(s->lits[i].text);
+    free(s->nodes);
+    free(s->props);
+    free(s->lits);
+    free(s->alts);
+    free(s);
+}

@@ -1,0 +1,113 @@
+// JSON mode's mask (src/rollout/json_mask.c) over the real Qwen vocabulary: random walks through JSON mode and a
+// schema, each step's mask made with json_plain_tokens' shortcut and without it must be the same, bit for bit;
+// each walk ends in a complete object within its budget that cJSON (not ours) parses, and that the schema accepts. usage: test_json_mask
+// TOKENIZER_JSON
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/util.h"
+#include "rollout/json_mask.h"
+
+static int failures;
+
+static void check(int ok, const char *what, const char *text) {
+    if (!ok) fprintf(stderr, "FAIL %s: %s\n", what, text);
+    failures += !ok;
+}
+
+// Whether o satisfies the second schema of main: name and tags (2 strings or more) required, id an integer,
+// kind one of "a", 12, 1, null, more the same again, nothing else.
+static int valid(const cJSON *o) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *tags = cJSON_GetObjectItemCaseSensitive(o, "tags");
+    int ok = cJSON_IsObject(o) && cJSON_IsString(name) && cJSON_IsArray(tags) && cJSON_GetArraySize(tags) >= 2;
+    for (const cJSON *t = tags ? tags->child : NULL; t; t = t->next) ok &= cJSON_IsString(t);
+    for (const cJSON *m = o ? o->child : NULL; ok && m; m = m->next) {
+        double v = m->valuedouble;
+        if (!strcmp(m->string, "id")) ok = cJSON_IsNumber(m) && v == floor(v);
+        else if (!strcmp(m->string, "kind"))
+            ok = cJSON_IsNull(m) || (cJSON_IsNumber(m) && (v == 12 || v == 1)) ||
+                 (cJSON_IsString(m) && !strcmp(m->valuestring, "a"));
+        else if (!strcmp(m->string, "more")) ok = valid(m);
+        else ok = !strcmp(m->string, "name") || !strcmp(m->string, "tags");
+    }
+    return ok;
+}
+
+// One walk: tokens drawn among the allowed ones (in a string, only plain ones three times in four),
+// until only the stop id is left.
+static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, int64_t budget, Rng *rng,
+                 const char *name, int schema_2) {
+    int64_t V = tok->n_ids;
+    int32_t stop = tokenizer_token_id(tok, "<|endoftext|>");
+    float *a = xmalloc((size_t)V * sizeof *a), *b = xmalloc((size_t)V * sizeof *b);
+    int64_t *allowed = xmalloc((size_t)V * sizeof *allowed);
+    Buf text = {0};
+    for (int64_t left = budget; left > 0; left--) {
+        memset(a, 0, (size_t)V * sizeof *a);
+        memset(b, 0, (size_t)V * sizeof *b);
+        const char *t = text.data ? text.data : "";
+        int64_t na = json_mask(tok, schema, plain, t, text.len, left, &stop, 1, a, V);
+        int64_t nb = json_mask(tok, schema, NULL, t, text.len, left, &stop, 1, b, V);
+        check(na == nb && !memcmp(a, b, (size_t)V * sizeof *a), "the shortcut's mask is the full one's", t);
+        int64_t n = 0, n_plain = 0;
+        for (int64_t id = 0; id < V; id++)
+            if (a[id] == 0.0f) allowed[n++] = id;
+        for (int64_t i = 0; i < n; i++) n_plain += plain[allowed[i]];
+        if (n == 1 && allowed[0] == stop) break;
+        check(n > 0 && a[stop] == -INFINITY, "a token continues the unfinished object", t);
+        if (n == 0) break;
+        int only_plain = n_plain > 0 && n_plain < n && rng_next_u64(rng) % 4 != 0;
+        int64_t id;
+        do id = allowed[rng_next_u64(rng) % (uint64_t)n];
+        while (only_plain && !plain[id]);
+        size_t len;
+        const char *bytes = tokenizer_id_bytes(tok, (int32_t)id, &len);
+        buf_append(&text, bytes, len);
+    }
+    cJSON *parsed = cJSON_ParseWithLength(text.data ? text.data : "", text.len);
+    check(parsed && cJSON_IsObject(parsed) && (!schema_2 || valid(parsed)), name, text.data ? text.data : "");
+    printf("%s, budget %lld: %.*s\n", name, (long long)budget, (int)text.len, text.data ? text.data : "");
+    cJSON_Delete(parsed);
+    free(text.data);
+    free(a);
+    free(b);
+    free(allowed);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) die("usage: test_json_mask TOKENIZER_JSON");
+    Tokenizer tok;
+    tokenizer_load(&tok, argv[1]);
+    uint8_t *plain = json_plain_tokens(&tok, tok.n_ids);
+    static const char *const schemas[] = {
+        "{\"type\": \"object\"}",
+        "{\"type\": \"object\", \"required\": [\"name\", \"tags\"], \"properties\": {\"name\": {\"type\": "
+        "\"string\"}, \"id\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"a\", 12, 1, null]}, \"tags\": "
+        "{\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"minItems\": 2}, \"more\": {\"$ref\": \"#\"}}}",
+    };
+    cJSON *twice = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"a\": {}, \"a\": {}}}");
+    char *why = NULL;
+    JsonSchema *none = json_schema_compile(twice, &why);  // cJSON keeps both "a"
+    check(!none && why && strstr(why, "twice"), "a property listed twice is refused", why ? why : "compiled");
+    free(why);
+    cJSON_Delete(twice);
+    Rng rng;
+    rng_init(&rng, 7);
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        cJSON *s = cJSON_Parse(schemas[i]);
+        char *why = NULL;
+        JsonSchema *schema = json_schema_compile(s, &why);
+        if (!schema) die("schema %zu: %s", i, why);
+        for (int budget = 32; budget <= 64; budget += 32) walk(&tok, schema, plain, budget, &rng, schemas[i], i == 1);
+        json_schema_free(schema);
+        cJSON_Delete(s);
+    }
+    free(plain);
+    tokenizer_free(&tok);
+    printf("%s\n", failures ? "FAILED" : "ok");
+    return failures != 0;
+}
