@@ -144,10 +144,14 @@ def json_workload(a):
     schema = {"type": "object", "required": ["answer", "items"], "additionalProperties": False,
               "properties": {"answer": {"type": "string"}, "kind": {"enum": ["a", "b"]},
                              "items": {"type": "array", "items": {"type": "string"}}}}
+    least = len('{"answer":"","items":[]}') + 1  # the schema's shortest answer and a stop token
     configs = [("json_object", dict(sampled, response_format={"type": "json_object"})),
-               ("json_schema", dict(sampled, response_format={"type": "json_schema",
-                                                              "json_schema": {"name": "x", "schema": schema}})),
+               ("json_schema", dict(sampled, max_tokens=max(a.max_tokens, least),
+                                    response_format={"type": "json_schema", "json_schema": {"name": "x",
+                                                                                            "schema": schema}})),
                ("text", sampled)]
+    if a.max_tokens < least:
+        print(f"(json_schema: max_tokens {least}, its shortest answer)")
     print(f"grpo serve JSON mode, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens (--max-batch 64), medians of {a.repeats}")
     for mode in a.modes:

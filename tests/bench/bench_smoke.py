@@ -334,8 +334,8 @@ def serve():
     common = ["--grpo", GRPO, "--model", T("serve_tiny"), "--preset", "tiny", "--clients", 4, "--requests", 4,
               "--max-tokens", 4, "--repeats", 1, "--modes", "quiet"]
     out, _ = bench("serve_json", "serve.py", common + ["--workload", "json"])
-    prints("serve_json", out, "grpo serve JSON mode, tiny bf16", "quiet  json_object", "quiet  text",
-           "quiet  json_object / text throughput:")
+    prints("serve_json", out, "grpo serve JSON mode, tiny bf16", "quiet  json_object", "quiet  json_schema",
+           "quiet  text", "quiet  json_object / text throughput:", "quiet  json_schema / text throughput:")
     out, _ = bench("serve_prefix", "serve.py", common + ["--workload", "prefix"])
     prints("serve_prefix", out, "grpo serve prefix caching, tiny bf16", "quiet  prefix cache ",
            "quiet  --no-prefix-cache", "quiet  TTFT p50 without / with the cache:")
