@@ -149,11 +149,11 @@ static int child_node(const Json *j) {
     return n->kind == JS_ARRAY ? n->item : 0;
 }
 
-// The literals J_SKEY and J_ELIT match: the properties the object may write next (up to its next required one),
-// or the enum's values; alternative i's text.
+// The literals J_SKEY (and J_KEY, before one) and J_ELIT match: the properties the object may write next (up to
+// its next required one), or the enum's values; alternative i's text.
 static const char *alt_text(const Json *j, int i, int *len) {
     const JsonSchema *s = j->s;
-    if (j->mode == J_SKEY) {
+    if (j->mode != J_ELIT) {
         const JsProp *p = &s->props[top(j)->first + i];
         *len = p->len;
         return p->key;
@@ -172,11 +172,11 @@ static int alt_last(const Json *j) {
 }
 
 // Alternative i's text, if it agrees with what is written (alternative lp's first lk bytes); else NULL.
-static const char *alt_agrees(const Json *j, int i, int *len) {
+static const char *alt_agrees(const Json *j, int lp, int lk, int i, int *len) {
     int n;
-    const char *written = alt_text(j, j->lp, &n);
+    const char *written = alt_text(j, lp, &n);
     const char *t = alt_text(j, i, len);
-    return *len >= j->lk && !memcmp(written, t, (size_t)j->lk) ? t : NULL;
+    return *len >= lk && !memcmp(written, t, (size_t)lk) ? t : NULL;
 }
 
 static int json_byte(Json *j, unsigned char c);
@@ -186,7 +186,7 @@ static int json_byte(Json *j, unsigned char c);
 static int literal_byte(Json *j, unsigned char c) {
     int last = alt_last(j), complete = 0, len;
     for (int i = j->lp; i <= last; i++) {
-        const char *t = alt_agrees(j, i, &len);
+        const char *t = alt_agrees(j, j->lp, j->lk, i, &len);
         if (!t || len == j->lk) {
             complete |= t != NULL;
             continue;
@@ -204,15 +204,16 @@ static int literal_byte(Json *j, unsigned char c) {
     return json_byte(j, c);
 }
 
-// The least bytes that finish the literal: a key's with its value and the object's other required properties.
-static int64_t literal_cost(const Json *j) {
+// The least bytes that finish the literal whose lk bytes of alternative lp are written: a key's with its value and
+// the object's other required properties (J_KEY: a key not begun, lk 0).
+static int64_t literal_cost(const Json *j, int lp, int lk) {
     int64_t best = JS_INF;
     int len;
     int d = j->depth - 1, last = alt_last(j);
-    for (int i = j->lp; i <= last; i++) {
-        if (!alt_agrees(j, i, &len)) continue;
-        int64_t c = len - j->lk;
-        if (j->mode == J_SKEY) {  // ':' the value, the required properties after it, '}'
+    for (int i = lp; i <= last; i++) {
+        if (!alt_agrees(j, lp, lk, i, &len)) continue;
+        int64_t c = len - lk;
+        if (j->mode != J_ELIT) {  // ':' the value, the required properties after it, '}'
             int64_t value = member_cost(j, j->s->props[top(j)->first + i].node, d);
             c = js_add(c + 1, js_add(value, rest_required(j, d, (uint32_t)i + 1) + 1));
         }
@@ -350,18 +351,8 @@ static int64_t top_cost(const Json *j) {
         return js_times(n->min_items, js_add(1, member_cost(j, n->item, d)));
     case J_AFTER: return rest;
     case J_KEY:  // a member is due ("":0 in any object), then the required ones left
-        if (n->kind != JS_OBJECT) return 5;
-        if (rest_required(j, d, j->frame[d].at)) return rest_required(j, d, j->frame[d].at);
-        {
-            int64_t best = JS_INF;
-            for (int i = (int)j->frame[d].at; i < n->n; i++) {
-                const JsProp *p = &s->props[n->first + i];
-                int64_t c = js_add(p->len + 1, member_cost(j, p->node, d) + 1);
-                best = c < best ? c : best;
-            }
-            return best;
-        }
-    case J_SKEY: return literal_cost(j);
+        return n->kind == JS_OBJECT ? literal_cost(j, (int)j->frame[d].at, 0) : 5;
+    case J_SKEY: return literal_cost(j, j->lp, j->lk);
     case J_COLON: return js_add(1 + member_cost(j, child_node(j), d), rest);
     case J_VALUE: return js_add(d >= 0 ? member_cost(j, child_node(j), d) : 0, rest);
     case J_STRING: return js_add(j->need + 1 + key, rest);
@@ -372,7 +363,7 @@ static int64_t top_cost(const Json *j) {
     case J_EXP:
     case J_EXP_SIGN: return js_add(1, rest);
     case J_LITERAL: return js_add((int64_t)strlen(j->lit), rest);
-    case J_ELIT: return js_add(literal_cost(j), rest);
+    case J_ELIT: return js_add(literal_cost(j, j->lp, j->lk), rest);
     case J_ZERO:
     case J_INT:
     case J_FRAC:
