@@ -14,8 +14,8 @@ configurations taking turns. `load` first starts one competing single-threaded b
 has. `--workload json`: one `--max-batch 64` server, the same requests with `response_format: json_object` (JSON
 mode: every token of the vocabulary tried against the output's JSON automaton each step), with `json_schema` (a
 small schema: the automaton follows it) and without, taking turns (sampled at temperature 1, seeded, '}', ']'
-and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token. `--workload prefix`: chat requests whose messages share a system prompt of ~1,000
-tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
+and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token. `--workload prefix`:
+chat requests whose messages share a system prompt of ~1,000 tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
 --no-prefix-cache, a fresh server each run (the first request finds the cache empty), taking turns: time to
 first token and throughput. `--workload chunked`: --streams streamed completions decode (greedy) on a `--max-batch
 64` server; once each has 20 tokens, one prompt of --long-tokens tokens arrives (max_tokens 1); per --chunks value

@@ -99,6 +99,12 @@ void file_close(FILE *f, const char *path) {
     if (fclose(f) != 0 || bad) die("cannot write %s: %s", path, strerror(errno ? errno : EIO));
 }
 
+int str_listed(const char *s, const char *const *names) {
+    for (int i = 0; names && names[i]; i++)
+        if (!strcmp(s, names[i])) return 1;
+    return 0;
+}
+
 char *xprintf(const char *fmt, ...) {
     va_list ap, ap2;
     va_start(ap, fmt);

@@ -38,6 +38,8 @@ char *xstrdup_at(const char *s, const char *file, int line);
 #define xstrdup(s) xstrdup_at((s), __FILE__, __LINE__)
 // printf into a fresh malloc'd string.
 char *xprintf(const char *fmt, ...) GRPO_PRINTF(1, 2);
+// Whether s is one of names (NULL-terminated; names may be NULL: none).
+int str_listed(const char *s, const char *const *names);
 
 // Growable byte buffer, always NUL-terminated after `len` bytes once anything was appended.
 typedef struct {

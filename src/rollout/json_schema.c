@@ -52,12 +52,6 @@ static void memo_add(Build *b, const cJSON *sch, int id) {
     b->memo_id[b->n_memo++] = id;
 }
 
-static int listed(const char *name, const char *const *names) {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(name, names[i])) return 1;
-    return 0;
-}
-
 static int compile(Build *b, const cJSON *sch, const char *at);
 
 // The value a "$ref" names: "#", or "#/a/b" (a JSON pointer into the schema, ~0 and ~1 escaped).
@@ -296,7 +290,7 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     for (int i = 0; i < b->n_memo; i++)
         if (b->memo[i] == sch) return b->memo_id[i];
     for (const cJSON *k = sch->child; k; k = k->next)
-        if (!listed(k->string, notes) && !listed(k->string, known))
+        if (!str_listed(k->string, notes) && !str_listed(k->string, known))
             return failed(b, xprintf("keyword \"%.100s\" at %s is not supported", k->string, at));
     if (b->nesting == JS_MAX_NESTING)
         return failed(b, xprintf("the schema nests over %d deep at %s", JS_MAX_NESTING, at));
@@ -310,9 +304,9 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
     int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0;
     for (const cJSON *k = sch->child; k; k = k->next) {
-        known_n += listed(k->string, known);
-        objects += listed(k->string, of_object);
-        arrays += listed(k->string, of_array);
+        known_n += str_listed(k->string, known);
+        objects += str_listed(k->string, of_object);
+        arrays += str_listed(k->string, of_array);
     }
     if (shapes > 1 || ((ref || any || one || all) && known_n > 1) || (lits && known_n > 1 + !!type))
         return failed(b, xprintf("%s: \"$ref\", \"anyOf\", \"oneOf\" and \"allOf\" must stand alone (with "

@@ -51,18 +51,12 @@ static int get_bool(const cJSON *root, const char *key, int *out, ApiError *err)
     return 0;
 }
 
-static int listed(const char *name, const char *const *names) {
-    for (int i = 0; names && names[i]; i++)
-        if (!strcmp(name, names[i])) return 1;
-    return 0;
-}
-
 // Each field of root must be in names or more (NULL-terminated lists; more may be NULL): any other is refused,
 // as OpenAI's API does, rather than silently ignored.
 static int only_fields(const cJSON *root, const char *const *names, const char *const *more, ApiError *err) {
     for (const cJSON *e = root->child; e; e = e->next) {
         snprintf(err->own_param, sizeof err->own_param, "%s", e->string);  // the body is freed before the answer
-        if (!listed(e->string, names) && !listed(e->string, more))
+        if (!str_listed(e->string, names) && !str_listed(e->string, more))
             return fail(err, 400, err->own_param,
                         xprintf("unknown field \"%.100s\" (grpo serve refuses what it would ignore)", e->string));
     }
