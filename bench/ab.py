@@ -3,7 +3,8 @@
 
 usage: /usr/bin/python3 bench/ab.py --old OLD/grpo --new build/grpo [--model DIR] [--repeats 5]
            [--threads N] [--load]
-For f32 and bf16, each binary in turn (old, new, old, new, ...: a noisy minute weighs on both):
+For f32 and bf16, each binary in turn (old, new, new, old, ...: a noisy minute weighs on both, and neither
+always runs second):
   prefill  `grpo score`, 2 sequences x 256 tokens per forward: the second forward of each process
   decode   `grpo generate` greedy, batch 1, prompt 64, 24 new tokens (decode_tokens_per_second)
   train    `grpo sft`, 3 steps of B=2 x 128 tokens: steps 2 and 3 of each process (elapsed_s)
@@ -77,8 +78,8 @@ try:
     for name, fn in (("prefill", prefill), ("decode b1", decode), ("train step", train)):
         for dt in ("f32", "bf16"):
             got = {"old": [], "new": []}
-            for _ in range(a.repeats):
-                for side in ("old", "new"):
+            for i in range(a.repeats):
+                for side in ("old", "new") if i % 2 == 0 else ("new", "old"):  # neither always runs second
                     got[side] += fn(getattr(a, side), dt)
             old, new = statistics.median(got["old"]), statistics.median(got["new"])
             print(f"{name + ' ' + dt:16} {old:10.1f} {new:10.1f} {new / old:8.3f}", flush=True)

@@ -3,7 +3,8 @@
 
 usage: /usr/bin/python3 bench/serve.py [--grpo build/grpo] [--model DIR] [--dtype bf16] [--clients 64]
            [--requests 64] [--max-tokens 32] [--repeats 3] [--modes quiet load]
-           [--workload batching|json|prefix|chunked] [--streams 8] [--long-tokens 4000] [--chunks 16 64 0]
+           [--workload batching|json|prefix|chunked|kv] [--streams 8] [--long-tokens 4000] [--chunks 16 64 0]
+           [--old OLD/grpo]
 
 The same server binary twice: `--max-batch 64` (requests join the running decode batch between steps) and
 `--max-batch 1` (one request at a time, the others queued). The official openai client (tests/serve/client.mjs)
@@ -21,7 +22,12 @@ first token and throughput. `--workload chunked`: --streams streamed completions
 64` server; once each has 20 tokens, one prompt of --long-tokens tokens arrives (max_tokens 1); per --chunks value
 (`--prefill-chunk`, 0: whole prompts), taking turns: each stream's normal inter-token time (the median before the
 prompt came) and its longest wait while the prompt was prefilled, their worst ratio over the streams, and the
-prompt's time to its answer. Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
+prompt's time to its answer. `--workload kv`: the
+server's anonymous resident memory (RssAnon: the KV cache, activations, bf16 weights) at start, at its peak
+under --requests requests of ~500-token prompts that differ, --clients at once, and after, with
+--no-prefix-cache (a free slot keeps nothing), at `--max-batch 64 --max-len 32768` and `--max-batch 16
+--max-len 4096`, and the same for --old's binary (a grpo from before the KV cache was committed on demand).
+Model: qwen2.5-0.5b shape with random weights and the real Qwen tokenizer (made on first use).
 Not a test: CI runs it once on a tiny model (tests/bench/bench_smoke.py) so that it cannot rot.
 """
 import argparse
@@ -95,7 +101,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=["quiet", "load"])
-    ap.add_argument("--workload", choices=["batching", "json", "prefix", "chunked"], default="batching")
+    ap.add_argument("--workload", choices=["batching", "json", "prefix", "chunked", "kv"], default="batching")
+    ap.add_argument("--old")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--long-tokens", type=int, default=4000)
     ap.add_argument("--chunks", type=int, nargs="+", default=[16, 64, 0])
@@ -108,6 +115,8 @@ def main():
         return prefix_workload(a)
     if a.workload == "chunked":
         return chunked_workload(a)
+    if a.workload == "kv":
+        return kv_workload(a)
     configs = [("continuous batching (--max-batch 64)", 64), ("one at a time (--max-batch 1)", 1)]
     print(f"grpo serve, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens, medians of {a.repeats}")
@@ -294,6 +303,60 @@ def chunked_workload(a):
                       f"{med['answer']:6.2f}s", flush=True)
         finally:
             stop(hog)
+
+
+def anon_mib(pid, key="RssAnon"):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(key + r":\s+(\d+) kB", f.read()).group(1)) / 1024
+
+
+def kv_workload(a):
+    """Resident memory at start, at the peak under load and after, for --grpo (and --old's grpo)."""
+    bodies = [{"model": a.model, "max_tokens": a.max_tokens, "temperature": 0, "prompt": f"Request {i}. " + " ".join(
+        f"Item {j}: the number {(i * 7919 + j * 104729) % 100000} goes with the word w{(i + j) % 97}." for j in
+        range(20))} for i in range(a.requests)]
+    binaries = [("this grpo", a.grpo)] + ([("--old", a.old)] if a.old else [])
+    print(f"grpo serve KV memory, {a.preset} {a.dtype}, --no-prefix-cache, {a.clients} clients x {a.requests} "
+          f"completions of {a.max_tokens} tokens, medians of {a.repeats}")
+    with open(os.path.join(a.model, "config.json")) as f:
+        most = json.load(f)["max_position_embeddings"]  # a smaller model's --max-len at most
+    configs = [(name, grpo, batch, min(max_len, most)) for batch, max_len in ((64, 32768), (16, 4096))
+               for name, grpo in binaries]
+    runs = {c: [] for c in configs}
+    for _ in range(a.repeats):
+        for c in configs:
+            runs[c].append(kv_run(a, bodies, *c[1:]))
+    for c in configs:
+        what = f"{c[0]:9s} --max-batch {c[2]:2d} --max-len {c[3]:5d}"
+        if isinstance(runs[c][0], str):
+            print(f"{what}: does not start: {runs[c][0]}", flush=True)
+            continue
+        med = {k: statistics.median(r[k] for r in runs[c]) for k in ("start", "after", "peak", "tok_s")}
+        print(f"{what}: RssAnon at start {med['start']:7.1f} MiB, after {med['after']:7.1f} MiB (+"
+              f"{med['after'] - med['start']:.1f}; VmRSS peak {med['peak']:7.1f}); {med['tok_s']:.1f} tok/s; "
+              f"{runs[c][0]['kv']}", flush=True)
+
+
+def kv_run(a, bodies, grpo, batch, max_len):
+    """One server's memory under the kv workload (MiB), or the error that stopped it at start."""
+    opts = ["--dtype", a.dtype, "--max-batch", batch, "--max-len", max_len, "--no-prefix-cache", "--max-queue", 4096]
+    p = subprocess.Popen([grpo, "serve", "--model", a.model, "--port", "0", *map(str, opts)],
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    m = re.search(r"http://[^:]+:(\d+)", line)
+    if not m:
+        return (line + p.stderr.read()).strip()[-200:]
+    try:
+        start_mib = anon_mib(p.pid)
+        with open(f"/proc/{p.pid}/clear_refs", "w") as f:
+            f.write("5")  # VmHWM from now
+        r = run_load(f"http://127.0.0.1:{m.group(1)}/v1", a.model, a.clients, a.requests, a.max_tokens, bodies=bodies)
+        kv = re.search(r"KV cache: [^)]*", line)
+        return {"start": start_mib, "after": anon_mib(p.pid), "peak": anon_mib(p.pid, "VmHWM"), "tok_s": r["tok_s"],
+                "kv": kv.group(0) if kv else "no KV line"}
+    finally:
+        p.terminate()
+        p.wait(120)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 #define _DEFAULT_SOURCE  // readlink
 #include "backend/backend.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "cuda/cuda_backend.h"
@@ -11,7 +14,6 @@
 
 #ifdef GRPO_CUDA
 #include <dlfcn.h>
-#include <unistd.h>
 
 // The CUDA backend module: next to the executable (an installed grpo) when it is there, else where the
 // build made it. A module that is there but does not load (libcudart or libcublasLt missing, an
@@ -178,4 +180,29 @@ void backend_require_training(const Backend *be, const char *what) {
     char missing[1024];
     backend_missing_training_ops(be, missing, sizeof missing);
     if (*missing) die("%s %s: training needs ops this backend does not have yet: %s", what, be->name, missing);
+}
+
+void *backend_kv_reserve(const Backend *be, size_t bytes, int *on_demand) {
+    *on_demand = !be->on_device;
+    if (be->on_device) return be->alloc(be, bytes);
+    // MAP_NORESERVE: the kernel counts no commit charge for pages never written
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED)
+        die("cannot reserve %zu MiB of address space for the KV cache: %s", bytes >> 20, strerror(errno));
+    return p;
+}
+
+void backend_kv_release(const Backend *be, void *p, size_t bytes) {
+    if (be->on_device) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)p + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)p + bytes) / page * page;
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        die("cannot give back KV cache pages: %s", strerror(errno));
+}
+
+void backend_kv_free(const Backend *be, void *p, size_t bytes) {
+    if (!p) return;
+    if (be->on_device) be->free(be, p);
+    else if (munmap(p, bytes ? bytes : 1) != 0) die("cannot unmap the KV cache: %s", strerror(errno));
 }

@@ -282,6 +282,17 @@ double time_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kib = -1;
+    while (kib < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) != 1) kib = -1;
+    fclose(f);
+    return kib < 0 ? -1 : (int64_t)kib * 1024;
+}
+
 void fmt_count(char *buf, size_t n, double count) {
     static const char units[] = " kMBT";
     int u = 0;

@@ -54,6 +54,11 @@ int cmd_serve(int argc, char **argv) {
         {"--prefill-chunk", "N",
          "while requests decode, a step prefills at most N prompt tokens, in the same forward (0: whole prompts)",
          "0", 0},
+        {"--kv-cache-mb", "MB",
+         "KV cache budget: the running requests' prompts and max_tokens, and the prefix cache, fit in MB MiB; a "
+         "request waits until its sequences fit (0: --max-batch x --max-len, on the CPU at most half the memory "
+         "available)",
+         "0", 0},
         {"--no-prefix-cache", NULL,
          "prefill every prompt whole (default: a prompt's start that a running or recent sequence's cache holds is "
          "copied from it)",
@@ -85,7 +90,8 @@ int cmd_serve(int argc, char **argv) {
                       .http_threads = (unsigned)cli_int(&spec, "--http-threads", 1, 256),
                       .log = cli_str(&spec, "--log"),
                       .prefix_cache = !cli_str(&spec, "--no-prefix-cache"),
-                      .prefill_chunk = cli_int(&spec, "--prefill-chunk", 0, INT64_C(1) << 24)};
+                      .prefill_chunk = cli_int(&spec, "--prefill-chunk", 0, INT64_C(1) << 24),
+                      .kv_cache_mb = cli_int(&spec, "--kv-cache-mb", 0, INT64_C(1) << 30)};
     const char *parser = cli_str(&spec, "--reasoning-parser");
     if (strcmp(parser, "qwen3") && strcmp(parser, "none"))
         die("option --reasoning-parser: \"%s\" is not qwen3 or none", parser);

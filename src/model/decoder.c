@@ -95,16 +95,37 @@ size_t decoder_kv_bytes_per_token(const DecoderConfig *c) {
 }
 
 void decoder_kv_init(DecoderKV *kv, const DecoderConfig *c, int n_slots, int64_t max_len, Arena *arena) {
-    kv->n_slots = n_slots;
-    kv->max_len = max_len;
-    kv->row = c->kv_heads * c->head_dim;
-    size_t n = (size_t)(c->layers * n_slots * max_len * kv->row);
-    kv->k = arena_alloc(arena, n * 4);
-    kv->v = arena_alloc(arena, n * 4);
+    *kv = (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = c->kv_heads * c->head_dim};
+    kv->bytes = (size_t)(c->layers * n_slots * max_len * kv->row) * 4;
+    kv->k = arena_alloc(arena, kv->bytes);
+    kv->v = arena_alloc(arena, kv->bytes);
+}
+
+void decoder_kv_reserve(DecoderKV *kv, const Backend *be, const DecoderConfig *c, int n_slots, int64_t max_len) {
+    *kv = (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = c->kv_heads * c->head_dim, .reserved = 1};
+    kv->bytes = (size_t)(c->layers * n_slots * max_len * kv->row) * 4;
+    kv->k = backend_kv_reserve(be, kv->bytes, &kv->on_demand);
+    kv->v = backend_kv_reserve(be, kv->bytes, &kv->on_demand);
+}
+
+void decoder_kv_free(DecoderKV *kv, const Backend *be) {
+    if (!kv->reserved) return;
+    backend_kv_free(be, kv->k, kv->bytes);
+    backend_kv_free(be, kv->v, kv->bytes);
+    kv->k = kv->v = NULL;
 }
 
 static int64_t kv_offset(const DecoderKV *kv, int64_t layer, int slot) {
     return ((layer * kv->n_slots + slot) * kv->max_len) * kv->row;
+}
+
+void decoder_kv_release(const Decoder *m, DecoderKV *kv, int slot, int64_t from) {
+    if (!kv->on_demand || from >= kv->max_len) return;
+    size_t bytes = (size_t)((kv->max_len - from) * kv->row) * 4;
+    for (int64_t l = 0; l < m->cfg.layers; l++) {
+        backend_kv_release(m->be, kv->k + kv_offset(kv, l, slot) + from * kv->row, bytes);
+        backend_kv_release(m->be, kv->v + kv_offset(kv, l, slot) + from * kv->row, bytes);
+    }
 }
 
 void decoder_kv_copy(const Decoder *m, DecoderKV *kv, int dst, int src, int64_t n) {

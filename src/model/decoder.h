@@ -290,10 +290,19 @@ typedef struct {
     int n_slots;
     int64_t max_len, row;  // row = KVH*D floats per position
     float *k, *v;          // (L, n_slots, max_len, row)
+    size_t bytes;          // of k, and of v
+    int reserved;          // k and v are backend_kv_reserve's (decoder_kv_reserve), not an arena's
+    int on_demand;         // their memory is committed as positions are written (decoder_kv_release gives it back)
 } DecoderKV;
 
 size_t decoder_kv_bytes_per_token(const DecoderConfig *c);
 void decoder_kv_init(DecoderKV *kv, const DecoderConfig *c, int n_slots, int64_t max_len, Arena *arena);
+// The same cache in memory of its own (backend_kv_reserve: on the CPU, committed as sequences grow);
+// decoder_kv_free releases it.
+void decoder_kv_reserve(DecoderKV *kv, const Backend *be, const DecoderConfig *c, int n_slots, int64_t max_len);
+void decoder_kv_free(DecoderKV *kv, const Backend *be);
+// Gives back the memory of positions [from, max_len) of slot `slot` in every layer (their keys and values are lost).
+void decoder_kv_release(const Decoder *m, DecoderKV *kv, int slot, int64_t from);
 // Copies positions [0, n) of slot src into slot dst in every layer (G samples sharing a prompt).
 void decoder_kv_copy(const Decoder *m, DecoderKV *kv, int dst, int src, int64_t n);
 

@@ -223,6 +223,11 @@ struct RolloutEngine {
     uint64_t *kv_used;  // (n_slots) when its sequence ended or it was last copied from (the least recent is
                         // taken first)
     uint64_t clock;
+    // KV memory: on the CPU committed as positions are written (decoder_kv_reserve), given back when a slot's
+    // cache ends
+    int64_t kv_budget;  // positions the running sequences may fill (each its prompt and max_new_tokens) and the free
+                        // slots' caches hold, together at most (rollout_engine_kv_budget; default: every slot whole)
+    int64_t *kv_held;   // (n_slots) a free slot's positions whose memory it holds (its cache)
     RolloutStats stats;
 };
 
@@ -233,10 +238,18 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
     RolloutEngine *e = xcalloc(1, sizeof *e);
     *e = (RolloutEngine){.m = m, .tok = tok, .n_slots = n_slots, .slot_len = slot_len, .prefill_rows = prefill_rows};
     int64_t act_rows = prefill_rows > n_slots ? prefill_rows : n_slots;
+    size_t kv_bytes = (size_t)n_slots * (size_t)slot_len * decoder_kv_bytes_per_token(c);
     e->arena = workspace ? workspace : &e->own;
-    if (workspace) arena_reset(workspace);
-    else backend_arena_init(m->be, &e->own, rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows));
-    decoder_kv_init(&e->kv, c, n_slots, slot_len, e->arena);
+    if (workspace) {
+        arena_reset(workspace);
+        decoder_kv_init(&e->kv, c, n_slots, slot_len, workspace);
+    } else {
+        size_t rest = rollout_workspace_bytes(m->be, c, m->dtype, n_slots, slot_len, prefill_rows) - kv_bytes;
+        backend_arena_init(m->be, &e->own, rest);
+        decoder_kv_reserve(&e->kv, m->be, c, n_slots, slot_len);
+    }
+    e->kv_budget = (int64_t)n_slots * slot_len;
+    e->kv_held = xcalloc((size_t)n_slots, sizeof *e->kv_held);
     decoder_acts_init(&e->acts, m->be, c, m->dtype, act_rows, slot_len, e->arena);
     e->logits = arena_alloc(e->arena, (size_t)n_slots * (size_t)c->vocab * sizeof(float));
     e->seqs = xcalloc((size_t)n_slots, sizeof *e->seqs);
@@ -250,7 +263,7 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
     e->lps = xmalloc((size_t)n_slots * sizeof *e->lps);
     e->u = xmalloc((size_t)n_slots * sizeof *e->u);
     e->scr = m->be->sampler_new(m->be, c->vocab);
-    e->stats.kv_bytes = (size_t)n_slots * (size_t)slot_len * decoder_kv_bytes_per_token(c);
+    e->stats.kv_bytes = kv_bytes;
     e->stats.kv_bytes_per_token = decoder_kv_bytes_per_token(c);
     return e;
 }
@@ -280,6 +293,8 @@ void rollout_engine_free(RolloutEngine *e) {
     free(e->kv_ids);
     free(e->kv_n);
     free(e->kv_used);
+    free(e->kv_held);
+    decoder_kv_free(&e->kv, e->m->be);
     decoder_acts_free(&e->acts);
     if (e->arena == &e->own) backend_arena_free(e->m->be, &e->own);
     free(e);
@@ -301,6 +316,46 @@ void rollout_engine_prefix_cache(RolloutEngine *e, int on) {
     free(e->kv_used);
     e->kv_n = xcalloc((size_t)e->n_slots, sizeof *e->kv_n);  // nothing cached yet
     e->kv_used = xcalloc((size_t)e->n_slots, sizeof *e->kv_used);
+}
+
+void rollout_engine_kv_budget(RolloutEngine *e, int64_t positions) { e->kv_budget = positions; }
+
+// A sequence of r's most positions: its prompt and its new tokens.
+static int64_t seq_most(const RolloutRequest *r) { return r->prompt->n + r->prompt->max_new_tokens; }
+
+// The KV positions the running sequences may fill.
+static int64_t kv_promised(const RolloutEngine *e) {
+    int64_t n = 0;
+    for (int s = 0; s < e->n_slots; s++)
+        if (e->seqs[s].active) n += seq_most(e->seqs[s].req);
+    return n;
+}
+
+int64_t rollout_engine_kv_room(const RolloutEngine *e) { return e->kv_budget - kv_promised(e); }
+
+// Slot s keeps positions [0, from) of its cache and gives back the memory of the rest.
+static void kv_keep(RolloutEngine *e, int s, int64_t from) {
+    decoder_kv_release(e->m, &e->kv, s, from);
+    e->kv_held[s] = from;
+    if (e->prefix && e->kv_n[s] > from) e->kv_n[s] = from;
+}
+
+// Free slots' caches given back, the least recently used first, until they fit in the budget beside what the
+// running sequences may fill.
+static void kv_evict(RolloutEngine *e) {
+    int64_t over = kv_promised(e) - e->kv_budget;
+    for (int s = 0; s < e->n_slots; s++)
+        if (!e->seqs[s].active) over += e->kv_held[s];
+    while (over > 0) {
+        int lru = -1;
+        for (int s = 0; s < e->n_slots; s++)
+            if (!e->seqs[s].active && e->kv_held[s] > 0 &&
+                (lru < 0 || (e->prefix && e->kv_used[s] < e->kv_used[lru])))
+                lru = s;
+        if (lru < 0) return;
+        over -= e->kv_held[lru];
+        kv_keep(e, lru, 0);
+    }
 }
 
 int64_t rollout_engine_prefill_chunk(RolloutEngine *e, int64_t tokens) {
@@ -371,13 +426,13 @@ static int take_slot(RolloutEngine *e, const RolloutRequest *r, int j) {
     slot = free_slot(e, 1);
     if (slot < 0 && j == 0 && uses_cache(e, r)) slot = best_source(e, r->prompt, -1, 1, &keep);
     if (slot < 0) slot = free_slot(e, 0);
-    e->kv_n[slot] = keep;
+    kv_keep(e, slot, keep);
     return slot;
 }
 
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
-    if (r->n < 1 || r->n > rollout_engine_free_slots(e) || r->prompt->n < 1 ||
-        r->prompt->n + r->prompt->max_new_tokens > e->slot_len || r->prompt->n > e->prefill_rows)
+    if (r->n < 1 || r->n > rollout_engine_free_slots(e) || r->prompt->n < 1 || seq_most(r) > e->slot_len ||
+        r->prompt->n > e->prefill_rows || r->n * seq_most(r) > rollout_engine_kv_room(e))
         return -1;
     r->running = r->n;
     r->cached = 0;
@@ -389,12 +444,14 @@ int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
         seq_seed(q, r->cfg, r->prompt, r->index);
         sample_init(&r->out[j], r->prompt->max_new_tokens, r->cfg->max_turns);
     }
+    kv_evict(e);
     return 0;
 }
 
 // Ends q: its slot is free for the next sequence (its cache kept, with prefix caching).
 static void seq_end(RolloutEngine *e, Seq *q) {
     if (e->prefix) e->kv_used[q->slot] = ++e->clock;
+    kv_keep(e, q->slot, e->prefix ? e->kv_n[q->slot] : 0);
     free(q->feed.ids);
     q->req->out[q->sample].done = 1;
     q->req->running--;

@@ -132,9 +132,18 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
 void rollout_engine_free(RolloutEngine *e);
 int rollout_engine_free_slots(const RolloutEngine *e);
 const RolloutStats *rollout_engine_stats(const RolloutEngine *e);
-// Starts r's n samples (prefilled at the next step; with chunked prefill, over the next steps). Returns -1 (nothing started) when fewer than n slots
-// are free, or the prompt is empty, longer than prefill_rows, or with its new tokens longer than slot_len.
+// Starts r's n samples (prefilled at the next step; with chunked prefill, over the next steps). Returns -1 (nothing
+// started) when fewer than n slots are free, the prompt is empty, longer than prefill_rows, or with its new tokens
+// longer than slot_len, or n of those exceed rollout_engine_kv_room.
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r);
+// KV memory. Without a workspace, the engine's KV cache is on the CPU committed as sequences write it, and a slot
+// gives its memory back when its sequence ends (with prefix caching: past what its cache keeps). The budget
+// (default: every slot's slot_len) bounds the positions the running sequences may fill, each its prompt and
+// max_new_tokens, and with prefix caching what the free slots' caches hold: a request is added only while its n
+// sequences fit beside the running ones (rollout_engine_kv_room), and free caches, the least recently used first,
+// are given back to stay within it.
+void rollout_engine_kv_budget(RolloutEngine *e, int64_t positions);
+int64_t rollout_engine_kv_room(const RolloutEngine *e);
 // Prefix caching (off at first): a new prompt that begins with tokens a slot's cache holds (a running sequence's
 // prompt and tokens so far, or a finished one's, kept until its slot is taken: an empty slot first, then the one
 // the prompt matches, then the least recently used) takes those positions' keys and values (in whole

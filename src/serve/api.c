@@ -508,10 +508,24 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
             job->prompt_tops[i] = xcalloc(job->prompts[i].n, sizeof **job->prompt_tops);
         }
     }
+    int64_t need = api_job_kv_positions(job);
+    if (lim->kv_positions > 0 && need > lim->kv_positions) {
+        fail(err, 400, "max_tokens",
+             xprintf("%d sequences (prompts x n) of prompt + max_tokens need %lld positions of KV cache; the "
+                     "server's holds %lld (--kv-cache-mb)",
+                     job->n_prompts * job->n, (long long)need, (long long)lim->kv_positions));
+        goto out;
+    }
     rc = 0;
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+int64_t api_job_kv_positions(const ApiJob *job) {
+    int64_t n = 0;
+    for (int i = 0; i < job->n_prompts; i++) n += job->n * (job->rp[i].n + job->rp[i].max_new_tokens);
+    return n;
 }
 
 void api_job_free(ApiJob *job) {

@@ -75,6 +75,7 @@ typedef struct {
     const char *model_name;
     int64_t max_len;       // prompt + max_tokens at most
     int max_n, max_batch;  // n at most; prompts x n at most
+    int64_t kv_positions;  // the KV cache's budget: prompts x n x (prompt + max_tokens) at most (0: none)
     int32_t *stop_ids;
     int n_stop_ids;
     int reasoning;  // --reasoning-parser qwen3
@@ -84,6 +85,8 @@ typedef struct {
 int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim,
               int64_t vocab, ApiError *err);
 void api_job_free(ApiJob *job);
+// The KV positions a parsed job's sequences may fill: each its prompt and max_tokens.
+int64_t api_job_kv_positions(const ApiJob *job);
 // The engine's RolloutLogitsFn for a job's requests (user: the job).
 void api_logits(void *user, int prompt, int sample, int64_t row0, int64_t rows, const float *logits);
 // The whole response (non-streaming) as a malloc'd string.

@@ -125,6 +125,7 @@ struct Server {
     int64_t prompt_tokens, generation_tokens, steps;
     int64_t cached_tokens;  // prompt tokens whose keys and values came from the prefix cache
     int batch;  // sequences in the last step
+    int64_t kv_promised;  // KV positions the running sequences may fill (of lim.kv_positions)
     Counts step_batch, step_rows;  // sequences a step; rows (prompt and decode) a step forwarded
     Histogram ttft, latency;
 };
@@ -288,9 +289,11 @@ static char *metrics_text(Server *s) {
             "grpo_queue_depth %d\n# HELP grpo_running_requests Requests being generated.\n"
             "# TYPE grpo_running_requests gauge\ngrpo_running_requests %d\n"
             "# HELP grpo_batch_size Sequences in the last engine step.\n# TYPE grpo_batch_size gauge\n"
-            "grpo_batch_size %d\n",
+            "grpo_batch_size %d\n# HELP grpo_kv_cache_usage_perc The KV cache budget's share the running "
+            "sequences may fill (their prompts and max_tokens), 0 to 1.\n# TYPE grpo_kv_cache_usage_perc gauge\n"
+            "grpo_kv_cache_usage_perc %.6f\n",
             (long long)s->prompt_tokens, (long long)s->cached_tokens, (long long)s->generation_tokens, s->n_queued,
-            running, s->batch);
+            running, s->batch, (double)s->kv_promised / (double)s->lim.kv_positions);
     counts_print(f, "grpo_step_batch_size", "Sequences per engine step.", &s->step_batch);
     counts_print(f, "grpo_step_rows", "Rows an engine step forwarded: prompt rows (prefill) and decode rows.",
                  &s->step_rows);
@@ -658,7 +661,9 @@ static void admit(Server *s) {
     }
     while (s->queue) {
         Job *j = s->queue;
-        if (j->api.n_prompts * j->api.n > rollout_engine_free_slots(s->e)) break;
+        if (j->api.n_prompts * j->api.n > rollout_engine_free_slots(s->e) ||
+            api_job_kv_positions(&j->api) > rollout_engine_kv_room(s->e))
+            break;
         s->queue = j->next;
         s->n_queued--;
         ApiJob *a = &j->api;
@@ -798,6 +803,7 @@ static void *engine_main(void *arg) {
         counts_add(&s->step_batch, s->batch);
         counts_add(&s->step_rows, rollout_engine_stats(s->e)->step_rows);
         s->cached_tokens = rollout_engine_stats(s->e)->cached_tokens;
+        s->kv_promised = s->lim.kv_positions - rollout_engine_kv_room(s->e);
         s->steps++;
         publish(s);
     }
@@ -841,6 +847,21 @@ static struct MHD_Daemon *start_daemon(Server *s) {
     return d;
 }
 
+// The KV positions the running sequences may fill: --kv-cache-mb's, else every slot whole (on the CPU, where
+// memory is committed as sequences grow, at most half of what is available now); at least one --max-len sequence.
+static int64_t kv_budget(const Decoder *m, const ServeOptions *o) {
+    size_t per_token = decoder_kv_bytes_per_token(&m->cfg);
+    int64_t slots = (int64_t)o->max_batch * o->max_len, n = slots;
+    int64_t avail = mem_available(), half = avail > 0 ? avail / 2 / (int64_t)per_token : -1;
+    if (o->kv_cache_mb > 0) n = (o->kv_cache_mb << 20) / (int64_t)per_token;
+    else if (!m->be->on_device && half >= 0 && half < n) n = half;
+    if (n < o->max_len)
+        die("the KV cache holds %lld positions (%.2f GiB%s), less than one --max-len %lld sequence: lower --max-len "
+            "or raise --kv-cache-mb", (long long)n, (double)n * (double)per_token / (1 << 30),
+            o->kv_cache_mb > 0 ? "" : ", half the memory available", (long long)o->max_len);
+    return n < slots ? n : slots;
+}
+
 int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_stop_ids,
               const ServeOptions *o) {
     Server s = {.o = o, .m = m, .tok = tok};
@@ -856,6 +877,8 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
     s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
+    s.lim.kv_positions = kv_budget(m, o);
+    rollout_engine_kv_budget(s.e, s.lim.kv_positions);
     rollout_engine_prefix_cache(s.e, o->prefix_cache);
     int64_t chunk = rollout_engine_prefill_chunk(s.e, o->prefill_chunk);
     if (pthread_mutex_init(&s.mu, NULL) != 0 || pthread_mutex_init(&s.tok_mu, NULL) != 0 ||
@@ -879,8 +902,11 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     s.d = start_daemon(&s);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld, --prefill-chunk %lld, prefix "
-            "cache %s)\n", o->model_name, o->host, info ? info->port : (unsigned)o->port, o->max_batch,
-            (long long)o->max_len, (long long)chunk, o->prefix_cache ? "on" : "off");
+            "cache %s; KV cache: %lld positions, %.2f GiB, %s)\n", o->model_name, o->host,
+            info ? info->port : (unsigned)o->port, o->max_batch, (long long)o->max_len, (long long)chunk,
+            o->prefix_cache ? "on" : "off", (long long)s.lim.kv_positions,
+            (double)s.lim.kv_positions * (double)decoder_kv_bytes_per_token(&m->cfg) / (1 << 30),
+            m->be->on_device ? "held from the start" : "committed as sequences grow");
     fflush(stderr);
     int got;
     sigwait(&sig, &got);

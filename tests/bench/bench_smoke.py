@@ -343,6 +343,9 @@ def serve():
                                                           300, "--chunks", 32, 0])
     prints("serve_chunked", out, "grpo serve chunked prefill, tiny bf16, 2 streams", "quiet  --prefill-chunk 32 ",
            "quiet  --prefill-chunk 0 ", "longest wait while the prompt is prefilled", "the prompt answered in")
+    out, _ = bench("serve_kv", "serve.py", common + ["--workload", "kv", "--old", GRPO])
+    prints("serve_kv", out, "grpo serve KV memory, tiny bf16", "this grpo --max-batch 64", "--old     --max-batch 16",
+           "RssAnon at start", "committed as sequences grow")
 
 
 def parquet():

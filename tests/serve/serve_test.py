@@ -50,7 +50,7 @@ class Server:
     def __init__(self, model, *opts, env=None):
         self.p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0", *map(str, opts)],
                                   stderr=subprocess.PIPE, text=True, env=env)
-        line = self.p.stderr.readline()
+        line = self.first_line = self.p.stderr.readline()
         m = re.search(r"http://[^:]+:(\d+)", line)
         if not m:
             raise RuntimeError(f"grpo serve did not start: {line}{self.p.stderr.read()[-2000:]}")
@@ -1217,6 +1217,95 @@ def g_chunked():
           "servers exit 0", cached == [0, 592] and EXITS[n_exits:] == [0, 0], f"{cached} {EXITS[n_exits:]}")
 
 
+def proc_kib(pid, key):
+    """A process's VmRSS, VmHWM, ... from /proc, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(key + r":\s+(\d+) kB", f.read()).group(1))
+
+
+def g_kv():
+    """KV memory on demand: --max-batch 4096 x --max-len 2048 (32 GiB of keys and 32 of values) starts and holds
+    what the sequences write: the process's resident memory (/proc) rises by the keys and values of 4 prompts of
+    1,800 tokens running together and falls back once they end, also when 4 others ran before (--no-prefix-cache). --kv-cache-mb: 4 requests
+    of 400 positions in a budget of 1,024 run two at a time (grpo_kv_cache_usage_perc 800 / 1,024 at most), free
+    caches given back to admit the next, with the answers of a server without the budget; more than the budget at once is a 400, a budget under one
+    --max-len sequence an error at start."""
+    n_exits = len(EXITS)
+    per_token = 2 * 8 * 2 * 64 * 4  # SLOW: 2 (k, v) x layers x kv heads x head dim x 4 bytes
+    asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"  # an ASan build's freed heap: given back
+    with Server(SLOW, "--max-batch", 4096, "--no-prefix-cache", env=dict(os.environ, ASAN_OPTIONS=asan)) as srv:
+        first = srv.first_line
+        idle = proc_kib(srv.p.pid, "VmRSS")
+
+        def run(prompts, max_tokens):
+            def one(ids):
+                request(srv, "POST", "/v1/completions", json.dumps({"model": SLOW, "prompt": ids,
+                        "max_tokens": max_tokens, "temperature": 0}), {"Content-Type": "application/json"},
+                        timeout=300)
+            ts = [threading.Thread(target=one, args=(ids,)) for ids in prompts]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        batch = [[[97 + (i * (k + j)) % 26 for i in range(1800)] for k in range(4)] for j in (2, 6)]
+        run(batch[0], 8)  # what the forwards need besides the KV cache is committed from now on
+        before = proc_kib(srv.p.pid, "VmRSS")
+        with open(f"/proc/{srv.p.pid}/clear_refs", "w") as f:
+            f.write("5")  # VmHWM from now
+        run(batch[1], 8)
+        peak, after = proc_kib(srv.p.pid, "VmHWM"), proc_kib(srv.p.pid, "VmRSS")
+    written = 4 * 1808 * per_token // 1024
+    check("KV on demand: --max-batch 4096 x --max-len 2048 starts (the line says the KV cache is committed as "
+          "sequences grow) holding under 1 GiB", "committed as sequences grow" in first and idle < 1 << 20,
+          f"{idle} KiB; {first.strip()}")
+    check(f"KV on demand: 4 prompts of 1,800 tokens together, after 4 others: resident memory rose by at least 3/4 "
+          f"of their keys and values ({written} KiB) and fell back to within 1/8 of them after",
+          peak - before >= written * 3 // 4 and after - before <= written // 8,
+          f"before {before}, peak {peak}, after {after} KiB")
+
+    budget = 1024 * per_token >> 20  # MiB
+    bodies = [{"model": SLOW, "prompt": [97 + (i * (k + 3)) % 26 for i in range(300)], "max_tokens": 100,
+               "temperature": 0, "logprobs": 0, "return_token_ids": True} for k in range(4)]
+    got = {}
+    for name, opts in (("budget", ("--kv-cache-mb", budget)), ("none", ())):
+        with Server(SLOW, "--max-len", 512, "--max-batch", 8, *opts) as srv:
+            usage, done = [], threading.Event()
+
+            def watch():
+                while not done.wait(0.02):
+                    text = request(srv, "GET", "/metrics")[2].decode()
+                    usage.append(float(re.search(r"^grpo_kv_cache_usage_perc (\S+)", text, re.M).group(1)))
+            w = threading.Thread(target=watch)
+            w.start()
+            load = client(srv, load={"clients": 4, "bodies": bodies})["load"]["results"]
+            done.set()
+            w.join()
+            text = request(srv, "GET", "/metrics")[2].decode()
+            steps = [int(re.search(r'grpo_step_batch_size_bucket\{le="%s"\} (\d+)' % re.escape(le), text).group(1))
+                     for le in ("2", "+Inf")]
+            got[name] = ([r["response"] for r in load], steps, srv.first_line, max(usage))
+            if name == "budget":
+                over = request(srv, "POST", "/v1/completions", json.dumps(dict(bodies[0], n=3)),
+                               {"Content-Type": "application/json"})
+    same, d = same_answers(got["budget"][0], got["none"][0])
+    steps = got["budget"][1]
+    check("KV budget: --kv-cache-mb of 1,024 positions: 4 requests of 400 (prompt and max_tokens) ran at most two "
+          "at a time, with the unbudgeted server's answers (token ids, log-probs 1e-5)",
+          same and d <= TOL and steps[0] == steps[1] and got["none"][1][0] < got["none"][1][1] and
+          "KV cache: 1024 positions" in got["budget"][2] and abs(got["budget"][3] - 800 / 1024) < 1e-6,
+          f"steps <= 2 of all: {steps}, {got['none'][1]}; {d:.1e}; grpo_kv_cache_usage_perc at most {got['budget'][3]}")
+    err = json.loads(over[2]).get("error", {})
+    check("KV budget: n = 3 sequences of 400 positions, more than the budget, get a 400 naming max_tokens",
+          over[0] == 400 and err.get("param") == "max_tokens" and "1024" in err.get("message", ""), str(over)[:300])
+    p = subprocess.run([GRPO, "serve", "--model", SLOW, "--port", "0", "--max-len", "512", "--kv-cache-mb", "1"],
+                       capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    check("KV budget: --kv-cache-mb under one --max-len sequence stops at start with one line naming it",
+          p.returncode != 0 and len(lines) == 1 and lines[0].startswith("grpo: error:") and
+          "--kv-cache-mb" in lines[0], p.stderr[-300:])
+    check("KV: the servers exit 0", EXITS[n_exits:] == [0] * 3, str(EXITS[n_exits:]))
+
+
 def g_device():
     """Prefix caching and chunked prefill on the emulated CUDA device (its kernels: the cache copies, a prompt's
     rows after its cached prefix and decode rows in one forward): a prompt extending an earlier one takes 96 of its
@@ -1353,7 +1442,7 @@ def main():
               ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
               ("json", g_json), ("schema", g_schema), ("prefix", g_prefix), ("chunked", g_chunked),
-              ("device", g_device),
+              ("kv", g_kv), ("device", g_device),
               ("sigterm", g_sigterm), ("load", g_load)]
     # halfclose only when named (--only halfclose): libmicrohttpd 0.9.75 may itself drop a request whose FIN
     # comes with it (it reads the end of the stream before the request is processed), so under load it fails
