@@ -190,6 +190,10 @@ void *backend_kv_reserve(const Backend *be, size_t bytes, int *on_demand) {
     void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED)
         die("cannot reserve %zu MiB of address space for the KV cache: %s", bytes >> 20, strerror(errno));
+    // small pages: a transparent huge page would commit 2 MiB for a sequence's first position, and khugepaged
+    // could gather given-back pages into one again (EINVAL: a kernel without them)
+    if (madvise(p, bytes ? bytes : 1, MADV_NOHUGEPAGE) != 0 && errno != EINVAL)
+        die("cannot set the KV cache's pages: %s", strerror(errno));
     return p;
 }
 

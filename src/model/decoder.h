@@ -301,7 +301,8 @@ void decoder_kv_init(DecoderKV *kv, const DecoderConfig *c, int n_slots, int64_t
 // decoder_kv_free releases it.
 void decoder_kv_reserve(DecoderKV *kv, const Backend *be, const DecoderConfig *c, int n_slots, int64_t max_len);
 void decoder_kv_free(DecoderKV *kv, const Backend *be);
-// Gives back the memory of positions [from, max_len) of slot `slot` in every layer (their keys and values are lost).
+// Gives back the memory of the whole pages within positions [from, max_len) of slot `slot` in every layer (what
+// they held is lost; reads there see zeros).
 void decoder_kv_release(const Decoder *m, DecoderKV *kv, int slot, int64_t from);
 // Copies positions [0, n) of slot src into slot dst in every layer (G samples sharing a prompt).
 void decoder_kv_copy(const Decoder *m, DecoderKV *kv, int dst, int src, int64_t n);

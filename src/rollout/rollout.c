@@ -341,8 +341,9 @@ static void kv_keep(RolloutEngine *e, int s, int64_t from) {
 }
 
 // Free slots' caches given back, the least recently used first, until they fit in the budget beside what the
-// running sequences may fill.
+// running sequences may fill (on the CPU: a device's cache is held whole, nothing to give back).
 static void kv_evict(RolloutEngine *e) {
+    if (!e->kv.on_demand) return;
     int64_t over = kv_promised(e) - e->kv_budget;
     for (int s = 0; s < e->n_slots; s++)
         if (!e->seqs[s].active) over += e->kv_held[s];
@@ -444,6 +445,9 @@ int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {
         seq_seed(q, r->cfg, r->prompt, r->index);
         sample_init(&r->out[j], r->prompt->max_new_tokens, r->cfg->max_turns);
     }
+    int64_t len;
+    int src = uses_cache(e, r) ? best_source(e, r->prompt, -1, 1, &len) : -1;
+    if (src >= 0) e->kv_used[src] = ++e->clock;  // the free cache its prefill will copy from: given back last
     kv_evict(e);
     return 0;
 }

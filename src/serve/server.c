@@ -876,8 +876,8 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
                         .reasoning = o->reasoning};
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
+    s.lim.kv_positions = kv_budget(m, o);  // before the engine's reservation: a bad budget is told first
     s.e = rollout_engine_new(m, tok, o->max_batch, o->max_len, prefill, NULL);
-    s.lim.kv_positions = kv_budget(m, o);
     rollout_engine_kv_budget(s.e, s.lim.kv_positions);
     rollout_engine_prefix_cache(s.e, o->prefix_cache);
     int64_t chunk = rollout_engine_prefill_chunk(s.e, o->prefill_chunk);

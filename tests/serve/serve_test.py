@@ -1226,10 +1226,13 @@ def proc_kib(pid, key):
 def g_kv():
     """KV memory on demand: --max-batch 4096 x --max-len 2048 (32 GiB of keys and 32 of values) starts and holds
     what the sequences write: the process's resident memory (/proc) rises by the keys and values of 4 prompts of
-    1,800 tokens running together and falls back once they end, also when 4 others ran before (--no-prefix-cache). --kv-cache-mb: 4 requests
-    of 400 positions in a budget of 1,024 run two at a time (grpo_kv_cache_usage_perc 800 / 1,024 at most), free
-    caches given back to admit the next, with the answers of a server without the budget; more than the budget at once is a 400, a budget under one
-    --max-len sequence an error at start."""
+    1,800 tokens running together and falls back once they end, also when 4 others ran before
+    (--no-prefix-cache). --kv-cache-mb: 4 requests of 400 positions sharing a 128-token start, in a budget of
+    1,024, run two at a time (grpo_kv_cache_usage_perc 800 / 1,024 at most), each later one taking the start
+    from the cache; then one by one X, Y, Z and X's second turn: within the budget X's cache was given back
+    (least recently used) for Z, so the second turn is prefilled whole, where the unbudgeted server gives it 384
+    cached tokens; all with the answers of the unbudgeted server. More than the budget at once is a 400, a
+    budget under one --max-len sequence an error at start."""
     n_exits = len(EXITS)
     per_token = 2 * 8 * 2 * 64 * 4  # SLOW: 2 (k, v) x layers x kv heads x head dim x 4 bytes
     asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"  # an ASan build's freed heap: given back
@@ -1264,7 +1267,8 @@ def g_kv():
           f"before {before}, peak {peak}, after {after} KiB")
 
     budget = 1024 * per_token >> 20  # MiB
-    bodies = [{"model": SLOW, "prompt": [97 + (i * (k + 3)) % 26 for i in range(300)], "max_tokens": 100,
+    start = [97 + (i * 5) % 26 for i in range(128)]
+    bodies = [{"model": SLOW, "prompt": start + [97 + (i * (k + 3)) % 26 for i in range(172)], "max_tokens": 100,
                "temperature": 0, "logprobs": 0, "return_token_ids": True} for k in range(4)]
     got = {}
     for name, opts in (("budget", ("--kv-cache-mb", budget)), ("none", ())):
@@ -1280,10 +1284,19 @@ def g_kv():
             load = client(srv, load={"clients": 4, "bodies": bodies})["load"]["results"]
             done.set()
             w.join()
+            seq = []
+            for k in range(4):  # X, Y, Z, then X's second turn
+                first = seq[0]["choices"][0] if seq else None
+                ids = [97 + (i * (k + 7)) % 26 for i in range(300)] if k < 3 else \
+                    first["prompt_token_ids"] + first["token_ids"] + list(b" more")
+                body = dict(bodies[0], prompt=ids, max_tokens=100 if k < 3 else 50)
+                seq.append(calls(srv, {"kind": "completions", "body": body})[0]["response"])
             text = request(srv, "GET", "/metrics")[2].decode()
             steps = [int(re.search(r'grpo_step_batch_size_bucket\{le="%s"\} (\d+)' % re.escape(le), text).group(1))
                      for le in ("2", "+Inf")]
-            got[name] = ([r["response"] for r in load], steps, srv.first_line, max(usage))
+            cached = sum(r["response"]["usage"]["prompt_tokens_details"]["cached_tokens"] for r in load)
+            got[name] = ([r["response"] for r in load] + seq, steps, srv.first_line, max(usage), cached,
+                         seq[3]["usage"]["prompt_tokens_details"]["cached_tokens"])
             if name == "budget":
                 over = request(srv, "POST", "/v1/completions", json.dumps(dict(bodies[0], n=3)),
                                {"Content-Type": "application/json"})
@@ -1294,6 +1307,10 @@ def g_kv():
           same and d <= TOL and steps[0] == steps[1] and got["none"][1][0] < got["none"][1][1] and
           "KV cache: 1024 positions" in got["budget"][2] and abs(got["budget"][3] - 800 / 1024) < 1e-6,
           f"steps <= 2 of all: {steps}, {got['none'][1]}; {d:.1e}; grpo_kv_cache_usage_perc at most {got['budget'][3]}")
+    cached = (got["budget"][4], got["none"][4], got["budget"][5], got["none"][5])
+    check("KV budget: the 4 sharing a start take it from the cache (3 x 128 tokens, as unbudgeted); one by one, "
+          "X's cache was given back for Z (its second turn: 0 cached tokens; unbudgeted 384)",
+          cached == (384, 384, 0, 384), f"{cached}")
     err = json.loads(over[2]).get("error", {})
     check("KV budget: n = 3 sequences of 400 positions, more than the budget, get a 400 naming max_tokens",
           over[0] == 400 and err.get("param") == "max_tokens" and "1024" in err.get("message", ""), str(over)[:300])
