@@ -136,7 +136,8 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         if (id == cfg->stop_ids[i]) q->done = 1, out->finish = FINISH_STOP;
     if (tok && !q->done) {  // the text leaves out a final stop token, as vLLM and TRL do
         size_t len, before = out->text.len;
-        const char *b = tokenizer_id_bytes(tok, id, &len);
+        int skip = cfg->skip_special && tokenizer_id_special(tok, id);
+        const char *b = skip ? NULL : tokenizer_id_bytes(tok, id, &len);
         buf_append(&out->text, b ? b : "", b ? len : 0);
         out->text_end = (int64_t)out->text.len;
         int n_stop = out->n >= cfg->proc.min_tokens ? cfg->n_stop_strings : 0;

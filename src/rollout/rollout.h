@@ -33,6 +33,7 @@ typedef struct {
     LogitsProcessing proc;  // penalties, biases, min_tokens (a row with any: processed and sampled on the host,
                             // and logits_fn sees the processed row); min_tokens also holds off stop strings
     int include_stop_str;   // a stop string's text stays in the sample's text (text_end after it)
+    int skip_special;       // special tokens (added tokens marked so) add nothing to the text (skip_special_tokens)
     int end_at_tool_call;   // the output ends after a </tool_call> (grpo serve with tools: the client calls it)
     int json_object;        // the output is kept one JSON object, closed within max_new_tokens (json_mask.h;
                             // needs a tokenizer and stop ids; sampled on the host)

@@ -91,10 +91,6 @@ static int check_unsupported(const cJSON *root, ApiError *err) {
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(root, "guided_decoding_backend");  // vLLM's choice
     if (backend && !cJSON_IsNull(backend) && !cJSON_IsString(backend))  // of engine: grpo has one, same outputs
         return fail(err, 400, "guided_decoding_backend", xprintf("\"guided_decoding_backend\" must be a string"));
-    const cJSON *skip = cJSON_GetObjectItemCaseSensitive(root, "skip_special_tokens");
-    if (skip && !cJSON_IsNull(skip) && !cJSON_IsFalse(skip))
-        return fail(err, 400, "skip_special_tokens",
-                    xprintf("\"skip_special_tokens\" must be false: the text keeps special tokens"));
     const cJSON *parallel = cJSON_GetObjectItemCaseSensitive(root, "parallel_tool_calls");
     if (parallel && !cJSON_IsNull(parallel) && !cJSON_IsTrue(parallel))
         return fail(err, 400, "parallel_tool_calls",
@@ -379,6 +375,7 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_number(root, "frequency_penalty", -2.0, 2.0, &frequency, err) ||
         get_int(root, "min_tokens", 0, INT32_MAX, &min_tokens, err) ||
         get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
+        get_bool(root, "skip_special_tokens", &job->cfg.skip_special, err) ||
         parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err) ||
         parse_format(job, root, err))
         return -1;

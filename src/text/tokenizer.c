@@ -482,6 +482,12 @@ const char *tokenizer_id_bytes(const Tokenizer *t, int32_t id, size_t *len) {
     return t->id_bytes[id];
 }
 
+int tokenizer_id_special(const Tokenizer *t, int32_t id) {
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].id == id) return t->added[i].special;
+    return 0;
+}
+
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index) {
     Buf raw = {0};
     for (size_t i = 0; i < n; i++) {

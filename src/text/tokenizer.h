@@ -60,6 +60,8 @@ void idlist_push(IdList *l, int32_t id);
 int tokenizer_encode(Tokenizer *t, const char *text, size_t n, IdList *out, size_t *bad_offset);
 // Raw bytes of one id (NULL when the id is outside the vocabulary).
 const char *tokenizer_id_bytes(const Tokenizer *t, int32_t id, size_t *len);
+// Whether id is an added token marked "special" (what skip_special_tokens leaves out of a text).
+int tokenizer_id_special(const Tokenizer *t, int32_t id);
 // Appends the text of ids; invalid UTF-8 from partial tokens becomes U+FFFD (as HF decodes).
 // Returns -1 at the first id outside the vocabulary (*bad_index), else 0.
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index);

@@ -430,7 +430,7 @@ def g_errors():
                ({"prompt": "x", "stop": [""]}, 400, "stop"),
                ({"prompt": "x", "frequency_penallty": 0.5}, 400, "frequency_penallty"),
                ({"prompt": "x", "response_format": {"type": "json_schema"}}, 400, "response_format"),
-               ({"prompt": "x", "skip_special_tokens": True}, 400, "skip_special_tokens"),
+               ({"prompt": "x", "skip_special_tokens": "yes"}, 400, "skip_special_tokens"),
                ({"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias"),
                ({"prompt": "x", "stop_token_ids": [260]}, 400, "stop_token_ids"),
                ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, 400, "min_tokens"),
@@ -894,6 +894,29 @@ def g_processors():
             worst[min_p] = min(ratios)
         check("processors: min_p 0.3 keeps every sampled token at >= 0.3 x the best one's probability (without it, "
               "some fall below)", worst[0.3] >= 0.3 - 1e-4 and worst[0.0] < 0.3, str(worst))
+        skip_special(srv)
+
+
+def skip_special(srv):
+    """skip_special_tokens: the same sampled ids (<|im_start|>, a special token, favoured; bytes >= 128 banned so
+    that the text is plain), their text as the JS tokenizer (npm) decodes them, with and without
+    skip_special_tokens; streamed, the deltas add up to it."""
+    bias = dict({str(i): -100 for i in range(128, 256)}, **{"257": 4})
+    body = {"model": RAND, "prompt": "x", "max_tokens": 40, "temperature": 1.0, "seed": 3, "logit_bias": bias,
+            "return_token_ids": True}
+    got = [calls(srv, {"kind": "completions", "body": dict(body, skip_special_tokens=skip)})[0]["response"]
+           ["choices"][0] for skip in (False, True)]
+    ids = got[0]["token_ids"]
+    inp = "".join(json.dumps({"ids": ids, "skip": skip}) + "\n" for skip in (False, True))
+    p = subprocess.run(["node", os.path.join(HERE, "..", "text", "js_tok.mjs"), "decode"], input=inp,
+                       capture_output=True, text=True, env=dict(os.environ, JS_TOK_DIR=RAND), timeout=60)
+    want = [json.loads(line)["text"] for line in p.stdout.splitlines()] if p.returncode == 0 else [p.stderr[-300:]]
+    streamed = stream_text(request(srv, "POST", "/v1/completions", json.dumps(dict(
+        body, skip_special_tokens=True, stream=True)), {"Content-Type": "application/json"})[2])[0]
+    check("skip_special_tokens: the same ids (<|im_start|> among them); the text is the JS tokenizer's decode "
+          "of them with and without skip_special_tokens; streamed, the deltas add up to it",
+          got[1]["token_ids"] == ids and 257 in ids and [g["text"] for g in got] == want and
+          "<|im_start|>" in want[0] and streamed == want[1], f"{[g['text'] for g in got]} vs {want}; {streamed!r}")
 
 
 def read_halfclosed(srv, body):

