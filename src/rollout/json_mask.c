@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -405,22 +406,44 @@ uint8_t *json_plain_tokens(const Tokenizer *tok, int64_t V) {
     return plain;
 }
 
+// Masks every token but the stop ids (the output is complete); returns how many are left.
+static int64_t only_stops(const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+    int64_t allowed = 0;
+    for (int64_t id = 0; id < V; id++) {
+        int stop = 0;
+        for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
+        if (stop)
+            allowed++;
+        else
+            logits[id] = -INFINITY;
+    }
+    return allowed;
+}
+
+// Of the `allowed` tokens json_mask left while the object is unfinished, masks the special ones (not text) and
+// the stop ids (they would end it too soon); should none be left, the stop ids come back (the output ends, no NaN
+// draw; cannot be with the byte tokens of a byte-level vocabulary).
+static int64_t unfinished(const Tokenizer *tok, const int32_t *stop_ids, int n_stop, float *logits, int64_t V,
+                          int64_t allowed) {
+    for (int i = 0; i < tok->n_added + n_stop; i++) {
+        int32_t id = i < tok->n_added ? tok->added[i].id : stop_ids[i - tok->n_added];
+        int special = i >= tok->n_added || tok->added[i].special;
+        if (special && id >= 0 && id < V && logits[id] != -INFINITY) {
+            logits[id] = -INFINITY;
+            allowed--;
+        }
+    }
+    for (int i = 0; allowed == 0 && i < n_stop; i++)
+        if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
+    return allowed;
+}
+
 int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, const char *text, size_t n,
                   int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
     Json at = {.s = schema, .mode = J_START};
     if (!json_feed(&at, text, n)) return 0;
+    if (at.mode == J_DONE) return only_stops(stop_ids, n_stop, logits, V);
     int64_t allowed = 0;
-    if (at.mode == J_DONE) {  // only the stop ids
-        for (int64_t id = 0; id < V; id++) {
-            int stop = 0;
-            for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
-            if (stop)
-                allowed++;
-            else
-                logits[id] = -INFINITY;
-        }
-        return allowed;
-    }
     uint8_t first[256];  // whether a token may start with the byte (most tokens are out at their first)
     int string = plain && at.mode == J_STRING && at.need == 0;  // a plain token leaves the state as it is
     int plain_fits = string && 1 + json_cost(&at) + 1 <= tokens_left;
@@ -446,16 +469,37 @@ int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t 
         }
         logits[id] = -INFINITY;
     }
-    for (int i = 0; i < tok->n_added + n_stop; i++) {  // special tokens are not text; a stop id ends it too soon
-        int32_t id = i < tok->n_added ? tok->added[i].id : stop_ids[i - tok->n_added];
-        int special = i >= tok->n_added || tok->added[i].special;
-        if (special && id >= 0 && id < V && logits[id] != -INFINITY) {
-            logits[id] = -INFINITY;
-            allowed--;
-        }
+    return unfinished(tok, stop_ids, n_stop, logits, V, allowed);
+}
+
+int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choices, const char *text, size_t n,
+                    int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+    int *live = xmalloc((size_t)n_choices * sizeof *live);  // the choices text is a prefix of
+    int n_live = 0, whole = 0;
+    for (int c = 0; c < n_choices; c++) {
+        size_t len = strlen(choices[c]);
+        if (len < n || memcmp(choices[c], text, n) != 0) continue;
+        live[n_live++] = c;
+        whole |= len == n;
     }
-    for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it (cannot be with the byte tokens of a
-        if (stop_ids[i] >= 0 && stop_ids[i] < V)      // byte-level vocabulary): the output ends, no NaN draw
-            logits[stop_ids[i]] = 0.0f;
+    int64_t allowed = 0;
+    for (int64_t id = 0; id < V; id++) {
+        int stop = 0, fits = 0;
+        for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
+        size_t len = 0;
+        const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
+        for (int k = 0; b && len && !fits && k < n_live; k++) {
+            const char *c = choices[live[k]];
+            size_t rest = strlen(c) - n;  // the token, the bytes after it (a token each at worst), a stop
+            fits = rest >= len && memcmp(c + n, b, len) == 0 && 1 + (int64_t)(rest - len) + 1 <= tokens_left;
+        }
+        if (stop ? whole : fits && !tokenizer_id_special(tok, (int32_t)id))  // a stop once it is a choice
+            allowed++;
+        else
+            logits[id] = -INFINITY;
+    }
+    free(live);
+    for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it: the output ends, no NaN draw
+        if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
     return allowed;
 }

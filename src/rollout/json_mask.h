@@ -24,3 +24,10 @@ int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t 
 // string as it found it (whole UTF-8 characters, escapes, no closing quote), so that json_mask gives all of them
 // one verdict there instead of running each.
 uint8_t *json_plain_tokens(const Tokenizer *tok, int64_t V);
+
+// guided_choice (vLLM's): the output is one of n_choices strings, then a stop token. Sets logits[id] = -inf for
+// every token whose bytes do not continue text[0, n) within one of the choices with room to finish it (a byte a
+// token at worst) and a stop id in tokens_left - 1 more tokens; special tokens never continue it, and the stop ids
+// are allowed once text is a choice. Returns the tokens allowed (none: the stop ids are left at logit 0).
+int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choices, const char *text, size_t n,
+                    int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V);

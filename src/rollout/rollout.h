@@ -38,6 +38,8 @@ typedef struct {
     int json_object;        // the output is kept one JSON object, closed within max_new_tokens (json_mask.h;
                             // needs a tokenizer and stop ids; sampled on the host)
     const JsonSchema *json_schema;  // the object's schema (with json_object; {"type": "object"}: any)
+    const char *const *choices;     // guided_choice: the output is one of these, then a stop id (choice_mask; needs
+    int n_choices;                  // a tokenizer and stop ids; sampled on the host)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

@@ -12,6 +12,7 @@
 #include "text/utf8.h"
 
 #define API_STOP_MAX 16
+#define API_CHOICE_MAX 1024  // guided_choice's strings at most
 
 // ---------------------------------------------------------------------------------------------
 // parsing
@@ -80,13 +81,13 @@ static int check_known(const cJSON *root, int chat, ApiError *err) {
 
 // Fields OpenAI or vLLM have and grpo does not do: refused unless they ask for nothing.
 static int check_unsupported(const cJSON *root, ApiError *err) {
-    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_grammar"};
+    static const char *const guided[] = {"guided_regex", "guided_grammar"};
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, guided[i]);
         if (e && !cJSON_IsNull(e))
             return fail(err, 400, guided[i],
-                        xprintf("\"%s\" is not supported (response_format json_object and json_schema, and "
-                                "guided_json, are)", guided[i]));
+                        xprintf("\"%s\" is not supported (response_format json_object and json_schema, "
+                                "guided_json and guided_choice are)", guided[i]));
     }
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(root, "guided_decoding_backend");  // vLLM's choice
     if (backend && !cJSON_IsNull(backend) && !cJSON_IsString(backend))  // of engine: grpo has one, same outputs
@@ -159,7 +160,13 @@ static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokeniz
 }
 
 // The structured-output mode asked for, as errors name it.
-static const char *json_mode(const ApiJob *job) { return job->json_any ? "json_object" : "json_schema"; }
+static const char *json_mode(const ApiJob *job) {
+    return job->cfg.n_choices ? "guided_choice" : job->json_any ? "json_object" : "json_schema";
+}
+
+// Whether the output is constrained (JSON mode, a schema or guided_choice): sampled through a mask, ended by a
+// stop id.
+static int constrained(const ApiJob *job) { return job->cfg.json_object || job->cfg.n_choices; }
 
 static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, const ApiLimits *lim,
                           int generation, ApiError *err) {
@@ -182,7 +189,7 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     int none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
     job->tools = cJSON_GetArraySize(tools) > 0 && !none;
     job->cfg.end_at_tool_call = job->tools;  // the client runs the tool: the model's turn ends with its call
-    if (job->tools && job->cfg.json_object)  // a </tool_call> inside a string would end the object
+    if (job->tools && constrained(job))  // a </tool_call> inside a string would end the output
         return fail(err, 400, job->json_field, xprintf("%s cannot be used with tools", json_mode(job)));
     job->reasoning = lim->reasoning;
     int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
@@ -190,26 +197,49 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     return rc;
 }
 
-static int parse_stop(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
-    if (!stop || cJSON_IsNull(stop)) return 0;
-    int n = cJSON_IsString(stop) ? 1 : cJSON_GetArraySize(stop);
-    if (!cJSON_IsString(stop) && !cJSON_IsArray(stop))
-        return fail(err, 400, "stop", xprintf("\"stop\" must be a string or a list of strings"));
-    if (n > API_STOP_MAX)
-        return fail(err, 400, "stop", xprintf("\"stop\" holds at most %d strings", API_STOP_MAX));
-    job->stop = xcalloc((size_t)(n ? n : 1), sizeof *job->stop);
-    const cJSON *e = cJSON_IsString(stop) ? stop : stop->child;
-    for (int i = 0; i < n; i++, e = e->next) {
+// Field `field` of root, a list of at most `most` non-empty strings without U+0000 (or one string, with `one`),
+// into *out (malloc'd copies, *n of them; as many as were read on an error). Absent or null: none.
+static int string_list(const cJSON *root, const char *field, uint32_t nul, int most, int one, char ***out, int *n,
+                       ApiError *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!v || cJSON_IsNull(v)) return 0;
+    int single = one && cJSON_IsString(v), count = single ? 1 : cJSON_GetArraySize(v);
+    if (!single && !cJSON_IsArray(v))
+        return fail(err, 400, field,
+                    xprintf("\"%s\" must be %sa list of strings", field, one ? "a string or " : ""));
+    if (count > most) return fail(err, 400, field, xprintf("\"%s\" holds at most %d strings", field, most));
+    *out = xcalloc((size_t)(count ? count : 1), sizeof **out);
+    const cJSON *e = single ? v : v->child;
+    for (int i = 0; i < count; i++, e = e->next) {
         size_t len;
-        if (!cJSON_IsString(e)) return fail(err, 400, "stop", xprintf("\"stop\"[%d] must be a string", i));
-        job->stop[i] = json_string_bytes(e, nul, &len);
-        job->cfg.n_stop_strings = i + 1;
-        if (len == 0 || strlen(job->stop[i]) != len)
-            return fail(err, 400, "stop",
-                        xprintf("\"stop\"[%d] must be a non-empty string without U+0000", i));
+        if (!cJSON_IsString(e)) return fail(err, 400, field, xprintf("\"%s\"[%d] must be a string", field, i));
+        (*out)[i] = json_string_bytes(e, nul, &len);
+        *n = i + 1;
+        if (len == 0 || strlen((*out)[i]) != len)
+            return fail(err, 400, field,
+                        xprintf("\"%s\"[%d] must be a non-empty string without U+0000", field, i));
     }
+    return 0;
+}
+
+static int parse_stop(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
+    int rc = string_list(root, "stop", nul, API_STOP_MAX, 1, &job->stop, &job->cfg.n_stop_strings, err);
     job->cfg.stop_strings = (const char *const *)job->stop;
+    return rc;
+}
+
+// vLLM's "guided_choice": the output is one of these strings (choice_mask).
+static int parse_choice(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
+    if (string_list(root, "guided_choice", nul, API_CHOICE_MAX, 0, &job->choice, &job->cfg.n_choices, err))
+        return -1;
+    job->cfg.choices = (const char *const *)job->choice;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "guided_choice");
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (job->cfg.n_choices == 0)
+        return fail(err, 400, "guided_choice", xprintf("\"guided_choice\" must hold at least one string"));
+    if (job->cfg.json_object)
+        return fail(err, 400, "guided_choice", xprintf("\"guided_choice\" and %s both given", job->json_field));
+    job->json_field = "guided_choice";
     return 0;
 }
 
@@ -377,16 +407,16 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
         get_bool(root, "skip_special_tokens", &job->cfg.skip_special, err) ||
         parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err) ||
-        parse_format(job, root, err))
+        parse_format(job, root, err) || parse_choice(job, root, nul, err))
         return -1;
-    if (job->cfg.json_object && min_tokens > 0)  // it would mask the stop ids a complete object needs
+    if (constrained(job) && min_tokens > 0)  // it would mask the stop ids a complete output needs
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with %s", json_mode(job)));
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "stop_token_ids");  // text tokens: masked inside
-    if (job->cfg.json_object && (job->cfg.n_stop_strings || cJSON_GetArraySize(ids) > 0))  // or cut the object
+    if (constrained(job) && (job->cfg.n_stop_strings || cJSON_GetArraySize(ids) > 0))  // or cut the output
         return fail(err, 400, job->cfg.n_stop_strings ? "stop" : "stop_token_ids",
                     xprintf("%s ends at the model's stop token: \"stop\" and \"stop_token_ids\" would "
-                            "cut the object", json_mode(job)));
-    if (job->cfg.json_object && job->cfg.n_stop_ids == 0)
+                            "cut the output", json_mode(job)));
+    if (constrained(job) && job->cfg.n_stop_ids == 0)
         return fail(err, 400, job->json_field,
                     xprintf("%s ends the output with a stop token id: none is left (ignore_eos, or a model "
                             "without eos)", json_mode(job)));
@@ -443,7 +473,7 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
         goto out;
     }
     if (check_known(root, chat, err) || parse_fields(job, root, nul, lim, vocab, err)) goto out;
-    if (job->cfg.json_object && !tok) {
+    if (constrained(job) && !tok) {
         fail(err, 400, job->json_field,
              xprintf("%s needs the model's tokenizer: this server has none", json_mode(job)));
         goto out;
@@ -470,10 +500,14 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
         }
         if (job->max_tokens < 0) job->max_tokens = room > 0 ? (int)(room < INT32_MAX ? room : INT32_MAX) : 1;
         int64_t least = job->schema ? 1 + json_schema_least(job->schema) : 0;  // and a stop token
-        if (job->cfg.json_object && job->max_tokens < least) {
+        for (int c = 0; c < job->cfg.n_choices; c++) {
+            int64_t bytes = 1 + (int64_t)strlen(job->choice[c]);  // a token a byte at worst
+            if (c == 0 || bytes < least) least = bytes;
+        }
+        if (constrained(job) && job->max_tokens < least) {
             fail(err, 400, "max_tokens",
-                 xprintf("%s needs max_tokens >= %lld (its shortest object and a stop token)", json_mode(job),
-                         (long long)least));
+                 xprintf("%s needs max_tokens >= %lld (its shortest answer, a token a byte, and a stop token)",
+                         json_mode(job), (long long)least));
             goto out;
         }
         if (len + (job->max_tokens > 0 ? job->max_tokens : 1) > lim->max_len) {
@@ -538,6 +572,8 @@ void api_job_free(ApiJob *job) {
     free(job->samples);
     for (int i = 0; i < job->cfg.n_stop_strings; i++) free(job->stop[i]);
     free(job->stop);
+    for (int i = 0; i < job->cfg.n_choices; i++) free(job->choice[i]);
+    free(job->choice);
     free(job->stop_ids);
     json_schema_free(job->schema);
     free(job->bias_ids);

@@ -39,6 +39,7 @@ typedef struct {
     int max_tokens;     // as asked (0: none generated; the engine still samples one, which is dropped)
     RolloutConfig cfg;  // sampler, logits processing, seed, stops
     char **stop;
+    char **choice;      // guided_choice's strings (cfg.choices)
     int32_t *stop_ids;  // the model's stop ids (but with ignore_eos) and the request's stop_token_ids
     int32_t *bias_ids;  // logit_bias
     float *bias;

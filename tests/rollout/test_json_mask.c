@@ -1,7 +1,8 @@
 // JSON mode's mask (src/rollout/json_mask.c) over the real Qwen vocabulary: random walks through JSON mode and a
 // schema, each step's mask made with json_plain_tokens' shortcut and without it must be the same, bit for bit;
-// each walk ends in a complete object within its budget that cJSON (not ours) parses, and that the schema accepts. usage: test_json_mask
-// TOKENIZER_JSON
+// each walk ends in a complete object within its budget that cJSON (not ours) parses, and that the schema accepts;
+// and guided_choice's mask (choice_mask): walks over the same vocabulary end in one of the choices, the stop id
+// allowed exactly when the text is one. usage: test_json_mask TOKENIZER_JSON
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,41 @@ static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *
     free(allowed);
 }
 
+// One guided_choice walk: tokens drawn among the allowed ones until the stop id is drawn (or only it is left).
+static void choice_walk(const Tokenizer *tok, const char *const *choices, int n, int64_t budget, Rng *rng) {
+    int64_t V = tok->n_ids;
+    int32_t stop = tokenizer_token_id(tok, "<|endoftext|>");
+    float *a = xmalloc((size_t)V * sizeof *a);
+    int64_t *allowed = xmalloc((size_t)V * sizeof *allowed);
+    Buf text = {0};
+    int is_choice = 0, tokens = 0;
+    for (int64_t left = budget; left > 0; left--) {
+        memset(a, 0, (size_t)V * sizeof *a);
+        const char *t = text.data ? text.data : "";
+        int64_t k = choice_mask(tok, choices, n, t, text.len, left, &stop, 1, a, V);
+        is_choice = 0;
+        for (int c = 0; c < n; c++) is_choice |= strlen(choices[c]) == text.len && !memcmp(choices[c], t, text.len);
+        int64_t m = 0;
+        for (int64_t id = 0; id < V; id++)
+            if (a[id] == 0.0f) allowed[m++] = id;
+        check(k == m && m > 0 && (a[stop] == 0.0f) == is_choice, "the stop id is allowed exactly at a choice", t);
+        if (m == 0) break;
+        int64_t id = allowed[rng_next_u64(rng) % (uint64_t)m];
+        if (id == stop) break;
+        size_t len;
+        const char *bytes = tokenizer_id_bytes(tok, (int32_t)id, &len);
+        buf_append(&text, bytes, len);
+        tokens++;
+    }
+    check(is_choice && tokens < budget, "a guided_choice walk ends in a choice within its budget",
+          text.data ? text.data : "");
+    printf("guided_choice, budget %lld: %.*s (%d tokens)\n", (long long)budget, (int)text.len,
+           text.data ? text.data : "", tokens);
+    free(text.data);
+    free(a);
+    free(allowed);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) die("usage: test_json_mask TOKENIZER_JSON");
     Tokenizer tok;
@@ -106,6 +142,8 @@ int main(int argc, char **argv) {
         json_schema_free(schema);
         cJSON_Delete(s);
     }
+    static const char *const choices[] = {"yes", "yes sir", "no", "n\xc3\xa9gatif", "maybe so", " 42"};
+    for (int i = 0; i < 12; i++) choice_walk(&tok, choices, 6, i < 6 ? 9 : 16, &rng);
     free(plain);
     tokenizer_free(&tok);
     printf("%s\n", failures ? "FAILED" : "ok");

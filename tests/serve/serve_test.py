@@ -786,6 +786,58 @@ def g_schema():
               str(more))
 
 
+def g_choice():
+    """vLLM's guided_choice on a random-weight model: 64 answers at temperature 1.5 (completions and chat, n = 8,
+    budgets from the shortest choice's to 40 tokens) are each one of the choices (two of them prefixes of longer
+    ones, one UTF-8), end with "stop", and take 3 of the 6 at least, while the same requests unconstrained give
+    none; the text is the JS tokenizer's decode of the answer's ids; streamed, the deltas add up to it; malformed
+    lists and conflicting fields are a 400 naming the field."""
+    choices = ["yes", "yes sir", "no", "n\u00e9gatif", "maybe so", "no way"]
+    with Server(RAND, "--max-batch", 16) as srv:
+        reqs = []
+        for i, max_tokens in enumerate((3, 8, 12, 40)):
+            b = {"model": RAND, "n": 8, "max_tokens": max_tokens, "temperature": 1.5, "seed": i,
+                 "return_token_ids": True}
+            reqs.append({"kind": "completions", "body": dict(b, prompt=PROMPTS[i % 4])})
+            reqs.append({"kind": "chat", "body": dict(b, messages=[{"role": "user", "content": "pick"}])})
+        got = {}
+        for mode in ("text", "choice"):
+            res = calls(srv, *({"kind": r["kind"], "body": dict(r["body"], **(
+                {"guided_choice": choices} if mode == "choice" else {}))} for r in reqs))
+            got[mode] = [c for r in res if r["ok"] for c in r["response"]["choices"]]
+        texts = [c["text"] if "text" in c else c["message"]["content"] for c in got["choice"]]
+        inp = "".join(json.dumps({"ids": c["token_ids"][:-1]}) + "\n" for c in got["choice"])  # but the stop id
+        p = subprocess.run(["node", os.path.join(HERE, "..", "text", "js_tok.mjs"), "decode"], input=inp,
+                           capture_output=True, text=True, env=dict(os.environ, JS_TOK_DIR=RAND), timeout=60)
+        js = [json.loads(line)["text"] for line in p.stdout.splitlines()] if p.returncode == 0 else [p.stderr[-300:]]
+        plain = [c["text"] if "text" in c else c["message"]["content"] for c in got["text"]]
+        check(f"guided_choice: all {len(texts)} answers (budgets 3 to 40, chat and completions) are choices, taking "
+              f"{len(set(texts))} of 6, and end with \"stop\"; unconstrained, {sum(t in choices for t in plain)} of "
+              f"{len(plain)} are",
+              len(texts) == 64 and all(t in choices for t in texts) and len(set(texts)) >= 3 and
+              all(c["finish_reason"] == "stop" for c in got["choice"]) and not any(t in choices for t in plain),
+              str(collections.Counter(texts)))
+        check("guided_choice: each answer's text is the JS tokenizer's decode of its ids (the stop id left out)",
+              js == texts, f"{js[:4]} vs {texts[:4]}")
+        body = {"model": RAND, "prompt": "x", "max_tokens": 12, "temperature": 1.5, "seed": 9,
+                "guided_choice": choices}
+        whole, stream = calls(srv, {"kind": "completions", "body": body}, {"kind": "completions_stream", "body": body})
+        text = "".join(c["choices"][0]["text"] for c in stream["chunks"] if c["choices"])
+        check("guided_choice: streamed, the deltas add up to the whole answer, a choice",
+              text == whole["response"]["choices"][0]["text"] and text in choices, f"{text!r}")
+        bad = [({"guided_choice": []}, "guided_choice"), ({"guided_choice": "yes"}, "guided_choice"),
+               ({"guided_choice": ["a", 1]}, "guided_choice"), ({"guided_choice": [""]}, "guided_choice"),
+               ({"guided_choice": ["yes"], "response_format": {"type": "json_object"}}, "guided_choice"),
+               ({"guided_choice": ["yes"], "stop": ["e"]}, "stop"),
+               ({"guided_choice": ["yes", "no"], "max_tokens": 2}, "max_tokens"),
+               ({"guided_choice": ["yes"], "min_tokens": 1}, "min_tokens")]
+        answers = [request(srv, "POST", "/v1/completions", json.dumps(dict(body, **b)).encode()) for b, _ in bad]
+        params = [json.loads(a[2])["error"]["param"] if a[0] == 400 else a[0] for a in answers]
+        check("guided_choice: an empty list, a string, a non-string, an empty choice, beside response_format, with "
+              "stop, a budget under the shortest choice and min_tokens are each a 400 naming the field",
+              params == [f for _, f in bad], str(params))
+
+
 def g_endpoints():
     """vLLM's /tokenize and /detokenize, and the client's models.retrieve: a text's ids are `grpo tokenize`'s, a
     chat's the prompt_token_ids its completion reports, /detokenize gives the text back; another model id 404s."""
@@ -1481,7 +1533,7 @@ def main():
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
               ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
-              ("json", g_json), ("schema", g_schema), ("prefix", g_prefix), ("chunked", g_chunked),
+              ("json", g_json), ("schema", g_schema), ("choice", g_choice), ("prefix", g_prefix), ("chunked", g_chunked),
               ("kv", g_kv), ("device", g_device),
               ("sigterm", g_sigterm), ("load", g_load)]
     # halfclose only when named (--only halfclose): libmicrohttpd 0.9.75 may itself drop a request whose FIN
