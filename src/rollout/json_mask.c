@@ -474,13 +474,18 @@ int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t 
 
 int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choices, const char *text, size_t n,
                     int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
-    int *live = xmalloc((size_t)n_choices * sizeof *live);  // the choices text is a prefix of
+    const char **live = xmalloc((size_t)n_choices * sizeof *live);  // what the choices text begins go on with
+    size_t *rest = xmalloc((size_t)n_choices * sizeof *rest);        // and its bytes
+    uint8_t next[256] = {0};  // the bytes they go on with (a token starting with another is out at once)
     int n_live = 0, whole = 0;
     for (int c = 0; c < n_choices; c++) {
         size_t len = strlen(choices[c]);
         if (len < n || memcmp(choices[c], text, n) != 0) continue;
-        live[n_live++] = c;
         whole |= len == n;
+        if (len == n) continue;
+        live[n_live] = choices[c] + n;
+        rest[n_live++] = len - n;
+        next[(unsigned char)choices[c][n]] = 1;
     }
     int64_t allowed = 0;
     for (int64_t id = 0; id < V; id++) {
@@ -488,17 +493,17 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
         for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
         size_t len = 0;
         const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
-        for (int k = 0; b && len && !fits && k < n_live; k++) {
-            const char *c = choices[live[k]];
-            size_t rest = strlen(c) - n;  // the token, the bytes after it (a token each at worst), a stop
-            fits = rest >= len && memcmp(c + n, b, len) == 0 && 1 + (int64_t)(rest - len) + 1 <= tokens_left;
-        }
+        if (!b || !len || !next[(unsigned char)b[0]]) b = NULL;
+        for (int k = 0; b && !fits && k < n_live; k++)  // the token, the bytes after it (a token each at worst),
+            fits = live[k][0] == b[0] && rest[k] >= len && memcmp(live[k], b, len) == 0 &&  // and a stop
+                   1 + (int64_t)(rest[k] - len) + 1 <= tokens_left;
         if (stop ? whole : fits && !tokenizer_id_special(tok, (int32_t)id))  // a stop once it is a choice
             allowed++;
         else
             logits[id] = -INFINITY;
     }
     free(live);
+    free(rest);
     for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it: the output ends, no NaN draw
         if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
     return allowed;

@@ -12,7 +12,8 @@
 #include "text/utf8.h"
 
 #define API_STOP_MAX 16
-#define API_CHOICE_MAX 1024  // guided_choice's strings at most
+#define API_CHOICE_MAX 256            // guided_choice's strings at most
+#define API_CHOICE_BYTES (64 << 10)  // and their bytes (the mask reads them for each token of the vocabulary)
 
 // ---------------------------------------------------------------------------------------------
 // parsing
@@ -235,10 +236,15 @@ static int parse_choice(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *
     job->cfg.choices = (const char *const *)job->choice;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "guided_choice");
     if (!v || cJSON_IsNull(v)) return 0;
-    if (job->cfg.n_choices == 0)
-        return fail(err, 400, "guided_choice", xprintf("\"guided_choice\" must hold at least one string"));
+    size_t bytes = 0;
+    for (int i = 0; i < job->cfg.n_choices; i++) bytes += strlen(job->choice[i]);
+    if (job->cfg.n_choices == 0 || bytes > API_CHOICE_BYTES)
+        return fail(err, 400, "guided_choice",
+                    xprintf("\"guided_choice\" must hold at least one string, %d bytes at most in all",
+                            API_CHOICE_BYTES));
     if (job->cfg.json_object)
-        return fail(err, 400, "guided_choice", xprintf("\"guided_choice\" and %s both given", job->json_field));
+        return fail(err, 400, "guided_choice",
+                    xprintf("\"guided_choice\" and \"%s\" both given", job->json_field));
     job->json_field = "guided_choice";
     return 0;
 }
@@ -700,14 +706,18 @@ static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int 
     fputc('}', f);
 }
 
-// The bytes tokens ids[0..n) decode to (0 without a tokenizer).
-static size_t token_bytes(const Tokenizer *tok, const int32_t *ids, int64_t n) {
+// The bytes token id adds to a text (0 without a tokenizer; none for a special token with skip:
+// skip_special_tokens).
+static size_t text_bytes(const Tokenizer *tok, int32_t id, int skip) {
+    size_t len = 0;
+    if (tok && !(skip && tokenizer_id_special(tok, id))) tokenizer_id_bytes(tok, id, &len);
+    return len;
+}
+
+// The bytes tokens ids[0..n) add to a text (text_bytes).
+static size_t token_bytes(const Tokenizer *tok, const int32_t *ids, int64_t n, int skip) {
     size_t total = 0;
-    for (int64_t i = 0; tok && i < n; i++) {
-        size_t len = 0;
-        tokenizer_id_bytes(tok, ids[i], &len);
-        total += len;
-    }
+    for (int64_t i = 0; i < n; i++) total += text_bytes(tok, ids[i], skip);
     return total;
 }
 
@@ -720,8 +730,8 @@ static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenize
     int np = with_prompt ? (int)ids->n : 0, k = job->logprobs;
     size_t offset = 0;
     if (!with_prompt) {
-        offset = token_bytes(tok, c->s->tokens, from);
-        if (job->echo) offset += token_bytes(tok, ids->ids, (int64_t)ids->n);
+        offset = token_bytes(tok, c->s->tokens, from, job->cfg.skip_special);
+        if (job->echo) offset += token_bytes(tok, ids->ids, (int64_t)ids->n, 0);
     }
     fputs("{\"tokens\": [", f);
     for (int i = 0; i < np + to - from; i++) {
@@ -748,11 +758,9 @@ static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenize
     }
     fputs("], \"text_offset\": [", f);
     for (int i = 0; i < np + to - from; i++) {
-        size_t len = 0;
         int32_t id = i < np ? ids->ids[i] : c->s->tokens[from + i - np];
-        if (tok) tokenizer_id_bytes(tok, id, &len);
         fprintf(f, i ? ", %zu" : "%zu", offset);
-        offset += len;
+        offset += text_bytes(tok, id, i >= np && job->cfg.skip_special);
     }
     fputs("]}", f);
 }

@@ -79,6 +79,9 @@ static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *
     free(allowed);
 }
 
+// A token's logit before the mask: a different finite value for each of its neighbours.
+static float logit(int64_t id) { return (float)(id % 97) * 0.01f - 0.5f; }
+
 // One guided_choice walk: tokens drawn among the allowed ones until the stop id is drawn (or only it is left).
 static void choice_walk(const Tokenizer *tok, const char *const *choices, int n, int64_t budget, Rng *rng) {
     int64_t V = tok->n_ids;
@@ -88,15 +91,16 @@ static void choice_walk(const Tokenizer *tok, const char *const *choices, int n,
     Buf text = {0};
     int is_choice = 0, tokens = 0;
     for (int64_t left = budget; left > 0; left--) {
-        memset(a, 0, (size_t)V * sizeof *a);
+        for (int64_t id = 0; id < V; id++) a[id] = logit(id);
         const char *t = text.data ? text.data : "";
         int64_t k = choice_mask(tok, choices, n, t, text.len, left, &stop, 1, a, V);
         is_choice = 0;
         for (int c = 0; c < n; c++) is_choice |= strlen(choices[c]) == text.len && !memcmp(choices[c], t, text.len);
-        int64_t m = 0;
+        int64_t m = 0, kept = 1;
         for (int64_t id = 0; id < V; id++)
-            if (a[id] == 0.0f) allowed[m++] = id;
-        check(k == m && m > 0 && (a[stop] == 0.0f) == is_choice, "the stop id is allowed exactly at a choice", t);
+            if (a[id] != -INFINITY) allowed[m++] = id, kept &= a[id] == logit(id);
+        check(k == m && m > 0 && kept, "the allowed tokens keep their logits", t);
+        check((a[stop] != -INFINITY) == is_choice, "the stop id is allowed exactly at a choice", t);
         if (m == 0) break;
         int64_t id = allowed[rng_next_u64(rng) % (uint64_t)m];
         if (id == stop) break;

@@ -950,12 +950,13 @@ def g_processors():
 
 
 def skip_special(srv):
-    """skip_special_tokens: the same sampled ids (<|im_start|>, a special token, favoured; bytes >= 128 banned so
-    that the text is plain), their text as the JS tokenizer (npm) decodes them, with and without
-    skip_special_tokens; streamed, the deltas add up to it."""
-    bias = dict({str(i): -100 for i in range(128, 256)}, **{"257": 4})
+    """skip_special_tokens: the same sampled ids (<|im_start|>, a special token, favoured; bytes >= 128, the stop
+    id and the ids past the tokenizer's banned, so that the text is plain), their text as the JS tokenizer (npm)
+    decodes them, with and without skip_special_tokens; each token's text_offset counts no bytes for a skipped
+    one; streamed, the deltas add up to it."""
+    bias = dict({str(i): -100 for i in [*range(128, 256), 258, 259]}, **{"257": 4})
     body = {"model": RAND, "prompt": "x", "max_tokens": 40, "temperature": 1.0, "seed": 3, "logit_bias": bias,
-            "return_token_ids": True}
+            "return_token_ids": True, "logprobs": 0}
     got = [calls(srv, {"kind": "completions", "body": dict(body, skip_special_tokens=skip)})[0]["response"]
            ["choices"][0] for skip in (False, True)]
     ids = got[0]["token_ids"]
@@ -965,6 +966,9 @@ def skip_special(srv):
     want = [json.loads(line)["text"] for line in p.stdout.splitlines()] if p.returncode == 0 else [p.stderr[-300:]]
     streamed = stream_text(request(srv, "POST", "/v1/completions", json.dumps(dict(
         body, skip_special_tokens=True, stream=True)), {"Content-Type": "application/json"})[2])[0]
+    offsets = [sum(i != 257 for i in ids[:k]) for k in range(len(ids))]  # byte tokens: a byte each
+    check("skip_special_tokens: text_offset counts each token's bytes in the text (none for <|im_start|>)",
+          got[1]["logprobs"]["text_offset"] == offsets, f"{got[1]['logprobs']['text_offset']} vs {offsets}")
     check("skip_special_tokens: the same ids (<|im_start|> among them); the text is the JS tokenizer's decode "
           "of them with and without skip_special_tokens; streamed, the deltas add up to it",
           got[1]["token_ids"] == ids and 257 in ids and [g["text"] for g in got] == want and
