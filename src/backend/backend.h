@@ -182,9 +182,9 @@ int backend_cuda_devices(char *why, size_t n);
 void backend_arena_init(const Backend *be, Arena *a, size_t bytes);
 void backend_arena_free(const Backend *be, Arena *a);
 
-// Memory for a KV cache that its sequences fill as they grow (zeroed). On the CPU, `bytes` of address space whose
-// pages are committed when first written: *on_demand = 1, and backend_kv_release gives pages back. On a device, held
-// whole from the start (*on_demand = 0; backend_kv_release does nothing).
+// Memory for a KV cache that its sequences fill as they grow (zeroed). On the CPU, `bytes` of address space
+// whose pages are committed when first written: *on_demand = 1, and backend_kv_release gives pages back. On a
+// device, held whole from the start (*on_demand = 0; backend_kv_release does nothing).
 void *backend_kv_reserve(const Backend *be, size_t bytes, int *on_demand);
 // Gives back the memory of the whole pages within [p, p + bytes) of a reservation (reads there see zeros after).
 void backend_kv_release(const Backend *be, void *p, size_t bytes);

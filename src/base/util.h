@@ -94,7 +94,8 @@ void atomic_file_commit(AtomicFile *af);
 // Monotonic clock in seconds.
 double time_now(void);
 
-// The memory the kernel says a new allocation can get now (MemAvailable of /proc/meminfo), in bytes; -1 if unknown.
+// The memory the kernel says a new allocation can get now (/proc/meminfo's MemAvailable), in bytes; -1 if
+// unknown.
 int64_t mem_available(void);
 
 // A count for people, with three significant digits: 950, 12.3k, 1.54M, 7.62B.

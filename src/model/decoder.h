@@ -292,7 +292,7 @@ typedef struct {
     float *k, *v;          // (L, n_slots, max_len, row)
     size_t bytes;          // of k, and of v
     int reserved;          // k and v are backend_kv_reserve's (decoder_kv_reserve), not an arena's
-    int on_demand;         // their memory is committed as positions are written (decoder_kv_release gives it back)
+    int on_demand;         // their memory is committed as positions are written (decoder_kv_release: back)
 } DecoderKV;
 
 size_t decoder_kv_bytes_per_token(const DecoderConfig *c);

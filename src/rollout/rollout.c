@@ -226,8 +226,9 @@ struct RolloutEngine {
     uint64_t clock;
     // KV memory: on the CPU committed as positions are written (decoder_kv_reserve), given back when a slot's
     // cache ends
-    int64_t kv_budget;  // positions the running sequences may fill (each its prompt and max_new_tokens) and the free
-                        // slots' caches hold, together at most (rollout_engine_kv_budget; default: every slot whole)
+    int64_t kv_budget;  // positions the running sequences may fill (each its prompt and max_new_tokens) and
+                        // the free slots' caches hold, together at most (rollout_engine_kv_budget; default:
+                        // every slot whole)
     int64_t *kv_held;   // (n_slots) a free slot's positions whose memory it holds (its cache)
     RolloutStats stats;
 };
@@ -516,8 +517,9 @@ static int32_t sample_processed(RolloutEngine *e, Seq *q, const float *row, doub
                   r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
     }
     if (r->cfg->n_choices)
-        choice_mask(e->tok, r->cfg->choices, r->cfg->n_choices, out->text.data ? out->text.data : "", out->text.len,
-                    r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
+        choice_mask(e->tok, r->cfg->choices, r->cfg->n_choices, out->text.data ? out->text.data : "",
+                    out->text.len, r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids,
+                    e->proc_row, V);
     int32_t id = sampler_sample(&r->cfg->sampler, e->proc_row, V, u, &e->proc_scr, lp);
     if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, e->proc_row);
     return id;

@@ -33,13 +33,13 @@ typedef struct {
     LogitsProcessing proc;  // penalties, biases, min_tokens (a row with any: processed and sampled on the host,
                             // and logits_fn sees the processed row); min_tokens also holds off stop strings
     int include_stop_str;   // a stop string's text stays in the sample's text (text_end after it)
-    int skip_special;       // special tokens (added tokens marked so) add nothing to the text (skip_special_tokens)
+    int skip_special;       // special tokens (added ones marked so) add nothing to the text (skip_special_tokens)
     int end_at_tool_call;   // the output ends after a </tool_call> (grpo serve with tools: the client calls it)
     int json_object;        // the output is kept one JSON object, closed within max_new_tokens (json_mask.h;
                             // needs a tokenizer and stop ids; sampled on the host)
     const JsonSchema *json_schema;  // the object's schema (with json_object; {"type": "object"}: any)
-    const char *const *choices;     // guided_choice: the output is one of these, then a stop id (choice_mask; needs
-    int n_choices;                  // a tokenizer and stop ids; sampled on the host)
+    const char *const *choices;  // guided_choice: the output is one of these, then a stop id (choice_mask;
+    int n_choices;               // needs a tokenizer and stop ids; sampled on the host)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would
@@ -135,9 +135,9 @@ RolloutEngine *rollout_engine_new(const Decoder *m, const Tokenizer *tok, int n_
 void rollout_engine_free(RolloutEngine *e);
 int rollout_engine_free_slots(const RolloutEngine *e);
 const RolloutStats *rollout_engine_stats(const RolloutEngine *e);
-// Starts r's n samples (prefilled at the next step; with chunked prefill, over the next steps). Returns -1 (nothing
-// started) when fewer than n slots are free, the prompt is empty, longer than prefill_rows, or with its new tokens
-// longer than slot_len, or n of those exceed rollout_engine_kv_room.
+// Starts r's n samples (prefilled at the next step; with chunked prefill, over the next steps). Returns -1
+// (nothing started) when fewer than n slots are free, the prompt is empty, longer than prefill_rows, or with its
+// new tokens longer than slot_len, or n of those exceed rollout_engine_kv_room.
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r);
 // KV memory. Without a workspace, the engine's KV cache is on the CPU committed as sequences write it, and a slot
 // gives its memory back when its sequence ends (with prefix caching: past what its cache keeps). The budget

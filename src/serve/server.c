@@ -856,8 +856,8 @@ static int64_t kv_budget(const Decoder *m, const ServeOptions *o) {
     if (o->kv_cache_mb > 0) n = (o->kv_cache_mb << 20) / (int64_t)per_token;
     else if (!m->be->on_device && half >= 0 && half < n) n = half;
     if (n < o->max_len)
-        die("the KV cache holds %lld positions (%.2f GiB%s), less than one --max-len %lld sequence: lower --max-len "
-            "or raise --kv-cache-mb", (long long)n, (double)n * (double)per_token / (1 << 30),
+        die("the KV cache holds %lld positions (%.2f GiB%s), less than one --max-len %lld sequence: lower "
+            "--max-len or raise --kv-cache-mb", (long long)n, (double)n * (double)per_token / (1 << 30),
             o->kv_cache_mb > 0 ? "" : ", half the memory available", (long long)o->max_len);
     return n < slots ? n : slots;
 }

@@ -27,8 +27,8 @@ typedef struct {
     int reasoning;          // --reasoning-parser qwen3
     int prefix_cache;       // reuse cached prompt prefixes' keys and values (rollout_engine_prefix_cache)
     int64_t prefill_chunk;  // prompt rows a step while requests decode (rollout_engine_prefill_chunk; 0: whole)
-    int64_t kv_cache_mb;    // the KV cache's budget in MiB (rollout_engine_kv_budget; 0: every slot whole, on the CPU
-                            // at most half the memory available at start)
+    int64_t kv_cache_mb;    // the KV cache's budget in MiB (rollout_engine_kv_budget; 0: every slot whole,
+                            // on the CPU at most half the memory available at start)
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.

@@ -95,7 +95,8 @@ static void choice_walk(const Tokenizer *tok, const char *const *choices, int n,
         const char *t = text.data ? text.data : "";
         int64_t k = choice_mask(tok, choices, n, t, text.len, left, &stop, 1, a, V);
         is_choice = 0;
-        for (int c = 0; c < n; c++) is_choice |= strlen(choices[c]) == text.len && !memcmp(choices[c], t, text.len);
+        for (int c = 0; c < n; c++)
+            is_choice |= strlen(choices[c]) == text.len && !memcmp(choices[c], t, text.len);
         int64_t m = 0, kept = 1;
         for (int64_t id = 0; id < V; id++)
             if (a[id] != -INFINITY) allowed[m++] = id, kept &= a[id] == logit(id);
