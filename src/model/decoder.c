@@ -94,16 +94,22 @@ size_t decoder_kv_bytes_per_token(const DecoderConfig *c) {
     return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * 4;
 }
 
+// The cache's shape, k and v not yet placed.
+static DecoderKV kv_shape(const DecoderConfig *c, int n_slots, int64_t max_len) {
+    int64_t row = c->kv_heads * c->head_dim;
+    return (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = row,
+                       .bytes = (size_t)(c->layers * n_slots * max_len * row) * 4};
+}
+
 void decoder_kv_init(DecoderKV *kv, const DecoderConfig *c, int n_slots, int64_t max_len, Arena *arena) {
-    *kv = (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = c->kv_heads * c->head_dim};
-    kv->bytes = (size_t)(c->layers * n_slots * max_len * kv->row) * 4;
+    *kv = kv_shape(c, n_slots, max_len);
     kv->k = arena_alloc(arena, kv->bytes);
     kv->v = arena_alloc(arena, kv->bytes);
 }
 
 void decoder_kv_reserve(DecoderKV *kv, const Backend *be, const DecoderConfig *c, int n_slots, int64_t max_len) {
-    *kv = (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = c->kv_heads * c->head_dim, .reserved = 1};
-    kv->bytes = (size_t)(c->layers * n_slots * max_len * kv->row) * 4;
+    *kv = kv_shape(c, n_slots, max_len);
+    kv->reserved = 1;
     kv->k = backend_kv_reserve(be, kv->bytes, &kv->on_demand);
     kv->v = backend_kv_reserve(be, kv->bytes, &kv->on_demand);
 }

@@ -406,13 +406,24 @@ uint8_t *json_plain_tokens(const Tokenizer *tok, int64_t V) {
     return plain;
 }
 
+static int is_stop(int64_t id, const int32_t *stop_ids, int n_stop) {
+    for (int i = 0; i < n_stop; i++)
+        if (stop_ids[i] == id) return 1;
+    return 0;
+}
+
+// Should no token be allowed, the stop ids come back at logit 0: the output ends (no NaN draw). Returns allowed.
+static int64_t end_if_none(const int32_t *stop_ids, int n_stop, float *logits, int64_t V, int64_t allowed) {
+    for (int i = 0; allowed == 0 && i < n_stop; i++)
+        if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
+    return allowed;
+}
+
 // Masks every token but the stop ids (the output is complete); returns how many are left.
 static int64_t only_stops(const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
     int64_t allowed = 0;
     for (int64_t id = 0; id < V; id++) {
-        int stop = 0;
-        for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
-        if (stop)
+        if (is_stop(id, stop_ids, n_stop))
             allowed++;
         else
             logits[id] = -INFINITY;
@@ -421,8 +432,8 @@ static int64_t only_stops(const int32_t *stop_ids, int n_stop, float *logits, in
 }
 
 // Of the `allowed` tokens json_mask left while the object is unfinished, masks the special ones (not text) and
-// the stop ids (they would end it too soon); should none be left, the stop ids come back (the output ends, no NaN
-// draw; cannot be with the byte tokens of a byte-level vocabulary).
+// the stop ids (they would end it too soon); then end_if_none (none left cannot be with the byte tokens of a
+// byte-level vocabulary).
 static int64_t unfinished(const Tokenizer *tok, const int32_t *stop_ids, int n_stop, float *logits, int64_t V,
                           int64_t allowed) {
     for (int i = 0; i < tok->n_added + n_stop; i++) {
@@ -433,9 +444,7 @@ static int64_t unfinished(const Tokenizer *tok, const int32_t *stop_ids, int n_s
             allowed--;
         }
     }
-    for (int i = 0; allowed == 0 && i < n_stop; i++)
-        if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
-    return allowed;
+    return end_if_none(stop_ids, n_stop, logits, V, allowed);
 }
 
 int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, const char *text, size_t n,
@@ -489,8 +498,7 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
     }
     int64_t allowed = 0;
     for (int64_t id = 0; id < V; id++) {
-        int stop = 0, fits = 0;
-        for (int i = 0; i < n_stop; i++) stop |= stop_ids[i] == id;
+        int stop = is_stop(id, stop_ids, n_stop), fits = 0;
         size_t len = 0;
         const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
         if (!b || !len || !next[(unsigned char)b[0]]) b = NULL;
@@ -504,7 +512,5 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
     }
     free(live);
     free(rest);
-    for (int i = 0; allowed == 0 && i < n_stop; i++)  // nothing continues it: the output ends, no NaN draw
-        if (stop_ids[i] >= 0 && stop_ids[i] < V) logits[stop_ids[i]] = 0.0f;
-    return allowed;
+    return end_if_none(stop_ids, n_stop, logits, V, allowed);
 }
