@@ -105,6 +105,49 @@ int str_listed(const char *s, const char *const *names) {
     return 0;
 }
 
+// A base64 character's 6 bits, or -1.
+static int b64_value(char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+uint8_t *base64_decode(const char *s, size_t n, size_t *len, size_t *bad) {
+    size_t data = n;
+    if (n % 4 == 0 && data > 0 && s[data - 1] == '=') data--;
+    if (n % 4 == 0 && data > 0 && s[data - 1] == '=') data--;
+    uint8_t *out = xmalloc(data / 4 * 3 + 3);
+    uint32_t acc = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < data; i++) {
+        int v = b64_value(s[i]);
+        if (v < 0) {
+            free(out);
+            *bad = i;
+            return NULL;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        if (i % 4 == 3) {
+            out[o++] = (uint8_t)(acc >> 16);
+            out[o++] = (uint8_t)(acc >> 8);
+            out[o++] = (uint8_t)acc;
+        }
+    }
+    if (data % 4 == 1) {  // 6 bits cannot end a byte
+        free(out);
+        *bad = data - 1;
+        return NULL;
+    }
+    if (data % 4 == 2) out[o++] = (uint8_t)(acc >> 4);
+    if (data % 4 == 3) {
+        out[o++] = (uint8_t)(acc >> 10);
+        out[o++] = (uint8_t)(acc >> 2);
+    }
+    *len = o;
+    return out;
+}
+
 char *xprintf(const char *fmt, ...) {
     va_list ap, ap2;
     va_start(ap, fmt);

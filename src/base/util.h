@@ -40,6 +40,9 @@ char *xstrdup_at(const char *s, const char *file, int line);
 char *xprintf(const char *fmt, ...) GRPO_PRINTF(1, 2);
 // Whether s is one of names (NULL-terminated; names may be NULL: none).
 int str_listed(const char *s, const char *const *names);
+// RFC 4648's base64 (its standard alphabet; the final '=' padding optional; no whitespace) of s[0..n): the bytes
+// (malloc'd, *len of them), or NULL with *bad the offset of the first character that does not belong.
+uint8_t *base64_decode(const char *s, size_t n, size_t *len, size_t *bad);
 
 // Growable byte buffer, always NUL-terminated after `len` bytes once anything was appended.
 typedef struct {

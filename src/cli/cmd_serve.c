@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/lora.h"
+#include "model/vl.h"
 #include "rollout/rollout.h"
 #include "serve/server.h"
 #include "text/tokenizer.h"
@@ -103,7 +104,10 @@ int cmd_serve(int argc, char **argv) {
     Decoder m;
     Lora lora;
     DecoderQ8 q8;
-    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, 0);
+    const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, CLI_MODEL_VL);
+    VlModel vl;
+    if (m.cfg.vl) vl_model_load(&vl, dir, &m.cfg);
+    o.vl = m.cfg.vl ? &vl : NULL;
     o.max_len = m.cfg.max_pos < 4096 ? m.cfg.max_pos : 4096;
     if (cli_str(&spec, "--max-len")) o.max_len = cli_int(&spec, "--max-len", 2, m.cfg.max_pos);
     Tokenizer tok;
@@ -111,12 +115,14 @@ int cmd_serve(int argc, char **argv) {
     int has_tok = file_exists(tok_path);
     free(tok_path);
     if (has_tok) tokenizer_load(&tok, dir);
+    if (has_tok && m.cfg.vl) tok.chat.image_text = VL_IMAGE_TEXT;  // an image part in joined text
     int32_t stop_ids[16];
     int n_stop = rollout_stop_ids(dir, has_tok ? &tok : NULL, stop_ids);
     int rc = serve_run(&m, has_tok ? &tok : NULL, stop_ids, n_stop, &o);
     if (has_tok) tokenizer_free(&tok);
     free(key);
     free(spec.args);
+    if (m.cfg.vl) vl_model_free(&vl);
     decoder_free(&m);
     decoder_q8_free(&q8);
     lora_free(&lora);

@@ -14,28 +14,28 @@
 #include "base/util.h"
 
 typedef struct {
-    const char *name, *where;
     int64_t max_pixels;
+    char *err;  // what is wrong (malloc'd), once a decoder returned -1
 } Ctx;
 
-GRPO_NORETURN static void bad(const Ctx *c, const char *why) { die("%s: %s: %s", c->where, c->name, why); }
+// -1, with why kept in c->err.
+static int bad(Ctx *c, const char *why) {
+    c->err = xstrdup(why);
+    return -1;
+}
 
-static void check_size(const Ctx *c, int64_t w, int64_t h) {
-    char msg[160];
-    if (w <= 0 || h <= 0) bad(c, "an image without pixels");
-    if (w > c->max_pixels / h) {
-        snprintf(msg, sizeof msg, "%lld x %lld pixels, over the cap of %lld (a decompression bomb?)",
-                 (long long)w,
-                 (long long)h, (long long)c->max_pixels);
-        bad(c, msg);
-    }
+static int check_size(Ctx *c, int64_t w, int64_t h) {
+    if (w <= 0 || h <= 0) return bad(c, "an image without pixels");
+    if (w <= c->max_pixels / h) return 0;
+    c->err = xprintf("%lld x %lld pixels, over the cap of %lld (a decompression bomb?)", (long long)w,
+                     (long long)h, (long long)c->max_pixels);
+    return -1;
 }
 
 // ---------------------------------------------------------------- PNG
 typedef struct {
     const uint8_t *p;
     size_t n, at;
-    const Ctx *c;
     char error[128];
 } PngSrc;
 
@@ -54,8 +54,8 @@ static void png_on_error(png_structp png, png_const_charp msg) {
 
 static void png_on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
 
-static void decode_png(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
-    PngSrc src = {data, n, 0, c, ""};
+static int decode_png(Image *im, const uint8_t *data, size_t n, Ctx *c) {
+    PngSrc src = {data, n, 0, ""};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info) die("out of memory (libpng)");
@@ -65,14 +65,15 @@ static void decode_png(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
         free(pixels);
         free(rows);
         png_destroy_read_struct(&png, &info, NULL);
-        bad(c, src.error[0] ? src.error : "corrupt PNG");
+        if (!c->err) bad(c, src.error[0] ? src.error : "corrupt PNG");  // a size refused: c->err says it
+        return -1;
     }
     png_set_read_fn(png, &src, png_read_mem);
     png_set_user_limits(png, 1 << 24, 1 << 24);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-    check_size(c, w, h);
+    if (check_size(c, w, h)) png_error(png, c->err);
     // Pillow's modes: a palette is looked up (tRNS ignored), grey below 8 bits scaled up, 16 bits keep their
     // high byte, grey and alpha become RGB and lose the alpha; but 16-bit grey is Pillow's mode I, whose
     // conversion to RGB clamps each value to 255.
@@ -102,6 +103,7 @@ static void decode_png(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
         }
     }
     *im = (Image){(int)w, (int)h, pixels};
+    return 0;
 }
 
 // ---------------------------------------------------------------- JPEG
@@ -135,7 +137,7 @@ static void jpeg_on_error(j_common_ptr cinfo) {
 
 static void jpeg_no_output(j_common_ptr cinfo) { (void)cinfo; }
 
-static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
+static int decode_jpeg(Image *im, const uint8_t *data, size_t n, Ctx *c) {
     struct jpeg_decompress_struct cinfo;
     JpegErr err;
     cinfo.err = jpeg_std_error(&err.pub);
@@ -148,17 +150,17 @@ static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) 
     if (setjmp(err.jump)) {
         free(pixels);
         jpeg_destroy_decompress(&cinfo);
-        char msg[JMSG_LENGTH_MAX + 32];
-        snprintf(msg, sizeof msg, "corrupt JPEG (%s)", err.error);
-        bad(c, msg);
+        if (!c->err) c->err = xprintf("corrupt JPEG (%s)", err.error);
+        return -1;
     }
     jpeg_create_decompress(&cinfo);
     cinfo.progress = &progress;
     jpeg_mem_src(&cinfo, data, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
-    check_size(c, cinfo.image_width, cinfo.image_height);
-    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK)
+    if (check_size(c, cinfo.image_width, cinfo.image_height) == 0 &&
+        (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK))
         bad(c, "a CMYK JPEG (convert it to RGB)");
+    if (c->err) longjmp(err.jump, 1);
     cinfo.out_color_space = JCS_RGB;  // grey and YCbCr alike: Pillow's L and YCbCr -> RGB agree with libjpeg's
     jpeg_start_decompress(&cinfo);
     size_t w = cinfo.output_width, h = cinfo.output_height;
@@ -171,45 +173,107 @@ static void decode_jpeg(Image *im, const uint8_t *data, size_t n, const Ctx *c) 
     jpeg_destroy_decompress(&cinfo);
     if (err.truncated) {
         free(pixels);
-        bad(c, "a truncated JPEG");
+        return bad(c, "a truncated JPEG");
     }
     *im = (Image){(int)w, (int)h, pixels};
+    return 0;
 }
 
 // ---------------------------------------------------------------- WebP
-static void decode_webp(Image *im, const uint8_t *data, size_t n, const Ctx *c) {
+static int decode_webp(Image *im, const uint8_t *data, size_t n, Ctx *c) {
     WebPBitstreamFeatures f;
-    if (WebPGetFeatures(data, n, &f) != VP8_STATUS_OK) bad(c, "corrupt WebP (no header)");
-    if (f.has_animation) bad(c, "an animated WebP");
-    check_size(c, f.width, f.height);
+    if (WebPGetFeatures(data, n, &f) != VP8_STATUS_OK) return bad(c, "corrupt WebP (no header)");
+    if (f.has_animation) return bad(c, "an animated WebP");
+    if (check_size(c, f.width, f.height)) return -1;
     int w, h;
     uint8_t *got = WebPDecodeRGB(data, n, &w, &h);
-    if (!got) bad(c, "corrupt WebP");
+    if (!got) return bad(c, "corrupt WebP");
     uint8_t *pixels = xmalloc((size_t)w * h * 3);
     memcpy(pixels, got, (size_t)w * h * 3);
     WebPFree(got);
     *im = (Image){w, h, pixels};
+    return 0;
 }
 
-void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
-                  const char *where) {
-    Ctx c = {name, where, max_pixels};
+// A JPEG's size from its header (libjpeg reads the markers up to the first scan). 0, or -1 with c->err.
+static int jpeg_size(const uint8_t *data, size_t n, Ctx *c, int *w, int *h) {
+    struct jpeg_decompress_struct cinfo;
+    JpegErr err;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = jpeg_on_error;
+    err.pub.output_message = jpeg_no_output;
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        c->err = xprintf("corrupt JPEG (%s)", err.error);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)n);
+    jpeg_read_header(&cinfo, TRUE);
+    *w = (int)cinfo.image_width;
+    *h = (int)cinfo.image_height;
+    jpeg_destroy_decompress(&cinfo);
+    return 0;
+}
+
+static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
+char *image_size_try(const uint8_t *data, size_t n, int64_t max_pixels, int *w, int *h) {
+    Ctx c = {max_pixels, NULL};
+    WebPBitstreamFeatures f;
+    int64_t pw = 0, ph = 0;
+    if (n >= 8 && memcmp(data, png_magic, 8) == 0) {
+        if (n < 24 || memcmp(data + 12, "IHDR", 4) != 0) return xstrdup("corrupt PNG (no IHDR chunk first)");
+        pw = (int64_t)data[16] << 24 | data[17] << 16 | data[18] << 8 | data[19];
+        ph = (int64_t)data[20] << 24 | data[21] << 16 | data[22] << 8 | data[23];
+    } else if (n >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+        int jw, jh;
+        if (jpeg_size(data, n, &c, &jw, &jh)) return c.err;
+        pw = jw;
+        ph = jh;
+    } else if (n >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0) {
+        if (WebPGetFeatures(data, n, &f) != VP8_STATUS_OK) return xstrdup("corrupt WebP (no header)");
+        pw = f.width;
+        ph = f.height;
+    } else {
+        return xstrdup("not a PNG, JPEG or WebP image");
+    }
+    if (check_size(&c, pw, ph)) return c.err;
+    *w = (int)pw;
+    *h = (int)ph;
+    return NULL;
+}
+
+char *image_decode_try(Image *im, const uint8_t *data, size_t n, int64_t max_pixels) {
+    Ctx c = {max_pixels, NULL};
     memset(im, 0, sizeof *im);
-    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
     if (n >= 8 && memcmp(data, png_magic, 8) == 0) decode_png(im, data, n, &c);
     else if (n >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) decode_jpeg(im, data, n, &c);
     else if (n >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0)
         decode_webp(im, data, n, &c);
     else bad(&c, "not a PNG, JPEG or WebP image");
+    return c.err;
 }
 
-void image_load(Image *im, const char *path, int64_t max_pixels, const char *where) {
+void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
+                  const char *where) {
+    char *err = image_decode_try(im, data, n, max_pixels);
+    if (err) die("%s: %s: %s", where, name, err);
+}
+
+char *image_load_try(Image *im, const char *path, int64_t max_pixels) {
     size_t n;
     // a compressed image is smaller than its pixels: the file cap follows the pixel cap
     int64_t cap = max_pixels > (INT64_C(1) << 40) ? INT64_C(1) << 40 : max_pixels;
     char *data = file_read_all(path, (size_t)cap * 4 + 4096, &n);
-    image_decode(im, (const uint8_t *)data, n, path, max_pixels, where);
+    char *err = image_decode_try(im, (const uint8_t *)data, n, max_pixels);
     free(data);
+    return err;
+}
+
+void image_load(Image *im, const char *path, int64_t max_pixels, const char *where) {
+    char *err = image_load_try(im, path, max_pixels);
+    if (err) die("%s: %s: %s", where, path, err);
 }
 
 void image_free(Image *im) {

@@ -23,6 +23,13 @@ void image_load(Image *im, const char *path, int64_t max_pixels, const char *whe
 // The same from memory (name: for messages).
 void image_decode(Image *im, const uint8_t *data, size_t n, const char *name, int64_t max_pixels,
                   const char *where);
+// image_decode and image_load without dying on a bad image: NULL, or what is wrong with it (malloc'd; *im is
+// then empty). image_load_try still dies on a file it cannot read.
+char *image_decode_try(Image *im, const uint8_t *data, size_t n, int64_t max_pixels);
+char *image_load_try(Image *im, const char *path, int64_t max_pixels);
+// The image's width and height from its header alone (nothing decoded; a corrupt body is not noticed), the
+// pixel cap checked: NULL, or what is wrong (malloc'd).
+char *image_size_try(const uint8_t *data, size_t n, int64_t max_pixels, int *w, int *h);
 void image_free(Image *im);
 // im as an 8-bit RGB PNG file (written atomically; libpng's encoder).
 void image_save_png(const Image *im, const char *path);

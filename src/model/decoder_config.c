@@ -213,8 +213,8 @@ static int64_t token_id_or(const cJSON *root, const char *key, const char *where
 void decoder_config_load(DecoderConfig *c, const char *dir) {
     decoder_config_load_vl(c, dir);
     if (c->vl)
-        die("%s: a vision-language model: this command does not take them yet (grpo train, sft, generate and "
-            "score do)", dir);
+        die("%s: a vision-language model: this command does not take them yet (grpo train, sft, generate, "
+            "score and serve do)", dir);
 }
 
 void decoder_config_load_vl(DecoderConfig *c, const char *dir) {

@@ -130,22 +130,40 @@ void vl_write_random(const char *dir, const DecoderConfig *c, const VisionConfig
     decoder_free(&m);
 }
 
-static void image_read(const VlImage *im, Image *out, const char *where) {
-    if (im->bytes) image_decode(out, im->bytes, im->n, im->path, IMAGE_MAX_PIXELS, where);
-    else image_load(out, im->path, IMAGE_MAX_PIXELS, where);
+// im's pixels: NULL, or what is wrong with the image (malloc'd, naming it).
+static char *image_read(const VlImage *im, Image *out) {
+    char *err = im->bytes ? image_decode_try(out, im->bytes, im->n, IMAGE_MAX_PIXELS)
+                          : image_load_try(out, im->path, IMAGE_MAX_PIXELS);
+    if (!err) return NULL;
+    char *msg = xprintf("%s: %s", im->path, err);
+    free(err);
+    return msg;
 }
 
-void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where) {
-    Image img;
-    image_read(im, &img, where);
-    char err[160];
+char *vl_image_grid_try(const VlProcessor *p, VlImage *im, int full) {
+    Image img = {0};
+    char *err = NULL;
+    if (full || !im->bytes) err = image_read(im, &img);
+    else if ((err = image_size_try(im->bytes, im->n, IMAGE_MAX_PIXELS, &img.w, &img.h)) != NULL) {
+        char *msg = xprintf("%s: %s", im->path, err);
+        free(err);
+        return msg;
+    }
+    if (err) return err;
+    char why[160];
     int factor = p->patch * p->merge, rh, rw;
-    if (vl_smart_resize(img.h, img.w, factor, p->min_pixels, p->max_pixels, &rh, &rw, err, sizeof err) != 0)
-        die("%s: %s: %s", where, im->path, err);
+    int rc = vl_smart_resize(img.h, img.w, factor, p->min_pixels, p->max_pixels, &rh, &rw, why, sizeof why);
+    image_free(&img);
+    if (rc != 0) return xprintf("%s: %s", im->path, why);
     im->grid[0] = 1;  // an image is one temporal patch (its own second frame)
     im->grid[1] = rh / p->patch;
     im->grid[2] = rw / p->patch;
-    image_free(&img);
+    return NULL;
+}
+
+void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where) {
+    char *err = vl_image_grid_try(p, im, 1);
+    if (err) die("%s: %s", where, err);
 }
 
 int64_t vl_image_units(const int grid[3], int merge) {
@@ -155,7 +173,8 @@ int64_t vl_image_units(const int grid[3], int merge) {
 // im's merger input (vision_hidden): units rows of merge^2 * the tower's width (malloc'd).
 static float *image_hidden(const VlModel *v, const VlImage *im, const char *where) {
     Image img;
-    image_read(im, &img, where);
+    char *err = image_read(im, &img);
+    if (err) die("%s: %s", where, err);
     int grid[3];
     float *patches = vl_preprocess(&v->proc, &img, grid, NULL, where);
     image_free(&img);
@@ -252,8 +271,20 @@ int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlIma
     return -1;
 }
 
-// One content part checked, an image's path appended to *paths. NULL, or what is wrong with it.
-static char *part_image(const cJSON *part, char ***paths, int *n_paths) {
+// A data: URL's bytes (base64) into im. NULL, or what is wrong with it.
+static char *data_url(const char *url, VlImage *im) {
+    const char *comma = strchr(url, ',');
+    if (!comma || comma - url < 12 || strncmp(comma - 7, ";base64", 7) != 0)
+        return xprintf("image \"%.40s\": a data: URL must hold base64 (data:image/png;base64,...)", url);
+    size_t bad;
+    im->bytes = base64_decode(comma + 1, strlen(comma + 1), &im->n, &bad);
+    if (!im->bytes) return xprintf("image data: URL: not base64 at character %zu of its data", bad);
+    return NULL;
+}
+
+// One content part checked, its image appended to *ims: a path (with files), a file:// URL's (with files), or a
+// data: URL's bytes (named by `name`, the message and part). NULL, or what is wrong with the part.
+static char *part_image(const cJSON *part, int files, const char *name, VlImage **ims, int *n) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
     if (!cJSON_IsString(type)) return xstrdup("a content part needs a \"type\" string");
     const char *t = type->valuestring;
@@ -271,26 +302,37 @@ static char *part_image(const cJSON *part, char ***paths, int *n_paths) {
     if (strcmp(t, "image") != 0 && strcmp(t, "image_url") != 0)
         return xprintf("content part type \"%s\" (supported: text, image, image_url)", t);
     if (!cJSON_IsString(src) || !src->valuestring[0])
-        return xprintf("an %s part needs the image's path", t);
+        return xprintf("an %s part needs the image's %s", t, files ? "path or data: URL" : "data: URL");
     const char *p = src->valuestring;
-    if (!strncmp(p, "file://", 7)) p += 7;
-    else if (strstr(p, "://") || !strncmp(p, "data:", 5))
-        return xprintf("image \"%.60s\": only files are read (a path or file://)", p);
-    *paths = xrealloc(*paths, (size_t)(*n_paths + 1) * sizeof **paths);
-    (*paths)[(*n_paths)++] = xstrdup(p);
+    VlImage im = {0};
+    if (!strncmp(p, "data:", 5)) {
+        char *err = data_url(p, &im);
+        if (err) return err;
+        im.path = xstrdup(name);
+    } else {
+        if (!files || (strstr(p, "://") && strncmp(p, "file://", 7) != 0))
+            return xprintf("image \"%.60s\": only %s", p,
+                           files ? "files (a path or file://) and data: URLs are read"
+                                 : "data: URLs (base64) are taken here, not files or URLs");
+        im.path = xstrdup(strncmp(p, "file://", 7) ? p : p + 7);
+    }
+    *ims = xrealloc(*ims, (size_t)(*n + 1) * sizeof **ims);
+    (*ims)[(*n)++] = im;
     return NULL;
 }
 
-char *vl_message_images(const cJSON *msgs, char ***paths, int *n_paths) {
+char *vl_message_images(const cJSON *msgs, int files, VlImage **ims, int *n) {
     int i = 0;
     for (const cJSON *m = msgs ? msgs->child : NULL; m; m = m->next, i++) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         int j = 0;
         for (const cJSON *part = cJSON_IsArray(content) ? content->child : NULL; part; part = part->next, j++) {
-            char *err = cJSON_IsObject(part) ? part_image(part, paths, n_paths)
+            char name[64];
+            snprintf(name, sizeof name, "message %d, content part %d", i, j);
+            char *err = cJSON_IsObject(part) ? part_image(part, files, name, ims, n)
                                              : xstrdup("a content part must be an object");
             if (err) {
-                char *msg = xprintf("message %d, content part %d: %s", i, j, err);
+                char *msg = xprintf("%s: %s", name, err);
                 free(err);
                 return msg;
             }
@@ -299,35 +341,39 @@ char *vl_message_images(const cJSON *msgs, char ***paths, int *n_paths) {
     return NULL;
 }
 
+char *vl_expand_images(const VlProcessor *vl, int32_t image_pad, VlImage *ims, int n_images, int full,
+                       IdList *ids) {
+    if (n_images && !vl) return xstrdup("an image part, but the model is not a vision-language model");
+    for (int i = 0; i < n_images; i++) {
+        char *err = vl_image_grid_try(vl, &ims[i], full);
+        if (err) return err;
+    }
+    if (!vl) return NULL;
+    IdList out;
+    if (vl_expand_pads(ids->ids, (int64_t)ids->n, image_pad, ims, n_images, vl->merge, &out) != 0)
+        return xstrdup("the messages' text holds <|image_pad|> tokens of its own");
+    free(ids->ids);
+    *ids = out;
+    return NULL;
+}
+
 void vl_render_messages(const VlProcessor *vl, int32_t image_pad, Tokenizer *tok, const cJSON *msgs,
                         const cJSON *tools, uint32_t nul, int add_generation_prompt, IdList *ids, VlImage **ims,
                         int *n_images, const char *where) {
-    char **paths = NULL;
-    int n = 0;
-    char *err = cJSON_IsArray(msgs) ? vl_message_images(msgs, &paths, &n) : NULL;
+    *ims = NULL;
+    *n_images = 0;
+    char *err = cJSON_IsArray(msgs) ? vl_message_images(msgs, 1, ims, n_images) : NULL;
     if (err) die("%s: \"messages\": %s", where, err);
-    if (n && !vl) die("%s: an image part, but the model is not a vision-language model", where);
+    if (*n_images && !vl) die("%s: an image part, but the model is not a vision-language model", where);
     if (!tok->chat.tpl) die("%s: \"messages\" given but %s has no chat template", where, tok->path);
     tok->chat.image_text = vl ? VL_IMAGE_TEXT : NULL;
     Buf text = {0};
     chat_render_or_die(&tok->chat, msgs, tools, NULL, nul, add_generation_prompt, &text, where);
-    IdList raw = {0};
     size_t bad;
-    if (tokenizer_encode(tok, text.data ? text.data : "", text.len, &raw, &bad) != 0)
+    *ids = (IdList){0};
+    if (tokenizer_encode(tok, text.data ? text.data : "", text.len, ids, &bad) != 0)
         die("%s: invalid UTF-8 at byte %zu", where, bad);
     buf_free(&text);
-    *ims = n ? xcalloc((size_t)n, sizeof **ims) : NULL;
-    *n_images = n;
-    for (int i = 0; i < n; i++) {
-        (*ims)[i].path = paths[i];
-        vl_image_grid(vl, &(*ims)[i], where);
-    }
-    free(paths);
-    if (!vl) {
-        *ids = raw;
-        return;
-    }
-    if (vl_expand_pads(raw.ids, (int64_t)raw.n, image_pad, *ims, n, vl->merge, ids) != 0)
-        die("%s: the messages' text holds <|image_pad|> tokens of its own", where);
-    free(raw.ids);
+    err = vl_expand_images(vl, image_pad, *ims, *n_images, 1, ids);
+    if (err) die("%s: %s", where, err);
 }

@@ -51,8 +51,11 @@ typedef struct {
     int grid[3];     // t, h, w in patches, after smart_resize
 } VlImage;
 
-// im's grid (decoding it once); dies naming `where` on a bad image.
+// im's grid (decoding it once); dies naming `where` on a bad image. _try: NULL, or what is wrong with the image
+// (malloc'd, naming it); a file it cannot read still dies. full 0 reads only the header of an image given as bytes
+// (a server's quick look: a corrupt body shows when it is decoded).
 void vl_image_grid(const VlProcessor *p, VlImage *im, const char *where);
+char *vl_image_grid_try(const VlProcessor *p, VlImage *im, int full);
 // Every image's features of one prompt, concatenated in order: t*h*w / merge^2 rows of the language model's
 // width per image (malloc'd; NULL for none).
 float *vl_prompt_features(const VlModel *v, const VlImage *ims, int n, const char *where);
@@ -85,15 +88,22 @@ int vl_expand_pads(const int32_t *ids, int64_t n, int32_t image_pad, const VlIma
 
 // A chat request's messages whose contents may hold image parts (vl_message_images' forms), as ids: the
 // chat template's rendering (add_generation_prompt: with the assistant's opening; tools: the request's, or
-// NULL), tokenized, each image's pad expanded to its grid's units (vl: the model's processor, the images read
-// from the paths the parts name; NULL for a text model, which refuses image parts). *ims, *n_images: the
-// images (malloc'd; NULL and 0 when none). Dies naming `where` on a bad message, part or image.
+// NULL), tokenized, each image's pad expanded to its grid's units (vl: the model's processor; NULL for a text
+// model, which refuses image parts). *ims, *n_images: the images (malloc'd; NULL and 0 when none). Dies naming
+// `where` on a bad message, part or image.
 void vl_render_messages(const VlProcessor *vl, int32_t image_pad, Tokenizer *tok, const cJSON *msgs,
                         const cJSON *tools, uint32_t nul, int add_generation_prompt, IdList *ids, VlImage **ims,
                         int *n_images, const char *where);
+// The tokenized rendering *ids of messages holding the n_images images ims (vl_message_images'): each image's
+// grid read (full: vl_image_grid_try's), its pad expanded (vl NULL: a text model, which takes no image). NULL, or
+// what is wrong (malloc'd).
+char *vl_expand_images(const VlProcessor *vl, int32_t image_pad, VlImage *ims, int n_images, int full,
+                       IdList *ids);
 
 // A message list whose contents may be lists of parts ({"type": "text", "text": ...}, {"type": "image",
-// "image": path} or {"type": "image_url", "image_url": {"url": path}}): the images' paths, in order, appended
-// to *paths (n_paths). The chat template renders the parts (text/chat.h; VL_IMAGE_TEXT for each image where
-// a template joins parts). Returns NULL, or a message (malloc'd) naming the message and part not understood.
-char *vl_message_images(const cJSON *msgs, char ***paths, int *n_paths);
+// "image": SRC} or {"type": "image_url", "image_url": {"url": SRC}}): their images, in order, appended to *ims
+// (*n of them). SRC: a data: URL (base64: "data:image/png;base64,...", its bytes kept, named by its message
+// and part), or with files a path or file:// URL (a server passes files 0: it reads no file a client names).
+// The chat template renders the parts (text/chat.h; VL_IMAGE_TEXT for each image where a template joins
+// parts). Returns NULL, or a message (malloc'd) naming the message and part not understood.
+char *vl_message_images(const cJSON *msgs, int files, VlImage **ims, int *n);

@@ -180,7 +180,9 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     Buf text = {0};
     const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     if (cJSON_IsNull(kwargs)) kwargs = NULL;
-    char *why = chat_render(&tok->chat, msgs, tools, kwargs, nul, generation, &text);
+    char *why = lim->vl ? vl_message_images(msgs, 0, &job->images, &job->n_images) : NULL;
+    if (why) return fail(err, 400, "messages", why);
+    why = chat_render(&tok->chat, msgs, tools, kwargs, nul, generation, &text);
     if (why) {
         buf_free(&text);
         return fail(err, 400, "messages", why);
@@ -195,7 +197,10 @@ static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenize
     job->reasoning = lim->reasoning;
     int rc = encode(tok, text.data ? text.data : "", text.len, &job->prompts[0], "messages", err);
     buf_free(&text);
-    return rc;
+    if (rc || !lim->vl) return rc;
+    why = vl_expand_images(&lim->vl->proc, (int32_t)lim->model->cfg.image_pad_id, job->images, job->n_images, 0,
+                           &job->prompts[0]);
+    return why ? fail(err, 400, "messages", why) : 0;
 }
 
 // Field `field` of root, a list of at most `most` non-empty strings without U+0000 (or one string, with `one`),
@@ -559,6 +564,28 @@ out:
     return rc;
 }
 
+int api_job_check_images(ApiJob *job, const ApiLimits *lim, ApiError *err) {
+    for (int i = 0; i < job->n_images; i++) {
+        VlImage whole = job->images[i];
+        char *why = vl_image_grid_try(&lim->vl->proc, &whole, 1);
+        if (!why && memcmp(whole.grid, job->images[i].grid, sizeof whole.grid) != 0)
+            why = xprintf("%s: its header and its pixels disagree on its size", whole.path);
+        if (why) return fail(err, 400, "messages", why);
+    }
+    return 0;
+}
+
+void api_job_images(ApiJob *job, const ApiLimits *lim) {
+    if (!job->n_images) return;
+    job->image_feats = vl_prompt_features(lim->vl, job->images, job->n_images, "a request's images");
+    job->rp[0].vl = vl_prompt_inputs(lim->model, job->rp[0].ids, job->rp[0].n, job->images, job->n_images,
+                                     job->image_feats, lim->vl->proc.merge, &job->image_in);
+    for (int i = 0; i < job->n_images; i++) {  // the features are all the engine reads
+        free(job->images[i].bytes);
+        job->images[i].bytes = NULL;
+    }
+}
+
 int64_t api_job_kv_positions(const ApiJob *job) {
     int64_t n = 0;
     for (int i = 0; i < job->n_prompts; i++) n += job->n * (job->rp[i].n + job->rp[i].max_new_tokens);
@@ -584,6 +611,10 @@ void api_job_free(ApiJob *job) {
     json_schema_free(job->schema);
     free(job->bias_ids);
     free(job->bias);
+    for (int i = 0; i < job->n_images; i++) vl_image_free(&job->images[i]);
+    free(job->images);
+    free(job->image_feats);
+    decoder_vl_inputs_free(&job->image_in);
     free(job->prompts);
     free(job->prompt_lp);
     free(job->prompt_tops);

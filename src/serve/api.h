@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "base/util.h"
+#include "model/vl.h"
 #include "rollout/rollout.h"
 #include "text/tokenizer.h"
 
@@ -50,6 +51,10 @@ typedef struct {
     int reasoning;  // chat with --reasoning-parser qwen3: <think>...</think> is reasoning_content
     int has_seed;
     uint64_t seed;
+    VlImage *images;           // chat with a vision-language model: the messages' images (data: URLs), in order
+    int n_images;
+    float *image_feats;        // their features (api_job_images)
+    DecoderVlInputs image_in;  // the prompt's image inputs from them (its RolloutPrompt.vl)
     JsonSchema *schema;      // response_format json_schema or guided_json (cfg.json_schema), or NULL
     int json_any;            // the schema is json_object's: any object
     const char *json_field;  // the field that asked for JSON (response_format or guided_json), or NULL
@@ -80,12 +85,20 @@ typedef struct {
     int32_t *stop_ids;
     int n_stop_ids;
     int reasoning;  // --reasoning-parser qwen3
+    const Decoder *model;  // the model served
+    const VlModel *vl;     // a vision-language model's tower and processor (chat takes data: URL images), or NULL
 } ApiLimits;
 
 // Parses body[0..n) into job (the caller api_job_free's it, also on error). Returns 0, or -1 with *err.
 int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok, const ApiLimits *lim,
               int64_t vocab, ApiError *err);
 void api_job_free(ApiJob *job);
+// A parsed job's images decoded whole (the parse read their headers only): 0, or -1 with err (400: the image that
+// is corrupt). Outside the parse's lock: a large image takes a while.
+int api_job_check_images(ApiJob *job, const ApiLimits *lim, ApiError *err);
+// A checked job's images through the vision tower into its prompt's image inputs (their bytes freed after).
+// Nothing for a job without images.
+void api_job_images(ApiJob *job, const ApiLimits *lim);
 // The KV positions a parsed job's sequences may fill: each its prompt and max_tokens.
 int64_t api_job_kv_positions(const ApiJob *job);
 // The engine's RolloutLogitsFn for a job's requests (user: the job).

@@ -90,6 +90,7 @@ struct Job {
     int formatted;   // a committed non-stream job: its response is in out
     int status;      // the status sent (0: none yet)
     int error_status;  // the engine failed: error (its body) is the answer of a job not yet committed
+    int images_due;    // queued, its images wait for the vision thread's tower (admitted only after)
     char *error;
     Buf out;         // committed: the body bytes so far
     Buf pend;        // stream: the chunks of the engine's last step, formatted outside the lock
@@ -117,6 +118,7 @@ struct Server {
     char engine_error[512];  // die()'s message, kept by the engine thread as it jumps back
     char failure[512];      // the engine's error, once it failed (under the lock)
     Job *queue, *queue_tail, *running;
+    Job *in_tower;  // the queued job whose images the vision thread has out of the queue
     int n_queued, n_jobs, draining;
     uint64_t seed_state;  // seeds of requests without one
     int64_t created_ids;
@@ -376,7 +378,8 @@ static enum MHD_Result post_generate(Job *j, int chat) {
     int rc = api_parse(&j->api, chat, j->body.data ? j->body.data : "", j->body.len, s->tok, &s->lim,
                        s->m->cfg.vocab, &err);
     pthread_mutex_unlock(&s->tok_mu);
-    if (rc != 0) return respond_error(j, err.status, err.param, err.message);
+    if (rc != 0 || api_job_check_images(&j->api, &s->lim, &err) != 0)
+        return respond_error(j, err.status, err.param, err.message);
     pthread_mutex_lock(&s->mu);
     if (s->draining) {
         pthread_mutex_unlock(&s->mu);
@@ -398,6 +401,7 @@ static enum MHD_Result post_generate(Job *j, int chat) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(j->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->in_engine = 1;
+    j->images_due = j->api.n_images > 0;
     // A client that half-closed with its request (nc, a proxy) is answered through a committed body: a
     // connection suspended now could not be resumed past its FIN (client_left).
     int half_closed = !j->api.stream && peer_state(j->fd) == PEER_HALF_CLOSED;
@@ -642,30 +646,39 @@ static void job_finish(Server *s, Job *j, int failed) {
     job_release(s, j);
 }
 
+// Under the lock: the queue's last job found again after jobs left it.
+static void queue_tail(Server *s) {
+    s->queue_tail = NULL;
+    for (Job *j = s->queue; j; j = j->next) s->queue_tail = j;
+}
+
 // Under the lock: jobs whose clients left while queued are dropped, wherever they are in the queue (they
 // would count toward --max-queue), then queued jobs move into the engine while their samples fit its free
 // slots (in order).
 static void admit(Server *s) {
-    Job **link = &s->queue;
-    s->queue_tail = NULL;
-    while (*link) {
+    for (Job **link = &s->queue; *link;) {
         Job *j = *link;
         if (client_left(j)) {
             *link = j->next;
             s->n_queued--;
             job_finish(s, j, 1);
         } else {
-            s->queue_tail = j;
             link = &j->next;
         }
     }
-    while (s->queue) {
-        Job *j = s->queue;
+    int admitted = 0;
+    for (Job **link = &s->queue; *link;) {
+        Job *j = *link;
+        if (j->images_due) {  // the vision thread's first; the jobs after it may go ahead
+            link = &j->next;
+            continue;
+        }
         if (j->api.n_prompts * j->api.n > rollout_engine_free_slots(s->e) ||
             api_job_kv_positions(&j->api) > rollout_engine_kv_room(s->e))
             break;
-        s->queue = j->next;
+        *link = j->next;
         s->n_queued--;
+        admitted = 1;
         ApiJob *a = &j->api;
         for (int p = 0; p < a->n_prompts; p++) {
             a->rr[p] = (RolloutRequest){.cfg = &a->cfg,
@@ -684,7 +697,8 @@ static void admit(Server *s) {
         j->next = s->running;
         s->running = j;
     }
-    if (!s->queue) s->queue_tail = NULL;
+    queue_tail(s);
+    if (admitted) pthread_cond_broadcast(&s->cv);  // the vision thread's window moved
 }
 
 static int job_running(const Job *j) {
@@ -731,6 +745,28 @@ static void publish(Server *s) {
     }
 }
 
+// Under the lock: j, out of the queue or the running list, is answered with the engine's failure: 503 if it was
+// queued, 500 if it ran (a stream: an error event; a committed JSON body ends with an error).
+static void fail_job(Server *s, Job *j, int queued) {
+    ApiError err = {.status = queued ? 503 : 500,
+                    .message = xprintf(queued ? "the server is stopping: its engine failed: %s"
+                                              : "the engine failed: %s",
+                                       s->failure)};
+    char *body = api_error_body(&err);
+    j->pend.len = 0;
+    if (j->api.stream) {
+        buf_append(&j->out, "data: ", 6);
+        buf_append(&j->out, body, strlen(body));
+        buf_append(&j->out, "\n\n", 2);
+        free(body);
+    } else {
+        j->error_status = err.status;
+        j->error = body;
+    }
+    free(err.message);
+    job_finish(s, j, j->committed && !j->api.stream);
+}
+
 // The engine failed (a die() on its thread, caught: its error line is out): under the lock, every job is
 // answered with the error — a queued one 503, a running one 500 (a stream: an error event; a committed JSON
 // body ends with an error) — and the main thread is woken to stop the server.
@@ -744,23 +780,7 @@ static void engine_failed(Server *s) {
         } else {
             s->running = j->next;
         }
-        ApiError err = {.status = queued ? 503 : 500,
-                        .message = xprintf(queued ? "the server is stopping: its engine failed: %s"
-                                                  : "the engine failed: %s",
-                                           s->failure)};
-        char *body = api_error_body(&err);
-        j->pend.len = 0;
-        if (j->api.stream) {
-            buf_append(&j->out, "data: ", 6);
-            buf_append(&j->out, body, strlen(body));
-            buf_append(&j->out, "\n\n", 2);
-            free(body);
-        } else {
-            j->error_status = err.status;
-            j->error = body;
-        }
-        free(err.message);
-        job_finish(s, j, j->committed && !j->api.stream);
+        fail_job(s, j, queued);
     }
     s->queue_tail = NULL;
     s->draining = 1;
@@ -782,7 +802,7 @@ static void *engine_main(void *arg) {
     for (;;) {
         admit(s);
         if (!s->running) {
-            if (s->draining && !s->queue) break;
+            if (s->draining && !s->queue && !s->in_tower) break;
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
@@ -806,6 +826,60 @@ static void *engine_main(void *arg) {
         s->kv_promised = s->lim.kv_positions - rollout_engine_kv_room(s->e);
         s->steps++;
         publish(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the vision thread (a vision-language model's)
+
+// Under the lock: the first queued job whose images are due, among the first --max-batch (the jobs about to be
+// admitted: the features wait for few of them), or NULL; *any: some job has images due.
+static Job *images_next(Server *s, Job ***at, int *any) {
+    int k = 0;
+    *any = 0;
+    for (Job **link = &s->queue; *link; link = &(*link)->next, k++) {
+        if (!(*link)->images_due) continue;
+        *any = 1;
+        if (k >= s->o->max_batch) return NULL;
+        *at = link;
+        return *link;
+    }
+    return NULL;
+}
+
+// The queued jobs' images through the tower, one job at a time and outside the lock (the HTTP threads and the
+// engine's steps go on); the job leaves the queue while its tower runs and comes back at its head.
+static void *vision_main(void *arg) {
+    Server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        Job **at = NULL;
+        int any;
+        Job *j = images_next(s, &at, &any);
+        if (!j) {
+            if (s->draining && !any) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        *at = j->next;  // still counted in n_queued
+        queue_tail(s);
+        s->in_tower = j;
+        pthread_mutex_unlock(&s->mu);
+        api_job_images(&j->api, &s->lim);
+        pthread_mutex_lock(&s->mu);
+        s->in_tower = NULL;
+        j->images_due = 0;
+        if (s->failure[0]) {  // the engine failed meanwhile: answered as the queued jobs were
+            s->n_queued--;
+            fail_job(s, j, 1);
+        } else {
+            j->next = s->queue;
+            s->queue = j;
+            queue_tail(s);
+        }
+        pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -873,7 +947,9 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
                         .max_batch = o->max_batch,
                         .stop_ids = (int32_t *)stop_ids,
                         .n_stop_ids = n_stop_ids,
-                        .reasoning = o->reasoning};
+                        .reasoning = o->reasoning,
+                        .model = m,
+                        .vl = o->vl};
     s.seed_state = (uint64_t)(time_now() * 1e9) ^ (uint64_t)getpid();
     int64_t prefill = o->prefill_tokens > o->max_len ? o->prefill_tokens : o->max_len;
     s.lim.kv_positions = kv_budget(m, o);  // before the engine's reservation: a bad budget is told first
@@ -897,8 +973,9 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     if (pthread_sigmask(SIG_BLOCK, &sig, NULL) != 0) die("cannot block signals");
     signal(SIGPIPE, SIG_IGN);
     raise_file_limit();
-    pthread_t engine;
+    pthread_t engine, vision;
     if (pthread_create(&engine, NULL, engine_main, &s) != 0) die("cannot start the engine thread");
+    if (o->vl && pthread_create(&vision, NULL, vision_main, &s) != 0) die("cannot start the vision thread");
     s.d = start_daemon(&s);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld, --prefill-chunk %lld, prefix "
@@ -925,6 +1002,10 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     pthread_cond_broadcast(&s.cv);
     pthread_mutex_unlock(&s.mu);
     if (pthread_join(engine, NULL) != 0) die("cannot join the engine thread");
+    pthread_mutex_lock(&s.mu);
+    pthread_cond_broadcast(&s.cv);  // the vision thread: nothing is left for it
+    pthread_mutex_unlock(&s.mu);
+    if (o->vl && pthread_join(vision, NULL) != 0) die("cannot join the vision thread");
     failed = s.failure[0] != 0;  // also when it failed while finishing
     // Responses still being sent get a few seconds; then every connection closes.
     double t0 = time_now();

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "model/decoder.h"
+#include "model/vl.h"
 #include "text/tokenizer.h"
 
 typedef struct {
@@ -29,6 +30,7 @@ typedef struct {
     int64_t prefill_chunk;  // prompt rows a step while requests decode (rollout_engine_prefill_chunk; 0: whole)
     int64_t kv_cache_mb;    // the KV cache's budget in MiB (rollout_engine_kv_budget; 0: every slot whole,
                             // on the CPU at most half the memory available at start)
+    const VlModel *vl;      // a vision-language model's tower and image processor, or NULL
 } ServeOptions;
 
 // Serves until SIGINT or SIGTERM: stops accepting, finishes what was accepted, returns 0.

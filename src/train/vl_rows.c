@@ -52,15 +52,15 @@ static void expand_in(cJSON *obj, const char *key, int *placeholders) {
 }
 
 // A message-list prompt's copy for rendering: "<image>" placeholders in its text (contents and text parts)
-// expanded, its image parts' images (paths relative to the data file as the row list's are) after the row's
-// list; *placeholders counts the images the text and parts stand for.
+// expanded, its image parts' images (paths relative to the data file as the row list's are, or data: URLs'
+// bytes) after the row's list; *placeholders counts the images the text and parts stand for.
 cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key, VlImage **ims, int *n,
                          int *placeholders) {
     cJSON *copy = cJSON_Duplicate(msgs, 1);
     if (!copy) die("out of memory");
-    char **paths = NULL;
+    VlImage *parts = NULL;
     int n_paths = 0;
-    char *err = vl_message_images(copy, &paths, &n_paths);
+    char *err = vl_message_images(copy, 1, &parts, &n_paths);
     if (err) die("%s: \"%s\": %s", r->where, key, err);
     if (n_paths && *n) die("%s: images both in \"%s\"'s content parts and in the row's image list", r->where, key);
     for (cJSON *m = copy->child; m; m = m->next) {
@@ -73,11 +73,13 @@ cJSON *vl_row_messages(const cJSON *msgs, const RecordReader *r, const char *key
     *placeholders += n_paths;
     *ims = xrealloc(*ims, (size_t)(*n + n_paths + 1) * sizeof **ims);
     for (int i = 0; i < n_paths; i++) {
-        (*ims)[*n + i] = (VlImage){.path = row_path(r, paths[i])};
-        free(paths[i]);
+        (*ims)[*n + i] = parts[i];
+        if (parts[i].bytes) continue;
+        (*ims)[*n + i].path = row_path(r, parts[i].path);
+        free(parts[i].path);
     }
     *n += n_paths;
-    free(paths);
+    free(parts);
     return copy;
 }
 

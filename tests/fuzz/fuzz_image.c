@@ -1,5 +1,6 @@
-// image: a PNG, JPEG or WebP file decoded (image_decode, a cap of 4M pixels), then the Qwen2-VL image
-// processor on it (smart_resize, Pillow's bicubic resize, the patches) with small pixel bounds.
+// image: a PNG, JPEG or WebP file decoded (image_decode_try, grpo serve's: a bad image returns its error and
+// leaks nothing; a cap of 4M pixels), then the Qwen2-VL image processor on it (smart_resize, Pillow's bicubic
+// resize, the patches) with small pixel bounds.
 #include <stdlib.h>
 
 #include "fuzz.h"
@@ -9,7 +10,11 @@
 static void body(const uint8_t *data, size_t size, void *ctx) {
     (void)ctx;
     Image im;
-    image_decode(&im, data, size, "input", (int64_t)1 << 22, "fuzz input");
+    char *err = image_decode_try(&im, data, size, (int64_t)1 << 22);
+    if (err) {
+        free(err);
+        return;
+    }
     VlProcessor p;
     vl_processor_defaults(&p);
     p.min_pixels = 28 * 28;

@@ -10,10 +10,17 @@ the patches the tower reads are checked against tests/io/image_test.py's Pillow 
 M-RoPE (src/model/vl_rope.c): the positions of token sequences with images against a port of transformers'
 get_rope_index, and the rotation table against the float64 angles of apply_multimodal_rotary_pos_emb."""
 import argparse
+import base64
+import concurrent.futures
+import http.client
+import io
 import json
 import math
 import os
+import re
 import shutil
+import signal
+import struct
 import subprocess
 import sys
 import types
@@ -896,7 +903,8 @@ def g_vl_merger():
 
 def g_vl_sft():
     """grpo sft on a tiny Qwen2.5-VL with image rows ({"prompt", "completion", "images"} with "<image>", and a
-    "messages" conversation with an image part): the first step's loss equals the float64 reference's mean
+    "messages" conversation with an image part, a data: URL): the first step's loss equals the float64 reference's
+    mean
     negative log-likelihood of the completions (features in the prompts' pads, M-RoPE); the tower is saved
     unchanged."""
     d = os.path.join(TMP, "vlsft")
@@ -906,7 +914,8 @@ def g_vl_sft():
     for i, (w, h) in enumerate([(100, 66), (64, 90)]):
         imgs.append(os.path.join(TMP, f"vlsft{i}.png"))
         Image.fromarray(image_test.content(w, h, 80 + i)).save(imgs[-1])
-    user = [{"type": "image", "image": imgs[1]}, {"type": "text", "text": "And this?"}]
+    url = "data:image/png;base64," + base64.b64encode(open(imgs[1], "rb").read()).decode()  # the image in the row
+    user = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "And this?"}]
     rows = [{"prompt": "What is <image>?", "completion": "A test card.", "images": [os.path.basename(imgs[0])]},
             {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "Stripes."}]}]
     data = os.path.join(TMP, "vlsft.jsonl")
@@ -1015,7 +1024,8 @@ def g_vl_parquet():
 def g_vl_cli():
     """grpo generate and grpo score with image messages ({"type": "image", "image": path} content parts) on a
     tiny Qwen2.5-VL with the real Qwen tokenizer: generate's greedy tokens and log-probs, score's tokens and
-    log-probs against the float64 reference; a text model and grpo serve refuse images in one line."""
+    log-probs against the float64 reference; a text model refuses images in one line; grpo serve on the model
+    (vl_serve)."""
     d = os.path.join(TMP, "vlcli")
     m, vis, vc = make_vl(d, 91, False, vocab=151936, pad=PAD)
     vl_tokenizer(d)
@@ -1067,6 +1077,13 @@ def g_vl_cli():
     check("grpo generate --jsonl with an image part: greedy tokens and log-probs equal the float64 reference",
           r.returncode == 0 and got["tokens"] == want_ids and d_lp <= 1e-4,
           f"{r.stderr[-300:]} {got['tokens']} vs {want_ids}, lp diff {d_lp:.1e}")
+    url = "data:image/png;base64," + base64.b64encode(open(image, "rb").read()).decode()
+    as_url = {"role": "user", "content": [user["content"][0], {"type": "image_url", "image_url": {"url": url}},
+                                          user["content"][2]]}
+    r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],
+             input=json.dumps({"messages": [as_url]}) + "\n")
+    check("grpo generate --jsonl with the image as a data: URL: the same tokens",
+          r.returncode == 0 and json.loads(r.stdout)["tokens"] == want_ids, r.stderr[-300:] + r.stdout[-300:])
     conv = [user, {"role": "assistant", "content": "A card."}]
     r = grpo(["score", "--model", d], input=json.dumps({"messages": conv}) + "\n" + json.dumps({"tokens": [5, 6, 7]})
              + "\n")
@@ -1112,9 +1129,105 @@ def g_vl_cli():
     check("grpo init --preset qwen2.5-vl-tiny writes a Qwen2.5-VL checkpoint the float64 reference reads: "
           "log-probs of an image prompt agree (1e-4)", r.returncode == 0 and d_i <= TOL,
           f"{r.stderr[-300:]} {d_i if r.returncode == 0 else ''}")
-    r = grpo(["serve", "--model", d, "--port", "0"], timeout=60)
-    check("grpo serve refuses a Qwen2.5-VL model in one line", r.returncode == 1 and r.stderr.count("\n") == 1
-          and "a vision-language model: this command does not take them yet" in r.stderr, r.stderr.strip())
+    vl_serve(d, image, user, rendered([flat], True), want_ids, want_lp, text_model, units)
+
+
+def post(port, path, body):
+    """POSTs body (JSON) to grpo serve on port; returns (status, the answer's JSON)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.status, json.loads(r.read() or b"{}")
+    c.close()
+    return out
+
+
+def serving(model):
+    """grpo serve on model (port 0) and its port, once it prints its first line."""
+    p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0"], stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    port = re.search(r"http://[^:]+:(\d+)", line)
+    if not port:
+        p.kill()
+        raise AssertionError(f"grpo serve did not start: {line}{p.stderr.read()[-1500:]}")
+    return p, int(port.group(1))
+
+
+def vl_serve(d, image, user, prompt_ids, want_ids, want_lp, text_model, units):
+    """grpo serve on the tiny Qwen2.5-VL: a chat request whose image is an OpenAI image_url part with a data: URL
+    (base64 PNG) is answered with the float64 reference's greedy tokens and log-probs, and its prompt ids are the
+    rendering with the image's pads; /tokenize counts them. Bad images, bad base64, a file path (a server reads no
+    file a client names) are each a 400 naming "messages", and the server goes on; a text model's server refuses
+    image parts with a 400 too."""
+    url = "data:image/png;base64," + base64.b64encode(open(image, "rb").read()).decode()
+    part = lambda u: {"type": "image_url", "image_url": {"url": u}}  # noqa: E731
+    msgs = [{"role": "user", "content": [user["content"][0], part(url), user["content"][2]]}]
+    p, port = serving(d)
+    try:
+        st, r = post(port, "/v1/chat/completions", {"messages": msgs, "temperature": 0,
+                                                     "max_tokens": len(want_ids), "logprobs": True,
+                                                     "return_token_ids": True})
+        ch = r.get("choices", [{}])[0]
+        lp = [t["logprob"] for t in (ch.get("logprobs") or {}).get("content", [])]
+        d_lp = max((abs(a - b) for a, b in zip(lp, want_lp)), default=float("inf"))
+        check("grpo serve, an image as a data: URL: greedy tokens and log-probs equal the float64 reference's, "
+              "its prompt ids the rendering with the image's pads",
+              st == 200 and ch.get("token_ids") == want_ids and len(lp) == len(want_ids) and d_lp <= 1e-4
+              and r.get("prompt_token_ids") == prompt_ids, f"{st} {str(r)[:600]} lp diff {d_lp:.1e}")
+        # four at once, two images each (the towers run on the HTTP threads beside the engine): each is its answer
+        # alone (the prompts batched in one prefill with their images)
+        other = io.BytesIO()
+        Image.fromarray(image_test.content(80, 120, 92)).save(other, "PNG")
+        url2 = "data:image/png;base64," + base64.b64encode(other.getvalue()).decode()
+        two = [{"role": "user", "content": [part(a), {"type": "text", "text": f"Now {k}:"}, part(b)]}
+               for k, (a, b) in enumerate([(url, url2), (url2, url), (url2, url2), (url, url)])]
+        alone = [post(port, "/v1/chat/completions", {"messages": [m], "temperature": 0, "max_tokens": 4})
+                 for m in two]
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            together = list(ex.map(lambda m: post(port, "/v1/chat/completions", {"messages": [m], "temperature": 0,
+                                                                                   "max_tokens": 4}), two))
+        text = lambda rs: [(st, r.get("choices", [{}])[0].get("message")) for st, r in rs]  # noqa: E731
+        check("grpo serve: four requests of two images each at once are answered as each alone",
+              text(alone) == text(together) and all(st == 200 for st, _ in alone),
+              f"{text(alone)} vs {text(together)}")
+        st, r = post(port, "/tokenize", {"messages": msgs, "add_generation_prompt": True})
+        check("grpo serve /tokenize of the image message: the same ids",
+              st == 200 and r.get("tokens") == prompt_ids, f"{st} {str(r)[:300]}")
+        # a PNG whose header claims 20000 x 20000 pixels: refused from the header, before anything is decoded
+        bomb = b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sIIBBBBB", 13, b"IHDR", 20000, 20000, 8, 2, 0, 0, 0)
+        bad = {"not base64": url[:40] + "!" + url[41:], "not an image": "data:image/png;base64,aGVsbG8gd29ybGQ=",
+               "a header of 4e8 pixels": "data:image/png;base64," + base64.b64encode(bomb + b"\0" * 64).decode(),
+               "truncated": url[:len(url) // 2 // 4 * 4], "no base64": "data:image/png,abc", "a file": image,
+               "a URL": "https://example.com/a.png"}
+        for name, u in bad.items():
+            st, r = post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": [part(u)]}],
+                                                         "max_tokens": 2})
+            e = r.get("error", {})
+            check(f"grpo serve: an image part with {name} is a 400 naming messages",
+                  st == 400 and e.get("param") == "messages"
+                  and "message 0, content part 0" in e.get("message", ""),
+                  f"{st} {r}")
+        for fmt in ("JPEG", "WEBP"):  # their sizes read from their headers, as PNG's
+            data = io.BytesIO()
+            Image.open(image).convert("RGB").save(data, fmt)
+            st, r = post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": [part(
+                f"data:image/{fmt.lower()};base64," + base64.b64encode(data.getvalue()).decode())]}],
+                "max_tokens": 2, "return_token_ids": True})
+            pads = r.get("prompt_token_ids", []).count(PAD) if st == 200 else -1
+            check(f"grpo serve takes a {fmt} data: URL after the refusals, its pads the image's",
+                  st == 200 and pads == units, f"{st} {r} {pads} vs {units}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(60)
+    check("grpo serve (VL) stops cleanly", rc == 0, f"exit {rc}: {p.stderr.read()[-600:]}")
+    p, port = serving(text_model)
+    try:
+        st, r = post(port, "/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+    check("a text model's grpo serve refuses an image part with a 400 naming messages",
+          st == 400 and r.get("error", {}).get("param") == "messages", f"{st} {r}")
 
 
 def main():
