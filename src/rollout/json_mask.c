@@ -514,3 +514,24 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
     free(rest);
     return end_if_none(stop_ids, n_stop, logits, V, allowed);
 }
+
+int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, const char *text, size_t n, int64_t tokens_left,
+                   const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+    int at = regex_walk(d, 0, text, n);
+    if (at < 0) return 0;
+    int64_t allowed = 0;
+    for (int64_t id = 0; id < V; id++) {
+        int stop = is_stop(id, stop_ids, n_stop), fits = 0;
+        size_t len = 0;
+        const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
+        if (b && len && regex_step(d, at, (unsigned char)b[0]) >= 0 && !tokenizer_id_special(tok, (int32_t)id)) {
+            int to = regex_walk(d, at, b, len);
+            fits = to >= 0 && 1 + d->dist[to] + 1 <= tokens_left;  // the token, the rest a byte a token, a stop
+        }
+        if (stop ? d->dist[at] == 0 : fits)  // a stop once text matches
+            allowed++;
+        else
+            logits[id] = -INFINITY;
+    }
+    return end_if_none(stop_ids, n_stop, logits, V, allowed);
+}

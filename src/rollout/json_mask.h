@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "rollout/json_schema.h"
+#include "rollout/regex_dfa.h"
 #include "text/tokenizer.h"
 
 #define JSON_MAX_DEPTH JS_MAX_DEPTH  // objects and arrays nested at most (deeper: not offered)
@@ -31,3 +32,11 @@ uint8_t *json_plain_tokens(const Tokenizer *tok, int64_t V);
 // are allowed once text is a choice. Returns the tokens allowed (none: the stop ids are left at logit 0).
 int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choices, const char *text, size_t n,
                     int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V);
+
+// guided_regex (vLLM's): the output is a full match of d's pattern (regex_dfa.h), then a stop token. Sets
+// logits[id] = -inf for every token whose bytes do not continue text[0, n) towards a match with room to finish it
+// (a byte a token at worst) and a stop id in tokens_left - 1 more tokens; special tokens never continue it, and
+// the stop ids are allowed once text matches. Returns the tokens allowed (none: the stop ids are left at logit
+// 0; text that begins no match: nothing masked, 0).
+int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, const char *text, size_t n, int64_t tokens_left,
+                   const int32_t *stop_ids, int n_stop, float *logits, int64_t V);

@@ -493,7 +493,7 @@ static const float *host_rows(RolloutEngine *e, const float *logits, int64_t row
 // Whether q's request samples on the host from processed logits: it has logits processing, or a min_p that
 // only the host sampler has.
 static int host_sampled(const RolloutEngine *e, const RolloutConfig *cfg) {
-    return sampler_processing(&cfg->proc) || cfg->json_object || cfg->n_choices ||
+    return sampler_processing(&cfg->proc) || cfg->json_object || cfg->n_choices || cfg->regex ||
            (cfg->sampler.min_p > 0 && e->m->be->on_device);
 }
 
@@ -520,6 +520,9 @@ static int32_t sample_processed(RolloutEngine *e, Seq *q, const float *row, doub
         choice_mask(e->tok, r->cfg->choices, r->cfg->n_choices, out->text.data ? out->text.data : "",
                     out->text.len, r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids,
                     e->proc_row, V);
+    if (r->cfg->regex)
+        regex_mask(e->tok, r->cfg->regex, out->text.data ? out->text.data : "", out->text.len,
+                   r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
     int32_t id = sampler_sample(&r->cfg->sampler, e->proc_row, V, u, &e->proc_scr, lp);
     if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, e->proc_row);
     return id;

@@ -8,6 +8,7 @@
 #include "model/decoder.h"
 #include "nn/sampler.h"
 #include "rollout/json_schema.h"
+#include "rollout/regex_dfa.h"
 #include "text/tokenizer.h"
 
 #define ROLLOUT_PREFILL 2048  // tokens per prefill forward pass, a good default
@@ -40,6 +41,7 @@ typedef struct {
     const JsonSchema *json_schema;  // the object's schema (with json_object; {"type": "object"}: any)
     const char *const *choices;  // guided_choice: the output is one of these, then a stop id (choice_mask;
     int n_choices;               // needs a tokenizer and stop ids; sampled on the host)
+    const RegexDfa *regex;       // guided_regex: the output is a full match, then a stop id (regex_mask; as above)
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

@@ -14,6 +14,7 @@
 #define API_STOP_MAX 16
 #define API_CHOICE_MAX 256            // guided_choice's strings at most
 #define API_CHOICE_BYTES (64 << 10)  // and their bytes (the mask reads them for each token of the vocabulary)
+#define API_REGEX_BYTES (16 << 10)   // guided_regex's pattern at most
 
 // ---------------------------------------------------------------------------------------------
 // parsing
@@ -82,13 +83,13 @@ static int check_known(const cJSON *root, int chat, ApiError *err) {
 
 // Fields OpenAI or vLLM have and grpo does not do: refused unless they ask for nothing.
 static int check_unsupported(const cJSON *root, ApiError *err) {
-    static const char *const guided[] = {"guided_regex", "guided_grammar"};
+    static const char *const guided[] = {"guided_grammar"};
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, guided[i]);
         if (e && !cJSON_IsNull(e))
             return fail(err, 400, guided[i],
                         xprintf("\"%s\" is not supported (response_format json_object and json_schema, "
-                                "guided_json and guided_choice are)", guided[i]));
+                                "guided_json, guided_choice and guided_regex are)", guided[i]));
     }
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(root, "guided_decoding_backend");  // vLLM's choice
     if (backend && !cJSON_IsNull(backend) && !cJSON_IsString(backend))  // of engine: grpo has one, same outputs
@@ -162,12 +163,13 @@ static int parse_prompts(ApiJob *job, const cJSON *prompt, uint32_t nul, Tokeniz
 
 // The structured-output mode asked for, as errors name it.
 static const char *json_mode(const ApiJob *job) {
+    if (job->cfg.regex) return "guided_regex";
     return job->cfg.n_choices ? "guided_choice" : job->json_any ? "json_object" : "json_schema";
 }
 
-// Whether the output is constrained (JSON mode, a schema or guided_choice): sampled through a mask, ended by a
-// stop id.
-static int constrained(const ApiJob *job) { return job->cfg.json_object || job->cfg.n_choices; }
+// Whether the output is constrained (JSON mode, a schema, guided_choice or guided_regex): sampled through a mask,
+// ended by a stop id.
+static int constrained(const ApiJob *job) { return job->cfg.json_object || job->cfg.n_choices || job->cfg.regex; }
 
 static int parse_messages(ApiJob *job, const cJSON *root, uint32_t nul, Tokenizer *tok, const ApiLimits *lim,
                           int generation, ApiError *err) {
@@ -252,6 +254,26 @@ static int parse_choice(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *
                     xprintf("\"guided_choice\" and \"%s\" both given", job->json_field));
     job->json_field = "guided_choice";
     return 0;
+}
+
+// vLLM's "guided_regex": the output is a full match of the pattern (regex_dfa.h), then a stop token.
+static int parse_regex(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "guided_regex");
+    if (!v || cJSON_IsNull(v)) return 0;
+    size_t len = 0;
+    char *pattern = cJSON_IsString(v) ? json_string_bytes(v, nul, &len) : NULL;
+    char *why = !pattern || len == 0 || len > API_REGEX_BYTES || strlen(pattern) != len
+                    ? xprintf("\"guided_regex\" must be a non-empty string without U+0000, %d bytes at most",
+                              API_REGEX_BYTES)
+                : job->cfg.json_object || job->cfg.n_choices
+                    ? xprintf("\"guided_regex\" and \"%s\" both given", job->json_field)
+                    : NULL;
+    if (!why && (why = regex_compile(pattern, len, &job->regex)) == NULL) {
+        job->cfg.regex = &job->regex;
+        job->json_field = "guided_regex";
+    }
+    free(pattern);
+    return why ? fail(err, 400, "guided_regex", why) : 0;
 }
 
 // "logit_bias": {"token id": bias in [-100, 100]}, as OpenAI.
@@ -418,7 +440,7 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
         get_bool(root, "skip_special_tokens", &job->cfg.skip_special, err) ||
         parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err) ||
-        parse_format(job, root, err) || parse_choice(job, root, nul, err))
+        parse_format(job, root, err) || parse_choice(job, root, nul, err) || parse_regex(job, root, nul, err))
         return -1;
     if (constrained(job) && min_tokens > 0)  // it would mask the stop ids a complete output needs
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with %s", json_mode(job)));
@@ -510,7 +532,9 @@ int api_parse(ApiJob *job, int chat, const char *body, size_t n, Tokenizer *tok,
             goto out;
         }
         if (job->max_tokens < 0) job->max_tokens = room > 0 ? (int)(room < INT32_MAX ? room : INT32_MAX) : 1;
-        int64_t least = job->schema ? 1 + json_schema_least(job->schema) : 0;  // and a stop token
+        int64_t least = job->schema ? 1 + json_schema_least(job->schema)  // and a stop token
+                        : job->cfg.regex ? 1 + job->regex.dist[0]
+                                         : 0;
         for (int c = 0; c < job->cfg.n_choices; c++) {
             int64_t bytes = 1 + (int64_t)strlen(job->choice[c]);  // a token a byte at worst
             if (c == 0 || bytes < least) least = bytes;
@@ -609,6 +633,7 @@ void api_job_free(ApiJob *job) {
     free(job->choice);
     free(job->stop_ids);
     json_schema_free(job->schema);
+    regex_free(&job->regex);
     free(job->bias_ids);
     free(job->bias);
     for (int i = 0; i < job->n_images; i++) vl_image_free(&job->images[i]);

@@ -41,6 +41,7 @@ typedef struct {
     RolloutConfig cfg;  // sampler, logits processing, seed, stops
     char **stop;
     char **choice;      // guided_choice's strings (cfg.choices)
+    RegexDfa regex;     // guided_regex's automaton (cfg.regex)
     int32_t *stop_ids;  // the model's stop ids (but with ignore_eos) and the request's stop_token_ids
     int32_t *bias_ids;  // logit_bias
     float *bias;

@@ -340,7 +340,8 @@ def serve():
               "--max-tokens", 4, "--repeats", 1, "--modes", "quiet"]
     out, _ = bench("serve_json", "serve.py", common + ["--workload", "json"])
     prints("serve_json", out, "grpo serve JSON mode, tiny bf16", "quiet  json_object", "quiet  json_schema",
-           "quiet  text", "quiet  json_object / text throughput:", "quiet  json_schema / text throughput:")
+           "quiet  guided_regex", "quiet  text", "quiet  json_object / text throughput:",
+           "quiet  json_schema / text throughput:", "quiet  guided_regex / text throughput:")
     out, _ = bench("serve_prefix", "serve.py", common + ["--workload", "prefix"])
     prints("serve_prefix", out, "grpo serve prefix caching, tiny bf16", "quiet  prefix cache ",
            "quiet  --no-prefix-cache", "quiet  TTFT p50 without / with the cache:")

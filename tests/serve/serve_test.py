@@ -838,6 +838,58 @@ def g_choice():
               params == [f for _, f in bad], str(params))
 
 
+def g_regex():
+    """vLLM's guided_regex on a random-weight model: for five patterns (digits and a dash, a capitalised word and a
+    number, an e-mail-like address, one of two UTF-8 words, a JSON-like object), 8 answers each at temperature 1.5
+    (completions and chat, budgets from the shortest match's to 40 tokens) each fully match the pattern by Python's
+    re (re.ASCII), end with "stop", and differ, while the same requests unconstrained give no match; streamed, the
+    deltas add up to a match; a pattern grpo cannot take, a malformed one, one beside guided_choice and a budget
+    under the shortest match are each a 400 naming the field."""
+    patterns = [r"\d{3}-\d{4}", r"[A-Z][a-z]{2,5} [0-9]+", r"\w+@\w+\.(com|org)", r"h\u00e9llo|w\u00f6rld",
+                r'\{"ok": (true|false), "n": -?[1-9]\d{0,3}\}']
+    with Server(RAND, "--max-batch", 16) as srv:
+        reqs = []
+        for i, pattern in enumerate(patterns):
+            for k, max_tokens in enumerate((24, 40)):
+                b = {"model": RAND, "n": 4, "max_tokens": max_tokens, "temperature": 1.5, "seed": 10 * i + k}
+                chat = {"kind": "chat", "body": dict(b, messages=[{"role": "user", "content": "match"}])}
+                reqs.append((pattern, {"kind": "completions", "body": dict(b, prompt=PROMPTS[i % 4])} if k == 0
+                             else chat))
+        got = {}
+        for mode in ("text", "regex"):
+            res = calls(srv, *({"kind": r["kind"], "body": dict(r["body"], **(
+                {"guided_regex": p} if mode == "regex" else {}))} for p, r in reqs))
+            got[mode] = [(p, c) for (p, _), r in zip(reqs, res) if r["ok"] for c in r["response"]["choices"]]
+        text = lambda c: c["text"] if "text" in c else c["message"]["content"]  # noqa: E731
+        matched = [re.fullmatch(p, text(c), re.ASCII) is not None and c["finish_reason"] == "stop"
+                   for p, c in got["regex"]]
+        plain = [re.fullmatch(p, text(c), re.ASCII) is not None for p, c in got["text"]]
+        distinct = len(set(text(c) for _, c in got["regex"]))
+        check(f"guided_regex: all {len(matched)} answers (5 patterns, chat and completions) fully match their "
+              f"pattern (Python's re) and end with \"stop\", {distinct} distinct; unconstrained, {sum(plain)} of "
+              f"{len(plain)} match",
+              len(matched) == 40 and all(matched) and distinct >= 30 and not any(plain),
+              str([(p, text(c), c["finish_reason"]) for p, c in got["regex"]][:12]))
+        body = {"model": RAND, "prompt": "x", "max_tokens": 30, "temperature": 1.5, "seed": 9,
+                "guided_regex": patterns[2]}
+        whole, stream = calls(srv, {"kind": "completions", "body": body},
+                              {"kind": "completions_stream", "body": body})
+        streamed = "".join(c["choices"][0]["text"] for c in stream["chunks"] if c["choices"])
+        check("guided_regex: streamed, the deltas add up to the whole answer, a match",
+              streamed == whole["response"]["choices"][0]["text"]
+              and re.fullmatch(patterns[2], streamed, re.ASCII), f"{streamed!r}")
+        bad = [({"guided_regex": "(?=a)b"}, "guided_regex"), ({"guided_regex": "a("}, "guided_regex"),
+               ({"guided_regex": ""}, "guided_regex"), ({"guided_regex": 5}, "guided_regex"),
+               ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_regex"),
+               ({"guided_regex": "\\d{12}", "max_tokens": 5}, "max_tokens"),
+               ({"guided_grammar": "root ::= x"}, "guided_grammar")]
+        answers = [request(srv, "POST", "/v1/completions", json.dumps(dict(body, **b)).encode()) for b, _ in bad]
+        params = [json.loads(a[2])["error"]["param"] if a[0] == 400 else a[0] for a in answers]
+        check("guided_regex: lookahead, a malformed pattern, an empty one, a number, beside guided_choice and a "
+              "budget under the shortest match are each a 400 naming the field (guided_grammar stays refused)",
+              params == [f for _, f in bad], str(params))
+
+
 def g_endpoints():
     """vLLM's /tokenize and /detokenize, and the client's models.retrieve: a text's ids are `grpo tokenize`'s, a
     chat's the prompt_token_ids its completion reports, /detokenize gives the text back; another model id 404s."""
@@ -1537,7 +1589,8 @@ def main():
               ("tools", g_tools), ("errors", g_errors), ("queue", g_queue), ("disconnect", g_disconnect), ("left_queued", g_left_queued),
               ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
-              ("json", g_json), ("schema", g_schema), ("choice", g_choice), ("prefix", g_prefix), ("chunked", g_chunked),
+              ("json", g_json), ("schema", g_schema), ("choice", g_choice), ("regex", g_regex),
+              ("prefix", g_prefix), ("chunked", g_chunked),
               ("kv", g_kv), ("device", g_device),
               ("sigterm", g_sigterm), ("load", g_load)]
     # halfclose only when named (--only halfclose): libmicrohttpd 0.9.75 may itself drop a request whose FIN

@@ -1,0 +1,32 @@
+// guided_regex (vLLM's): a regular expression compiled into a DFA over bytes, so that the output is kept a prefix
+// of a full match by walking each token's bytes (no backtracking: a step's cost is the vocabulary's bytes,
+// whatever the pattern). The syntax is Python re's, a subset: literals (any UTF-8), escapes (\. \n \t \xHH
+// \uHHHH ...), ".", classes [a-z0-9_] [^...] with \d \w \s \D \W \S (ASCII's, as re.ASCII and xgrammar read
+// them), groups (...) (?:...) (?P<name>...), alternation, quantifiers * + ? {m} {m,} {,n} {m,n} (and their lazy
+// forms: a full match is the same language), ^ and $ only at the ends. Not supported (an error naming them):
+// lookaround, backreferences, \b, flags, possessive quantifiers, non-ASCII ranges in a class, non-ASCII
+// characters in a negated class. The compile's time and memory are bounded (regex_dfa.c's caps).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define REGEX_MAX_STATES 16384  // DFA states at most (a pattern needing more is refused)
+#define REGEX_MAX_REPEAT 1000   // {m,n}'s bounds at most
+
+typedef struct {
+    int n;              // states; 0 is the start
+    int n_cls;          // byte classes: bytes that every transition treats alike
+    uint8_t cls[256];   // each byte's class
+    int32_t *next;      // next[s * n_cls + cls[byte]]: the state after the byte from s, -1: no match can follow
+    int64_t *dist;      // the fewest bytes from state s to a full match
+} RegexDfa;
+
+static inline int regex_step(const RegexDfa *d, int s, unsigned char byte) {
+    return d->next[(size_t)s * (size_t)d->n_cls + d->cls[byte]];
+}
+
+// Compiles pattern (n bytes) for a full match. Returns NULL, or what is wrong or not supported (malloc'd).
+char *regex_compile(const char *pattern, size_t n, RegexDfa *d);
+void regex_free(RegexDfa *d);
+// The state after s[0, n) from `state`, or -1 when no full match begins so.
+int regex_walk(const RegexDfa *d, int state, const char *s, size_t n);
