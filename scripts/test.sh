@@ -23,7 +23,7 @@ for variant in release asan tsan fuzz; do
   args=()
   targets=()
   [ $variant = asan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_SANITIZE=ON)
-  [ $variant = tsan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_TSAN=ON) && targets=(test_emu test_cuda_ops grpo)
+  [ $variant = tsan ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_TSAN=ON) && targets=(test_emu test_cuda_ops grpo vl_tool vl_rope_tool)
   [ $variant = fuzz ] && args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_FUZZ=ON -DCMAKE_C_COMPILER=clang)
   if ! GRPO_BUILD_TARGETS="${targets[*]}" scripts/build.sh "$dir" "${args[@]}" >"$dir.log" 2>&1; then
     cat "$dir.log"
