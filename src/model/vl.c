@@ -130,10 +130,13 @@ void vl_write_random(const char *dir, const DecoderConfig *c, const VisionConfig
     decoder_free(&m);
 }
 
-// im's pixels: NULL, or what is wrong with the image (malloc'd, naming it).
-static char *image_read(const VlImage *im, Image *out) {
-    char *err = im->bytes ? image_decode_try(out, im->bytes, im->n, IMAGE_MAX_PIXELS)
-                          : image_load_try(out, im->path, IMAGE_MAX_PIXELS);
+// im's pixels (full 0, an image given as bytes: its size only, from its header): NULL, or what is wrong with
+// the image (malloc'd, naming it).
+static char *image_read(const VlImage *im, int full, Image *out) {
+    memset(out, 0, sizeof *out);
+    char *err = !im->bytes ? image_load_try(out, im->path, IMAGE_MAX_PIXELS)
+                : full     ? image_decode_try(out, im->bytes, im->n, IMAGE_MAX_PIXELS)
+                           : image_size_try(im->bytes, im->n, IMAGE_MAX_PIXELS, &out->w, &out->h);
     if (!err) return NULL;
     char *msg = xprintf("%s: %s", im->path, err);
     free(err);
@@ -141,14 +144,8 @@ static char *image_read(const VlImage *im, Image *out) {
 }
 
 char *vl_image_grid_try(const VlProcessor *p, VlImage *im, int full) {
-    Image img = {0};
-    char *err = NULL;
-    if (full || !im->bytes) err = image_read(im, &img);
-    else if ((err = image_size_try(im->bytes, im->n, IMAGE_MAX_PIXELS, &img.w, &img.h)) != NULL) {
-        char *msg = xprintf("%s: %s", im->path, err);
-        free(err);
-        return msg;
-    }
+    Image img;
+    char *err = image_read(im, full, &img);
     if (err) return err;
     char why[160];
     int factor = p->patch * p->merge, rh, rw;
@@ -173,7 +170,7 @@ int64_t vl_image_units(const int grid[3], int merge) {
 // im's merger input (vision_hidden): units rows of merge^2 * the tower's width (malloc'd).
 static float *image_hidden(const VlModel *v, const VlImage *im, const char *where) {
     Image img;
-    char *err = image_read(im, &img);
+    char *err = image_read(im, 1, &img);
     if (err) die("%s: %s", where, err);
     int grid[3];
     float *patches = vl_preprocess(&v->proc, &img, grid, NULL, where);

@@ -524,10 +524,9 @@ int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, const char *text, si
         int stop = is_stop(id, stop_ids, n_stop), fits = 0;
         size_t len = 0;
         const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
-        if (b && len && regex_step(d, at, (unsigned char)b[0]) >= 0 && !tokenizer_id_special(tok, (int32_t)id)) {
-            int to = regex_walk(d, at, b, len);
-            fits = to >= 0 && 1 + d->dist[to] + 1 <= tokens_left;  // the token, the rest a byte a token, a stop
-        }
+        int to = b && len ? regex_walk(d, at, b, len) : -1;  // most tokens are out at their first byte
+        if (to >= 0 && !tokenizer_id_special(tok, (int32_t)id))
+            fits = 1 + d->dist[to] + 1 <= tokens_left;  // the token, the rest a byte a token, a stop
         if (stop ? d->dist[at] == 0 : fits)  // a stop once text matches
             allowed++;
         else

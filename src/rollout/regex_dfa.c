@@ -666,6 +666,6 @@ void regex_free(RegexDfa *d) {
 }
 
 int regex_walk(const RegexDfa *d, int state, const char *s, size_t n) {
-    for (size_t i = 0; i < n && state >= 0; i++) state = regex_step(d, state, (unsigned char)s[i]);
+    for (size_t i = 0; i < n && state >= 0; i++) state = d->next[(size_t)state * d->n_cls + d->cls[(uint8_t)s[i]]];
     return state;
 }

@@ -21,10 +21,6 @@ typedef struct {
     int64_t *dist;      // the fewest bytes from state s to a full match
 } RegexDfa;
 
-static inline int regex_step(const RegexDfa *d, int s, unsigned char byte) {
-    return d->next[(size_t)s * (size_t)d->n_cls + d->cls[byte]];
-}
-
 // Compiles pattern (n bytes) for a full match. Returns NULL, or what is wrong or not supported (malloc'd).
 char *regex_compile(const char *pattern, size_t n, RegexDfa *d);
 void regex_free(RegexDfa *d);

@@ -113,14 +113,17 @@ def cpu():
              "kernels at 1 row", "issue 41's goals", "avx2 bf16 decode b1 weights / read loop",
              "llama.cpp: not measured", "(tokens/s; train: trained tokens/s)"]
     # this machine's level, the quiet mode only; then capped at AVX2 (bf16 widened; one level in the by-level
-    # rows) in both modes, which adds the competing load and the under-load ratios. A CPU without AVX-512 is at
-    # AVX2 already: the capped run is its own (the plain one would repeat it, a minute of CI).
+    # rows) in both modes, which adds the competing load and the under-load ratios. A CPU whose level is AVX2
+    # already (grpo doctor's isa_machine) has the capped run as its own (the plain one would repeat it, a minute
+    # of CI).
     runs = (("cpu", ["--modes", "quiet"], []),
             ("cpu --isa avx2", ["--isa", "avx2", "--modes", "quiet", "load"],
              ["ONEDNN_MAX_CPU_ISA=AVX2", "(widened to fp32)", "== load: read ", "under load / quiet:"]))
-    flags = next((l.split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
-    if "avx512f" not in flags:
-        print("     cpu: no AVX-512 here: this machine's level is the capped run's")
+    doctor = subprocess.run([GRPO, "doctor", "--json"], capture_output=True, text=True, timeout=120)
+    checks = json.loads(doctor.stdout)["checks"] if doctor.stdout else []
+    level = next((c["values"].get("isa_machine") for c in checks if c["id"] == "cpu"), None)
+    if level == "avx2":
+        print("     cpu: this machine's level is avx2 (grpo doctor): the capped run is its own")
         runs = runs[1:]
     for name, extra, more in runs:
         out, err = bench(name, "cpu.py", common + extra)

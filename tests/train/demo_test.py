@@ -266,7 +266,7 @@ def main():
     families = (("qwen3", "Qwen3ForCausalLM", lambda c: c.get("attention_bias") is False),
                 ("llama", "LlamaForCausalLM",
                  lambda c: (c.get("rope_scaling") or {}).get("rope_type") == "llama3"))
-    for family, arch, what in families[:0 if a.sanitized else 2]:
+    for family, arch, what in () if a.sanitized else families:
         p, demo = run_demo(os.path.join(TMP, "smoke-" + family),
                            ["--demo-smoke", "--demo-" + family, "trainer.steps=80"], timeout=1200)
         check(f"smoke {family}: grpo train --demo-smoke --demo-{family} exits 0", p.returncode == 0, p.stderr[-800:])
