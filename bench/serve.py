@@ -16,7 +16,8 @@ has. `--workload json`: one `--max-batch 64` server, the same requests with `res
 mode: every token of the vocabulary tried against the output's JSON automaton each step), with `json_schema` (a
 small schema: the automaton follows it), with `guided_regex` (words: each token's bytes walked through the
 pattern's automaton) and without, taking turns (sampled at temperature 1, seeded, '}', ']'
-and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token. `--workload prefix`:
+and '{}' made unlikely so that all run to --max-tokens): the cost of the mask per token; with --old, the same
+on --old's binary too, both servers up and taking turns. `--workload prefix`:
 chat requests whose messages share a system prompt of ~1,000 tokens (then a short question each), on a `--max-batch 64` server with its prefix cache and one with
 --no-prefix-cache, a fresh server each run (the first request finds the cache empty), taking turns: time to
 first token and throughput. `--workload chunked`: --streams streamed completions decode (greedy) on a `--max-batch
@@ -165,26 +166,33 @@ def json_workload(a):
         print(f"(json_schema: max_tokens {least}, its shortest answer)")
     print(f"grpo serve JSON mode, {a.preset} {a.dtype}, {a.clients} clients x {a.requests} streamed requests of "
           f"{a.max_tokens} tokens (--max-batch 64), medians of {a.repeats}")
+    binaries = [("", a.grpo)] + ([(" (--old)", a.old)] if a.old else [])
     for mode in a.modes:
         hog = competitor(mode)
-        p, base = start(a.grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-queue", 4096, "--max-len", 512)
+        servers = []
         try:
-            runs = {name: [] for name, _ in configs}
+            for tag, grpo in binaries:  # both up, taking turns: one is idle while the other serves
+                servers.append((tag, start(grpo, a.model, "--dtype", a.dtype, "--max-batch", 64, "--max-queue", 4096,
+                                           "--max-len", 512)))
+            runs = {name + tag: [] for name, _ in configs for tag, _ in binaries}
             for _ in range(a.repeats):
-                for name, extra in configs:
-                    runs[name].append(run_load(base, a.model, a.clients, a.requests, a.max_tokens, extra))
+                for tag, (_, base) in servers:
+                    for name, extra in configs:
+                        runs[name + tag].append(run_load(base, a.model, a.clients, a.requests, a.max_tokens, extra))
             med = {name: {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]} for name in runs}
-            for name, _ in configs:
+            for name in runs:
                 m = med[name]
-                print(f"{mode:5s}  {name:12s} {m['tok_s']:7.1f} tok/s  {m['tokens'] / a.requests:5.1f} tokens a request  "
-                      f"latency p50 {m['p50']:6.2f}s  TTFT p50 {m['ttft50']:6.2f}s", flush=True)
-            for name in ("json_object", "json_schema", "guided_regex"):
-                per_token = (1 / med[name]["tok_s"] - 1 / med["text"]["tok_s"]) * 1e3
-                print(f"{mode:5s}  {name} / text throughput: {med[name]['tok_s'] / med['text']['tok_s']:.2f}x "
-                      f"({per_token:+.2f} ms per token of the batch)", flush=True)
+                print(f"{mode:5s}  {name:20s} {m['tok_s']:7.1f} tok/s  {m['tokens'] / a.requests:5.1f} tokens a "
+                      f"request  latency p50 {m['p50']:6.2f}s  TTFT p50 {m['ttft50']:6.2f}s", flush=True)
+            for tag, _ in binaries:
+                for name in ("json_object", "json_schema", "guided_regex"):
+                    c, t = med[name + tag]["tok_s"], med["text" + tag]["tok_s"]
+                    print(f"{mode:5s}  {name + tag} / text{tag} throughput: {c / t:.2f}x "
+                          f"({(1 / c - 1 / t) * 1e3:+.2f} ms per token of the batch)", flush=True)
         finally:
-            p.terminate()
-            p.wait(120)
+            for _, (p, _) in servers:
+                p.terminate()
+                p.wait(120)
             stop(hog)
 
 

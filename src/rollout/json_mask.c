@@ -41,6 +41,7 @@ typedef struct {
     uint8_t digits;                // in the number's integer part or exponent
     const char *lit;
     int lnode, lp, lk;
+    int rnode, rx;  // in a string of a pattern (schema node rnode; 0: none): its automaton's state
     struct {
         char open;            // '{' or '['
         uint16_t node;        // its schema node: a JS_OBJECT or JS_ARRAY, or 0 (any members)
@@ -48,6 +49,9 @@ typedef struct {
     } frame[JSON_MAX_DEPTH];  // the open containers (last: the state is copied up to depth)
 } Json;
 
+// A state's cache key at most (json_key): the fields, then each frame's.
+#define JSON_KEY_MAX (11 + sizeof(const char *) + 20 + 7 * JSON_MAX_DEPTH)
+#define SHORT_ESCAPES "\"\\/bfnrt"  // after '\\' in a string (or u and 4 hex digits)
 #define MAX_WS (1 + 2 * JSON_MAX_DEPTH)  // whitespace bytes in a row at most: a line and its indent
 // A number stays a finite double, an integer exact in one (below 2^53), as JavaScript's JSON.parse reads them.
 #define MAX_INT_DIGITS 15
@@ -138,6 +142,7 @@ static int start_typed(Json *j, int id, unsigned char c) {
     default:  // a string, number, integer, boolean or null
         if (!json_schema_starts(s, id, c) || !start_value(j, c)) return 0;
         j->intonly = n->kind == JS_INTEGER;
+        if (n->re) j->rnode = id, j->rx = 0;
         return 1;
     }
 }
@@ -244,22 +249,39 @@ static int comma(Json *j) {
     return j->mode = J_VALUE, 1;
 }
 
-// A string's byte: UTF-8 (no overlong form, surrogate or code point past U+10FFFF), escapes, the closing quote.
+// A byte of a string's value (unescaped) through its pattern's automaton; 1 where there is none.
+static int pattern_byte(Json *j, unsigned char c) {
+    if (!j->rnode) return 1;
+    j->rx = regex_walk(node_of(j, j->rnode)->re, j->rx, (const char *)&c, 1);
+    return j->rx >= 0;
+}
+
+// The byte a short escape (after '\\') stands for.
+static unsigned char unescaped(unsigned char c) {
+    return c == 'b' ? '\b' : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
+}
+
+// A string's byte: UTF-8 (no overlong form, surrogate or code point past U+10FFFF), escapes, the closing quote
+// (with a pattern, once it matches).
 static int string_byte(Json *j, unsigned char c) {
     if (j->need) {
         if (c < j->lo || c > j->hi) return 0;
         j->need--;
         j->lo = 0x80, j->hi = 0xbf;
-        return 1;
+        return pattern_byte(j, c);
     }
-    if (c == '"') return j->mode = j->key ? J_COLON : J_AFTER, 1;
+    if (c == '"') {
+        if (j->rnode && node_of(j, j->rnode)->re->dist[j->rx] != 0) return 0;
+        j->rnode = j->rx = 0;
+        return j->mode = j->key ? J_COLON : J_AFTER, 1;
+    }
     if (c == '\\') return j->mode = J_ESCAPE, 1;
     if (c < 0x20 || (c >= 0x80 && c < 0xc2) || c > 0xf4) return 0;
-    if (c < 0x80) return 1;
+    if (c < 0x80) return pattern_byte(j, c);
     j->need = c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3;
     j->lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
     j->hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-    return 1;
+    return pattern_byte(j, c);
 }
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -294,8 +316,10 @@ static int json_byte(Json *j, unsigned char c) {
     case J_VALUE: return start_typed(j, child_node(j), c);
     case J_STRING: return string_byte(j, c);
     case J_ESCAPE:
-        if (c == 'u') return j->mode = J_HEX, j->hex = 4, 1;
-        return c && strchr("\"\\/bfnrt", c) ? (j->mode = J_STRING) : 0;
+        if (c == 'u' && !j->rnode) return j->mode = J_HEX, j->hex = 4, 1;  // none in a pattern's string
+        if (!c || !strchr(SHORT_ESCAPES, c)) return 0;
+        j->mode = J_STRING;
+        return pattern_byte(j, unescaped(c));
     case J_HEX:
         if (!is_digit(c) && !((c | 0x20) >= 'a' && (c | 0x20) <= 'f')) return 0;
         if (--j->hex == 0) j->mode = J_STRING;
@@ -336,6 +360,18 @@ static int json_byte(Json *j, unsigned char c) {
     return 0;
 }
 
+// In a pattern's string after '\\': the fewest bytes of an escape's letter, the rest of a match and the quote.
+static int64_t escape_cost(const Json *j) {
+    const JsNode *n = node_of(j, j->rnode);
+    int64_t c = JS_INF;
+    for (const char *e = SHORT_ESCAPES; *e; e++) {
+        unsigned char b = unescaped((unsigned char)*e);
+        int to = regex_walk(n->re, j->rx, (const char *)&b, 1);
+        if (to >= 0 && js_add(2, n->re_cost[to]) < c) c = js_add(2, n->re_cost[to]);
+    }
+    return c;
+}
+
 // The bytes that finish what the innermost container is in (its current member, then the container).
 static int64_t top_cost(const Json *j) {
     const JsonSchema *s = j->s;
@@ -356,8 +392,9 @@ static int64_t top_cost(const Json *j) {
     case J_SKEY: return literal_cost(j, j->lp, j->lk);
     case J_COLON: return js_add(1 + member_cost(j, child_node(j), d), rest);
     case J_VALUE: return js_add(d >= 0 ? member_cost(j, child_node(j), d) : 0, rest);
-    case J_STRING: return js_add(j->need + 1 + key, rest);
-    case J_ESCAPE: return js_add(2 + key, rest);
+    case J_STRING: return js_add(j->rnode ? js_add(node_of(j, j->rnode)->re_cost[j->rx], 1) : j->need + 1 + key,
+                                 rest);
+    case J_ESCAPE: return js_add(j->rnode ? escape_cost(j) : 2 + key, rest);
     case J_HEX: return js_add(j->hex + 1 + key, rest);
     case J_MINUS:
     case J_DOT:
@@ -431,54 +468,96 @@ static int64_t only_stops(const int32_t *stop_ids, int n_stop, float *logits, in
     return allowed;
 }
 
-// Of the `allowed` tokens json_mask left while the object is unfinished, masks the special ones (not text) and
-// the stop ids (they would end it too soon); then end_if_none (none left cannot be with the byte tokens of a
-// byte-level vocabulary).
-static int64_t unfinished(const Tokenizer *tok, const int32_t *stop_ids, int n_stop, float *logits, int64_t V,
-                          int64_t allowed) {
-    for (int i = 0; i < tok->n_added + n_stop; i++) {
-        int32_t id = i < tok->n_added ? tok->added[i].id : stop_ids[i - tok->n_added];
-        int special = i >= tok->n_added || tok->added[i].special;
-        if (special && id >= 0 && id < V && logits[id] != -INFINITY) {
-            logits[id] = -INFINITY;
-            allowed--;
-        }
+// Takes the special tokens (added ones marked so) that are not stop ids out of l: they are no text.
+static void drop_special(MaskList *l, const Tokenizer *tok, const int32_t *stop_ids, int n_stop) {
+    for (int i = 0; i < tok->n_added; i++)
+        if (tok->added[i].special && !is_stop(tok->added[i].id, stop_ids, n_stop))
+            mask_list_drop(l, tok->added[i].id);
+}
+
+// The mask of one state of a constraint's automaton from its list (the tokens that may come next, each with
+// its need): the cache's under key, or built by build(ctx, list) (and kept). Then end_if_none.
+static int64_t listed(MaskCache *cache, const void *key, size_t n, void (*build)(const void *ctx, MaskList *l),
+                      const void *ctx, int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits,
+                      int64_t V) {
+    const MaskList *l = cache ? mask_cache_find(cache, key, n) : NULL;
+    MaskList own = {0};
+    if (!l) {
+        build(ctx, &own);
+        l = cache ? mask_cache_keep(cache, key, n, &own) : &own;
     }
+    int64_t allowed = mask_list_apply(l, tokens_left, logits, V);
+    mask_list_free(&own);
     return end_if_none(stop_ids, n_stop, logits, V, allowed);
 }
 
-int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, const char *text, size_t n,
-                  int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+typedef struct {
+    const Tokenizer *tok;
+    const Json *at;
+    const uint8_t *plain;
+    const int32_t *stop_ids;
+    int n_stop;
+    int64_t V;
+} JsonList;
+
+// The tokens that continue the unfinished object at, each needing itself, the rest and a stop; not the special
+// tokens or the stop ids (they would end it too soon).
+static void json_list(const void *ctx, MaskList *l) {
+    const JsonList *c = ctx;
+    uint8_t first[256];  // whether a token may start with the byte (most tokens are out at their first)
+    int string = c->plain && c->at->mode == J_STRING && c->at->need == 0 && !c->at->rnode;  // a plain token leaves
+                                                                                          // the state
+    int64_t plain_need = 1 + json_cost(c->at) + 1;
+    Json j;
+    for (int ch = 0; ch < 256; ch++) {
+        json_copy(&j, c->at);
+        first[ch] = (uint8_t)json_byte(&j, (unsigned char)ch);
+    }
+    for (int64_t id = 0; id < c->V; id++) {
+        size_t len = 0;
+        const char *b = id < c->tok->n_ids ? tokenizer_id_bytes(c->tok, (int32_t)id, &len) : NULL;
+        if (!b || !len || is_stop(id, c->stop_ids, c->n_stop)) continue;
+        if (string && c->plain[id]) {
+            mask_list_add(l, (int32_t)id, plain_need);
+            continue;
+        }
+        if (!first[(unsigned char)b[0]]) continue;
+        json_copy(&j, c->at);
+        if (json_feed(&j, b, len)) mask_list_add(l, (int32_t)id, 1 + json_cost(&j) + 1);
+    }
+    drop_special(l, c->tok, c->stop_ids, c->n_stop);
+}
+
+// j's state as a cache key (its bytes, field by field: no padding) into key; returns its length.
+static size_t json_key(const Json *j, uint8_t key[JSON_KEY_MAX]) {
+    uint8_t head[] = {'j', j->mode, j->key, j->depth, j->ws, j->need, j->lo, j->hi, j->hex, j->intonly, j->digits};
+    int32_t lits[] = {j->lnode, j->lp, j->lk, j->rnode, j->rx};
+    size_t n = 0;
+    memcpy(key + n, head, sizeof head);
+    n += sizeof head;
+    memcpy(key + n, &j->lit, sizeof j->lit);
+    n += sizeof j->lit;
+    memcpy(key + n, lits, sizeof lits);
+    n += sizeof lits;
+    for (int f = 0; f < j->depth; f++) {
+        key[n++] = (uint8_t)j->frame[f].open;
+        memcpy(key + n, &j->frame[f].node, sizeof j->frame[f].node);
+        n += sizeof j->frame[f].node;
+        memcpy(key + n, &j->frame[f].at, sizeof j->frame[f].at);
+        n += sizeof j->frame[f].at;
+    }
+    return n;
+}
+
+int64_t json_mask(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, MaskCache *cache,
+                  const char *text, size_t n, int64_t tokens_left, const int32_t *stop_ids, int n_stop,
+                  float *logits, int64_t V) {
     Json at = {.s = schema, .mode = J_START};
     if (!json_feed(&at, text, n)) return 0;
     if (at.mode == J_DONE) return only_stops(stop_ids, n_stop, logits, V);
-    int64_t allowed = 0;
-    uint8_t first[256];  // whether a token may start with the byte (most tokens are out at their first)
-    int string = plain && at.mode == J_STRING && at.need == 0;  // a plain token leaves the state as it is
-    int plain_fits = string && 1 + json_cost(&at) + 1 <= tokens_left;
-    Json j;
-    for (int c = 0; c < 256; c++) {
-        json_copy(&j, &at);
-        first[c] = (uint8_t)json_byte(&j, (unsigned char)c);
-    }
-    for (int64_t id = 0; id < V; id++) {
-        size_t len = 0;
-        const char *b = id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
-        if (string && plain[id]) {
-            allowed += plain_fits;
-            if (!plain_fits) logits[id] = -INFINITY;
-            continue;
-        }
-        if (b && len && first[(unsigned char)b[0]]) {
-            json_copy(&j, &at);
-            if (json_feed(&j, b, len) && 1 + json_cost(&j) + 1 <= tokens_left) {  // the token, the rest, a stop
-                allowed++;
-                continue;
-            }
-        }
-        logits[id] = -INFINITY;
-    }
-    return unfinished(tok, stop_ids, n_stop, logits, V, allowed);
+    uint8_t key[JSON_KEY_MAX];
+    JsonList ctx = {tok, &at, plain, stop_ids, n_stop, V};
+    return listed(cache, key, json_key(&at, key), json_list, &ctx, tokens_left, stop_ids, n_stop, logits, V);
 }
 
 int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choices, const char *text, size_t n,
@@ -515,22 +594,39 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
     return end_if_none(stop_ids, n_stop, logits, V, allowed);
 }
 
-int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, const char *text, size_t n, int64_t tokens_left,
-                   const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
+typedef struct {
+    const Tokenizer *tok;
+    const RegexDfa *d;
+    int at;
+    const int32_t *stop_ids;
+    int n_stop;
+    int64_t V;
+} RegexList;
+
+// The tokens that go on from state at towards a match, each needing itself, the rest (a byte a token) and a stop;
+// the stop ids once at is a match (needing themselves); not the special tokens.
+static void regex_list(const void *ctx, MaskList *l) {
+    const RegexList *c = ctx;
+    int matched = c->d->dist[c->at] == 0;
+    for (int64_t id = 0; id < c->V; id++) {
+        size_t len = 0;
+        if (is_stop(id, c->stop_ids, c->n_stop)) {
+            if (matched) mask_list_add(l, (int32_t)id, 1);
+            continue;
+        }
+        const char *b = id < c->tok->n_ids ? tokenizer_id_bytes(c->tok, (int32_t)id, &len) : NULL;
+        int to = b && len ? regex_walk(c->d, c->at, b, len) : -1;  // most tokens are out at their first byte
+        if (to >= 0) mask_list_add(l, (int32_t)id, 1 + c->d->dist[to] + 1);
+    }
+    drop_special(l, c->tok, c->stop_ids, c->n_stop);
+}
+
+int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, MaskCache *cache, const char *text, size_t n,
+                   int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
     int at = regex_walk(d, 0, text, n);
     if (at < 0) return 0;
-    int64_t allowed = 0;
-    for (int64_t id = 0; id < V; id++) {
-        int stop = is_stop(id, stop_ids, n_stop), fits = 0;
-        size_t len = 0;
-        const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
-        int to = b && len ? regex_walk(d, at, b, len) : -1;  // most tokens are out at their first byte
-        if (to >= 0 && !tokenizer_id_special(tok, (int32_t)id))
-            fits = 1 + d->dist[to] + 1 <= tokens_left;  // the token, the rest a byte a token, a stop
-        if (stop ? d->dist[at] == 0 : fits)  // a stop once text matches
-            allowed++;
-        else
-            logits[id] = -INFINITY;
-    }
-    return end_if_none(stop_ids, n_stop, logits, V, allowed);
+    uint8_t key[1 + sizeof at] = {'r'};
+    memcpy(key + 1, &at, sizeof at);
+    RegexList ctx = {tok, d, at, stop_ids, n_stop, V};
+    return listed(cache, key, sizeof key, regex_list, &ctx, tokens_left, stop_ids, n_stop, logits, V);
 }

@@ -20,6 +20,7 @@ typedef struct {
     char **anyof_at;
     int n_anyof, cap_anyof;
     int nesting;
+    int64_t work;  // the patterns' compile steps so far: one bound for the schema's (regex_compile)
     char *why;
 } Build;
 
@@ -250,11 +251,100 @@ static int compile_array(Build *b, const cJSON *sch, const char *at) {
     return item < 0 ? -1 : id;
 }
 
+// A "pattern" (ECMA-262: found anywhere in the string) as a full match's (regex_dfa.h): each top-level
+// alternative's unanchored ends take any characters ([\s\S]*), its anchors (^ first, $ last) are dropped.
+static char *full_match(const char *p) {
+    Buf out = {0};
+    size_t n = strlen(p), start = 0;
+    int depth = 0, in_class = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i + 1 < n && p[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (i < n && in_class) {
+            in_class = p[i] != ']';
+            continue;
+        }
+        if (i < n && p[i] == '[') {
+            in_class = 1;
+            i += i + 1 < n && p[i + 1] == '^';
+            i += i + 1 < n && p[i + 1] == ']';  // a ']' first is one of the class
+            continue;
+        }
+        depth += i < n && p[i] == '(';
+        depth -= i < n && p[i] == ')';
+        if (i < n && (p[i] != '|' || depth)) continue;
+        const char *a = p + start;  // an alternative: [start, i)
+        size_t len = i - start, slashes = 0;  // the backslashes before its last byte
+        while (slashes + 2 <= len && a[len - 2 - slashes] == '\\') slashes++;
+        int lo = len > 0 && a[0] == '^';
+        int hi = len > (size_t)lo && a[len - 1] == '$' && slashes % 2 == 0;
+        char *alt = xprintf("%s(?:%s(?:%.*s)%s)", start ? "|" : "", lo ? "" : "[\\s\\S]*", (int)(len - lo - hi),
+                            a + lo, hi ? "" : "[\\s\\S]*");
+        buf_append(&out, alt, strlen(alt));
+        free(alt);
+        start = i + 1;
+    }
+    return out.data;
+}
+
+// A JSON string's bytes as it is written (json_mask.c): most as they are, '"' '\\' and the control characters
+// with a short escape as two (\u escapes are not written where there is a pattern), the other controls never.
+static void string_costs(int64_t cost[256]) {
+    for (int c = 0; c < 256; c++) cost[c] = c >= 0x20 ? 1 : INT64_MAX;
+    cost['"'] = cost['\\'] = cost['\b'] = cost['\f'] = cost['\n'] = cost['\r'] = cost['\t'] = 2;
+}
+
+// A string, with "pattern" or "minLength"/"maxLength" (characters): an automaton its characters walk.
+static int compile_string(Build *b, const cJSON *sch, const char *at) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(sch, "pattern");
+    int lengths = cJSON_HasObjectItem(sch, "minLength") || cJSON_HasObjectItem(sch, "maxLength");
+    int64_t lo, hi;
+    if (get_count(b, sch, "minLength", 0, &lo, at) || get_count(b, sch, "maxLength", INT64_MAX, &hi, at))
+        return -1;
+    if (pat && !cJSON_IsString(pat)) return failed(b, xprintf("\"pattern\" at %s is not a string", at));
+    if (pat && lengths)
+        return failed(b, xprintf("\"pattern\" with \"minLength\" or \"maxLength\" at %s is not supported", at));
+    if (lo > hi)
+        return failed(b, xprintf("\"minLength\" %lld > \"maxLength\" %lld at %s", (long long)lo, (long long)hi,
+                                 at));
+    if (lo > REGEX_MAX_REPEAT || (hi != INT64_MAX && hi > REGEX_MAX_REPEAT))
+        return failed(b, xprintf("\"%s\" at %s is over %d (not supported)",
+                                 lo > REGEX_MAX_REPEAT ? "minLength" : "maxLength", at, REGEX_MAX_REPEAT));
+    int id = node_new(b, JS_STRING);
+    if (id < 0 || (!pat && !lengths)) return id;
+    char *src = pat ? full_match(pat->valuestring)
+                : hi == INT64_MAX ? xprintf("[\\s\\S]{%lld,}", (long long)lo)
+                                  : xprintf("[\\s\\S]{%lld,%lld}", (long long)lo, (long long)hi);
+    JsNode *n = &b->s->nodes[id];
+    n->re = xmalloc(sizeof *n->re);
+    char *why = regex_compile(src, strlen(src), REGEX_ECMA, &b->work, n->re);
+    if (why) {
+        free(n->re);
+        n->re = NULL;
+        id = failed(b, xprintf("\"%s\" at %s (as the full match %.200s): %s",
+                               pat ? "pattern" : "minLength/maxLength", at, src, why));
+        free(why);
+        free(src);
+        return id;
+    }
+    free(src);
+    int64_t cost[256];
+    string_costs(cost);
+    n->re_cost = regex_costs(n->re, cost);
+    for (int s = 0; s < n->re->n; s++) n->re_cost[s] = n->re_cost[s] < JS_INF ? n->re_cost[s] : JS_INF;
+    if (n->re_cost[0] >= JS_INF)
+        return failed(b, xprintf("\"pattern\" at %s matches no string without control characters", at));
+    return id;
+}
+
 static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
-    static const char *const names[] = {"string", "number", "integer", "boolean", "null", NULL};
-    static const JsKind kinds[] = {JS_STRING, JS_NUMBER, JS_INTEGER, JS_BOOLEAN, JS_NULL};
+    static const char *const names[] = {"number", "integer", "boolean", "null", NULL};
+    static const JsKind kinds[] = {JS_NUMBER, JS_INTEGER, JS_BOOLEAN, JS_NULL};
     if (!strcmp(type, "object")) return compile_object(b, sch, at);
     if (!strcmp(type, "array")) return compile_array(b, sch, at);
+    if (!strcmp(type, "string")) return compile_string(b, sch, at);
     for (int i = 0; names[i]; i++)
         if (!strcmp(type, names[i])) return node_new(b, kinds[i]);
     return failed(b, xprintf("\"type\" \"%.100s\" at %s is not a JSON Schema type", type, at));
@@ -281,10 +371,11 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     static const char *const notes[] = {"title",    "description", "default", "examples",    "$schema",
                                         "$id",      "$comment",    "$defs",   "definitions", "deprecated",
                                         "readOnly", "writeOnly",   NULL};
-    static const char *const known[] = {"type",  "properties", "required", "additionalProperties",
-                                        "items", "minItems",   "maxItems", "enum",
-                                        "const", "anyOf",      "oneOf",    "$ref",
-                                        "allOf", NULL};
+    static const char *const known[] = {"type",  "properties", "required",  "additionalProperties",
+                                        "items", "minItems",   "maxItems",  "enum",
+                                        "const", "anyOf",      "oneOf",     "$ref",
+                                        "allOf", "pattern",    "minLength", "maxLength",
+                                        NULL};
     if (cJSON_IsTrue(sch)) return 0;
     if (!cJSON_IsObject(sch)) return failed(b, xprintf("the schema at %s is not an object (or true)", at));
     for (int i = 0; i < b->n_memo; i++)
@@ -301,12 +392,14 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
     static const char *const of_object[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const of_array[] = {"items", "minItems", "maxItems", NULL};
+    static const char *const of_string[] = {"pattern", "minLength", "maxLength", NULL};
     int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
-    int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0;
+    int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0, strings = 0;
     for (const cJSON *k = sch->child; k; k = k->next) {
         known_n += str_listed(k->string, known);
         objects += str_listed(k->string, of_object);
         arrays += str_listed(k->string, of_array);
+        strings += str_listed(k->string, of_string);
     }
     if (shapes > 1 || ((ref || any || one || all) && known_n > 1) || (lits && known_n > 1 + !!type))
         return failed(b, xprintf("%s: \"$ref\", \"anyOf\", \"oneOf\" and \"allOf\" must stand alone (with "
@@ -314,8 +407,9 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
                                  at));
     if (all && (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1))
         return failed(b, xprintf("\"allOf\" at %s: only a list of one schema is supported", at));
-    if (!type && !shapes && objects && arrays)
-        return failed(b, xprintf("%s has keywords of objects and of arrays but no \"type\"", at));
+    if (!type && !shapes && !!objects + !!arrays + !!strings > 1)
+        return failed(b, xprintf("%s has keywords of more than one of objects, arrays and strings but no \"type\"",
+                                 at));
     b->nesting++;
     int id;
     if (ref || all) {
@@ -340,6 +434,8 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
         id = compile_object(b, sch, at);
     } else if (arrays) {
         id = compile_array(b, sch, at);
+    } else if (strings) {
+        id = compile_string(b, sch, at);
     } else {
         id = 0;
     }
@@ -355,7 +451,7 @@ static int64_t node_cost(const JsonSchema *s, const JsNode *n, int r) {
     case JS_ANY:
     case JS_NUMBER:
     case JS_INTEGER: return 1;
-    case JS_STRING: return 2;
+    case JS_STRING: return n->re ? js_add(2, n->re_cost[0]) : 2;
     case JS_BOOLEAN:
     case JS_NULL: return 4;
     case JS_OBJECT_ANY: return r ? 2 : JS_INF;
@@ -528,6 +624,11 @@ void json_schema_free(JsonSchema *s) {
     if (!s) return;
     for (int i = 0; i < s->n_props; i++) free(s->props[i].key);
     for (int i = 0; i < s->n_lits; i++) free(s->lits[i].text);
+    for (int i = 0; i < s->n_nodes; i++) {
+        if (s->nodes[i].re) regex_free(s->nodes[i].re);
+        free(s->nodes[i].re);
+        free(s->nodes[i].re_cost);
+    }
     free(s->nodes);
     free(s->props);
     free(s->lits);

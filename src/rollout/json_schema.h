@@ -5,12 +5,16 @@
 // schema's order: required ones always, the others when the model picks them), required, additionalProperties
 // (no property beyond the listed ones is written), items, minItems, maxItems, enum, const, anyOf/oneOf whose
 // alternatives start with different characters (Optional[X] is anyOf [X, null]), $ref into the schema ($defs,
-// definitions, "#"). The root is an object. Annotations (title, description, default, ...) change nothing; any
-// other keyword (pattern, format, minimum, minLength, ...) is refused by name, never ignored.
+// definitions, "#"), a string's pattern (ECMA-262's, found anywhere in the string unless anchored: through
+// regex_dfa.h, as REGEX_ECMA; no \u escape then) or minLength/maxLength (not both). The root is an object.
+// Annotations (title, description, default, ...) change nothing; any other keyword (format, minimum, ...) is
+// refused by name, never ignored.
 #pragma once
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
+
+#include "rollout/regex_dfa.h"
 
 #define JS_INF (INT64_MAX / 8)  // a cost no output can pay
 #define JS_MAX_DEPTH 32         // objects and arrays nested at most (json_mask.h)
@@ -37,6 +41,9 @@ typedef struct {
     int64_t min_items, max_items;
     int64_t cost[JS_MAX_DEPTH + 1];  // the fewest bytes of a value with room for cost[r]: r more containers
     uint8_t starts[32];              // the bytes a value can start with (a bit each)
+    RegexDfa *re;                    // JS_STRING: what its characters (unescaped) must match, or NULL
+    int64_t *re_cost;                // and the fewest bytes from each of re's states to a match, as JSON writes
+                                     // them (an escaped character: 2)
 } JsNode;
 
 typedef struct {

@@ -31,6 +31,7 @@ typedef struct {
     NState *st;
     int n_st;
     int64_t work;  // pattern bytes parsed (a counted repeat's atom again for each copy)
+    int ecma;      // REGEX_ECMA
     char *err;     // the first error (malloc'd)
 } Parser;
 
@@ -117,9 +118,11 @@ static Frag repeat(Parser *P, Frag a, int skip, int loop) {
     return (Frag){s, e};
 }
 
-// One UTF-8 character: an ASCII byte of `ascii`, or (multi) any well-formed multi-byte character.
+// One UTF-8 character: an ASCII byte of `ascii`, or (multi) any well-formed multi-byte character; with ECMA, not
+// one that ECMA-262 counts as a space or line terminator (U+00A0, U+1680, U+2000-U+207F, U+3000, U+FEFF), so that
+// a class taking them for Python (\S, [^a], .) takes only what it does for ECMA too.
 static Frag utf8_class(Parser *P, const uint32_t ascii[8], int multi) {
-    static const uint8_t seqs[8][4][2] = {
+    static const uint8_t any[8][4][2] = {
         {{0xC2, 0xDF}, {0x80, 0xBF}},
         {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
         {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
@@ -129,8 +132,31 @@ static Frag utf8_class(Parser *P, const uint32_t ascii[8], int multi) {
         {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
         {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
     };
+    static const uint8_t ecma[19][4][2] = {
+        {{0xC2, 0xC2}, {0x80, 0x9F}},
+        {{0xC2, 0xC2}, {0xA1, 0xBF}},
+        {{0xC3, 0xDF}, {0x80, 0xBF}},
+        {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+        {{0xE1, 0xE1}, {0x80, 0x99}, {0x80, 0xBF}},
+        {{0xE1, 0xE1}, {0x9A, 0x9A}, {0x81, 0xBF}},
+        {{0xE1, 0xE1}, {0x9B, 0xBF}, {0x80, 0xBF}},
+        {{0xE2, 0xE2}, {0x82, 0xBF}, {0x80, 0xBF}},
+        {{0xE3, 0xE3}, {0x80, 0x80}, {0x81, 0xBF}},
+        {{0xE3, 0xE3}, {0x81, 0xBF}, {0x80, 0xBF}},
+        {{0xE4, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+        {{0xEE, 0xEE}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xEF, 0xEF}, {0x80, 0xBA}, {0x80, 0xBF}},
+        {{0xEF, 0xEF}, {0xBB, 0xBB}, {0x80, 0xBE}},
+        {{0xEF, 0xEF}, {0xBC, 0xBF}, {0x80, 0xBF}},
+        {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+        {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+    };
+    const uint8_t(*seqs)[4][2] = P->ecma ? ecma : any;
+    int n = P->ecma ? 19 : 8;
     Frag f = byte_set(P, ascii);
-    for (int i = 0; multi && i < 8; i++) {
+    for (int i = 0; multi && i < n; i++) {
         Frag g = byte_range(P, seqs[i][0][0], seqs[i][0][1]);
         for (int k = 1; k < 4 && seqs[i][k][0]; k++) g = cat(P, g, byte_range(P, seqs[i][k][0], seqs[i][k][1]));
         f = alt(P, f, g);
@@ -346,6 +372,7 @@ static Frag atom(Parser *P, int depth) {
         uint32_t ascii[8] = {0};
         add_range(ascii, 0, 0x7F);
         ascii['\n' >> 5] &= ~(1u << ('\n' & 31));
+        if (P->ecma) ascii['\r' >> 5] &= ~(1u << ('\r' & 31));  // a line terminator there too
         return utf8_class(P, ascii, 1);
     }
     int lo, hi;
@@ -568,37 +595,67 @@ static void byte_classes(const NState *st, int n_st, RegexDfa *d, int rep[256]) 
     d->n_cls = n;
 }
 
-// dist[s]: the fewest bytes to an accepting state (FAR: none), backwards from the accepting ones.
-static void distances(RegexDfa *d, const uint8_t *accepting) {
-    int n = d->n, C = d->n_cls;
-    int *count = xcalloc((size_t)n + 1, sizeof *count), *queue = xmalloc((size_t)n * sizeof *queue);
-    for (int64_t e = 0; e < (int64_t)n * C; e++)
-        if (d->next[e] >= 0) count[d->next[e] + 1]++;
-    for (int s = 0; s < n; s++) count[s + 1] += count[s];
-    int *from = xmalloc((size_t)count[n] * sizeof *from + 1), *fill = xmalloc((size_t)n * sizeof *fill);
-    memcpy(fill, count, (size_t)n * sizeof *fill);
-    for (int64_t e = 0; e < (int64_t)n * C; e++)
-        if (d->next[e] >= 0) from[fill[d->next[e]]++] = (int)(e / C);
-    int head = 0, tail = 0;
-    for (int s = 0; s < n; s++) {
-        d->dist[s] = accepting[s] ? 0 : FAR;
-        if (accepting[s]) queue[tail++] = s;
-    }
-    while (head < tail) {
-        int t = queue[head++];
-        for (int i = count[t]; i < count[t + 1]; i++)
-            if (d->dist[from[i]] == FAR) {
-                d->dist[from[i]] = d->dist[t] + 1;
-                queue[tail++] = from[i];
-            }
-    }
-    free(count);
-    free(queue);
-    free(from);
-    free(fill);
+typedef struct {
+    int64_t cost;
+    int state;
+} Reach;
+
+// Pushes r on the binary min-heap h (n entries).
+static void heap_push(Reach *h, int64_t *n, Reach r) {
+    int64_t i = (*n)++;
+    for (; i > 0 && h[(i - 1) / 2].cost > r.cost; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = r;
 }
 
-static char *determinize(const Parser *P, int start, int accept, RegexDfa *d) {
+// Pops the heap's least entry.
+static Reach heap_pop(Reach *h, int64_t *n) {
+    Reach top = h[0], last = h[--*n];
+    int64_t i = 0;
+    for (int64_t k = 1; k < *n; i = k, k = 2 * k + 1) {
+        if (k + 1 < *n && h[k + 1].cost < h[k].cost) k++;
+        if (h[k].cost >= last.cost) break;
+        h[i] = h[k];
+    }
+    h[i] = last;
+    return top;
+}
+
+// out[s]: the least cost from state s to an accepting one (FAR: none), a byte of class c costing w[c] (FAR: it
+// cannot be written), found backwards from the accepting states (Dijkstra over the reversed transitions).
+static void costs(const RegexDfa *d, const uint8_t *accepting, const int64_t *w, int64_t *out) {
+    int n = d->n, C = d->n_cls;
+    int64_t *count = xcalloc((size_t)n + 1, sizeof *count), queued = 0;
+    for (int64_t e = 0; e < (int64_t)n * C; e++)
+        if (d->next[e] >= 0 && w[e % C] != FAR) count[d->next[e] + 1]++;
+    for (int s = 0; s < n; s++) count[s + 1] += count[s];
+    int64_t *from = xmalloc((size_t)count[n] * sizeof *from + 1), *fill = xmalloc((size_t)n * sizeof *fill);
+    memcpy(fill, count, (size_t)n * sizeof *fill);
+    for (int64_t e = 0; e < (int64_t)n * C; e++)  // the transitions into each state (as s * C + c)
+        if (d->next[e] >= 0 && w[e % C] != FAR) from[fill[d->next[e]]++] = e;
+    Reach *heap = xmalloc(((size_t)count[n] + (size_t)n) * sizeof *heap);
+    for (int s = 0; s < n; s++) {
+        out[s] = accepting[s] ? 0 : FAR;
+        if (accepting[s]) heap_push(heap, &queued, (Reach){0, s});
+    }
+    while (queued > 0) {
+        Reach r = heap_pop(heap, &queued);
+        if (r.cost > out[r.state]) continue;  // a stale entry: the state was reached cheaper since
+        for (int64_t i = count[r.state]; i < count[r.state + 1]; i++) {
+            int s = (int)(from[i] / C);
+            int64_t c = r.cost + w[from[i] % C];
+            if (c >= out[s]) continue;
+            out[s] = c;
+            heap_push(heap, &queued, (Reach){c, s});
+        }
+    }
+    free(count);
+    free(from);
+    free(fill);
+    free(heap);
+}
+
+// *work: the steps spent, P's and the subset construction's.
+static char *determinize(const Parser *P, int start, int accept, RegexDfa *d, int64_t *work) {
     Subset S = {.st = P->st, .n_st = P->n_st, .accept = accept, .work = P->work};
     S.stack = xmalloc((size_t)P->n_st * sizeof *S.stack);
     S.mark = xcalloc((size_t)P->n_st, sizeof *S.mark);
@@ -630,7 +687,9 @@ static char *determinize(const Parser *P, int start, int accept, RegexDfa *d) {
     }
     if (!err) {
         d->dist = xmalloc((size_t)d->n * sizeof *d->dist);
-        distances(d, accepting);
+        int64_t ones[256];
+        for (int c = 0; c < C; c++) ones[c] = 1;
+        costs(d, accepting, ones, d->dist);
         for (int64_t e = 0; e < (int64_t)d->n * C; e++)  // a byte after which no match can be reached is no match
             if (d->next[e] >= 0 && d->dist[d->next[e]] == FAR) d->next[e] = -1;
         if (d->dist[0] == FAR) err = xstrdup("the pattern matches no string");
@@ -644,16 +703,19 @@ static char *determinize(const Parser *P, int start, int accept, RegexDfa *d) {
     free(seeds);
     free(accepting);
     if (!err) d->next = xrealloc(d->next, (size_t)d->n * (size_t)C * sizeof *d->next);
+    *work = S.work;
     return err;
 }
 
-char *regex_compile(const char *pattern, size_t n, RegexDfa *d) {
+char *regex_compile(const char *pattern, size_t n, int flags, int64_t *work, RegexDfa *d) {
     memset(d, 0, sizeof *d);
-    Parser P = {.p = (const unsigned char *)pattern, .n = n, .work = (int64_t)n};
+    int64_t spent = (work ? *work : 0) + (int64_t)n;
+    Parser P = {.p = (const unsigned char *)pattern, .n = n, .work = spent, .ecma = flags & REGEX_ECMA};
     P.st = xmalloc(NFA_MAX * sizeof *P.st);
     Frag f = alternation(&P, 0);
     if (!P.err && P.at < P.n) fail(&P, xprintf("an unbalanced ) at byte %zu", P.at));
-    char *err = P.err ? P.err : determinize(&P, f.start, f.end, d);
+    char *err = P.err ? P.err : determinize(&P, f.start, f.end, d, &spent);
+    if (work) *work = P.err ? P.work : spent;
     free(P.st);
     if (err) regex_free(d);
     return err;
@@ -668,4 +730,17 @@ void regex_free(RegexDfa *d) {
 int regex_walk(const RegexDfa *d, int state, const char *s, size_t n) {
     for (size_t i = 0; i < n && state >= 0; i++) state = d->next[(size_t)state * d->n_cls + d->cls[(uint8_t)s[i]]];
     return state;
+}
+
+int64_t *regex_costs(const RegexDfa *d, const int64_t byte_cost[256]) {
+    int64_t w[256];
+    uint8_t *accepting = xmalloc((size_t)d->n);
+    for (int c = 0; c < d->n_cls; c++) w[c] = FAR;
+    for (int b = 0; b < 256; b++)  // a class's bytes all lead alike: its cheapest
+        if (byte_cost[b] < w[d->cls[b]]) w[d->cls[b]] = byte_cost[b];
+    for (int s = 0; s < d->n; s++) accepting[s] = d->dist[s] == 0;
+    int64_t *out = xmalloc((size_t)d->n * sizeof *out);
+    costs(d, accepting, w, out);
+    free(accepting);
+    return out;
 }

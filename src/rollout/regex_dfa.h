@@ -21,8 +21,17 @@ typedef struct {
     int64_t *dist;      // the fewest bytes from state s to a full match
 } RegexDfa;
 
+// flags: REGEX_ECMA: the classes that Python and ECMA-262 (JSON Schema's "pattern") read differently match only
+// what both do: '.' no '\r', and '.', \S, \W, \D and negated classes no non-ASCII space or line terminator.
+#define REGEX_ECMA 1
+
 // Compiles pattern (n bytes) for a full match. Returns NULL, or what is wrong or not supported (malloc'd).
-char *regex_compile(const char *pattern, size_t n, RegexDfa *d);
+// work: the steps (pattern bytes parsed, NFA states visited) spent before by compiles that share one bound of
+// their time with this one (a schema's patterns), and after, this one's added; NULL: this one alone.
+char *regex_compile(const char *pattern, size_t n, int flags, int64_t *work, RegexDfa *d);
 void regex_free(RegexDfa *d);
+// The least cost from each state to a full match (d->n of them, malloc'd; INT64_MAX: none), a byte b costing
+// byte_cost[b] (INT64_MAX: it cannot be written), as a JSON string's escaped bytes cost more than one.
+int64_t *regex_costs(const RegexDfa *d, const int64_t byte_cost[256]);
 // The state after s[0, n) from `state`, or -1 when no full match begins so.
 int regex_walk(const RegexDfa *d, int state, const char *s, size_t n);

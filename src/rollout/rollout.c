@@ -511,18 +511,20 @@ static int32_t sample_processed(RolloutEngine *e, Seq *q, const float *row, doub
     memcpy(e->proc_row, host_rows(e, row, 1), (size_t)V * sizeof *e->proc_row);
     sampler_process(&r->cfg->proc, e->proc_row, r->prompt->ids, r->prompt->n, out->tokens, out->n,
                     r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_count);
-    if (r->cfg->json_object) {
+    const char *text = out->text.data ? out->text.data : "";
+    int64_t left = r->prompt->max_new_tokens - out->n;
+    const RolloutConfig *c = r->cfg;
+    if (c->json_object) {
         if (!e->json_plain) e->json_plain = json_plain_tokens(e->tok, V);
-        json_mask(e->tok, r->cfg->json_schema, e->json_plain, out->text.data ? out->text.data : "", out->text.len,
-                  r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
+        json_mask(e->tok, c->json_schema, e->json_plain, c->mask_cache, text, out->text.len, left, c->stop_ids,
+                  c->n_stop_ids, e->proc_row, V);
     }
-    if (r->cfg->n_choices)
-        choice_mask(e->tok, r->cfg->choices, r->cfg->n_choices, out->text.data ? out->text.data : "",
-                    out->text.len, r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids,
+    if (c->n_choices)
+        choice_mask(e->tok, c->choices, c->n_choices, text, out->text.len, left, c->stop_ids, c->n_stop_ids,
                     e->proc_row, V);
-    if (r->cfg->regex)
-        regex_mask(e->tok, r->cfg->regex, out->text.data ? out->text.data : "", out->text.len,
-                   r->prompt->max_new_tokens - out->n, r->cfg->stop_ids, r->cfg->n_stop_ids, e->proc_row, V);
+    if (c->regex)
+        regex_mask(e->tok, c->regex, c->mask_cache, text, out->text.len, left, c->stop_ids, c->n_stop_ids,
+                   e->proc_row, V);
     int32_t id = sampler_sample(&r->cfg->sampler, e->proc_row, V, u, &e->proc_scr, lp);
     if (r->logits_fn && r->want_logits) r->logits_fn(r->user, r->index, q->sample, 0, 1, e->proc_row);
     return id;

@@ -8,6 +8,7 @@
 #include "model/decoder.h"
 #include "nn/sampler.h"
 #include "rollout/json_schema.h"
+#include "rollout/mask_cache.h"
 #include "rollout/regex_dfa.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +43,7 @@ typedef struct {
     const char *const *choices;  // guided_choice: the output is one of these, then a stop id (choice_mask;
     int n_choices;               // needs a tokenizer and stop ids; sampled on the host)
     const RegexDfa *regex;       // guided_regex: the output is a full match, then a stop id (regex_mask; as above)
+    MaskCache *mask_cache;       // json_object's or regex's masks per state (mask_cache.h; its own), or NULL
     uint64_t seed;
     const int64_t *seed_index;  // prompt i is seeded as prompt seed_index[i] of the batch (NULL: i), so
                                 // one rank's share of a batch samples what one process would

@@ -12,9 +12,10 @@
 #include "text/utf8.h"
 
 #define API_STOP_MAX 16
-#define API_CHOICE_MAX 256            // guided_choice's strings at most
-#define API_CHOICE_BYTES (64 << 10)  // and their bytes (the mask reads them for each token of the vocabulary)
-#define API_REGEX_BYTES (16 << 10)   // guided_regex's pattern at most
+#define API_CHOICE_MAX 256               // guided_choice's strings at most
+#define API_CHOICE_BYTES (64 << 10)      // and their bytes (the mask reads them for each token of the vocabulary)
+#define API_REGEX_BYTES (16 << 10)       // guided_regex's pattern at most
+#define API_MASK_CACHE_BYTES (16 << 20)  // a constrained request's masks cached (mask_cache.h) at most
 
 // ---------------------------------------------------------------------------------------------
 // parsing
@@ -268,7 +269,7 @@ static int parse_regex(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *e
                 : job->cfg.json_object || job->cfg.n_choices
                     ? xprintf("\"guided_regex\" and \"%s\" both given", job->json_field)
                     : NULL;
-    if (!why && (why = regex_compile(pattern, len, &job->regex)) == NULL) {
+    if (!why && (why = regex_compile(pattern, len, 0, NULL, &job->regex)) == NULL) {
         job->cfg.regex = &job->regex;
         job->json_field = "guided_regex";
     }
@@ -453,6 +454,7 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         return fail(err, 400, job->json_field,
                     xprintf("%s ends the output with a stop token id: none is left (ignore_eos, or a model "
                             "without eos)", json_mode(job)));
+    if (job->cfg.json_object || job->cfg.regex) job->cfg.mask_cache = mask_cache_new(API_MASK_CACHE_BYTES);
     if (max_tokens >= 0 && min_tokens > max_tokens)
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" %lld exceeds max_tokens %lld",
                                                     (long long)min_tokens, (long long)max_tokens));
@@ -634,6 +636,7 @@ void api_job_free(ApiJob *job) {
     free(job->stop_ids);
     json_schema_free(job->schema);
     regex_free(&job->regex);
+    mask_cache_free(job->cfg.mask_cache);
     free(job->bias_ids);
     free(job->bias);
     for (int i = 0; i < job->n_images; i++) vl_image_free(&job->images[i]);

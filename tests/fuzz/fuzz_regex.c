@@ -1,6 +1,6 @@
 // guided_regex's compiler on an arbitrary pattern (the whole input, as a request's 16 KiB at most): it must
 // refuse with a reason or give an automaton whose start reaches a match within its dist, each state's table
-// in range, and a walk over the input itself that stays in range.
+// in range, and a walk over the input itself that stays in range. An odd first byte compiles it as REGEX_ECMA.
 #include <stdlib.h>
 
 #include "fuzz.h"
@@ -10,7 +10,8 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
     (void)ctx;
     if (size > (16 << 10)) return;
     RegexDfa d;
-    char *err = regex_compile((const char *)data, size, &d);
+    int flags = size && data[0] & 1 ? REGEX_ECMA : 0;
+    char *err = regex_compile((const char *)data, size, flags, NULL, &d);
     if (err) {
         if (!err[0]) fuzz_fail("refused without a reason");
         free(err);

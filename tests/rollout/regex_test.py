@@ -9,10 +9,15 @@ examples and 200 random longer strings:
   prefix   it has not died exactly when the regex module's fullmatch(..., partial=True) says s begins a match;
   least    its fewest bytes of a match equal the shortest match among those strings (where one is that short),
            and from each state it has, the distance to a match is never more than a tested match shows.
+REGEX_ECMA (JSON Schema's "pattern"), 6 patterns of the classes Python and ECMA-262 read differently, every string
+up to 3 characters over an alphabet of ASCII and non-ASCII spaces and line terminators:
+  ecma     the automaton never matches what JavaScript's RegExp (node, the "u" flag as ajv uses it) does not, and
+           matches exactly what it does on the strings without a non-ASCII space or line terminator.
 Patterns it refuses (lookaround, backreferences, \\b, flags, possessive quantifiers, non-ASCII ranges) give an
 error naming the construct; malformed ones, which Python's re.compile refuses too, an error as well.
 Prints one line per check and `N passed, M failed`; exit 0 iff all pass."""
 import argparse
+import itertools
 import json
 import random
 import re
@@ -88,8 +93,17 @@ MALFORMED = ["{1}a", "(", "a)", "[a", "[é", "*a", "a**", "a{3,2}", "+", "a|*", 
              "\\u12", "^*", "^{2}", "[\\d-z]", "(?P<>a)", "(?P<1>a)", "(?P<a)b>c)"]
 
 
-def run(tool, items):
-    inp = "".join(json.dumps({"pattern": p, "strings": ss}) + "\n" for p, ss in items)
+ECMA = [r".+", r"\S\s", r"[^a]\W", r"a.|\D+", r"[\s\S]*", r"\w\S?"]
+ECMA_ALPHABET = "a1 \r\n\t\u00a0\u2028\u3000\ufeff\u1680\u00e9\u20ac"
+ECMA_SPACES = "\u00a0\u2028\u3000\ufeff\u1680"
+JS_FULL = """let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
+  const out = JSON.parse(s).map(([p, ss]) => { const re = new RegExp("^(?:" + p + ")$", "u");
+                                               return ss.map(x => re.test(x)); });
+  process.stdout.write(JSON.stringify(out)); });"""
+
+
+def run(tool, items, ecma=False):
+    inp = "".join(json.dumps({"pattern": p, "strings": ss, "ecma": ecma}) + "\n" for p, ss in items)
     p = subprocess.run([tool], input=inp, capture_output=True, text=True, timeout=300)
     if p.returncode:
         raise AssertionError(f"regex_tool exited {p.returncode}: {p.stderr[-1000:]}")
@@ -145,6 +159,16 @@ def main():
                   str(bad_least[:8]))
     harness.check("no state's distance to a match exceeds a match the strings show", not bad_dist,
                   str(bad_dist[:8]))
+    strings = [""] + ["".join(t) for n in (1, 2, 3) for t in itertools.product(ECMA_ALPHABET, repeat=n)]
+    ours = run(a.tool, [(p, strings) for p in ECMA], ecma=True)
+    js = json.loads(subprocess.run(["node", "-e", JS_FULL], input=json.dumps([(p, strings) for p in ECMA]),
+                                   capture_output=True, text=True, timeout=120, check=True).stdout)
+    wrong = [(p, s, w >= 0 and dd == 0, j) for p, r, jj in zip(ECMA, ours, js)
+             for s, w, dd, j in zip(strings, r["walk"], r["dist"], jj)
+             if (w >= 0 and dd == 0) != j and (not j or not any(c in s for c in ECMA_SPACES))]
+    harness.check(f"REGEX_ECMA on {len(ECMA)} patterns x {len(strings)} strings: never a match JavaScript's RegExp "
+                  "refuses, the same matches where no non-ASCII space or line terminator is", not wrong,
+                  str(wrong[:8]))
     refused = run(a.tool, [(p, []) for p, _ in REFUSED])
     wrong = [(p, r) for (p, word), r in zip(REFUSED, refused)
              if "error" not in r or (word and word not in r["error"])]

@@ -1,4 +1,5 @@
 // guided_regex's automaton for tests/rollout/regex_test.py: each stdin line {"pattern": P, "strings": [S, ...]}
+// (and "ecma": true: compiled as REGEX_ECMA)
 // gives one stdout line, {"error": why} or {"states": N, "least": the fewest bytes of a match, "walk": [the state
 // after S, or -1 (no match begins so)], "dist": [that state's fewest bytes to a match, -1 for none]}.
 #include <cjson/cJSON.h>
@@ -23,7 +24,8 @@ int main(void) {
         RegexDfa d;
         size_t n;
         char *p = json_string_bytes(pat, 0, &n);
-        char *err = regex_compile(p, n, &d);
+        int ecma = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(in, "ecma"));
+        char *err = regex_compile(p, n, ecma ? REGEX_ECMA : 0, NULL, &d);
         cJSON *out = cJSON_CreateObject();
         if (err) {
             cJSON_AddStringToObject(out, "error", err);

@@ -1,9 +1,14 @@
 // JSON mode's mask (src/rollout/json_mask.c) over the real Qwen vocabulary: random walks through JSON mode and a
-// schema, each step's mask made with json_plain_tokens' shortcut and without it must be the same, bit for bit;
-// each walk ends in a complete object within its budget that cJSON (not ours) parses, and that the schema accepts;
-// and guided_choice's mask (choice_mask): walks over the same vocabulary end in one of the choices, the stop id
-// allowed exactly when the text is one. usage: test_json_mask TOKENIZER_JSON
+// schema, each step's mask made with json_plain_tokens' shortcut and a cache of the states' masks (mask_cache.h,
+// shared by the walks, small enough to be emptied) and without either must be the same, bit for bit; each walk
+// ends in a complete object within its budget that cJSON (not ours) parses, and that the schema accepts (its
+// patterns as the C library's POSIX regexec finds them, not ours);
+// guided_regex's (regex_mask): walks made with a cache and without the same, bit for bit, the stop id allowed
+// exactly when the C library's POSIX regexec (not ours) matches the text whole; and guided_choice's
+// (choice_mask): walks over the same vocabulary end in one of the choices, the stop id allowed exactly when the
+// text is one. usage: test_json_mask TOKENIZER_JSON
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +26,7 @@ static void check(int ok, const char *what, const char *text) {
 
 // Whether o satisfies the second schema of main: name and tags (2 strings or more) required, id an integer,
 // kind one of "a", 12, 1, null, more the same again, nothing else.
-static int valid(const cJSON *o) {
+static int valid_2(const cJSON *o) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     const cJSON *tags = cJSON_GetObjectItemCaseSensitive(o, "tags");
     int ok = cJSON_IsObject(o) && cJSON_IsString(name) && cJSON_IsArray(tags) && cJSON_GetArraySize(tags) >= 2;
@@ -32,31 +37,54 @@ static int valid(const cJSON *o) {
         else if (!strcmp(m->string, "kind"))
             ok = cJSON_IsNull(m) || (cJSON_IsNumber(m) && (v == 12 || v == 1)) ||
                  (cJSON_IsString(m) && !strcmp(m->valuestring, "a"));
-        else if (!strcmp(m->string, "more")) ok = valid(m);
+        else if (!strcmp(m->string, "more")) ok = valid_2(m);
         else ok = !strcmp(m->string, "name") || !strcmp(m->string, "tags");
     }
     return ok;
 }
 
+// The third schema of main: its strings' patterns (searched for, as JSON Schema does: POSIX regexec, ERE) and
+// lengths in characters.
+static const char *const PATTERNS[][2] = {
+    {"id", "^[a-z]+-[0-9]{2}$"}, {"code", "[0-9]{3}"}, {"pre", "^(ab|cd)"}, {"quoted", "^[-\"]+x$"}};
+
+static int valid_3(const cJSON *o) {
+    int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 5;
+    for (size_t i = 0; ok && i < sizeof PATTERNS / sizeof PATTERNS[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, PATTERNS[i][0]);
+        regex_t re;
+        if (regcomp(&re, PATTERNS[i][1], REG_EXTENDED | REG_NOSUB)) die("regcomp %s", PATTERNS[i][1]);
+        ok = cJSON_IsString(v) && regexec(&re, v->valuestring, 0, NULL, 0) == 0;
+        regfree(&re);
+    }
+    const cJSON *word = cJSON_GetObjectItemCaseSensitive(o, "word");
+    int64_t chars = 0;
+    for (const char *c = cJSON_IsString(word) ? word->valuestring : ""; *c; c++) chars += (*c & 0xC0) != 0x80;
+    return ok && cJSON_IsString(word) && chars >= 2 && chars <= 4;
+}
+
+// A token's logit before the mask: a different finite value for each of its neighbours.
+static float logit(int64_t id) { return (float)(id % 97) * 0.01f - 0.5f; }
+
 // One walk: tokens drawn among the allowed ones (in a string, only plain ones three times in four),
 // until only the stop id is left.
-static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, int64_t budget, Rng *rng,
-                 const char *name, int schema_2) {
+static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *plain, MaskCache *cache,
+                 int64_t budget, Rng *rng, const char *name, int (*valid)(const cJSON *)) {
     int64_t V = tok->n_ids;
     int32_t stop = tokenizer_token_id(tok, "<|endoftext|>");
     float *a = xmalloc((size_t)V * sizeof *a), *b = xmalloc((size_t)V * sizeof *b);
     int64_t *allowed = xmalloc((size_t)V * sizeof *allowed);
     Buf text = {0};
     for (int64_t left = budget; left > 0; left--) {
-        memset(a, 0, (size_t)V * sizeof *a);
-        memset(b, 0, (size_t)V * sizeof *b);
+        for (int64_t id = 0; id < V; id++) a[id] = b[id] = logit(id);
         const char *t = text.data ? text.data : "";
-        int64_t na = json_mask(tok, schema, plain, t, text.len, left, &stop, 1, a, V);
-        int64_t nb = json_mask(tok, schema, NULL, t, text.len, left, &stop, 1, b, V);
-        check(na == nb && !memcmp(a, b, (size_t)V * sizeof *a), "the shortcut's mask is the full one's", t);
+        int64_t na = json_mask(tok, schema, plain, cache, t, text.len, left, &stop, 1, a, V);
+        int64_t nb = json_mask(tok, schema, NULL, NULL, t, text.len, left, &stop, 1, b, V);
+        check(na == nb && !memcmp(a, b, (size_t)V * sizeof *a), "the shortcut's and cache's mask is the full one's",
+              t);
         int64_t n = 0, n_plain = 0;
         for (int64_t id = 0; id < V; id++)
-            if (a[id] == 0.0f) allowed[n++] = id;
+            if (a[id] != -INFINITY) allowed[n++] = id;
         for (int64_t i = 0; i < n; i++) n_plain += plain[allowed[i]];
         if (n == 1 && allowed[0] == stop) break;
         check(n > 0 && a[stop] == -INFINITY, "a token continues the unfinished object", t);
@@ -70,7 +98,7 @@ static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *
         buf_append(&text, bytes, len);
     }
     cJSON *parsed = cJSON_ParseWithLength(text.data ? text.data : "", text.len);
-    check(parsed && cJSON_IsObject(parsed) && (!schema_2 || valid(parsed)), name, text.data ? text.data : "");
+    check(parsed && cJSON_IsObject(parsed) && (!valid || valid(parsed)), name, text.data ? text.data : "");
     printf("%s, budget %lld: %.*s\n", name, (long long)budget, (int)text.len, text.data ? text.data : "");
     cJSON_Delete(parsed);
     free(text.data);
@@ -78,9 +106,6 @@ static void walk(const Tokenizer *tok, const JsonSchema *schema, const uint8_t *
     free(b);
     free(allowed);
 }
-
-// A token's logit before the mask: a different finite value for each of its neighbours.
-static float logit(int64_t id) { return (float)(id % 97) * 0.01f - 0.5f; }
 
 // One guided_choice walk: tokens drawn among the allowed ones until the stop id is drawn (or only it is left).
 static void choice_walk(const Tokenizer *tok, const char *const *choices, int n, int64_t budget, Rng *rng) {
@@ -119,6 +144,52 @@ static void choice_walk(const Tokenizer *tok, const char *const *choices, int n,
     free(allowed);
 }
 
+// One guided_regex walk (pattern: Python re's and POSIX ERE's alike): tokens drawn among the allowed ones until
+// the stop id is drawn or only it is left.
+static void regex_walk_test(const Tokenizer *tok, const char *pattern, MaskCache *cache, int64_t budget, Rng *rng) {
+    int64_t V = tok->n_ids;
+    int32_t stop = tokenizer_token_id(tok, "<|endoftext|>");
+    RegexDfa d;
+    char *why = regex_compile(pattern, strlen(pattern), 0, NULL, &d);
+    if (why) die("%s: %s", pattern, why);
+    regex_t posix;
+    char *anchored = xprintf("^(%s)$", pattern);
+    if (regcomp(&posix, anchored, REG_EXTENDED | REG_NOSUB)) die("regcomp %s", anchored);
+    float *a = xmalloc((size_t)V * sizeof *a), *b = xmalloc((size_t)V * sizeof *b);
+    int64_t *allowed = xmalloc((size_t)V * sizeof *allowed);
+    Buf text = {0};
+    int matches = 0;
+    for (int64_t left = budget; left > 0; left--) {
+        for (int64_t id = 0; id < V; id++) a[id] = b[id] = logit(id);
+        const char *t = text.data ? text.data : "";
+        int64_t na = regex_mask(tok, &d, cache, t, text.len, left, &stop, 1, a, V);
+        int64_t nb = regex_mask(tok, &d, NULL, t, text.len, left, &stop, 1, b, V);
+        check(na == nb && !memcmp(a, b, (size_t)V * sizeof *a), "the cache's regex mask is the full one's", t);
+        matches = regexec(&posix, t, 0, NULL, 0) == 0;
+        check((a[stop] != -INFINITY) == matches, "the stop id is allowed exactly at a match", t);
+        int64_t n = 0;
+        for (int64_t id = 0; id < V; id++)
+            if (a[id] != -INFINITY) allowed[n++] = id;
+        check(n == na && n > 0, "a token is allowed", t);
+        if (n == 0) break;
+        int64_t id = allowed[rng_next_u64(rng) % (uint64_t)n];
+        if (id == stop) break;
+        size_t len;
+        const char *bytes = tokenizer_id_bytes(tok, (int32_t)id, &len);
+        buf_append(&text, bytes, len);
+    }
+    check(matches, "a guided_regex walk ends in a match within its budget", text.data ? text.data : "");
+    printf("guided_regex %s, budget %lld: %.*s\n", pattern, (long long)budget, (int)text.len,
+           text.data ? text.data : "");
+    regfree(&posix);
+    free(anchored);
+    regex_free(&d);
+    free(text.data);
+    free(a);
+    free(b);
+    free(allowed);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) die("usage: test_json_mask TOKENIZER_JSON");
     Tokenizer tok;
@@ -129,7 +200,13 @@ int main(int argc, char **argv) {
         "{\"type\": \"object\", \"required\": [\"name\", \"tags\"], \"properties\": {\"name\": {\"type\": "
         "\"string\"}, \"id\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"a\", 12, 1, null]}, \"tags\": "
         "{\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"minItems\": 2}, \"more\": {\"$ref\": \"#\"}}}",
+        "{\"type\": \"object\", \"required\": [\"id\", \"code\", \"pre\", \"quoted\", \"word\"], \"properties\": {"
+        "\"id\": {\"type\": \"string\", \"pattern\": \"^[a-z]+-[0-9]{2}$\"}, "
+        "\"code\": {\"pattern\": \"[0-9]{3}\"}, "
+        "\"pre\": {\"type\": \"string\", \"pattern\": \"^(ab|cd)\"}, \"quoted\": {\"type\": \"string\", "
+        "\"pattern\": \"^[-\\\"]+x$\"}, \"word\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4}}}",
     };
+    int (*const valid[])(const cJSON *) = {NULL, valid_2, valid_3};
     cJSON *twice = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"a\": {}, \"a\": {}}}");
     char *why = NULL;
     JsonSchema *none = json_schema_compile(twice, &why);  // cJSON keeps both "a"
@@ -143,9 +220,19 @@ int main(int argc, char **argv) {
         char *why = NULL;
         JsonSchema *schema = json_schema_compile(s, &why);
         if (!schema) die("schema %zu: %s", i, why);
-        for (int budget = 32; budget <= 64; budget += 32) walk(&tok, schema, plain, budget, &rng, schemas[i], i == 1);
+        MaskCache *cache = mask_cache_new(2 << 20);  // a full list is 1.2 MB: emptied as the walks go
+        int64_t least = json_schema_least(schema) + 1 > 32 ? json_schema_least(schema) + 1 : 32;  // and a stop
+        for (int64_t budget = least; budget <= least + 32; budget += 32)
+            for (int k = 0; k < 2; k++) walk(&tok, schema, plain, cache, budget, &rng, schemas[i], valid[i]);
+        mask_cache_free(cache);
         json_schema_free(schema);
         cJSON_Delete(s);
+    }
+    static const char *const patterns[] = {"[A-Za-z ,.]+", "(yes|no|maybe)[0-9]{2,4}", "[a-z]+@[a-z]+\\.(com|org)"};
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        MaskCache *cache = mask_cache_new(64 << 20);
+        for (int k = 0; k < 4; k++) regex_walk_test(&tok, patterns[i], cache, k % 2 ? 12 : 24, &rng);
+        mask_cache_free(cache);
     }
     static const char *const choices[] = {"yes", "yes sir", "no", "n\xc3\xa9gatif", "maybe so", " 42"};
     for (int i = 0; i < 12; i++) choice_walk(&tok, choices, 6, i < 6 ? 9 : 16, &rng);

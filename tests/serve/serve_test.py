@@ -738,7 +738,7 @@ def g_schema():
               msg.get("parsed") == json.loads(msg.get("content") or "null") and msg.get("content") == text ==
               whole["response"]["choices"][0]["message"]["content"] and ajv(OUT_SCHEMA, [text]) == [True],
               json.dumps([msg, text])[-1500:])
-        bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "pattern"),
+        bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}, "format"),
                        ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
                        ({"type": "array"}, "root"),
                        ({"type": "object", "required": ["b"], "properties": {"a": {}}}, '"b"'),
@@ -758,7 +758,7 @@ def g_schema():
         answers = [request(srv, "POST", "/v1/chat/completions", json.dumps(dict(chat, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": b}})).encode()) for b, _ in bad_schemas]
         msgs = [json.loads(a[2])["error"]["message"] if a[0] == 400 else str(a[0]) for a in answers]
-        check("json_schema: pattern, minimum, a non-object root, an unlisted required name, overlapping anyOf, a "
+        check("json_schema: format, minimum, a non-object root, an unlisted required name, overlapping anyOf, a "
               "remote $ref, a dangling $ref, a required self-reference, minItems that multiply past any budget, an "
               "anyOf naming itself, enum beside minItems and allOf not a list are refused with a 400 naming it",
               all(w in m for (_, w), m in zip(bad_schemas, msgs)), json.dumps(msgs))
@@ -784,6 +784,61 @@ def g_schema():
               "guided_json not JSON (or with more after it), a json_schema without its schema or name are refused",
               more == [400] * 6,
               str(more))
+        g_schema_patterns(srv)
+
+
+PATTERN_SCHEMA = {"type": "object", "required": ["id", "code", "word", "note", "quoted", "tag"], "properties": {
+    "id": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"}, "code": {"type": "string", "pattern": r"\d\d"},
+    "word": {"type": "string", "minLength": 3, "maxLength": 8}, "note": {"type": "string", "pattern": r"^\S.*\.$|^$"},
+    "quoted": {"type": "string", "pattern": r'^["\\/]+$'},
+    "tag": {"type": ["string", "null"], "pattern": "^(red|green|blue)$"}, "more": {"type": "string", "maxLength": 2}}}
+
+
+def g_schema_patterns(srv):
+    """json_schema strings with pattern (anchored or not, alternatives, characters that JSON escapes) and
+    minLength/maxLength: 64 answers at temperature 1.5 (budgets from the least, chat and completions) all validate
+    by ajv (JavaScript's RegExp, not ours) and end with "stop"; unconstrained, none do; what is not supported is
+    refused naming the keyword."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "pat", "schema": PATTERN_SCHEMA}}
+    base = {"model": RAND, "messages": [{"role": "user", "content": "json"}], "response_format": fmt}
+    status, _, body = request(srv, "POST", "/v1/chat/completions", json.dumps(dict(base, max_tokens=1)).encode())
+    found = re.search(r"max_tokens >= (\d+)", body.decode()) if status == 400 else None
+    least = int(found.group(1)) if found else 60
+    reqs = []
+    for i, max_tokens in enumerate((least, least + 10, 150, 300)):
+        reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
+                                                     "max_tokens": max_tokens, "temperature": 1.5, "seed": i}})
+        reqs.append({"kind": "chat", "body": dict(base, n=8, max_tokens=max_tokens, temperature=1.5, seed=100 + i)})
+    texts, finish = {}, []
+    for mode in ("text", "schema"):
+        res = calls(srv, *({"kind": r["kind"], "body": dict(r["body"], response_format=fmt) if mode == "schema"
+                            else {k: v for k, v in r["body"].items() if k != "response_format"}} for r in reqs))
+        texts[mode] = [c["text"] if "text" in c else c["message"]["content"] or ""
+                       for r in res if r["ok"] for c in r["response"]["choices"]]
+        if mode == "schema":
+            finish = [c["finish_reason"] for r in res if r["ok"] for c in r["response"]["choices"]]
+    ok, plain = ajv(PATTERN_SCHEMA, texts["schema"]), ajv(PATTERN_SCHEMA, texts["text"])
+    got = [json.loads(t) for t, v in zip(texts["schema"], ok) if v]
+    escaped = sum('\\"' in t or "\\\\" in t for t in texts["schema"])
+    lowered = ajv(PATTERN_SCHEMA, [json.dumps(dict(g, id=g["id"].lower())) for g in got])  # ajv reads the patterns
+    check(f"json_schema patterns: all {len(ok)} answers ({least} to 300 tokens, chat and completions) validate by ajv "
+          f"and end with \"stop\" ({escaped} with escapes); unconstrained, {sum(plain)} of {len(plain)} do, nor "
+          "any answer with its id lowered",
+          len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
+          not any(lowered),
+          str([t for t, v in zip(texts["schema"], ok) if not v][:3] + [g["id"] for g in got[:4]]))
+    bad = [({"type": "string", "pattern": "(?=a)"}, "(?="), ({"type": "string", "pattern": "(a"}, "pattern"),
+           ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength"),
+           ({"type": "string", "maxLength": 5000}, "maxLength"), ({"type": "string", "pattern": "^\\x01$"}, "pattern")]
+    msgs = []
+    for b, _ in bad:
+        schema = {"type": "object", "properties": {"a": b}}
+        status, _, body = request(srv, "POST", "/v1/chat/completions", json.dumps(dict(
+            base, max_tokens=50, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})).encode())
+        msgs.append(json.loads(body)["error"]["message"] if status == 400 else str(status))
+    check("json_schema patterns: lookahead, a malformed pattern, pattern beside maxLength, maxLength over 1000 and a "
+          "pattern only control characters match are refused with a 400 naming it",
+          all(w in m for (_, w), m in zip(bad, msgs)), json.dumps(msgs))
 
 
 def g_choice():
