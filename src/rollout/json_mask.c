@@ -41,7 +41,8 @@ typedef struct {
     uint8_t digits;                // in the number's integer part or exponent
     const char *lit;
     int lnode, lp, lk;
-    int rnode, rx;  // in a string of a pattern (schema node rnode; 0: none): its automaton's state
+    int rnode, rx;  // in a string walked (schema node rnode, js_walked; 0: none): its automaton's state
+    int64_t chars;  // and its characters so far
     struct {
         char open;            // '{' or '['
         uint16_t node;        // its schema node: a JS_OBJECT or JS_ARRAY, or 0 (any members)
@@ -50,7 +51,7 @@ typedef struct {
 } Json;
 
 // A state's cache key at most (json_key): the fields, then each frame's.
-#define JSON_KEY_MAX (11 + sizeof(const char *) + 20 + 7 * JSON_MAX_DEPTH)
+#define JSON_KEY_MAX (11 + sizeof(const char *) + 20 + 8 + 7 * JSON_MAX_DEPTH)
 #define SHORT_ESCAPES "\"\\/bfnrt"  // after '\\' in a string (or u and 4 hex digits)
 #define MAX_WS (1 + 2 * JSON_MAX_DEPTH)  // whitespace bytes in a row at most: a line and its indent
 // A number stays a finite double, an integer exact in one (below 2^53), as JavaScript's JSON.parse reads them.
@@ -142,7 +143,7 @@ static int start_typed(Json *j, int id, unsigned char c) {
     default:  // a string, number, integer, boolean or null
         if (!json_schema_starts(s, id, c) || !start_value(j, c)) return 0;
         j->intonly = n->kind == JS_INTEGER;
-        if (n->re) j->rnode = id, j->rx = 0;
+        if (js_walked(n)) j->rnode = id, j->rx = 0, j->chars = 0;
         return 1;
     }
 }
@@ -249,11 +250,30 @@ static int comma(Json *j) {
     return j->mode = J_VALUE, 1;
 }
 
-// A byte of a string's value (unescaped) through its pattern's automaton; 1 where there is none.
+// A byte of a walked string's value (unescaped) through its automaton, or (lengths alone) counted against its
+// maxLength; 1 for other strings.
 static int pattern_byte(Json *j, unsigned char c) {
     if (!j->rnode) return 1;
-    j->rx = regex_walk(node_of(j, j->rnode)->re, j->rx, (const char *)&c, 1);
+    const JsNode *n = node_of(j, j->rnode);
+    if (!n->re) {
+        j->chars += c < 0x80 || c >= 0xC0;  // a character's first byte
+        return j->chars <= n->max_items;
+    }
+    j->rx = regex_walk(n->re, j->rx, (const char *)&c, 1);
     return j->rx >= 0;
+}
+
+// Whether a walked string may close: its automaton matches, or it has its minLength.
+static int walked_done(const Json *j) {
+    const JsNode *n = node_of(j, j->rnode);
+    return n->re ? n->re->dist[j->rx] == 0 : j->chars >= n->min_items;
+}
+
+// The fewest bytes that finish a walked string: a match, or the characters its minLength lacks; its quote.
+static int64_t walked_cost(const Json *j) {
+    const JsNode *n = node_of(j, j->rnode);
+    int64_t rest = n->re ? n->re_cost[j->rx] : j->need + (n->min_items > j->chars ? n->min_items - j->chars : 0);
+    return js_add(rest, 1);
 }
 
 // The byte a short escape (after '\\') stands for.
@@ -262,7 +282,7 @@ static unsigned char unescaped(unsigned char c) {
 }
 
 // A string's byte: UTF-8 (no overlong form, surrogate or code point past U+10FFFF), escapes, the closing quote
-// (with a pattern, once it matches).
+// (of a walked string, once it matches or has its minLength).
 static int string_byte(Json *j, unsigned char c) {
     if (j->need) {
         if (c < j->lo || c > j->hi) return 0;
@@ -271,8 +291,9 @@ static int string_byte(Json *j, unsigned char c) {
         return pattern_byte(j, c);
     }
     if (c == '"') {
-        if (j->rnode && node_of(j, j->rnode)->re->dist[j->rx] != 0) return 0;
+        if (j->rnode && !walked_done(j)) return 0;
         j->rnode = j->rx = 0;
+        j->chars = 0;
         return j->mode = j->key ? J_COLON : J_AFTER, 1;
     }
     if (c == '\\') return j->mode = J_ESCAPE, 1;
@@ -316,7 +337,7 @@ static int json_byte(Json *j, unsigned char c) {
     case J_VALUE: return start_typed(j, child_node(j), c);
     case J_STRING: return string_byte(j, c);
     case J_ESCAPE:
-        if (c == 'u' && !j->rnode) return j->mode = J_HEX, j->hex = 4, 1;  // none in a pattern's string
+        if (c == 'u' && !j->rnode) return j->mode = J_HEX, j->hex = 4, 1;  // none in a walked string
         if (!c || !strchr(SHORT_ESCAPES, c)) return 0;
         j->mode = J_STRING;
         return pattern_byte(j, unescaped(c));
@@ -360,14 +381,13 @@ static int json_byte(Json *j, unsigned char c) {
     return 0;
 }
 
-// In a pattern's string after '\\': the fewest bytes of an escape's letter, the rest of a match and the quote.
+// In a walked string after '\\': the fewest bytes of an escape's letter, the rest of the string and its quote.
 static int64_t escape_cost(const Json *j) {
-    const JsNode *n = node_of(j, j->rnode);
     int64_t c = JS_INF;
     for (const char *e = SHORT_ESCAPES; *e; e++) {
-        unsigned char b = unescaped((unsigned char)*e);
-        int to = regex_walk(n->re, j->rx, (const char *)&b, 1);
-        if (to >= 0 && js_add(2, n->re_cost[to]) < c) c = js_add(2, n->re_cost[to]);
+        Json after = *j;  // with the escape's character written
+        if (pattern_byte(&after, unescaped((unsigned char)*e)) && js_add(1, walked_cost(&after)) < c)
+            c = js_add(1, walked_cost(&after));
     }
     return c;
 }
@@ -392,8 +412,7 @@ static int64_t top_cost(const Json *j) {
     case J_SKEY: return literal_cost(j, j->lp, j->lk);
     case J_COLON: return js_add(1 + member_cost(j, child_node(j), d), rest);
     case J_VALUE: return js_add(d >= 0 ? member_cost(j, child_node(j), d) : 0, rest);
-    case J_STRING: return js_add(j->rnode ? js_add(node_of(j, j->rnode)->re_cost[j->rx], 1) : j->need + 1 + key,
-                                 rest);
+    case J_STRING: return js_add(j->rnode ? walked_cost(j) : j->need + 1 + key, rest);
     case J_ESCAPE: return js_add(j->rnode ? escape_cost(j) : 2 + key, rest);
     case J_HEX: return js_add(j->hex + 1 + key, rest);
     case J_MINUS:
@@ -532,6 +551,8 @@ static void json_list(const void *ctx, MaskList *l) {
 static size_t json_key(const Json *j, uint8_t key[JSON_KEY_MAX]) {
     uint8_t head[] = {'j', j->mode, j->key, j->depth, j->ws, j->need, j->lo, j->hi, j->hex, j->intonly, j->digits};
     int32_t lits[] = {j->lnode, j->lp, j->lk, j->rnode, j->rx};
+    const JsNode *r = node_of(j, j->rnode);  // past its minLength, with no maxLength, a count is like the next
+    int64_t chars = r->max_items == INT64_MAX && j->chars > r->min_items ? r->min_items : j->chars;
     size_t n = 0;
     memcpy(key + n, head, sizeof head);
     n += sizeof head;
@@ -539,6 +560,8 @@ static size_t json_key(const Json *j, uint8_t key[JSON_KEY_MAX]) {
     n += sizeof j->lit;
     memcpy(key + n, lits, sizeof lits);
     n += sizeof lits;
+    memcpy(key + n, &chars, sizeof chars);
+    n += sizeof chars;
     for (int f = 0; f < j->depth; f++) {
         key[n++] = (uint8_t)j->frame[f].open;
         memcpy(key + n, &j->frame[f].node, sizeof j->frame[f].node);

@@ -9,6 +9,8 @@
 
 #define JS_MAX_NODES 4096
 #define JS_MAX_NESTING 64  // schema objects within schema objects
+#define JS_MAX_STRINGS 64           // strings with a pattern or format (an automaton each) at most
+#define JS_PATTERN_BYTES (16 << 10)  // and their patterns' bytes (guided_regex's bound)
 
 typedef struct {
     const cJSON *root;
@@ -21,6 +23,8 @@ typedef struct {
     int n_anyof, cap_anyof;
     int nesting;
     int64_t work;  // the patterns' compile steps so far: one bound for the schema's (regex_compile)
+    size_t pattern_bytes;  // and their bytes
+    int n_strings;         // the strings with an automaton
     char *why;
 } Build;
 
@@ -252,13 +256,16 @@ static int compile_array(Build *b, const cJSON *sch, const char *at) {
 }
 
 // A "pattern" (ECMA-262: found anywhere in the string) as a full match's (regex_dfa.h): each top-level
-// alternative's unanchored ends take any characters ([\s\S]*), its anchors (^ first, $ last) are dropped.
-static char *full_match(const char *p) {
+// alternative's unanchored ends take any characters ([\s\S]*), its anchors (^ first, $ last) are dropped. NULL
+// (and *why, malloc'd) when its groups or classes do not close, which would change what the wrapping means.
+static char *full_match(const char *p, char **why) {
     Buf out = {0};
     size_t n = strlen(p), start = 0;
     int depth = 0, in_class = 0;
-    for (size_t i = 0; i <= n; i++) {
-        if (i + 1 < n && p[i] == '\\') {
+    *why = NULL;
+    for (size_t i = 0; i <= n && !*why; i++) {
+        if (i < n && p[i] == '\\') {
+            if (i + 1 == n) *why = xstrdup("it ends with a lone \\");
             i++;
             continue;
         }
@@ -274,7 +281,9 @@ static char *full_match(const char *p) {
         }
         depth += i < n && p[i] == '(';
         depth -= i < n && p[i] == ')';
-        if (i < n && (p[i] != '|' || depth)) continue;
+        if (depth < 0 || (i == n && (depth || in_class)))
+            *why = xstrdup(in_class ? "a character class [ is not closed" : "its groups ( ) do not pair");
+        if (*why || (i < n && (p[i] != '|' || depth))) continue;
         const char *a = p + start;  // an alternative: [start, i)
         size_t len = i - start, slashes = 0;  // the backslashes before its last byte
         while (slashes + 2 <= len && a[len - 2 - slashes] == '\\') slashes++;
@@ -286,6 +295,7 @@ static char *full_match(const char *p) {
         free(alt);
         start = i + 1;
     }
+    if (*why) buf_free(&out);
     return out.data;
 }
 
@@ -296,52 +306,130 @@ static void string_costs(int64_t cost[256]) {
     cost['"'] = cost['\\'] = cost['\b'] = cost['\f'] = cost['\n'] = cost['\r'] = cost['\t'] = 2;
 }
 
-// A string, with "pattern" or "minLength"/"maxLength" (characters): an automaton its characters walk.
+#define DATE                                                                                         \
+    "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|" \
+    "02-(?:0[1-9]|1\\d|2[0-8]))"
+#define TIME "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,6})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"
+#define LABEL "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+#define HOST LABEL "(?:\\." LABEL "){0,2}"
+#define DAYS "(?:\\d+Y(?:\\d+M)?(?:\\d+D)?|\\d+M(?:\\d+D)?|\\d+D)"
+#define HOURS "T(?:\\d+H(?:\\d+M)?(?:\\d+S)?|\\d+M(?:\\d+S)?|\\d+S)"
+
+// A "format" as a full match (regex_dfa.h): strings of it that every validator takes (a subset where the format
+// is wider: no February 29, no leap second, a time zone always, at most 3 labels to a host name, IPv6 in its
+// 8 groups, http(s) URIs of a host and up to 8 path segments of 32 characters), or NULL when it is not supported.
+static const char *format_pattern(const char *name) {
+    static const char *const formats[][2] = {
+        {"date", DATE},
+        {"time", TIME},
+        {"date-time", DATE "T" TIME},
+        {"duration", "P(?:" DAYS "(?:" HOURS ")?|" HOURS "|\\d+W)"},
+        {"email", "[a-z0-9_%+-]+(?:\\.[a-z0-9_%+-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\\.)+[a-z]{2,24}"},
+        {"hostname", HOST},
+        {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
+        {"ipv6", "[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){7}"},
+        {"uri", "https?://" HOST "(?:/[A-Za-z0-9._~-]{0,32}){0,8}"},
+        {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
+    };
+    for (size_t i = 0; name && i < sizeof formats / sizeof formats[0]; i++)
+        if (!strcmp(name, formats[i][0])) return formats[i][1];
+    return NULL;
+}
+
+// Whether every full match of d has lo to hi characters (its bytes at most, its least characters at least).
+static int implied(const RegexDfa *d, int64_t lo, int64_t hi) {
+    int64_t chars[256], most = regex_longest(d);
+    for (int c = 0; c < 256; c++) chars[c] = c < 0x80 || c >= 0xC0;  // a character's first byte
+    int64_t *least = regex_costs(d, chars);
+    int ok = least[0] >= lo && (hi == INT64_MAX || (most >= 0 && most <= hi));
+    free(least);
+    return ok;
+}
+
+// A string, with "pattern", "format" or "minLength"/"maxLength" (characters), any of them: the automaton of what
+// they all match, which its characters walk; lengths alone are its bounds (min_items, max_items).
 static int compile_string(Build *b, const cJSON *sch, const char *at) {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(sch, "pattern");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(sch, "format");
     int lengths = cJSON_HasObjectItem(sch, "minLength") || cJSON_HasObjectItem(sch, "maxLength");
     int64_t lo, hi;
     if (get_count(b, sch, "minLength", 0, &lo, at) || get_count(b, sch, "maxLength", INT64_MAX, &hi, at))
         return -1;
     if (pat && !cJSON_IsString(pat)) return failed(b, xprintf("\"pattern\" at %s is not a string", at));
-    if (pat && lengths)
-        return failed(b, xprintf("\"pattern\" with \"minLength\" or \"maxLength\" at %s is not supported", at));
+    if (fmt && !format_pattern(cJSON_GetStringValue(fmt)))
+        return failed(b, xprintf("\"format\" %.100s at %s is not supported (date, time, date-time, duration, "
+                                 "email, hostname, ipv4, ipv6, uri and uuid are)",
+                                 cJSON_IsString(fmt) ? fmt->valuestring : "(not a string)", at));
     if (lo > hi)
         return failed(b, xprintf("\"minLength\" %lld > \"maxLength\" %lld at %s", (long long)lo, (long long)hi,
                                  at));
-    if (lo > REGEX_MAX_REPEAT || (hi != INT64_MAX && hi > REGEX_MAX_REPEAT))
-        return failed(b, xprintf("\"%s\" at %s is over %d (not supported)",
-                                 lo > REGEX_MAX_REPEAT ? "minLength" : "maxLength", at, REGEX_MAX_REPEAT));
     int id = node_new(b, JS_STRING);
-    if (id < 0 || (!pat && !lengths)) return id;
-    char *src = pat ? full_match(pat->valuestring)
-                : hi == INT64_MAX ? xprintf("[\\s\\S]{%lld,}", (long long)lo)
-                                  : xprintf("[\\s\\S]{%lld,%lld}", (long long)lo, (long long)hi);
+    if (id < 0) return -1;
+    b->s->nodes[id].min_items = pat || fmt ? 0 : lo;  // lengths alone: json_mask.c counts the characters
+    b->s->nodes[id].max_items = pat || fmt ? INT64_MAX : hi;
+    if (!pat && !fmt) return id;
+    b->pattern_bytes += pat ? strlen(pat->valuestring) : 0;
+    if (++b->n_strings > JS_MAX_STRINGS || b->pattern_bytes > JS_PATTERN_BYTES)
+        return failed(b, xprintf("the schema has over %d strings with a pattern or format, or over %d bytes of "
+                                 "patterns (at %s)", JS_MAX_STRINGS, JS_PATTERN_BYTES, at));
+    char *bad = NULL;
+    char *whole = pat ? full_match(pat->valuestring, &bad) : NULL;
+    if (bad) {
+        failed(b, xprintf("\"pattern\" at %s: %s", at, bad));
+        free(bad);
+        return -1;
+    }
+    static const char *const names[] = {"pattern", "format", "minLength/maxLength"};
+    char *src[3] = {whole, fmt ? xstrdup(format_pattern(fmt->valuestring)) : NULL, NULL};
+    RegexDfa all = {0}, one, both;
+    char *why = NULL;
+    for (int k = 0, have = 0; k < 3 && !why; k++) {
+        if (k == 2 && lengths && !implied(&all, lo, hi)) {  // beside the pattern or format: their product
+            if (lo > REGEX_MAX_REPEAT || (hi != INT64_MAX && hi > REGEX_MAX_REPEAT))
+                why = xprintf("\"minLength\"/\"maxLength\" over %d beside a pattern or format at %s, whose strings "
+                              "can be longer, is not supported", REGEX_MAX_REPEAT, at);
+            else
+                src[2] = hi == INT64_MAX ? xprintf("[\\s\\S]{%lld,}", (long long)lo)
+                                         : xprintf("[\\s\\S]{%lld,%lld}", (long long)lo, (long long)hi);
+            if (why) failed(b, xstrdup(why));
+        }
+        if (why || !src[k]) continue;
+        int flags = k < 2 ? REGEX_ECMA : 0;  // the lengths' [\s\S]: any character (Python's reading)
+        why = regex_compile(src[k], strlen(src[k]), flags, &b->work, have ? &one : &all);
+        if (why) {
+            failed(b, xprintf("\"%s\" at %s (as the full match %.200s): %s", names[k], at, src[k], why));
+        } else if (have) {
+            why = regex_intersect(&all, &one, &b->work, &both);
+            if (why) failed(b, xprintf("\"pattern\", \"format\" and the lengths at %s together: %s", at, why));
+            regex_free(&one);
+            regex_free(&all);
+            all = both;
+        }
+        have = 1;
+    }
+    for (int k = 0; k < 3; k++) free(src[k]);
+    if (why) {
+        regex_free(&all);
+        free(why);
+        return -1;
+    }
     JsNode *n = &b->s->nodes[id];
     n->re = xmalloc(sizeof *n->re);
-    char *why = regex_compile(src, strlen(src), REGEX_ECMA, &b->work, n->re);
-    if (why) {
-        free(n->re);
-        n->re = NULL;
-        id = failed(b, xprintf("\"%s\" at %s (as the full match %.200s): %s",
-                               pat ? "pattern" : "minLength/maxLength", at, src, why));
-        free(why);
-        free(src);
-        return id;
-    }
-    free(src);
+    *n->re = all;
     int64_t cost[256];
     string_costs(cost);
     n->re_cost = regex_costs(n->re, cost);
     for (int s = 0; s < n->re->n; s++) n->re_cost[s] = n->re_cost[s] < JS_INF ? n->re_cost[s] : JS_INF;
     if (n->re_cost[0] >= JS_INF)
-        return failed(b, xprintf("\"pattern\" at %s matches no string without control characters", at));
+        return failed(b, xprintf("the string at %s can only be one with control characters (not supported)", at));
     return id;
 }
 
 static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
     static const char *const names[] = {"number", "integer", "boolean", "null", NULL};
     static const JsKind kinds[] = {JS_NUMBER, JS_INTEGER, JS_BOOLEAN, JS_NULL};
+    if (cJSON_HasObjectItem(sch, "format") && strcmp(type, "string") && strcmp(type, "null"))
+        return failed(b, xprintf("\"format\" at %s is supported on strings only (not on \"%.100s\")", at, type));
     if (!strcmp(type, "object")) return compile_object(b, sch, at);
     if (!strcmp(type, "array")) return compile_array(b, sch, at);
     if (!strcmp(type, "string")) return compile_string(b, sch, at);
@@ -375,7 +463,7 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
                                         "items", "minItems",   "maxItems",  "enum",
                                         "const", "anyOf",      "oneOf",     "$ref",
                                         "allOf", "pattern",    "minLength", "maxLength",
-                                        NULL};
+                                        "format", NULL};
     if (cJSON_IsTrue(sch)) return 0;
     if (!cJSON_IsObject(sch)) return failed(b, xprintf("the schema at %s is not an object (or true)", at));
     for (int i = 0; i < b->n_memo; i++)
@@ -392,7 +480,7 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
     static const char *const of_object[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const of_array[] = {"items", "minItems", "maxItems", NULL};
-    static const char *const of_string[] = {"pattern", "minLength", "maxLength", NULL};
+    static const char *const of_string[] = {"pattern", "minLength", "maxLength", "format", NULL};
     int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
     int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0, strings = 0;
     for (const cJSON *k = sch->child; k; k = k->next) {
@@ -451,7 +539,7 @@ static int64_t node_cost(const JsonSchema *s, const JsNode *n, int r) {
     case JS_ANY:
     case JS_NUMBER:
     case JS_INTEGER: return 1;
-    case JS_STRING: return n->re ? js_add(2, n->re_cost[0]) : 2;
+    case JS_STRING: return js_add(2, n->re ? n->re_cost[0] : n->min_items);
     case JS_BOOLEAN:
     case JS_NULL: return 4;
     case JS_OBJECT_ANY: return r ? 2 : JS_INF;

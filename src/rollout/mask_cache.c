@@ -7,16 +7,19 @@
 #include "base/hash.h"
 #include "base/util.h"
 
+#define ENTRY_BYTES 64  // a kept list's own memory beyond its key and tokens (the index's slots, allocations)
+
 struct MaskCache {
     StrMap index;    // key -> its list in lists
     MaskList *lists;
     int32_t n, cap;
     size_t bytes, max_bytes;
+    int64_t hits;  // finds that found a list
 };
 
 void mask_list_add(MaskList *l, int32_t id, int64_t need) {
     if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->cap = l->cap ? 2 * l->cap : 64;
         l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
     }
     l->t[l->n++] = (MaskToken){id, need < INT32_MAX ? (int32_t)need : INT32_MAX};
@@ -76,13 +79,18 @@ void mask_cache_free(MaskCache *c) {
     free(c);
 }
 
-const MaskList *mask_cache_find(const MaskCache *c, const void *key, size_t n) {
+const MaskList *mask_cache_find(MaskCache *c, const void *key, size_t n) {
     int32_t i = strmap_get(&c->index, key, n);
+    c->hits += i >= 0;
     return i < 0 ? NULL : &c->lists[i];
 }
 
+int64_t mask_cache_hits(const MaskCache *c) { return c->hits; }
+
 const MaskList *mask_cache_keep(MaskCache *c, const void *key, size_t n, MaskList *l) {
-    size_t bytes = n + (size_t)l->n * sizeof *l->t;
+    l->t = xrealloc(l->t, (size_t)(l->n ? l->n : 1) * sizeof *l->t);  // kept as long as it is
+    l->cap = l->n;
+    size_t bytes = ENTRY_BYTES + n + (size_t)l->n * sizeof *l->t;
     if (c->bytes + bytes > c->max_bytes) clear(c);
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;

@@ -32,6 +32,8 @@ int64_t mask_list_apply(const MaskList *l, int64_t tokens_left, float *logits, i
 MaskCache *mask_cache_new(size_t max_bytes);
 void mask_cache_free(MaskCache *c);
 // The list kept under key (n bytes), or NULL.
-const MaskList *mask_cache_find(const MaskCache *c, const void *key, size_t n);
+const MaskList *mask_cache_find(MaskCache *c, const void *key, size_t n);
+// The finds so far that found a list.
+int64_t mask_cache_hits(const MaskCache *c);
 // Keeps *l under key (a key not kept yet), taking its memory (*l is left empty); returns the kept list.
 const MaskList *mask_cache_keep(MaskCache *c, const void *key, size_t n, MaskList *l);

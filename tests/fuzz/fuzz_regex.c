@@ -1,6 +1,8 @@
 // guided_regex's compiler on an arbitrary pattern (the whole input, as a request's 16 KiB at most): it must
 // refuse with a reason or give an automaton whose start reaches a match within its dist, each state's table
-// in range, and a walk over the input itself that stays in range. An odd first byte compiles it as REGEX_ECMA.
+// in range, and a walk over the input itself that stays in range; its longest match no shorter than its shortest,
+// and its product with itself (regex_intersect) of the same shortest match (or too large). An odd first byte
+// compiles it as REGEX_ECMA.
 #include <stdlib.h>
 
 #include "fuzz.h"
@@ -26,6 +28,13 @@ static void body(const uint8_t *data, size_t size, void *ctx) {
         }
     }
     regex_walk(&d, 0, (const char *)data, size);
+    int64_t most = regex_longest(&d);
+    if (most >= 0 && most < d.dist[0]) fuzz_fail("the longest match is shorter than the shortest");
+    RegexDfa same;  // the product with itself matches what it does: the same shortest match
+    char *why = regex_intersect(&d, &d, NULL, &same);
+    if (!why && same.dist[0] != d.dist[0]) fuzz_fail("the product with itself has another shortest match");
+    if (!why) regex_free(&same);
+    free(why);
     regex_free(&d);
 }
 

@@ -12,7 +12,9 @@ examples and 200 random longer strings:
 REGEX_ECMA (JSON Schema's "pattern"), 6 patterns of the classes Python and ECMA-262 read differently, every string
 up to 3 characters over an alphabet of ASCII and non-ASCII spaces and line terminators:
   ecma     the automaton never matches what JavaScript's RegExp (node, the "u" flag as ajv uses it) does not, and
-           matches exactly what it does on the strings without a non-ASCII space or line terminator.
+           matches exactly what it does on the strings without a character it keeps out (non-ASCII spaces, line
+           terminators, U+2000-U+207F); Python's {,n}, (?P<name>), \\a, \\U and []...] are refused, ECMA's (?<name>)
+           taken.
 Patterns it refuses (lookaround, backreferences, \\b, flags, possessive quantifiers, non-ASCII ranges) give an
 error naming the construct; malformed ones, which Python's re.compile refuses too, an error as well.
 Prints one line per check and `N passed, M failed`; exit 0 iff all pass."""
@@ -94,16 +96,29 @@ MALFORMED = ["{1}a", "(", "a)", "[a", "[é", "*a", "a**", "a{3,2}", "+", "a|*", 
 
 
 ECMA = [r".+", r"\S\s", r"[^a]\W", r"a.|\D+", r"[\s\S]*", r"\w\S?"]
-ECMA_ALPHABET = "a1 \r\n\t\u00a0\u2028\u3000\ufeff\u1680\u00e9\u20ac"
-ECMA_SPACES = "\u00a0\u2028\u3000\ufeff\u1680"
+ECMA_ALPHABET = "a1 \r\n\t\u00a0\u2028\u2029\u3000\ufeff\u1680\u2014\u00e9\u20ac"
+
+
+def ecma_out(c):
+    """Whether REGEX_ECMA keeps c out of its wide classes (U+00A0, U+1680, U+2000-U+207F, U+3000, U+FEFF)."""
+    return c in "\u00a0\u1680\u3000\ufeff" or "\u2000" <= c <= "\u207f"
+
+
+ECMA_REFUSED = [(r"a{,3}", "{,n}"), (r"(?P<n>a)", "(?P"), (r"\a", "\\a"), (r"\U0001F600", "\\U"), (r"[]a]", "[]"),
+                (r"(?<=a)b", "(?<")]
+# Products (regex_intersect, as a schema's pattern, format and lengths are combined) over an alphabet, and the
+# longest match (regex_longest; None: no bound), each against Python's re on every string up to 7 characters.
+PRODUCTS = [(r"[a-c]+", r"a{1,3}b?", "abc"), (r"(ab|c)*", r"[abc]{0,4}", "abc"), (r"a*b*", r"b*a*", "ab"),
+            (r"[ab]{2,4}", r"a+b?|b", "ab"), (r"[a-c]*a", r"c[a-c]*", "abc"), (r"é?[ab]", r"[éab]{2}", "éab")]
+ECMA_TAKEN = [(r"(?<n>a)b", ["ab"]), (r"a{0,2}", ["", "aa"])]
 JS_FULL = """let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
   const out = JSON.parse(s).map(([p, ss]) => { const re = new RegExp("^(?:" + p + ")$", "u");
                                                return ss.map(x => re.test(x)); });
   process.stdout.write(JSON.stringify(out)); });"""
 
 
-def run(tool, items, ecma=False):
-    inp = "".join(json.dumps({"pattern": p, "strings": ss, "ecma": ecma}) + "\n" for p, ss in items)
+def run(tool, items, ecma=False, and_=None):
+    inp = "".join(json.dumps({"pattern": p, "strings": ss, "ecma": ecma, "and": and_}) + "\n" for p, ss in items)
     p = subprocess.run([tool], input=inp, capture_output=True, text=True, timeout=300)
     if p.returncode:
         raise AssertionError(f"regex_tool exited {p.returncode}: {p.stderr[-1000:]}")
@@ -165,10 +180,28 @@ def main():
                                    capture_output=True, text=True, timeout=120, check=True).stdout)
     wrong = [(p, s, w >= 0 and dd == 0, j) for p, r, jj in zip(ECMA, ours, js)
              for s, w, dd, j in zip(strings, r["walk"], r["dist"], jj)
-             if (w >= 0 and dd == 0) != j and (not j or not any(c in s for c in ECMA_SPACES))]
+             if (w >= 0 and dd == 0) != j and (not j or not any(ecma_out(c) for c in s))]
     harness.check(f"REGEX_ECMA on {len(ECMA)} patterns x {len(strings)} strings: never a match JavaScript's RegExp "
-                  "refuses, the same matches where no non-ASCII space or line terminator is", not wrong,
-                  str(wrong[:8]))
+                  "refuses, the same matches where no character it keeps out is", not wrong, str(wrong[:8]))
+    refused = run(a.tool, [(p, []) for p, _ in ECMA_REFUSED], ecma=True)
+    taken = run(a.tool, ECMA_TAKEN, ecma=True)
+    wrong = [(p, r) for (p, word), r in zip(ECMA_REFUSED, refused) if word not in r.get("error", "")]
+    wrong += [(p, r) for (p, ss), r in zip(ECMA_TAKEN, taken) if "error" in r or r["dist"] != [0] * len(ss)]
+    harness.check(f"REGEX_ECMA refuses {len(ECMA_REFUSED)} constructs of Python's that ECMA-262 reads otherwise, "
+                  "naming each, and takes ECMA's named groups", not wrong, str(wrong))
+    bad = []
+    for p, q, alphabet in PRODUCTS:
+        strings = [""] + ["".join(t) for n in range(1, 8) for t in itertools.product(alphabet, repeat=n)]
+        r, = run(a.tool, [(p, strings)], and_=q)
+        ours = [w >= 0 and dd == 0 for w, dd in zip(r.get("walk", []), r.get("dist", []))]
+        python = [bool(re.fullmatch(p, s) and re.fullmatch(q, s)) for s in strings]
+        longest = max((len(s.encode()) for s, m in zip(strings, python) if m), default=-1)
+        unbounded = any(m and len(s) == 7 for s, m in zip(strings, python))
+        if ours != python or r["longest"] != (-1 if unbounded else longest):
+            bad.append((p, q, r.get("error"), r.get("longest"), longest, unbounded))
+    harness.check(f"{len(PRODUCTS)} products of two patterns match exactly what both do (re.fullmatch) on every "
+                  "string up to 7 characters, and their longest match is the longest there (no bound where one "
+                  "has 7)", not bad, str(bad))
     refused = run(a.tool, [(p, []) for p, _ in REFUSED])
     wrong = [(p, r) for (p, word), r in zip(REFUSED, refused)
              if "error" not in r or (word and word not in r["error"])]

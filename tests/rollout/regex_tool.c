@@ -1,7 +1,8 @@
 // guided_regex's automaton for tests/rollout/regex_test.py: each stdin line {"pattern": P, "strings": [S, ...]}
-// (and "ecma": true: compiled as REGEX_ECMA)
+// (and "ecma": true: compiled as REGEX_ECMA; "and": Q: the product with Q's automaton, regex_intersect)
 // gives one stdout line, {"error": why} or {"states": N, "least": the fewest bytes of a match, "walk": [the state
-// after S, or -1 (no match begins so)], "dist": [that state's fewest bytes to a match, -1 for none]}.
+// after S, or -1 (no match begins so)], "dist": [that state's fewest bytes to a match, -1 for none], "longest": the
+// most bytes of a match (-1: no bound)}.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,17 @@ int main(void) {
         char *p = json_string_bytes(pat, 0, &n);
         int ecma = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(in, "ecma"));
         char *err = regex_compile(p, n, ecma ? REGEX_ECMA : 0, NULL, &d);
+        const cJSON *and = cJSON_GetObjectItemCaseSensitive(in, "and");
+        if (!err && cJSON_IsString(and)) {
+            RegexDfa q, both = {0};
+            err = regex_compile(and->valuestring, strlen(and->valuestring), ecma ? REGEX_ECMA : 0, NULL, &q);
+            if (!err) {
+                err = regex_intersect(&d, &q, NULL, &both);
+                regex_free(&q);
+            }
+            regex_free(&d);
+            d = both;
+        }
         cJSON *out = cJSON_CreateObject();
         if (err) {
             cJSON_AddStringToObject(out, "error", err);
@@ -34,6 +46,7 @@ int main(void) {
             cJSON *walk = cJSON_AddArrayToObject(out, "walk"), *dist = cJSON_AddArrayToObject(out, "dist");
             cJSON_AddNumberToObject(out, "states", d.n);
             cJSON_AddNumberToObject(out, "least", (double)d.dist[0]);
+            cJSON_AddNumberToObject(out, "longest", (double)regex_longest(&d));
             for (const cJSON *s = strs->child; s; s = s->next) {
                 size_t len;
                 char *b = json_string_bytes(s, 0, &len);

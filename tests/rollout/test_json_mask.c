@@ -220,11 +220,15 @@ int main(int argc, char **argv) {
         char *why = NULL;
         JsonSchema *schema = json_schema_compile(s, &why);
         if (!schema) die("schema %zu: %s", i, why);
-        MaskCache *cache = mask_cache_new(2 << 20);  // a full list is 1.2 MB: emptied as the walks go
         int64_t least = json_schema_least(schema) + 1 > 32 ? json_schema_least(schema) + 1 : 32;  // and a stop
-        for (int64_t budget = least; budget <= least + 32; budget += 32)
-            for (int k = 0; k < 2; k++) walk(&tok, schema, plain, cache, budget, &rng, schemas[i], valid[i]);
-        mask_cache_free(cache);
+        for (size_t bytes = 2 << 20; bytes <= 64 << 20; bytes *= 32) {  // 2 MiB: about a full list, emptied often
+            MaskCache *cache = mask_cache_new(bytes);
+            for (int64_t budget = least; budget <= least + 32; budget += 32)
+                for (int k = 0; k < 2; k++) walk(&tok, schema, plain, cache, budget, &rng, schemas[i], valid[i]);
+            if (bytes > (2 << 20))  // the small one may be emptied before any state comes again
+                check(mask_cache_hits(cache) > 0, "the walks found states' masks in the cache", schemas[i]);
+            mask_cache_free(cache);
+        }
         json_schema_free(schema);
         cJSON_Delete(s);
     }
@@ -232,6 +236,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
         MaskCache *cache = mask_cache_new(64 << 20);
         for (int k = 0; k < 4; k++) regex_walk_test(&tok, patterns[i], cache, k % 2 ? 12 : 24, &rng);
+        check(mask_cache_hits(cache) > 0, "the regex walks found states' masks in the cache", patterns[i]);
         mask_cache_free(cache);
     }
     static const char *const choices[] = {"yes", "yes sir", "no", "n\xc3\xa9gatif", "maybe so", " 42"};

@@ -738,7 +738,7 @@ def g_schema():
               msg.get("parsed") == json.loads(msg.get("content") or "null") and msg.get("content") == text ==
               whole["response"]["choices"][0]["message"]["content"] and ajv(OUT_SCHEMA, [text]) == [True],
               json.dumps([msg, text])[-1500:])
-        bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}, "format"),
+        bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "format": "iri"}}}, "format"),
                        ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
                        ({"type": "array"}, "root"),
                        ({"type": "object", "required": ["b"], "properties": {"a": {}}}, '"b"'),
@@ -787,25 +787,34 @@ def g_schema():
         g_schema_patterns(srv)
 
 
-PATTERN_SCHEMA = {"type": "object", "required": ["id", "code", "word", "note", "quoted", "tag"], "properties": {
+FORMATS = ["date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"]
+PATTERN_SCHEMA = {"type": "object",
+                  "required": ["id", "code", "word", "long", "note", "quoted", "esc", "tag", "both"] + FORMATS,
+                  "properties": {
     "id": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"}, "code": {"type": "string", "pattern": r"\d\d"},
-    "word": {"type": "string", "minLength": 3, "maxLength": 8}, "note": {"type": "string", "pattern": r"^\S.*\.$|^$"},
-    "quoted": {"type": "string", "pattern": r'^["\\/]+$'},
-    "tag": {"type": ["string", "null"], "pattern": "^(red|green|blue)$"}, "more": {"type": "string", "maxLength": 2}}}
+    "word": {"type": "string", "minLength": 3, "maxLength": 8}, "long": {"type": "string", "maxLength": 100000},
+    "note": {"type": "string", "pattern": r"^\S.*\.$|^$"},
+    "quoted": {"type": "string", "pattern": r'^["\\/]+$'}, "esc": {"type": "string", "pattern": r'^"[a-z]+\\$'},
+    "tag": {"type": ["string", "null"], "pattern": "^(red|green|blue)$"},
+    "more": {"type": "string", "maxLength": 2},
+    "both": {"type": "string", "pattern": "^[a-z]+$", "minLength": 4, "maxLength": 6},
+    **{f: {"type": "string", "format": f, **({"minLength": 1, "maxLength": 2083} if f == "uri" else {})}
+       for f in FORMATS}}}
 
 
 def g_schema_patterns(srv):
-    """json_schema strings with pattern (anchored or not, alternatives, characters that JSON escapes) and
-    minLength/maxLength: 64 answers at temperature 1.5 (budgets from the least, chat and completions) all validate
-    by ajv (JavaScript's RegExp, not ours) and end with "stop"; unconstrained, none do; what is not supported is
-    refused naming the keyword."""
+    """json_schema strings with pattern (anchored or not, alternatives, characters that JSON escapes),
+    minLength/maxLength, both, and each format supported (uri with Pydantic's lengths): 64 answers at temperature
+    1.5 (budgets from the least, chat and completions) all validate by ajv and ajv-formats (JavaScript's RegExp and
+    their checks, not ours) and end with "stop"; unconstrained, none do; what is not supported is refused naming
+    the keyword."""
     fmt = {"type": "json_schema", "json_schema": {"name": "pat", "schema": PATTERN_SCHEMA}}
     base = {"model": RAND, "messages": [{"role": "user", "content": "json"}], "response_format": fmt}
     status, _, body = request(srv, "POST", "/v1/chat/completions", json.dumps(dict(base, max_tokens=1)).encode())
     found = re.search(r"max_tokens >= (\d+)", body.decode()) if status == 400 else None
     least = int(found.group(1)) if found else 60
     reqs = []
-    for i, max_tokens in enumerate((least, least + 10, 150, 300)):
+    for i, max_tokens in enumerate((least, least + 10, least + 30, least + 60)):  # within --max-len 512
         reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
                                                      "max_tokens": max_tokens, "temperature": 1.5, "seed": i}})
         reqs.append({"kind": "chat", "body": dict(base, n=8, max_tokens=max_tokens, temperature=1.5, seed=100 + i)})
@@ -817,27 +826,40 @@ def g_schema_patterns(srv):
                        for r in res if r["ok"] for c in r["response"]["choices"]]
         if mode == "schema":
             finish = [c["finish_reason"] for r in res if r["ok"] for c in r["response"]["choices"]]
+            failed = [str(r)[:300] for r in res if not r["ok"]]
     ok, plain = ajv(PATTERN_SCHEMA, texts["schema"]), ajv(PATTERN_SCHEMA, texts["text"])
     got = [json.loads(t) for t, v in zip(texts["schema"], ok) if v]
-    escaped = sum('\\"' in t or "\\\\" in t for t in texts["schema"])
-    lowered = ajv(PATTERN_SCHEMA, [json.dumps(dict(g, id=g["id"].lower())) for g in got])  # ajv reads the patterns
-    check(f"json_schema patterns: all {len(ok)} answers ({least} to 300 tokens, chat and completions) validate by ajv "
-          f"and end with \"stop\" ({escaped} with escapes); unconstrained, {sum(plain)} of {len(plain)} do, nor "
-          "any answer with its id lowered",
+    escaped = sum(json.loads(t)["esc"][0] == '"' and '\\"' in t and "\\\\" in t
+                  for t, v in zip(texts["schema"], ok) if v)
+    lowered = ajv(PATTERN_SCHEMA, [json.dumps(dict(g, id=g["id"].lower())) for g in got] +  # ajv reads the patterns
+                  [json.dumps(dict(g, date="2023-02-30")) for g in got])  # and the formats
+    check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 60} tokens, chat and completions) "
+          f"validate by ajv and ajv-formats "
+          f"and end with \"stop\" ({escaped} writing \\\" and \\\\); unconstrained, {sum(plain)} of {len(plain)} do, "
+          "nor "
+          "any answer with its id lowered or its date made February 30",
           len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
+          escaped == 64 and
           not any(lowered),
-          str([t for t, v in zip(texts["schema"], ok) if not v][:3] + [g["id"] for g in got[:4]]))
+          str(failed + [t for t, v in zip(texts["schema"], ok) if not v][:3] + [g["id"] for g in got[:4]]))
     bad = [({"type": "string", "pattern": "(?=a)"}, "(?="), ({"type": "string", "pattern": "(a"}, "pattern"),
-           ({"type": "string", "pattern": "a", "maxLength": 3}, "maxLength"),
-           ({"type": "string", "maxLength": 5000}, "maxLength"), ({"type": "string", "pattern": "^\\x01$"}, "pattern")]
+           ({"type": "string", "pattern": "^a+$", "maxLength": 0}, "together"),
+           ({"type": "string", "pattern": "^a", "maxLength": 5000}, "maxLength"),
+           ({"type": "string", "pattern": "^\\x01$"}, "control"),
+           ({"type": "string", "format": "iri"}, "format"), ({"type": "integer", "format": "int32"}, "format"),
+           ({"type": "string", "pattern": "a)|(b"}, "do not pair"), ({"type": "string", "pattern": "a\\"}, "lone"),
+           ({"type": "string", "pattern": "[a"}, "not closed"), ({"type": "string", "pattern": "a{,2}"}, "{,n}")]
     msgs = []
     for b, _ in bad:
         schema = {"type": "object", "properties": {"a": b}}
-        status, _, body = request(srv, "POST", "/v1/chat/completions", json.dumps(dict(
-            base, max_tokens=50, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})).encode())
+        fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+        status, _, body = request(srv, "POST", "/v1/chat/completions",
+                                  json.dumps(dict(base, max_tokens=50, response_format=fmt)).encode())
         msgs.append(json.loads(body)["error"]["message"] if status == 400 else str(status))
-    check("json_schema patterns: lookahead, a malformed pattern, pattern beside maxLength, maxLength over 1000 and a "
-          "pattern only control characters match are refused with a 400 naming it",
+    check("json_schema patterns: lookahead, a malformed pattern, a pattern and a maxLength no string meets "
+          "together, maxLength 5000 beside a pattern, a pattern only control characters match, an unsupported "
+          "format, a format on an integer, groups that do not pair, a lone backslash, an unclosed class and Python's "
+          "{,n} are refused with a 400 naming it",
           all(w in m for (_, w), m in zip(bad, msgs)), json.dumps(msgs))
 
 
