@@ -119,6 +119,8 @@ static int start_value(Json *j, unsigned char c) {
     return 0;
 }
 
+static int pattern_byte(Json *j, unsigned char c);
+
 // A value of schema node id starting with c.
 static int start_typed(Json *j, int id, unsigned char c) {
     const JsonSchema *s = j->s;
@@ -143,8 +145,9 @@ static int start_typed(Json *j, int id, unsigned char c) {
     default:  // a string, number, integer, boolean or null
         if (!json_schema_starts(s, id, c) || !start_value(j, c)) return 0;
         j->intonly = n->kind == JS_INTEGER;
-        if (js_walked(n)) j->rnode = id, j->rx = 0, j->chars = 0;
-        return 1;
+        if (!js_walked(n)) return 1;
+        j->rnode = id, j->rx = 0, j->chars = 0;
+        return n->kind == JS_STRING || pattern_byte(j, c);  // an integer's first byte is its own
     }
 }
 
@@ -269,11 +272,11 @@ static int walked_done(const Json *j) {
     return n->re ? n->re->dist[j->rx] == 0 : j->chars >= n->min_items;
 }
 
-// The fewest bytes that finish a walked string: a match, or the characters its minLength lacks; its quote.
-static int64_t walked_cost(const Json *j) {
+// The fewest bytes that finish a walked value: a match, or the characters a string's minLength lacks (not its
+// closing quote).
+static int64_t walked_rest(const Json *j) {
     const JsNode *n = node_of(j, j->rnode);
-    int64_t rest = n->re ? n->re_cost[j->rx] : j->need + (n->min_items > j->chars ? n->min_items - j->chars : 0);
-    return js_add(rest, 1);
+    return n->re ? n->re_cost[j->rx] : j->need + (n->min_items > j->chars ? n->min_items - j->chars : 0);
 }
 
 // The byte a short escape (after '\\') stands for.
@@ -307,6 +310,13 @@ static int string_byte(Json *j, unsigned char c) {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
+// Whether a number may end here: an integer within its bounds (then its walk ends); any other number.
+static int number_end(Json *j) {
+    if (j->rnode && !walked_done(j)) return 0;
+    j->rnode = j->rx = 0;
+    return 1;
+}
+
 // The modes between tokens, where whitespace may come: where a key, ':', a value or ',' is due, and where a
 // number may end (the whitespace ends it).
 static const uint32_t ws_modes = 1u << J_OBJ_FIRST | 1u << J_KEY | 1u << J_COLON | 1u << J_VALUE |
@@ -316,7 +326,10 @@ static const uint32_t ws_modes = 1u << J_OBJ_FIRST | 1u << J_KEY | 1u << J_COLON
 // Feeds one byte; 0 when it cannot continue a JSON object (j is then undefined).
 static int json_byte(Json *j, unsigned char c) {
     if (is_ws(c) && (ws_modes >> j->mode & 1)) {
-        if (j->mode == J_ZERO || j->mode == J_INT || j->mode == J_FRAC || j->mode == J_EXP_INT) j->mode = J_AFTER;
+        if (j->mode == J_ZERO || j->mode == J_INT || j->mode == J_FRAC || j->mode == J_EXP_INT) {
+            if (!number_end(j)) return 0;
+            j->mode = J_AFTER;
+        }
         return ++j->ws <= MAX_WS;
     }
     j->ws = 0;
@@ -346,13 +359,14 @@ static int json_byte(Json *j, unsigned char c) {
         if (--j->hex == 0) j->mode = J_STRING;
         return 1;
     case J_MINUS:
-        if (c == '0') return j->mode = J_ZERO, 1;
-        return is_digit(c) ? (j->mode = J_INT, j->digits = 1) : 0;
+        if (c == '0') return j->mode = J_ZERO, pattern_byte(j, c);
+        return is_digit(c) ? (j->mode = J_INT, j->digits = 1, pattern_byte(j, c)) : 0;
     case J_ZERO:
     case J_INT:
-        if (j->mode == J_INT && is_digit(c)) return ++j->digits <= MAX_INT_DIGITS;
+        if (j->mode == J_INT && is_digit(c)) return ++j->digits <= MAX_INT_DIGITS && pattern_byte(j, c);
         if (c == '.' && !j->intonly) return j->mode = J_DOT, 1;
         if ((c == 'e' || c == 'E') && !j->intonly) return j->mode = J_EXP, 1;
+        if (!number_end(j)) return 0;
         j->mode = J_AFTER;
         return json_byte(j, c);
     case J_DOT: return is_digit(c) ? (j->mode = J_FRAC) : 0;
@@ -386,8 +400,8 @@ static int64_t escape_cost(const Json *j) {
     int64_t c = JS_INF;
     for (const char *e = SHORT_ESCAPES; *e; e++) {
         Json after = *j;  // with the escape's character written
-        if (pattern_byte(&after, unescaped((unsigned char)*e)) && js_add(1, walked_cost(&after)) < c)
-            c = js_add(1, walked_cost(&after));
+        if (pattern_byte(&after, unescaped((unsigned char)*e)) && js_add(2, walked_rest(&after)) < c)
+            c = js_add(2, walked_rest(&after));  // the letter, the rest, the quote
     }
     return c;
 }
@@ -412,17 +426,17 @@ static int64_t top_cost(const Json *j) {
     case J_SKEY: return literal_cost(j, j->lp, j->lk);
     case J_COLON: return js_add(1 + member_cost(j, child_node(j), d), rest);
     case J_VALUE: return js_add(d >= 0 ? member_cost(j, child_node(j), d) : 0, rest);
-    case J_STRING: return js_add(j->rnode ? walked_cost(j) : j->need + 1 + key, rest);
+    case J_STRING: return js_add(j->rnode ? js_add(walked_rest(j), 1) : j->need + 1 + key, rest);
     case J_ESCAPE: return js_add(j->rnode ? escape_cost(j) : 2 + key, rest);
     case J_HEX: return js_add(j->hex + 1 + key, rest);
-    case J_MINUS:
+    case J_MINUS: return js_add(j->rnode ? walked_rest(j) : 1, rest);
     case J_DOT:
     case J_EXP:
     case J_EXP_SIGN: return js_add(1, rest);
     case J_LITERAL: return js_add((int64_t)strlen(j->lit), rest);
     case J_ELIT: return js_add(literal_cost(j, j->lp, j->lk), rest);
     case J_ZERO:
-    case J_INT:
+    case J_INT: return js_add(j->rnode ? walked_rest(j) : 0, rest);
     case J_FRAC:
     case J_EXP_INT: return rest;
     }

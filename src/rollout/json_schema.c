@@ -425,14 +425,147 @@ static int compile_string(Build *b, const cJSON *sch, const char *at) {
     return id;
 }
 
+#define INT_MOST 999999999999999LL  // an integer's 15 digits at most (as json_mask.c writes them)
+
+// Appends the alternatives matching the decimal strings lo..hi, both of n digits (leading zeros kept).
+static void digits_between(Buf *out, const char *lo, const char *hi, int n) {
+    if (n == 0) return;
+    if (lo[0] == hi[0]) {
+        buf_append(out, lo, 1);
+        digits_between(out, lo + 1, hi + 1, n - 1);
+        return;
+    }
+    int lo_rest = 1, hi_rest = 1;  // whether lo's rest is all 0s, hi's all 9s
+    for (int i = 1; i < n; i++) {
+        lo_rest &= lo[i] == '0';
+        hi_rest &= hi[i] == '9';
+    }
+    char first = (char)(lo[0] + !lo_rest), last = (char)(hi[0] - !hi_rest);  // whole runs of the rest between
+    buf_append(out, "(?:", 3);
+    if (!lo_rest) {
+        char nines[16];
+        memset(nines, '9', sizeof nines);
+        buf_append(out, lo, 1);
+        buf_append(out, "(?:", 3);
+        digits_between(out, lo + 1, nines, n - 1);
+        buf_append(out, ")|", 2);
+    }
+    if (first <= last) {
+        char *s = xprintf("[%c-%c]\\d{%d}|", first, last, n - 1);
+        buf_append(out, s, strlen(s));
+        free(s);
+    }
+    if (!hi_rest) {
+        char zeros[16];
+        memset(zeros, '0', sizeof zeros);
+        buf_append(out, hi, 1);
+        buf_append(out, "(?:", 3);
+        digits_between(out, zeros, hi + 1, n - 1);
+        buf_append(out, ")|", 2);
+    }
+    out->data[out->len - 1] = ')';  // for the last '|'
+}
+
+// Appends the alternatives matching the integers lo..hi (0 <= lo <= hi), as JSON writes them.
+static void naturals(Buf *out, int64_t lo, int64_t hi) {
+    for (int64_t from = lo, top = 9; from <= hi; top = top * 10 + 9) {  // top: the most of from's digit count
+        if (from > top) continue;
+        char a[24], z[24];
+        int n = snprintf(a, sizeof a, "%lld", (long long)from);
+        snprintf(z, sizeof z, "%lld", (long long)(hi < top ? hi : top));
+        buf_append(out, out->len ? "|" : "", out->len ? 1 : 0);
+        buf_append(out, "(?:", 3);
+        digits_between(out, a, z, n);
+        buf_append(out, ")", 1);
+        from = top + 1;
+    }
+}
+
+// An integer's "minimum"/"maximum"/"exclusiveMinimum"/"exclusiveMaximum" as a full match of the integers between
+// (15 digits at most), or NULL (and *why) when none is.
+static char *integer_range(const cJSON *sch, char **why) {
+    static const char *const names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    int64_t lo = -INT_MOST, hi = INT_MOST;
+    *why = NULL;
+    for (int k = 0; k < 4 && !*why; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sch, names[k]);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || fabs(v->valuedouble) > (double)INT_MOST) {
+            *why = xprintf("\"%s\" must be a number of 15 digits at most", names[k]);
+            break;
+        }
+        double x = v->valuedouble;  // as the least or most integer within
+        int64_t bound = k < 2 ? (int64_t)ceil(x) + (k == 1 && x == ceil(x))
+                              : (int64_t)floor(x) - (k == 3 && x == floor(x));
+        if (k < 2 && bound > lo) lo = bound;
+        if (k >= 2 && bound < hi) hi = bound;
+    }
+    if (!*why && lo > hi) *why = xstrdup("no integer is within its bounds");
+    if (*why) return NULL;
+    Buf out = {0}, neg = {0};
+    if (lo < 0) naturals(&neg, hi < 0 ? -hi : 1, -lo);
+    if (neg.len) {
+        char *s = xprintf("-(?:%s)", neg.data);
+        buf_append(&out, s, strlen(s));
+        free(s);
+    }
+    buf_free(&neg);
+    if (lo <= 0 && hi >= 0) buf_append(&out, out.len ? "|0" : "0", out.len ? 2 : 1);
+    if (hi > 0) {
+        Buf pos = {0};
+        naturals(&pos, lo > 1 ? lo : 1, hi);
+        buf_append(&out, out.len ? "|" : "", out.len ? 1 : 0);
+        buf_append(&out, pos.data, pos.len);
+        buf_free(&pos);
+    }
+    return out.data;
+}
+
+// An integer, with bounds (integer_range): the automaton of the integers between, which its bytes walk.
+static int compile_integer(Build *b, const cJSON *sch, const char *at) {
+    int id = node_new(b, JS_INTEGER);
+    char *why = NULL, *src = id >= 0 ? integer_range(sch, &why) : NULL;
+    if (id < 0 || why) {
+        if (why) failed(b, xprintf("%s at %s", why, at));
+        free(why);
+        return -1;
+    }
+    if (!cJSON_HasObjectItem(sch, "minimum") && !cJSON_HasObjectItem(sch, "maximum") &&
+        !cJSON_HasObjectItem(sch, "exclusiveMinimum") && !cJSON_HasObjectItem(sch, "exclusiveMaximum")) {
+        free(src);
+        return id;
+    }
+    JsNode *n = &b->s->nodes[id];
+    n->re = xmalloc(sizeof *n->re);
+    why = regex_compile(src, strlen(src), 0, &b->work, n->re);
+    free(src);
+    if (why) {
+        free(n->re);
+        n->re = NULL;
+        failed(b, xprintf("the bounds at %s: %s", at, why));
+        free(why);
+        return -1;
+    }
+    int64_t ones[256];
+    for (int c = 0; c < 256; c++) ones[c] = 1;
+    n->re_cost = regex_costs(n->re, ones);
+    return id;
+}
+
 static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
-    static const char *const names[] = {"number", "integer", "boolean", "null", NULL};
-    static const JsKind kinds[] = {JS_NUMBER, JS_INTEGER, JS_BOOLEAN, JS_NULL};
+    static const char *const names[] = {"number", "boolean", "null", NULL};
+    static const JsKind kinds[] = {JS_NUMBER, JS_BOOLEAN, JS_NULL};
+    static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", NULL};
+    for (const cJSON *k = sch->child; k && !strcmp(type, "number"); k = k->next)
+        if (str_listed(k->string, bounds))
+            return failed(b, xprintf("\"%s\" on a \"number\" at %s is not supported (on an \"integer\" it is)",
+                                     k->string, at));
     if (cJSON_HasObjectItem(sch, "format") && strcmp(type, "string") && strcmp(type, "null"))
         return failed(b, xprintf("\"format\" at %s is supported on strings only (not on \"%.100s\")", at, type));
     if (!strcmp(type, "object")) return compile_object(b, sch, at);
     if (!strcmp(type, "array")) return compile_array(b, sch, at);
     if (!strcmp(type, "string")) return compile_string(b, sch, at);
+    if (!strcmp(type, "integer")) return compile_integer(b, sch, at);
     for (int i = 0; names[i]; i++)
         if (!strcmp(type, names[i])) return node_new(b, kinds[i]);
     return failed(b, xprintf("\"type\" \"%.100s\" at %s is not a JSON Schema type", type, at));
@@ -463,7 +596,8 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
                                         "items", "minItems",   "maxItems",  "enum",
                                         "const", "anyOf",      "oneOf",     "$ref",
                                         "allOf", "pattern",    "minLength", "maxLength",
-                                        "format", NULL};
+                                        "format", "minimum",    "maximum",   "exclusiveMinimum",
+                                        "exclusiveMaximum", NULL};
     if (cJSON_IsTrue(sch)) return 0;
     if (!cJSON_IsObject(sch)) return failed(b, xprintf("the schema at %s is not an object (or true)", at));
     for (int i = 0; i < b->n_memo; i++)
@@ -481,13 +615,15 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     static const char *const of_object[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const of_array[] = {"items", "minItems", "maxItems", NULL};
     static const char *const of_string[] = {"pattern", "minLength", "maxLength", "format", NULL};
+    static const char *const of_integer[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
-    int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0, strings = 0;
+    int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0, strings = 0, ints = 0;
     for (const cJSON *k = sch->child; k; k = k->next) {
         known_n += str_listed(k->string, known);
         objects += str_listed(k->string, of_object);
         arrays += str_listed(k->string, of_array);
         strings += str_listed(k->string, of_string);
+        ints += str_listed(k->string, of_integer);
     }
     if (shapes > 1 || ((ref || any || one || all) && known_n > 1) || (lits && known_n > 1 + !!type))
         return failed(b, xprintf("%s: \"$ref\", \"anyOf\", \"oneOf\" and \"allOf\" must stand alone (with "
@@ -495,9 +631,9 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
                                  at));
     if (all && (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1))
         return failed(b, xprintf("\"allOf\" at %s: only a list of one schema is supported", at));
-    if (!type && !shapes && !!objects + !!arrays + !!strings > 1)
-        return failed(b, xprintf("%s has keywords of more than one of objects, arrays and strings but no \"type\"",
-                                 at));
+    if (!type && !shapes && !!objects + !!arrays + !!strings + !!ints > 1)
+        return failed(b, xprintf("%s has keywords of more than one of objects, arrays, strings and numbers but no "
+                                 "\"type\"", at));
     b->nesting++;
     int id;
     if (ref || all) {
@@ -524,6 +660,8 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
         id = compile_array(b, sch, at);
     } else if (strings) {
         id = compile_string(b, sch, at);
+    } else if (ints) {  // bounds alone: an integer within them (a number of them all)
+        id = compile_integer(b, sch, at);
     } else {
         id = 0;
     }
@@ -537,8 +675,8 @@ static int64_t node_cost(const JsonSchema *s, const JsNode *n, int r) {
     int64_t c = JS_INF;
     switch (n->kind) {
     case JS_ANY:
-    case JS_NUMBER:
-    case JS_INTEGER: return 1;
+    case JS_NUMBER: return 1;
+    case JS_INTEGER: return n->re ? n->re_cost[0] : 1;
     case JS_STRING: return js_add(2, n->re ? n->re_cost[0] : n->min_items);
     case JS_BOOLEAN:
     case JS_NULL: return 4;

@@ -44,12 +44,15 @@ static int valid_2(const cJSON *o) {
 }
 
 // The third schema of main: its strings' patterns (searched for, as JSON Schema does: POSIX regexec, ERE) and
-// lengths in characters.
+// lengths in characters, its integers' bounds.
 static const char *const PATTERNS[][2] = {
     {"id", "^[a-z]+-[0-9]{2}$"}, {"code", "[0-9]{3}"}, {"pre", "^(ab|cd)"}, {"quoted", "^[-\"]+x$"}};
 
 static int valid_3(const cJSON *o) {
-    int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 5;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "n"), *m = cJSON_GetObjectItemCaseSensitive(o, "m");
+    int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 7 && cJSON_IsNumber(n) && n->valuedouble >= -5 &&
+             n->valuedouble <= 12 && n->valuedouble == floor(n->valuedouble) && cJSON_IsNumber(m) &&
+             m->valuedouble > 100 && m->valuedouble == floor(m->valuedouble);
     for (size_t i = 0; ok && i < sizeof PATTERNS / sizeof PATTERNS[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, PATTERNS[i][0]);
         regex_t re;
@@ -200,11 +203,13 @@ int main(int argc, char **argv) {
         "{\"type\": \"object\", \"required\": [\"name\", \"tags\"], \"properties\": {\"name\": {\"type\": "
         "\"string\"}, \"id\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"a\", 12, 1, null]}, \"tags\": "
         "{\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"minItems\": 2}, \"more\": {\"$ref\": \"#\"}}}",
-        "{\"type\": \"object\", \"required\": [\"id\", \"code\", \"pre\", \"quoted\", \"word\"], \"properties\": {"
+        "{\"type\": \"object\", \"properties\": {"
         "\"id\": {\"type\": \"string\", \"pattern\": \"^[a-z]+-[0-9]{2}$\"}, "
         "\"code\": {\"pattern\": \"[0-9]{3}\"}, "
         "\"pre\": {\"type\": \"string\", \"pattern\": \"^(ab|cd)\"}, \"quoted\": {\"type\": \"string\", "
-        "\"pattern\": \"^[-\\\"]+x$\"}, \"word\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4}}}",
+        "\"pattern\": \"^[-\\\"]+x$\"}, \"word\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4}, "
+        "\"n\": {\"type\": \"integer\", \"minimum\": -5, \"maximum\": 12}, \"m\": {\"exclusiveMinimum\": 100}}, "
+        "\"required\": [\"id\", \"code\", \"pre\", \"quoted\", \"word\", \"n\", \"m\"]}",
     };
     int (*const valid[])(const cJSON *) = {NULL, valid_2, valid_3};
     cJSON *twice = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"a\": {}, \"a\": {}}}");

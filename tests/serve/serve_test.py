@@ -739,7 +739,7 @@ def g_schema():
               whole["response"]["choices"][0]["message"]["content"] and ajv(OUT_SCHEMA, [text]) == [True],
               json.dumps([msg, text])[-1500:])
         bad_schemas = [({"type": "object", "properties": {"a": {"type": "string", "format": "iri"}}}, "format"),
-                       ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
+                       ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf"),
                        ({"type": "array"}, "root"),
                        ({"type": "object", "required": ["b"], "properties": {"a": {}}}, '"b"'),
                        ({"type": "object", "properties": {"a": {"anyOf": [{"type": "number"},
@@ -758,7 +758,7 @@ def g_schema():
         answers = [request(srv, "POST", "/v1/chat/completions", json.dumps(dict(chat, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": b}})).encode()) for b, _ in bad_schemas]
         msgs = [json.loads(a[2])["error"]["message"] if a[0] == 400 else str(a[0]) for a in answers]
-        check("json_schema: format, minimum, a non-object root, an unlisted required name, overlapping anyOf, a "
+        check("json_schema: format, multipleOf, a non-object root, an unlisted required name, overlapping anyOf, a "
               "remote $ref, a dangling $ref, a required self-reference, minItems that multiply past any budget, an "
               "anyOf naming itself, enum beside minItems and allOf not a list are refused with a 400 naming it",
               all(w in m for (_, w), m in zip(bad_schemas, msgs)), json.dumps(msgs))
@@ -789,14 +789,16 @@ def g_schema():
 
 FORMATS = ["date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"]
 PATTERN_SCHEMA = {"type": "object",
-                  "required": ["id", "code", "word", "long", "note", "quoted", "esc", "tag", "both"] + FORMATS,
+                  "required": ["id", "code", "word", "long", "note", "quoted", "esc", "tag", "both", "count", "year",
+                               "below"] + FORMATS,
                   "properties": {
     "id": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"}, "code": {"type": "string", "pattern": r"\d\d"},
     "word": {"type": "string", "minLength": 3, "maxLength": 8}, "long": {"type": "string", "maxLength": 100000},
     "note": {"type": "string", "pattern": r"^\S.*\.$|^$"},
     "quoted": {"type": "string", "pattern": r'^["\\/]+$'}, "esc": {"type": "string", "pattern": r'^"[a-z]+\\$'},
     "tag": {"type": ["string", "null"], "pattern": "^(red|green|blue)$"},
-    "more": {"type": "string", "maxLength": 2},
+    "more": {"type": "string", "maxLength": 2}, "count": {"type": "integer", "minimum": 0, "maximum": 100},
+    "year": {"type": "integer", "minimum": 1900, "exclusiveMaximum": 2100}, "below": {"maximum": -10},
     "both": {"type": "string", "pattern": "^[a-z]+$", "minLength": 4, "maxLength": 6},
     **{f: {"type": "string", "format": f, **({"minLength": 1, "maxLength": 2083} if f == "uri" else {})}
        for f in FORMATS}}}
@@ -804,7 +806,8 @@ PATTERN_SCHEMA = {"type": "object",
 
 def g_schema_patterns(srv):
     """json_schema strings with pattern (anchored or not, alternatives, characters that JSON escapes),
-    minLength/maxLength, both, and each format supported (uri with Pydantic's lengths): 64 answers at temperature
+    minLength/maxLength, both, each format supported (uri with Pydantic's lengths), and integers' bounds (minimum,
+    maximum, exclusiveMaximum; no type): 64 answers at temperature
     1.5 (budgets from the least, chat and completions) all validate by ajv and ajv-formats (JavaScript's RegExp and
     their checks, not ours) and end with "stop"; unconstrained, none do; what is not supported is refused naming
     the keyword."""
@@ -814,7 +817,7 @@ def g_schema_patterns(srv):
     found = re.search(r"max_tokens >= (\d+)", body.decode()) if status == 400 else None
     least = int(found.group(1)) if found else 60
     reqs = []
-    for i, max_tokens in enumerate((least, least + 10, least + 30, least + 60)):  # within --max-len 512
+    for i, max_tokens in enumerate((least, least + 4, least + 12, least + 24)):  # within --max-len 512
         reqs.append({"kind": "completions", "body": {"model": RAND, "prompt": PROMPTS[i % 4], "n": 8,
                                                      "max_tokens": max_tokens, "temperature": 1.5, "seed": i}})
         reqs.append({"kind": "chat", "body": dict(base, n=8, max_tokens=max_tokens, temperature=1.5, seed=100 + i)})
@@ -832,12 +835,13 @@ def g_schema_patterns(srv):
     escaped = sum(json.loads(t)["esc"][0] == '"' and '\\"' in t and "\\\\" in t
                   for t, v in zip(texts["schema"], ok) if v)
     lowered = ajv(PATTERN_SCHEMA, [json.dumps(dict(g, id=g["id"].lower())) for g in got] +  # ajv reads the patterns
-                  [json.dumps(dict(g, date="2023-02-30")) for g in got])  # and the formats
-    check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 60} tokens, chat and completions) "
+                  [json.dumps(dict(g, date="2023-02-30")) for g in got] +  # and the formats
+                  [json.dumps(dict(g, year=2100)) for g in got])  # and the bounds
+    check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 24} tokens, chat and completions) "
           f"validate by ajv and ajv-formats "
           f"and end with \"stop\" ({escaped} writing \\\" and \\\\); unconstrained, {sum(plain)} of {len(plain)} do, "
           "nor "
-          "any answer with its id lowered or its date made February 30",
+          "any answer with its id lowered, its date made February 30 or its year 2100",
           len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
           escaped == 64 and
           not any(lowered),
@@ -848,7 +852,9 @@ def g_schema_patterns(srv):
            ({"type": "string", "pattern": "^\\x01$"}, "control"),
            ({"type": "string", "format": "iri"}, "format"), ({"type": "integer", "format": "int32"}, "format"),
            ({"type": "string", "pattern": "a)|(b"}, "do not pair"), ({"type": "string", "pattern": "a\\"}, "lone"),
-           ({"type": "string", "pattern": "[a"}, "not closed"), ({"type": "string", "pattern": "a{,2}"}, "{,n}")]
+           ({"type": "string", "pattern": "[a"}, "not closed"), ({"type": "string", "pattern": "a{,2}"}, "{,n}"),
+           ({"type": "number", "minimum": 0}, "number"), ({"type": "integer", "minimum": 3, "maximum": 2}, "no integer"),
+           ({"type": "integer", "exclusiveMinimum": True}, "exclusiveMinimum")]
     msgs = []
     for b, _ in bad:
         schema = {"type": "object", "properties": {"a": b}}
@@ -858,8 +864,9 @@ def g_schema_patterns(srv):
         msgs.append(json.loads(body)["error"]["message"] if status == 400 else str(status))
     check("json_schema patterns: lookahead, a malformed pattern, a pattern and a maxLength no string meets "
           "together, maxLength 5000 beside a pattern, a pattern only control characters match, an unsupported "
-          "format, a format on an integer, groups that do not pair, a lone backslash, an unclosed class and Python's "
-          "{,n} are refused with a 400 naming it",
+          "format, a format on an integer, groups that do not pair, a lone backslash, an unclosed class, Python's "
+          "{,n}, bounds on a number, bounds no integer is within and a boolean exclusiveMinimum are refused with a "
+          "400 naming it",
           all(w in m for (_, w), m in zip(bad, msgs)), json.dumps(msgs))
 
 
