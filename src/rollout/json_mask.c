@@ -41,7 +41,7 @@ typedef struct {
     uint8_t digits;                // in the number's integer part or exponent
     const char *lit;
     int lnode, lp, lk;
-    int rnode, rx;  // in a string walked (schema node rnode, js_walked; 0: none): its automaton's state
+    int rnode, rx;  // in a walked string or integer (schema node rnode, js_walked; 0: none): its automaton's state
     int64_t chars;  // and its characters so far
     struct {
         char open;            // '{' or '['
@@ -253,8 +253,8 @@ static int comma(Json *j) {
     return j->mode = J_VALUE, 1;
 }
 
-// A byte of a walked string's value (unescaped) through its automaton, or (lengths alone) counted against its
-// maxLength; 1 for other strings.
+// A byte of a walked value (a string's unescaped, an integer's) through its automaton, or (a string's lengths
+// alone) counted against its maxLength; 1 for other values.
 static int pattern_byte(Json *j, unsigned char c) {
     if (!j->rnode) return 1;
     const JsNode *n = node_of(j, j->rnode);
@@ -266,7 +266,7 @@ static int pattern_byte(Json *j, unsigned char c) {
     return j->rx >= 0;
 }
 
-// Whether a walked string may close: its automaton matches, or it has its minLength.
+// Whether a walked value may end: its automaton matches, or (a string) it has its minLength.
 static int walked_done(const Json *j) {
     const JsNode *n = node_of(j, j->rnode);
     return n->re ? n->re->dist[j->rx] == 0 : j->chars >= n->min_items;

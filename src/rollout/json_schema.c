@@ -426,9 +426,12 @@ static int compile_string(Build *b, const cJSON *sch, const char *at) {
 }
 
 #define INT_MOST 999999999999999LL  // an integer's 15 digits at most (as json_mask.c writes them)
+static const char *const BOUNDS[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", NULL};
+static char *integers_between(int64_t lo, int64_t hi);
 
 // Appends the alternatives matching the decimal strings lo..hi, both of n digits (leading zeros kept).
 static void digits_between(Buf *out, const char *lo, const char *hi, int n) {
+    _Static_assert(sizeof "999999999999999" <= 16, "digits_between's nines and zeros hold INT_MOST's digits");
     if (n == 0) return;
     if (lo[0] == hi[0]) {
         buf_append(out, lo, 1);
@@ -473,7 +476,7 @@ static void naturals(Buf *out, int64_t lo, int64_t hi) {
         char a[24], z[24];
         int n = snprintf(a, sizeof a, "%lld", (long long)from);
         snprintf(z, sizeof z, "%lld", (long long)(hi < top ? hi : top));
-        buf_append(out, out->len ? "|" : "", out->len ? 1 : 0);
+        if (out->len) buf_append(out, "|", 1);
         buf_append(out, "(?:", 3);
         digits_between(out, a, z, n);
         buf_append(out, ")", 1);
@@ -484,24 +487,27 @@ static void naturals(Buf *out, int64_t lo, int64_t hi) {
 // An integer's "minimum"/"maximum"/"exclusiveMinimum"/"exclusiveMaximum" as a full match of the integers between
 // (15 digits at most), or NULL (and *why) when none is.
 static char *integer_range(const cJSON *sch, char **why) {
-    static const char *const names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    int64_t lo = -INT_MOST, hi = INT_MOST;
+    double lo = -INT_MOST, hi = INT_MOST;  // an integer is written in 15 digits at most: looser bounds are these
     *why = NULL;
-    for (int k = 0; k < 4 && !*why; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sch, names[k]);
+    for (int k = 0; BOUNDS[k] && !*why; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sch, BOUNDS[k]);
         if (!v) continue;
-        if (!cJSON_IsNumber(v) || fabs(v->valuedouble) > (double)INT_MOST) {
-            *why = xprintf("\"%s\" must be a number of 15 digits at most", names[k]);
+        if (!cJSON_IsNumber(v)) {
+            *why = xprintf("\"%s\" must be a number (draft 4's boolean form is not supported)", BOUNDS[k]);
             break;
         }
         double x = v->valuedouble;  // as the least or most integer within
-        int64_t bound = k < 2 ? (int64_t)ceil(x) + (k == 1 && x == ceil(x))
-                              : (int64_t)floor(x) - (k == 3 && x == floor(x));
+        double bound = k < 2 ? ceil(x) + (k == 1 && x == ceil(x)) : floor(x) - (k == 3 && x == floor(x));
         if (k < 2 && bound > lo) lo = bound;
         if (k >= 2 && bound < hi) hi = bound;
     }
-    if (!*why && lo > hi) *why = xstrdup("no integer is within its bounds");
+    if (!*why && lo > hi) *why = xstrdup("no integer of 15 digits at most is within its bounds");
     if (*why) return NULL;
+    return integers_between((int64_t)lo, (int64_t)hi);
+}
+
+// The full match of the integers lo..hi (|both| <= INT_MOST) as JSON writes them.
+static char *integers_between(int64_t lo, int64_t hi) {
     Buf out = {0}, neg = {0};
     if (lo < 0) naturals(&neg, hi < 0 ? -hi : 1, -lo);
     if (neg.len) {
@@ -510,11 +516,14 @@ static char *integer_range(const cJSON *sch, char **why) {
         free(s);
     }
     buf_free(&neg);
-    if (lo <= 0 && hi >= 0) buf_append(&out, out.len ? "|0" : "0", out.len ? 2 : 1);
+    if (lo <= 0 && hi >= 0) {
+        if (out.len) buf_append(&out, "|", 1);
+        buf_append(&out, "0", 1);
+    }
     if (hi > 0) {
         Buf pos = {0};
         naturals(&pos, lo > 1 ? lo : 1, hi);
-        buf_append(&out, out.len ? "|" : "", out.len ? 1 : 0);
+        if (out.len) buf_append(&out, "|", 1);
         buf_append(&out, pos.data, pos.len);
         buf_free(&pos);
     }
@@ -523,17 +532,14 @@ static char *integer_range(const cJSON *sch, char **why) {
 
 // An integer, with bounds (integer_range): the automaton of the integers between, which its bytes walk.
 static int compile_integer(Build *b, const cJSON *sch, const char *at) {
-    int id = node_new(b, JS_INTEGER);
-    char *why = NULL, *src = id >= 0 ? integer_range(sch, &why) : NULL;
-    if (id < 0 || why) {
-        if (why) failed(b, xprintf("%s at %s", why, at));
+    int id = node_new(b, JS_INTEGER), bounded = 0;
+    for (int k = 0; BOUNDS[k]; k++) bounded |= cJSON_HasObjectItem(sch, BOUNDS[k]);
+    if (id < 0 || !bounded) return id;
+    char *why = NULL, *src = integer_range(sch, &why);
+    if (why) {
+        failed(b, xprintf("%s (at %s)", why, at));
         free(why);
         return -1;
-    }
-    if (!cJSON_HasObjectItem(sch, "minimum") && !cJSON_HasObjectItem(sch, "maximum") &&
-        !cJSON_HasObjectItem(sch, "exclusiveMinimum") && !cJSON_HasObjectItem(sch, "exclusiveMaximum")) {
-        free(src);
-        return id;
     }
     JsNode *n = &b->s->nodes[id];
     n->re = xmalloc(sizeof *n->re);
@@ -548,18 +554,18 @@ static int compile_integer(Build *b, const cJSON *sch, const char *at) {
     }
     int64_t ones[256];
     for (int c = 0; c < 256; c++) ones[c] = 1;
-    n->re_cost = regex_costs(n->re, ones);
+    n->re_cost = regex_costs(n->re, ones);  // every state reaches a match (regex_compile cuts the others)
     return id;
 }
 
 static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
     static const char *const names[] = {"number", "boolean", "null", NULL};
     static const JsKind kinds[] = {JS_NUMBER, JS_BOOLEAN, JS_NULL};
-    static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", NULL};
-    for (const cJSON *k = sch->child; k && !strcmp(type, "number"); k = k->next)
-        if (str_listed(k->string, bounds))
-            return failed(b, xprintf("\"%s\" on a \"number\" at %s is not supported (on an \"integer\" it is)",
-                                     k->string, at));
+    if (!strcmp(type, "number"))
+        for (const cJSON *k = sch->child; k; k = k->next)
+            if (str_listed(k->string, BOUNDS))
+                return failed(b, xprintf("\"%s\" on a \"number\" at %s is not supported (on an \"integer\" it is)",
+                                         k->string, at));
     if (cJSON_HasObjectItem(sch, "format") && strcmp(type, "string") && strcmp(type, "null"))
         return failed(b, xprintf("\"format\" at %s is supported on strings only (not on \"%.100s\")", at, type));
     if (!strcmp(type, "object")) return compile_object(b, sch, at);
@@ -615,7 +621,6 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     static const char *const of_object[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const of_array[] = {"items", "minItems", "maxItems", NULL};
     static const char *const of_string[] = {"pattern", "minLength", "maxLength", "format", NULL};
-    static const char *const of_integer[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     int lits = cJSON_HasObjectItem(sch, "enum") || cJSON_HasObjectItem(sch, "const");
     int shapes = !!ref + !!any + !!one + !!all + lits, known_n = 0, objects = 0, arrays = 0, strings = 0, ints = 0;
     for (const cJSON *k = sch->child; k; k = k->next) {
@@ -623,7 +628,7 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
         objects += str_listed(k->string, of_object);
         arrays += str_listed(k->string, of_array);
         strings += str_listed(k->string, of_string);
-        ints += str_listed(k->string, of_integer);
+        ints += str_listed(k->string, BOUNDS);
     }
     if (shapes > 1 || ((ref || any || one || all) && known_n > 1) || (lits && known_n > 1 + !!type))
         return failed(b, xprintf("%s: \"$ref\", \"anyOf\", \"oneOf\" and \"allOf\" must stand alone (with "
@@ -754,7 +759,10 @@ static void set_starts(JsonSchema *s) {
         case JS_ARRAY: set_start(n, "["); break;
         case JS_STRING: set_start(n, "\""); break;
         case JS_NUMBER:
-        case JS_INTEGER: set_start(n, "-0123456789"); break;
+        case JS_INTEGER:
+            for (const char *c = "-0123456789"; *c; c++)  // those its bounds' automaton takes
+                if (!n->re || regex_walk(n->re, 0, c, 1) >= 0) set_start(n, (char[]){*c, 0});
+            break;
         case JS_BOOLEAN: set_start(n, "tf"); break;
         case JS_NULL: set_start(n, "n"); break;
         case JS_ENUM:

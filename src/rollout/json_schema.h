@@ -42,7 +42,7 @@ typedef struct {
     int64_t cost[JS_MAX_DEPTH + 1];  // the fewest bytes of a value with room for cost[r]: r more containers
     uint8_t starts[32];              // the bytes a value can start with (a bit each)
     RegexDfa *re;                    // JS_STRING: what its characters (unescaped) must match; JS_INTEGER: its
-                                     // digits (its bounds); or NULL
+                                     // '-' and digits (its bounds); or NULL
     int64_t *re_cost;                // and the fewest bytes from each of re's states to a match, as JSON writes
                                      // them (an escaped character: 2)
 } JsNode;

@@ -193,6 +193,61 @@ static void regex_walk_test(const Tokenizer *tok, const char *pattern, MaskCache
     free(allowed);
 }
 
+// Whether the automaton of property "a" of the schema (JSON text) takes s whole.
+static int takes(const char *schema_text, const char *s) {
+    cJSON *j = cJSON_Parse(schema_text);
+    char *why = NULL;
+    JsonSchema *schema = json_schema_compile(j, &why);
+    if (!schema) die("%s: %s", schema_text, why);
+    const JsNode *a = &schema->nodes[json_schema_deref(schema, schema->props[schema->nodes[schema->root].first].node)];
+    int at = a->re ? regex_walk(a->re, 0, s, strlen(s)) : -1;
+    int ok = at >= 0 && a->re->dist[at] == 0;
+    json_schema_free(schema);
+    cJSON_Delete(j);
+    return ok;
+}
+
+// Integer bounds (json_schema.c's integer_range): the automaton takes exactly the integers within, as printf
+// writes them, over a grid of bounds and every integer from 15 below to 15 above; never -0, a leading zero or 16
+// digits; bounds past 15 digits are the loosest ones, exclusive and fractional bounds the integers within.
+static void integer_bounds(void) {
+    static const int64_t edges[] = {-1100, -1000, -999, -110, -100, -20, -9, -7, -1, 0, 1, 7, 9, 10, 19, 42, 99, 100,
+                                    105, 109, 199, 200, 1000, 1234, 1999};
+    int n = (int)(sizeof edges / sizeof edges[0]), wrong = 0, tried = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = i; k < n; k++) {
+            char *text = xprintf("{\"properties\": {\"a\": {\"type\": \"integer\", \"minimum\": %lld, \"maximum\": "
+                                 "%lld}}}", (long long)edges[i], (long long)edges[k]);
+            cJSON *j = cJSON_Parse(text);
+            char *why = NULL;
+            JsonSchema *schema = json_schema_compile(j, &why);
+            if (!schema) die("%s: %s", text, why);
+            const JsNode *a = &schema->nodes[schema->props[schema->nodes[schema->root].first].node];
+            for (int64_t v = edges[i] - 15; v <= edges[k] + 15; v++) {
+                char s[32];
+                snprintf(s, sizeof s, "%lld", (long long)v);
+                int at = regex_walk(a->re, 0, s, strlen(s));
+                wrong += (at >= 0 && a->re->dist[at] == 0) != (v >= edges[i] && v <= edges[k]);
+                tried++;
+            }
+            wrong += regex_walk(a->re, 0, "-0", 2) >= 0 && a->re->dist[regex_walk(a->re, 0, "-0", 2)] == 0;
+            wrong += regex_walk(a->re, 0, "01", 2) >= 0;
+            json_schema_free(schema);
+            cJSON_Delete(j);
+            free(text);
+        }
+    char msg[64];
+    snprintf(msg, sizeof msg, "%d of %d integers", wrong, tried);
+    check(wrong == 0, "bounded integers: the automaton takes exactly those within", msg);
+    const char *loose = "{\"properties\": {\"a\": {\"type\": \"integer\", \"minimum\": -1e18, "
+                        "\"maximum\": 9007199254740991}}}";
+    check(takes(loose, "999999999999999") && takes(loose, "-999999999999999") && !takes(loose, "1000000000000000"),
+          "bounds past 15 digits are the loosest", loose);
+    const char *frac = "{\"properties\": {\"a\": {\"exclusiveMinimum\": 2.5, \"exclusiveMaximum\": 5}}}";
+    check(!takes(frac, "2") && takes(frac, "3") && takes(frac, "4") && !takes(frac, "5"),
+          "exclusive and fractional bounds: the integers within", frac);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) die("usage: test_json_mask TOKENIZER_JSON");
     Tokenizer tok;
@@ -244,6 +299,7 @@ int main(int argc, char **argv) {
         check(mask_cache_hits(cache) > 0, "the regex walks found states' masks in the cache", patterns[i]);
         mask_cache_free(cache);
     }
+    integer_bounds();
     static const char *const choices[] = {"yes", "yes sir", "no", "n\xc3\xa9gatif", "maybe so", " 42"};
     for (int i = 0; i < 12; i++) choice_walk(&tok, choices, 6, i < 6 ? 9 : 16, &rng);
     free(plain);

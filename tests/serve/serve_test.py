@@ -839,8 +839,8 @@ def g_schema_patterns(srv):
                   [json.dumps(dict(g, year=2100)) for g in got])  # and the bounds
     check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 24} tokens, chat and completions) "
           f"validate by ajv and ajv-formats "
-          f"and end with \"stop\" ({escaped} writing \\\" and \\\\); unconstrained, {sum(plain)} of {len(plain)} do, "
-          "nor "
+          f"and end with \"stop\" ({escaped} writing \\\" and \\\\); unconstrained, {sum(plain)} of {len(plain)} "
+          "do, nor "
           "any answer with its id lowered, its date made February 30 or its year 2100",
           len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
           escaped == 64 and
@@ -853,7 +853,8 @@ def g_schema_patterns(srv):
            ({"type": "string", "format": "iri"}, "format"), ({"type": "integer", "format": "int32"}, "format"),
            ({"type": "string", "pattern": "a)|(b"}, "do not pair"), ({"type": "string", "pattern": "a\\"}, "lone"),
            ({"type": "string", "pattern": "[a"}, "not closed"), ({"type": "string", "pattern": "a{,2}"}, "{,n}"),
-           ({"type": "number", "minimum": 0}, "number"), ({"type": "integer", "minimum": 3, "maximum": 2}, "no integer"),
+           ({"type": "number", "minimum": 0}, "number"),
+           ({"type": "integer", "minimum": 3, "maximum": 2}, "no integer"),
            ({"type": "integer", "exclusiveMinimum": True}, "exclusiveMinimum")]
     msgs = []
     for b, _ in bad:
