@@ -4,22 +4,14 @@
 // drawing among the allowed tokens; the same walk with and without the cache (the masks are equal, bit for bit:
 // tests/rollout/test_json_mask.c). Prints the median over REPEATS walks of the milliseconds a step.
 // usage: mask_bench TOKENIZER_JSON [STEPS [REPEATS]]
-#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/rng.h"
 #include "base/util.h"
 #include "rollout/json_mask.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct {
     const Tokenizer *tok;
@@ -40,11 +32,11 @@ static double walk(const Constraint *c, int steps, MaskCache *cache, float *logi
     for (int64_t left = steps + 1; left > 1; left--, done++) {
         for (int64_t i = 0; i < V; i++) logits[i] = 0.0f;
         const char *s = text.data ? text.data : "";
-        double t0 = now();
+        double t0 = time_now();
         int64_t n = c->schema
                         ? json_mask(c->tok, c->schema, c->plain, cache, s, text.len, left, &c->stop, 1, logits, V)
                         : regex_mask(c->tok, c->regex, cache, s, text.len, left, &c->stop, 1, logits, V);
-        spent += now() - t0;
+        spent += time_now() - t0;
         int64_t k = (int64_t)(rng_next_u64(&rng) % (uint64_t)(n > 0 ? n : 1)), id = 0;
         for (id = 0; id < V; id++)
             if (logits[id] == 0.0f && k-- == 0) break;

@@ -99,6 +99,12 @@ static void utf8_of_bmp(uint32_t c, unsigned char out[3]) {
     out[2] = (unsigned char)(0x80 | (c & 0x3F));
 }
 
+int json_holds_nul(const char *text, uint32_t nul_sentinel) {
+    unsigned char utf8[3];
+    utf8_of_bmp(nul_sentinel, utf8);
+    return nul_sentinel && memmem(text, strlen(text), utf8, sizeof utf8) != NULL;
+}
+
 cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel) {
     *nul_sentinel = 0;
     if (!memmem(line, len, "\\u0000", 6)) {

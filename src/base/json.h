@@ -15,6 +15,8 @@ cJSON *json_parse_exact(const char *text, size_t len, size_t *error_offset);
 // escapes are swapped for a noncharacter absent from the line (*nul_sentinel, 0 if none) and
 // json_string_bytes swaps it back. NULL when the line is not exactly one JSON value.
 cJSON *json_parse_line(const char *line, size_t len, uint32_t *nul_sentinel);
+// Whether text holds nul_sentinel (json_parse_line's; 0: none), a U+0000 of the line it came from.
+int json_holds_nul(const char *text, uint32_t nul_sentinel);
 // A string item's bytes (malloc'd, NUL-terminated) and their length, U+0000 restored.
 char *json_string_bytes(const cJSON *item, uint32_t nul_sentinel, size_t *len);
 // A JSONL data file read one object a line (the SFT and GRPO prompt loaders): blank lines are skipped and

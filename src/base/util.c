@@ -180,6 +180,23 @@ void buf_append(Buf *b, const void *data, size_t n) {
     b->data[b->len] = '\0';
 }
 
+void buf_printf(Buf *b, const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) die("internal: bad format \"%s\"", fmt);
+    size_t need = b->len + (size_t)n + 1;  // and the NUL vsnprintf writes
+    if (need > b->cap) {
+        b->cap = need > 2 * b->cap ? need : 2 * b->cap;
+        b->data = xrealloc(b->data, b->cap);
+    }
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+}
+
 void buf_free(Buf *b) {
     free(b->data);
     b->data = NULL;

@@ -50,6 +50,8 @@ typedef struct {
     size_t len, cap;
 } Buf;
 void buf_append(Buf *b, const void *data, size_t n);
+// Appends the formatted text (as xprintf's).
+void buf_printf(Buf *b, const char *fmt, ...) GRPO_PRINTF(2, 3);
 void buf_free(Buf *b);
 
 // fflush / fclose of a file being written, dying with "cannot write PATH: <reason>" (a full disk, a quota)

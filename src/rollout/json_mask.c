@@ -272,6 +272,15 @@ static int walked_done(const Json *j) {
     return n->re ? n->re->dist[j->rx] == 0 : j->chars >= n->min_items;
 }
 
+// Whether the value may end here (a walked one once walked_done: then its walk ends); a string at its quote, a
+// number at the byte after it.
+static int walk_end(Json *j) {
+    if (j->rnode && !walked_done(j)) return 0;
+    j->rnode = j->rx = 0;
+    j->chars = 0;
+    return 1;
+}
+
 // The fewest bytes that finish a walked value: a match, or the characters a string's minLength lacks (not its
 // closing quote).
 static int64_t walked_rest(const Json *j) {
@@ -294,9 +303,7 @@ static int string_byte(Json *j, unsigned char c) {
         return pattern_byte(j, c);
     }
     if (c == '"') {
-        if (j->rnode && !walked_done(j)) return 0;
-        j->rnode = j->rx = 0;
-        j->chars = 0;
+        if (!walk_end(j)) return 0;
         return j->mode = j->key ? J_COLON : J_AFTER, 1;
     }
     if (c == '\\') return j->mode = J_ESCAPE, 1;
@@ -310,12 +317,6 @@ static int string_byte(Json *j, unsigned char c) {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-// Whether a number may end here: an integer within its bounds (then its walk ends); any other number.
-static int number_end(Json *j) {
-    if (j->rnode && !walked_done(j)) return 0;
-    j->rnode = j->rx = 0;
-    return 1;
-}
 
 // The modes between tokens, where whitespace may come: where a key, ':', a value or ',' is due, and where a
 // number may end (the whitespace ends it).
@@ -327,7 +328,7 @@ static const uint32_t ws_modes = 1u << J_OBJ_FIRST | 1u << J_KEY | 1u << J_COLON
 static int json_byte(Json *j, unsigned char c) {
     if (is_ws(c) && (ws_modes >> j->mode & 1)) {
         if (j->mode == J_ZERO || j->mode == J_INT || j->mode == J_FRAC || j->mode == J_EXP_INT) {
-            if (!number_end(j)) return 0;
+            if (!walk_end(j)) return 0;
             j->mode = J_AFTER;
         }
         return ++j->ws <= MAX_WS;
@@ -366,7 +367,7 @@ static int json_byte(Json *j, unsigned char c) {
         if (j->mode == J_INT && is_digit(c)) return ++j->digits <= MAX_INT_DIGITS && pattern_byte(j, c);
         if (c == '.' && !j->intonly) return j->mode = J_DOT, 1;
         if ((c == 'e' || c == 'E') && !j->intonly) return j->mode = J_EXP, 1;
-        if (!number_end(j)) return 0;
+        if (!walk_end(j)) return 0;
         j->mode = J_AFTER;
         return json_byte(j, c);
     case J_DOT: return is_digit(c) ? (j->mode = J_FRAC) : 0;
@@ -538,8 +539,8 @@ typedef struct {
 static void json_list(const void *ctx, MaskList *l) {
     const JsonList *c = ctx;
     uint8_t first[256];  // whether a token may start with the byte (most tokens are out at their first)
-    int string = c->plain && c->at->mode == J_STRING && c->at->need == 0 && !c->at->rnode;  // a plain token leaves
-                                                                                          // the state
+    // a plain token leaves the state as it is (not in a walked string, whose automaton it moves)
+    int string = c->plain && c->at->mode == J_STRING && c->at->need == 0 && !c->at->rnode;
     int64_t plain_need = 1 + json_cost(c->at) + 1;
     Json j;
     for (int ch = 0; ch < 256; ch++) {

@@ -289,10 +289,9 @@ static char *full_match(const char *p, char **why) {
         while (slashes + 2 <= len && a[len - 2 - slashes] == '\\') slashes++;
         int lo = len > 0 && a[0] == '^';
         int hi = len > (size_t)lo && a[len - 1] == '$' && slashes % 2 == 0;
-        char *alt = xprintf("%s(?:%s(?:%.*s)%s)", start ? "|" : "", lo ? "" : "[\\s\\S]*", (int)(len - lo - hi),
-                            a + lo, hi ? "" : "[\\s\\S]*");
-        buf_append(&out, alt, strlen(alt));
-        free(alt);
+        const char *any = "[\\s\\S]*";
+        buf_printf(&out, "%s(?:%s(?:%.*s)%s)", start ? "|" : "", lo ? "" : any, (int)(len - lo - hi), a + lo,
+                   hi ? "" : any);
         start = i + 1;
     }
     if (*why) buf_free(&out);
@@ -334,6 +333,26 @@ static const char *format_pattern(const char *name) {
     for (size_t i = 0; name && i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(name, formats[i][0])) return formats[i][1];
     return NULL;
+}
+
+// Narrows *all (none yet: no states) to what src (compiled with flags) also matches fully. -1 (failed) when src
+// does not compile or nothing is left.
+static int narrow(Build *b, RegexDfa *all, const char *src, int flags, const char *name, const char *at) {
+    int first = all->n == 0;
+    RegexDfa one, both;
+    char *why = regex_compile(src, strlen(src), flags, &b->work, first ? all : &one);
+    if (why) {
+        failed(b, xprintf("\"%s\" at %s (as the full match %.200s): %s", name, at, src, why));
+    } else if (!first) {
+        why = regex_intersect(all, &one, &b->work, &both);
+        if (why) failed(b, xprintf("\"pattern\", \"format\" and the lengths at %s together: %s", at, why));
+        regex_free(&one);
+        regex_free(all);
+        *all = both;
+    }
+    int rc = why ? -1 : 0;
+    free(why);
+    return rc;
 }
 
 // Whether every full match of d has lo to hi characters (its bytes at most, its least characters at least).
@@ -379,38 +398,23 @@ static int compile_string(Build *b, const cJSON *sch, const char *at) {
         free(bad);
         return -1;
     }
-    static const char *const names[] = {"pattern", "format", "minLength/maxLength"};
-    char *src[3] = {whole, fmt ? xstrdup(format_pattern(fmt->valuestring)) : NULL, NULL};
-    RegexDfa all = {0}, one, both;
-    char *why = NULL;
-    for (int k = 0, have = 0; k < 3 && !why; k++) {
-        if (k == 2 && lengths && !implied(&all, lo, hi)) {  // beside the pattern or format: their product
-            if (lo > REGEX_MAX_REPEAT || (hi != INT64_MAX && hi > REGEX_MAX_REPEAT))
-                why = xprintf("\"minLength\"/\"maxLength\" over %d beside a pattern or format at %s, whose strings "
-                              "can be longer, is not supported", REGEX_MAX_REPEAT, at);
-            else
-                src[2] = hi == INT64_MAX ? xprintf("[\\s\\S]{%lld,}", (long long)lo)
-                                         : xprintf("[\\s\\S]{%lld,%lld}", (long long)lo, (long long)hi);
-            if (why) failed(b, xstrdup(why));
+    RegexDfa all = {0};  // what the pattern, the format and the lengths all match
+    int rc = whole ? narrow(b, &all, whole, REGEX_ECMA, "pattern", at) : 0;
+    free(whole);
+    if (!rc && fmt) rc = narrow(b, &all, format_pattern(fmt->valuestring), REGEX_ECMA, "format", at);
+    if (!rc && lengths && !implied(&all, lo, hi)) {  // beside the pattern or format: their product
+        if (lo > REGEX_MAX_REPEAT || (hi != INT64_MAX && hi > REGEX_MAX_REPEAT)) {
+            rc = failed(b, xprintf("\"minLength\"/\"maxLength\" over %d beside a pattern or format at %s, whose "
+                                   "strings can be longer, is not supported", REGEX_MAX_REPEAT, at));
+        } else {
+            char *any = hi == INT64_MAX ? xprintf("[\\s\\S]{%lld,}", (long long)lo)
+                                        : xprintf("[\\s\\S]{%lld,%lld}", (long long)lo, (long long)hi);
+            rc = narrow(b, &all, any, 0, "minLength/maxLength", at);  // [\s\S]: any character (Python's reading)
+            free(any);
         }
-        if (why || !src[k]) continue;
-        int flags = k < 2 ? REGEX_ECMA : 0;  // the lengths' [\s\S]: any character (Python's reading)
-        why = regex_compile(src[k], strlen(src[k]), flags, &b->work, have ? &one : &all);
-        if (why) {
-            failed(b, xprintf("\"%s\" at %s (as the full match %.200s): %s", names[k], at, src[k], why));
-        } else if (have) {
-            why = regex_intersect(&all, &one, &b->work, &both);
-            if (why) failed(b, xprintf("\"pattern\", \"format\" and the lengths at %s together: %s", at, why));
-            regex_free(&one);
-            regex_free(&all);
-            all = both;
-        }
-        have = 1;
     }
-    for (int k = 0; k < 3; k++) free(src[k]);
-    if (why) {
+    if (rc) {
         regex_free(&all);
-        free(why);
         return -1;
     }
     JsNode *n = &b->s->nodes[id];
@@ -453,11 +457,7 @@ static void digits_between(Buf *out, const char *lo, const char *hi, int n) {
         digits_between(out, lo + 1, nines, n - 1);
         buf_append(out, ")|", 2);
     }
-    if (first <= last) {
-        char *s = xprintf("[%c-%c]\\d{%d}|", first, last, n - 1);
-        buf_append(out, s, strlen(s));
-        free(s);
-    }
+    if (first <= last) buf_printf(out, "[%c-%c]\\d{%d}|", first, last, n - 1);
     if (!hi_rest) {
         char zeros[16];
         memset(zeros, '0', sizeof zeros);
@@ -510,11 +510,7 @@ static char *integer_range(const cJSON *sch, char **why) {
 static char *integers_between(int64_t lo, int64_t hi) {
     Buf out = {0}, neg = {0};
     if (lo < 0) naturals(&neg, hi < 0 ? -hi : 1, -lo);
-    if (neg.len) {
-        char *s = xprintf("-(?:%s)", neg.data);
-        buf_append(&out, s, strlen(s));
-        free(s);
-    }
+    if (neg.len) buf_printf(&out, "-(?:%s)", neg.data);
     buf_free(&neg);
     if (lo <= 0 && hi >= 0) {
         if (out.len) buf_append(&out, "|", 1);

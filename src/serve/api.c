@@ -334,18 +334,11 @@ static int parse_stop_ids(ApiJob *job, const cJSON *root, const ApiLimits *lim, 
     return 0;
 }
 
-// Whether text holds nul, the request's U+0000 sentinel (json_parse_line; 0: none).
-static int has_nul(const char *text, uint32_t nul) {
-    unsigned char u[3] = {(unsigned char)(0xE0 | nul >> 12), (unsigned char)(0x80 | (nul >> 6 & 0x3F)),
-                          (unsigned char)(0x80 | (nul & 0x3F))};
-    return nul && memmem(text, strlen(text), u, sizeof u) != NULL;
-}
-
 // nul: the request's U+0000 sentinel, which the schema must not hold (its strings would differ).
 static int compile_schema(ApiJob *job, const cJSON *schema, const char *field, uint32_t nul, ApiError *err) {
     char *text = nul ? cJSON_PrintUnformatted(schema) : NULL;
     if (nul && !text) die("out of memory printing a schema");
-    int held = text && has_nul(text, nul);
+    int held = text && json_holds_nul(text, nul);
     free(text);
     if (held) return fail(err, 400, field, xprintf("%s: U+0000 in the schema is not supported", field));
     char *why = NULL;
@@ -376,10 +369,10 @@ static int parse_format(ApiJob *job, const cJSON *root, uint32_t nul, ApiError *
         job->json_field = "guided_json";
         job->cfg.json_object = 1;
         if (!cJSON_IsString(guided)) return compile_schema(job, guided, "guided_json", nul, err);
-        uint32_t its_nul;  // as the request's own JSON: nothing after it, the last of duplicate keys
-        cJSON *parsed = !has_nul(guided->valuestring, nul) ? json_parse_line(guided->valuestring,
-                                                                              strlen(guided->valuestring), &its_nul)
-                                                            : NULL;
+        uint32_t its_nul = 0;  // as the request's own JSON: nothing after it, the last of duplicate keys
+        cJSON *parsed = NULL;
+        if (!json_holds_nul(guided->valuestring, nul))
+            parsed = json_parse_line(guided->valuestring, strlen(guided->valuestring), &its_nul);
         if (!parsed)
             return fail(err, 400, "guided_json",
                         xprintf("\"guided_json\" is a string that is not JSON (or holds U+0000)"));
