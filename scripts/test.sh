@@ -18,6 +18,7 @@ if [ "${free_gib:-0}" -lt $need_gib ]; then
 fi
 scripts/deps.sh --test || exit 1
 passed=0 failed=0 skipped=0
+checks=""  # the failed checks' lines, repeated at the end: a long log's tail is what a reader sees first
 for variant in release asan tsan fuzz; do
   dir=build-test-$variant
   args=()
@@ -34,6 +35,7 @@ for variant in release asan tsan fuzz; do
   echo "== $variant"
   out=$(cd "$dir" && ctest --output-on-failure -j "$(nproc)" 2>&1)  # tests/CMakeLists.txt: which run alone
   echo "$out"
+  checks+=$(echo "$out" | grep -E '^FAIL|\*\*\*(Failed|Timeout)' | cut -c1-400 | sed "s/^/[$variant] /")$'\n'
   total=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p')
   bad=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p')
   skip=$(echo "$out" | grep -c '(Skipped)$')  # GPU tests without a GPU: neither passed nor failed
@@ -46,6 +48,8 @@ for variant in release asan tsan fuzz; do
     [ "$bad" -eq 0 ] && [ "${GRPO_KEEP_TEST_TMP:-0}" != 1 ] && rm -rf "$dir"/tests/tmp_*
   fi
 done
+lost=$(echo "$checks" | grep .)
+[ -n "$lost" ] && printf 'the failed checks, again:\n%s\n' "$lost"
 [ "$skipped" -gt 0 ] && echo "$skipped skipped (they need a GPU: see the lines marked Skipped above)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

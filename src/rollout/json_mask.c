@@ -41,7 +41,7 @@ typedef struct {
     uint8_t digits;                // in the number's integer part or exponent
     const char *lit;
     int lnode, lp, lk;
-    int rnode, rx;  // in a walked string or integer (schema node rnode, js_walked; 0: none): its automaton's state
+    int rnode, rx;  // in a walked string or number (schema node rnode, js_walked; 0: none): its automaton's state
     int64_t chars;  // and its characters so far
     struct {
         char open;            // '{' or '['
@@ -147,7 +147,7 @@ static int start_typed(Json *j, int id, unsigned char c) {
         j->intonly = n->kind == JS_INTEGER;
         if (!js_walked(n)) return 1;
         j->rnode = id, j->rx = 0, j->chars = 0;
-        return n->kind == JS_STRING || pattern_byte(j, c);  // an integer's first byte is its own
+        return n->kind == JS_STRING || pattern_byte(j, c);  // a number's first byte is its own
     }
 }
 
@@ -253,7 +253,7 @@ static int comma(Json *j) {
     return j->mode = J_VALUE, 1;
 }
 
-// A byte of a walked value (a string's unescaped, an integer's) through its automaton, or (a string's lengths
+// A byte of a walked value (a string's unescaped, a number's) through its automaton, or (a string's lengths
 // alone) counted against its maxLength; 1 for other values.
 static int pattern_byte(Json *j, unsigned char c) {
     if (!j->rnode) return 1;
@@ -365,15 +365,16 @@ static int json_byte(Json *j, unsigned char c) {
     case J_ZERO:
     case J_INT:
         if (j->mode == J_INT && is_digit(c)) return ++j->digits <= MAX_INT_DIGITS && pattern_byte(j, c);
-        if (c == '.' && !j->intonly) return j->mode = J_DOT, 1;
-        if ((c == 'e' || c == 'E') && !j->intonly) return j->mode = J_EXP, 1;
+        if (c == '.' && !j->intonly) return j->mode = J_DOT, pattern_byte(j, c);
+        if ((c == 'e' || c == 'E') && !j->intonly) return j->mode = J_EXP, pattern_byte(j, c);
         if (!walk_end(j)) return 0;
         j->mode = J_AFTER;
         return json_byte(j, c);
-    case J_DOT: return is_digit(c) ? (j->mode = J_FRAC) : 0;
+    case J_DOT: return is_digit(c) ? (j->mode = J_FRAC, pattern_byte(j, c)) : 0;
     case J_FRAC:
-        if (is_digit(c)) return 1;
-        if (c == 'e' || c == 'E') return j->mode = J_EXP, 1;
+        if (is_digit(c)) return pattern_byte(j, c);
+        if (c == 'e' || c == 'E') return j->mode = J_EXP, pattern_byte(j, c);
+        if (!walk_end(j)) return 0;
         j->mode = J_AFTER;
         return json_byte(j, c);
     case J_EXP:
@@ -430,15 +431,15 @@ static int64_t top_cost(const Json *j) {
     case J_STRING: return js_add(j->rnode ? js_add(walked_rest(j), 1) : j->need + 1 + key, rest);
     case J_ESCAPE: return js_add(j->rnode ? escape_cost(j) : 2 + key, rest);
     case J_HEX: return js_add(j->hex + 1 + key, rest);
-    case J_MINUS: return js_add(j->rnode ? walked_rest(j) : 1, rest);
-    case J_DOT:
+    case J_MINUS:
+    case J_DOT: return js_add(j->rnode ? walked_rest(j) : 1, rest);
     case J_EXP:
     case J_EXP_SIGN: return js_add(1, rest);
     case J_LITERAL: return js_add((int64_t)strlen(j->lit), rest);
     case J_ELIT: return js_add(literal_cost(j, j->lp, j->lk), rest);
     case J_ZERO:
-    case J_INT: return js_add(j->rnode ? walked_rest(j) : 0, rest);
-    case J_FRAC:
+    case J_INT:
+    case J_FRAC: return js_add(j->rnode ? walked_rest(j) : 0, rest);
     case J_EXP_INT: return rest;
     }
     return rest;

@@ -1,6 +1,7 @@
 // A JSON Schema compiled into nodes for the JSON mode's automaton (see json_schema.h).
 #include "rollout/json_schema.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -430,8 +431,9 @@ static int compile_string(Build *b, const cJSON *sch, const char *at) {
 }
 
 #define INT_MOST 999999999999999LL  // an integer's 15 digits at most (as json_mask.c writes them)
+#define FRAC_DIGITS 15              // and a bounded number's fraction's
+#define FRAC_ONE 1000000000000000LL // 10^FRAC_DIGITS
 static const char *const BOUNDS[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", NULL};
-static char *integers_between(int64_t lo, int64_t hi);
 
 // Appends the alternatives matching the decimal strings lo..hi, both of n digits (leading zeros kept).
 static void digits_between(Buf *out, const char *lo, const char *hi, int n) {
@@ -484,54 +486,170 @@ static void naturals(Buf *out, int64_t lo, int64_t hi) {
     }
 }
 
-// An integer's "minimum"/"maximum"/"exclusiveMinimum"/"exclusiveMaximum" as a full match of the integers between
-// (15 digits at most), or NULL (and *why) when none is.
-static char *integer_range(const cJSON *sch, char **why) {
-    double lo = -INT_MOST, hi = INT_MOST;  // an integer is written in 15 digits at most: looser bounds are these
+// Appends the integers lo..hi (|both| <= INT_MOST) as JSON writes them, as one group.
+static void integers_between(Buf *out, int64_t lo, int64_t hi) {
+    Buf alt = {0}, neg = {0};
+    if (lo < 0) naturals(&neg, hi < 0 ? -hi : 1, -lo);
+    if (neg.len) buf_printf(&alt, "-(?:%s)", neg.data);
+    if (lo <= 0 && hi >= 0) buf_printf(&alt, "%s0", alt.len ? "|" : "");
+    if (hi > 0) {
+        Buf pos = {0};
+        naturals(&pos, lo > 1 ? lo : 1, hi);
+        buf_printf(&alt, "%s%s", alt.len ? "|" : "", pos.data);
+        buf_free(&pos);
+    }
+    buf_printf(out, "(?:%s)", alt.data);
+    buf_free(&neg);
+    buf_free(&alt);
+}
+
+// A number on the grid of FRAC_DIGITS fraction digits: sign, whole part and fraction (in 10^-FRAC_DIGITS).
+typedef struct {
+    int neg;
+    int64_t whole, frac;
+} Grid;
+
+static int grid_cmp(Grid a, Grid b) {
+    int sa = a.neg ? -1 : a.whole || a.frac, sb = b.neg ? -1 : b.whole || b.frac;
+    if (sa != sb) return sa < sb ? -1 : 1;
+    int mag = a.whole != b.whole ? (a.whole < b.whole ? -1 : 1) : a.frac != b.frac ? (a.frac < b.frac ? -1 : 1) : 0;
+    return a.neg ? -mag : mag;
+}
+
+// g moved one step of the grid up (dir 1) or down (-1).
+static Grid grid_step(Grid g, int dir) {
+    if (!g.neg && !g.whole && !g.frac && dir < 0) return (Grid){1, 0, 1};
+    int more = g.neg ? dir < 0 : dir > 0;  // whether the magnitude grows
+    g.frac += more ? 1 : -1;
+    if (g.frac == FRAC_ONE) g.whole++, g.frac = 0;
+    if (g.frac < 0) g.whole--, g.frac = FRAC_ONE - 1;
+    if (!g.whole && !g.frac) g.neg = 0;
+    return g;
+}
+
+// The grid value next to x (|x| < 10^15) upward (up) or downward; *on: whether x is on the grid. x is exact: a
+// long double holds the midpoint of two doubles, and the C library prints its decimals exactly.
+static Grid grid_of(long double x, int up, int *on) {
+    _Static_assert(LDBL_MANT_DIG > DBL_MANT_DIG, "a long double holds the midpoint of two doubles");
+    char s[1200];  // 15 whole digits, the point and every fraction digit a long double of |x| < 10^15 has
+    snprintf(s, sizeof s, "%.1100Lf", fabsl(x));
+    char *point = strchr(s, '.');
+    Grid g = {x < 0, 0, 0};
+    for (const char *d = s; d < point; d++) g.whole = g.whole * 10 + (*d - '0');
+    for (int i = 1; i <= FRAC_DIGITS; i++) g.frac = g.frac * 10 + (point[i] - '0');
+    *on = strspn(point + 1 + FRAC_DIGITS, "0") == strlen(point + 1 + FRAC_DIGITS);
+    if (!g.whole && !g.frac) g.neg = 0;
+    if (!*on && up != (x < 0)) g = grid_step(g, up ? 1 : -1);  // truncated toward 0: the other way
+    return g;
+}
+
+// The least grid value whose double (round to nearest, ties to even) is at least the double b, or the most whose
+// double is at most b (!least): a validator's comparison of the number it parses, on the grid.
+static Grid grid_bound(double b, int least) {
+    double next = nextafter(b, least ? -INFINITY : INFINITY);  // the double whose values b's meet
+    long double mid = ((long double)next + b) / 2;
+    int on = 0;
+    Grid g = grid_of(mid, least, &on);
+    uint64_t bits;
+    memcpy(&bits, &b, sizeof bits);
+    if (on && bits & 1) g = grid_step(g, least ? 1 : -1);  // the tie goes to the even neighbour
+    return g;
+}
+
+// The integers within lo..hi (both on the grid): lo's ceiling to hi's floor.
+static void integers_within(Buf *out, Grid lo, Grid hi, char **why) {
+    int64_t a = lo.neg ? -lo.whole : lo.whole + (lo.frac != 0);
+    int64_t z = hi.neg ? -hi.whole - (hi.frac != 0) : hi.whole;
+    if (a > z)
+        *why = xstrdup("no integer of 15 digits at most is within its bounds");
+    else
+        integers_between(out, a, z);
+}
+
+// Appends '.' and the fraction digits (1 to FRAC_DIGITS) whose value, zero-padded, is within a..b (in
+// 10^-FRAC_DIGITS); optional when a is 0 (no fraction: the value 0).
+static void fractions(Buf *out, int64_t a, int64_t b) {
+    buf_append(out, "(?:\\.(?:", 8);
+    size_t mark = out->len;
+    int64_t rest = FRAC_ONE;  // 10^(FRAC_DIGITS - k): what k digits leave
+    for (int k = 1; k <= FRAC_DIGITS; k++) {
+        rest /= 10;
+        int64_t lo = a / rest + (a % rest != 0), hi = b / rest;  // the k digits d with a <= d * rest <= b
+        if (lo > hi || lo >= FRAC_ONE / rest) continue;
+        char l[24], h[24];
+        snprintf(l, sizeof l, "%0*lld", k, (long long)lo);
+        snprintf(h, sizeof h, "%0*lld", k, (long long)hi);
+        if (out->len > mark) buf_append(out, "|", 1);
+        digits_between(out, l, h, k);
+    }
+    buf_printf(out, "))%s", a ? "" : "?");
+}
+
+// Appends the magnitudes a..b (a <= b; signs ignored) as JSON writes a number: integer part, fraction.
+static void magnitudes(Buf *out, Grid a, Grid b) {
+    buf_printf(out, "(?:%lld", (long long)a.whole);
+    if (a.whole == b.whole) {
+        fractions(out, a.frac, b.frac);
+    } else {
+        fractions(out, a.frac, FRAC_ONE - 1);
+        if (a.whole + 1 < b.whole) {
+            buf_append(out, "|", 1);
+            integers_between(out, a.whole + 1, b.whole - 1);
+            fractions(out, 0, FRAC_ONE - 1);
+        }
+        buf_printf(out, "|%lld", (long long)b.whole);
+        fractions(out, 0, b.frac);
+    }
+    buf_append(out, ")", 1);
+}
+
+// A number's or integer's "minimum"/"maximum"/"exclusiveMinimum"/"exclusiveMaximum" as the full match of the
+// values within, as a validator compares the double it parses (an integer: 15 digits at most; a number: those,
+// FRAC_DIGITS fraction digits, no exponent); or NULL (and *why) when none is.
+static char *range_pattern(const cJSON *sch, int integer, char **why) {
+    const Grid most = {0, INT_MOST, FRAC_ONE - 1}, least = {1, INT_MOST, FRAC_ONE - 1};
+    Grid lo = least, hi = most;  // the loosest
     *why = NULL;
-    for (int k = 0; BOUNDS[k] && !*why; k++) {
+    for (int k = 0; BOUNDS[k]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(sch, BOUNDS[k]);
         if (!v) continue;
         if (!cJSON_IsNumber(v)) {
             *why = xprintf("\"%s\" must be a number (draft 4's boolean form is not supported)", BOUNDS[k]);
-            break;
+            return NULL;
         }
-        double x = v->valuedouble;  // as the least or most integer within
-        double bound = k < 2 ? ceil(x) + (k == 1 && x == ceil(x)) : floor(x) - (k == 3 && x == floor(x));
-        if (k < 2 && bound > lo) lo = bound;
-        if (k >= 2 && bound < hi) hi = bound;
+        int low = k < 2;
+        double x = v->valuedouble == 0 ? 0 : v->valuedouble;  // (no -0)
+        if (k % 2) x = nextafter(x, low ? INFINITY : -INFINITY);  // exclusive: the next double within
+        Grid g;
+        if (fabs(x) >= 1e15)  // past 15 digits: none within, or the loosest
+            g = (low ? x > 0 : x < 0) ? (Grid){!low, INT_MOST + 1, 0} : low ? least : most;
+        else
+            g = grid_bound(x, low);
+        if (low && grid_cmp(g, lo) > 0) lo = g;
+        if (!low && grid_cmp(g, hi) < 0) hi = g;
     }
-    if (!*why && lo > hi) *why = xstrdup("no integer of 15 digits at most is within its bounds");
-    if (*why) return NULL;
-    return integers_between((int64_t)lo, (int64_t)hi);
+    Buf out = {0};
+    if (integer) {
+        integers_within(&out, lo, hi, why);
+    } else if (grid_cmp(lo, hi) > 0) {
+        *why = xstrdup("no number of 15 digits at most (and 15 fraction digits) is within its bounds");
+    } else {
+        if (!hi.neg) magnitudes(&out, lo.neg ? (Grid){0, 0, 0} : lo, hi);
+        if (lo.neg && out.len) buf_append(&out, "|", 1);
+        if (lo.neg) buf_append(&out, "-", 1);
+        if (lo.neg) magnitudes(&out, hi.neg ? hi : (Grid){0, 0, 0}, lo);
+    }
+    if (!*why) return out.data;
+    buf_free(&out);
+    return NULL;
 }
 
-// The full match of the integers lo..hi (|both| <= INT_MOST) as JSON writes them.
-static char *integers_between(int64_t lo, int64_t hi) {
-    Buf out = {0}, neg = {0};
-    if (lo < 0) naturals(&neg, hi < 0 ? -hi : 1, -lo);
-    if (neg.len) buf_printf(&out, "-(?:%s)", neg.data);
-    buf_free(&neg);
-    if (lo <= 0 && hi >= 0) {
-        if (out.len) buf_append(&out, "|", 1);
-        buf_append(&out, "0", 1);
-    }
-    if (hi > 0) {
-        Buf pos = {0};
-        naturals(&pos, lo > 1 ? lo : 1, hi);
-        if (out.len) buf_append(&out, "|", 1);
-        buf_append(&out, pos.data, pos.len);
-        buf_free(&pos);
-    }
-    return out.data;
-}
-
-// An integer, with bounds (integer_range): the automaton of the integers between, which its bytes walk.
-static int compile_integer(Build *b, const cJSON *sch, const char *at) {
-    int id = node_new(b, JS_INTEGER), bounded = 0;
+// An integer or number with bounds (range_pattern): the automaton of the values between, which its bytes walk.
+static int compile_numeric(Build *b, const cJSON *sch, JsKind kind, const char *at) {
+    int id = node_new(b, kind), bounded = 0;
     for (int k = 0; BOUNDS[k]; k++) bounded |= cJSON_HasObjectItem(sch, BOUNDS[k]);
     if (id < 0 || !bounded) return id;
-    char *why = NULL, *src = integer_range(sch, &why);
+    char *why = NULL, *src = range_pattern(sch, kind == JS_INTEGER, &why);
     if (why) {
         failed(b, xprintf("%s (at %s)", why, at));
         free(why);
@@ -555,19 +673,15 @@ static int compile_integer(Build *b, const cJSON *sch, const char *at) {
 }
 
 static int compile_typed(Build *b, const cJSON *sch, const char *type, const char *at) {
-    static const char *const names[] = {"number", "boolean", "null", NULL};
-    static const JsKind kinds[] = {JS_NUMBER, JS_BOOLEAN, JS_NULL};
-    if (!strcmp(type, "number"))
-        for (const cJSON *k = sch->child; k; k = k->next)
-            if (str_listed(k->string, BOUNDS))
-                return failed(b, xprintf("\"%s\" on a \"number\" at %s is not supported (on an \"integer\" it is)",
-                                         k->string, at));
+    static const char *const names[] = {"boolean", "null", NULL};
+    static const JsKind kinds[] = {JS_BOOLEAN, JS_NULL};
     if (cJSON_HasObjectItem(sch, "format") && strcmp(type, "string") && strcmp(type, "null"))
         return failed(b, xprintf("\"format\" at %s is supported on strings only (not on \"%.100s\")", at, type));
     if (!strcmp(type, "object")) return compile_object(b, sch, at);
     if (!strcmp(type, "array")) return compile_array(b, sch, at);
     if (!strcmp(type, "string")) return compile_string(b, sch, at);
-    if (!strcmp(type, "integer")) return compile_integer(b, sch, at);
+    if (!strcmp(type, "integer")) return compile_numeric(b, sch, JS_INTEGER, at);
+    if (!strcmp(type, "number")) return compile_numeric(b, sch, JS_NUMBER, at);
     for (int i = 0; names[i]; i++)
         if (!strcmp(type, names[i])) return node_new(b, kinds[i]);
     return failed(b, xprintf("\"type\" \"%.100s\" at %s is not a JSON Schema type", type, at));
@@ -662,7 +776,7 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
     } else if (strings) {
         id = compile_string(b, sch, at);
     } else if (ints) {  // bounds alone: an integer within them (a number of them all)
-        id = compile_integer(b, sch, at);
+        id = compile_numeric(b, sch, JS_INTEGER, at);
     } else {
         id = 0;
     }
@@ -675,8 +789,8 @@ static int compile(Build *b, const cJSON *sch, const char *at) {
 static int64_t node_cost(const JsonSchema *s, const JsNode *n, int r) {
     int64_t c = JS_INF;
     switch (n->kind) {
-    case JS_ANY:
-    case JS_NUMBER: return 1;
+    case JS_ANY: return 1;
+    case JS_NUMBER:
     case JS_INTEGER: return n->re ? n->re_cost[0] : 1;
     case JS_STRING: return js_add(2, n->re ? n->re_cost[0] : n->min_items);
     case JS_BOOLEAN:

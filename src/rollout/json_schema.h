@@ -41,8 +41,8 @@ typedef struct {
     int64_t min_items, max_items;  // JS_ARRAY's items; JS_STRING's characters (without re; else 0, INT64_MAX)
     int64_t cost[JS_MAX_DEPTH + 1];  // the fewest bytes of a value with room for cost[r]: r more containers
     uint8_t starts[32];              // the bytes a value can start with (a bit each)
-    RegexDfa *re;                    // JS_STRING: what its characters (unescaped) must match; JS_INTEGER: its
-                                     // '-' and digits (its bounds); or NULL
+    RegexDfa *re;                    // JS_STRING: what its characters (unescaped) must match; JS_INTEGER and
+                                     // JS_NUMBER: its text (its bounds); or NULL
     int64_t *re_cost;                // and the fewest bytes from each of re's states to a match, as JSON writes
                                      // them (an escaped character: 2)
 } JsNode;
@@ -85,7 +85,7 @@ static inline int64_t json_schema_least(const JsonSchema *s) { return s->nodes[s
 static inline int64_t js_add(int64_t a, int64_t b) { return a + b < JS_INF ? a + b : JS_INF; }
 static inline int64_t js_times(int64_t k, int64_t c) { return c > 0 && k >= JS_INF / c ? JS_INF : k * c; }
 // Whether a value of node n walks its bytes: a string's characters through a pattern's or format's automaton or
-// counted, an integer's through its bounds' automaton.
+// counted, a number's or integer's through its bounds' automaton.
 static inline int js_walked(const JsNode *n) {
     return n->re || (n->kind == JS_STRING && (n->min_items > 0 || n->max_items < INT64_MAX));
 }

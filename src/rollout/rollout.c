@@ -342,25 +342,6 @@ static void kv_keep(RolloutEngine *e, int s, int64_t from) {
     if (e->prefix && e->kv_n[s] > from) e->kv_n[s] = from;
 }
 
-// Free slots' caches given back, the least recently used first, until they fit in the budget beside what the
-// running sequences may fill (on the CPU: a device's cache is held whole, nothing to give back).
-static void kv_evict(RolloutEngine *e) {
-    if (!e->kv.on_demand) return;
-    int64_t over = kv_promised(e) - e->kv_budget;
-    for (int s = 0; s < e->n_slots; s++)
-        if (!e->seqs[s].active) over += e->kv_held[s];
-    while (over > 0) {
-        int lru = -1;
-        for (int s = 0; s < e->n_slots; s++)
-            if (!e->seqs[s].active && e->kv_held[s] > 0 &&
-                (lru < 0 || (e->prefix && e->kv_used[s] < e->kv_used[lru])))
-                lru = s;
-        if (lru < 0) return;
-        over -= e->kv_held[lru];
-        kv_keep(e, lru, 0);
-    }
-}
-
 int64_t rollout_engine_prefill_chunk(RolloutEngine *e, int64_t tokens) {
     int64_t rows = e->prefill_rows > e->n_slots ? e->prefill_rows : e->n_slots;
     int64_t room = rows - e->n_slots;  // beside the decode rows
@@ -431,6 +412,36 @@ static int take_slot(RolloutEngine *e, const RolloutRequest *r, int j) {
     if (slot < 0) slot = free_slot(e, 0);
     kv_keep(e, slot, keep);
     return slot;
+}
+
+// Free slots' caches given back, the least recently used first, until they fit in the budget beside what the
+// running sequences may fill (on the CPU: a device's cache is held whole, nothing to give back). The blocks a
+// pending prompt is to copy from a free cache are given back last: first every cache's rest.
+static void kv_evict(RolloutEngine *e) {
+    if (!e->kv.on_demand) return;
+    int64_t over = kv_promised(e) - e->kv_budget;
+    for (int s = 0; s < e->n_slots; s++)
+        if (!e->seqs[s].active) over += e->kv_held[s];
+    if (over <= 0) return;
+    int64_t *wanted = xcalloc((size_t)e->n_slots, sizeof *wanted);
+    for (int i = 0; i < e->n_pending; i++) {
+        int64_t len;
+        int src = uses_cache(e, e->pending[i]) ? best_source(e, e->pending[i]->prompt, -1, 1, &len) : -1;
+        if (src >= 0 && len > wanted[src]) wanted[src] = len;
+    }
+    for (int pass = 0; pass < 2; pass++)  // down to what is wanted, then to nothing
+        while (over > 0) {
+            int lru = -1;
+            for (int s = 0; s < e->n_slots; s++)
+                if (!e->seqs[s].active && e->kv_held[s] > (pass ? 0 : wanted[s]) &&
+                    (lru < 0 || (e->prefix && e->kv_used[s] < e->kv_used[lru])))
+                    lru = s;
+            if (lru < 0) break;
+            int64_t keep = pass ? 0 : wanted[lru];
+            over -= e->kv_held[lru] - keep;
+            kv_keep(e, lru, keep);
+        }
+    free(wanted);
 }
 
 int rollout_engine_add(RolloutEngine *e, RolloutRequest *r) {

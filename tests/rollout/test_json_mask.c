@@ -44,15 +44,17 @@ static int valid_2(const cJSON *o) {
 }
 
 // The third schema of main: its strings' patterns (searched for, as JSON Schema does: POSIX regexec, ERE) and
-// lengths in characters, its integers' bounds.
+// lengths in characters, its integers' and number's bounds.
 static const char *const PATTERNS[][2] = {
     {"id", "^[a-z]+-[0-9]{2}$"}, {"code", "[0-9]{3}"}, {"pre", "^(ab|cd)"}, {"quoted", "^[-\"]+x$"}};
 
 static int valid_3(const cJSON *o) {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "n"), *m = cJSON_GetObjectItemCaseSensitive(o, "m");
-    int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 7 && cJSON_IsNumber(n) && n->valuedouble >= -5 &&
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "x");
+    int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 8 && cJSON_IsNumber(n) && n->valuedouble >= -5 &&
              n->valuedouble <= 12 && n->valuedouble == floor(n->valuedouble) && cJSON_IsNumber(m) &&
-             m->valuedouble > 100 && m->valuedouble == floor(m->valuedouble);
+             m->valuedouble > 100 && m->valuedouble == floor(m->valuedouble) && cJSON_IsNumber(x) &&
+             x->valuedouble >= -2.5 && x->valuedouble < 0.3;
     for (size_t i = 0; ok && i < sizeof PATTERNS / sizeof PATTERNS[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, PATTERNS[i][0]);
         regex_t re;
@@ -248,6 +250,71 @@ static void integer_bounds(void) {
           "exclusive and fractional bounds: the integers within", frac);
 }
 
+// Number bounds (json_schema.c's range_pattern): over a grid of bounds, each of the four kinds of pair, the
+// automaton takes a number written as printf writes it (up to 15 fraction digits, no exponent) exactly when the
+// C library's strtod (not ours) parses it to a double within them, as a validator compares; -0 only where it
+// is within; never an exponent, a leading zero or a bare sign or point.
+static void number_bounds(Rng *rng) {
+    static const double edges[] = {-1000.5, -273.15, -1, -0.1, 0, 1e-7, 0.1, 0.3, 1, 2.5, 99.99, 100, 123456.789};
+    int n = (int)(sizeof edges / sizeof edges[0]), wrong = 0, tried = 0;
+    char first[256] = "";
+    for (int i = 0; i < n; i++)
+        for (int k = i; k < n; k++)
+            for (int kind = 0; kind < 4; kind++) {
+                const char *lo_key = kind & 1 ? "exclusiveMinimum" : "minimum";
+                const char *hi_key = kind & 2 ? "exclusiveMaximum" : "maximum";
+                char *text = xprintf("{\"properties\": {\"a\": {\"type\": \"number\", \"%s\": %.17g, \"%s\": "
+                                     "%.17g}}}", lo_key, edges[i], hi_key, edges[k]);
+                cJSON *j = cJSON_Parse(text);
+                char *why = NULL;
+                JsonSchema *schema = json_schema_compile(j, &why);
+                int none = edges[i] == edges[k] && kind;  // no number within
+                if (!schema) {
+                    wrong += !none;
+                    if (!none && !*first) snprintf(first, sizeof first, "%s: %s", text, why);
+                    free(why);
+                }
+                const JsNode *a = schema ? &schema->nodes[schema->props[schema->nodes[schema->root].first].node]
+                                         : NULL;
+                for (int t = 0; a && t < 400; t++) {
+                    double base = edges[t % 2 ? k : i], scale = pow(10, -(double)(rng_next_u64(rng) % 16));
+                    double v = base + scale * ((double)(rng_next_u64(rng) % 2001) - 1000) / 100;
+                    char s[64];
+                    int digits = (int)(rng_next_u64(rng) % 16), len = snprintf(s, sizeof s, "%.*f", digits, v);
+                    if (digits >= 2 && rng_next_u64(rng) % 2)  // between two doubles, maybe
+                        snprintf(s + len - 2, 3, "%02d", (int)(rng_next_u64(rng) % 100));
+                    double x = strtod(s, NULL);
+                    int within = (kind & 1 ? x > edges[i] : x >= edges[i]) && (kind & 2 ? x < edges[k] : x <= edges[k]);
+                    int at = regex_walk(a->re, 0, s, strlen(s)), took = at >= 0 && a->re->dist[at] == 0;
+                    int bad = s[0] == '-' && x == 0 ? took && !within : took != within;  // -0: maybe not taken
+                    if (bad && !*first) snprintf(first, sizeof first, "%s in %s", s, text);
+                    wrong += bad;
+                    tried++;
+                }
+                static const char *const never[] = {"", "-", ".5", "-.5", "01", "-01", "1.", "1e1", "1E1", "+1"};
+                for (size_t m = 0; a && m < sizeof never / sizeof never[0]; m++) {
+                    int at = regex_walk(a->re, 0, never[m], strlen(never[m]));
+                    wrong += at >= 0 && a->re->dist[at] == 0;  // not JSON's writing, or an exponent
+                }
+                json_schema_free(schema);
+                cJSON_Delete(j);
+                free(text);
+            }
+    char msg[320];
+    snprintf(msg, sizeof msg, "%d of %d numbers; %s", wrong, tried, first);
+    check(wrong == 0, "bounded numbers: the automaton takes exactly those a validator does", msg);
+    const char *tenth = "{\"properties\": {\"a\": {\"type\": \"number\", \"minimum\": 0.1, \"maximum\": 0.3}}}";
+    check(takes(tenth, "0.1") && takes(tenth, "0.3") && !takes(tenth, "0.099999999999999") &&
+              !takes(tenth, "0.300000000000001") && !takes(tenth, "0.2e0"),
+          "0.1 and 0.3 as bounds: their own writing is within", tenth);
+    const char *below = "{\"properties\": {\"a\": {\"type\": \"number\", \"exclusiveMaximum\": 100}}}";
+    check(takes(below, "99.999999999999992") && !takes(below, "99.999999999999993"),  // strtod: 100 (the midpoint
+          "exclusiveMaximum 100: the most within is the last that parses below it", below);  // is ...9928946)
+    const char *tie = "{\"properties\": {\"a\": {\"type\": \"number\", \"minimum\": 274877906944.00006103515625}}}";
+    check(takes(tie, "274877906944.000030517578126") && !takes(tie, "274877906944.000030517578125"),  // 2^38 + 2^-14
+          "a bound whose midpoint is on the grid: the tie goes to the even double (2^38, below it)", tie);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) die("usage: test_json_mask TOKENIZER_JSON");
     Tokenizer tok;
@@ -263,8 +330,9 @@ int main(int argc, char **argv) {
         "\"code\": {\"pattern\": \"[0-9]{3}\"}, "
         "\"pre\": {\"type\": \"string\", \"pattern\": \"^(ab|cd)\"}, \"quoted\": {\"type\": \"string\", "
         "\"pattern\": \"^[-\\\"]+x$\"}, \"word\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 4}, "
-        "\"n\": {\"type\": \"integer\", \"minimum\": -5, \"maximum\": 12}, \"m\": {\"exclusiveMinimum\": 100}}, "
-        "\"required\": [\"id\", \"code\", \"pre\", \"quoted\", \"word\", \"n\", \"m\"]}",
+        "\"n\": {\"type\": \"integer\", \"minimum\": -5, \"maximum\": 12}, \"m\": {\"exclusiveMinimum\": 100}, "
+        "\"x\": {\"type\": \"number\", \"minimum\": -2.5, \"exclusiveMaximum\": 0.3}}, "
+        "\"required\": [\"id\", \"code\", \"pre\", \"quoted\", \"word\", \"n\", \"m\", \"x\"]}",
     };
     int (*const valid[])(const cJSON *) = {NULL, valid_2, valid_3};
     cJSON *twice = cJSON_Parse("{\"type\": \"object\", \"properties\": {\"a\": {}, \"a\": {}}}");
@@ -300,6 +368,7 @@ int main(int argc, char **argv) {
         mask_cache_free(cache);
     }
     integer_bounds();
+    number_bounds(&rng);
     static const char *const choices[] = {"yes", "yes sir", "no", "n\xc3\xa9gatif", "maybe so", " 42"};
     for (int i = 0; i < 12; i++) choice_walk(&tok, choices, 6, i < 6 ? 9 : 16, &rng);
     free(plain);

@@ -790,7 +790,7 @@ def g_schema():
 FORMATS = ["date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"]
 PATTERN_SCHEMA = {"type": "object",
                   "required": ["id", "code", "word", "long", "note", "quoted", "esc", "tag", "both", "count", "year",
-                               "below"] + FORMATS,
+                               "below", "price"] + FORMATS,
                   "properties": {
     "id": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"}, "code": {"type": "string", "pattern": r"\d\d"},
     "word": {"type": "string", "minLength": 3, "maxLength": 8}, "long": {"type": "string", "maxLength": 100000},
@@ -799,6 +799,7 @@ PATTERN_SCHEMA = {"type": "object",
     "tag": {"type": ["string", "null"], "pattern": "^(red|green|blue)$"},
     "more": {"type": "string", "maxLength": 2}, "count": {"type": "integer", "minimum": 0, "maximum": 100},
     "year": {"type": "integer", "minimum": 1900, "exclusiveMaximum": 2100}, "below": {"maximum": -10},
+    "price": {"type": "number", "minimum": 0.1, "exclusiveMaximum": 1000},
     "both": {"type": "string", "pattern": "^[a-z]+$", "minLength": 4, "maxLength": 6},
     **{f: {"type": "string", "format": f, **({"minLength": 1, "maxLength": 2083} if f == "uri" else {})}
        for f in FORMATS}}}
@@ -806,11 +807,11 @@ PATTERN_SCHEMA = {"type": "object",
 
 def g_schema_patterns(srv):
     """json_schema strings with pattern (anchored or not, alternatives, characters that JSON escapes),
-    minLength/maxLength, both, each format supported (uri with Pydantic's lengths), and integers' bounds (minimum,
-    maximum, exclusiveMaximum; no type): 64 answers at temperature
+    minLength/maxLength, both, each format supported (uri with Pydantic's lengths), integers' bounds (minimum,
+    maximum, exclusiveMaximum; no type) and a number's: 64 answers at temperature
     1.5 (budgets from the least, chat and completions) all validate by ajv and ajv-formats (JavaScript's RegExp and
-    their checks, not ours) and end with "stop"; unconstrained, none do; what is not supported is refused naming
-    the keyword."""
+    their checks, not ours) and end with "stop"; unconstrained, none do; numbers with fractional bounds (exclusive
+    and not, in an array too): 32 answers validate by ajv; what is not supported is refused naming the keyword."""
     fmt = {"type": "json_schema", "json_schema": {"name": "pat", "schema": PATTERN_SCHEMA}}
     base = {"model": RAND, "messages": [{"role": "user", "content": "json"}], "response_format": fmt}
     status, _, body = request(srv, "POST", "/v1/chat/completions", json.dumps(dict(base, max_tokens=1)).encode())
@@ -836,16 +837,32 @@ def g_schema_patterns(srv):
                   for t, v in zip(texts["schema"], ok) if v)
     lowered = ajv(PATTERN_SCHEMA, [json.dumps(dict(g, id=g["id"].lower())) for g in got] +  # ajv reads the patterns
                   [json.dumps(dict(g, date="2023-02-30")) for g in got] +  # and the formats
-                  [json.dumps(dict(g, year=2100)) for g in got])  # and the bounds
+                  [json.dumps(dict(g, year=2100)) for g in got] +  # and the bounds
+                  [json.dumps(dict(g, price=p)) for g in got for p in (1000, 0.09999999999999999)])
     check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 24} tokens, chat and completions) "
           f"validate by ajv and ajv-formats "
-          f"and end with \"stop\" ({escaped} writing \\\" and \\\\); unconstrained, {sum(plain)} of {len(plain)} "
-          "do, nor "
-          "any answer with its id lowered, its date made February 30 or its year 2100",
+          f"and end with \"stop\" ({escaped} writing \\\" and \\\\, ); unconstrained, {sum(plain)} of {len(plain)} do, nor any answer with its id lowered, its "
+          "date made February 30, its year 2100 or its price 1000 or the double before 0.1",
           len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
-          escaped == 64 and
-          not any(lowered),
+          escaped == 64 and not any(lowered),
           str(failed + [t for t, v in zip(texts["schema"], ok) if not v][:3] + [g["id"] for g in got[:4]]))
+    numbers = {"type": "object", "required": ["ratio", "kelvin", "small", "t"], "properties": {
+        "ratio": {"type": "number", "minimum": 0.1, "maximum": 0.3},
+        "kelvin": {"type": "number", "minimum": -273.15, "exclusiveMaximum": -273},
+        "small": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-6},
+        "t": {"type": "array", "items": {"type": "number", "minimum": -1.5, "maximum": 2.25}, "minItems": 2}}}
+    nfmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": numbers}}
+    res = calls(srv, *({"kind": "chat", "body": dict(base, n=8, max_tokens=120, temperature=1.5, seed=200 + i,
+                                                      response_format=nfmt)} for i in range(4)))
+    texts = [c["message"]["content"] or "" for r in res if r["ok"] for c in r["response"]["choices"]]
+    ok = ajv(numbers, texts)
+    got = [json.loads(t) for t, v in zip(texts, ok) if v]
+    digits = sum(len(re.sub(r"^-?\d*\.?", "", str(v))) for g in got for v in [g["ratio"], g["kelvin"]] + g["t"])
+    moved = ajv(numbers, [json.dumps(dict(g, **m)) for g in got for m in ({"small": 1e-6}, {"kelvin": -273.16})])
+    check(f"json_schema numbers: all {len(ok)} answers with fractional bounds (0.1 to 0.3, -273.15 to below -273, "
+          f"above 0 and below 1e-6, an array's items) validate by ajv ({digits} fraction digits in all), none with "
+          "its small made 1e-6 or its kelvin -273.16",
+          len(ok) == 32 and all(ok) and digits > 100 and len(moved) == 64 and not any(moved), str(texts[:3]))
     bad = [({"type": "string", "pattern": "(?=a)"}, "(?="), ({"type": "string", "pattern": "(a"}, "pattern"),
            ({"type": "string", "pattern": "^a+$", "maxLength": 0}, "together"),
            ({"type": "string", "pattern": "^a", "maxLength": 5000}, "maxLength"),
@@ -853,7 +870,7 @@ def g_schema_patterns(srv):
            ({"type": "string", "format": "iri"}, "format"), ({"type": "integer", "format": "int32"}, "format"),
            ({"type": "string", "pattern": "a)|(b"}, "do not pair"), ({"type": "string", "pattern": "a\\"}, "lone"),
            ({"type": "string", "pattern": "[a"}, "not closed"), ({"type": "string", "pattern": "a{,2}"}, "{,n}"),
-           ({"type": "number", "minimum": 0}, "number"),
+           ({"type": "number", "minimum": 2, "exclusiveMaximum": 2}, "no number"),
            ({"type": "integer", "minimum": 3, "maximum": 2}, "no integer"),
            ({"type": "integer", "exclusiveMinimum": True}, "exclusiveMinimum")]
     msgs = []
@@ -866,7 +883,7 @@ def g_schema_patterns(srv):
     check("json_schema patterns: lookahead, a malformed pattern, a pattern and a maxLength no string meets "
           "together, maxLength 5000 beside a pattern, a pattern only control characters match, an unsupported "
           "format, a format on an integer, groups that do not pair, a lone backslash, an unclosed class, Python's "
-          "{,n}, bounds on a number, bounds no integer is within and a boolean exclusiveMinimum are refused with a "
+          "{,n}, bounds no number or integer is within and a boolean exclusiveMinimum are refused with a "
           "400 naming it",
           all(w in m for (_, w), m in zip(bad, msgs)), json.dumps(msgs))
 
@@ -1507,12 +1524,17 @@ def g_kv():
                     first["prompt_token_ids"] + first["token_ids"] + list(b" more")
                 body = dict(bodies[0], prompt=ids, max_tokens=100 if k < 3 else 50)
                 seq.append(calls(srv, {"kind": "completions", "body": body})[0]["response"])
+            start2 = [65 + (i * 7) % 26 for i in range(128)]
+            for k in range(2):  # W alone, then 2 samples sharing its start: the budget holds only them
+                body = dict(bodies[0], prompt=start2 + [97 + (i * (k + 11)) % 26 for i in range(172)], n=k + 1)
+                seq.append(calls(srv, {"kind": "completions", "body": body})[0]["response"])
             text = request(srv, "GET", "/metrics")[2].decode()
             steps = [int(re.search(r'grpo_step_batch_size_bucket\{le="%s"\} (\d+)' % re.escape(le), text).group(1))
                      for le in ("2", "+Inf")]
             cached = sum(r["response"]["usage"]["prompt_tokens_details"]["cached_tokens"] for r in load)
             got[name] = ([r["response"] for r in load] + seq, steps, srv.first_line, max(usage), cached,
-                         seq[3]["usage"]["prompt_tokens_details"]["cached_tokens"])
+                         seq[3]["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         seq[5]["usage"]["prompt_tokens_details"]["cached_tokens"])
             if name == "budget":
                 over = request(srv, "POST", "/v1/completions", json.dumps(dict(bodies[0], n=3)),
                                {"Content-Type": "application/json"})
@@ -1527,6 +1549,9 @@ def g_kv():
     check("KV budget: the 4 sharing a start take it from the cache (3 x 128 tokens, as unbudgeted); one by one, "
           "X's cache was given back for Z (its second turn: 0 cached tokens; unbudgeted 384)",
           cached == (384, 384, 0, 384), f"{cached}")
+    cached = (got["budget"][6], got["none"][6])
+    check("KV budget: 2 samples whose 800 positions leave room for no other cache take W's 128-token start from "
+          "it (its blocks given back last), as unbudgeted", cached == (128, 128), f"{cached}")
     err = json.loads(over[2]).get("error", {})
     check("KV budget: n = 3 sequences of 400 positions, more than the budget, get a 400 naming max_tokens",
           over[0] == 400 and err.get("param") == "max_tokens" and "1024" in err.get("message", ""), str(over)[:300])
