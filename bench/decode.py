@@ -12,11 +12,16 @@ the table says how many steps each side ran. GFLOP/s counts 2 x non-embedding pa
 + attention over the average context, per token; GB/s counts fp32 weights read once per step plus the
 KV cache read by each sequence (grpo's kv_bytes_per_token), per step.
 Then G=8 sampling (8 prompts x --n 8, T=1, --group-new tokens) with and without --no-shared-prefill.
+
+--kv-compare [--repeats R]: instead, grpo alone with --kv-cache-dtype fp32 and bf16 taking turns (R runs each),
+for each batch size: median decode tokens/s, the KV cache's MiB, bf16 / fp32, and the sequences whose greedy
+tokens agree.
 """
 import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -87,6 +92,26 @@ def grpo_generate(a, prompts, *opts):
     return [json.loads(l) for l in p.stdout.splitlines()], json.loads(p.stderr.strip().splitlines()[-1]), wall
 
 
+def kv_compare(a, ids_of):
+    """--kv-compare: fp32 and bf16 KV caches, taking turns."""
+    print(f"threads={a.threads} prompt={a.prompt} new={a.new} model={a.model} repeats={a.repeats}")
+    print(f"{'B':>4} {'fp32 tok/s':>11} {'bf16 tok/s':>11} {'ratio':>6} {'fp32 MiB':>9} {'bf16 MiB':>9} "
+          f"{'same greedy':>12}")
+    for B in a.batches:
+        ids = ids_of(B)
+        tps, mib, toks = {"fp32": [], "bf16": []}, {}, {}
+        for r in range(a.repeats):
+            for dt in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
+                recs, st, _ = grpo_generate(a, ids, "--temperature", 0, "--max-new-tokens", a.new,
+                                            "--kv-cache-dtype", dt)
+                tps[dt].append(st["decode_tokens_per_second"])
+                mib[dt], toks[dt] = st["kv_cache_bytes"] / 2**20, [x["tokens"] for x in recs]
+        f, b = statistics.median(tps["fp32"]), statistics.median(tps["bf16"])
+        same = sum(x == y for x, y in zip(toks["fp32"], toks["bf16"]))
+        print(f"{B:4d} {f:11.1f} {b:11.1f} {b / f:6.2f} {mib['fp32']:9.1f} {mib['bf16']:9.1f} {same:>7d}/{B:<4d}")
+        sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grpo", default=os.path.join(here, "..", "build", "grpo"))
@@ -97,10 +122,17 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--torch-max-tokens", type=int, default=512, help="cap on B x steps for PyTorch")
     ap.add_argument("--group-new", type=int, default=16, help="new tokens per sample in the G=8 runs")
+    ap.add_argument("--kv-compare", action="store_true", help="grpo's fp32 and bf16 KV caches only")
+    ap.add_argument("--repeats", type=int, default=3, help="with --kv-compare: runs of each")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.model, "config.json")):
         print(f"creating {a.model} (qwen2.5-0.5b preset, bf16 file)", file=sys.stderr)
         subprocess.run([a.grpo, "init", "--out", a.model, "--preset", "qwen2.5-0.5b", "--dtype", "bf16"], check=True)
+    if a.kv_compare:
+        V = json.load(open(os.path.join(a.model, "config.json")))["vocab_size"]
+        g = torch.Generator().manual_seed(0)
+        kv_compare(a, lambda B: torch.randint(0, V, (B, a.prompt), generator=g).tolist())
+        return
     torch.set_num_threads(a.threads)
     m = ref.load_model(a.model, torch.float32)
     C, V, P = m.C, m.V, a.prompt

@@ -66,11 +66,13 @@ struct Backend {
     // training's backward reads.
     void (*attention_forward)(const Backend *be, float *out, float *lse, const float *q, const float *k,
                               const float *v, const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch);
-    void (*attention_decode_forward)(const Backend *be, float *out, const float *q, const float *k_cache,
-                                     const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
-                                     AttnShape a, float *scratch);
-    // Row b of k and v (B, row) to k_cache / v_cache at element offset dst[b] (decode's new positions).
-    void (*kv_append)(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+    // The cache's elements are kv_dt's (DTYPE_F32 or DTYPE_BF16).
+    void (*attention_decode_forward)(const Backend *be, float *out, const float *q, const void *k_cache,
+                                     const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys,
+                                     int B, AttnShape a, float *scratch);
+    // Row b of k and v (B, row) to k_cache / v_cache (kv_dt's elements: bf16 rounded to nearest even) at element
+    // offset dst[b] (decode's new positions).
+    void (*kv_append)(const Backend *be, void *k_cache, void *v_cache, DType kv_dt, const float *k, const float *v,
                       const int64_t *dst, int B, int64_t row);
     // ent (N), may be NULL: each row's entropy (training's entropy bonus).
     void (*logprob_forward)(const Backend *be, float *out, float *ent, const float *h, const void *W, DType wt,

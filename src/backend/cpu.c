@@ -87,19 +87,20 @@ static void cpu_attention(const Backend *be, float *out, float *lse, const float
     attention_forward(out, lse, q, k, v, seq_off, B, a, scratch);
 }
 
-static void cpu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
-                                 const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
+static void cpu_attention_decode(const Backend *be, float *out, const float *q, const void *k_cache,
+                                 const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys, int B,
                                  AttnShape a, float *scratch) {
     (void)be;
-    attention_decode_forward(out, q, k_cache, v_cache, kv_off, n_keys, B, a, scratch);
+    attention_decode_forward(out, q, k_cache, v_cache, kv_dt, kv_off, n_keys, B, a, scratch);
 }
 
-static void cpu_kv_append(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
-                          const int64_t *dst, int B, int64_t row) {
+static void cpu_kv_append(const Backend *be, void *k_cache, void *v_cache, DType kv_dt, const float *k,
+                          const float *v, const int64_t *dst, int B, int64_t row) {
     (void)be;
+    size_t es = dtype_size(kv_dt);
     for (int b = 0; b < B; b++) {
-        memcpy(k_cache + dst[b], k + b * row, (size_t)row * sizeof *k);
-        memcpy(v_cache + dst[b], v + b * row, (size_t)row * sizeof *v);
+        dtype_from_f32(kv_dt, k + b * row, (char *)k_cache + (size_t)dst[b] * es, (size_t)row);
+        dtype_from_f32(kv_dt, v + b * row, (char *)v_cache + (size_t)dst[b] * es, (size_t)row);
     }
 }
 

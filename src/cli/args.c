@@ -97,6 +97,13 @@ DType cli_weights_dtype(const CliSpec *spec, const char *model_dir) {
     return cli_dtype(spec, "--dtype", "f32", "bf16", NULL);
 }
 
+DType cli_kv_dtype(const CliSpec *spec) {
+    const char *s = cli_str(spec, "--kv-cache-dtype");
+    if (!strcmp(s, "auto") || !strcmp(s, "fp32")) return DTYPE_F32;
+    if (!strcmp(s, "bf16")) return DTYPE_BF16;
+    die("option --kv-cache-dtype: \"%s\" is not auto, fp32 or bf16", s);
+}
+
 const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Decoder *m, Lora *lora, DecoderQ8 *q8,
                               int kinds) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter"), *dts = cli_str(spec, "--dtype");

@@ -43,6 +43,8 @@ DType cli_dtype(const CliSpec *spec, const char *name, const char *f32, const ch
 // The weights' dtype from option --dtype (f32 or bf16); without it, the checkpoint's in model_dir
 // (decoder_file_dtype).
 DType cli_weights_dtype(const CliSpec *spec, const char *model_dir);
+// --kv-cache-dtype auto|fp32|bf16: the KV cache's elements (auto: fp32, as the forward's activations).
+DType cli_kv_dtype(const CliSpec *spec);
 // Loads model_dir onto the backend option --device names (default cpu): bf16 on a GPU, else as
 // cli_weights_dtype says. Returns the backend (backend_close it after decoder_free).
 // Loads --model onto --device in --dtype; with --adapter (when the spec has it) the PEFT LoRA adapter

@@ -290,6 +290,8 @@ int cmd_generate(int argc, char **argv) {
         {"--no-thinking", NULL,
          "Qwen3 chat templates: enable_thinking=false (an empty think block opens the answer)", NULL, 0},
         {"--kv-cache-mb", "MB", "KV cache budget (default: what the batch needs, at most 1/4 of RAM)", NULL, 0},
+        {"--kv-cache-dtype", "auto|fp32|bf16",
+         "the KV cache's elements: bf16 halves it (keys and values rounded as written; auto: fp32)", "auto", 0},
         {"--prefill-tokens", "N", "tokens per prefill forward pass", "2048", 0},
         {"--no-shared-prefill", NULL, "prefill every sample separately (for benchmarks)", NULL, 0},
         {"--dtype", "f32|bf16|int8",
@@ -344,6 +346,7 @@ int cmd_generate(int argc, char **argv) {
     Lora lora;
     DecoderQ8 q8;
     const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, CLI_MODEL_VL);
+    m.cfg.kv_dtype = cli_kv_dtype(&spec);
     Gen g = {.m = &m, .has_vl = m.cfg.vl};
     if (g.has_vl) vl_model_load(&g.vl, dir, &m.cfg);
     char *tok_path = path_join(dir, "tokenizer.json");

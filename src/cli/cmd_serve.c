@@ -60,6 +60,8 @@ int cmd_serve(int argc, char **argv) {
          "request waits until its sequences fit (0: --max-batch x --max-len, on the CPU at most half the memory "
          "available)",
          "0", 0},
+        {"--kv-cache-dtype", "auto|fp32|bf16",
+         "the KV cache's elements: bf16 halves it (keys and values rounded as written; auto: fp32)", "auto", 0},
         {"--no-prefix-cache", NULL,
          "prefill every prompt whole (default: a prompt's start that a running or recent sequence's cache holds is "
          "copied from it)",
@@ -105,6 +107,7 @@ int cmd_serve(int argc, char **argv) {
     Lora lora;
     DecoderQ8 q8;
     const Backend *be = cli_load_model(&spec, dir, &m, &lora, &q8, CLI_MODEL_VL);
+    m.cfg.kv_dtype = cli_kv_dtype(&spec);
     VlModel vl;
     if (m.cfg.vl) vl_model_load(&vl, dir, &m.cfg);
     o.vl = m.cfg.vl ? &vl : NULL;

@@ -333,12 +333,24 @@ __global__ void k_bias(float *out, const float *bias, int64_t N, int64_t OC) {
     FOR_EACH(e, N * OC) out[e] += bias[e % OC];
 }
 
-__global__ void k_kv_append(float *kc, float *vc, const float *k, const float *v, const int64_t *dst, int B,
+// A KV cache of fp32 (kv16 0) or bf16 (1, rounded to nearest even) elements.
+__device__ void kv_put(void *cache, int kv16, int64_t i, float x) {
+    if (kv16)
+        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)cache)[i] = x;
+}
+
+__device__ float kv_get(const void *cache, int kv16, int64_t i) {
+    return kv16 ? __bfloat162float(((const __nv_bfloat16 *)cache)[i]) : ((const float *)cache)[i];
+}
+
+__global__ void k_kv_append(void *kc, void *vc, int kv16, const float *k, const float *v, const int64_t *dst, int B,
                             int64_t row) {
     FOR_EACH(e, B * row) {
         int64_t b = e / row, c = e % row;
-        kc[dst[b] + c] = k[e];
-        vc[dst[b] + c] = v[e];
+        kv_put(kc, kv16, dst[b] + c, k[e]);
+        kv_put(vc, kv16, dst[b] + c, v[e]);
     }
 }
 
@@ -398,10 +410,18 @@ static void cu_residual(const Backend *be, float *x, const float *y, int64_t n) 
     LAUNCH(k_residual, blocks_for(n, 256), 256, 0, c->stream, x, y, n);
 }
 
-static void cu_kv_append(const Backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
-                         const int64_t *dst, int B, int64_t row) {
+// A KV cache's dtype as the kernels' kv16 flag (dies on one they do not read).
+static int kv16_of(const Backend *be, DType kv_dt) {
+    if (kv_dt != DTYPE_F32 && kv_dt != DTYPE_BF16)
+        die("%s: a %s KV cache is not supported (fp32 or bf16)", be->name, dtype_name(kv_dt));
+    return kv_dt == DTYPE_BF16;
+}
+
+static void cu_kv_append(const Backend *be, void *k_cache, void *v_cache, DType kv_dt, const float *k,
+                         const float *v, const int64_t *dst, int B, int64_t row) {
     Cuda *c = use(be);
-    LAUNCH(k_kv_append, blocks_for(B * row, 256), 256, 0, c->stream, k_cache, v_cache, k, v, dst, B, row);
+    int kv16 = kv16_of(be, kv_dt);
+    LAUNCH(k_kv_append, blocks_for(B * row, 256), 256, 0, c->stream, k_cache, v_cache, kv16, k, v, dst, B, row);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,13 +470,14 @@ __device__ int seq_of(const int64_t *seq_off, int B, int64_t i) {
     return lo;
 }
 
-// Keys and values t0 .. t0 + nt - 1 of one kv head (rows kvs floats apart) into the block's shared tiles.
-__device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1], const float *kb, const float *vb,
-                             int64_t t0, int nt, int D, int64_t kvs) {
+// Keys and values t0 .. t0 + nt - 1 of one kv head (rows kvs elements apart from element `base`; bf16 with
+// kv16) into the block's shared tiles.
+__device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1], const void *k, const void *v,
+                             int kv16, int64_t base, int64_t t0, int nt, int D, int64_t kvs) {
     for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
         int j = e / D, d = e % D;
-        Ks[j][d] = kb[(t0 + j) * kvs + d];
-        Vs[j][d] = vb[(t0 + j) * kvs + d];
+        Ks[j][d] = kv_get(k, kv16, base + (t0 + j) * kvs + d);
+        Vs[j][d] = kv_get(v, kv16, base + (t0 + j) * kvs + d);
     }
 }
 
@@ -464,12 +485,12 @@ __device__ void load_kv_tile(float (*Ks)[ATT_DMAX + 1], float (*Vs)[ATT_DMAX + 1
 // values is read from memory once for all heads of the group. Online softmax over the tiles. Lane l
 // accumulates head dimensions CUDA_ATT_DIM(l, r) < D (cuda_backend.h), so any D up to ATT_DMAX works.
 // Prefill (seq_off): row i attends to its sequence's rows up to itself, keys packed like the queries.
-// Decode (kv_off, n_keys): row i attends to n_keys[i] cached positions from element kv_off[i].
+// Decode (kv_off, n_keys): row i attends to n_keys[i] cached positions from element kv_off[i] (bf16 with kv16).
 // Both read only the last a.window of those keys when a.window > 0.
 // lse (rows, H), may be NULL: each row's log-sum-exp of its scaled scores (training's backward).
 __global__ void __launch_bounds__(32 * ATT_GMAX)
-k_attend(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_off, int B,
-         const int64_t *kv_off, const int32_t *n_keys, AttnShape a) {
+k_attend(float *out, float *lse, const float *q, const void *k, const void *v, int kv16, const int64_t *seq_off,
+         int B, const int64_t *kv_off, const int32_t *n_keys, AttnShape a) {
     __shared__ float Ks[ATT_TK][ATT_DMAX + 1], Vs[ATT_TK][ATT_DMAX + 1], Qs[ATT_GMAX][ATT_DMAX];
     int H = a.H, KVH = a.KVH, D = a.D;
     int64_t i = blockIdx.x, kvs = (int64_t)KVH * D, qs = (int64_t)H * D, start, nk;
@@ -485,7 +506,7 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
     int64_t first = attn_first_key(nk - 1, a.window);  // row i is the newest of its nk keys
     start += first * kvs;
     nk -= first;
-    const float *kb = k + start + (int64_t)g * D, *vb = v + start + (int64_t)g * D;
+    int64_t base = start + (int64_t)g * D;
     float scale = a.scale, m = -INFINITY, l = 0.0f, acc[CUDA_ATT_DREGS];
 #pragma unroll
     for (int r = 0; r < CUDA_ATT_DREGS; r++) acc[r] = 0.0f;
@@ -493,7 +514,7 @@ k_attend(float *out, float *lse, const float *q, const float *k, const float *v,
     for (int64_t t0 = 0; t0 < nk; t0 += ATT_TK) {
         int nt = nk - t0 < ATT_TK ? (int)(nk - t0) : ATT_TK;
         __syncthreads();  // Qs written; the previous tile consumed
-        load_kv_tile(Ks, Vs, kb, vb, t0, nt, D, kvs);
+        load_kv_tile(Ks, Vs, k, v, kv16, base, t0, nt, D, kvs);
         __syncthreads();
         float s = -INFINITY;
         if (lane < nt) {
@@ -530,27 +551,28 @@ static void attention_shape(const Backend *be, AttnShape a) {
             (long long)a.window, ATT_DMAX, ATT_GMAX);
 }
 
-static void attend(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+static void attend(const Backend *be, float *out, float *lse, const float *q, const void *k, const void *v, int kv16,
                    const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows,
                    AttnShape a) {
     Cuda *c = use(be);
     attention_shape(be, a);
     if (rows == 0) return;
     dim3 grid((unsigned)rows, (unsigned)a.KVH);
-    LAUNCH(k_attend, grid, 32 * (a.H / a.KVH), 0, c->stream, out, lse, q, k, v, seq_off, B, kv_off, n_keys, a);
+    LAUNCH(k_attend, grid, 32 * (a.H / a.KVH), 0, c->stream, out, lse, q, k, v, kv16, seq_off, B, kv_off, n_keys,
+           a);
 }
 
 static void cu_attention(const Backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                          const int64_t *seq_off, int B, int64_t N, AttnShape a, float *scratch) {
     (void)scratch;
-    attend(be, out, lse, q, k, v, seq_off, B, NULL, NULL, N, a);
+    attend(be, out, lse, q, k, v, 0, seq_off, B, NULL, NULL, N, a);
 }
 
-static void cu_attention_decode(const Backend *be, float *out, const float *q, const float *k_cache,
-                                const float *v_cache, const int64_t *kv_off, const int32_t *n_keys, int B,
+static void cu_attention_decode(const Backend *be, float *out, const float *q, const void *k_cache,
+                                const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys, int B,
                                 AttnShape a, float *scratch) {
     (void)scratch;
-    attend(be, out, NULL, q, k_cache, v_cache, NULL, 0, kv_off, n_keys, B, a);
+    attend(be, out, NULL, q, k_cache, v_cache, kv16_of(be, kv_dt), NULL, 0, kv_off, n_keys, B, a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -980,7 +1002,7 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
     int g = blockIdx.y, group = H / KVH, w = threadIdx.x >> 5, lane = threadIdx.x & 31, h = g * group + w;
     int b = seq_of(seq_off, B, i);
     int64_t first = seq_off[b] + attn_first_key(i - seq_off[b], a.window), nk = i - first + 1;
-    const float *kb = k + first * kvs + (int64_t)g * D, *vb = v + first * kvs + (int64_t)g * D;
+    int64_t base = first * kvs + (int64_t)g * D;
     const float *dor = dout + i * qs + (int64_t)h * D;
     float scale = a.scale, L = lse[i * H + h], Di = delta[i * H + h], acc[CUDA_ATT_DREGS];
 #pragma unroll
@@ -989,7 +1011,7 @@ k_attend_dq(float *dq, const float *dout, const float *lse, const float *delta, 
     for (int64_t t0 = 0; t0 < nk; t0 += ATT_TK) {
         int nt = nk - t0 < ATT_TK ? (int)(nk - t0) : ATT_TK;
         __syncthreads();  // Qs written; the previous tile consumed
-        load_kv_tile(Ks, Vs, kb, vb, t0, nt, D, kvs);
+        load_kv_tile(Ks, Vs, k, v, 0, base, t0, nt, D, kvs);
         __syncthreads();
         float ds = 0.0f;
         if (lane < nt) {
@@ -1042,7 +1064,7 @@ k_attend_dkv(float *dk, float *dv, const float *dout, const float *lse, const fl
     float scale = a.scale, ak[16], av[16];
 #pragma unroll
     for (int m = 0; m < 16; m++) ak[m] = av[m] = 0.0f;
-    load_kv_tile(Ks, Vs, k + (int64_t)g * D, v + (int64_t)g * D, j0, nk, D, kvs);
+    load_kv_tile(Ks, Vs, k, v, 0, (int64_t)g * D, j0, nk, D, kvs);
     // the sequence ends of the key of this thread's pairs (column t % DKV_T) and of the key it accumulates
     int64_t jc = j0 + t % DKV_T, ja = j0 + kk;
     int64_t cend = jc < N ? seq_off[seq_of(seq_off, B, jc) + 1] : 0;

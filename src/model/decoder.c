@@ -91,14 +91,14 @@ static void meta_upload(const Decoder *m, DecoderActs *a) {
 }
 
 size_t decoder_kv_bytes_per_token(const DecoderConfig *c) {
-    return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * 4;
+    return (size_t)(2 * c->layers * c->kv_heads * c->head_dim) * dtype_size(c->kv_dtype);
 }
 
 // The cache's shape, k and v not yet placed.
 static DecoderKV kv_shape(const DecoderConfig *c, int n_slots, int64_t max_len) {
     int64_t row = c->kv_heads * c->head_dim;
-    return (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = row,
-                       .bytes = (size_t)(c->layers * n_slots * max_len * row) * 4};
+    return (DecoderKV){.n_slots = n_slots, .max_len = max_len, .row = row, .dtype = c->kv_dtype,
+                       .bytes = (size_t)(c->layers * n_slots * max_len * row) * dtype_size(c->kv_dtype)};
 }
 
 void decoder_kv_init(DecoderKV *kv, const DecoderConfig *c, int n_slots, int64_t max_len, Arena *arena) {
@@ -121,24 +121,41 @@ void decoder_kv_free(DecoderKV *kv, const Backend *be) {
     kv->k = kv->v = NULL;
 }
 
+// Element offset of layer l's slot `slot` (position 0) in the cache.
 static int64_t kv_offset(const DecoderKV *kv, int64_t layer, int slot) {
     return ((layer * kv->n_slots + slot) * kv->max_len) * kv->row;
 }
 
+// The address of element `at` of k or v.
+static void *kv_at(const DecoderKV *kv, void *base, int64_t at) {
+    return (char *)base + (size_t)at * dtype_size(kv->dtype);
+}
+
+// n elements of k and v (fp32) into the cache from element `at`, in its dtype.
+static void kv_store(const Backend *be, const DecoderKV *kv, int64_t at, const float *k, const float *v, int64_t n) {
+    if (kv->dtype == DTYPE_F32) {
+        be->copy(be, kv_at(kv, kv->k, at), k, (size_t)n * sizeof *k);
+        be->copy(be, kv_at(kv, kv->v, at), v, (size_t)n * sizeof *v);
+        return;
+    }
+    be->round_operand(be, kv->dtype, k, kv_at(kv, kv->k, at), n);
+    be->round_operand(be, kv->dtype, v, kv_at(kv, kv->v, at), n);
+}
+
 void decoder_kv_release(const Decoder *m, DecoderKV *kv, int slot, int64_t from) {
     if (!kv->on_demand || from >= kv->max_len) return;
-    size_t bytes = (size_t)((kv->max_len - from) * kv->row) * 4;
+    size_t bytes = (size_t)((kv->max_len - from) * kv->row) * dtype_size(kv->dtype);
     for (int64_t l = 0; l < m->cfg.layers; l++) {
-        backend_kv_release(m->be, kv->k + kv_offset(kv, l, slot) + from * kv->row, bytes);
-        backend_kv_release(m->be, kv->v + kv_offset(kv, l, slot) + from * kv->row, bytes);
+        backend_kv_release(m->be, kv_at(kv, kv->k, kv_offset(kv, l, slot) + from * kv->row), bytes);
+        backend_kv_release(m->be, kv_at(kv, kv->v, kv_offset(kv, l, slot) + from * kv->row), bytes);
     }
 }
 
 void decoder_kv_copy(const Decoder *m, DecoderKV *kv, int dst, int src, int64_t n) {
-    size_t bytes = (size_t)(n * kv->row) * 4;
+    size_t bytes = (size_t)(n * kv->row) * dtype_size(kv->dtype);
     for (int64_t l = 0; l < m->cfg.layers; l++) {
-        m->be->copy(m->be, kv->k + kv_offset(kv, l, dst), kv->k + kv_offset(kv, l, src), bytes);
-        m->be->copy(m->be, kv->v + kv_offset(kv, l, dst), kv->v + kv_offset(kv, l, src), bytes);
+        m->be->copy(m->be, kv_at(kv, kv->k, kv_offset(kv, l, dst)), kv_at(kv, kv->k, kv_offset(kv, l, src)), bytes);
+        m->be->copy(m->be, kv_at(kv, kv->v, kv_offset(kv, l, dst)), kv_at(kv, kv->v, kv_offset(kv, l, src)), bytes);
     }
 }
 
@@ -259,10 +276,8 @@ void decoder_layer_forward(const Decoder *m, int64_t l, const DecoderBatch *b, c
     int64_t KV = c->kv_heads * c->head_dim;
     qkv_block(m, l, b->N, a);
     for (int s = 0; kv && s < b->B; s++) {  // the prompt's keys and values start its cache slot
-        int64_t lo = b->host_seq_off[s];
-        size_t bytes = (size_t)((b->host_seq_off[s + 1] - lo) * KV) * sizeof(float);
-        be->copy(be, kv->k + kv_offset(kv, l, slots[s]), a->k + lo * KV, bytes);
-        be->copy(be, kv->v + kv_offset(kv, l, slots[s]), a->v + lo * KV, bytes);
+        int64_t lo = b->host_seq_off[s], n = (b->host_seq_off[s + 1] - lo) * KV;
+        kv_store(be, kv, kv_offset(kv, l, slots[s]), a->k + lo * KV, a->v + lo * KV, n);
     }
     be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, b->seq_off, b->B, b->N, decoder_attn(c, l),
                           a->scratch);
@@ -382,10 +397,10 @@ void decoder_extend(const Decoder *m, DecoderKV *kv, const int32_t *tokens, cons
     embed(m, a->x, a->dev.tokens, N);
     for (int64_t l = 0; l < c->layers; l++) {
         qkv_block(m, l, N, &a->view);
-        float *k0 = kv->k + kv_offset(kv, l, 0), *v0 = kv->v + kv_offset(kv, l, 0);
+        void *k0 = kv_at(kv, kv->k, kv_offset(kv, l, 0)), *v0 = kv_at(kv, kv->v, kv_offset(kv, l, 0));
         // append every row's key/value, then each row attends over its slot up to its own position
-        be->kv_append(be, k0, v0, a->k, a->v, a->dev.kv_dst, (int)N, KV);
-        be->attention_decode_forward(be, a->att, a->q, k0, v0, a->dev.kv_off, a->dev.n_keys, (int)N,
+        be->kv_append(be, k0, v0, kv->dtype, a->k, a->v, a->dev.kv_dst, (int)N, KV);
+        be->attention_decode_forward(be, a->att, a->q, k0, v0, kv->dtype, a->dev.kv_off, a->dev.n_keys, (int)N,
                                      decoder_attn(c, l), a->scratch);
         out_mlp_block(m, l, N, &a->view);
     }

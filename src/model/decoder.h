@@ -60,6 +60,8 @@ typedef struct {
                           // workspaces leave room for (0: none; set by lora_attach)
     int64_t score_labels; // a reward model (the family's ...ForSequenceClassification): its score head's labels (1),
                           // stored as "score.weight" (labels, C) where lm_head would be (0: a causal LM)
+    DType kv_dtype;       // not from config.json: the KV cache's elements (DTYPE_F32 as zeroed; DTYPE_BF16:
+                          // --kv-cache-dtype bf16, rounded as written)
 } DecoderConfig;
 
 typedef struct Lora Lora;  // model/lora.h
@@ -288,8 +290,9 @@ void decoder_acts_free(DecoderActs *a);  // the host copy of the metadata (the a
 // max_len positions each, per layer.
 typedef struct {
     int n_slots;
-    int64_t max_len, row;  // row = KVH*D floats per position
-    float *k, *v;          // (L, n_slots, max_len, row)
+    int64_t max_len, row;  // row = KVH*D elements per position
+    DType dtype;           // the elements' (the config's kv_dtype)
+    void *k, *v;           // (L, n_slots, max_len, row)
     size_t bytes;          // of k, and of v
     int reserved;          // k and v are backend_kv_reserve's (decoder_kv_reserve), not an arena's
     int on_demand;         // their memory is committed as positions are written (decoder_kv_release: back)

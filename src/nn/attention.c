@@ -1,6 +1,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "base/util.h"
 #include "base/vmath.h"
 #include "nn/gemm.h"
 #include "nn/ops.h"
@@ -130,11 +131,54 @@ static int block_start(const int64_t *kv_off, const int32_t *n_keys, int b) {
     return !continues(kv_off, n_keys, b) || (n_keys[b] - 1) % ATT_QBLOCK == 0;
 }
 
-void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
+#define ATT_WIDEN 8192      // floats of a thread's stack that a bf16 cache's keys or values are widened into
+#define ATT_BF16_DMAX 1024  // head_dim a bf16 cache is read with (a tile of 8 keys at least)
+
+// Rows j0 .. j0 + t - 1 (of D elements, kvs apart) of a bf16 cache from element `first`, widened into buf (t, D).
+static void widen_rows(float *buf, const void *cache, int64_t first, int64_t kvs, int64_t j0, int64_t t, int D) {
+    for (int64_t j = 0; j < t; j++)
+        for (int d = 0; d < D; d++) buf[j * D + d] = bf16_to_f32(((const uint16_t *)cache)[first + (j0 + j) * kvs + d]);
+}
+
+// S (M, n) = scale * Q (M, D; rows ldq apart) @ K^T, keys n rows of the cache from element `first`, kvs apart
+// (a bf16 cache's a tile at a time, widened).
+static void cache_scores(int64_t M, int64_t n, int D, float scale, const float *Q, int64_t ldq, const void *cache,
+                         DType dt, int64_t first, int64_t kvs, float *S) {
+    if (dt == DTYPE_F32) {
+        gemm_f32_local(0, 1, M, n, D, scale, Q, ldq, (const float *)cache + first, kvs, 0, S, n);
+        return;
+    }
+    float buf[ATT_WIDEN];
+    for (int64_t j0 = 0, tile = ATT_WIDEN / D; j0 < n; j0 += tile) {
+        int64_t t = n - j0 < tile ? n - j0 : tile;
+        widen_rows(buf, cache, first, kvs, j0, t, D);
+        gemm_f32_local(0, 1, M, t, D, scale, Q, ldq, buf, D, 0, S + j0, n);
+    }
+}
+
+// O (M, D; rows ldo apart) = S (M, n) @ V, values as cache_scores' keys (overwrites O).
+static void cache_values(int64_t M, int64_t n, int D, const float *S, const void *cache, DType dt, int64_t first,
+                         int64_t kvs, float *O, int64_t ldo) {
+    if (dt == DTYPE_F32) {
+        gemm_f32_local(0, 0, M, D, n, 1.0f, S, n, (const float *)cache + first, kvs, 0, O, ldo);
+        return;
+    }
+    float buf[ATT_WIDEN];
+    for (int64_t j0 = 0, tile = ATT_WIDEN / D; j0 < n; j0 += tile) {
+        int64_t t = n - j0 < tile ? n - j0 : tile;
+        widen_rows(buf, cache, first, kvs, j0, t, D);
+        gemm_f32_local(0, 0, M, D, t, 1.0f, S + j0, n, buf, D, j0 > 0, O, ldo);
+    }
+}
+
+void attention_decode_forward(float *out, const float *q, const void *k_cache, const void *v_cache, DType kv_dt,
                               const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch) {
     int H = a.H, KVH = a.KVH, D = a.D;
     int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     int group = H / KVH;
+    if (kv_dt != DTYPE_F32 && (kv_dt != DTYPE_BF16 || D > ATT_BF16_DMAX))
+        die("attention over a %s KV cache with head_dim %d is not supported (fp32; bf16 up to %d)",
+            dtype_name(kv_dt), D, ATT_BF16_DMAX);
     int32_t max_n = 0;
     for (int b = 0; b < B; b++) max_n = n_keys[b] > max_n ? n_keys[b] : max_n;
     // A row alone: the query heads of one kv head form a (group x D) matrix against the same keys, one product
@@ -151,14 +195,12 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
             int64_t n0 = attn_first_key(n_keys[b] - 1, a.window), n = n_keys[b + bs - 1] - n0;
             int64_t first = kv_off[b] + n0 * kvs + (int64_t)(h / group) * D;
             if (bs == 1) {
-                const float *qg = q + b * qs + (int64_t)h * D;
-                gemm_f32_local(0, 1, group, n, D, a.scale, qg, D, k_cache + first, kvs, 0, S, n);
+                cache_scores(group, n, D, a.scale, q + b * qs + (int64_t)h * D, D, k_cache, kv_dt, first, kvs, S);
                 softmax_rows(S, group, n, n);
-                float *o = out + b * qs + (int64_t)h * D;
-                gemm_f32_local(0, 0, group, D, n, 1.0f, S, n, v_cache + first, kvs, 0, o, D);
+                cache_values(group, n, D, S, v_cache, kv_dt, first, kvs, out + b * qs + (int64_t)h * D, D);
                 continue;
             }
-            gemm_f32_local(0, 1, bs, n, D, a.scale, q + b * qs + (int64_t)h * D, qs, k_cache + first, kvs, 0, S, n);
+            cache_scores(bs, n, D, a.scale, q + b * qs + (int64_t)h * D, qs, k_cache, kv_dt, first, kvs, S);
             for (int r = 0; r < bs; r++) {
                 float *s = S + (int64_t)r * n;
                 int64_t pos = n_keys[b + r] - 1, lo = attn_first_key(pos, a.window) - n0, hi = pos - n0;
@@ -166,7 +208,7 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache, 
                 for (int64_t j = 0; j < n; j++)
                     if (j < lo || j > hi) s[j] = 0.0f;
             }
-            gemm_f32_local(0, 0, bs, D, n, 1.0f, S, n, v_cache + first, kvs, 0, out + b * qs + (int64_t)h * D, qs);
+            cache_values(bs, n, D, S, v_cache, kv_dt, first, kvs, out + b * qs + (int64_t)h * D, qs);
         }
     }
 }

@@ -119,11 +119,12 @@ void gelu_forward(float *out, const float *inp, int64_t n);
 void gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
 
 // Decode attention: query row b at position n_keys[b] - 1 of its sequence against the sequence's cached keys.
-// out, q (B, H*D); sequence b has n_keys[b] rows of k_cache/v_cache starting at float offset kv_off[b], rows
-// KVH*D floats apart, and reads the last min(n_keys[b], window) of them. Rows of one sequence at consecutive
-// positions (a prompt's rows after those its cache held) are attended to in blocks, the keys read once a block.
+// out, q (B, H*D); sequence b has n_keys[b] rows of k_cache/v_cache (of kv_dt: DTYPE_F32, or DTYPE_BF16 with D
+// up to 1024, widened as read) starting at element offset kv_off[b], rows KVH*D elements apart, and reads the last
+// min(n_keys[b], window) of them. Rows of one sequence at consecutive positions (a prompt's rows after those its
+// cache held) are attended to in blocks, the keys read once a block.
 // scratch: attention_scratch_floats(max n_keys) floats.
-void attention_decode_forward(float *out, const float *q, const float *k_cache, const float *v_cache,
+void attention_decode_forward(float *out, const float *q, const void *k_cache, const void *v_cache, DType kv_dt,
                               const int64_t *kv_off, const int32_t *n_keys, int B, AttnShape a, float *scratch);
 
 // The gated MLP's activation: SwiGLU's silu (Qwen, Llama, Mistral) or GeGLU's GELU in its tanh form (Gemma's

@@ -979,10 +979,11 @@ int serve_run(const Decoder *m, Tokenizer *tok, const int32_t *stop_ids, int n_s
     s.d = start_daemon(&s);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s.d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "grpo serve: %s on http://%s:%u (--max-batch %d, --max-len %lld, --prefill-chunk %lld, prefix "
-            "cache %s; KV cache: %lld positions, %.2f GiB, %s)\n", o->model_name, o->host,
+            "cache %s; KV cache: %lld positions, %.2f GiB of %s, %s)\n", o->model_name, o->host,
             info ? info->port : (unsigned)o->port, o->max_batch, (long long)o->max_len, (long long)chunk,
             o->prefix_cache ? "on" : "off", (long long)s.lim.kv_positions,
             (double)s.lim.kv_positions * (double)decoder_kv_bytes_per_token(&m->cfg) / (1 << 30),
+            m->cfg.kv_dtype == DTYPE_BF16 ? "bf16" : "fp32",
             m->be->on_device ? "held from the start" : "committed as sequences grow");
     fflush(stderr);
     int got;

@@ -237,11 +237,11 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
         memcpy(vc + kv_off[b], v + off[b] * KVH * D, (size_t)(lens[b] * KVH * D) * 4);
         memcpy(qd + (int64_t)b * H * D, q + (off[b + 1] - 1) * H * D, (size_t)(H * D) * 4);
     }
-    attention_decode_forward(wd, qd, kc, vc, kv_off, nk, B, a, scratch);
+    attention_decode_forward(wd, qd, kc, vc, DTYPE_F32, kv_off, nk, B, a, scratch);
     void *dkc = up(kc, (size_t)(B * T * KVH * D) * 4), *dvc = up(vc, (size_t)(B * T * KVH * D) * 4);
     void *dqd = up(qd, (size_t)(B * H * D) * 4), *doffd = up(kv_off, (size_t)B * 8), *dnk = up(nk, (size_t)B * 4);
     void *dod = g_gpu->alloc(g_gpu, (size_t)(B * H * D) * 4);
-    g_gpu->attention_decode_forward(g_gpu, dod, dqd, dkc, dvc, doffd, dnk, B, a, NULL);
+    g_gpu->attention_decode_forward(g_gpu, dod, dqd, dkc, dvc, DTYPE_F32, doffd, dnk, B, a, NULL);
     got = down(dod, B * H * D);
     snprintf(op, sizeof op, "attention decode B%d max keys %lld H%d KVH%d D%d window %lld", B, (long long)T, H, KVH,
              D, (long long)window);
@@ -259,15 +259,43 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
         }
     }
     float *we = xmalloc((size_t)(N * H * D) * 4);
-    attention_decode_forward(we, q, kc, vc, row_off, row_nk, (int)N, a, scratch);
+    attention_decode_forward(we, q, kc, vc, DTYPE_F32, row_off, row_nk, (int)N, a, scratch);
     void *drow_off = up(row_off, (size_t)N * 8), *drow_nk = up(row_nk, (size_t)N * 4);
     void *dext = g_gpu->alloc(g_gpu, (size_t)(N * H * D) * 4);
-    g_gpu->attention_decode_forward(g_gpu, dext, dq, dkc, dvc, drow_off, drow_nk, (int)N, a, NULL);
+    g_gpu->attention_decode_forward(g_gpu, dext, dq, dkc, dvc, DTYPE_F32, drow_off, drow_nk, (int)N, a, NULL);
     got = down(dext, N * H * D);
     snprintf(op, sizeof op, "attention extend B%d N%lld H%d KVH%d D%d window %lld (CPU's too)", B, (long long)N, H,
              KVH, D, (long long)window);
     report(op, fmax(rel_err(got, want, N * H * D, 0.0), rel_err(we, want, N * H * D, 0.0)), 8.0 * U * (double)(T + D));
-    free(got), free(we), free(row_off), free(row_nk);
+    free(got);
+
+    // A bf16 cache (--kv-cache-dtype bf16): decode and extend read its elements widened, giving what the fp32
+    // ops give over those values widened, on the CPU and the device.
+    int64_t nc = B * T * KVH * D;
+    uint16_t *kc16 = to_bf16(kc, nc), *vc16 = to_bf16(vc, nc);
+    float *kcw = xmalloc((size_t)nc * 4), *vcw = xmalloc((size_t)nc * 4);
+    dtype_to_f32(DTYPE_BF16, kc16, kcw, (size_t)nc);
+    dtype_to_f32(DTYPE_BF16, vc16, vcw, (size_t)nc);
+    void *dkc16 = up(kc16, (size_t)nc * 2), *dvc16 = up(vc16, (size_t)nc * 2);
+    float *w32 = xmalloc((size_t)(N * H * D) * 4), *w16 = xmalloc((size_t)(N * H * D) * 4);
+    for (int ext = 0; ext < 2; ext++) {  // decode's last rows, then extend's every row
+        const int64_t *o = ext ? row_off : kv_off;
+        const int32_t *n = ext ? row_nk : nk;
+        const float *qq = ext ? q : qd;
+        int rows = ext ? (int)N : B;
+        attention_decode_forward(w32, qq, kcw, vcw, DTYPE_F32, o, n, rows, a, scratch);
+        attention_decode_forward(w16, qq, kc16, vc16, DTYPE_BF16, o, n, rows, a, scratch);
+        g_gpu->attention_decode_forward(g_gpu, ext ? dext : dod, ext ? dq : dqd, dkc16, dvc16, DTYPE_BF16,
+                                        ext ? drow_off : doffd, ext ? drow_nk : dnk, rows, a, NULL);
+        got = down(ext ? dext : dod, rows * H * D);
+        snprintf(op, sizeof op, "attention %s, bf16 cache B%d H%d KVH%d D%d window %lld (CPU's too)",
+                 ext ? "extend" : "decode", B, H, KVH, D, (long long)window);
+        report(op, fmax(rel_err(got, w32, rows * H * D, 0.0), rel_err(w16, w32, rows * H * D, 0.0)),
+               8.0 * U * (double)(T + D));
+        free(got);
+    }
+    free(kcw), free(vcw), free(w32), free(w16);
+    free(we), free(row_off), free(row_nk);
     gfree(drow_off), gfree(drow_nk), gfree(dext);
 
     // kv_append: row b of k (B, KVH*D) into slot b after its keys; the cache comes back as on the CPU.
@@ -275,12 +303,22 @@ static void test_attention(const int64_t *lens, int B, int H, int KVH, int D, in
     float *kn = randn(B * row, 1.0f), *vn = randn(B * row, 1.0f);
     for (int b = 0; b < B; b++) dst[b] = kv_off[b] + (lens[b] < T ? lens[b] : T - 1) * row;
     void *ddst = up(dst, (size_t)B * 8), *dkn = up(kn, (size_t)(B * row) * 4), *dvn = up(vn, (size_t)(B * row) * 4);
-    backend_cpu()->kv_append(backend_cpu(), kc, vc, kn, vn, dst, B, row);
-    g_gpu->kv_append(g_gpu, dkc, dvc, dkn, dvn, ddst, B, row);
+    backend_cpu()->kv_append(backend_cpu(), kc, vc, DTYPE_F32, kn, vn, dst, B, row);
+    g_gpu->kv_append(g_gpu, dkc, dvc, DTYPE_F32, dkn, dvn, ddst, B, row);
     float *gk = down(dkc, B * T * row), *gv = down(dvc, B * T * row);
     snprintf(op, sizeof op, "kv_append B%d row %lld", B, (long long)row);
     report(op, fmax(rel_err(gk, kc, B * T * row, 0.0), rel_err(gv, vc, B * T * row, 0.0)), 0.0);
-    free(gk), free(gv), free(dst), free(kn), free(vn);
+    free(gk), free(gv);
+    // into the bf16 cache: rounded to nearest even, bit for bit as the CPU rounds
+    backend_cpu()->kv_append(backend_cpu(), kc16, vc16, DTYPE_BF16, kn, vn, dst, B, row);
+    g_gpu->kv_append(g_gpu, dkc16, dvc16, DTYPE_BF16, dkn, dvn, ddst, B, row);
+    uint16_t *gk16 = xmalloc((size_t)nc * 2), *gv16 = xmalloc((size_t)nc * 2);
+    g_gpu->download(g_gpu, gk16, dkc16, (size_t)nc * 2);
+    g_gpu->download(g_gpu, gv16, dvc16, (size_t)nc * 2);
+    snprintf(op, sizeof op, "kv_append B%d row %lld, bf16 cache (bits differing)", B, (long long)row);
+    report(op, (double)(memcmp(gk16, kc16, (size_t)nc * 2) != 0) + (memcmp(gv16, vc16, (size_t)nc * 2) != 0), 0.0);
+    free(gk16), free(gv16), free(kc16), free(vc16), free(dst), free(kn), free(vn);
+    gfree(dkc16), gfree(dvc16);
     gfree(ddst), gfree(dkn), gfree(dvn);
 
     free(off), free(q), free(k), free(v), free(want), free(scratch), free(kc), free(vc), free(qd), free(wd);

@@ -635,8 +635,10 @@ def proj(m, li, target, x, w, b=None):
     return y
 
 
-def hidden_states(m, ids):
-    """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,))."""
+def hidden_states(m, ids, kv_bf16_from=None):
+    """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,)). kv_bf16_from: the rows
+    from it on attend to keys and values rounded to bf16, as the decode steps of a bf16 KV cache do (the rows before,
+    a prompt prefilled whole, to its exact ones)."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
     x = m.embed[ids] * m.embed_scale
     for li, L in enumerate(m.layers):
@@ -657,6 +659,9 @@ def hidden_states(m, ids):
         s = (q @ k.transpose(1, 2)) * m.scale
         s = s.masked_fill(mask, float("-inf"))
         a = torch.softmax(s, -1) @ v                                        # (H, T, D)
+        if kv_bf16_from is not None:
+            s = ((q @ round_bf16(k).transpose(1, 2)) * m.scale).masked_fill(mask, float("-inf"))
+            a = torch.cat([a[:, :kv_bf16_from], (torch.softmax(s, -1) @ round_bf16(v))[:, kv_bf16_from:]], 1)
         o = proj(m, li, "o_proj", a.transpose(0, 1).reshape(T, H * D), L["wo"])
         x = x + (rms_norm(o, L["pa"], m.eps) if m.gemma else o)
         h = rms_norm(x, L["ln2"], m.eps)

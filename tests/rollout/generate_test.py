@@ -586,17 +586,28 @@ def g_errors(check):
     check(recs == [] and st["samples"] == 0, "empty input: no output, exit 0", str(st))
 
 
-def bf16_yardstick(d, prompts, recs):
+def kv_logits(m, s, n, kv):
+    """The reference's logits of s[:-1] from row n - 1 on; kv: rows n on attend to bf16-rounded keys and values (a
+    bf16 KV cache's decode steps after a prompt of n tokens)."""
+    with torch.no_grad():
+        h = ref.hidden_states(m, torch.tensor(s[:-1]), kv_bf16_from=n if kv else None)
+        return ref.linear(m, h, m.lm_head)[n - 1:]
+
+
+def bf16_yardstick(d, prompts, recs, kv=False):
     """The float64 reference with bf16's rounding points against the records' tokens (prompt r["index"] + its
     tokens): per record the reference's log-probs of them, PyTorch fp32's with the same rounding and the unrounded
-    model's; each pick's gap to the reference's best logit, and fp32's largest logit difference (its spread)."""
-    m64, m32 = ref.load_model(d, torch.float64, bf16=True), ref.load_model(d, torch.float32, bf16=True)
+    model's; each pick's gap to the reference's best logit, and fp32's largest logit difference (its spread).
+    The rounding points: bf16 weights' (and products' inputs), or with kv a bf16 KV cache's (bf16 weights' too on a
+    device, which computes in bf16)."""
+    w16 = not kv or DEVICE is not None
+    m64, m32 = ref.load_model(d, torch.float64, bf16=w16), ref.load_model(d, torch.float32, bf16=w16)
     exact = ref.load_model(d, torch.float64)
     gaps, spread, want, torch32, unrounded = [], 0.0, [], [], []
     for r in recs:
         p = prompts[r["index"]]
         s = p + r["tokens"]
-        z64, z32, zx = (ref.logits(m, s[:-1])[len(p) - 1:] for m in (m64, m32, exact))
+        z64, z32, zx = (kv_logits(m, s, len(p), kv and m is not exact) for m in (m64, m32, exact))
         t = torch.tensor(r["tokens"])
         gaps += (z64.max(-1).values - z64.gather(1, t[:, None])[:, 0]).tolist()
         spread = max(spread, float((z32.double() - z64).abs().max()))
@@ -629,6 +640,34 @@ def g_bf16(check):
         e_score = mean_abs(got, scored)
         check(e_score <= 2 * e_torch + 1e-6, f"bf16 decode logprobs == `grpo score --dtype bf16`'s [{name}]",
               f"mean |diff| {e_score:.2e} (torch fp32's to the reference {e_torch:.2e})")
+
+
+def g_kv_bf16(check):
+    """9. --kv-cache-dtype bf16: the KV cache in bf16 (half the bytes a token: --stats), a prompt prefilled over its
+    exact keys and values and each decode step over the cache's rounded ones, against the float64 reference with
+    those rounding points, PyTorch fp32's distance to it the yardstick, as for bf16 weights (above): greedy picks
+    within 2x its logit spread of the reference's best, mean |logprob diff| within 2x its own and below the midpoint
+    to the unrounded model's. A sliding window's (Gemma 3's local layers) reads the rounded cache too."""
+    for name in ("untied", "gemma3"):
+        d = DIRS[name]
+        prompts = rand_prompts(25, [3, 17, 40, 64], refm(d).V)
+        recs, st = generate(d, [{"tokens": p} for p in prompts], "--temperature", 0, "--max-new-tokens", 24,
+                            "--kv-cache-dtype", "bf16", "--stats")
+        m = refm(d)
+        half = 2 * len(m.layers) * m.KVH * m.D * 2
+        gaps, spread, want, torch32, unrounded = bf16_yardstick(d, prompts, recs, kv=True)
+        got = [r["logprobs"] for r in recs]
+        e_grpo, e_torch, e_exact = mean_abs(got, want), mean_abs(torch32, want), mean_abs(unrounded, want)
+        check(st["kv_bytes_per_token"] == half, f"a bf16 KV cache holds 2 bytes an element [{name}]",
+              f"kv_bytes_per_token {st['kv_bytes_per_token']}, want {half}")
+        check(max(gaps) <= 2 * spread + 1e-9, f"bf16 KV greedy picks within 2x torch fp32's logit spread [{name}]",
+              f"largest gap to the reference's best {max(gaps):.2e}, spread {spread:.2e}")
+        check(e_grpo <= 2 * e_torch + 1e-6 and e_grpo < (e_torch + e_exact) / 2,
+              f"bf16 KV decode logprobs vs the float64 reference with a bf16 cache [{name}]",
+              f"mean |diff| grpo {e_grpo:.2e}, torch fp32 {e_torch:.2e}, unrounded cache {e_exact:.2e}")
+    p = grpo(["generate", "--model", DIRS["untied"], "--kv-cache-dtype", "fp16"], jsonl([{"tokens": [1]}]))
+    check(p.returncode != 0 and p.stderr == ERR + 'option --kv-cache-dtype: "fp16" is not auto, fp32 or bf16\n',
+          "--kv-cache-dtype fp16 is refused in one line", p.stderr.strip()[:160])
 
 
 def g_int8(check):
@@ -691,7 +730,8 @@ def mean_abs(a, b):
 
 
 GROUPS = {"reference": g_reference, "greedy": g_greedy, "score": g_score, "sampler": g_sampler,
-          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors, "bf16": g_bf16, "int8": g_int8}
+          "repro": g_repro, "stops": g_stops, "text": g_text, "errors": g_errors, "bf16": g_bf16, "int8": g_int8,
+          "kv_bf16": g_kv_bf16}
 
 
 def make_models():

@@ -1465,31 +1465,36 @@ def g_kv():
     from the cache; then one by one X, Y, Z and X's second turn: within the budget X's cache was given back
     (least recently used) for Z, so the second turn is prefilled whole, where the unbudgeted server gives it 384
     cached tokens; all with the answers of the unbudgeted server. More than the budget at once is a 400, a
-    budget under one --max-len sequence an error at start."""
+    budget under one --max-len sequence an error at start. --kv-cache-dtype bf16: the 4 prompts' memory rises by
+    half as much, and answers are grpo generate --kv-cache-dtype bf16's."""
     n_exits = len(EXITS)
     per_token = 2 * 8 * 2 * 64 * 4  # SLOW: 2 (k, v) x layers x kv heads x head dim x 4 bytes
     asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"  # an ASan build's freed heap: given back
-    with Server(SLOW, "--max-batch", 4096, "--no-prefix-cache", env=dict(os.environ, ASAN_OPTIONS=asan)) as srv:
-        first = srv.first_line
-        idle = proc_kib(srv.p.pid, "VmRSS")
+    batch = [[[97 + (i * (k + j)) % 26 for i in range(1800)] for k in range(4)] for j in (2, 6)]
 
-        def run(prompts, max_tokens):
-            def one(ids):
-                request(srv, "POST", "/v1/completions", json.dumps({"model": SLOW, "prompt": ids,
-                        "max_tokens": max_tokens, "temperature": 0}), {"Content-Type": "application/json"},
-                        timeout=300)
-            ts = [threading.Thread(target=one, args=(ids,)) for ids in prompts]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-        batch = [[[97 + (i * (k + j)) % 26 for i in range(1800)] for k in range(4)] for j in (2, 6)]
-        run(batch[0], 8)  # what the forwards need besides the KV cache is committed from now on
-        before = proc_kib(srv.p.pid, "VmRSS")
-        with open(f"/proc/{srv.p.pid}/clear_refs", "w") as f:
-            f.write("5")  # VmHWM from now
-        run(batch[1], 8)
-        peak, after = proc_kib(srv.p.pid, "VmHWM"), proc_kib(srv.p.pid, "VmRSS")
+    def measure(kv_dtype):  # the startup line, resident memory idle, and before, at the peak and after batch[1]
+        with Server(SLOW, "--max-batch", 4096, "--no-prefix-cache", "--kv-cache-dtype", kv_dtype,
+                    env=dict(os.environ, ASAN_OPTIONS=asan)) as srv:
+            idle = proc_kib(srv.p.pid, "VmRSS")
+
+            def run(prompts, max_tokens):
+                def one(ids):
+                    request(srv, "POST", "/v1/completions", json.dumps({"model": SLOW, "prompt": ids,
+                            "max_tokens": max_tokens, "temperature": 0}), {"Content-Type": "application/json"},
+                            timeout=300)
+                ts = [threading.Thread(target=one, args=(ids,)) for ids in prompts]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+            run(batch[0], 8)  # what the forwards need besides the KV cache is committed from now on
+            before = proc_kib(srv.p.pid, "VmRSS")
+            with open(f"/proc/{srv.p.pid}/clear_refs", "w") as f:
+                f.write("5")  # VmHWM from now
+            run(batch[1], 8)
+            return srv.first_line, idle, before, proc_kib(srv.p.pid, "VmHWM"), proc_kib(srv.p.pid, "VmRSS")
+    first, idle, before, peak, after = measure("auto")
+    _, _, before16, peak16, after16 = measure("bf16")
     written = 4 * 1808 * per_token // 1024
     check("KV on demand: --max-batch 4096 x --max-len 2048 starts (the line says the KV cache is committed as "
           "sequences grow) holding under 1 GiB", "committed as sequences grow" in first and idle < 1 << 20,
@@ -1498,6 +1503,9 @@ def g_kv():
           f"of their keys and values ({written} KiB) and fell back to within 1/8 of them after",
           peak - before >= written * 3 // 4 and after - before <= written // 8,
           f"before {before}, peak {peak}, after {after} KiB")
+    check("KV on demand, --kv-cache-dtype bf16: the same rose by 3/8 to 5/8 of their fp32 keys and values (half "
+          "of them)", written * 3 // 8 <= peak16 - before16 <= written * 5 // 8 and after16 - before16 <= written // 8,
+          f"before {before16}, peak {peak16}, after {after16} KiB")
 
     budget = 1024 * per_token >> 20  # MiB
     start = [97 + (i * 5) % 26 for i in range(128)]
@@ -1561,7 +1569,26 @@ def g_kv():
     check("KV budget: --kv-cache-mb under one --max-len sequence stops at start with one line naming it",
           p.returncode != 0 and len(lines) == 1 and lines[0].startswith("grpo: error:") and
           "--kv-cache-mb" in lines[0], p.stderr[-300:])
-    check("KV: the servers exit 0", EXITS[n_exits:] == [0] * 3, str(EXITS[n_exits:]))
+    # A bf16 cache: the same positions in half the bytes; each answer grpo generate --kv-cache-dtype bf16's (one
+    # request at a time, as generate runs one prompt: the same products, so the same roundings)
+    prompts = [[97 + (i * (k + 5)) % 26 for i in range(200)] for k in range(2)]
+    with Server(SLOW, "--max-len", 512, "--max-batch", 8, "--kv-cache-dtype", "bf16") as srv:
+        first16 = srv.first_line
+        res = [calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": p, "max_tokens": 30,
+                                                           "temperature": 0, "logprobs": 0, "return_token_ids": True}})
+               for p in prompts]
+    want = [generate(SLOW, [{"tokens": p, "max_tokens": 30}], "--temperature", "0", "--kv-cache-dtype", "bf16")[0]
+            for p in prompts]
+    answers = [r[0]["response"]["choices"][0] for r in res]
+    sizes = [re.search(r"KV cache: (\d+) positions, ([\d.]+) GiB of (\w+)", x).groups()
+             for x in (got["none"][2], first16)]
+    same = all(g["token_ids"] == w["tokens"] for g, w in zip(answers, want))
+    d = max(max_diff(g["logprobs"]["token_logprobs"], w["logprobs"]) for g, w in zip(answers, want))
+    check("KV bf16: --kv-cache-dtype bf16 holds as many positions (the startup line says bf16); "
+          "the answers are grpo generate --kv-cache-dtype bf16's (token ids; log-probs 1e-5)",
+          sizes[0][0] == sizes[1][0] and sizes[0][2] == "fp32" and sizes[1][2] == "bf16" and same and d <= TOL,
+          f"{sizes}; max diff {d:.1e}")
+    check("KV: the servers exit 0", EXITS[n_exits:] == [0] * 5, str(EXITS[n_exits:]))
 
 
 def g_device():
