@@ -88,8 +88,8 @@ static void cpu_attention(const Backend *be, float *out, float *lse, const float
 }
 
 static void cpu_attention_decode(const Backend *be, float *out, const float *q, const void *k_cache,
-                                 const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys, int B,
-                                 AttnShape a, float *scratch) {
+                                 const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys,
+                                 int B, AttnShape a, float *scratch) {
     (void)be;
     attention_decode_forward(out, q, k_cache, v_cache, kv_dt, kv_off, n_keys, B, a, scratch);
 }

@@ -551,9 +551,9 @@ static void attention_shape(const Backend *be, AttnShape a) {
             (long long)a.window, ATT_DMAX, ATT_GMAX);
 }
 
-static void attend(const Backend *be, float *out, float *lse, const float *q, const void *k, const void *v, int kv16,
-                   const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys, int64_t rows,
-                   AttnShape a) {
+static void attend(const Backend *be, float *out, float *lse, const float *q, const void *k, const void *v,
+                   int kv16, const int64_t *seq_off, int B, const int64_t *kv_off, const int32_t *n_keys,
+                   int64_t rows, AttnShape a) {
     Cuda *c = use(be);
     attention_shape(be, a);
     if (rows == 0) return;
@@ -569,8 +569,8 @@ static void cu_attention(const Backend *be, float *out, float *lse, const float 
 }
 
 static void cu_attention_decode(const Backend *be, float *out, const float *q, const void *k_cache,
-                                const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys, int B,
-                                AttnShape a, float *scratch) {
+                                const void *v_cache, DType kv_dt, const int64_t *kv_off, const int32_t *n_keys,
+                                int B, AttnShape a, float *scratch) {
     (void)scratch;
     attend(be, out, NULL, q, k_cache, v_cache, kv16_of(be, kv_dt), NULL, 0, kv_off, n_keys, B, a);
 }

@@ -132,7 +132,8 @@ static void *kv_at(const DecoderKV *kv, void *base, int64_t at) {
 }
 
 // n elements of k and v (fp32) into the cache from element `at`, in its dtype.
-static void kv_store(const Backend *be, const DecoderKV *kv, int64_t at, const float *k, const float *v, int64_t n) {
+static void kv_store(const Backend *be, const DecoderKV *kv, int64_t at, const float *k, const float *v,
+                     int64_t n) {
     if (kv->dtype == DTYPE_F32) {
         be->copy(be, kv_at(kv, kv->k, at), k, (size_t)n * sizeof *k);
         be->copy(be, kv_at(kv, kv->v, at), v, (size_t)n * sizeof *v);

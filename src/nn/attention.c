@@ -136,8 +136,10 @@ static int block_start(const int64_t *kv_off, const int32_t *n_keys, int b) {
 
 // Rows j0 .. j0 + t - 1 (of D elements, kvs apart) of a bf16 cache from element `first`, widened into buf (t, D).
 static void widen_rows(float *buf, const void *cache, int64_t first, int64_t kvs, int64_t j0, int64_t t, int D) {
-    for (int64_t j = 0; j < t; j++)
-        for (int d = 0; d < D; d++) buf[j * D + d] = bf16_to_f32(((const uint16_t *)cache)[first + (j0 + j) * kvs + d]);
+    for (int64_t j = 0; j < t; j++) {
+        const uint16_t *row = (const uint16_t *)cache + first + (j0 + j) * kvs;
+        for (int d = 0; d < D; d++) buf[j * D + d] = bf16_to_f32(row[d]);
+    }
 }
 
 // S (M, n) = scale * Q (M, D; rows ldq apart) @ K^T, keys n rows of the cache from element `first`, kvs apart

@@ -637,8 +637,8 @@ def proj(m, li, target, x, w, b=None):
 
 def hidden_states(m, ids, kv_bf16_from=None):
     """Final-normed hidden states (T, C) for one sequence of token ids (LongTensor (T,)). kv_bf16_from: the rows
-    from it on attend to keys and values rounded to bf16, as the decode steps of a bf16 KV cache do (the rows before,
-    a prompt prefilled whole, to its exact ones)."""
+    from it on attend to keys and values rounded to bf16, as the decode steps of a bf16 KV cache do (the rows
+    before, a prompt prefilled whole, to its exact ones)."""
     T, H, KVH, D = ids.numel(), m.H, m.KVH, m.D
     x = m.embed[ids] * m.embed_scale
     for li, L in enumerate(m.layers):

@@ -284,7 +284,8 @@ static void number_bounds(Rng *rng) {
                     if (digits >= 2 && rng_next_u64(rng) % 2)  // between two doubles, maybe
                         snprintf(s + len - 2, 3, "%02d", (int)(rng_next_u64(rng) % 100));
                     double x = strtod(s, NULL);
-                    int within = (kind & 1 ? x > edges[i] : x >= edges[i]) && (kind & 2 ? x < edges[k] : x <= edges[k]);
+                    int above = kind & 1 ? x > edges[i] : x >= edges[i];
+                    int within = above && (kind & 2 ? x < edges[k] : x <= edges[k]);
                     int at = regex_walk(a->re, 0, s, strlen(s)), took = at >= 0 && a->re->dist[at] == 0;
                     int bad = s[0] == '-' && x == 0 ? took && !within : took != within;  // -0: maybe not taken
                     if (bad && !*first) snprintf(first, sizeof first, "%s in %s", s, text);
@@ -311,8 +312,9 @@ static void number_bounds(Rng *rng) {
     check(takes(below, "99.999999999999992") && !takes(below, "99.999999999999993"),  // strtod: 100 (the midpoint
           "exclusiveMaximum 100: the most within is the last that parses below it", below);  // is ...9928946)
     const char *tie = "{\"properties\": {\"a\": {\"type\": \"number\", \"minimum\": 274877906944.00006103515625}}}";
-    check(takes(tie, "274877906944.000030517578126") && !takes(tie, "274877906944.000030517578125"),  // 2^38 + 2^-14
-          "a bound whose midpoint is on the grid: the tie goes to the even double (2^38, below it)", tie);
+    check(takes(tie, "274877906944.000030517578126") && !takes(tie, "274877906944.000030517578125"),
+          "a bound (2^38 + 2^-14) whose midpoint is on the grid: the tie goes to the even double (2^38, below it)",
+          tie);
 }
 
 int main(int argc, char **argv) {

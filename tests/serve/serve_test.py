@@ -840,9 +840,9 @@ def g_schema_patterns(srv):
                   [json.dumps(dict(g, year=2100)) for g in got] +  # and the bounds
                   [json.dumps(dict(g, price=p)) for g in got for p in (1000, 0.09999999999999999)])
     check(f"json_schema patterns: all {len(ok)} answers ({least} to {least + 24} tokens, chat and completions) "
-          f"validate by ajv and ajv-formats "
-          f"and end with \"stop\" ({escaped} writing \\\" and \\\\, ); unconstrained, {sum(plain)} of {len(plain)} do, nor any answer with its id lowered, its "
-          "date made February 30, its year 2100 or its price 1000 or the double before 0.1",
+          f"validate by ajv and ajv-formats and end with \"stop\" ({escaped} writing \\\" and \\\\); "
+          f"unconstrained, {sum(plain)} of {len(plain)} do, nor any answer with its id lowered, its date made "
+          "February 30, its year 2100 or its price 1000 or the double before 0.1",
           len(ok) == 64 and all(ok) and finish == ["stop"] * 64 and sum(plain) == 0 and found is not None and
           escaped == 64 and not any(lowered),
           str(failed + [t for t, v in zip(texts["schema"], ok) if not v][:3] + [g["id"] for g in got[:4]]))
@@ -1504,7 +1504,8 @@ def g_kv():
           peak - before >= written * 3 // 4 and after - before <= written // 8,
           f"before {before}, peak {peak}, after {after} KiB")
     check("KV on demand, --kv-cache-dtype bf16: the same rose by 3/8 to 5/8 of their fp32 keys and values (half "
-          "of them)", written * 3 // 8 <= peak16 - before16 <= written * 5 // 8 and after16 - before16 <= written // 8,
+          "of them)",
+          written * 3 // 8 <= peak16 - before16 <= written * 5 // 8 and after16 - before16 <= written // 8,
           f"before {before16}, peak {peak16}, after {after16} KiB")
 
     budget = 1024 * per_token >> 20  # MiB
@@ -1574,9 +1575,8 @@ def g_kv():
     prompts = [[97 + (i * (k + 5)) % 26 for i in range(200)] for k in range(2)]
     with Server(SLOW, "--max-len", 512, "--max-batch", 8, "--kv-cache-dtype", "bf16") as srv:
         first16 = srv.first_line
-        res = [calls(srv, {"kind": "completions", "body": {"model": SLOW, "prompt": p, "max_tokens": 30,
-                                                           "temperature": 0, "logprobs": 0, "return_token_ids": True}})
-               for p in prompts]
+        body = {"model": SLOW, "max_tokens": 30, "temperature": 0, "logprobs": 0, "return_token_ids": True}
+        res = [calls(srv, {"kind": "completions", "body": dict(body, prompt=p)}) for p in prompts]
     want = [generate(SLOW, [{"tokens": p, "max_tokens": 30}], "--temperature", "0", "--kv-cache-dtype", "bf16")[0]
             for p in prompts]
     answers = [r[0]["response"]["choices"][0] for r in res]
