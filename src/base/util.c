@@ -148,17 +148,29 @@ uint8_t *base64_decode(const char *s, size_t n, size_t *len, size_t *bad) {
     return out;
 }
 
-char *xprintf(const char *fmt, ...) {
-    va_list ap, ap2;
-    va_start(ap, fmt);
+// Appends fmt's text with ap's arguments (buf_printf's and xprintf's).
+static void buf_vprintf(Buf *b, const char *fmt, va_list ap) {
+    va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
     if (n < 0) die("internal: bad format \"%s\"", fmt);
-    char *s = xmalloc((size_t)n + 1);
-    vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    size_t need = b->len + (size_t)n + 1;  // and the NUL vsnprintf writes
+    if (need > b->cap) {
+        b->cap = need > 2 * b->cap ? need : 2 * b->cap;
+        b->data = xrealloc(b->data, b->cap);
+    }
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
-    return s;
+    b->len += (size_t)n;
+}
+
+char *xprintf(const char *fmt, ...) {
+    Buf b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    return b.data;
 }
 
 char *xstrdup_at(const char *s, const char *file, int line) {
@@ -181,20 +193,10 @@ void buf_append(Buf *b, const void *data, size_t n) {
 }
 
 void buf_printf(Buf *b, const char *fmt, ...) {
-    va_list ap, ap2;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    buf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0) die("internal: bad format \"%s\"", fmt);
-    size_t need = b->len + (size_t)n + 1;  // and the NUL vsnprintf writes
-    if (need > b->cap) {
-        b->cap = need > 2 * b->cap ? need : 2 * b->cap;
-        b->data = xrealloc(b->data, b->cap);
-    }
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
-    va_end(ap2);
-    b->len += (size_t)n;
 }
 
 void buf_free(Buf *b) {

@@ -317,7 +317,6 @@ static int string_byte(Json *j, unsigned char c) {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-
 // The modes between tokens, where whitespace may come: where a key, ':', a value or ',' is due, and where a
 // number may end (the whitespace ends it).
 static const uint32_t ws_modes = 1u << J_OBJ_FIRST | 1u << J_KEY | 1u << J_COLON | 1u << J_VALUE |

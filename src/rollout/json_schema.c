@@ -635,9 +635,10 @@ static char *range_pattern(const cJSON *sch, int integer, char **why) {
         *why = xstrdup("no number of 15 digits at most (and 15 fraction digits) is within its bounds");
     } else {
         if (!hi.neg) magnitudes(&out, lo.neg ? (Grid){0, 0, 0} : lo, hi);
-        if (lo.neg && out.len) buf_append(&out, "|", 1);
-        if (lo.neg) buf_append(&out, "-", 1);
-        if (lo.neg) magnitudes(&out, hi.neg ? hi : (Grid){0, 0, 0}, lo);
+        if (lo.neg) {  // the negative ones: '-' and their magnitudes
+            buf_printf(&out, "%s-", out.len ? "|" : "");
+            magnitudes(&out, hi.neg ? hi : (Grid){0, 0, 0}, lo);
+        }
     }
     if (!*why) return out.data;
     buf_free(&out);

@@ -195,6 +195,12 @@ static void regex_walk_test(const Tokenizer *tok, const char *pattern, MaskCache
     free(allowed);
 }
 
+// Whether d (may be NULL: none) takes s whole.
+static int whole(const RegexDfa *d, const char *s) {
+    int at = d ? regex_walk(d, 0, s, strlen(s)) : -1;
+    return at >= 0 && d->dist[at] == 0;
+}
+
 // Whether the automaton of property "a" of the schema (JSON text) takes s whole.
 static int takes(const char *schema_text, const char *s) {
     cJSON *j = cJSON_Parse(schema_text);
@@ -202,14 +208,13 @@ static int takes(const char *schema_text, const char *s) {
     JsonSchema *schema = json_schema_compile(j, &why);
     if (!schema) die("%s: %s", schema_text, why);
     const JsNode *a = &schema->nodes[json_schema_deref(schema, schema->props[schema->nodes[schema->root].first].node)];
-    int at = a->re ? regex_walk(a->re, 0, s, strlen(s)) : -1;
-    int ok = at >= 0 && a->re->dist[at] == 0;
+    int ok = whole(a->re, s);
     json_schema_free(schema);
     cJSON_Delete(j);
     return ok;
 }
 
-// Integer bounds (json_schema.c's integer_range): the automaton takes exactly the integers within, as printf
+// Integer bounds (json_schema.c's range_pattern): the automaton takes exactly the integers within, as printf
 // writes them, over a grid of bounds and every integer from 15 below to 15 above; never -0, a leading zero or 16
 // digits; bounds past 15 digits are the loosest ones, exclusive and fractional bounds the integers within.
 static void integer_bounds(void) {
@@ -228,11 +233,10 @@ static void integer_bounds(void) {
             for (int64_t v = edges[i] - 15; v <= edges[k] + 15; v++) {
                 char s[32];
                 snprintf(s, sizeof s, "%lld", (long long)v);
-                int at = regex_walk(a->re, 0, s, strlen(s));
-                wrong += (at >= 0 && a->re->dist[at] == 0) != (v >= edges[i] && v <= edges[k]);
+                wrong += whole(a->re, s) != (v >= edges[i] && v <= edges[k]);
                 tried++;
             }
-            wrong += regex_walk(a->re, 0, "-0", 2) >= 0 && a->re->dist[regex_walk(a->re, 0, "-0", 2)] == 0;
+            wrong += whole(a->re, "-0");
             wrong += regex_walk(a->re, 0, "01", 2) >= 0;
             json_schema_free(schema);
             cJSON_Delete(j);
@@ -286,17 +290,15 @@ static void number_bounds(Rng *rng) {
                     double x = strtod(s, NULL);
                     int above = kind & 1 ? x > edges[i] : x >= edges[i];
                     int within = above && (kind & 2 ? x < edges[k] : x <= edges[k]);
-                    int at = regex_walk(a->re, 0, s, strlen(s)), took = at >= 0 && a->re->dist[at] == 0;
+                    int took = whole(a->re, s);
                     int bad = s[0] == '-' && x == 0 ? took && !within : took != within;  // -0: maybe not taken
                     if (bad && !*first) snprintf(first, sizeof first, "%s in %s", s, text);
                     wrong += bad;
                     tried++;
                 }
                 static const char *const never[] = {"", "-", ".5", "-.5", "01", "-01", "1.", "1e1", "1E1", "+1"};
-                for (size_t m = 0; a && m < sizeof never / sizeof never[0]; m++) {
-                    int at = regex_walk(a->re, 0, never[m], strlen(never[m]));
-                    wrong += at >= 0 && a->re->dist[at] == 0;  // not JSON's writing, or an exponent
-                }
+                for (size_t m = 0; a && m < sizeof never / sizeof never[0]; m++)
+                    wrong += whole(a->re, never[m]);  // not JSON's writing, or an exponent
                 json_schema_free(schema);
                 cJSON_Delete(j);
                 free(text);
