@@ -3,7 +3,7 @@
 # and a task has 15 minutes of device time, the machine's start included, so each half's step limits sum
 # to at most 440 s (correct 380, perf 440; the device tool's timeout_s: 420 and 480, room for the unpack and each
 # step's 10 s kill grace):
-#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, vl, generate, train
+#   bash scripts/device_check.sh correct [hf shapes...]   ops, errors, hf, vl, vl-device, generate, train
 #   bash scripts/device_check.sh perf                      hf-7b, bench, train-bench
 # scripts/device_pack.sh made the pack here; the device tool carries .devpack. Steps, most important first:
 #   ops       tests/cuda/test_cuda_ops: every CUDA op against the CPU op
@@ -13,6 +13,8 @@
 #             transformers and against --device cpu, greedy against transformers' greedy
 #   vl        tests/cuda/hf_vl_parity.py: the CPU's Qwen2.5-VL and Qwen2-VL forward (vl_tool) against
 #             transformers' own models and image processor (installed only on the device machine)
+#   vl-device tests/model/vision_test.py --only vl_device --vl-device cuda: a Qwen2.5-VL model's generate, score
+#             and serve on the GPU against the float64 reference with bf16's rounding points
 #   generate  tests/rollout/generate_test.py --device cuda: logprobs, sampler statistics, seeding
 #   train     tests/train/device_train_test.py --device cuda: SFT and GRPO (full bf16, LoRA) against the CPU's bf16
 #             runs, recompute / resume / offload bytes, the device's peak memory within the plan
@@ -132,8 +134,10 @@ if [ "$mode" = correct ]; then
   step ops 60 env CUDA_LAUNCH_BLOCKING=1 "$R/test_cuda_ops"  # a kernel fault named at its launch
   step errors 30 bash -c errors
   # shellcheck disable=SC2086  # shapes: several words
-  step hf 120 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
+  step hf 100 python3 tests/cuda/hf_parity.py --grpo "$R/grpo" --tmp "$W/hf" --shapes $shapes
   step vl 30 python3 tests/cuda/hf_vl_parity.py --vl-tool "$R/vl_tool" --tmp "$W/vl"
+  step vl-device 20 python3 tests/model/vision_test.py --tool "$R/vl_tool" --rope-tool "$R/vl_tool" \
+    --grpo "$R/grpo" --tmp "$W/vld" --only vl_device --vl-device cuda --qwen-tok "$R/tok"
   # bf16: the decode and score log-probs against the float64 reference with bf16 rounding points (mean
   # yardsticks); sampler: the sampling statistics. (greedy, score and repro hold fp32 to 1e-4 or to
   # batch invariance, which a bf16 device does not promise.)

@@ -118,7 +118,6 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Decode
     decoder_config_read(&c, model_dir);
     if (c.score_labels && !(kinds & CLI_MODEL_RM)) decoder_config_load_vl(&c, model_dir);  // refuses them in one line
     if (c.vl && !(kinds & CLI_MODEL_VL)) decoder_config_load(&c, model_dir);
-    if (c.vl && be->on_device) die("--device %s: vision-language models run on the CPU only so far", dev);
     decoder_load_config(m, model_dir, dt, &c);
     decoder_to_backend(m, be);
     memset(lora, 0, sizeof *lora);

