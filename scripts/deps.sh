@@ -39,6 +39,11 @@ fi
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/parquet/node_modules/parquet-wasm ]; then
   npm ci --prefix tests/parquet --no-audit --no-fund >&2
 fi
+# llama.cpp through node-llama-cpp and its prebuilt CPU binary, the peer of grpo export's tests
+# (tests/export/package-lock.json; its GPU builds, optional, left out; no install script: nothing to build).
+if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/export/node_modules/node-llama-cpp ]; then
+  npm ci --prefix tests/export --no-audit --no-fund --omit=optional --ignore-scripts >&2
+fi
 # The official OpenAI client and ajv, the peers of grpo serve's tests (tests/serve/package-lock.json).
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } &&
   { [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/ajv ]; }; then

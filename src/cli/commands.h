@@ -11,4 +11,5 @@ int cmd_train(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -24,6 +24,7 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, tools, streaming), continuous batching"},
     {"sft", cmd_sft, "supervised fine-tuning: AdamW, accumulation, clipping, mixed precision, checkpoints"},
     {"merge", cmd_merge, "merge a PEFT LoRA adapter into its base: a plain Hugging Face model"},
+    {"export", cmd_export, "a model (an adapter merged in) as one GGUF file for llama.cpp, Ollama, LM Studio"},
     {"tokenize", cmd_tokenize, "text <-> token ids (a Hugging Face tokenizer.json), chat-template rendering"},
     {"render", cmd_render, "a model's chat template (Jinja) over conversations: what the model is fed"},
     {"doctor", cmd_doctor, "system preflight: THP, NUMA, ulimits, CPU, threads, memory, disk, MPI, PCIe links, GPUs"},

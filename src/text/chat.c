@@ -29,8 +29,10 @@ static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
             if (!cJSON_IsString(name) || !cJSON_IsString(text))
                 die("%s: each of \"chat_template\" must be {\"name\": string, \"template\": string}", path);
             char *where = xprintf("%s (template \"%s\")", path, name->valuestring);
-            if (!strcmp(name->valuestring, "default") && !c->tpl)
+            if (!strcmp(name->valuestring, "default") && !c->tpl) {
                 c->tpl = parse_or_die(text->valuestring, where);
+                c->source = xstrdup(text->valuestring);
+            }
             if (!strcmp(name->valuestring, "tool_use") && !c->tool_tpl)
                 c->tool_tpl = parse_or_die(text->valuestring, where);
             free(where);
@@ -38,6 +40,7 @@ static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
         if (!c->tpl && c->tool_tpl) die("%s: \"chat_template\" has \"tool_use\" but no \"default\"", path);
     } else if (cJSON_IsString(tpl)) {
         c->tpl = parse_or_die(tpl->valuestring, path);
+        c->source = xstrdup(tpl->valuestring);
     } else if (tpl && !cJSON_IsNull(tpl)) {
         die("%s: \"chat_template\" must be a string or a list of {\"name\", \"template\"}", path);
     }
@@ -72,8 +75,8 @@ static void read_template_file(ChatTemplate *c, const char *path) {
     char *text = file_read_all(path, FILE_MAX_JSON, &n);
     char *err;
     c->tpl = jinja_parse(text, n, path, &err);
-    free(text);
     if (!c->tpl) die("chat template: %s", err);
+    c->source = text;
     c->path = xstrdup(path);
 }
 
@@ -109,6 +112,7 @@ void chat_template_load_file(ChatTemplate *c, const char *path) {
 void chat_template_free(ChatTemplate *c) {
     jinja_free(c->tpl);
     jinja_free(c->tool_tpl);
+    free(c->source);
     free(c->path);
     cJSON_Delete(c->vars);
     memset(c, 0, sizeof *c);

@@ -14,6 +14,7 @@
 
 typedef struct {
     JinjaTemplate *tpl;       // NULL: the model has no chat template
+    char *source;             // tpl's text (what an exported model carries)
     JinjaTemplate *tool_tpl;  // the named list's "tool_use", rendered when tools are given (NULL: none)
     char *path;               // the file it came from (messages name it)
     cJSON *vars;              // bos_token, eos_token and the run's keywords, given to every render

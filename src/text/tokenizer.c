@@ -268,6 +268,7 @@ void tokenizer_load(Tokenizer *t, const char *path) {
     t->nfc = is_type(norm, "NFC");
     if (!is_type(dec, "ByteLevel")) die("%s: unsupported decoder (supported: ByteLevel)", p);
     const char *pattern = split_pattern(pre, p);
+    t->pattern = xstrdup(pattern);
 
     t->n_ids = count_ids(cJSON_GetObjectItemCaseSensitive(model, "vocab"), added, p);
     t->id_bytes = xcalloc((size_t)t->n_ids + 1, sizeof *t->id_bytes);
@@ -295,6 +296,7 @@ void tokenizer_free(Tokenizer *t) {
     free(t->added);
     pcre2_match_data_free(t->match_data);
     pcre2_code_free(t->regex);
+    free(t->pattern);
     if (t->cache) cache_free(t->cache);
     chat_template_free(&t->chat);
     free(t->path);

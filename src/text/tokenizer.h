@@ -32,6 +32,7 @@ typedef struct {
     int n_added;
     unsigned char added_first[256];  // bytes an added token can start with
     void *regex;        // pcre2_code *, the Split pattern
+    char *pattern;      // the Split pattern's text
     void *match_data;   // pcre2_match_data *
     BpeCache *cache;    // recently seen words -> ids
     // From tokenizer_config.json (-1 / NULL when absent).

