@@ -1,6 +1,5 @@
 // grpo export: a model (an adapter merged first) in the files other runtimes serve: GGUF for llama.cpp (and
 // Ollama, LM Studio), written as llama.cpp's convert_hf_to_gguf.py lays it out.
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "io/gguf.h"
 #include "model/decoder.h"
 #include "model/lora.h"
+#include "nn/ops.h"
 #include "nn/q8.h"
 #include "text/tokenizer.h"
 
@@ -28,7 +28,7 @@ static const struct {
 // llama.cpp's token types (llama_token_type).
 enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
 
-// One tensor of the file: rows x cols of the fp32 slab from `off` (or of `data`), rows in llama.cpp's order.
+// One tensor of the file: rows x cols of the slab from element `off` (or of `data`), rows in llama.cpp's order.
 typedef struct {
     char name[48];
     size_t off;
@@ -115,54 +115,66 @@ static int64_t source_row(const Tensor *t, int64_t r) {
     return h * D + (i % 2) * (D / 2) + i / 2;
 }
 
-// A tensor's rows, converted a chunk at a time, to f.
-static void write_tensor(AtomicFile *f, const Tensor *t, const float *slab) {
-    const float *src = t->data ? t->data : slab + t->off;
-    int64_t chunk = t->cols >= (1 << 20) ? 1 : (1 << 20) / t->cols;
-    float *rows = xmalloc((size_t)(chunk * t->cols) * sizeof *rows);
-    void *out = xmalloc((size_t)(chunk * t->cols) * sizeof(float));
+// A chunk of rows: CHUNK floats as fp32 and in the file's type (allocated before the file is opened).
+#define CHUNK ((int64_t)1 << 20)
+
+// A tensor's rows, a chunk at a time, from m's slab (fp32 or bf16) to f in the tensor's type.
+static void write_tensor(AtomicFile *f, const Tensor *t, const Decoder *m, float *rows, void *out) {
+    const char *slab = (const char *)m->params + t->off * dtype_size(m->dtype);
+    DType dt = t->data ? DTYPE_F32 : m->dtype;
+    const char *src = t->data ? (const char *)t->data : slab;
+    size_t row_bytes = (size_t)t->cols * dtype_size(dt);
+    int64_t chunk = t->cols >= CHUNK ? 1 : CHUNK / t->cols;
     size_t bytes = 0;
     for (int64_t r0 = 0; r0 < t->rows; r0 += chunk) {
         int64_t n = t->rows - r0 < chunk ? t->rows - r0 : chunk;
         for (int64_t r = 0; r < n; r++)
-            memcpy(rows + r * t->cols, src + source_row(t, r0 + r) * t->cols, (size_t)t->cols * sizeof *rows);
+            dtype_to_f32(dt, src + (size_t)source_row(t, r0 + r) * row_bytes, rows + r * t->cols, (size_t)t->cols);
         size_t len = (size_t)(n * t->cols);
+        const void *data = out;
         if (t->type == GGUF_Q8_0) {
             q8_quantize(out, rows, DTYPE_F32, n, t->cols);
             len = len / Q8_BLOCK * sizeof(Q8Block);
         } else if (t->type == GGUF_F32) {
-            memcpy(out, rows, len * sizeof *rows);
+            data = rows;
             len *= sizeof *rows;
         } else {
             dtype_from_f32(t->type == GGUF_F16 ? DTYPE_F16 : DTYPE_BF16, rows, out, len);
             len *= 2;
         }
-        atomic_file_write(f, out, len);
+        atomic_file_write(f, data, len);
         bytes += len;
     }
     gguf_write_pad(f, bytes);
-    free(rows);
-    free(out);
 }
 
-// The text of a tokenizer_config.json entry such as "bos_token": a string or {"content": string}; NULL if none.
-static const char *config_token(const cJSON *cfg, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (cJSON_IsObject(it)) it = cJSON_GetObjectItemCaseSensitive(it, "content");
-    return cJSON_IsString(it) ? it->valuestring : NULL;
-}
-
-// A special token's id for key: the token tokenizer_config.json names, else `fallback` (config.json's).
-static void special_id(Gguf *g, const char *key, const Tokenizer *t, const cJSON *cfg, const char *name,
-                       int64_t fallback) {
-    const char *s = cfg ? config_token(cfg, name) : NULL;
+// A special token's id for key: the token tokenizer_config.json names, else `fallback` (config.json's); -1: none.
+static int64_t special_id(Gguf *g, const char *key, const Tokenizer *t, const cJSON *cfg, const char *name,
+                          int64_t fallback) {
+    const char *s = cfg ? chat_config_token(cfg, name) : NULL;
     int64_t id = s ? tokenizer_token_id(t, s) : fallback;
     if (id >= 0) gguf_u32(g, key, (uint32_t)id);
+    return id;
+}
+
+static int affixed(const char *s, size_t n, const char *prefix, const char *suffix) {
+    size_t a = strlen(prefix), b = strlen(suffix);
+    return n >= a && n >= b && !strncmp(s, prefix, a) && !strncmp(s + n - b, suffix, b);
+}
+
+// convert_hf_to_gguf.py's does_token_look_special: added tokens it makes control tokens though not special.
+static int looks_special(const char *s, size_t n) {
+    static const char *const names[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(s, names[i])) return 1;
+    return affixed(s, n, "<|", "|>") || affixed(s, n, "<\xef\xbd\x9c", "\xef\xbd\x9c>") ||  // <｜...｜>
+           affixed(s, n, "<unused", ">");
 }
 
 // The tokenizer's metadata: llama.cpp's "gpt2" (byte-level BPE) vocabulary of V ids (ids the tokenizer lacks
 // are "[PADn]", unused), its merges, the pre-tokenizer's name, special tokens and the chat template.
-static void tokenizer_kv(Gguf *g, const char *dir, int64_t V, int64_t eos) {
+static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
+    int64_t V = c->vocab;
     Tokenizer t;
     tokenizer_load(&t, dir);
     if (t.n_ids > V) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)V);
@@ -173,14 +185,16 @@ static void tokenizer_kv(Gguf *g, const char *dir, int64_t V, int64_t eos) {
     const char **tok = xcalloc((size_t)V, sizeof *tok);
     size_t *len = xcalloc((size_t)V, sizeof *len);
     int32_t *type = xmalloc((size_t)V * sizeof *type);
-    for (const cJSON *e = vocab ? vocab->child : NULL; e; e = e->next) tok[(int64_t)e->valuedouble] = e->string;
+    for (const cJSON *e = vocab ? vocab->child : NULL; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)V)
+            die("%s: the vocabulary changed while it was read", t.path);
+        tok[(int64_t)e->valuedouble] = e->string;
+    }
     for (int64_t i = 0; i < V; i++) type[i] = TOKEN_NORMAL;
-    for (int i = 0; i < t.n_added; i++) {  // as convert_hf_to_gguf.py: special, or looking it (<|...|>)
+    for (int i = 0; i < t.n_added; i++) {  // as convert_hf_to_gguf.py: special, or looking it
         const AddedToken *a = &t.added[i];
-        size_t n = a->len;
-        int looks = n >= 4 && !strncmp(a->content, "<|", 2) && !strncmp(a->content + n - 2, "|>", 2);
         tok[a->id] = a->content;
-        type[a->id] = a->special || looks ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
+        type[a->id] = a->special || looks_special(a->content, a->len) ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
     }
     char **pads = xcalloc((size_t)V, sizeof *pads);
     for (int64_t i = 0; i < V; i++) {
@@ -192,17 +206,22 @@ static void tokenizer_kv(Gguf *g, const char *dir, int64_t V, int64_t eos) {
     }
     size_t n_merges = (size_t)cJSON_GetArraySize(merges);
     char **mer = xmalloc((n_merges + 1) * sizeof *mer);
-    size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen), k = 0;
+    size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen);
+    size_t k = 0;
     for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {  // "a b", or ["a", "b"]
-        mer[k] = cJSON_IsString(e) ? xstrdup(e->valuestring)
-                                   : xprintf("%s %s", cJSON_GetArrayItem(e, 0)->valuestring,
-                                             cJSON_GetArrayItem(e, 1)->valuestring);
+        const cJSON *l = cJSON_GetArrayItem(e, 0), *r = cJSON_GetArrayItem(e, 1);
+        if (!cJSON_IsString(e) && (!cJSON_IsString(l) || !cJSON_IsString(r)))
+            die("%s: the merges changed while they were read", t.path);
+        mer[k] = cJSON_IsString(e) ? xstrdup(e->valuestring) : xprintf("%s %s", l->valuestring, r->valuestring);
         mlen[k] = strlen(mer[k]);
     }
     const char *pre = NULL;
     for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
         if (!strcmp(t.pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
     if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t.path);
+    if (t.ignore_merges != !strcmp(pre, "llama-bpe"))  // llama.cpp takes it from the name
+        die("%s: \"ignore_merges\" %s with %s's pre-tokenizer: llama.cpp would tokenize it otherwise", t.path,
+            t.ignore_merges ? "true" : "false", pre);
     char *cfg_path = path_join(dir, "tokenizer_config.json");
     cJSON *cfg = file_exists(cfg_path) ? json_load_file(cfg_path, FILE_MAX_JSON) : NULL;
     gguf_str(g, "tokenizer.ggml.model", "gpt2");
@@ -210,10 +229,13 @@ static void tokenizer_kv(Gguf *g, const char *dir, int64_t V, int64_t eos) {
     gguf_strs(g, "tokenizer.ggml.tokens", tok, len, (size_t)V);
     gguf_i32s(g, "tokenizer.ggml.token_type", type, (size_t)V);
     gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
-    special_id(g, "tokenizer.ggml.bos_token_id", &t, cfg, "bos_token", -1);
-    special_id(g, "tokenizer.ggml.eos_token_id", &t, cfg, "eos_token", eos);
+    int64_t bos = special_id(g, "tokenizer.ggml.bos_token_id", &t, cfg, "bos_token", c->bos_id);
+    special_id(g, "tokenizer.ggml.eos_token_id", &t, cfg, "eos_token", c->eos_id);
     special_id(g, "tokenizer.ggml.padding_token_id", &t, cfg, "pad_token", -1);
-    gguf_bool(g, "tokenizer.ggml.add_bos_token", cfg && config_token(cfg, "bos_token"));  // HF adds a bos it has
+    // tokenizer_config.json's add_bos_token, else whether it names a bos (a fast tokenizer then adds it)
+    const cJSON *add = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token") : NULL;
+    int add_bos = cJSON_IsBool(add) ? cJSON_IsTrue(add) : cfg && chat_config_token(cfg, "bos_token");
+    gguf_bool(g, "tokenizer.ggml.add_bos_token", add_bos && bos >= 0);
     if (t.chat.source) gguf_str(g, "tokenizer.chat_template", t.chat.source);
     for (size_t i = 0; i < n_merges; i++) free(mer[i]);
     for (int64_t i = 0; i < V; i++) free(pads[i]);
@@ -236,6 +258,7 @@ static void model_kv(Gguf *g, const DecoderConfig *c, const char *arch, const ch
     gguf_str(g, "general.architecture", arch);
     gguf_str(g, "general.name", name);
     gguf_u32(g, "general.file_type", file_type);
+    gguf_u32(g, "general.quantization_version", 2);
     gguf_u32(g, KEY("vocab_size"), (uint32_t)c->vocab);
     gguf_u32(g, KEY("context_length"), (uint32_t)c->max_pos);
     gguf_u32(g, KEY("embedding_length"), (uint32_t)c->hidden);
@@ -251,11 +274,22 @@ static void model_kv(Gguf *g, const DecoderConfig *c, const char *arch, const ch
 #undef KEY
 }
 
+// general.name: the model directory's last part.
+static char *model_name(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t a = n;
+    while (a > 0 && dir[a - 1] != '/') a--;
+    return xprintf("%.*s", (int)(n - a), dir + a);
+}
+
 // llama.cpp's architecture for c, or a one-line refusal.
 static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
-    if (c->vl) die("%s: a vision-language model's GGUF (a language model and an mmproj file) is not built yet", dir);
+    if (c->vl)
+        die("%s: a vision-language model's GGUF (a language model and an mmproj file) is not built yet", dir);
     if (c->score_labels) die("%s: a reward model has no GGUF architecture (llama.cpp runs causal LMs)", dir);
-    if (c->family == ARCH_GEMMA3) die("%s: GGUF export of Gemma 3 is not built yet (Qwen2, Qwen3, Llama, Mistral)", dir);
+    if (c->family == ARCH_GEMMA3)
+        die("%s: GGUF export of Gemma 3 is not built yet (Qwen2, Qwen3, Llama, Mistral)", dir);
     if (c->sliding_window > 0)
         die("%s: \"sliding_window\" %lld: llama.cpp's llama architecture has no sliding window", dir,
             (long long)c->sliding_window);
@@ -290,25 +324,26 @@ int cmd_export(int argc, char **argv) {
         GgufType type;
         uint32_t file_type;  // llama_ftype
     } DTYPES[] = {{"f32", GGUF_F32, 0}, {"f16", GGUF_F16, 1}, {"q8_0", GGUF_Q8_0, 7}, {"bf16", GGUF_BF16, 32}};
-    int d = 0;
-    while (d < 4 && strcmp(dts, DTYPES[d].name)) d++;
-    if (d == 4) die("option --dtype: \"%s\" is not f32, f16, bf16 or q8_0", dts);
-    if (!cli_str(&spec, "--force") && file_exists(out)) die("%s exists; choose another --out or pass --force", out);
+    size_t d = 0, n_dtypes = sizeof DTYPES / sizeof *DTYPES;
+    while (d < n_dtypes && strcmp(dts, DTYPES[d].name)) d++;
+    if (d == n_dtypes) die("option --dtype: \"%s\" is not f32, f16, bf16 or q8_0", dts);
+    if (!cli_str(&spec, "--force") && file_exists(out))
+        die("%s exists; choose another --out or pass --force", out);
     DecoderConfig c;
     decoder_config_read(&c, dir);
     const char *arch = gguf_arch(&c, dir);
-    Decoder m;
-    decoder_load(&m, dir, DTYPE_F32);
+    Gguf g = {0};
+    char *name = model_name(dir);
+    model_kv(&g, &c, arch, name, DTYPES[d].file_type);
+    tokenizer_kv(&g, dir, &c);  // before the weights: a tokenizer llama.cpp cannot take is refused at once
+    Decoder m;  // as stored (bf16 stays bf16), or fp32 to merge an adapter in
+    decoder_load(&m, dir, adapter ? DTYPE_F32 : decoder_file_dtype(dir));
     if (adapter) {
         Lora lora;
         lora_load(&lora, &m.cfg, adapter);
         lora_merge(&m, &lora);
         lora_free(&lora);
     }
-    Gguf g = {0};
-    const char *name = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
-    model_kv(&g, &c, arch, name, DTYPES[d].file_type);
-    tokenizer_kv(&g, dir, c.vocab, c.eos_id);
     Tensors ts = {.matrix = DTYPES[d].type};
     model_tensors(&ts, &m, c.family != ARCH_QWEN2 && c.family != ARCH_QWEN3);
     float *factors = NULL;
@@ -318,14 +353,21 @@ int cmd_export(int argc, char **argv) {
         ts.t[ts.n - 1].data = factors;
     }
     size_t total = 0;
-    for (int i = 0; i < ts.n; i++) total += gguf_tensor(&g, ts.t[i].name, ts.t[i].rows, ts.t[i].cols, ts.t[i].type);
+    for (int i = 0; i < ts.n; i++) {
+        const Tensor *t = &ts.t[i];
+        if (t->cols > CHUNK) die("%s: %s rows of %lld values are beyond the export's chunk", dir, t->name,
+                                 (long long)t->cols);
+        total += gguf_tensor(&g, t->name, t->rows, t->cols, t->type);
+    }
+    float *rows = xmalloc((size_t)CHUNK * sizeof *rows);
+    void *chunk = xmalloc((size_t)CHUNK * sizeof(float));
     AtomicFile f;
     atomic_file_open(&f, out);
     gguf_write_head(&g, &f);
     double t0 = time_now(), shown = t0;
     size_t done = 0;
     for (int i = 0; i < ts.n; i++) {
-        write_tensor(&f, &ts.t[i], m.params);
+        write_tensor(&f, &ts.t[i], &m, rows, chunk);
         done += (size_t)(ts.t[i].rows * ts.t[i].cols);
         if (time_now() - shown > 5) {
             shown = time_now();
@@ -335,7 +377,10 @@ int cmd_export(int argc, char **argv) {
     atomic_file_commit(&f);
     fprintf(stderr, "grpo export: wrote %s (GGUF %s, %s, %d tensors, %.2f GB, %.1f s)\n", out, arch, dts, ts.n,
             (double)total / 1e9, time_now() - t0);
+    free(rows);
+    free(chunk);
     free(factors);
+    free(name);
     free(ts.t);
     gguf_free(&g);
     decoder_free(&m);

@@ -60,8 +60,9 @@ void gguf_i32s(Gguf *g, const char *k, const int32_t *v, size_t n) {
 static size_t padded(size_t n) { return (n + GGUF_ALIGN - 1) / GGUF_ALIGN * GGUF_ALIGN; }
 
 size_t gguf_tensor(Gguf *g, const char *name, int64_t rows, int64_t cols, GgufType t) {
+    if (t == GGUF_Q8_0 && cols % 32) die("internal: a Q8_0 tensor %s of rows of %lld", name, (long long)cols);
     size_t n = (size_t)(rows * cols);
-    size_t bytes = t == GGUF_Q8_0 ? n / 32 * 34 : t == GGUF_F32 ? n * 4 : n * 2;
+    size_t bytes = t == GGUF_Q8_0 ? n / 32 * 34 : t == GGUF_F32 ? n * 4 : n * 2;  // Q8_0: nn/q8.h's Q8Block
     put_str(&g->info, name, strlen(name));
     put_u32(&g->info, rows > 1 ? 2 : 1);
     put_u64(&g->info, (uint64_t)cols);

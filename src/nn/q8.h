@@ -14,6 +14,7 @@ typedef struct Q8Block {
     uint16_t d;  // fp16
     int8_t q[Q8_BLOCK];
 } Q8Block;
+_Static_assert(sizeof(Q8Block) == 2 + Q8_BLOCK, "Q8Block is llama.cpp's block_q8_0: 34 bytes");
 
 // A block of a projection's input as the kernels take it: Q8_0's values, per 4 values -128 times their sum
 // (the VNNI kernel multiplies unsigned weights, q + 128, and starts its sums there), and the fp16 scale as

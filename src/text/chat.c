@@ -14,11 +14,15 @@ static JinjaTemplate *parse_or_die(const char *src, const char *name) {
     return t;
 }
 
-// The text of a tokenizer_config.json's "bos_token"-like entry: a string or {"content": string}.
-static void config_token_var(ChatTemplate *c, const cJSON *config, const char *key) {
+const char *chat_config_token(const cJSON *config, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(config, key);
     if (cJSON_IsObject(it)) it = cJSON_GetObjectItemCaseSensitive(it, "content");
-    if (cJSON_IsString(it)) chat_template_set(c, key, cJSON_CreateString(it->valuestring));
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+static void config_token_var(ChatTemplate *c, const cJSON *config, const char *key) {
+    const char *text = chat_config_token(config, key);
+    if (text) chat_template_set(c, key, cJSON_CreateString(text));
 }
 
 static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {

@@ -28,6 +28,8 @@ typedef struct {
 // tokenizer_config.json parsed (NULL when absent), read from config_path. Dies naming the file on a template
 // that does not parse. Nothing found: c->tpl is NULL.
 void chat_template_load(ChatTemplate *c, const char *dir, const cJSON *config, const char *config_path);
+// The text of a tokenizer_config.json's "bos_token"-like entry: a string or {"content": string}; NULL if none.
+const char *chat_config_token(const cJSON *config, const char *key);
 // A template file of its own (a .jinja file).
 void chat_template_load_file(ChatTemplate *c, const char *path);
 void chat_template_free(ChatTemplate *c);

@@ -11,7 +11,8 @@ and llama.cpp's log-probs of them are grpo score's (1e-4); the bf16 file's log-p
 reference with bf16's rounding points than the unrounded model's are (the file holds our weights rounded); f16
 departs from f32 less than bf16 does; q8_0 within the stated error; llama.cpp's rendering of the chat
 template the file carries and its tokenization of it (the exported vocabulary, merges and pre-tokenizer)
-equal grpo's. A LoRA adapter is merged before the export. Bad requests are refused in one line.
+equal grpo's. A LoRA adapter is merged before the export; a bf16 checkpoint exports from its bf16 slab. Bad
+requests are refused in one line.
 """
 import argparse
 import json
@@ -239,8 +240,31 @@ def g_qwen2():
     refusals(d)
 
 
+def stored_bf16_checks():
+    """A checkpoint stored in bf16 (as Qwen's ship) is read as stored, not widened: its f32 file holds those
+    values, and llama.cpp's greedy continuations and log-probs are grpo's in fp32 (--dtype f32)."""
+    args, tok = FAMILIES["qwen3"]
+    d = os.path.join(TMP, "qwen3_bf16")
+    ref.make_model(d, seed=6, layers=2, dtype="bf16", **args)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKS, tok, "models", f), d)
+    ps = prompts(6, args["vocab"])
+    got = llama([{"model": export(d, "f32"), "prompt": p, "n": K} for p in ps])
+    r = grpo(["generate", "--model", d, "--dtype", "f32", "--jsonl", "--temperature", "0", "--max-new-tokens",
+              str(K)], "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
+    conts = [x["tokens"] for x in sorted(map(json.loads, r.stdout.splitlines()), key=lambda x: x["index"])]
+    mine = [a["tokens"] for a in got]
+    sc = grpo_score(d, [p + c for p, c in zip(ps, mine)], "--dtype", "f32")
+    want = [x[len(p) - 1:] for x, p in zip(sc, ps)]
+    lp = [a["logprobs"] for a in got]
+    check("a bf16 checkpoint's f32 file: llama.cpp's greedy continuations are grpo generate --dtype f32's, its "
+          "log-probs grpo score --dtype f32's (1e-4)", mine == conts and max_abs(lp, want) <= 1e-4,
+          f"{mine} vs {conts}, max |diff| {max_abs(lp, want):.1e}")
+
+
 def g_qwen3():
     family_checks("qwen3", 2, "<|im_end|>\n")
+    stored_bf16_checks()
 
 
 def g_llama():

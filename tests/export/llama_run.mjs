@@ -3,7 +3,8 @@
 // requests: [{"model": FILE.gguf, and: "prompt": [ids], "n": K (greedy: K tokens after the prompt, each with its
 // log-prob under the full softmax), or "prompt": [ids], "forced": [ids] (those tokens' log-probs, fed one by
 // one), or "chat": [history items] (the file's chat template rendered by node-llama-cpp's Jinja wrapper, which leaves
-// the last model turn open), or "tokenize": text (llama.cpp's tokenizer, special tokens' text as the tokens)}].
+// the last model turn open), or "tokenize": text (llama.cpp's tokenizer, special tokens' text as the tokens), or
+// "bench": true, "prompt", "n" (bench/export.py: the seconds of the prompt's prefill and of n greedy tokens)}].
 // Out: one answer per request, {"tokens", "logprobs"}, {"text"} or {"ids"}, each with the file's "architecture".
 // The KV cache is F32 and flash attention off: llama.cpp's F16 cache default flips random models' near-ties.
 import {readFileSync} from "node:fs";
@@ -50,6 +51,21 @@ async function run(prompt, n, forced) {
     return {tokens, logprobs};
 }
 
+// bench/export.py's timing: the prompt's prefill, then n greedy tokens (seconds each, after the load).
+async function bench(prompt, n) {
+    await sequence.clearHistory();
+    let t0 = performance.now();
+    await sequence.evaluateWithoutGeneratingNewTokens(prompt);
+    const prefill = (performance.now() - t0) / 1000;
+    t0 = performance.now();
+    let i = 0;
+    for await (const t of sequence.evaluate([prompt[prompt.length - 1]], {temperature: 0})) {
+        void t;
+        if (++i === n) break;
+    }
+    return {prefill_seconds: prefill, decode_seconds: (performance.now() - t0) / 1000, decoded: i};
+}
+
 const out = [];
 for (const q of JSON.parse(readFileSync(0, "utf8"))) {
     await load(q.model);
@@ -60,6 +76,8 @@ for (const q of JSON.parse(readFileSync(0, "utf8"))) {
         const {contextText} = wrapper.generateContextState({chatHistory: q.chat});
         // its special tokens (the file's bos, a bare "BOS" in the text's own string) as their text
         a = {text: model.detokenize(contextText.tokenize(model.tokenizer), true)};
+    } else if (q.bench) {
+        a = await bench(q.prompt, q.n);
     } else if (q.tokenize !== undefined) {
         a = {ids: Array.from(model.tokenize(q.tokenize, true))};  // special tokens' text as the tokens
     } else {
