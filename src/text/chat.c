@@ -25,6 +25,12 @@ static void config_token_var(ChatTemplate *c, const cJSON *config, const char *k
     if (text) chat_template_set(c, key, cJSON_CreateString(text));
 }
 
+// src as c's template, its text kept.
+static void set_default(ChatTemplate *c, const char *src, const char *where) {
+    c->tpl = parse_or_die(src, where);
+    c->source = xstrdup(src);
+}
+
 static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
     if (cJSON_IsArray(tpl)) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
         for (const cJSON *e = tpl->child; e; e = e->next) {
@@ -33,18 +39,14 @@ static void set_template(ChatTemplate *c, const cJSON *tpl, const char *path) {
             if (!cJSON_IsString(name) || !cJSON_IsString(text))
                 die("%s: each of \"chat_template\" must be {\"name\": string, \"template\": string}", path);
             char *where = xprintf("%s (template \"%s\")", path, name->valuestring);
-            if (!strcmp(name->valuestring, "default") && !c->tpl) {
-                c->tpl = parse_or_die(text->valuestring, where);
-                c->source = xstrdup(text->valuestring);
-            }
+            if (!strcmp(name->valuestring, "default") && !c->tpl) set_default(c, text->valuestring, where);
             if (!strcmp(name->valuestring, "tool_use") && !c->tool_tpl)
                 c->tool_tpl = parse_or_die(text->valuestring, where);
             free(where);
         }
         if (!c->tpl && c->tool_tpl) die("%s: \"chat_template\" has \"tool_use\" but no \"default\"", path);
     } else if (cJSON_IsString(tpl)) {
-        c->tpl = parse_or_die(tpl->valuestring, path);
-        c->source = xstrdup(tpl->valuestring);
+        set_default(c, tpl->valuestring, path);
     } else if (tpl && !cJSON_IsNull(tpl)) {
         die("%s: \"chat_template\" must be a string or a list of {\"name\", \"template\"}", path);
     }
