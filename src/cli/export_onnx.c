@@ -1,0 +1,362 @@
+// grpo export --format onnx: the decoder with its KV cache as Hugging Face Optimum exports a causal LM (the folder
+// transformers.js loads: onnx/model.onnx beside config.json, generation_config.json and the tokenizer), in plain
+// opset-17 operators so any ONNX runtime or compiler takes it.
+//
+// The graph, B sequences of S new tokens after P cached ones (T = P + S):
+//   input_ids (B, S), attention_mask (B, T), position_ids (B, S), past_key_values.l.key/value (B, KVH, P, D)
+//   -> logits (B, S, V), present.l.key/value (B, KVH, T, D)
+// Rows are flattened to (B*S, width) between the attentions, so each projection is one Gemm on the stored
+// (out, in) matrix (transB). f16 stores the matrices in half precision and computes in fp32 (a Cast after each
+// weight), so its inputs and outputs are fp32 as the f32 file's are.
+#include "cli/export_onnx.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/util.h"
+#include "io/onnx.h"
+
+#define INLINE_MAX ((size_t)2000000000)  // protobuf's messages stop at 2 GiB: weights past 2 GB go beside
+
+typedef struct {
+    Onnx *g;
+    const Decoder *m;
+    OnnxType wtype;          // the matrices' type in the file
+    const char *shape_bs;    // (B, S) of input_ids, as an int64 vector
+    const char *cos, *sin;   // (B, 1, S, D): the RoPE tables (and of Gemma's sliding layers)
+    const char *cos_local, *sin_local;
+    const char *mask, *mask_window;  // (B, 1, S, T): 0 where a query sees a key, else -1e30
+} Graph;
+
+static const char *ints(Graph *G, int n, ...) {
+    int64_t v[ONNX_MAX_DIMS];
+    if (n > ONNX_MAX_DIMS) die("internal: an ONNX shape of %d values", n);
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) v[i] = va_arg(ap, int64_t);
+    va_end(ap);
+    return onnx_ints(G->g, n, v);
+}
+
+// Nodes of one and two inputs and no attributes, each a fresh value. Calls are never nested in another's
+// arguments (their order of evaluation, and so the file's node order, would be the compiler's).
+static const char *op1(Graph *G, const char *op, const char *a) {
+    return onnx_node(G->g, NULL, op, NULL, a, NULL);
+}
+
+static const char *op2(Graph *G, const char *op, const char *a, const char *b) {
+    return onnx_node(G->g, NULL, op, NULL, a, b, NULL);
+}
+
+// A (rows, cols) matrix of the slab at off, stored as the file's type, read as fp32.
+static const char *matrix(Graph *G, const char *name, size_t off, int64_t rows, int64_t cols) {
+    int64_t dims[2] = {rows, cols};
+    const char *w = onnx_weight(G->g, name, decoder_at(G->m, off), G->m->dtype, G->wtype, 2, dims);
+    return G->wtype == ONNX_FLOAT ? w : onnx_node(G->g, NULL, "Cast", "to=1", w, NULL);
+}
+
+// n values of the slab at off, plus `add` (Gemma's norms scale by 1 + w), as fp32.
+static const char *vector(Graph *G, const char *name, size_t off, int64_t n, float add) {
+    float *v = xmalloc((size_t)n * sizeof *v);
+    dtype_to_f32(G->m->dtype, decoder_at(G->m, off), v, (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] += add;
+    const char *t = onnx_floats(G->g, name, v, n);
+    free(v);
+    return t;
+}
+
+// x (rows, in) @ W^T (+ bias): W the (out, in) matrix `name`.weight at w; its bias at b when has_bias.
+static const char *linear(Graph *G, const char *x, const char *name, size_t w, int has_bias, size_t b, int64_t out,
+                          int64_t in) {
+    char *n = xprintf("%s.weight", name);
+    const char *W = matrix(G, n, w, out, in);
+    free(n);
+    if (!has_bias) return onnx_node(G->g, NULL, "Gemm", "transB=1", x, W, NULL);
+    n = xprintf("%s.bias", name);
+    const char *B = vector(G, n, b, out, 0);
+    free(n);
+    return onnx_node(G->g, NULL, "Gemm", "transB=1", x, W, B, NULL);
+}
+
+// RMSNorm over x's last axis with the weight vector w (fp32): x / sqrt(mean(x^2) + eps) * w.
+static const char *rmsnorm(Graph *G, const char *x, const char *w) {
+    const char *sq = op2(G, "Mul", x, x);
+    const char *ms = onnx_node(G->g, NULL, "ReduceMean", "axes=-1, keepdims=1", sq, NULL);
+    const char *eps = onnx_scalar(G->g, G->m->cfg.eps);
+    const char *rms = op1(G, "Sqrt", op2(G, "Add", ms, eps));
+    return op2(G, "Mul", op2(G, "Div", x, rms), w);
+}
+
+// RMSNorm by the slab's weight vector `name`.weight at off (n wide).
+static const char *norm(Graph *G, const char *x, const char *name, size_t off, int64_t n) {
+    char *wn = xprintf("%s.weight", name);
+    const char *w = vector(G, wn, off, n, G->m->cfg.norm_offset);
+    free(wn);
+    return rmsnorm(G, x, w);
+}
+
+// x (B, heads, S, D) rotated: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1] of its halves.
+static const char *rope(Graph *G, const char *x, const char *cos, const char *sin) {
+    Onnx *g = G->g;
+    int64_t D = G->m->cfg.head_dim;
+    const char *axis = ints(G, 1, (int64_t)3), *zero = ints(G, 1, (int64_t)0);
+    const char *half = ints(G, 1, D / 2), *end = ints(G, 1, D);
+    const char *x1 = onnx_node(g, NULL, "Slice", NULL, x, zero, half, axis, NULL);
+    const char *x2 = onnx_node(g, NULL, "Slice", NULL, x, half, end, axis, NULL);
+    const char *rot = onnx_node(g, NULL, "Concat", "axis=-1", op1(G, "Neg", x2), x1, NULL);
+    const char *a = op2(G, "Mul", x, cos);
+    return op2(G, "Add", a, op2(G, "Mul", rot, sin));
+}
+
+// The (B, 1, S, D) cos and sin tables of f's angles at position_ids.
+static void rope_tables(Graph *G, RopeFreqs f, const char **cos, const char **sin) {
+    Onnx *g = G->g;
+    int D = (int)G->m->cfg.head_dim;
+    float *inv = xmalloc((size_t)D / 2 * sizeof *inv);
+    for (int j = 0; j < D / 2; j++) inv[j] = (float)rope_inv_freq(f, j, D);
+    const char *freq = onnx_floats(g, NULL, inv, D / 2);
+    free(inv);
+    const char *pos = onnx_node(g, NULL, "Cast", "to=1", "position_ids", NULL);
+    pos = op2(G, "Unsqueeze", pos, ints(G, 1, (int64_t)-1));
+    const char *ang = op2(G, "Mul", pos, freq);
+    ang = onnx_node(g, NULL, "Concat", "axis=-1", ang, ang, NULL);
+    const char *one = ints(G, 1, (int64_t)1);
+    *cos = op2(G, "Unsqueeze", op1(G, "Cos", ang), one);
+    *sin = op2(G, "Unsqueeze", op1(G, "Sin", ang), one);
+}
+
+// The additive masks the layers use: query i (cache position T - S + i) sees key j when j <= its position and
+// the attention mask keeps the key; mask_window: and j is within the window (model/decoder.h's sliding_window).
+static void masks(Graph *G) {
+    Onnx *g = G->g;
+    const DecoderConfig *c = &G->m->cfg;
+    int full = 0, window = 0;
+    for (int64_t l = 0; l < c->layers; l++) {
+        window |= decoder_layer_slides(c, l);
+        full |= !decoder_layer_slides(c, l);
+    }
+    const char *zero = onnx_int(g, 0), *one = onnx_int(g, 1);
+    const char *T = op1(G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1", "attention_mask", NULL));
+    const char *S = op1(G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1", "input_ids", NULL));
+    const char *keys = onnx_node(g, NULL, "Range", NULL, zero, T, one, NULL);
+    const char *queries = onnx_node(g, NULL, "Range", NULL, op2(G, "Sub", T, S), T, one, NULL);
+    queries = op2(G, "Unsqueeze", queries, ints(G, 1, (int64_t)1));  // (S, 1)
+    const char *keep = onnx_node(g, NULL, "Cast", "to=9", "attention_mask", NULL);
+    keep = op2(G, "Unsqueeze", keep, ints(G, 2, (int64_t)1, (int64_t)2));  // (B, 1, 1, T)
+    const char *causal = op2(G, "LessOrEqual", keys, queries);  // (S, T)
+    const char *ok = onnx_scalar(g, 0), *masked = onnx_scalar(g, -1e30f);
+    if (full) G->mask = onnx_node(g, NULL, "Where", NULL, op2(G, "And", keep, causal), ok, masked, NULL);
+    if (window) {
+        const char *from = op2(G, "Sub", queries, onnx_int(g, c->sliding_window));
+        const char *near = op2(G, "And", causal, op2(G, "Greater", keys, from));
+        G->mask_window = onnx_node(g, NULL, "Where", NULL, op2(G, "And", keep, near), ok, masked, NULL);
+    }
+}
+
+// One head group's projection (B*S, heads*D) as (B, heads, S, D), its norm (Qwen3, Gemma) and RoPE.
+static const char *heads(Graph *G, const char *x, int64_t n, const char *norm_w, const char *cos,
+                         const char *sin) {
+    const char *dims = ints(G, 2, n, G->m->cfg.head_dim);
+    const char *shape = onnx_node(G->g, NULL, "Concat", "axis=0", G->shape_bs, dims, NULL);
+    x = op2(G, "Reshape", x, shape);
+    if (norm_w) x = rmsnorm(G, x, norm_w);
+    x = onnx_node(G->g, NULL, "Transpose", "perm=0,2,1,3", x, NULL);
+    return cos ? rope(G, x, cos, sin) : x;
+}
+
+// Attention of layer l: q (B, H, S, D) over the cache's keys and values k, v (B, KVH, T, D), the H/KVH query
+// heads of a key head as one (B, KVH, H/KVH * S, D) block of rows (so no key is repeated); out (B*S, H*D).
+static const char *attention(Graph *G, int64_t l, const char *q, const char *k, const char *v) {
+    Onnx *g = G->g;
+    const DecoderConfig *c = &G->m->cfg;
+    int64_t D = c->head_dim, H = c->heads, KVH = c->kv_heads;
+    AttnShape at = decoder_attn(c, l);
+    q = op2(G, "Mul", q, onnx_scalar(g, at.scale));
+    q = op2(G, "Reshape", q, ints(G, 4, (int64_t)0, KVH, (int64_t)-1, D));
+    const char *kt = onnx_node(g, NULL, "Transpose", "perm=0,1,3,2", k, NULL);
+    const char *s = op2(G, "MatMul", q, kt);
+    s = op2(G, "Reshape", s, ints(G, 4, (int64_t)0, H, (int64_t)-1, (int64_t)0));  // (B, H, S, T)
+    s = op2(G, "Add", s, at.window ? G->mask_window : G->mask);
+    s = onnx_node(g, NULL, "Softmax", "axis=-1", s, NULL);
+    s = op2(G, "Reshape", s, ints(G, 4, (int64_t)0, KVH, (int64_t)-1, (int64_t)0));
+    const char *o = op2(G, "MatMul", s, v);
+    o = op2(G, "Reshape", o, ints(G, 4, (int64_t)0, H, (int64_t)-1, D));  // (B, H, S, D)
+    o = onnx_node(g, NULL, "Transpose", "perm=0,2,1,3", o, NULL);
+    return op2(G, "Reshape", o, ints(G, 2, (int64_t)-1, H * D));
+}
+
+// The MLP's activation of gate, times up: SiLU, or Gemma's GELU in its tanh form,
+// x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+static const char *glu(Graph *G, const char *gate, const char *up) {
+    Onnx *g = G->g;
+    const char *act;
+    if (G->m->cfg.act == GLU_SILU) {
+        act = op2(G, "Mul", gate, op1(G, "Sigmoid", gate));
+    } else {
+        const char *x3 = op2(G, "Mul", op2(G, "Mul", gate, gate), gate);
+        const char *in = op2(G, "Add", gate, op2(G, "Mul", x3, onnx_scalar(g, 0.044715f)));
+        in = op2(G, "Mul", in, onnx_scalar(g, 0.7978845608028654f));
+        const char *t = op1(G, "Tanh", in);
+        t = op2(G, "Add", t, onnx_scalar(g, 1.0f));
+        act = op2(G, "Mul", op2(G, "Mul", gate, onnx_scalar(g, 0.5f)), t);
+    }
+    return op2(G, "Mul", act, up);
+}
+
+// Layer l on x (B*S, C): attention over the cache (its present keys and values as the graph's outputs), the MLP.
+static const char *layer(Graph *G, int64_t l, const char *x) {
+    Onnx *g = G->g;
+    const DecoderConfig *c = &G->m->cfg;
+    const DecoderLayout *w = &G->m->w;
+    int64_t C = c->hidden, I = c->inter, D = c->head_dim, H = c->heads, KVH = c->kv_heads;
+    int64_t Q = H * D, KV = KVH * D;
+    int local = decoder_layer_slides(c, l) && c->rope_local.theta > 0;
+    char p[96], name[128];
+    snprintf(p, sizeof p, "model.layers.%lld.", (long long)l);
+#define NAME(s) (snprintf(name, sizeof name, "%s%s", p, s), name)
+    const char *h = norm(G, x, NAME("input_layernorm"), w->ln1 + l * C, C);
+    int bias = c->attn_bias;
+    const char *q = linear(G, h, NAME("self_attn.q_proj"), w->wq + l * Q * C, bias, w->bq + l * Q, Q, C);
+    const char *k = linear(G, h, NAME("self_attn.k_proj"), w->wk + l * KV * C, bias, w->bk + l * KV, KV, C);
+    const char *v = linear(G, h, NAME("self_attn.v_proj"), w->wv + l * KV * C, bias, w->bv + l * KV, KV, C);
+    const char *qn = NULL, *kn = NULL;
+    if (c->qk_norm) {
+        qn = vector(G, NAME("self_attn.q_norm.weight"), w->qnorm + l * D, D, c->norm_offset);
+        kn = vector(G, NAME("self_attn.k_norm.weight"), w->knorm + l * D, D, c->norm_offset);
+    }
+    const char *cos = local ? G->cos_local : G->cos, *sin = local ? G->sin_local : G->sin;
+    q = heads(G, q, H, qn, cos, sin);
+    k = heads(G, k, KVH, kn, cos, sin);
+    v = heads(G, v, KVH, NULL, NULL, NULL);
+    char past_k[64], past_v[64], present_k[64], present_v[64];
+    snprintf(past_k, sizeof past_k, "past_key_values.%lld.key", (long long)l);
+    snprintf(past_v, sizeof past_v, "past_key_values.%lld.value", (long long)l);
+    snprintf(present_k, sizeof present_k, "present.%lld.key", (long long)l);
+    snprintf(present_v, sizeof present_v, "present.%lld.value", (long long)l);
+    k = onnx_node(g, present_k, "Concat", "axis=2", past_k, k, NULL);  // (B, KVH, T, D)
+    v = onnx_node(g, present_v, "Concat", "axis=2", past_v, v, NULL);
+    const char *o = attention(G, l, q, k, v);
+    o = linear(G, o, NAME("self_attn.o_proj"), w->wo + l * C * Q, 0, 0, C, Q);
+    if (c->post_norms) o = norm(G, o, NAME("post_attention_layernorm"), w->post_attn_norm + l * C, C);
+    x = op2(G, "Add", x, o);
+    const char *ln2 = c->post_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+    h = norm(G, x, NAME(ln2), w->ln2 + l * C, C);
+    const char *gate = linear(G, h, NAME("mlp.gate_proj"), w->wgate + l * I * C, 0, 0, I, C);
+    const char *up = linear(G, h, NAME("mlp.up_proj"), w->wup + l * I * C, 0, 0, I, C);
+    const char *mo = linear(G, glu(G, gate, up), NAME("mlp.down_proj"), w->wdown + l * C * I, 0, 0, C, I);
+    if (c->post_norms) mo = norm(G, mo, NAME("post_feedforward_layernorm"), w->post_mlp_norm + l * C, C);
+#undef NAME
+    return op2(G, "Add", x, mo);
+}
+
+// The graph's inputs and outputs, Optimum's names and symbolic axes.
+static void graph_io(Onnx *g, const DecoderConfig *c) {
+    onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
+    onnx_io(g, 0, "attention_mask", ONNX_INT64, "batch_size,total_sequence_length");
+    onnx_io(g, 0, "position_ids", ONNX_INT64, "batch_size,sequence_length");
+    char logits[64];
+    snprintf(logits, sizeof logits, "batch_size,sequence_length,%lld", (long long)c->vocab);
+    onnx_io(g, 1, "logits", ONNX_FLOAT, logits);
+    const char *kinds[2] = {"key", "value"};
+    for (int64_t l = 0; l < c->layers; l++) {
+        for (int i = 0; i < 2; i++) {
+            char name[64], shape[96];
+            long long kvh = c->kv_heads, D = c->head_dim;
+            snprintf(shape, sizeof shape, "batch_size,%lld,past_sequence_length,%lld", kvh, D);
+            snprintf(name, sizeof name, "past_key_values.%lld.%s", (long long)l, kinds[i]);
+            onnx_io(g, 0, name, ONNX_FLOAT, shape);
+            snprintf(shape, sizeof shape, "batch_size,%lld,total_sequence_length,%lld", kvh, D);
+            snprintf(name, sizeof name, "present.%lld.%s", (long long)l, kinds[i]);
+            onnx_io(g, 1, name, ONNX_FLOAT, shape);
+        }
+    }
+}
+
+static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
+    const DecoderConfig *c = &m->cfg;
+    const DecoderLayout *w = &m->w;
+    Graph G = {.g = g, .m = m, .wtype = wtype};
+    graph_io(g, c);
+    G.shape_bs = op1(&G, "Shape", "input_ids");
+    rope_tables(&G, c->rope, &G.cos, &G.sin);
+    if (c->rope_local.theta > 0) rope_tables(&G, c->rope_local, &G.cos_local, &G.sin_local);
+    masks(&G);
+    const char *embed = matrix(&G, "model.embed_tokens.weight", w->embed, c->vocab, c->hidden);
+    const char *x = op2(&G, "Gather", embed, "input_ids");
+    x = op2(&G, "Reshape", x, ints(&G, 2, (int64_t)-1, c->hidden));
+    if (c->embed_scaled) x = op2(&G, "Mul", x, onnx_scalar(g, decoder_embed_scale(c, m->dtype)));
+    for (int64_t l = 0; l < c->layers; l++) x = layer(&G, l, x);
+    x = norm(&G, x, "model.norm", w->norm, c->hidden);
+    const char *head = c->tied ? embed : matrix(&G, "lm_head.weight", w->lm_head, c->vocab, c->hidden);
+    const char *logits = onnx_node(g, NULL, "Gemm", "transB=1", x, head, NULL);
+    const char *shape = onnx_node(g, NULL, "Concat", "axis=0", G.shape_bs, ints(&G, 1, (int64_t)-1), NULL);
+    onnx_node(g, "logits", "Reshape", NULL, logits, shape, NULL);
+}
+
+// The files beside the graph that transformers.js (and a tokenizer) reads, copied from the model when it has them.
+static const char *const SIDE_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                         "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+                                         "generation_config.json", NULL};
+
+// config.json as the model's, its transformers.js_config naming the external data file when there is one (and
+// no other: one the model's config named may be gone).
+static void write_config(const char *dir, const char *out, const char *onnx_name, int external) {
+    char *from = path_join(dir, "config.json"), *to = path_join(out, "config.json");
+    cJSON *cfg = json_load_file(from, FILE_MAX_JSON);
+    cJSON *js = cJSON_GetObjectItemCaseSensitive(cfg, "transformers.js_config");
+    if (!cJSON_IsObject(js)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, "transformers.js_config");
+        js = cJSON_AddObjectToObject(cfg, "transformers.js_config");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(js, "use_external_data_format");
+    cJSON *ext = js && external ? cJSON_AddObjectToObject(js, "use_external_data_format") : NULL;
+    if (!js || (external && !cJSON_AddNumberToObject(ext, onnx_name, 1))) die("out of memory");
+    json_save_file(to, cfg);
+    cJSON_Delete(cfg);
+    free(from);
+    free(to);
+}
+
+// generation_config.json when the model has none: its bos and eos (those it has).
+static void write_generation_config(const DecoderConfig *c, const char *out) {
+    char *to = path_join(out, "generation_config.json");
+    cJSON *gen = cJSON_CreateObject();
+    if (!gen || (c->bos_id >= 0 && !cJSON_AddNumberToObject(gen, "bos_token_id", (double)c->bos_id)) ||
+        (c->eos_id >= 0 && !cJSON_AddNumberToObject(gen, "eos_token_id", (double)c->eos_id)))
+        die("out of memory");
+    json_save_file(to, gen);
+    cJSON_Delete(gen);
+    free(to);
+}
+
+size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, int external) {
+    Onnx g = {0};
+    decoder_graph(&g, m, f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
+    onnx_check_range(&g);  // before anything is written
+    size_t bytes = onnx_weight_bytes(&g);
+    external = external || bytes > INLINE_MAX;
+    const char *onnx_name = f16 ? "model_fp16.onnx" : "model.onnx";
+    char *sub = path_join(out, "onnx");
+    dir_create(sub);
+    char *path = path_join(sub, onnx_name), *data = xprintf("%s_data", onnx_name);
+    onnx_write(&g, path, external ? data : NULL, 1);
+    write_config(dir, out, onnx_name, external);
+    for (int i = 0; SIDE_FILES[i]; i++) {
+        char *from = path_join(dir, SIDE_FILES[i]), *to = path_join(out, SIDE_FILES[i]);
+        if (file_exists(from)) file_copy(from, to);
+        free(from);
+        free(to);
+    }
+    char *gen = path_join(dir, "generation_config.json");
+    if (!file_exists(gen)) write_generation_config(&m->cfg, out);
+    dir_fsync(out);
+    free(gen);
+    free(sub);
+    free(path);
+    free(data);
+    onnx_free(&g);
+    return bytes;
+}
