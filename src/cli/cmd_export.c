@@ -311,13 +311,40 @@ static void load_merged(Decoder *m, const char *dir, const char *adapter) {
     lora_free(&lora);
 }
 
+// A vision-language model's ONNX: its vision graph for images of `size` (WxH).
+static int onnx_vision_main(const char *dir, const char *out, const char *size, int f16) {
+    int width, height, end = 0;
+    if (!size || sscanf(size, "%dx%d%n", &width, &height, &end) != 2 || size[end] || width < 1 || height < 1)
+        die("%s: a vision-language model's ONNX needs --image-size WxH (its vision graph is static)%s%s", dir,
+            size ? ", not " : "", size ? size : "");
+    char *cfg_path = path_join(dir, "config.json");
+    cJSON *cfg = json_load_file(cfg_path, FILE_MAX_JSON);
+    VisionConfig vc;
+    vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), cfg_path);
+    VlProcessor p;
+    vl_processor_load(&p, dir);
+    vision_check(&vc, p.patch, p.temporal, p.merge, 0, dir);
+    Vision v;
+    vision_load(&v, &vc, dir);
+    export_onnx_vision(&v, &p, width, height, out, f16);
+    fprintf(stderr, "grpo export: wrote %s/onnx/vision_encoder%s.onnx; the language model's graph (M-RoPE, "
+            "inputs_embeds) is not built yet\n", out, f16 ? "_fp16" : "");
+    vision_free(&v);
+    cJSON_Delete(cfg);
+    free(cfg_path);
+    return 0;
+}
+
 // --format onnx: the folder, or a one-line refusal.
-static int onnx_main(const char *dir, const char *adapter, const char *out, const char *dts, int external) {
+static int onnx_main(const char *dir, const char *adapter, const char *out, const char *dts, int external,
+                     const char *image_size) {
     if (strcmp(dts, "f32") && strcmp(dts, "f16"))
         die("option --dtype: ONNX export takes f32 or f16, not \"%s\"", dts);
     DecoderConfig c;
     decoder_config_read(&c, dir);
-    if (c.vl) die("%s: a vision-language model's ONNX (its vision graph) is not built yet", dir);
+    if (c.vl && adapter) die("option --adapter: a vision-language model's ONNX is its vision graph (frozen)");
+    if (c.vl) return onnx_vision_main(dir, out, image_size, !strcmp(dts, "f16"));
+    if (image_size) die("option --image-size: %s is not a vision-language model", dir);
     if (c.score_labels) die("%s: a reward model's ONNX (a classifier's graph) is not built yet", dir);
     char *tok = path_join(dir, "tokenizer.json");
     if (!file_exists(tok)) die("%s: no tokenizer.json: the exported folder would have no tokenizer", dir);
@@ -340,6 +367,7 @@ int cmd_export(int argc, char **argv) {
         {"--out", "PATH", "the file (gguf) or folder (onnx) to write", NULL, 1},
         {"--dtype", "f32|f16|bf16|q8_0", "the matrices' type (norms, biases stay f32; onnx: f32 or f16)", "f16", 0},
         {"--external-data", NULL, "onnx: the weights in a file beside the graph even under 2 GB", NULL, 0},
+        {"--image-size", "WxH", "onnx of a VL model: the image size its static vision graph takes", NULL, 0},
         {"--force", NULL, "overwrite --out", NULL, 0},
     };
     CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf|onnx --out PATH [--dtype ...]",
@@ -349,7 +377,7 @@ int cmd_export(int argc, char **argv) {
                     "(a matrix whose rows are not whole blocks of 32 is f16, as the converter does). onnx: a\n"
                     "folder in Hugging Face Optimum's layout (onnx/model.onnx, or model_fp16.onnx, with its KV\n"
                     "cache, beside the config and tokenizer) that onnxruntime and transformers.js load, for\n"
-                    "every text model.",
+                    "every text model; of a vision-language model, its vision graph for one image size.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *dir = cli_str(&spec, "--model"), *out = cli_str(&spec, "--out"), *fmt = cli_str(&spec, "--format");
@@ -358,7 +386,9 @@ int cmd_export(int argc, char **argv) {
     if (!cli_str(&spec, "--force") && file_exists(out))
         die("%s exists; choose another --out or pass --force", out);
     int external = cli_str(&spec, "--external-data") != NULL;
-    if (!strcmp(fmt, "onnx")) return onnx_main(dir, adapter, out, dts, external);
+    const char *image_size = cli_str(&spec, "--image-size");
+    if (!strcmp(fmt, "onnx")) return onnx_main(dir, adapter, out, dts, external, image_size);
+    if (image_size) die("option --image-size: only --format onnx has a vision graph");
     if (external) die("option --external-data: only --format onnx has external data");
     static const struct {
         const char *name;

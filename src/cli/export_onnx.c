@@ -10,6 +10,7 @@
 // weight), so its inputs and outputs are fp32 as the f32 file's are.
 #include "cli/export_onnx.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "base/json.h"
 #include "base/util.h"
 #include "io/onnx.h"
+#include "model/vl_processor.h"
 
 #define INLINE_MAX ((size_t)2000000000)  // protobuf's messages stop at 2 GiB: weights past 2 GB go beside
 
@@ -82,11 +84,10 @@ static const char *linear(Graph *G, const char *x, const char *name, size_t w, i
 }
 
 // RMSNorm over x's last axis with the weight vector w (fp32): x / sqrt(mean(x^2) + eps) * w.
-static const char *rmsnorm(Graph *G, const char *x, const char *w) {
+static const char *rmsnorm(Graph *G, const char *x, const char *w, float eps) {
     const char *sq = op2(G, "Mul", x, x);
     const char *ms = onnx_node(G->g, NULL, "ReduceMean", "axes=-1, keepdims=1", sq, NULL);
-    const char *eps = onnx_scalar(G->g, G->m->cfg.eps);
-    const char *rms = op1(G, "Sqrt", op2(G, "Add", ms, eps));
+    const char *rms = op1(G, "Sqrt", op2(G, "Add", ms, onnx_scalar(G->g, eps)));
     return op2(G, "Mul", op2(G, "Div", x, rms), w);
 }
 
@@ -95,14 +96,13 @@ static const char *norm(Graph *G, const char *x, const char *name, size_t off, i
     char *wn = xprintf("%s.weight", name);
     const char *w = vector(G, wn, off, n, G->m->cfg.norm_offset);
     free(wn);
-    return rmsnorm(G, x, w);
+    return rmsnorm(G, x, w, G->m->cfg.eps);
 }
 
-// x (B, heads, S, D) rotated: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1] of its halves.
-static const char *rope(Graph *G, const char *x, const char *cos, const char *sin) {
+// x (..., D) rotated: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1] of its halves.
+static const char *rope(Graph *G, const char *x, int64_t D, const char *cos, const char *sin) {
     Onnx *g = G->g;
-    int64_t D = G->m->cfg.head_dim;
-    const char *axis = ints(G, 1, (int64_t)3), *zero = ints(G, 1, (int64_t)0);
+    const char *axis = ints(G, 1, (int64_t)-1), *zero = ints(G, 1, (int64_t)0);
     const char *half = ints(G, 1, D / 2), *end = ints(G, 1, D);
     const char *x1 = onnx_node(g, NULL, "Slice", NULL, x, zero, half, axis, NULL);
     const char *x2 = onnx_node(g, NULL, "Slice", NULL, x, half, end, axis, NULL);
@@ -162,9 +162,9 @@ static const char *heads(Graph *G, const char *x, int64_t n, const char *norm_w,
     const char *dims = ints(G, 2, n, G->m->cfg.head_dim);
     const char *shape = onnx_node(G->g, NULL, "Concat", "axis=0", G->shape_bs, dims, NULL);
     x = op2(G, "Reshape", x, shape);
-    if (norm_w) x = rmsnorm(G, x, norm_w);
+    if (norm_w) x = rmsnorm(G, x, norm_w, G->m->cfg.eps);
     x = onnx_node(G->g, NULL, "Transpose", "perm=0,2,1,3", x, NULL);
-    return cos ? rope(G, x, cos, sin) : x;
+    return cos ? rope(G, x, G->m->cfg.head_dim, cos, sin) : x;
 }
 
 // Attention of layer l: q (B, H, S, D) over the cache's keys and values k, v (B, KVH, T, D), the H/KVH query
@@ -294,6 +294,191 @@ static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
     const char *logits = onnx_node(g, NULL, "Gemm", "transB=1", x, head, NULL);
     const char *shape = onnx_node(g, NULL, "Concat", "axis=0", G.shape_bs, ints(&G, 1, (int64_t)-1), NULL);
     onnx_node(g, "logits", "Reshape", NULL, logits, shape, NULL);
+}
+
+// ---- The vision tower of a Qwen2.5-VL / Qwen2-VL model, for one image size (a static graph):
+//   pixel_values (N, 3 * temporal * patch^2), the processor's patches, and grid_thw (1, 3), which transformers.js
+//   feeds and the graph does not read (its grid is fixed) -> image_features (N / merge^2, out_hidden)
+// The windows' order, the 2-D rotations and the windows' masks are constants of the grid.
+
+// A matrix (rows, cols) of the tower's (fp32), stored as the file's type, read as fp32.
+static const char *fmatrix(Graph *G, const char *name, const float *w, int64_t rows, int64_t cols) {
+    int64_t dims[2] = {rows, cols};
+    const char *t = onnx_weight(G->g, name, w, DTYPE_F32, G->wtype, 2, dims);
+    return G->wtype == ONNX_FLOAT ? t : onnx_node(G->g, NULL, "Cast", "to=1", t, NULL);
+}
+
+// x (rows, in) @ W^T + b for the tower's Linear `name` (W (out, in), b (out)).
+static const char *flinear(Graph *G, const char *x, const char *name, const float *w, const float *b, int64_t out,
+                           int64_t in) {
+    char *n = xprintf("%s.weight", name);
+    const char *W = fmatrix(G, n, w, out, in);
+    free(n);
+    n = xprintf("%s.bias", name);
+    const char *B = onnx_floats(G->g, n, b, out);
+    free(n);
+    return onnx_node(G->g, NULL, "Gemm", "transB=1", x, W, B, NULL);
+}
+
+// The tower's norm `name` of x (rows, C): RMSNorm, or with a bias (Qwen2-VL) LayerNorm.
+static const char *fnorm(Graph *G, const char *x, const char *name, const float *w, const float *b, int64_t C,
+                         float eps) {
+    char *n = xprintf("%s.weight", name);
+    const char *W = onnx_floats(G->g, n, w, C);
+    free(n);
+    if (!b) return rmsnorm(G, x, W, eps);
+    n = xprintf("%s.bias", name);
+    const char *B = onnx_floats(G->g, n, b, C);
+    free(n);
+    char *attrs = xprintf("axis=-1 epsilon=%.9e", (double)eps);
+    const char *y = onnx_node(G->g, NULL, "LayerNormalization", attrs, x, W, B, NULL);
+    free(attrs);
+    return y;
+}
+
+// An (N, N) additive mask of the segments seg[0..n_seg] (rows): 0 within one, -1e30 across.
+static const char *segment_mask(Graph *G, const int64_t *seg, int n_seg, int64_t N) {
+    float *m = xmalloc((size_t)(N * N) * sizeof *m);
+    for (int a = 0; a < n_seg; a++)
+        for (int64_t i = seg[a]; i < seg[a + 1]; i++)
+            for (int64_t j = 0; j < N; j++) m[i * N + j] = j >= seg[a] && j < seg[a + 1] ? 0.0f : -1e30f;
+    const char *t = onnx_floats(G->g, NULL, m, N * N);
+    free(m);
+    return op2(G, "Reshape", t, ints(G, 2, N, N));
+}
+
+// Block l of the tower on x (N, C) in window order; mask: its attention's (NULL: the whole image).
+static const char *vision_block(Graph *G, const Vision *v, int l, const char *x, const char *cos, const char *sin,
+                                const char *mask, int64_t N) {
+    const VisionConfig *c = &v->cfg;
+    const VisionBlock *b = &v->blocks[l];
+    int64_t C = c->hidden, H = c->heads, D = C / H, I = c->intermediate;
+    char p[64], name[128];
+    snprintf(p, sizeof p, "visual.blocks.%d.", l);
+#define NAME(s) (snprintf(name, sizeof name, "%s%s", p, s), name)
+    const char *h = fnorm(G, x, NAME("norm1"), b->norm1, b->norm1_b, C, c->eps);
+    const char *qkv = flinear(G, h, NAME("attn.qkv"), b->qkv_w, b->qkv_b, 3 * C, C);
+    qkv = op2(G, "Reshape", qkv, ints(G, 4, N, (int64_t)3, H, D));
+    qkv = onnx_node(G->g, NULL, "Transpose", "perm=1,2,0,3", qkv, NULL);  // (3, H, N, D)
+    const char *q = onnx_node(G->g, NULL, "Gather", "axis=0", qkv, onnx_int(G->g, 0), NULL);
+    const char *k = onnx_node(G->g, NULL, "Gather", "axis=0", qkv, onnx_int(G->g, 1), NULL);
+    const char *val = onnx_node(G->g, NULL, "Gather", "axis=0", qkv, onnx_int(G->g, 2), NULL);
+    q = rope(G, q, D, cos, sin);
+    k = rope(G, k, D, cos, sin);
+    q = op2(G, "Mul", q, onnx_scalar(G->g, 1.0f / sqrtf((float)D)));
+    const char *kt = onnx_node(G->g, NULL, "Transpose", "perm=0,2,1", k, NULL);
+    const char *s = op2(G, "MatMul", q, kt);  // (H, N, N)
+    if (mask) s = op2(G, "Add", s, mask);
+    s = onnx_node(G->g, NULL, "Softmax", "axis=-1", s, NULL);
+    const char *o = op2(G, "MatMul", s, val);
+    o = onnx_node(G->g, NULL, "Transpose", "perm=1,0,2", o, NULL);
+    o = op2(G, "Reshape", o, ints(G, 2, N, C));
+    o = flinear(G, o, NAME("attn.proj"), b->proj_w, b->proj_b, C, C);
+    x = op2(G, "Add", x, o);
+    h = fnorm(G, x, NAME("norm2"), b->norm2, b->norm2_b, C, c->eps);
+    const char *a;
+    if (c->qwen2) {  // fc1, quick_gelu (x sigmoid(1.702 x)), fc2
+        a = flinear(G, h, NAME("mlp.fc1"), b->up_w, b->up_b, I, C);
+        const char *z = op1(G, "Sigmoid", op2(G, "Mul", a, onnx_scalar(G->g, 1.702f)));
+        a = op2(G, "Mul", a, z);
+        o = flinear(G, a, NAME("mlp.fc2"), b->down_w, b->down_b, C, I);
+    } else {  // SwiGLU with biases
+        const char *gate = flinear(G, h, NAME("mlp.gate_proj"), b->gate_w, b->gate_b, I, C);
+        const char *up = flinear(G, h, NAME("mlp.up_proj"), b->up_w, b->up_b, I, C);
+        a = op2(G, "Mul", op2(G, "Mul", gate, op1(G, "Sigmoid", gate)), up);
+        o = flinear(G, a, NAME("mlp.down_proj"), b->down_w, b->down_b, C, I);
+    }
+#undef NAME
+    return op2(G, "Add", x, o);
+}
+
+// The (N, D) cos and sin tables in rotate-half layout from vision_rope's rows (cos h, cos w, sin h, sin w).
+static void vision_tables(Graph *G, const float *cs, int64_t N, int64_t D, const char **cos, const char **sin) {
+    float *c = xmalloc((size_t)(N * D) * sizeof *c), *s = xmalloc((size_t)(N * D) * sizeof *s);
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t j = 0; j < D; j++) {
+            c[r * D + j] = cs[r * D + j % (D / 2)];
+            s[r * D + j] = cs[r * D + D / 2 + j % (D / 2)];
+        }
+    const char *shape = ints(G, 2, N, D);
+    *cos = op2(G, "Reshape", onnx_floats(G->g, NULL, c, N * D), shape);
+    *sin = op2(G, "Reshape", onnx_floats(G->g, NULL, s, N * D), shape);
+    free(c);
+    free(s);
+}
+
+// The tower and its merger for the grid of one image (t = 1).
+static void vision_graph(Onnx *g, const Vision *v, const int grid[3], int64_t patch_dim, OnnxType wtype) {
+    const VisionConfig *c = &v->cfg;
+    Graph G = {.g = g, .wtype = wtype};
+    int64_t U = (int64_t)c->merge * c->merge, N = (int64_t)grid[0] * grid[1] * grid[2], units = N / U;
+    int64_t C = c->hidden, D = C / c->heads;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lld,%lld", (long long)N, (long long)patch_dim);
+    onnx_io(g, 0, "pixel_values", ONNX_FLOAT, shape);
+    onnx_io(g, 0, "grid_thw", ONNX_INT64, "1,3");
+    snprintf(shape, sizeof shape, "%lld,%d", (long long)units, c->out_hidden);
+    onnx_io(g, 1, "image_features", ONNX_FLOAT, shape);
+    int64_t *index = xmalloc((size_t)units * sizeof *index), *seg = xmalloc((size_t)(units + 2) * sizeof *seg);
+    int n_seg = vision_windows(c, grid, index, seg);
+    int64_t *perm = xmalloc((size_t)N * sizeof *perm), *back = xmalloc((size_t)N * sizeof *back);
+    for (int64_t u = 0; u < units; u++)  // row u*U + k of the window order is the image's patch index[u]*U + k
+        for (int64_t k = 0; k < U; k++) {
+            perm[u * U + k] = index[u] * U + k;
+            back[index[u] * U + k] = u * U + k;
+        }
+    float *cs = xmalloc((size_t)(N * D) * sizeof *cs);
+    vision_rope(c, grid, index, cs);
+    const char *cos, *sin;
+    vision_tables(&G, cs, N, D, &cos, &sin);
+    for (int a = 0; a <= n_seg; a++) seg[a] *= U;  // in patches
+    const char *windows = c->qwen2 ? NULL : segment_mask(&G, seg, n_seg, N);  // an image is one frame:
+                                                                              // full blocks see all of it
+    const char *x = fmatrix(&G, "visual.patch_embed.proj.weight", v->patch_w, C, patch_dim);
+    x = onnx_node(g, NULL, "Gemm", "transB=1", "pixel_values", x, NULL);
+    x = onnx_node(g, NULL, "Gather", "axis=0", x, onnx_ints(g, (int)N, perm), NULL);
+    for (int l = 0; l < c->depth; l++) {
+        int full = c->qwen2;
+        for (int i = 0; i < c->n_fullatt; i++) full |= c->fullatt[i] == l;
+        x = vision_block(&G, v, l, x, cos, sin, full ? NULL : windows, N);
+    }
+    x = onnx_node(g, NULL, "Gather", "axis=0", x, onnx_ints(g, (int)N, back), NULL);  // the image's order
+    const VisionMerger *w = &v->merger;
+    x = fnorm(&G, x, "visual.merger.ln_q", w->ln_q, w->ln_q_b, C, c->eps);
+    x = op2(&G, "Reshape", x, ints(&G, 2, units, U * C));
+    x = flinear(&G, x, "visual.merger.mlp.0", w->w0, w->b0, U * C, U * C);
+    const char *e = op1(&G, "Erf", op2(&G, "Mul", x, onnx_scalar(g, 0.70710678118654752f)));  // exact GELU
+    e = op2(&G, "Mul", op2(&G, "Mul", x, onnx_scalar(g, 0.5f)), op2(&G, "Add", e, onnx_scalar(g, 1.0f)));
+    x = flinear(&G, e, "visual.merger.mlp.2", w->w2, w->b2, c->out_hidden, U * C);
+    onnx_node(g, "image_features", "Identity", NULL, x, NULL);
+    free(index);
+    free(seg);
+    free(perm);
+    free(back);
+    free(cs);
+}
+
+void export_onnx_vision(const Vision *v, const VlProcessor *p, int width, int height, const char *out, int f16) {
+    int rh, rw;
+    char err[160];
+    if (vl_smart_resize(height, width, p->patch * p->merge, p->min_pixels, p->max_pixels, &rh, &rw, err,
+                        sizeof err))
+        die("option --image-size: %s", err);
+    int grid[3] = {1, rh / p->patch, rw / p->patch};
+    Onnx g = {0};
+    vision_graph(&g, v, grid, vl_patch_dim(p), f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
+    onnx_check_range(&g);
+    char *sub = path_join(out, "onnx");
+    dir_create(sub);
+    const char *name = f16 ? "vision_encoder_fp16.onnx" : "vision_encoder.onnx";
+    char *path = path_join(sub, name), *data = xprintf("%s_data", name);
+    onnx_write(&g, path, onnx_weight_bytes(&g) > INLINE_MAX ? data : NULL, 1);
+    fprintf(stderr, "grpo export: the vision graph takes %d x %d images (resized to %d x %d: %d x %d patches)\n",
+            width, height, rw, rh, grid[2], grid[1]);
+    free(sub);
+    free(path);
+    free(data);
+    onnx_free(&g);
 }
 
 // The files beside the graph that transformers.js (and a tokenizer) reads, copied from the model when it has them.

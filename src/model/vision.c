@@ -264,7 +264,8 @@ void vision_free(Vision *v) {
 // Qwen2.5-VL's window order: the merged units (t, row, column) visited window by window (windows of ws x ws
 // units, row-major, the last ones cut by the grid's edge), each row-major inside. index[i]: the unit at window
 // position i; seg: unit offsets of each window (n_seg + 1 of them).
-static int window_order(const int grid[3], int merge, int ws, int64_t *index, int64_t *seg) {
+int vision_windows(const VisionConfig *c, const int grid[3], int64_t *index, int64_t *seg) {
+    int merge = c->merge, ws = c->window / c->merge / c->patch;
     int LH = grid[1] / merge, LW = grid[2] / merge, n_seg = 0;
     int64_t at = 0;
     seg[0] = 0;
@@ -277,6 +278,29 @@ static int window_order(const int grid[3], int merge, int ws, int64_t *index, in
                 seg[++n_seg] = at;
             }
     return n_seg;
+}
+
+void vision_rope(const VisionConfig *c, const int grid[3], const int64_t *index, float *cs) {
+    int M = c->merge, U = M * M, D = c->hidden / c->heads, Q = D / 4;  // Q: inv_freq entries (D/2 over pairs)
+    int64_t units = (int64_t)grid[0] * grid[1] * grid[2] / U, per_t = (int64_t)grid[1] * grid[2];
+    float *inv = xmalloc((size_t)Q * sizeof *inv);
+    for (int j = 0; j < Q; j++) inv[j] = (float)(1.0 / pow(10000.0, (double)(2 * j) / (D / 2)));
+    for (int64_t u = 0; u < units; u++) {
+        int64_t r = index[u] % (per_t / U);  // the unit's place in its frame
+        int64_t bh = r / (grid[2] / M), bw = r % (grid[2] / M);
+        for (int k = 0; k < U; k++) {
+            double hpos = (double)(bh * M + k / M), wpos = (double)(bw * M + k % M);
+            float *cr = cs + (u * U + k) * D;
+            for (int j = 0; j < Q; j++) {
+                double ah = hpos * inv[j], aw = wpos * inv[j];
+                cr[j] = (float)cos(ah);
+                cr[Q + j] = (float)cos(aw);
+                cr[D / 2 + j] = (float)sin(ah);
+                cr[D / 2 + Q + j] = (float)sin(aw);
+            }
+        }
+    }
+    free(inv);
 }
 
 // Sum of a[i] * b[i] in 8 partial sums (vectorises; the order is fixed, so results do not depend on threads).
@@ -350,7 +374,7 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
     // window order of the merged units, and each frame as one segment for the full-attention blocks
     int64_t *index = xmalloc((size_t)units * sizeof *index);
     int64_t *wseg = xmalloc((size_t)(units + 2) * sizeof *wseg);
-    int n_wseg = window_order(grid, M, c->window / M / c->patch, index, wseg);
+    int n_wseg = vision_windows(c, grid, index, wseg);
     for (int s = 0; s <= n_wseg; s++) wseg[s] *= U;  // in patches
     int64_t *fseg = xmalloc((size_t)(grid[0] + 1) * sizeof *fseg);
     for (int t = 0; t <= grid[0]; t++) fseg[t] = t * per_t;
@@ -358,28 +382,10 @@ void vision_hidden(const Vision *v, const float *patches, const int grid[3], flo
     float *x = xmalloc((size_t)(N * C) * sizeof *x), *cs = xmalloc((size_t)(N * D) * sizeof *cs);
     float *emb = xmalloc((size_t)(N * C) * sizeof *emb);
     matmul_forward(emb, patches, v->patch_w, NULL, DTYPE_F32, N, PD, C);
-    int Q = D / 4;  // inv_freq entries (the rotary dim D/2 over pairs)
-    float *inv = xmalloc((size_t)Q * sizeof *inv);
-    for (int j = 0; j < Q; j++) inv[j] = (float)(1.0 / pow(10000.0, (double)(2 * j) / (D / 2)));
-    for (int64_t u = 0; u < units; u++) {
-        int64_t src = index[u], r = src % (per_t / U);  // the unit's place in its frame
-        int64_t bh = r / (grid[2] / M), bw = r % (grid[2] / M);
-        for (int k = 0; k < U; k++) {
-            int64_t row = u * U + k, from = src * U + k;
-            memcpy(x + row * C, emb + from * C, (size_t)C * sizeof *x);
-            double hpos = (double)(bh * M + k / M), wpos = (double)(bw * M + k % M);
-            float *cr = cs + row * D;
-            for (int j = 0; j < Q; j++) {
-                double ah = hpos * inv[j], aw = wpos * inv[j];
-                cr[j] = (float)cos(ah);
-                cr[Q + j] = (float)cos(aw);
-                cr[D / 2 + j] = (float)sin(ah);
-                cr[D / 2 + Q + j] = (float)sin(aw);
-            }
-        }
-    }
+    for (int64_t u = 0; u < units; u++)
+        memcpy(x + u * U * C, emb + index[u] * U * C, (size_t)(U * C) * sizeof *x);
+    vision_rope(c, grid, index, cs);
     free(emb);
-    free(inv);
     int64_t I = c->intermediate;
     float *h = xmalloc((size_t)(N * C) * sizeof *h), *qkv = xmalloc((size_t)(N * 3 * C) * sizeof *qkv);
     float *att = xmalloc((size_t)(N * C) * sizeof *att), *o = xmalloc((size_t)(N * C) * sizeof *o);

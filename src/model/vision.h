@@ -72,6 +72,13 @@ size_t vision_forward_bytes(const VisionConfig *c, int64_t patches, int threads)
 // Dies naming `where` unless the image processor's patches are the tower's (patch_size, temporal_patch_size,
 // merge_size) and, with lm_hidden > 0, its features are the language model's width.
 void vision_check(const VisionConfig *c, int patch, int temporal, int merge, int64_t lm_hidden, const char *where);
+// The grid's merged units in the order the windowed blocks see them (index: units entries, each a unit of the
+// image's row-major order; seg: the windows' bounds in units, n_seg + 1 of them, units + 2 room); returns n_seg.
+int vision_windows(const VisionConfig *c, const int grid[3], int64_t *index, int64_t *seg);
+// Each patch's rotation, rows in that order (unit index[u]'s merge^2 patches at rows u * merge^2 ...): cs holds
+// t*h*w rows of D = hidden / heads: the cos of its row's and its column's angles (a quarter of D each), then
+// their sins.
+void vision_rope(const VisionConfig *c, const int grid[3], const int64_t *index, float *cs);
 // The tower without its merger: hidden (t*h*w / merge^2 rows of merge^2 * hidden) each merged unit's patches'
 // last hidden states, in the order of the image's merged units (row-major), the merger's input.
 void vision_hidden(const Vision *v, const float *patches, const int grid[3], float *hidden);

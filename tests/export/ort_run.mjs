@@ -9,6 +9,8 @@
 //     generate's K new ids: {"tokens"}
 //   {"bench": true, "prompt": ids, "n": K} (bench/export.py): after a warm-up pass, the seconds of the prompt's
 //     prefill and of K greedy tokens after it: {"prefill_seconds", "decode_seconds", "decoded"}
+//   {"vision": FILE}: the patches of vl_tool --features' FILE (int32 t, h, w, patch dim, out_hidden; the float32
+//     patches) through a vision graph ("file": onnx/vision_encoder.onnx): {"features": flat float32 values}
 // Log-probs: log-softmax of the float32 logits, in double.
 import {readFileSync} from "node:fs";
 import * as path from "node:path";
@@ -114,10 +116,23 @@ async function transformers(req) {
     return {tokens: Array.from(out.data, Number).slice(ids.length)};
 }
 
+async function vision(req) {
+    const buf = readFileSync(req.vision);
+    const [t, h, w, dim] = [0, 1, 2, 3].map((i) => buf.readInt32LE(4 * i));
+    const n = t * h * w;
+    const patches = new Float32Array(buf.buffer.slice(buf.byteOffset + 20, buf.byteOffset + 20 + 4 * n * dim));
+    const sess = await ort.InferenceSession.create(path.join(req.model, req.file), {intraOpNumThreads: 2});
+    const out = await sess.run({
+        pixel_values: new ort.Tensor("float32", patches, [n, dim]),
+        grid_thw: new ort.Tensor("int64", ids64([t, h, w]), [1, 3]),
+    });
+    return {features: Array.from(out.image_features.data)};
+}
+
 const answers = [];
 for (const req of JSON.parse(readFileSync(0, "utf8"))) {
-    if (req.transformers) {
-        answers.push(await transformers(req));
+    if (req.transformers || req.vision) {
+        answers.push(await (req.vision ? vision(req) : transformers(req)));
         continue;
     }
     const s = await open(req);

@@ -8,7 +8,8 @@ checkpoints of transformers 4's ("visual.*") and 5's ("model.visual.*") names, o
 partial windows at the edges: grpo's features must equal the reference's within 1e-4 (fp32 against fp64);
 the patches the tower reads are checked against tests/io/image_test.py's Pillow reference first.
 M-RoPE (src/model/vl_rope.c): the positions of token sequences with images against a port of transformers'
-get_rope_index, and the rotation table against the float64 angles of apply_multimodal_rotary_pos_emb."""
+get_rope_index, and the rotation table against the float64 angles of apply_multimodal_rotary_pos_emb.
+vl_onnx: grpo export's static ONNX vision graph in onnxruntime (tests/export/ort_run.mjs) against grpo's tower."""
 import argparse
 import base64
 import concurrent.futures
@@ -1309,6 +1310,58 @@ def g_vl_device():
           st == 200 and ch.get("token_ids") == got["tokens"] and rc == 0, f"{st} {str(a)[:400]} exit {rc}")
 
 
+def g_vl_onnx():
+    """grpo export --format onnx --image-size of a Qwen2.5-VL and a Qwen2-VL model: onnxruntime runs the static
+    vision graph on the processor's patches of an image of that size to grpo's features (1e-4; vl_tool
+    --features), and its f16 graph to grpo's features with the tower's matrices rounded to f16."""
+    runner = os.path.join(HERE, "..", "export", "ort_run.mjs")
+    probe = subprocess.run(["node", "-e", "import('onnxruntime-node')"], cwd=os.path.dirname(runner),
+                           capture_output=True, text=True)
+    if probe.returncode:
+        print(f"SKIPPED vl_onnx: onnxruntime-node cannot load here: {probe.stderr.strip()[-300:]}")
+        return
+    img = os.path.join(TMP, "onnx_img.png")
+    Image.fromarray(image_test.content(300, 200, 8)).save(img)
+
+    def ort_features(d, dtype):
+        out = f"{d}.onnx.{dtype}"
+        r = grpo(["export", "--model", d, "--format", "onnx", "--dtype", dtype, "--image-size", "300x200",
+                  "--out", out, "--force"])
+        if r.returncode:
+            raise AssertionError(f"grpo export: {r.stderr[-500:]}")
+        patches, feat, grid = run_tool(d, img)  # TMP/vision.bin: the runner reads its patches
+        name = "vision_encoder.onnx" if dtype == "f32" else "vision_encoder_fp16.onnx"
+        q = [{"model": out, "file": "onnx/" + name, "vision": os.path.join(TMP, "vision.bin")}]
+        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
+        if a.returncode:
+            raise AssertionError(f"ort_run.mjs: {a.stderr[-500:]}")
+        return np.array(json.loads(a.stdout)[0]["features"], np.float32).reshape(feat.shape), feat, grid
+
+    for seed, qwen2 in ((61, False), (62, True)):
+        d = os.path.join(TMP, f"vl_onnx{seed}")
+        make_vl(d, seed, False, qwen2=qwen2)
+        got, want, grid = ort_features(d, "f32")
+        err = float(np.abs(got - want).max())
+        kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL (windows, a full-attention block)"
+        check(f"vl_onnx {kind}: onnxruntime's features of the static vision graph (grid {grid[1]} x {grid[2]}) are "
+              f"grpo's ({TOL})", err <= TOL and np.abs(want).max() > 0.1, f"max diff {err:.2e}")
+        r16 = d + ".f16rounded"
+        shutil.rmtree(r16, ignore_errors=True)
+        shutil.copytree(d, r16)
+        w = ref.load_safetensors(os.path.join(d, "model.safetensors"))
+        w = {k: t.half().float() if k.startswith("visual.") and t.dim() >= 2 else t for k, t in w.items()}
+        ref.save_safetensors(os.path.join(r16, "model.safetensors"), w, metadata={"format": "pt"})
+        got16, _, _ = ort_features(d, "f16")
+        _, want16, _ = run_tool(r16, img)
+        err16, moved = float(np.abs(got16 - want16).max()), float(np.abs(want16 - want).max())
+        check(f"vl_onnx {kind}: the f16 graph's features are grpo's with the tower's matrices rounded to f16 "
+              f"({TOL}, where the rounding moves them)", err16 <= TOL < moved, f"max diff {err16:.2e}; "
+              f"the rounding's effect {moved:.2e}")
+    r = grpo(["export", "--model", d, "--format", "onnx", "--out", os.path.join(TMP, "vl_refused")])
+    check("grpo export --format onnx of a VL model without --image-size is refused in one line", r.returncode == 1
+          and r.stderr.count("\n") == 1 and "--image-size WxH" in r.stderr, r.stderr.strip())
+
+
 def main():
     global TOOL, ROPE_TOOL, GRPO, TMP, DEVICE, VL_DEVICE, QWEN_TOK
     ap = argparse.ArgumentParser()
@@ -1329,7 +1382,7 @@ def main():
     groups = {"tower": g_tower, "rope": g_rope, "vl_forward": g_vl_forward, "vl_response_pads": g_vl_response_pads,
               "vl_grad": g_vl_grad, "vl_generate": g_vl_generate, "vl_grpo": g_vl_grpo, "vl_merger": g_vl_merger,
               "vl_sft": g_vl_sft, "vl_parquet": g_vl_parquet,
-              "vl_cli": g_vl_cli, "vl_device": g_vl_device}
+              "vl_cli": g_vl_cli, "vl_device": g_vl_device, "vl_onnx": g_vl_onnx}
     return run_groups(lambda: None, groups, a.only)
 
 
