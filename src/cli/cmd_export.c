@@ -311,8 +311,9 @@ static void load_merged(Decoder *m, const char *dir, const char *adapter) {
     lora_free(&lora);
 }
 
-// A vision-language model's ONNX: its vision graph for images of `size` (WxH).
-static int onnx_vision_main(const char *dir, const char *out, const char *size, int f16) {
+// A vision-language model's ONNX: its language model (transformers.js's embed_tokens and decoder_model_merged) and
+// its vision graph for images of `size` (WxH).
+static int onnx_vl_main(const char *dir, const char *out, const char *size, int f16, int external) {
     int width, height, end = 0;
     if (!size || sscanf(size, "%dx%d%n", &width, &height, &end) != 2 || size[end] || width < 1 || height < 1)
         die("%s: a vision-language model's ONNX needs --image-size WxH (its vision graph is static)%s%s", dir,
@@ -326,9 +327,16 @@ static int onnx_vision_main(const char *dir, const char *out, const char *size, 
     vision_check(&vc, p.patch, p.temporal, p.merge, 0, dir);
     Vision v;
     vision_load(&v, &vc, dir);
+    Decoder m;
+    decoder_load_vl(&m, dir, decoder_file_dtype(dir));
+    vision_check(&vc, p.patch, p.temporal, p.merge, m.cfg.hidden, dir);
+    double t0 = time_now();
     export_onnx_vision(&v, &p, width, height, out, f16);
-    fprintf(stderr, "grpo export: wrote %s/onnx/vision_encoder%s.onnx; the language model's graph (M-RoPE, "
-            "inputs_embeds) is not built yet\n", out, f16 ? "_fp16" : "");
+    size_t bytes = export_onnx(&m, dir, out, f16, external);
+    fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s: a vision-language model's embed_tokens, "
+            "decoder_model_merged and vision_encoder, %.2f GB of language-model weights, %.1f s)\n", out, ONNX_OPSET,
+            f16 ? "f16" : "f32", (double)bytes / 1e9, time_now() - t0);
+    decoder_free(&m);
     vision_free(&v);
     cJSON_Delete(cfg);
     free(cfg_path);
@@ -342,8 +350,8 @@ static int onnx_main(const char *dir, const char *adapter, const char *out, cons
         die("option --dtype: ONNX export takes f32 or f16, not \"%s\"", dts);
     DecoderConfig c;
     decoder_config_read(&c, dir);
-    if (c.vl && adapter) die("option --adapter: a vision-language model's ONNX is its vision graph (frozen)");
-    if (c.vl) return onnx_vision_main(dir, out, image_size, !strcmp(dts, "f16"));
+    if (c.vl && adapter) die("option --adapter: a vision-language model's adapter is not merged for ONNX yet");
+    if (c.vl) return onnx_vl_main(dir, out, image_size, !strcmp(dts, "f16"), external);
     if (image_size) die("option --image-size: %s is not a vision-language model", dir);
     if (c.score_labels) die("%s: a reward model's ONNX (a classifier's graph) is not built yet", dir);
     char *tok = path_join(dir, "tokenizer.json");
@@ -377,7 +385,7 @@ int cmd_export(int argc, char **argv) {
                     "(a matrix whose rows are not whole blocks of 32 is f16, as the converter does). onnx: a\n"
                     "folder in Hugging Face Optimum's layout (onnx/model.onnx, or model_fp16.onnx, with its KV\n"
                     "cache, beside the config and tokenizer) that onnxruntime and transformers.js load, for\n"
-                    "every text model; of a vision-language model, its vision graph for one image size.",
+                    "every model grpo trains (a vision-language model's vision graphs for one --image-size).",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *dir = cli_str(&spec, "--model"), *out = cli_str(&spec, "--out"), *fmt = cli_str(&spec, "--format");

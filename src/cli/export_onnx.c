@@ -18,6 +18,7 @@
 
 #include "base/json.h"
 #include "base/util.h"
+#include "io/image.h"
 #include "io/onnx.h"
 #include "model/vl_processor.h"
 
@@ -27,7 +28,8 @@ typedef struct {
     Onnx *g;
     const Decoder *m;
     OnnxType wtype;          // the matrices' type in the file
-    const char *shape_bs;    // (B, S) of input_ids, as an int64 vector
+    const char *shape_bs;    // (B, S) of input_ids (inputs_embeds), as an int64 vector
+    const char *seq;         // S, a scalar
     const char *cos, *sin;   // (B, 1, S, D): the RoPE tables (and of Gemma's sliding layers)
     const char *cos_local, *sin_local;
     const char *mask, *mask_window;  // (B, 1, S, T): 0 where a query sees a key, else -1e30
@@ -111,7 +113,7 @@ static const char *rope(Graph *G, const char *x, int64_t D, const char *cos, con
     return op2(G, "Add", a, op2(G, "Mul", rot, sin));
 }
 
-// The (B, 1, S, D) cos and sin tables of f's angles at position_ids.
+// The (B, 1, S, D) cos and sin tables of f's angles at position_ids ((3, B, S) of a VL model's: M-RoPE).
 static void rope_tables(Graph *G, RopeFreqs f, const char **cos, const char **sin) {
     Onnx *g = G->g;
     int D = (int)G->m->cfg.head_dim;
@@ -122,6 +124,16 @@ static void rope_tables(Graph *G, RopeFreqs f, const char **cos, const char **si
     const char *pos = onnx_node(g, NULL, "Cast", "to=1", "position_ids", NULL);
     pos = op2(G, "Unsqueeze", pos, ints(G, 1, (int64_t)-1));
     const char *ang = op2(G, "Mul", pos, freq);
+    if (G->m->cfg.vl) {  // M-RoPE: pair j's angle from the position row (time, row, column) of its section
+        const int *sec = G->m->cfg.mrope_section;
+        float *pick = xcalloc((size_t)3 * D / 2, sizeof *pick);
+        for (int j = 0; j < D / 2; j++) pick[(j < sec[0] ? 0 : j < sec[0] + sec[1] ? 1 : 2) * D / 2 + j] = 1;
+        const char *sel = op2(G, "Reshape", onnx_floats(g, NULL, pick, 3 * D / 2), ints(G, 4, (int64_t)3,
+                                                                                          (int64_t)1, (int64_t)1,
+                                                                                          (int64_t)D / 2));
+        free(pick);
+        ang = onnx_node(g, NULL, "ReduceSum", "keepdims=0", op2(G, "Mul", ang, sel), ints(G, 1, (int64_t)0), NULL);
+    }
     ang = onnx_node(g, NULL, "Concat", "axis=-1", ang, ang, NULL);
     const char *one = ints(G, 1, (int64_t)1);
     *cos = op2(G, "Unsqueeze", op1(G, "Cos", ang), one);
@@ -140,7 +152,7 @@ static void masks(Graph *G) {
     }
     const char *zero = onnx_int(g, 0), *one = onnx_int(g, 1);
     const char *T = op1(G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1", "attention_mask", NULL));
-    const char *S = op1(G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1", "input_ids", NULL));
+    const char *S = G->seq;
     const char *keys = onnx_node(g, NULL, "Range", NULL, zero, T, one, NULL);
     const char *queries = onnx_node(g, NULL, "Range", NULL, op2(G, "Sub", T, S), T, one, NULL);
     queries = op2(G, "Unsqueeze", queries, ints(G, 1, (int64_t)1));  // (S, 1)
@@ -252,12 +264,17 @@ static const char *layer(Graph *G, int64_t l, const char *x) {
     return op2(G, "Add", x, mo);
 }
 
-// The graph's inputs and outputs, Optimum's names and symbolic axes.
+// The graph's inputs and outputs, Optimum's names and symbolic axes (a VL model's language model, transformers.js's
+// decoder_model_merged: inputs_embeds for input_ids, three rows of position_ids).
 static void graph_io(Onnx *g, const DecoderConfig *c) {
-    onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
+    char logits[64], embeds[64];
+    snprintf(embeds, sizeof embeds, "batch_size,sequence_length,%lld", (long long)c->hidden);
+    if (c->vl)
+        onnx_io(g, 0, "inputs_embeds", ONNX_FLOAT, embeds);
+    else
+        onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
     onnx_io(g, 0, "attention_mask", ONNX_INT64, "batch_size,total_sequence_length");
-    onnx_io(g, 0, "position_ids", ONNX_INT64, "batch_size,sequence_length");
-    char logits[64];
+    onnx_io(g, 0, "position_ids", ONNX_INT64, c->vl ? "3,batch_size,sequence_length" : "batch_size,sequence_length");
     snprintf(logits, sizeof logits, "batch_size,sequence_length,%lld", (long long)c->vocab);
     onnx_io(g, 1, "logits", ONNX_FLOAT, logits);
     const char *kinds[2] = {"key", "value"};
@@ -280,12 +297,15 @@ static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
     const DecoderLayout *w = &m->w;
     Graph G = {.g = g, .m = m, .wtype = wtype};
     graph_io(g, c);
-    G.shape_bs = op1(&G, "Shape", "input_ids");
+    const char *in = c->vl ? "inputs_embeds" : "input_ids";
+    G.shape_bs = onnx_node(g, NULL, "Shape", "end=2", in, NULL);
+    G.seq = op1(&G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1 end=2", in, NULL));
     rope_tables(&G, c->rope, &G.cos, &G.sin);
     if (c->rope_local.theta > 0) rope_tables(&G, c->rope_local, &G.cos_local, &G.sin_local);
     masks(&G);
-    const char *embed = matrix(&G, "model.embed_tokens.weight", w->embed, c->vocab, c->hidden);
-    const char *x = op2(&G, "Gather", embed, "input_ids");
+    const char *embed = NULL, *x = in;
+    if (!c->vl || c->tied) embed = matrix(&G, "model.embed_tokens.weight", w->embed, c->vocab, c->hidden);
+    if (!c->vl) x = op2(&G, "Gather", embed, "input_ids");
     x = op2(&G, "Reshape", x, ints(&G, 2, (int64_t)-1, c->hidden));
     if (c->embed_scaled) x = op2(&G, "Mul", x, onnx_scalar(g, decoder_embed_scale(c, m->dtype)));
     for (int64_t l = 0; l < c->layers; l++) x = layer(&G, l, x);
@@ -296,9 +316,22 @@ static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
     onnx_node(g, "logits", "Reshape", NULL, logits, shape, NULL);
 }
 
+// A VL model's embedding (transformers.js's embed_tokens): input_ids -> inputs_embeds.
+static void embed_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
+    const DecoderConfig *c = &m->cfg;
+    Graph G = {.g = g, .m = m, .wtype = wtype};
+    char shape[64];
+    snprintf(shape, sizeof shape, "batch_size,sequence_length,%lld", (long long)c->hidden);
+    onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
+    onnx_io(g, 1, "inputs_embeds", ONNX_FLOAT, shape);
+    const char *embed = matrix(&G, "model.embed_tokens.weight", m->w.embed, c->vocab, c->hidden);
+    onnx_node(g, "inputs_embeds", "Gather", NULL, embed, "input_ids", NULL);
+}
+
 // ---- The vision tower of a Qwen2.5-VL / Qwen2-VL model, for one image size (a static graph):
-//   pixel_values (N, 3 * temporal * patch^2), the processor's patches, and grid_thw (1, 3), which transformers.js
-//   feeds and the graph does not read (its grid is fixed) -> image_features (N / merge^2, out_hidden)
+//   pixel_values (N, 3 * temporal * patch^2), the processor's patches, and image_grid_thw (1, 3) (Qwen2-VL:
+//   grid_thw), which transformers.js feeds and the graph does not read (its grid is fixed)
+//   -> image_features (N / merge^2, out_hidden)
 // The windows' order, the 2-D rotations and the windows' masks are constants of the grid.
 
 // A matrix (rows, cols) of the tower's (fp32), stored as the file's type, read as fp32.
@@ -407,16 +440,74 @@ static void vision_tables(Graph *G, const float *cs, int64_t N, int64_t D, const
     free(s);
 }
 
-// The tower and its merger for the grid of one image (t = 1).
-static void vision_graph(Onnx *g, const Vision *v, const int grid[3], int64_t patch_dim, OnnxType wtype) {
+// One pass of Pillow's bicubic resize along `axis` (-1: the columns, -2: the rows) of x (3, H, W) in double, as
+// its 8-bit resample computes it: the fixed-point weights as a dense matrix, (2^21 + sum) >> 22, clipped.
+static const char *resize_pass(Graph *G, const char *x, int axis, int in, int out) {
+    int *bounds;
+    int32_t *kk;
+    int ks = image_bicubic_coeffs(in, out, &bounds, &kk);
+    double *k = xcalloc((size_t)in * out, sizeof *k);  // (in, out) for the columns, (out, in) for the rows
+    for (int o = 0; o < out; o++)
+        for (int i = 0; i < bounds[2 * o + 1]; i++) {
+            int src = bounds[2 * o] + i;
+            k[axis == -1 ? (size_t)src * out + o : (size_t)o * in + src] = kk[(size_t)o * ks + i];
+        }
+    const char *m = onnx_doubles(G->g, k, (int64_t)in * out);
+    const char *dims = axis == -1 ? ints(G, 2, (int64_t)in, (int64_t)out) : ints(G, 2, (int64_t)out, (int64_t)in);
+    m = op2(G, "Reshape", m, dims);
+    free(k);
+    free(bounds);
+    free(kk);
+    const char *sum = axis == -1 ? op2(G, "MatMul", x, m) : op2(G, "MatMul", m, x);
+    double half = 1 << (IMAGE_PRECISION_BITS - 1), one = 1 << IMAGE_PRECISION_BITS, lo = 0, hi = 255;
+    sum = op2(G, "Add", sum, onnx_doubles(G->g, &half, 1));
+    sum = op1(G, "Floor", op2(G, "Div", sum, onnx_doubles(G->g, &one, 1)));
+    return op2(G, "Max", op2(G, "Min", sum, onnx_doubles(G->g, &hi, 1)), onnx_doubles(G->g, &lo, 1));
+}
+
+// The processor's patches (N, 3 * temporal * patch^2) of the graph's input "image" (1, 3, height, width), RGB
+// values 0..255 in float32 (NCHW): Pillow's bicubic resize to rh x rw, rescale (double, then float32),
+// normalise, each patch's (channel, frame, y, x) values in rows of the merge order (model/vl_processor.h).
+static const char *image_patches(Graph *G, const VlProcessor *p, int width, int height, int rh, int rw) {
+    Onnx *g = G->g;
+    const char *x = op2(G, "Reshape", "image", ints(G, 3, (int64_t)3, (int64_t)height, (int64_t)width));
+    x = onnx_node(g, NULL, "Cast", "to=11", x, NULL);
+    if (rw != width) x = resize_pass(G, x, -1, width, rw);  // Pillow leaves an unchanged axis alone
+    if (rh != height) x = resize_pass(G, x, -2, height, rh);
+    x = op2(G, "Mul", x, onnx_doubles(g, &p->rescale, 1));
+    x = onnx_node(g, NULL, "Cast", "to=1", x, NULL);
+    const char *c3 = ints(G, 3, (int64_t)3, (int64_t)1, (int64_t)1);
+    x = op2(G, "Sub", x, op2(G, "Reshape", onnx_floats(g, NULL, p->mean, 3), c3));
+    x = op2(G, "Div", x, op2(G, "Reshape", onnx_floats(g, NULL, p->std, 3), c3));
+    int64_t P = p->patch, M = p->merge, T = p->temporal, gh = rh / P, gw = rw / P;
+    const char *frame = op2(G, "Unsqueeze", x, ints(G, 1, (int64_t)1));  // (3, 1, rh, rw): the image, T times
+    x = frame;
+    for (int64_t t = 1; t < T; t++) x = onnx_node(g, NULL, "Concat", "axis=1", x, frame, NULL);
+    int64_t split[8] = {3, T, gh / M, M, P, gw / M, M, P};  // (c, t, bh, mh, y, bw, mw, x)
+    x = op2(G, "Reshape", x, onnx_ints(g, 8, split));
+    x = onnx_node(g, NULL, "Transpose", "perm=2,5,3,6,0,1,4,7", x, NULL);  // (bh, bw, mh, mw, c, t, y, x)
+    return op2(G, "Reshape", x, ints(G, 2, gh * gw, (int64_t)vl_patch_dim(p)));
+}
+
+// The tower and its merger for the grid of one image (t = 1), from the patches (pixel_values), or with p from the
+// image itself (image_patches).
+static void vision_graph(Onnx *g, const Vision *v, const int grid[3], const VlProcessor *p, const int image[2],
+                         OnnxType wtype) {
     const VisionConfig *c = &v->cfg;
     Graph G = {.g = g, .wtype = wtype};
     int64_t U = (int64_t)c->merge * c->merge, N = (int64_t)grid[0] * grid[1] * grid[2], units = N / U;
-    int64_t C = c->hidden, D = C / c->heads;
+    int64_t C = c->hidden, D = C / c->heads, patch_dim = vl_patch_dim(p);
     char shape[64];
-    snprintf(shape, sizeof shape, "%lld,%lld", (long long)N, (long long)patch_dim);
-    onnx_io(g, 0, "pixel_values", ONNX_FLOAT, shape);
-    onnx_io(g, 0, "grid_thw", ONNX_INT64, "1,3");
+    const char *pixels = "pixel_values";
+    if (image) {
+        snprintf(shape, sizeof shape, "1,3,%d,%d", image[1], image[0]);
+        onnx_io(g, 0, "image", ONNX_FLOAT, shape);
+        pixels = image_patches(&G, p, image[0], image[1], grid[1] * p->patch, grid[2] * p->patch);
+    } else {
+        snprintf(shape, sizeof shape, "%lld,%lld", (long long)N, (long long)patch_dim);
+        onnx_io(g, 0, "pixel_values", ONNX_FLOAT, shape);
+        onnx_io(g, 0, c->qwen2 ? "grid_thw" : "image_grid_thw", ONNX_INT64, "1,3");  // transformers.js's names
+    }
     snprintf(shape, sizeof shape, "%lld,%d", (long long)units, c->out_hidden);
     onnx_io(g, 1, "image_features", ONNX_FLOAT, shape);
     int64_t *index = xmalloc((size_t)units * sizeof *index), *seg = xmalloc((size_t)(units + 2) * sizeof *seg);
@@ -435,7 +526,7 @@ static void vision_graph(Onnx *g, const Vision *v, const int grid[3], int64_t pa
     const char *windows = c->qwen2 ? NULL : segment_mask(&G, seg, n_seg, N);  // an image is one frame:
                                                                               // full blocks see all of it
     const char *x = fmatrix(&G, "visual.patch_embed.proj.weight", v->patch_w, C, patch_dim);
-    x = onnx_node(g, NULL, "Gemm", "transB=1", "pixel_values", x, NULL);
+    x = onnx_node(g, NULL, "Gemm", "transB=1", pixels, x, NULL);
     x = onnx_node(g, NULL, "Gather", "axis=0", x, onnx_ints(g, (int)N, perm), NULL);
     for (int l = 0; l < c->depth; l++) {
         int full = c->qwen2;
@@ -458,6 +549,23 @@ static void vision_graph(Onnx *g, const Vision *v, const int grid[3], int64_t pa
     free(cs);
 }
 
+// g as out/onnx/<base>.onnx (f16: <base>_fp16.onnx), its weights in the file's "_data" companion when external or
+// past 2 GB; with `external`, *external_name (malloc'd) names the graph that has one (else NULL).
+static void write_graph(const Onnx *g, const char *out, const char *base, int f16, int external,
+                        char **external_name) {
+    char *name = xprintf("%s%s.onnx", base, f16 ? "_fp16" : ""), *data = xprintf("%s_data", name);
+    char *sub = path_join(out, "onnx");
+    dir_create(sub);
+    char *path = path_join(sub, name);
+    external = external || onnx_weight_bytes(g) > INLINE_MAX;
+    onnx_write(g, path, external ? data : NULL, 1);
+    if (external_name) *external_name = external ? xstrdup(name) : NULL;
+    free(name);
+    free(data);
+    free(sub);
+    free(path);
+}
+
 void export_onnx_vision(const Vision *v, const VlProcessor *p, int width, int height, const char *out, int f16) {
     int rh, rw;
     char err[160];
@@ -465,40 +573,67 @@ void export_onnx_vision(const Vision *v, const VlProcessor *p, int width, int he
                         sizeof err))
         die("option --image-size: %s", err);
     int grid[3] = {1, rh / p->patch, rw / p->patch};
-    Onnx g = {0};
-    vision_graph(&g, v, grid, vl_patch_dim(p), f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
-    onnx_check_range(&g);
-    char *sub = path_join(out, "onnx");
-    dir_create(sub);
-    const char *name = f16 ? "vision_encoder_fp16.onnx" : "vision_encoder.onnx";
-    char *path = path_join(sub, name), *data = xprintf("%s_data", name);
-    onnx_write(&g, path, onnx_weight_bytes(&g) > INLINE_MAX ? data : NULL, 1);
+    for (int from_image = 0; from_image < 2; from_image++) {
+        Onnx g = {0};
+        int image[2] = {width, height};
+        vision_graph(&g, v, grid, p, from_image ? image : NULL, f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
+        onnx_check_range(&g);
+        write_graph(&g, out, from_image ? "vision_encoder_image" : "vision_encoder", f16, 0, NULL);
+        onnx_free(&g);
+    }
     fprintf(stderr, "grpo export: the vision graph takes %d x %d images (resized to %d x %d: %d x %d patches)\n",
             width, height, rw, rh, grid[2], grid[1]);
-    free(sub);
-    free(path);
-    free(data);
-    onnx_free(&g);
 }
 
 // The files beside the graph that transformers.js (and a tokenizer) reads, copied from the model when it has them.
 static const char *const SIDE_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                          "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
-                                         "generation_config.json", NULL};
+                                         "generation_config.json", "preprocessor_config.json", NULL};
 
-// config.json as the model's, its transformers.js_config naming the external data file when there is one (and
-// no other: one the model's config named may be gone).
-static void write_config(const char *dir, const char *out, const char *onnx_name, int external) {
+// A VL model's config as transformers.js reads it: Qwen2.5-VL's language model under text_config (its
+// model_type "<type>_text"), Qwen2-VL's at the top level; what the model's config has in one place is copied to the
+// other.
+static void vl_config(cJSON *cfg) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+    cJSON *text = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+    int made = !cJSON_IsObject(text);
+    if (made) {
+        text = cJSON_Duplicate(cfg, 1);
+        if (!text || !cJSON_AddItemToObject(cfg, "text_config", text)) die("out of memory");
+        cJSON_DeleteItemFromObjectCaseSensitive(text, "vision_config");
+        cJSON_DeleteItemFromObjectCaseSensitive(text, "model_type");
+    }
+    if (!cJSON_HasObjectItem(text, "model_type")) {
+        char *name = xprintf("%s_text", cJSON_IsString(type) ? type->valuestring : "qwen2_5_vl");
+        if (!cJSON_AddStringToObject(text, "model_type", name)) die("out of memory");
+        free(name);
+    }
+    for (const cJSON *e = made ? NULL : text->child; e; e = e->next) {
+        if (cJSON_HasObjectItem(cfg, e->string) || !strcmp(e->string, "model_type")) continue;
+        cJSON *dup = cJSON_Duplicate(e, 1);
+        if (!dup || !cJSON_AddItemToObject(cfg, e->string, dup)) die("out of memory");
+    }
+}
+
+// config.json as the model's, its transformers.js_config naming the graphs that have external data (the
+// external[0..n) names; and no other: one the model's config named may be gone).
+static void write_config(const char *dir, const char *out, char *const *external, int n, int vl) {
     char *from = path_join(dir, "config.json"), *to = path_join(out, "config.json");
     cJSON *cfg = json_load_file(from, FILE_MAX_JSON);
+    if (vl) vl_config(cfg);
     cJSON *js = cJSON_GetObjectItemCaseSensitive(cfg, "transformers.js_config");
     if (!cJSON_IsObject(js)) {
         cJSON_DeleteItemFromObjectCaseSensitive(cfg, "transformers.js_config");
         js = cJSON_AddObjectToObject(cfg, "transformers.js_config");
     }
+    if (!js) die("out of memory");
     cJSON_DeleteItemFromObjectCaseSensitive(js, "use_external_data_format");
-    cJSON *ext = js && external ? cJSON_AddObjectToObject(js, "use_external_data_format") : NULL;
-    if (!js || (external && !cJSON_AddNumberToObject(ext, onnx_name, 1))) die("out of memory");
+    cJSON *ext = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!external[i]) continue;
+        if (!ext) ext = cJSON_AddObjectToObject(js, "use_external_data_format");
+        if (!ext || !cJSON_AddNumberToObject(ext, external[i], 1)) die("out of memory");
+    }
     json_save_file(to, cfg);
     cJSON_Delete(cfg);
     free(from);
@@ -518,17 +653,19 @@ static void write_generation_config(const DecoderConfig *c, const char *out) {
 }
 
 size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, int external) {
-    Onnx g = {0};
-    decoder_graph(&g, m, f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
+    OnnxType wtype = f16 ? ONNX_FLOAT16 : ONNX_FLOAT;
+    Onnx g = {0}, embed = {0};
+    decoder_graph(&g, m, wtype);
     onnx_check_range(&g);  // before anything is written
     size_t bytes = onnx_weight_bytes(&g);
-    external = external || bytes > INLINE_MAX;
-    const char *onnx_name = f16 ? "model_fp16.onnx" : "model.onnx";
-    char *sub = path_join(out, "onnx");
-    dir_create(sub);
-    char *path = path_join(sub, onnx_name), *data = xprintf("%s_data", onnx_name);
-    onnx_write(&g, path, external ? data : NULL, 1);
-    write_config(dir, out, onnx_name, external);
+    char *ext[2] = {NULL, NULL};
+    if (m->cfg.vl) {  // transformers.js's sessions of an image-text-to-text model (and vision_encoder)
+        embed_graph(&embed, m, wtype);
+        bytes += onnx_weight_bytes(&embed);
+        write_graph(&embed, out, "embed_tokens", f16, external, &ext[1]);
+    }
+    write_graph(&g, out, m->cfg.vl ? "decoder_model_merged" : "model", f16, external, &ext[0]);
+    write_config(dir, out, ext, 2, m->cfg.vl);
     for (int i = 0; SIDE_FILES[i]; i++) {
         char *from = path_join(dir, SIDE_FILES[i]), *to = path_join(out, SIDE_FILES[i]);
         if (file_exists(from)) file_copy(from, to);
@@ -539,9 +676,9 @@ size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, 
     if (!file_exists(gen)) write_generation_config(&m->cfg, out);
     dir_fsync(out);
     free(gen);
-    free(sub);
-    free(path);
-    free(data);
+    free(ext[0]);
+    free(ext[1]);
     onnx_free(&g);
+    onnx_free(&embed);
     return bytes;
 }

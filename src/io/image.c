@@ -282,7 +282,6 @@ void image_free(Image *im) {
 }
 
 // ---------------------------------------------------------------- Pillow's resample
-#define PRECISION_BITS (32 - 8 - 2)
 
 static double bicubic(double x) {
     const double a = -0.5;
@@ -292,9 +291,7 @@ static double bicubic(double x) {
     return 0.0;
 }
 
-// Pillow's precompute_coeffs for in_size -> out_size (box 0..in_size) and normalize_coeffs_8bpc: per output
-// pixel its first input pixel (bounds[2i]), count (bounds[2i + 1]) and ksize fixed-point weights.
-static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out) {
+int image_bicubic_coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out) {
     double scale = (double)(float)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
     double support = 2.0 * filterscale;
     int ksize = (int)ceil(support) * 2 + 1;
@@ -316,8 +313,8 @@ static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out)
         for (int x = 0; x < ksize; x++) {
             double v = 0.0;
             if (x < xmax) v = ww != 0.0 ? k[x] / ww : k[x];
-            kk[(size_t)xx * ksize + x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
-                                               : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
+            kk[(size_t)xx * ksize + x] = v < 0 ? (int32_t)(-0.5 + v * (1 << IMAGE_PRECISION_BITS))
+                                               : (int32_t)(0.5 + v * (1 << IMAGE_PRECISION_BITS));
         }
         bounds[2 * xx] = xmin;
         bounds[2 * xx + 1] = xmax;
@@ -329,7 +326,7 @@ static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **kk_out)
 }
 
 static uint8_t clip8(int32_t ss) {
-    int32_t v = ss >> PRECISION_BITS;  // arithmetic shift, as Pillow's (gcc and clang)
+    int32_t v = ss >> IMAGE_PRECISION_BITS;  // arithmetic shift, as Pillow's (gcc and clang)
     if (v < 0) return 0;
     return v > 255 ? 255 : (uint8_t)v;
 }
@@ -337,7 +334,7 @@ static uint8_t clip8(int32_t ss) {
 // One output pixel of a pass: n input pixels `stride` bytes apart from p, weighted by k, rounded (Pillow's
 // ImagingResampleHorizontal_8bpc / Vertical_8bpc).
 static void convolve(const uint8_t *p, size_t stride, const int32_t *k, int n, uint8_t *o) {
-    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    int32_t s0 = 1 << (IMAGE_PRECISION_BITS - 1), s1 = s0, s2 = s0;
     for (int x = 0; x < n; x++, p += stride) {
         s0 += p[0] * k[x];
         s1 += p[1] * k[x];
@@ -351,7 +348,7 @@ static void convolve(const uint8_t *p, size_t stride, const int32_t *k, int n, u
 void image_resize_bicubic(const Image *in, int w, int h, Image *out) {
     int *bx, *by;
     int32_t *kx, *ky;
-    int ksx = coeffs(in->w, w, &bx, &kx), ksy = coeffs(in->h, h, &by, &ky);
+    int ksx = image_bicubic_coeffs(in->w, w, &bx, &kx), ksy = image_bicubic_coeffs(in->h, h, &by, &ky);
     int need_h = w != in->w, need_v = h != in->h;
     // the rows the vertical pass reads
     int y_first = by[0], y_last = by[2 * h - 2] + by[2 * h - 1];

@@ -38,3 +38,9 @@ void image_save_png(const Image *im, const char *path);
 // cubic, its support widened by the scale when shrinking (antialiasing), coefficients in 22-bit fixed point,
 // the horizontal pass first into 8-bit rows, then the vertical one. out is allocated.
 void image_resize_bicubic(const Image *in, int w, int h, Image *out);
+// A pass of that resize, in_size -> out_size pixels along one axis: Pillow's precompute_coeffs (box
+// 0..in_size) and normalize_coeffs_8bpc: per output pixel its first input pixel (bounds[2i]), their count
+// (bounds[2i + 1]) and the returned ksize weights in fixed point (IMAGE_PRECISION_BITS: an output pixel is
+// (2^(bits - 1) + sum of pixel * weight) >> bits, clipped to 0..255), malloc'd.
+#define IMAGE_PRECISION_BITS (32 - 8 - 2)
+int image_bicubic_coeffs(int in_size, int out_size, int **bounds, int32_t **kk);

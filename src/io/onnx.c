@@ -114,7 +114,7 @@ const char *onnx_node(Onnx *g, const char *out, const char *op, const char *attr
     return out;
 }
 
-static size_t type_size(OnnxType t) { return t == ONNX_FLOAT16 ? 2 : t == ONNX_FLOAT ? 4 : 8; }
+static size_t type_size(OnnxType t) { return t == ONNX_FLOAT16 ? 2 : t == ONNX_FLOAT ? 4 : 8; }  // INT64, DOUBLE
 
 static OnnxInit *init(Onnx *g, char *name, OnnxType type, int ndim, const int64_t *dims) {
     if (ndim > ONNX_MAX_DIMS) die("internal: an ONNX initializer of %d dims", ndim);
@@ -156,6 +156,12 @@ const char *onnx_scalar(Onnx *g, float v) {
 
 const char *onnx_floats(Onnx *g, const char *name, const float *v, int64_t n) {
     OnnxInit *t = init(g, name ? xstrdup(name) : xprintf("c%d", g->n_inits), ONNX_FLOAT, 1, &n);
+    buf_append(&t->raw, v, (size_t)n * sizeof *v);
+    return t->name;
+}
+
+const char *onnx_doubles(Onnx *g, const double *v, int64_t n) {
+    OnnxInit *t = init(g, xprintf("c%d", g->n_inits), ONNX_DOUBLE, 1, &n);
     buf_append(&t->raw, v, (size_t)n * sizeof *v);
     return t->name;
 }

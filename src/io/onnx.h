@@ -11,7 +11,7 @@
 #include "base/util.h"
 
 // onnx.proto's TensorProto.DataType values grpo writes.
-typedef enum { ONNX_FLOAT = 1, ONNX_INT64 = 7, ONNX_FLOAT16 = 10 } OnnxType;
+typedef enum { ONNX_FLOAT = 1, ONNX_INT64 = 7, ONNX_FLOAT16 = 10, ONNX_DOUBLE = 11 } OnnxType;
 
 #define ONNX_OPSET 17
 #define ONNX_MAX_DIMS 4
@@ -39,12 +39,13 @@ typedef struct {
 // space-separated name=value: a value with a comma is a list of ints ("perm=0,2,1,3", "axes=-1,"), with '.' or
 // 'e' a float ("alpha=0.5"), else an int. Its output is `out`, or a fresh name (NULL); returns it.
 const char *onnx_node(Onnx *g, const char *out, const char *op, const char *attrs, ...);
-// Initializers, returned by name: an int64 vector, an int64 and a float scalar (shape []), n floats as a
-// vector, and a weight of dims[0..ndim) elements read from src (src_dtype) and stored as `type`.
+// Initializers, returned by name: an int64 vector, an int64 and a float scalar (shape []), n floats (doubles)
+// as a vector, and a weight of dims[0..ndim) elements read from src (src_dtype) and stored as `type`.
 const char *onnx_ints(Onnx *g, int n, const int64_t *v);
 const char *onnx_int(Onnx *g, int64_t v);
 const char *onnx_scalar(Onnx *g, float v);
 const char *onnx_floats(Onnx *g, const char *name, const float *v, int64_t n);
+const char *onnx_doubles(Onnx *g, const double *v, int64_t n);
 const char *onnx_weight(Onnx *g, const char *name, const void *src, DType src_dtype, OnnxType type, int ndim,
                         const int64_t *dims);
 // A graph input (output 0) or output (1): its element type and shape, comma-separated dims, each a number or a

@@ -11,6 +11,10 @@
 //     prefill and of K greedy tokens after it: {"prefill_seconds", "decode_seconds", "decoded"}
 //   {"vision": FILE}: the patches of vl_tool --features' FILE (int32 t, h, w, patch dim, out_hidden; the float32
 //     patches) through a vision graph ("file": onnx/vision_encoder.onnx): {"features": flat float32 values}
+//   {"image": FILE, "dims": [1, 3, H, W]}: FILE's float32 RGB values (0..255, NCHW) through a vision graph that
+//     takes the image itself (onnx/vision_encoder_image.onnx): {"features"}
+//   {"vl": FILE, "ids": ids, "n": K, "dtype"}: transformers.js loads a VL folder; its greedy generate's K new ids
+//     after ids (the image's pads among them) with FILE's patches as pixel_values: {"tokens"}
 // Log-probs: log-softmax of the float32 logits, in double.
 import {readFileSync} from "node:fs";
 import * as path from "node:path";
@@ -116,23 +120,56 @@ async function transformers(req) {
     return {tokens: Array.from(out.data, Number).slice(ids.length)};
 }
 
-async function vision(req) {
-    const buf = readFileSync(req.vision);
+// vl_tool --features' file: the grid and the patches.
+function patches(file) {
+    const buf = readFileSync(file);
     const [t, h, w, dim] = [0, 1, 2, 3].map((i) => buf.readInt32LE(4 * i));
     const n = t * h * w;
-    const patches = new Float32Array(buf.buffer.slice(buf.byteOffset + 20, buf.byteOffset + 20 + 4 * n * dim));
+    const data = new Float32Array(buf.buffer.slice(buf.byteOffset + 20, buf.byteOffset + 20 + 4 * n * dim));
+    return {grid: [t, h, w], n, dim, data};
+}
+
+async function vision(req) {
+    const p = patches(req.vision);
     const sess = await ort.InferenceSession.create(path.join(req.model, req.file), {intraOpNumThreads: 2});
-    const out = await sess.run({
-        pixel_values: new ort.Tensor("float32", patches, [n, dim]),
-        grid_thw: new ort.Tensor("int64", ids64([t, h, w]), [1, 3]),
-    });
+    const feeds = {pixel_values: new ort.Tensor("float32", p.data, [p.n, p.dim])};
+    feeds[sess.inputNames[1]] = new ort.Tensor("int64", ids64(p.grid), [1, 3]);  // (image_)grid_thw
+    const out = await sess.run(feeds);
     return {features: Array.from(out.image_features.data)};
+}
+
+// {"image": FILE, "dims": [1, 3, H, W]}: FILE's float32 RGB values through a graph taking the image itself.
+async function vision_image(req) {
+    const buf = readFileSync(req.image);
+    const data = new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.length));
+    const sess = await ort.InferenceSession.create(path.join(req.model, req.file), {intraOpNumThreads: 2});
+    const out = await sess.run({image: new ort.Tensor("float32", data, req.dims)});
+    return {features: Array.from(out.image_features.data)};
+}
+
+async function transformers_vl(req) {
+    const {AutoModelForImageTextToText, Tensor, env} = await import("@huggingface/transformers");
+    env.allowRemoteModels = false;
+    env.localModelPath = path.dirname(req.model) + "/";
+    const model = await AutoModelForImageTextToText.from_pretrained(path.basename(req.model), {dtype: req.dtype});
+    const p = patches(req.vl), ids = req.ids;
+    const out = await model.generate({
+        input_ids: new Tensor("int64", ids64(ids), [1, ids.length]),
+        attention_mask: new Tensor("int64", ids64(ids.map(() => 1)), [1, ids.length]),
+        pixel_values: new Tensor("float32", p.data, [p.n, p.dim]),
+        image_grid_thw: new Tensor("int64", ids64(p.grid), [1, 3]),
+        max_new_tokens: req.n,
+        do_sample: false,
+    });
+    await model.dispose();
+    return {tokens: Array.from(out.data, Number).slice(ids.length)};
 }
 
 const answers = [];
 for (const req of JSON.parse(readFileSync(0, "utf8"))) {
-    if (req.transformers || req.vision) {
-        answers.push(await (req.vision ? vision(req) : transformers(req)));
+    if (req.transformers || req.vision || req.vl || req.image) {
+        const f = req.vision ? vision : req.vl ? transformers_vl : req.image ? vision_image : transformers;
+        answers.push(await f(req));
         continue;
     }
     const s = await open(req);

@@ -1310,15 +1310,19 @@ def g_vl_device():
           st == 200 and ch.get("token_ids") == got["tokens"] and rc == 0, f"{st} {str(a)[:400]} exit {rc}")
 
 
+VSTART_TINY = 318  # make_vl's models' vision_start token (its image pad: 319)
+
+
 def g_vl_onnx():
     """grpo export --format onnx --image-size of a Qwen2.5-VL and a Qwen2-VL model: onnxruntime runs the static
     vision graph on the processor's patches of an image of that size to grpo's features (1e-4; vl_tool
-    --features), and its f16 graph to grpo's features with the tower's matrices rounded to f16."""
+    --features), and its f16 graph to grpo's features with the tower's matrices rounded to f16; transformers.js
+    loads the folder (its language model's graphs too) and generates after an image prompt as grpo does."""
     runner = os.path.join(HERE, "..", "export", "ort_run.mjs")
-    probe = subprocess.run(["node", "-e", "import('onnxruntime-node')"], cwd=os.path.dirname(runner),
-                           capture_output=True, text=True)
+    code = "import('onnxruntime-node').then(() => import('@huggingface/transformers'))"
+    probe = subprocess.run(["node", "-e", code], cwd=os.path.dirname(runner), capture_output=True, text=True)
     if probe.returncode:
-        print(f"SKIPPED vl_onnx: onnxruntime-node cannot load here: {probe.stderr.strip()[-300:]}")
+        print(f"SKIPPED vl_onnx: onnxruntime-node or transformers.js cannot load here: {probe.stderr.strip()[-300:]}")
         return
     img = os.path.join(TMP, "onnx_img.png")
     Image.fromarray(image_test.content(300, 200, 8)).save(img)
@@ -1337,19 +1341,22 @@ def g_vl_onnx():
             raise AssertionError(f"ort_run.mjs: {a.stderr[-500:]}")
         return np.array(json.loads(a.stdout)[0]["features"], np.float32).reshape(feat.shape), feat, grid
 
-    for seed, qwen2 in ((61, False), (62, True)):
+    for seed, qwen2, v5 in ((61, False, False), (62, True, False), (63, False, True)):
         d = os.path.join(TMP, f"vl_onnx{seed}")
-        make_vl(d, seed, False, qwen2=qwen2)
+        make_vl(d, seed, v5, qwen2=qwen2)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        json.dump({**cfg, "vision_start_token_id": VSTART_TINY}, open(os.path.join(d, "config.json"), "w"))
         got, want, grid = ort_features(d, "f32")
         err = float(np.abs(got - want).max())
-        kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL (windows, a full-attention block)"
+        kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL (windows, a full-attention block" + \
+            (", transformers 5's layout)" if v5 else ")")
         check(f"vl_onnx {kind}: onnxruntime's features of the static vision graph (grid {grid[1]} x {grid[2]}) are "
               f"grpo's ({TOL})", err <= TOL and np.abs(want).max() > 0.1, f"max diff {err:.2e}")
         r16 = d + ".f16rounded"
         shutil.rmtree(r16, ignore_errors=True)
         shutil.copytree(d, r16)
         w = ref.load_safetensors(os.path.join(d, "model.safetensors"))
-        w = {k: t.half().float() if k.startswith("visual.") and t.dim() >= 2 else t for k, t in w.items()}
+        w = {k: t.half().float() if "visual." in k and t.dim() >= 2 else t for k, t in w.items()}
         ref.save_safetensors(os.path.join(r16, "model.safetensors"), w, metadata={"format": "pt"})
         got16, _, _ = ort_features(d, "f16")
         _, want16, _ = run_tool(r16, img)
@@ -1357,6 +1364,32 @@ def g_vl_onnx():
         check(f"vl_onnx {kind}: the f16 graph's features are grpo's with the tower's matrices rounded to f16 "
               f"({TOL}, where the rounding moves them)", err16 <= TOL < moved, f"max diff {err16:.2e}; "
               f"the rounding's effect {moved:.2e}")
+        # the graph that takes the image itself: Pillow's resize and the normalisation inside it
+        rgb = np.asarray(Image.open(img).convert("RGB"), np.float32).transpose(2, 0, 1)
+        raw = os.path.join(TMP, "onnx_img.f32")
+        rgb.tofile(raw)
+        q = [{"model": f"{d}.onnx.f32", "file": "onnx/vision_encoder_image.onnx", "image": raw,
+              "dims": [1, *rgb.shape]}]
+        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
+        got_img = np.array(json.loads(a.stdout)[0]["features"], np.float32).reshape(want.shape) if a.returncode == 0 \
+            else None
+        err_img = float(np.abs(got_img - want).max()) if got_img is not None else float("inf")
+        check(f"vl_onnx {kind}: the graph of the 300 x 200 image itself (Pillow's bicubic resize to "
+              f"{grid[2] * 14} x {grid[1] * 14}, rescale and normalisation inside it) gives grpo's features ({TOL})",
+              err_img <= TOL, f"max diff {err_img:.2e}; {a.stderr[-400:]}")
+        # the whole model in transformers.js (embed_tokens, vision_encoder, decoder_model_merged; its M-RoPE
+        # positions and its merge of the features at the pads), the image's patches given as pixel_values
+        K, units = 12, grid[0] * grid[1] * grid[2] // 4
+        ids = [5, 11, VSTART_TINY, -1, 7, 9, 13]
+        raw = run_vl(["--generate", str(K)], d, img, ids, os.path.join(TMP, "vl_onnx_gen.bin"))
+        want_ids = list(np.frombuffer(raw, np.int32, K, 4))
+        run_tool(d, img)  # TMP/vision.bin: the patches
+        full = [t for i in ids for t in ([319] * units if i < 0 else [i])]
+        q = [{"model": f"{d}.onnx.f32", "vl": os.path.join(TMP, "vision.bin"), "ids": full, "n": K, "dtype": "fp32"}]
+        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
+        got_ids = json.loads(a.stdout)[0]["tokens"] if a.returncode == 0 else a.stderr[-600:]
+        check(f"vl_onnx {kind}: transformers.js loads the folder and its greedy generate after an image prompt "
+              f"gives grpo's {K} ids", got_ids == want_ids, f"{got_ids} vs {want_ids}")
     r = grpo(["export", "--model", d, "--format", "onnx", "--out", os.path.join(TMP, "vl_refused")])
     check("grpo export --format onnx of a VL model without --image-size is refused in one line", r.returncode == 1
           and r.stderr.count("\n") == 1 and "--image-size WxH" in r.stderr, r.stderr.strip())
