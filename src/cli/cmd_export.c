@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/export_onnx.h"
 #include "io/gguf.h"
+#include "io/image.h"
 #include "io/onnx.h"
 #include "model/decoder.h"
 #include "model/lora.h"
@@ -312,30 +313,34 @@ static void load_merged(Decoder *m, const char *dir, const char *adapter) {
 }
 
 // A vision-language model's ONNX: its language model (transformers.js's embed_tokens and decoder_model_merged) and
-// its vision graph for images of `size` (WxH).
+// its vision graphs for images of `size` (WxH).
 static int onnx_vl_main(const char *dir, const char *out, const char *size, int f16, int external) {
-    int width, height, end = 0;
-    if (!size || sscanf(size, "%dx%d%n", &width, &height, &end) != 2 || size[end] || width < 1 || height < 1)
-        die("%s: a vision-language model's ONNX needs --image-size WxH (its vision graph is static)%s%s", dir,
-            size ? ", not " : "", size ? size : "");
+    char *end = NULL;
+    long width = size ? strtol(size, &end, 10) : 0, height = 0;
+    if (end && *end == 'x' && end[1] >= '0' && end[1] <= '9') height = strtol(end + 1, &end, 10);
+    if (!size || *end || width < 1 || height < 1 || (double)width * (double)height > IMAGE_MAX_PIXELS)
+        die("%s: a vision-language model's ONNX needs --image-size WxH (its vision graphs are static; at most %lld "
+            "pixels)%s%s", dir, (long long)IMAGE_MAX_PIXELS, size ? ", not " : "", size ? size : "");
+    VlProcessor p;
+    vl_processor_load(&p, dir);
+    OnnxVision vis = {.p = &p, .width = (int)width, .height = (int)height};
+    export_onnx_grid(&p, vis.width, vis.height, vis.grid);  // a refused size before any weight is read
     char *cfg_path = path_join(dir, "config.json");
     cJSON *cfg = json_load_file(cfg_path, FILE_MAX_JSON);
     VisionConfig vc;
     vision_config_parse(&vc, cJSON_GetObjectItemCaseSensitive(cfg, "vision_config"), cfg_path);
-    VlProcessor p;
-    vl_processor_load(&p, dir);
-    vision_check(&vc, p.patch, p.temporal, p.merge, 0, dir);
     Vision v;
     vision_load(&v, &vc, dir);
+    vis.v = &v;
     Decoder m;
     decoder_load_vl(&m, dir, decoder_file_dtype(dir));
     vision_check(&vc, p.patch, p.temporal, p.merge, m.cfg.hidden, dir);
     double t0 = time_now();
-    export_onnx_vision(&v, &p, width, height, out, f16);
-    size_t bytes = export_onnx(&m, dir, out, f16, external);
-    fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s: a vision-language model's embed_tokens, "
-            "decoder_model_merged and vision_encoder, %.2f GB of language-model weights, %.1f s)\n", out, ONNX_OPSET,
-            f16 ? "f16" : "f32", (double)bytes / 1e9, time_now() - t0);
+    size_t bytes = export_onnx(&m, dir, out, f16, external, &vis);
+    fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s, %.2f GB of weights, %.1f s): embed_tokens, "
+            "decoder_model_merged, vision_encoder (the processor's patches) and vision_encoder_image, for one %ld x "
+            "%ld image (resized to %d x %d)\n", out, ONNX_OPSET, f16 ? "f16" : "f32", (double)bytes / 1e9,
+            time_now() - t0, width, height, vis.grid[2] * p.patch, vis.grid[1] * p.patch);
     decoder_free(&m);
     vision_free(&v);
     cJSON_Delete(cfg);
@@ -350,17 +355,17 @@ static int onnx_main(const char *dir, const char *adapter, const char *out, cons
         die("option --dtype: ONNX export takes f32 or f16, not \"%s\"", dts);
     DecoderConfig c;
     decoder_config_read(&c, dir);
+    char *tok = path_join(dir, "tokenizer.json");
+    if (!file_exists(tok)) die("%s: no tokenizer.json: the exported folder would have no tokenizer", dir);
+    free(tok);
     if (c.vl && adapter) die("option --adapter: a vision-language model's adapter is not merged for ONNX yet");
     if (c.vl) return onnx_vl_main(dir, out, image_size, !strcmp(dts, "f16"), external);
     if (image_size) die("option --image-size: %s is not a vision-language model", dir);
     if (c.score_labels) die("%s: a reward model's ONNX (a classifier's graph) is not built yet", dir);
-    char *tok = path_join(dir, "tokenizer.json");
-    if (!file_exists(tok)) die("%s: no tokenizer.json: the exported folder would have no tokenizer", dir);
-    free(tok);
     Decoder m;
     load_merged(&m, dir, adapter);
     double t0 = time_now();
-    size_t bytes = export_onnx(&m, dir, out, !strcmp(dts, "f16"), external);
+    size_t bytes = export_onnx(&m, dir, out, !strcmp(dts, "f16"), external, NULL);
     fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s, %.2f GB of weights, %.1f s)\n", out, ONNX_OPSET,
             dts, (double)bytes / 1e9, time_now() - t0);
     decoder_free(&m);
@@ -378,7 +383,8 @@ int cmd_export(int argc, char **argv) {
         {"--image-size", "WxH", "onnx of a VL model: the image size its static vision graph takes", NULL, 0},
         {"--force", NULL, "overwrite --out", NULL, 0},
     };
-    CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf|onnx --out PATH [--dtype ...]",
+    CliSpec spec = {"grpo export --model DIR [--adapter DIR] --format gguf|onnx --out PATH [--dtype ...] "
+                    "[--image-size WxH]",
                     "Writes the model, an adapter merged in first, for other runtimes. gguf: one file for\n"
                     "llama.cpp (and Ollama, LM Studio), convert_hf_to_gguf.py's layout for Qwen2, Qwen3, Llama\n"
                     "and Mistral models, the tokenizer and chat template inside; q8_0 is llama.cpp's 8-bit blocks\n"

@@ -1,6 +1,8 @@
 // grpo export --format onnx: the decoder with its KV cache as Hugging Face Optimum exports a causal LM (the folder
 // transformers.js loads: onnx/model.onnx beside config.json, generation_config.json and the tokenizer), in plain
-// opset-17 operators so any ONNX runtime or compiler takes it.
+// opset-17 operators so any ONNX runtime or compiler takes it; a VL model as transformers.js's image-text-to-text
+// sessions (embed_tokens, decoder_model_merged: inputs_embeds and M-RoPE's (3, B, S) position_ids,
+// vision_encoder) and the static graph of the image itself (vision_encoder_image), below.
 //
 // The graph, B sequences of S new tokens after P cached ones (T = P + S):
 //   input_ids (B, S), attention_mask (B, T), position_ids (B, S), past_key_values.l.key/value (B, KVH, P, D)
@@ -128,10 +130,9 @@ static void rope_tables(Graph *G, RopeFreqs f, const char **cos, const char **si
         const int *sec = G->m->cfg.mrope_section;
         float *pick = xcalloc((size_t)3 * D / 2, sizeof *pick);
         for (int j = 0; j < D / 2; j++) pick[(j < sec[0] ? 0 : j < sec[0] + sec[1] ? 1 : 2) * D / 2 + j] = 1;
-        const char *sel = op2(G, "Reshape", onnx_floats(g, NULL, pick, 3 * D / 2), ints(G, 4, (int64_t)3,
-                                                                                          (int64_t)1, (int64_t)1,
-                                                                                          (int64_t)D / 2));
+        const char *sel = onnx_floats(g, NULL, pick, 3 * D / 2);
         free(pick);
+        sel = op2(G, "Reshape", sel, ints(G, 4, (int64_t)3, (int64_t)1, (int64_t)1, (int64_t)D / 2));
         ang = onnx_node(g, NULL, "ReduceSum", "keepdims=0", op2(G, "Mul", ang, sel), ints(G, 1, (int64_t)0), NULL);
     }
     ang = onnx_node(g, NULL, "Concat", "axis=-1", ang, ang, NULL);
@@ -264,8 +265,8 @@ static const char *layer(Graph *G, int64_t l, const char *x) {
     return op2(G, "Add", x, mo);
 }
 
-// The graph's inputs and outputs, Optimum's names and symbolic axes (a VL model's language model, transformers.js's
-// decoder_model_merged: inputs_embeds for input_ids, three rows of position_ids).
+// The graph's inputs and outputs, Optimum's names and symbolic axes (a VL model's language model,
+// transformers.js's decoder_model_merged: inputs_embeds for input_ids, three rows of position_ids).
 static void graph_io(Onnx *g, const DecoderConfig *c) {
     char logits[64], embeds[64];
     snprintf(embeds, sizeof embeds, "batch_size,sequence_length,%lld", (long long)c->hidden);
@@ -274,7 +275,8 @@ static void graph_io(Onnx *g, const DecoderConfig *c) {
     else
         onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
     onnx_io(g, 0, "attention_mask", ONNX_INT64, "batch_size,total_sequence_length");
-    onnx_io(g, 0, "position_ids", ONNX_INT64, c->vl ? "3,batch_size,sequence_length" : "batch_size,sequence_length");
+    const char *positions = c->vl ? "3,batch_size,sequence_length" : "batch_size,sequence_length";
+    onnx_io(g, 0, "position_ids", ONNX_INT64, positions);
     snprintf(logits, sizeof logits, "batch_size,sequence_length,%lld", (long long)c->vocab);
     onnx_io(g, 1, "logits", ONNX_FLOAT, logits);
     const char *kinds[2] = {"key", "value"};
@@ -369,15 +371,19 @@ static const char *fnorm(Graph *G, const char *x, const char *name, const float 
     return y;
 }
 
-// An (N, N) additive mask of the segments seg[0..n_seg] (rows): 0 within one, -1e30 across.
+// The (N, N) additive mask of the segments seg[0..n_seg] (rows): 0 within one, -1e30 across; made in the graph
+// from each row's segment (the file holds N values, not N^2).
 static const char *segment_mask(Graph *G, const int64_t *seg, int n_seg, int64_t N) {
-    float *m = xmalloc((size_t)(N * N) * sizeof *m);
+    int64_t *id = xmalloc((size_t)N * sizeof *id);
     for (int a = 0; a < n_seg; a++)
-        for (int64_t i = seg[a]; i < seg[a + 1]; i++)
-            for (int64_t j = 0; j < N; j++) m[i * N + j] = j >= seg[a] && j < seg[a + 1] ? 0.0f : -1e30f;
-    const char *t = onnx_floats(G->g, NULL, m, N * N);
-    free(m);
-    return op2(G, "Reshape", t, ints(G, 2, N, N));
+        for (int64_t i = seg[a]; i < seg[a + 1]; i++) id[i] = a;
+    const char *ids = onnx_ints(G->g, (int)N, id);
+    free(id);
+    const char *rows = op2(G, "Unsqueeze", ids, ints(G, 1, (int64_t)1));
+    const char *cols = op2(G, "Unsqueeze", ids, ints(G, 1, (int64_t)0));
+    const char *same = op2(G, "Equal", rows, cols);
+    const char *ok = onnx_scalar(G->g, 0), *masked = onnx_scalar(G->g, -1e30f);
+    return onnx_node(G->g, NULL, "Where", NULL, same, ok, masked, NULL);
 }
 
 // Block l of the tower on x (N, C) in window order; mask: its attention's (NULL: the whole image).
@@ -523,8 +529,8 @@ static void vision_graph(Onnx *g, const Vision *v, const int grid[3], const VlPr
     const char *cos, *sin;
     vision_tables(&G, cs, N, D, &cos, &sin);
     for (int a = 0; a <= n_seg; a++) seg[a] *= U;  // in patches
-    const char *windows = c->qwen2 ? NULL : segment_mask(&G, seg, n_seg, N);  // an image is one frame:
-                                                                              // full blocks see all of it
+    // an image is one frame: the full-attention blocks see all of it, the others their windows
+    const char *windows = c->qwen2 ? NULL : segment_mask(&G, seg, n_seg, N);
     const char *x = fmatrix(&G, "visual.patch_embed.proj.weight", v->patch_w, C, patch_dim);
     x = onnx_node(g, NULL, "Gemm", "transB=1", pixels, x, NULL);
     x = onnx_node(g, NULL, "Gather", "axis=0", x, onnx_ints(g, (int)N, perm), NULL);
@@ -550,7 +556,7 @@ static void vision_graph(Onnx *g, const Vision *v, const int grid[3], const VlPr
 }
 
 // g as out/onnx/<base>.onnx (f16: <base>_fp16.onnx), its weights in the file's "_data" companion when external or
-// past 2 GB; with `external`, *external_name (malloc'd) names the graph that has one (else NULL).
+// past 2 GB; *external_name (malloc'd): that graph's file name when it has one, else NULL.
 static void write_graph(const Onnx *g, const char *out, const char *base, int f16, int external,
                         char **external_name) {
     char *name = xprintf("%s%s.onnx", base, f16 ? "_fp16" : ""), *data = xprintf("%s_data", name);
@@ -559,30 +565,22 @@ static void write_graph(const Onnx *g, const char *out, const char *base, int f1
     char *path = path_join(sub, name);
     external = external || onnx_weight_bytes(g) > INLINE_MAX;
     onnx_write(g, path, external ? data : NULL, 1);
-    if (external_name) *external_name = external ? xstrdup(name) : NULL;
+    *external_name = external ? xstrdup(name) : NULL;
     free(name);
     free(data);
     free(sub);
     free(path);
 }
 
-void export_onnx_vision(const Vision *v, const VlProcessor *p, int width, int height, const char *out, int f16) {
+void export_onnx_grid(const VlProcessor *p, int width, int height, int grid[3]) {
     int rh, rw;
     char err[160];
     if (vl_smart_resize(height, width, p->patch * p->merge, p->min_pixels, p->max_pixels, &rh, &rw, err,
                         sizeof err))
         die("option --image-size: %s", err);
-    int grid[3] = {1, rh / p->patch, rw / p->patch};
-    for (int from_image = 0; from_image < 2; from_image++) {
-        Onnx g = {0};
-        int image[2] = {width, height};
-        vision_graph(&g, v, grid, p, from_image ? image : NULL, f16 ? ONNX_FLOAT16 : ONNX_FLOAT);
-        onnx_check_range(&g);
-        write_graph(&g, out, from_image ? "vision_encoder_image" : "vision_encoder", f16, 0, NULL);
-        onnx_free(&g);
-    }
-    fprintf(stderr, "grpo export: the vision graph takes %d x %d images (resized to %d x %d: %d x %d patches)\n",
-            width, height, rw, rh, grid[2], grid[1]);
+    grid[0] = 1;
+    grid[1] = rh / p->patch;
+    grid[2] = rw / p->patch;
 }
 
 // The files beside the graph that transformers.js (and a tokenizer) reads, copied from the model when it has them.
@@ -591,8 +589,8 @@ static const char *const SIDE_FILES[] = {"tokenizer.json", "tokenizer_config.jso
                                          "generation_config.json", "preprocessor_config.json", NULL};
 
 // A VL model's config as transformers.js reads it: Qwen2.5-VL's language model under text_config (its
-// model_type "<type>_text"), Qwen2-VL's at the top level; what the model's config has in one place is copied to the
-// other.
+// model_type "<type>_text"), Qwen2-VL's at the top level; what the model's config has in one place is copied to
+// the other.
 static void vl_config(cJSON *cfg) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
     cJSON *text = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
@@ -600,8 +598,10 @@ static void vl_config(cJSON *cfg) {
     if (made) {
         text = cJSON_Duplicate(cfg, 1);
         if (!text || !cJSON_AddItemToObject(cfg, "text_config", text)) die("out of memory");
-        cJSON_DeleteItemFromObjectCaseSensitive(text, "vision_config");
-        cJSON_DeleteItemFromObjectCaseSensitive(text, "model_type");
+        static const char *const drop[] = {"vision_config", "model_type", "architectures",
+                                           "transformers.js_config"};
+        for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+            cJSON_DeleteItemFromObjectCaseSensitive(text, drop[i]);
     }
     if (!cJSON_HasObjectItem(text, "model_type")) {
         char *name = xprintf("%s_text", cJSON_IsString(type) ? type->valuestring : "qwen2_5_vl");
@@ -652,33 +652,73 @@ static void write_generation_config(const DecoderConfig *c, const char *out) {
     free(to);
 }
 
-size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, int external) {
+// preprocessor_config.json when a VL model has none: the processor grpo exported with (its defaults).
+static void write_preprocessor_config(const VlProcessor *p, const char *out) {
+    char *to = path_join(out, "preprocessor_config.json");
+    cJSON *j = cJSON_CreateObject();
+    double mean[3] = {p->mean[0], p->mean[1], p->mean[2]}, std[3] = {p->std[0], p->std[1], p->std[2]};
+    if (!j || !cJSON_AddStringToObject(j, "image_processor_type", "Qwen2VLImageProcessor") ||
+        !cJSON_AddNumberToObject(j, "min_pixels", (double)p->min_pixels) ||
+        !cJSON_AddNumberToObject(j, "max_pixels", (double)p->max_pixels) ||
+        !cJSON_AddNumberToObject(j, "patch_size", p->patch) ||
+        !cJSON_AddNumberToObject(j, "temporal_patch_size", p->temporal) ||
+        !cJSON_AddNumberToObject(j, "merge_size", p->merge) ||
+        !cJSON_AddNumberToObject(j, "rescale_factor", p->rescale) ||
+        !cJSON_AddItemToObject(j, "image_mean", cJSON_CreateDoubleArray(mean, 3)) ||
+        !cJSON_AddItemToObject(j, "image_std", cJSON_CreateDoubleArray(std, 3)))
+        die("out of memory");
+    json_save_file(to, j);
+    cJSON_Delete(j);
+    free(to);
+}
+
+// A graph one export writes, and its file's name (base).
+typedef struct {
+    const char *base;
+    Onnx g;
+} NamedGraph;
+
+size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, int external,
+                   const OnnxVision *vis) {
     OnnxType wtype = f16 ? ONNX_FLOAT16 : ONNX_FLOAT;
-    Onnx g = {0}, embed = {0};
-    decoder_graph(&g, m, wtype);
-    onnx_check_range(&g);  // before anything is written
-    size_t bytes = onnx_weight_bytes(&g);
-    char *ext[2] = {NULL, NULL};
-    if (m->cfg.vl) {  // transformers.js's sessions of an image-text-to-text model (and vision_encoder)
-        embed_graph(&embed, m, wtype);
-        bytes += onnx_weight_bytes(&embed);
-        write_graph(&embed, out, "embed_tokens", f16, external, &ext[1]);
+    NamedGraph gs[4];
+    memset(gs, 0, sizeof gs);
+    gs[0].base = m->cfg.vl ? "decoder_model_merged" : "model";
+    int n = 1;
+    decoder_graph(&gs[0].g, m, wtype);
+    if (m->cfg.vl) {  // transformers.js's sessions of an image-text-to-text model, and the image's own graph
+        if (!vis) die("internal: a VL model's ONNX without its vision tower");
+        gs[n].base = "embed_tokens";
+        embed_graph(&gs[n++].g, m, wtype);
+        int image[2] = {vis->width, vis->height};
+        for (int from_image = 0; from_image < 2; from_image++) {
+            gs[n].base = from_image ? "vision_encoder_image" : "vision_encoder";
+            vision_graph(&gs[n++].g, vis->v, vis->grid, vis->p, from_image ? image : NULL, wtype);
+        }
     }
-    write_graph(&g, out, m->cfg.vl ? "decoder_model_merged" : "model", f16, external, &ext[0]);
-    write_config(dir, out, ext, 2, m->cfg.vl);
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        onnx_check_range(&gs[i].g);  // every graph before anything is written
+        bytes += onnx_weight_bytes(&gs[i].g);
+    }
+    char *ext[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < n; i++) write_graph(&gs[i].g, out, gs[i].base, f16, external, &ext[i]);
+    write_config(dir, out, ext, n, m->cfg.vl);
     for (int i = 0; SIDE_FILES[i]; i++) {
         char *from = path_join(dir, SIDE_FILES[i]), *to = path_join(out, SIDE_FILES[i]);
         if (file_exists(from)) file_copy(from, to);
         free(from);
         free(to);
     }
-    char *gen = path_join(dir, "generation_config.json");
+    char *gen = path_join(dir, "generation_config.json"), *pre = path_join(dir, "preprocessor_config.json");
     if (!file_exists(gen)) write_generation_config(&m->cfg, out);
+    if (m->cfg.vl && !file_exists(pre)) write_preprocessor_config(vis->p, out);
     dir_fsync(out);
     free(gen);
-    free(ext[0]);
-    free(ext[1]);
-    onnx_free(&g);
-    onnx_free(&embed);
+    free(pre);
+    for (int i = 0; i < n; i++) {
+        free(ext[i]);
+        onnx_free(&gs[i].g);
+    }
     return bytes;
 }

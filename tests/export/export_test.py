@@ -340,16 +340,17 @@ def onnx_more_checks(d):
     check("--adapter: the merged graph's log-probs are grpo score --adapter's (1e-4; the adapter moves them)",
           max_abs(got[n + 1:], with_lora) <= 1e-4 < 1e-2 < max_abs(plain, with_lora),
           f"max |diff| {max_abs(got[n + 1:], with_lora):.1e}, the adapter's effect {max_abs(plain, with_lora):.1e}")
-    vl, rm, big = (os.path.join(TMP, n) for n in ("vl", "rm", "onnx_big"))
+    vl, rm, big = (os.path.join(TMP, n) for n in ("onnx_vl", "onnx_rm", "onnx_big"))
+    tok = os.path.join(TOKS, "tokenizer-qwen3", "models", "tokenizer.json")
     for m, preset, extra in ((vl, "qwen2.5-vl-tiny", []), (rm, "tiny", ["--reward-model"])):
-        grpo(["init", "--out", m, "--preset", preset, "--force", *extra])
+        grpo(["init", "--out", m, "--preset", preset, "--tokenizer", tok, "--force", *extra])
     shutil.rmtree(big, ignore_errors=True)
     shutil.copytree(d, big)
     w = ref.load_weights(d)
     w["model.layers.1.mlp.up_proj.weight"][3, 5] = 7e4  # past f16's largest, 65504
     ref.save_safetensors(os.path.join(big, "model.safetensors"), w)
     out = os.path.join(TMP, "refused.onnx")
-    for what, args, words in (("a vision-language model", ["--model", vl], "vision graph"),
+    for what, args, words in (("a vision-language model without --image-size", ["--model", vl], "--image-size WxH"),
                               ("a reward model", ["--model", rm], "reward model"),
                               ("an f16 file of a weight past f16's range", ["--model", big, "--dtype", "f16"],
                                "model.layers.1.mlp.up_proj.weight: element 197 is 70000"),

@@ -319,9 +319,9 @@ def g_rope():
           all(r is None for r in refusals), str([r is None for r in refusals]))
 
 
-def make_vl(d, seed, v5, vocab=320, pad=319, qwen2=False):
+def make_vl(d, seed, v5, vocab=320, pad=319, qwen2=False, section=(2, 2, 2)):
     """A tiny Qwen2.5-VL (with qwen2, Qwen2-VL): the vision tower of make_tower (out_hidden 24) and a 2-layer
-    language model of width 24 (head_dim 12: mrope_section [2, 2, 2]), in transformers 4's layout (flat config,
+    language model of width 24 (head_dim 12: mrope_section `section`), in transformers 4's layout (flat config,
     rope_scaling, model.* and visual.*) or 5's (text_config with rope_parameters, model.language_model.* and
     model.visual.*); `pad` is its image_token_id (the returned reference model's m.pad)."""
     lm = os.path.join(TMP, f"lm{seed}")
@@ -338,11 +338,11 @@ def make_vl(d, seed, v5, vocab=320, pad=319, qwen2=False):
     text = {k: v for k, v in lm_cfg.items() if k not in ("architectures", "model_type")}
     cfg = {**json.load(open(os.path.join(d, "config.json"))), "image_token_id": pad}
     if v5:
-        text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 2, 2],
+        text["rope_parameters"] = {"rope_type": "default", "mrope_section": list(section),
                                    "rope_theta": text.pop("rope_theta", 10000.0)}
         cfg["text_config"] = text
     else:
-        cfg.update(text, rope_scaling={"type": "mrope", "mrope_section": [2, 2, 2]})
+        cfg.update(text, rope_scaling={"type": "mrope", "mrope_section": list(section)})
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     m = ref.load_model(lm)
     m.pad = pad
@@ -1327,29 +1327,46 @@ def g_vl_onnx():
     img = os.path.join(TMP, "onnx_img.png")
     Image.fromarray(image_test.content(300, 200, 8)).save(img)
 
-    def ort_features(d, dtype):
-        out = f"{d}.onnx.{dtype}"
-        r = grpo(["export", "--model", d, "--format", "onnx", "--dtype", dtype, "--image-size", "300x200",
-                  "--out", out, "--force"])
+    def ort(requests):
+        a = subprocess.run(["node", runner], input=json.dumps(requests), capture_output=True, text=True, timeout=300)
+        if a.returncode:
+            raise AssertionError(f"ort_run.mjs: {a.stderr[-500:]}")
+        return json.loads(a.stdout)
+
+    def export(d, dtype, size="300x200"):
+        out = f"{d}.onnx.{dtype}.{size}"
+        r = grpo(["export", "--model", d, "--format", "onnx", "--dtype", dtype, "--image-size", size, "--out", out,
+                  "--force"])
         if r.returncode:
             raise AssertionError(f"grpo export: {r.stderr[-500:]}")
+        return out
+
+    def image_features(d, image, shape):
+        """onnxruntime's features of the image through model d's image graph for its size."""
+        out = export(d, "f32", f"{image.size[0]}x{image.size[1]}")
+        rgb = np.asarray(image.convert("RGB"), np.float32).transpose(2, 0, 1)
+        raw = os.path.join(TMP, "onnx_img.f32")
+        rgb.tofile(raw)
+        q = [{"model": out, "file": "onnx/vision_encoder_image.onnx", "image": raw, "dims": [1, *rgb.shape]}]
+        return np.array(ort(q)[0]["features"], np.float32).reshape(shape)
+
+    def ort_features(d, dtype):
+        out = export(d, dtype)
         patches, feat, grid = run_tool(d, img)  # TMP/vision.bin: the runner reads its patches
         name = "vision_encoder.onnx" if dtype == "f32" else "vision_encoder_fp16.onnx"
         q = [{"model": out, "file": "onnx/" + name, "vision": os.path.join(TMP, "vision.bin")}]
-        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
-        if a.returncode:
-            raise AssertionError(f"ort_run.mjs: {a.stderr[-500:]}")
-        return np.array(json.loads(a.stdout)[0]["features"], np.float32).reshape(feat.shape), feat, grid
+        return np.array(ort(q)[0]["features"], np.float32).reshape(feat.shape), feat, grid
 
     for seed, qwen2, v5 in ((61, False, False), (62, True, False), (63, False, True)):
         d = os.path.join(TMP, f"vl_onnx{seed}")
-        make_vl(d, seed, v5, qwen2=qwen2)
+        make_vl(d, seed, v5, qwen2=qwen2, section=(1, 2, 3) if v5 else (2, 2, 2))  # 63: M-RoPE's unequal thirds
         cfg = json.load(open(os.path.join(d, "config.json")))
         json.dump({**cfg, "vision_start_token_id": VSTART_TINY}, open(os.path.join(d, "config.json"), "w"))
+        vl_tokenizer(d)  # the folder's tokenizer (these tests feed ids)
         got, want, grid = ort_features(d, "f32")
         err = float(np.abs(got - want).max())
         kind = "Qwen2-VL" if qwen2 else "Qwen2.5-VL (windows, a full-attention block" + \
-            (", transformers 5's layout)" if v5 else ")")
+            (", transformers 5's layout, mrope_section [1, 2, 3])" if v5 else ")")
         check(f"vl_onnx {kind}: onnxruntime's features of the static vision graph (grid {grid[1]} x {grid[2]}) are "
               f"grpo's ({TOL})", err <= TOL and np.abs(want).max() > 0.1, f"max diff {err:.2e}")
         r16 = d + ".f16rounded"
@@ -1365,18 +1382,10 @@ def g_vl_onnx():
               f"({TOL}, where the rounding moves them)", err16 <= TOL < moved, f"max diff {err16:.2e}; "
               f"the rounding's effect {moved:.2e}")
         # the graph that takes the image itself: Pillow's resize and the normalisation inside it
-        rgb = np.asarray(Image.open(img).convert("RGB"), np.float32).transpose(2, 0, 1)
-        raw = os.path.join(TMP, "onnx_img.f32")
-        rgb.tofile(raw)
-        q = [{"model": f"{d}.onnx.f32", "file": "onnx/vision_encoder_image.onnx", "image": raw,
-              "dims": [1, *rgb.shape]}]
-        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
-        got_img = np.array(json.loads(a.stdout)[0]["features"], np.float32).reshape(want.shape) if a.returncode == 0 \
-            else None
-        err_img = float(np.abs(got_img - want).max()) if got_img is not None else float("inf")
+        err_img = float(np.abs(image_features(d, Image.open(img), want.shape) - want).max())
         check(f"vl_onnx {kind}: the graph of the 300 x 200 image itself (Pillow's bicubic resize to "
               f"{grid[2] * 14} x {grid[1] * 14}, rescale and normalisation inside it) gives grpo's features ({TOL})",
-              err_img <= TOL, f"max diff {err_img:.2e}; {a.stderr[-400:]}")
+              err_img <= TOL, f"max diff {err_img:.2e}")
         # the whole model in transformers.js (embed_tokens, vision_encoder, decoder_model_merged; its M-RoPE
         # positions and its merge of the features at the pads), the image's patches given as pixel_values
         K, units = 12, grid[0] * grid[1] * grid[2] // 4
@@ -1385,11 +1394,19 @@ def g_vl_onnx():
         want_ids = list(np.frombuffer(raw, np.int32, K, 4))
         run_tool(d, img)  # TMP/vision.bin: the patches
         full = [t for i in ids for t in ([319] * units if i < 0 else [i])]
-        q = [{"model": f"{d}.onnx.f32", "vl": os.path.join(TMP, "vision.bin"), "ids": full, "n": K, "dtype": "fp32"}]
-        a = subprocess.run(["node", runner], input=json.dumps(q), capture_output=True, text=True, timeout=300)
-        got_ids = json.loads(a.stdout)[0]["tokens"] if a.returncode == 0 else a.stderr[-600:]
+        q = [{"model": f"{d}.onnx.f32.300x200", "vl": os.path.join(TMP, "vision.bin"), "ids": full, "n": K,
+              "dtype": "fp32"}]
+        got_ids = ort(q)[0]["tokens"]
         check(f"vl_onnx {kind}: transformers.js loads the folder and its greedy generate after an image prompt "
               f"gives grpo's {K} ids", got_ids == want_ids, f"{got_ids} vs {want_ids}")
+    d = os.path.join(TMP, "vl_onnx61")
+    for w, h, what in ((196, 150, "only its height resized, to 140"), (196, 140, "not resized")):
+        one = os.path.join(TMP, f"onnx_img_{w}x{h}.png")
+        Image.fromarray(image_test.content(w, h, 9)).save(one)
+        want = run_tool(d, one)[1]
+        err = float(np.abs(image_features(d, Image.open(one), want.shape) - want).max())
+        check(f"vl_onnx: the image graph of a {w} x {h} image ({what}) gives grpo's features ({TOL})", err <= TOL,
+              f"max diff {err:.2e}")
     r = grpo(["export", "--model", d, "--format", "onnx", "--out", os.path.join(TMP, "vl_refused")])
     check("grpo export --format onnx of a VL model without --image-size is refused in one line", r.returncode == 1
           and r.stderr.count("\n") == 1 and "--image-size WxH" in r.stderr, r.stderr.strip())
