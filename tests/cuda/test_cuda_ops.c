@@ -24,6 +24,7 @@
 #define U 6e-8
 
 static int g_failures, g_checks;
+static int g_small;  // --small: no large shapes
 static Rng g_rng;
 static const Backend *g_cpu, *g_gpu;
 
@@ -919,7 +920,7 @@ static void test_optimizer(int64_t n, size_t chunk) {
 // Every training op, on shapes that cross the kernels' tiles and blocks, as test_all_ops does for inference.
 static void test_training_ops(void) {
     test_train_elementwise(1);
-    test_train_elementwise(100003);
+    if (!g_small) test_train_elementwise(100003);
     test_rows(40, 33, 96);
     test_rows(7, 1, 5);
     test_norms_backward(37, 896, 20);
@@ -938,31 +939,34 @@ static void test_training_ops(void) {
     test_logprob_backward(300, 64, 1000);
     test_logprob_backward(5, 96, 3001);
     test_optimizer(1, 1);
-    test_optimizer(100003, 1000);  // 101 chunks, the last one short
+    if (!g_small) test_optimizer(100003, 1000);  // 101 chunks, the last one short
     test_optimizer(2500, 4096);
 }
 
 // Every op on shapes that cross the kernels' tiles and blocks: rows and widths that are not multiples of them,
-// head_dim 16..128 (multiples of 32 or not), long rows, the real vocabulary for the sampler and log-prob head.
+// head_dim 16..128 (multiples of 32 or not), long rows, the real vocabulary for the sampler and log-prob head;
+// with g_small (--small) none of the large shapes (each kernel still runs, on its small ones).
 static void test_all_ops(void) {
     test_elementwise(1);
-    test_elementwise(100003);
+    if (!g_small) test_elementwise(100003);
     test_embedding_rmsnorm(37, 896, 1000);
-    test_embedding_rmsnorm(3, 3584, 50);
+    if (!g_small) test_embedding_rmsnorm(3, 3584, 50);
     test_embedding_rmsnorm(5, 100, 7);  // C below one block of threads
     test_matmul(1, 96, 200, 1);
     test_matmul(5, 130, 33, 1);  // odd sizes: unaligned operands
     test_matmul(7, 64, 96, 2);   // a bias 2 bytes past an allocation's start
-    test_matmul(300, 896, 1152, 1);
-    test_matmul(300, 896, 1152, 2);
-    test_matmul(64, 4864, 896, 0);
+    if (!g_small) {
+        test_matmul(300, 896, 1152, 1);
+        test_matmul(300, 896, 1152, 2);
+        test_matmul(64, 4864, 896, 0);
+    }
     test_rope(37, 14, 64);
-    test_rope(300, 28, 128);
+    if (!g_small) test_rope(300, 28, 128);
     test_rope(37, 4, 16);
     test_rope(5, 3, 40);
     const int64_t l1[] = {1, 33, 70}, l2[] = {64, 5}, l3[] = {130, 31, 2};
     test_attention(l1, 3, 14, 2, 64, 0);  // GQA 7, tiles crossed at 32 and 64 keys
-    test_attention(l2, 2, 28, 4, 128, 0);
+    if (!g_small) test_attention(l2, 2, 28, 4, 128, 0);
     test_attention(l3, 3, 4, 4, 64, 0);   // MHA
     test_attention(l1, 3, 4, 2, 16, 0);   // the tiny preset's head_dim: half a warp's lanes idle
     test_attention(l3, 3, 6, 2, 24, 0);   // the generate test models': not a multiple of 16 either
@@ -973,17 +977,20 @@ static void test_all_ops(void) {
     test_attention(l3, 3, 4, 2, 64, 40);  // sliding window: a tile's keys partly out of it, decode from a cache
     test_attention(l1, 3, 6, 3, 24, 1);   // a window of one key: each row its own value
     test_logprob(300, 64, 1000);       // crosses the 256-row chunk; target -1 rows
-    test_logprob(5, 896, 151936);
+    if (!g_small) test_logprob(5, 896, 151936);
     test_sample(37, 1000);
-    test_sample(3, 151936);
+    if (!g_small) test_sample(3, 151936);
     test_training_ops();
 }
 
-// test_cuda_ops [--device cuda|emu]: the GPU (default; skipped without one) or the emulated device.
+// test_cuda_ops [--device cuda|emu] [--small]: the GPU (default; skipped without one) or the emulated device;
+// --small leaves out the large shapes (the ThreadSanitizer build's run: races, not numbers, at its speed).
 int main(int argc, char **argv) {
+    g_small = argc > 1 && !strcmp(argv[argc - 1], "--small");
+    argc -= g_small;
     const char *device = argc == 3 && !strcmp(argv[1], "--device") ? argv[2] : "cuda";
     if (argc != 1 && argc != 3) {
-        fprintf(stderr, "usage: test_cuda_ops [--device cuda|emu]\n");
+        fprintf(stderr, "usage: test_cuda_ops [--device cuda|emu] [--small]\n");
         return 2;
     }
     test_attention_lane_map();

@@ -4,10 +4,10 @@
 usage: /usr/bin/python3 tests/train/dist_train_test.py --grpo PATH --tokenizer tokenizer.json --tmp DIR [--sanitized]
 
 --sanitized (the ASan build's run): without the two 12-step top-k runs whose losses are compared (the release
-build's check; the sparse top-k's code runs under ASan in dist_comm), and with one ZeRO level fewer in four
-comparisons (GRPO's ZeRO 1, SFT's ZeRO 1, GRPO-LoRA's ZeRO 0, fp16's ZeRO 2), each level still run under ASan
-in every mode that has it elsewhere (ZeRO 1: the checkpoint runs, SFT-LoRA, fp16): the -np 2 runs under ASan
-were the longest test that runs alone.
+build's check; the sparse top-k's code runs under ASan in dist_comm), and each comparison at one ZeRO level
+(GRPO's and GRPO-LoRA's 2, SFT's 0, SFT-LoRA's and fp16's 1; the checkpoint runs' 1): every level and mode
+still runs under ASan, their equality with one process is the release build's to prove. The -np 2 runs under
+ASan were the longest test that runs alone.
 
 Checks (weights compared per tensor as max|a - b| / max|a|, read here with numpy):
   grpo / sft   -np 2 with ZeRO 0, 1 and 2 (SFT also in fp16 with loss scaling) ends within 1e-5 of -np 1 with the same global batch after 3
@@ -170,7 +170,7 @@ def main():
     w1 = load(T("g1"))
     r1 = [m["reward_mean"] for m in map(json.loads, open(T("g1", "metrics.jsonl")))]
     moved = worst_diff(w1, init)[0]
-    for zero in (0, 2) if a.sanitized else (0, 1, 2):
+    for zero in (2,) if a.sanitized else (0, 1, 2):
         out = T(f"g2z{zero}")
         try:
             run(g + ["trainer.out_dir=" + out, f"dist.zero={zero}"], 2, env)
@@ -187,7 +187,7 @@ def main():
          "--micro-batch-size", "2", "--lr", "1e-3", "--adam-eps", "1e-5", "--no-shuffle"]
     run(s + ["--out", T("s1")], env=env)
     s1 = load(T("s1"))
-    for zero in (0, 2) if a.sanitized else (0, 1, 2):
+    for zero in (0,) if a.sanitized else (0, 1, 2):
         out = T(f"s2z{zero}")
         try:
             run(s + ["--out", out, "--zero", str(zero)], 2, env)
@@ -211,7 +211,7 @@ def main():
               f"max rel {d:.1e} ({k}); B moved to {moved:.1e}")
     ls = s + ["--lora-rank", "4", "--lora-base-dtype", "f32"]
     run(ls + ["--out", T("ls1")], env=env)
-    for zero, extra in ((1, []), (0, ["--topk-ratio", "1"])):
+    for zero, extra in ((1, []),) if a.sanitized else ((1, []), (0, ["--topk-ratio", "1"])):
         out = T(f"ls2z{zero}{len(extra)}")
         run(ls + ["--out", out, "--zero", str(zero)] + extra, 2, env)
         d, k = worst_diff(load(T("ls1"), ad), load(out, ad))
