@@ -285,19 +285,19 @@ void onnx_write(const Onnx *g, const char *path, const char *data_name, int prog
     field_int(&opset, OPSET_VERSION, ONNX_OPSET);
     field_msg(&head, MODEL_OPSET, &opset);
     field_str(&graph, GRAPH_NAME, "main_graph");
-    buf_append(&graph, g->nodes.data, g->nodes.len);
-    buf_append(&graph, g->io.data, g->io.len);
+    // each initializer's field up to its data: its tag and length, then tensor_head's bytes
     Buf *heads = xcalloc((size_t)g->n_inits + 1, sizeof *heads);
-    size_t graph_len = graph.len, offset = 0;
+    size_t graph_len = graph.len + g->nodes.len + g->io.len, offset = 0;
     for (int i = 0; i < g->n_inits; i++) {
         size_t total;
-        tensor_head(&heads[i], &g->inits[i], data_name, offset, &total);
+        Buf msg = {0};
+        tensor_head(&msg, &g->inits[i], data_name, offset, &total);
         if (is_external(&g->inits[i], data_name)) offset = aligned(offset + data_bytes(&g->inits[i]));
-        Buf len = {0};
-        tag(&len, GRAPH_INIT, LEN);
-        varint(&len, total);
-        graph_len += len.len + total;
-        buf_free(&len);
+        tag(&heads[i], GRAPH_INIT, LEN);
+        varint(&heads[i], total);
+        graph_len += heads[i].len + total;
+        buf_append(&heads[i], msg.data, msg.len);
+        buf_free(&msg);
     }
     tag(&head, MODEL_GRAPH, LEN);
     varint(&head, graph_len);
@@ -313,18 +313,15 @@ void onnx_write(const Onnx *g, const char *path, const char *data_name, int prog
     atomic_file_open(&f, path);
     atomic_file_write(&f, head.data, head.len);
     atomic_file_write(&f, graph.data, graph.len);
+    atomic_file_write(&f, g->nodes.data, g->nodes.len);
+    atomic_file_write(&f, g->io.data, g->io.len);
     size_t done = 0, total = onnx_weight_bytes(g);
     double shown = time_now();
     static const char zeros[EXTERNAL_ALIGN];
     offset = 0;
     for (int i = 0; i < g->n_inits; i++) {
         const OnnxInit *t = &g->inits[i];
-        Buf len = {0};
-        tag(&len, GRAPH_INIT, LEN);
-        varint(&len, heads[i].len + (is_external(t, data_name) ? 0 : data_bytes(t)));
-        atomic_file_write(&f, len.data, len.len);
         atomic_file_write(&f, heads[i].data, heads[i].len);
-        buf_free(&len);
         if (is_external(t, data_name)) {
             write_data(&data, t, rows, out);
             size_t end = offset + data_bytes(t);
