@@ -33,11 +33,12 @@ enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED
 
 // One tensor of the file: rows x cols of the slab from element `off` (or of `data`), rows in llama.cpp's order.
 typedef struct {
-    char name[48];
+    char name[64];
     size_t off;
     const float *data;  // instead of the slab (rope_freqs)
     int64_t rows, cols;
     int64_t heads;      // > 0: the rows are heads of HF's rotate-half pairs, written as llama.cpp's adjacent pairs
+    float shift;        // added to every value: Gemma's (1 + w) norms as llama.cpp's plain multiplies
     GgufType type;
 } Tensor;
 
@@ -66,7 +67,7 @@ static void add(Tensors *ts, const char *name, size_t off, int64_t rows, int64_t
 // The layer tensors of layer l: llama.cpp's name "blk.l.<what>" for HF's at slab offset base + l * size.
 static void add_layer(Tensors *ts, int64_t l, const char *what, size_t base, int64_t rows, int64_t cols,
                       int64_t heads) {
-    char name[48];
+    char name[64];
     snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, what);
     add(ts, name, base + (size_t)(l * rows * cols), rows, cols, heads);
 }
@@ -92,13 +93,19 @@ static void model_tensors(Tensors *ts, const Decoder *m, int permute) {
             add_layer(ts, l, "attn_k_norm.weight", w->knorm, 1, D, 0);
         }
         add_layer(ts, l, "attn_output.weight", w->wo, C, Q, 0);
+        if (c->post_norms) add_layer(ts, l, "post_attention_norm.weight", w->post_attn_norm, 1, C, 0);
         add_layer(ts, l, "ffn_norm.weight", w->ln2, 1, C, 0);
         add_layer(ts, l, "ffn_gate.weight", w->wgate, I, C, 0);
         add_layer(ts, l, "ffn_up.weight", w->wup, I, C, 0);
         add_layer(ts, l, "ffn_down.weight", w->wdown, C, I, 0);
+        if (c->post_norms) add_layer(ts, l, "post_ffw_norm.weight", w->post_mlp_norm, 1, C, 0);
     }
     add(ts, "output_norm.weight", w->norm, 1, C, 0);
     if (!c->tied) add(ts, "output.weight", w->lm_head, c->vocab, C, 0);
+    for (int i = 0; i < ts->n; i++) {  // as convert_hf_to_gguf.py: the offset of Gemma's norms folded in
+        size_t n = strlen(ts->t[i].name), k = strlen("norm.weight");
+        if (n >= k && !strcmp(ts->t[i].name + n - k, "norm.weight")) ts->t[i].shift = c->norm_offset;
+    }
 }
 
 // Llama 3's RoPE rescaling as llama.cpp takes it: per pair j, the factor its angle is divided by.
@@ -134,6 +141,7 @@ static void write_tensor(AtomicFile *f, const Tensor *t, const Decoder *m, float
         for (int64_t r = 0; r < n; r++)
             dtype_to_f32(dt, src + (size_t)source_row(t, r0 + r) * row_bytes, rows + r * t->cols, (size_t)t->cols);
         size_t len = (size_t)(n * t->cols);
+        for (size_t i = 0; t->shift != 0 && i < len; i++) rows[i] += t->shift;
         const void *data = out;
         if (t->type == GGUF_Q8_0) {
             q8_quantize(out, rows, DTYPE_F32, n, t->cols);
@@ -274,6 +282,15 @@ static void model_kv(Gguf *g, const DecoderConfig *c, const char *arch, const ch
     gguf_u32(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     gguf_f32(g, KEY("rope.freq_base"), (float)c->rope.theta);
     gguf_f32(g, KEY("attention.layer_norm_rms_epsilon"), c->eps);
+    if (c->rope.type == ROPE_LINEAR) {  // positions divided by the factor (Gemma: on its global layers only)
+        gguf_str(g, KEY("rope.scaling.type"), "linear");
+        gguf_f32(g, KEY("rope.scaling.factor"), (float)c->rope.factor);
+    }
+    if (c->family == ARCH_GEMMA3 && c->sliding_window > 0) {  // layer l slides unless pattern divides l + 1
+        gguf_u32(g, KEY("attention.sliding_window"), (uint32_t)c->sliding_window);
+        gguf_u32(g, KEY("attention.sliding_window_pattern"), (uint32_t)c->sliding_pattern);
+        gguf_f32(g, KEY("rope.freq_base_swa"), (float)c->rope_local.theta);
+    }
 #undef KEY
 }
 
@@ -291,12 +308,19 @@ static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
     if (c->vl)
         die("%s: a vision-language model's GGUF (a language model and an mmproj file) is not built yet", dir);
     if (c->score_labels) die("%s: a reward model has no GGUF architecture (llama.cpp runs causal LMs)", dir);
-    if (c->family == ARCH_GEMMA3)
-        die("%s: GGUF export of Gemma 3 is not built yet (Qwen2, Qwen3, Llama, Mistral)", dir);
+    if (c->family == ARCH_GEMMA3) {
+        // llama.cpp's gemma3 scales queries by head_dim^-1/2, or the 27B's (62 layers) by (hidden / heads)^-1/2
+        int64_t scalar = c->layers == 62 ? c->hidden / c->heads : c->head_dim;
+        if (c->query_scalar != (double)scalar)
+            die("%s: query_pre_attn_scalar %g: llama.cpp's gemma3 takes %lld for this shape", dir, c->query_scalar,
+                (long long)scalar);
+        if (c->rope_local.type != ROPE_DEFAULT)
+            die("%s: rescaled RoPE on the sliding layers: llama.cpp's gemma3 has plain RoPE there", dir);
+        return "gemma3";
+    }
     if (c->sliding_window > 0)
         die("%s: \"sliding_window\" %lld: llama.cpp's llama architecture has no sliding window", dir,
             (long long)c->sliding_window);
-    if (c->rope.type == ROPE_LINEAR) die("%s: linear RoPE scaling is not exported to GGUF yet", dir);
     if (c->rope.type == ROPE_LLAMA3 && c->family != ARCH_LLAMA)
         die("%s: llama3 RoPE scaling outside a Llama model is not exported to GGUF", dir);
     return c->family == ARCH_QWEN2 ? "qwen2" : c->family == ARCH_QWEN3 ? "qwen3" : "llama";
@@ -422,7 +446,7 @@ int cmd_export(int argc, char **argv) {
     Decoder m;
     load_merged(&m, dir, adapter);
     Tensors ts = {.matrix = DTYPES[d].type};
-    model_tensors(&ts, &m, c.family != ARCH_QWEN2 && c.family != ARCH_QWEN3);
+    model_tensors(&ts, &m, !strcmp(arch, "llama"));  // the others rotate halves as HF does (NeoX)
     float *factors = NULL;
     if (c.rope.type == ROPE_LLAMA3) {
         factors = rope_factors(&c);

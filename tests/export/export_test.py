@@ -6,10 +6,12 @@ CPU binary, tests/export/llama_run.mjs; KV cache F32, flash attention off), ONNX
 usage: /usr/bin/python3 tests/export/export_test.py --grpo PATH --tmp DIR [--only GROUP...]
 
 Random models of each family GGUF takes from grpo (Qwen2 with biases and an untied head, Qwen3 with q/k norms
-and its own head_dim, Llama with llama3's RoPE rescaling, Mistral), with the real tokenizers (Qwen's, Llama
-3's, npm). Per family: the f32 file's greedy continuations of prompts of several lengths are grpo generate's
-and llama.cpp's log-probs of them are grpo score's (1e-4); the bf16 file's log-probs are nearer the float64
-reference with bf16's rounding points than the unrounded model's are (the file holds our weights rounded); f16
+and its own head_dim, Llama with llama3's RoPE rescaling, Mistral, Gemma 3 with sliding layers and linearly
+rescaled global ones), with the real tokenizers (Qwen's, Llama 3's, npm). Per family: the f32 file's greedy
+continuations of prompts of several lengths are grpo generate's and llama.cpp's log-probs of them are grpo
+score's (1e-4; Gemma 3's the float64 reference's with llama.cpp's f16-table GELU); the bf16 file's log-probs
+are nearer the float64 reference with bf16's rounding points than the unrounded model's are (the file holds
+our weights rounded); f16
 departs from f32 less than bf16 does; q8_0 within the stated error; llama.cpp's rendering of the chat
 template the file carries and its tokenization of it (the exported vocabulary, merges and pre-tokenizer)
 equal grpo's. A LoRA adapter is merged before the export; a bf16 checkpoint exports from its bf16 slab. Bad
@@ -77,19 +79,23 @@ FAMILIES = {  # name: make_model's arguments, the tokenizer
               "tokenizer-llama3_2"),
     "mistral": (dict(arch="mistral", hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=128256, tied=False),
                 "tokenizer-llama3_2"),
+    # Gemma 3 (with Qwen's tokenizer: its ids are all < vocab): sliding and global layers, the global ones' RoPE
+    # rescaled linearly; queries scaled by head_dim as llama.cpp's gemma3 scales them (ONNX takes any scalar)
+    "gemma3": (dict(arch="gemma3", hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=151936,
+                    tied=True, rope_theta=1e6, sliding_window=16, pattern=2, query_scalar=16,
+                    rope_scaling={"rope_type": "linear", "factor": 8.0}), "tokenizer-qwen3"),
 }
-ONNX_FAMILIES = {  # ONNX takes more: a sliding window, Gemma 3 (with Qwen's tokenizer: its ids are all < vocab)
+ONNX_FAMILIES = {  # ONNX takes more: a sliding window, Gemma 3's query_pre_attn_scalar of its own
     **FAMILIES,
     "mistral_sw": (dict(FAMILIES["mistral"][0], sliding_window=16), "tokenizer-llama3_2"),
-    "gemma3": (dict(arch="gemma3", hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=151936,
-                    tied=True, rope_theta=1e6, sliding_window=16, pattern=2, query_scalar=24), "tokenizer-qwen3"),
+    "gemma3": (dict(FAMILIES["gemma3"][0], query_scalar=24, rope_scaling=None), "tokenizer-qwen3"),
 }
 
 
-def make(name, seed, dtype="f32", d=None):
+def make(name, seed, dtype="f32", d=None, families=FAMILIES):
     """Family `name`'s random model (weights stored in dtype) with its tokenizer, in d (TMP/name)."""
     d = d or os.path.join(TMP, name)
-    args, tok = ONNX_FAMILIES[name]
+    args, tok = families[name]
     ref.make_model(d, seed=seed, layers=2, dtype=dtype, **args)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(TOKS, tok, "models", f), d)
@@ -141,15 +147,26 @@ def max_abs(a, b):
     return max(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v))
 
 
-def reference_lp(d, ps, conts, matrices_bf16=False):
+def ggml_gelu(g):
+    """llama.cpp's GELU on the CPU (ggml_vec_geglu_f32 with GGML_GELU_FP16): x rounded to f16 indexes a table of
+    its tanh GELU (computed in f32) rounded to f16; 0 at and below -10, x at and above 10."""
+    x = g.to(torch.float16).to(torch.float32)
+    y = 0.5 * x * (1 + torch.tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)))
+    y = y.to(torch.float16).to(g.dtype)
+    return torch.where(g <= -10, torch.zeros_like(g), torch.where(g >= 10, g, y))
+
+
+def reference_lp(d, ps, conts, matrices_bf16=False, gelu=None):
     """The float64 reference's log-probs of each continuation; matrices_bf16: with the matrices rounded to bf16
-    and so every product's inputs (llama.cpp's bf16 matmuls), the norms and biases not (a GGUF keeps them f32)."""
+    and so every product's inputs (llama.cpp's bf16 matmuls), the norms and biases not (a GGUF keeps them f32);
+    gelu: Gemma's activation replaced (ggml_gelu)."""
     m = ref.load_model(d, torch.float64, bf16=matrices_bf16)
     if matrices_bf16:
         exact = ref.load_model(d, torch.float64)
         for L, X in zip(m.layers, exact.layers):
-            L.update({k: X[k] for k in ("ln1", "ln2", "bq", "bk", "bv", "qn", "kn")})
+            L.update({k: X[k] for k in ("ln1", "ln2", "bq", "bk", "bv", "qn", "kn", "pa", "pf")})
         m.norm = exact.norm
+    m.gelu = gelu or m.gelu
     return [ref.score(m, [p + c])[0][len(p) - 1:] for p, c in zip(ps, conts)]
 
 
@@ -185,10 +202,19 @@ def family_checks(name, seed, end):
           f"of {LENGTHS} tokens are grpo generate's", mine == conts, f"{mine} vs {conts}")
     sc = grpo_score(d, [p + c for p, c in zip(ps, mine)])
     want = [s[len(p) - 1:] for s, p in zip(sc, ps)]
-    check(f"[{name}] f32: llama.cpp's log-probs of its picks are grpo score's (1e-4)",
-          max_abs(lf, want) <= 1e-4, f"max |diff| {max_abs(lf, want):.1e}")
-    exact = reference_lp(d, ps, conts)
-    rounded = reference_lp(d, ps, conts, matrices_bf16=True)
+    gelu = ggml_gelu if name == "gemma3" else None
+    if gelu:  # llama.cpp's f16-table GELU moves its log-probs off grpo's: the reference with that GELU is its peer
+        table = reference_lp(d, ps, mine, gelu=gelu)
+        check(f"[{name}] f32: llama.cpp's log-probs of its picks are the float64 reference's with llama.cpp's "
+              "f16-table GELU (1e-4); grpo score's (exact GELU) are 10x further off on average",
+              max_abs(lf, table) <= 1e-4 and mean_abs(lf, want) > 10 * mean_abs(lf, table),
+              f"max |diff| {max_abs(lf, table):.1e}; mean |diff| {mean_abs(lf, table):.1e}, to grpo's "
+              f"{mean_abs(lf, want):.1e} (max {max_abs(lf, want):.1e})")
+    else:
+        check(f"[{name}] f32: llama.cpp's log-probs of its picks are grpo score's (1e-4)",
+              max_abs(lf, want) <= 1e-4, f"max |diff| {max_abs(lf, want):.1e}")
+    exact = reference_lp(d, ps, conts, gelu=gelu)
+    rounded = reference_lp(d, ps, conts, matrices_bf16=True, gelu=gelu)
     e_b, e_x = mean_abs(lb, rounded), mean_abs(lb, exact)
     check(f"[{name}] bf16: llama.cpp's log-probs are 4x nearer the float64 reference with the matrices rounded to "
           "bf16 than the unrounded model's (the file holds our matrices rounded)", e_b < e_x / 4,
@@ -236,12 +262,14 @@ def refusals(d):
     for m, preset, extra in ((vl, "qwen2.5-vl-tiny", []), (rm, "tiny", ["--reward-model"]),
                              (gemma, "gemma3-tiny", []), (notok, "tiny", [])):
         grpo(["init", "--out", m, "--preset", preset, "--force", *extra])
+    cfg = json.load(open(os.path.join(gemma, "config.json")))
+    json.dump(dict(cfg, query_pre_attn_scalar=24), open(os.path.join(gemma, "config.json"), "w"))
     out = os.path.join(TMP, "refused.gguf")
     cases = [("a vision-language model", ["--model", vl], "vision-language"),
              ("a reward model", ["--model", rm], "reward model"),
              ("--format bin", ["--model", d, "--format", "bin"], "not gguf or onnx"),
              ("--dtype q4", ["--model", d, "--dtype", "q4"], "--dtype"),
-             ("Gemma 3 (not built yet)", ["--model", gemma], "Gemma 3"),
+             ("a Gemma 3 whose query scaling llama.cpp does not take", ["--model", gemma], "query_pre_attn_scalar"),
              ("a model without a tokenizer", ["--model", notok], "tokenizer")]
     for name, args, words in cases:
         if "--format" not in args:
@@ -279,7 +307,7 @@ def rounded_f16(d):
 
 def onnx_family_checks(name, seed):
     """The family's ONNX folders against onnxruntime and transformers.js (see the module's doc)."""
-    d = make(name, seed, d=os.path.join(TMP, "onnx_" + name))
+    d = make(name, seed, d=os.path.join(TMP, "onnx_" + name), families=ONNX_FAMILIES)
     V = ONNX_FAMILIES[name][0]["vocab"]
     ps = prompts(seed, V)
     f32, f16 = export_onnx(d, "f32"), export_onnx(d, "f16")
@@ -418,6 +446,10 @@ def g_mistral():
     family_checks("mistral", 4, "<|eot_id|>")
 
 
+def g_gemma3():
+    family_checks("gemma3", 5, "<|im_end|>\n")
+
+
 def main():
     global GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -440,7 +472,8 @@ def main():
         return 77
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
-    groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral, "onnx_qwen2": g_onnx_qwen2,
+    groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral, "gemma3": g_gemma3,
+              "onnx_qwen2": g_onnx_qwen2,
               "onnx_qwen3": g_onnx_qwen3, "onnx_llama": g_onnx_llama, "onnx_mistral": g_onnx_mistral,
               "onnx_gemma3": g_onnx_gemma3}
     groups = {k: f for k, f in groups.items() if ("onnx_" if k.startswith("onnx_") else "") not in skipped}

@@ -393,6 +393,7 @@ def load_model(model_dir, compute_dtype=torch.float64, bf16=False, adapter=None,
     m.layer_window = [layer_window(cfg, li) for li in range(cfg["num_hidden_layers"])]
     m.layer_inv = [layer_inv_freq(cfg, li, m.D) for li in range(cfg["num_hidden_layers"])]
     m.scale, m.embed_scale, m.gemma = attn_scale(cfg, m.D), embed_scale(cfg, bf16), is_gemma(cfg)
+    m.gelu = lambda g: F.gelu(g, approximate="tanh")  # Gemma's MLP activation (a peer's own may replace it)
     m.embed = w["model.embed_tokens.weight"]
     m.norm = w["model.norm.weight"]
     m.lm_head = m.embed if cfg["tie_word_embeddings"] else w.get("lm_head.weight")
@@ -666,7 +667,7 @@ def hidden_states(m, ids, kv_bf16_from=None):
         x = x + (rms_norm(o, L["pa"], m.eps) if m.gemma else o)
         h = rms_norm(x, L["ln2"], m.eps)
         g, u = proj(m, li, "gate_proj", h, L["wg"]), proj(m, li, "up_proj", h, L["wu"])
-        d = proj(m, li, "down_proj", (F.gelu(g, approximate="tanh") if m.gemma else F.silu(g)) * u, L["wd"])
+        d = proj(m, li, "down_proj", (m.gelu(g) if m.gemma else F.silu(g)) * u, L["wd"])
         x = x + (rms_norm(d, L["pf"], m.eps) if m.gemma else d)
     return rms_norm(x, m.norm, m.eps)
 
