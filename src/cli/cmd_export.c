@@ -326,9 +326,9 @@ static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
     return c->family == ARCH_QWEN2 ? "qwen2" : c->family == ARCH_QWEN3 ? "qwen3" : "llama";
 }
 
-// The model as stored (bf16 stays bf16), or in fp32 with an adapter merged in.
-static void load_merged(Decoder *m, const char *dir, const char *adapter) {
-    decoder_load(m, dir, adapter ? DTYPE_F32 : decoder_file_dtype(dir));
+// The model of config c as stored (bf16 stays bf16), or in fp32 with an adapter merged in.
+static void load_merged(Decoder *m, const char *dir, const char *adapter, const DecoderConfig *c) {
+    decoder_load_config(m, dir, adapter ? DTYPE_F32 : decoder_file_dtype(dir), c);
     if (!adapter) return;
     Lora lora;
     lora_load(&lora, &m->cfg, adapter);
@@ -383,11 +383,11 @@ static int onnx_main(const char *dir, const char *adapter, const char *out, cons
     if (!file_exists(tok)) die("%s: no tokenizer.json: the exported folder would have no tokenizer", dir);
     free(tok);
     if (c.vl && adapter) die("option --adapter: a vision-language model's adapter is not merged for ONNX yet");
+    if (c.score_labels && adapter) die("option --adapter: a reward model's adapter is not merged for ONNX yet");
     if (c.vl) return onnx_vl_main(dir, out, image_size, !strcmp(dts, "f16"), external);
     if (image_size) die("option --image-size: %s is not a vision-language model", dir);
-    if (c.score_labels) die("%s: a reward model's ONNX (a classifier's graph) is not built yet", dir);
     Decoder m;
-    load_merged(&m, dir, adapter);
+    load_merged(&m, dir, adapter, &c);
     double t0 = time_now();
     size_t bytes = export_onnx(&m, dir, out, !strcmp(dts, "f16"), external, NULL);
     fprintf(stderr, "grpo export: wrote %s (ONNX opset %d, %s, %.2f GB of weights, %.1f s)\n", out, ONNX_OPSET,
@@ -444,7 +444,7 @@ int cmd_export(int argc, char **argv) {
     model_kv(&g, &c, arch, name, DTYPES[d].file_type);
     tokenizer_kv(&g, dir, &c);  // before the weights: a tokenizer llama.cpp cannot take is refused at once
     Decoder m;
-    load_merged(&m, dir, adapter);
+    load_merged(&m, dir, adapter, &c);
     Tensors ts = {.matrix = DTYPES[d].type};
     model_tensors(&ts, &m, !strcmp(arch, "llama"));  // the others rotate halves as HF does (NeoX)
     float *factors = NULL;

@@ -7,6 +7,8 @@
 // The graph, B sequences of S new tokens after P cached ones (T = P + S):
 //   input_ids (B, S), attention_mask (B, T), position_ids (B, S), past_key_values.l.key/value (B, KVH, P, D)
 //   -> logits (B, S, V), present.l.key/value (B, KVH, T, D)
+// A reward model's, Optimum's text classifier (no cache; positions counted from the mask):
+//   input_ids (B, S), attention_mask (B, S) -> logits (B, labels) at each row's last kept token
 // Rows are flattened to (B*S, width) between the attentions, so each projection is one Gemm on the stored
 // (out, in) matrix (transB). f16 stores the matrices in half precision and computes in fp32 (a Cast after each
 // weight), so its inputs and outputs are fp32 as the f32 file's are.
@@ -35,6 +37,7 @@ typedef struct {
     const char *cos, *sin;   // (B, 1, S, D): the RoPE tables (and of Gemma's sliding layers)
     const char *cos_local, *sin_local;
     const char *mask, *mask_window;  // (B, 1, S, T): 0 where a query sees a key, else -1e30
+    int cached;              // the layers read past_key_values and write present (0: a reward model's graph)
 } Graph;
 
 static const char *ints(Graph *G, int n, ...) {
@@ -249,8 +252,10 @@ static const char *layer(Graph *G, int64_t l, const char *x) {
     snprintf(past_v, sizeof past_v, "past_key_values.%lld.value", (long long)l);
     snprintf(present_k, sizeof present_k, "present.%lld.key", (long long)l);
     snprintf(present_v, sizeof present_v, "present.%lld.value", (long long)l);
-    k = onnx_node(g, present_k, "Concat", "axis=2", past_k, k, NULL);  // (B, KVH, T, D)
-    v = onnx_node(g, present_v, "Concat", "axis=2", past_v, v, NULL);
+    if (G->cached) {
+        k = onnx_node(g, present_k, "Concat", "axis=2", past_k, k, NULL);  // (B, KVH, T, D)
+        v = onnx_node(g, present_v, "Concat", "axis=2", past_v, v, NULL);
+    }
     const char *o = attention(G, l, q, k, v);
     o = linear(G, o, NAME("self_attn.o_proj"), w->wo + l * C * Q, 0, 0, C, Q);
     if (c->post_norms) o = norm(G, o, NAME("post_attention_layernorm"), w->post_attn_norm + l * C, C);
@@ -266,9 +271,17 @@ static const char *layer(Graph *G, int64_t l, const char *x) {
 }
 
 // The graph's inputs and outputs, Optimum's names and symbolic axes (a VL model's language model,
-// transformers.js's decoder_model_merged: inputs_embeds for input_ids, three rows of position_ids).
+// transformers.js's decoder_model_merged: inputs_embeds for input_ids, three rows of position_ids; a reward
+// model's, Optimum's text classifier: input_ids and attention_mask -> logits (B, labels)).
 static void graph_io(Onnx *g, const DecoderConfig *c) {
     char logits[64], embeds[64];
+    if (c->score_labels) {
+        onnx_io(g, 0, "input_ids", ONNX_INT64, "batch_size,sequence_length");
+        onnx_io(g, 0, "attention_mask", ONNX_INT64, "batch_size,sequence_length");
+        snprintf(logits, sizeof logits, "batch_size,%lld", (long long)c->score_labels);
+        onnx_io(g, 1, "logits", ONNX_FLOAT, logits);
+        return;
+    }
     snprintf(embeds, sizeof embeds, "batch_size,sequence_length,%lld", (long long)c->hidden);
     if (c->vl)
         onnx_io(g, 0, "inputs_embeds", ONNX_FLOAT, embeds);
@@ -294,14 +307,38 @@ static void graph_io(Onnx *g, const DecoderConfig *c) {
     }
 }
 
+// A reward model's position_ids, from its attention mask: each kept token's place among the kept ones (so a
+// left-padded sequence is scored as it is alone; right padding gives transformers' positions).
+static void mask_positions(Graph *G) {
+    const char *kept = onnx_node(G->g, NULL, "CumSum", NULL, "attention_mask", onnx_int(G->g, 1), NULL);
+    const char *pos = op2(G, "Sub", kept, onnx_int(G->g, 1));
+    onnx_node(G->g, "position_ids", "Max", NULL, pos, onnx_int(G->g, 0), NULL);
+}
+
+// A reward model's logits (B, labels): the score head on x (B*S, C, final-normed) at each row's last kept token,
+// as transformers' ...ForSequenceClassification pools them (its last non-pad token).
+static void classifier_head(Graph *G, const char *x) {
+    Onnx *g = G->g;
+    const DecoderConfig *c = &G->m->cfg;
+    const char *head = matrix(G, "score.weight", G->m->w.lm_head, c->score_labels, c->hidden);
+    const char *scores = onnx_node(g, NULL, "Gemm", "transB=1", x, head, NULL);
+    const char *shape = onnx_node(g, NULL, "Concat", "axis=0", G->shape_bs, ints(G, 1, c->score_labels), NULL);
+    scores = op2(G, "Reshape", scores, shape);  // (B, S, labels)
+    const char *places = onnx_node(g, NULL, "Range", NULL, onnx_int(g, 0), G->seq, onnx_int(g, 1), NULL);
+    const char *kept = op2(G, "Mul", "attention_mask", places);
+    const char *last = onnx_node(g, NULL, "ArgMax", "axis=1 keepdims=1", kept, NULL);  // (B, 1)
+    onnx_node(g, "logits", "GatherND", "batch_dims=1", scores, last, NULL);
+}
+
 static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
     const DecoderConfig *c = &m->cfg;
     const DecoderLayout *w = &m->w;
-    Graph G = {.g = g, .m = m, .wtype = wtype};
+    Graph G = {.g = g, .m = m, .wtype = wtype, .cached = !c->score_labels};
     graph_io(g, c);
     const char *in = c->vl ? "inputs_embeds" : "input_ids";
     G.shape_bs = onnx_node(g, NULL, "Shape", "end=2", in, NULL);
     G.seq = op1(&G, "Squeeze", onnx_node(g, NULL, "Shape", "start=1 end=2", in, NULL));
+    if (!G.cached) mask_positions(&G);
     rope_tables(&G, c->rope, &G.cos, &G.sin);
     if (c->rope_local.theta > 0) rope_tables(&G, c->rope_local, &G.cos_local, &G.sin_local);
     masks(&G);
@@ -312,6 +349,10 @@ static void decoder_graph(Onnx *g, const Decoder *m, OnnxType wtype) {
     if (c->embed_scaled) x = op2(&G, "Mul", x, onnx_scalar(g, decoder_embed_scale(c, m->dtype)));
     for (int64_t l = 0; l < c->layers; l++) x = layer(&G, l, x);
     x = norm(&G, x, "model.norm", w->norm, c->hidden);
+    if (!G.cached) {
+        classifier_head(&G, x);
+        return;
+    }
     const char *head = c->tied ? embed : matrix(&G, "lm_head.weight", w->lm_head, c->vocab, c->hidden);
     const char *logits = onnx_node(g, NULL, "Gemm", "transB=1", x, head, NULL);
     const char *shape = onnx_node(g, NULL, "Concat", "axis=0", G.shape_bs, ints(&G, 1, (int64_t)-1), NULL);
@@ -711,7 +752,7 @@ size_t export_onnx(const Decoder *m, const char *dir, const char *out, int f16, 
         free(to);
     }
     char *gen = path_join(dir, "generation_config.json"), *pre = path_join(dir, "preprocessor_config.json");
-    if (!file_exists(gen)) write_generation_config(&m->cfg, out);
+    if (!file_exists(gen) && !m->cfg.score_labels) write_generation_config(&m->cfg, out);
     if (m->cfg.vl && !file_exists(pre)) write_preprocessor_config(vis->p, out);
     dir_fsync(out);
     free(gen);

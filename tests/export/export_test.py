@@ -22,7 +22,8 @@ of prompts of several lengths with their continuations are grpo score's (1e-4); 
 the graph's KV cache pick grpo generate's greedy ids, their log-probs grpo score's; the sequences left-padded
 into one batch give their own log-probs; transformers.js loads the folder and its greedy generate gives grpo's
 ids; the f16 graph computes what grpo score computes with the matrices rounded to f16 (1e-4). Qwen2 also: the
-weights as external data, an adapter merged, and ONNX's refusals.
+weights as external data, an adapter merged, and ONNX's refusals. Reward models (onnx_reward): the classifier's
+logits of padded batches are grpo score's and the float64 reference's.
 """
 import argparse
 import json
@@ -368,10 +369,9 @@ def onnx_more_checks(d):
     check("--adapter: the merged graph's log-probs are grpo score --adapter's (1e-4; the adapter moves them)",
           max_abs(got[n + 1:], with_lora) <= 1e-4 < 1e-2 < max_abs(plain, with_lora),
           f"max |diff| {max_abs(got[n + 1:], with_lora):.1e}, the adapter's effect {max_abs(plain, with_lora):.1e}")
-    vl, rm, big = (os.path.join(TMP, n) for n in ("onnx_vl", "onnx_rm", "onnx_big"))
+    vl, big = (os.path.join(TMP, n) for n in ("onnx_vl", "onnx_big"))
     tok = os.path.join(TOKS, "tokenizer-qwen3", "models", "tokenizer.json")
-    for m, preset, extra in ((vl, "qwen2.5-vl-tiny", []), (rm, "tiny", ["--reward-model"])):
-        grpo(["init", "--out", m, "--preset", preset, "--tokenizer", tok, "--force", *extra])
+    grpo(["init", "--out", vl, "--preset", "qwen2.5-vl-tiny", "--tokenizer", tok, "--force"])
     shutil.rmtree(big, ignore_errors=True)
     shutil.copytree(d, big)
     w = ref.load_weights(d)
@@ -379,7 +379,6 @@ def onnx_more_checks(d):
     ref.save_safetensors(os.path.join(big, "model.safetensors"), w)
     out = os.path.join(TMP, "refused.onnx")
     for what, args, words in (("a vision-language model without --image-size", ["--model", vl], "--image-size WxH"),
-                              ("a reward model", ["--model", rm], "reward model"),
                               ("an f16 file of a weight past f16's range", ["--model", big, "--dtype", "f16"],
                                "model.layers.1.mlp.up_proj.weight: element 197 is 70000"),
                               ("--dtype q8_0", ["--model", d, "--dtype", "q8_0"], "f32 or f16"),
@@ -389,6 +388,46 @@ def onnx_more_checks(d):
         check(f"grpo export --format {fmt} refuses {what} in one line", r.returncode == 1
               and r.stderr.count("\n") == 1 and r.stderr.startswith("grpo: error:") and words in r.stderr
               and not os.path.exists(out), r.stderr.strip())
+
+
+def reward_scores(d, seqs, *extra):
+    r = grpo(["score", "--model", d, *extra], "".join(json.dumps({"tokens": s}) + "\n" for s in seqs))
+    if r.returncode:
+        raise AssertionError(f"grpo score: {r.stderr[-500:]}")
+    return [[json.loads(x)["score"]] for x in r.stdout.splitlines()]
+
+
+def g_onnx_reward():
+    """Reward models (grpo init --reward-model, Qwen2 and Llama shapes): the ONNX classifier's logits of sequences
+    of several lengths, right- and left-padded into one batch, are grpo score's and the float64 reference's
+    (transformers' ...ForSequenceClassification: the score head at the last non-pad token); the f16 graph's are
+    grpo score's with the matrices rounded to f16."""
+    for preset, tok, seed in (("tiny", "tokenizer-qwen3", 31), ("llama-tiny", "tokenizer-llama3_2", 32)):
+        d = os.path.join(TMP, f"onnx_rm_{preset}")
+        r = grpo(["init", "--out", d, "--preset", preset, "--tokenizer", os.path.join(TOKS, tok, "models",
+                  "tokenizer.json"), "--seed", str(seed), "--reward-model", "--force"])
+        if r.returncode:
+            raise AssertionError(f"grpo init: {r.stderr[-500:]}")
+        f32, f16 = export_onnx(d, "f32"), export_onnx(d, "f16")
+        seqs = prompts(seed, json.load(open(os.path.join(d, "config.json")))["vocab_size"])
+        req = {"model": f32, "file": "onnx/model.onnx", "classify": seqs}
+        got = ort([dict(req, pad="right"), dict(req, pad="left"),
+                   dict(req, model=f16, file="onnx/model_fp16.onnx", pad="right")])
+        want = reward_scores(d, seqs)
+        exact = ref.reward_scores(ref.load_model(d, torch.float64), seqs)
+        spread = max(x[0] for x in want) - min(x[0] for x in want)
+        check(f"[onnx reward {preset}] onnxruntime's logits of sequences of {LENGTHS} tokens padded on the right "
+              "into one batch are grpo score's and the float64 reference's (1e-5; the scores differ by more)",
+              max_abs(got[0], want) <= 1e-5 and max_abs(got[0], exact) <= 1e-5 < 1e-3 < spread,
+              f"max |diff| {max_abs(got[0], want):.1e} to grpo, {max_abs(got[0], exact):.1e} to the reference; "
+              f"scores {[round(x[0], 4) for x in want]}")
+        check(f"[onnx reward {preset}] padded on the left: the same logits (positions from the attention mask)",
+              max_abs(got[1], want) <= 1e-5, f"max |diff| {max_abs(got[1], want):.1e}")
+        want16 = reward_scores(rounded_f16(d), seqs)
+        check(f"[onnx reward {preset}] f16: the logits are grpo score's with the matrices rounded to f16 (1e-5), "
+              "which moves them",
+              max_abs(got[2], want16) <= 1e-5 < max_abs(want16, want),
+              f"max |diff| {max_abs(got[2], want16):.1e}; the rounding's effect {max_abs(want16, want):.1e}")
 
 
 def g_onnx_qwen2():
@@ -475,7 +514,7 @@ def main():
     groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral, "gemma3": g_gemma3,
               "onnx_qwen2": g_onnx_qwen2,
               "onnx_qwen3": g_onnx_qwen3, "onnx_llama": g_onnx_llama, "onnx_mistral": g_onnx_mistral,
-              "onnx_gemma3": g_onnx_gemma3}
+              "onnx_gemma3": g_onnx_gemma3, "onnx_reward": g_onnx_reward}
     groups = {k: f for k, f in groups.items() if ("onnx_" if k.startswith("onnx_") else "") not in skipped}
     return run_groups(lambda: None, groups, a.only)
 

@@ -13,6 +13,8 @@
 //     patches) through a vision graph ("file": onnx/vision_encoder.onnx): {"features": flat float32 values}
 //   {"image": FILE, "dims": [1, 3, H, W]}: FILE's float32 RGB values (0..255, NCHW) through a vision graph that
 //     takes the image itself (onnx/vision_encoder_image.onnx): {"features"}
+//   {"classify": [ids, ...], "pad": "right"|"left"}: a reward model's graph on the sequences padded (id 0,
+//     attention_mask 0) into one batch: each one's logits (labels)
 //   {"vl": FILE, "ids": ids, "n": K, "dtype"}: transformers.js loads a VL folder; its greedy generate's K new ids
 //     after ids (the image's pads among them) with FILE's patches as pixel_values: {"tokens"}
 // Log-probs: log-softmax of the float32 logits, in double.
@@ -147,6 +149,22 @@ async function vision_image(req) {
     return {features: Array.from(out.image_features.data)};
 }
 
+async function classify(req) {
+    const sess = await ort.InferenceSession.create(path.join(req.model, req.file), {intraOpNumThreads: 2});
+    const seqs = req.classify, B = seqs.length, T = Math.max(...seqs.map((x) => x.length));
+    const pad = (row) => {
+        const fill = Array(T - row.length).fill(0);
+        return req.pad === "left" ? [...fill, ...row] : [...row, ...fill];
+    };
+    const ids = seqs.map(pad), mask = seqs.map((x) => pad(x.map(() => 1)));
+    const out = await sess.run({
+        input_ids: new ort.Tensor("int64", ids64(ids.flat()), [B, T]),
+        attention_mask: new ort.Tensor("int64", ids64(mask.flat()), [B, T]),
+    });
+    const L = out.logits.dims[1];
+    return range(0, B).map((b) => Array.from(out.logits.data.subarray(b * L, (b + 1) * L)));
+}
+
 async function transformers_vl(req) {
     const {AutoModelForImageTextToText, Tensor, env} = await import("@huggingface/transformers");
     env.allowRemoteModels = false;
@@ -167,8 +185,9 @@ async function transformers_vl(req) {
 
 const answers = [];
 for (const req of JSON.parse(readFileSync(0, "utf8"))) {
-    if (req.transformers || req.vision || req.vl || req.image) {
-        const f = req.vision ? vision : req.vl ? transformers_vl : req.image ? vision_image : transformers;
+    if (req.transformers || req.vision || req.vl || req.image || req.classify) {
+        const f = req.vision ? vision : req.vl ? transformers_vl : req.image ? vision_image
+            : req.classify ? classify : transformers;
         answers.push(await f(req));
         continue;
     }
