@@ -188,6 +188,9 @@ static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
     int64_t V = c->vocab;
     Tokenizer t;
     tokenizer_load(&t, dir);
+    if (t.byte_fallback)
+        die("%s: a SentencePiece-style tokenizer (byte_fallback): llama.cpp's \"llama\" vocabulary (pieces with "
+            "scores) is not written yet", t.path);
     if (t.n_ids > V) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)V);
     cJSON *root = json_load_file(t.path, TOKENIZER_MAX_FILE);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -26,6 +26,7 @@ typedef struct {
     const int32_t *stop_ids;
     int n_stop_ids;
     Utf8Stream stream;  // plain mode: text printed as it is generated
+    int streamed;       // a token has been (the first one's leading space as the tokenizer's decode strips it)
     ToolSet tools;      // --tools
     int has_tools;
     VlModel vl;         // a vision-language model's tower and image processor (has_vl)
@@ -144,8 +145,10 @@ static void stream_token(void *user, int prompt, int sample, int32_t token) {
         if (token == g->stop_ids[i]) return;
     size_t len;
     const char *b = tokenizer_id_bytes(&g->tok, token, &len);
+    size_t lead = b && !g->streamed ? tokenizer_lead_strip(&g->tok, b, len) : 0;
+    g->streamed = 1;
     Buf out = {0};
-    utf8_stream_push(&g->stream, b ? b : "", b ? len : 0, &out);
+    utf8_stream_push(&g->stream, b ? b + lead : "", b ? len - lead : 0, &out);
     fwrite(out.data ? out.data : "", 1, out.len, stdout);
     fflush(stdout);
     buf_free(&out);

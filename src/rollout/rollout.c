@@ -138,7 +138,8 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         size_t len, before = out->text.len;
         int skip = cfg->skip_special && tokenizer_id_special(tok, id);
         const char *b = skip ? NULL : tokenizer_id_bytes(tok, id, &len);
-        buf_append(&out->text, b ? b : "", b ? len : 0);
+        size_t lead = b && out->n == 1 ? tokenizer_lead_strip(tok, b, len) : 0;  // as decode begins a text
+        buf_append(&out->text, b ? b + lead : "", b ? len - lead : 0);
         out->text_end = (int64_t)out->text.len;
         int n_stop = out->n >= cfg->proc.min_tokens ? cfg->n_stop_strings : 0;
         for (int i = 0; i < n_stop && !q->done; i++) {  // within the model's own turn

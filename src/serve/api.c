@@ -776,18 +776,32 @@ static void write_top_map(FILE *f, const Tokenizer *tok, const ApiTop *top, int 
 }
 
 // The bytes token id adds to a text (0 without a tokenizer; none for a special token with skip:
-// skip_special_tokens).
-static size_t text_bytes(const Tokenizer *tok, int32_t id, int skip) {
+// skip_special_tokens); first: the text's first token, less the leading spaces decode strips there.
+static size_t text_bytes(const Tokenizer *tok, int32_t id, int skip, int first) {
     size_t len = 0;
-    if (tok && !(skip && tokenizer_id_special(tok, id))) tokenizer_id_bytes(tok, id, &len);
-    return len;
+    const char *b = tok && !(skip && tokenizer_id_special(tok, id)) ? tokenizer_id_bytes(tok, id, &len) : NULL;
+    return b && first ? len - tokenizer_lead_strip(tok, b, len) : len;
 }
 
-// The bytes tokens ids[0..n) add to a text (text_bytes).
-static size_t token_bytes(const Tokenizer *tok, const int32_t *ids, int64_t n, int skip) {
+// The bytes tokens ids[0..n) add to a text (text_bytes; first: ids[0] begins it).
+static size_t token_bytes(const Tokenizer *tok, const int32_t *ids, int64_t n, int skip, int first) {
     size_t total = 0;
-    for (int64_t i = 0; i < n; i++) total += text_bytes(tok, ids[i], skip);
+    for (int64_t i = 0; i < n; i++) total += text_bytes(tok, ids[i], skip, first && i == 0);
     return total;
+}
+
+// An echoed prompt's text, as decode gives it (the first token's stripped spaces left out), then the spaces the
+// rollout left out of the completion's start (a SentencePiece-style decoder's Strip), which follow a prompt.
+static void echo_text(const ApiJob *job, const Tokenizer *tok, const IdList *ids, const ApiChoice *c, Buf *text) {
+    for (size_t t = 0; tok && t < ids->n; t++) {
+        size_t bl = 0;
+        const char *b = tokenizer_id_bytes(tok, ids->ids[t], &bl);
+        size_t lead = b && t == 0 ? tokenizer_lead_strip(tok, b, bl) : 0;
+        if (b) buf_append(text, b + lead, bl - lead);
+    }
+    if (!c || !tok || out_tokens(job, c) == 0) return;
+    size_t len = text_bytes(tok, c->s->tokens[0], job->cfg.skip_special, 0);
+    buf_append(text, "        ", len - text_bytes(tok, c->s->tokens[0], job->cfg.skip_special, 1));
 }
 
 // Completions' logprobs object over tokens [from, to) of a choice, with the prompt's first when with_prompt.
@@ -799,8 +813,8 @@ static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenize
     int np = with_prompt ? (int)ids->n : 0, k = job->logprobs;
     size_t offset = 0;
     if (!with_prompt) {
-        offset = token_bytes(tok, c->s->tokens, from, job->cfg.skip_special);
-        if (job->echo) offset += token_bytes(tok, ids->ids, (int64_t)ids->n, 0);
+        offset = token_bytes(tok, c->s->tokens, from, job->cfg.skip_special, !job->echo);
+        if (job->echo) offset += token_bytes(tok, ids->ids, (int64_t)ids->n, 0, 1);
     }
     fputs("{\"tokens\": [", f);
     for (int i = 0; i < np + to - from; i++) {
@@ -828,8 +842,9 @@ static void write_completion_logprobs(FILE *f, const ApiJob *job, const Tokenize
     fputs("], \"text_offset\": [", f);
     for (int i = 0; i < np + to - from; i++) {
         int32_t id = i < np ? ids->ids[i] : c->s->tokens[from + i - np];
+        int64_t at = i < np ? i : (job->echo ? (int64_t)ids->n : 0) + from + i - np;  // its place in the text
         fprintf(f, i ? ", %zu" : "%zu", offset);
-        offset += text_bytes(tok, id, i >= np && job->cfg.skip_special);
+        offset += text_bytes(tok, id, i >= np && job->cfg.skip_special, at == 0);
     }
     fputs("]}", f);
 }
@@ -1025,11 +1040,7 @@ char *api_response(const ApiJob *job, const Tokenizer *tok, const char *model) {
         } else {
             fputs("\"text\": ", f);
             Buf text = {0};
-            for (int t = 0; job->echo && t < (int)job->prompts[p].n; t++) {
-                size_t bl = 0;
-                const char *b = tok ? tokenizer_id_bytes(tok, job->prompts[p].ids[t], &bl) : NULL;
-                if (b) buf_append(&text, b, bl);
-            }
+            if (job->echo) echo_text(job, tok, &job->prompts[p], c, &text);
             buf_append(&text, c->s->text.data ? c->s->text.data : "", out_text_len(job, c));
             write_text(f, text.data, text.len);
             buf_free(&text);
@@ -1146,9 +1157,13 @@ static void write_chunk(FILE *f, ApiJob *job, const Tokenizer *tok, const char *
             write_text(f, text + c0, to - c0);
         }
         fputc('}', f);
-    } else {
+    } else {  // an echo's completion after its prompt, with the spaces that follow a prompt (echo_text)
+        Buf lead = {0};
+        if (job->echo && from == 0 && to > 0) echo_text(job, tok, &(IdList){0}, c, &lead);
+        buf_append(&lead, text + from, to - from);
         fputs("\"text\": ", f);
-        write_text(f, text + from, to - from);
+        write_text(f, lead.data, lead.len);
+        buf_free(&lead);
     }
     fputs(", \"logprobs\": ", f);
     if (job->logprobs < 0 || t1 <= t0)
@@ -1184,13 +1199,8 @@ void api_stream(ApiJob *job, const Tokenizer *tok, const char *model, int final,
                     "\"finish_reason\": null}]}\n\n",
                     f);
             } else if (job->echo) {  // the prompt first, with its log-probs
-                const IdList *ids = &job->prompts[i / job->n];
                 Buf text = {0};
-                for (size_t t = 0; t < ids->n; t++) {
-                    size_t bl = 0;
-                    const char *b = tok ? tokenizer_id_bytes(tok, ids->ids[t], &bl) : NULL;
-                    if (b) buf_append(&text, b, bl);
-                }
+                echo_text(job, tok, &job->prompts[i / job->n], NULL, &text);
                 chunk_open(f, job, model, i);
                 fputs("\"text\": ", f);
                 write_text(f, text.data, text.len);

@@ -87,6 +87,70 @@ static void set_id_bytes(Tokenizer *t, int32_t id, const char *bytes, size_t n) 
     t->id_len[id] = (uint32_t)n;
 }
 
+// SentencePiece's space, U+2581, in UTF-8.
+#define SP_SPACE "\xe2\x96\x81"
+
+// A Replace step of a normalizer or decoder: the string `from` (not a regex) by `to`.
+static int is_replace(const cJSON *step, const char *from, const char *to) {
+    const char *pattern = str_item(cJSON_GetObjectItemCaseSensitive(step, "pattern"), "String");
+    const char *content = str_item(step, "content");
+    return is_type(step, "Replace") && pattern && content && !strcmp(pattern, from) && !strcmp(content, to);
+}
+
+// A SentencePiece-style tokenizer's normalizer, decoder and pre-tokenizer: Replace(" " -> U+2581), after
+// Prepend(U+2581) or not; Sequence[Replace(U+2581 -> " "), ByteFallback, Fuse], then Strip(" ", n, 0) or not;
+// no pre-tokenizer, or Split(" ", MergedWithPrevious), which finds no space once the normalizer has replaced them.
+static void sp_pipeline(Tokenizer *t, const cJSON *norm, const cJSON *dec, const cJSON *pre, const char *path) {
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+    const cJSON *first = cJSON_GetArrayItem(steps, 0), *last = cJSON_GetArrayItem(steps, 1);
+    const char *prepend = str_item(first, "prepend");
+    t->prepend = is_type(norm, "Sequence") && cJSON_GetArraySize(steps) == 2 && is_type(first, "Prepend") &&
+                 prepend && !strcmp(prepend, SP_SPACE);
+    if (!(t->prepend ? is_replace(last, " ", SP_SPACE) : is_replace(norm, " ", SP_SPACE)))
+        die("%s: unsupported normalizer with byte_fallback (supported: Replace(\" \" -> \"\u2581\"), after "
+            "Prepend(\"\u2581\") or not)", path);
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(dec, "decoders");
+    int n = cJSON_GetArraySize(ds);
+    const cJSON *strip = cJSON_GetArrayItem(ds, 3);
+    const char *content = str_item(strip, "content");
+    const cJSON *start = cJSON_GetObjectItemCaseSensitive(strip, "start");
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(strip, "stop");
+    int strips = n == 4 && is_type(strip, "Strip") && content && !strcmp(content, " ") && cJSON_IsNumber(start) &&
+                 start->valueint >= 0 && start->valueint <= 8 && cJSON_IsNumber(stop) && stop->valueint == 0;
+    if (!is_type(dec, "Sequence") || (n != 3 && !strips) || !is_replace(cJSON_GetArrayItem(ds, 0), SP_SPACE, " ") ||
+        !is_type(cJSON_GetArrayItem(ds, 1), "ByteFallback") || !is_type(cJSON_GetArrayItem(ds, 2), "Fuse"))
+        die("%s: unsupported decoder with byte_fallback (supported: Sequence[Replace(\"\u2581\" -> \" \"), "
+            "ByteFallback, Fuse], then Strip(\" \", start, 0) or not)", path);
+    t->strip = strips ? start->valueint : 0;
+    const char *split = str_item(cJSON_GetObjectItemCaseSensitive(pre, "pattern"), "String");
+    const char *behavior = str_item(pre, "behavior");
+    if (pre && !cJSON_IsNull(pre) &&
+        !(is_type(pre, "Split") && split && !strcmp(split, " ") && behavior &&
+          !strcmp(behavior, "MergedWithPrevious") && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "invert"))))
+        die("%s: unsupported pre_tokenizer with byte_fallback (supported: none, or Split(\" \", "
+            "MergedWithPrevious) as Gemma's)", path);
+}
+
+// A SentencePiece-style vocab entry's bytes: <0xXX> the byte XX, else its text with U+2581 as a space.
+static void sp_piece_bytes(const char *s, Buf *out) {
+    static const char HEX[] = "0123456789ABCDEF";
+    const char *hi = strlen(s) == 6 && !strncmp(s, "<0x", 3) && s[3] && s[5] == '>' ? strchr(HEX, s[3]) : NULL;
+    const char *lo = hi ? strchr(HEX, s[4]) : NULL;
+    if (lo && *lo) {
+        unsigned char b = (unsigned char)((hi - HEX) << 4 | (lo - HEX));
+        buf_append(out, &b, 1);
+        return;
+    }
+    for (const char *p = s; *p;) {
+        const char *sp = strstr(p, SP_SPACE);
+        size_t k = sp ? (size_t)(sp - p) : strlen(p);
+        buf_append(out, p, k);
+        if (!sp) break;
+        buf_append(out, " ", 1);
+        p = sp + 3;
+    }
+}
+
 // The Qwen2 pre-tokenizer: Sequence[Split(Regex, Isolated), ByteLevel(use_regex: false)].
 static const char *split_pattern(const cJSON *pre, const char *path) {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
@@ -127,9 +191,8 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
     if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) die("%s: model needs a \"vocab\" object and a \"merges\" array", path);
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     const char *prefix = str_item(model, "continuing_subword_prefix"), *suffix = str_item(model, "end_of_word_suffix");
-    if ((dropout && !cJSON_IsNull(dropout)) || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) ||
-        (prefix && *prefix) || (suffix && *suffix))
-        die("%s: unsupported BPE options (dropout, byte_fallback, subword prefix/suffix)", path);
+    if ((dropout && !cJSON_IsNull(dropout)) || (prefix && *prefix) || (suffix && *suffix))
+        die("%s: unsupported BPE options (dropout, subword prefix/suffix)", path);
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
 
     int16_t cp_to_byte[512];
@@ -142,13 +205,21 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
         if (!json_as_int(e, 0, INT32_MAX - 1, &id)) die("%s: vocab entry \"%s\" has no valid id", path, e->string);
         if (id >= t->n_ids) die("%s: vocab id %lld is out of range", path, (long long)id);
         bytes.len = 0;
-        if (byte_level_decode(e->string, strlen(e->string), cp_to_byte, &bytes) != 0)
+        if (t->byte_fallback)
+            sp_piece_bytes(e->string, &bytes);
+        else if (byte_level_decode(e->string, strlen(e->string), cp_to_byte, &bytes) != 0)
             die("%s: vocab entry \"%s\" is not byte-level encoded", path, e->string);
         strmap_put(&t->vocab, e->string, strlen(e->string), (int32_t)id);
         set_id_bytes(t, (int32_t)id, bytes.data ? bytes.data : "", bytes.len);
     }
     buf_free(&bytes);
-    for (int b = 0; b < 256; b++) {
+    for (int b = 0; b < 256 && t->byte_fallback; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        if ((t->byte_id[b] = strmap_get(&t->vocab, name, strlen(name))) < 0)
+            die("%s: byte_fallback, but the vocab lacks the token %s", path, name);
+    }
+    for (int b = 0; b < 256 && !t->byte_fallback; b++) {
         char *ch = t->byte_char[b];
         size_t n = (size_t)utf8proc_encode_char((utf8proc_int32_t)byte_to_codepoint(b), (utf8proc_uint8_t *)ch);
         ch[n] = '\0';
@@ -204,7 +275,11 @@ static void load_added(Tokenizer *t, const cJSON *added, const char *path) {
         t->added[i] = (AddedToken){xstrdup(content), strlen(content), (int32_t)id,
                                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"))};
         t->added_first[(unsigned char)content[0]] = 1;
-        set_id_bytes(t, (int32_t)id, content, strlen(content));
+        Buf text = {0};  // what the decoder makes of it (SentencePiece-style: U+2581 as a space, as for the vocab)
+        if (t->byte_fallback) sp_piece_bytes(content, &text);
+        else buf_append(&text, content, strlen(content));
+        set_id_bytes(t, (int32_t)id, text.data ? text.data : "", text.len);
+        buf_free(&text);
     }
 }
 
@@ -264,18 +339,23 @@ void tokenizer_load(Tokenizer *t, const char *path) {
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (!cJSON_IsObject(model)) die("%s: missing \"model\"", p);
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added)) die("%s: \"added_tokens\" must be an array", p);
-    if (norm && !cJSON_IsNull(norm) && !is_type(norm, "NFC")) die("%s: unsupported normalizer (supported: NFC or none)", p);
-    t->nfc = is_type(norm, "NFC");
-    if (!is_type(dec, "ByteLevel")) die("%s: unsupported decoder (supported: ByteLevel)", p);
-    const char *pattern = split_pattern(pre, p);
-    t->pattern = xstrdup(pattern);
+    t->byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
+    if (t->byte_fallback) {
+        sp_pipeline(t, norm, dec, pre, p);
+    } else {
+        if (norm && !cJSON_IsNull(norm) && !is_type(norm, "NFC"))
+            die("%s: unsupported normalizer (supported: NFC or none; with byte_fallback, SentencePiece's)", p);
+        t->nfc = is_type(norm, "NFC");
+        if (!is_type(dec, "ByteLevel")) die("%s: unsupported decoder (supported: ByteLevel)", p);
+        t->pattern = xstrdup(split_pattern(pre, p));
+    }
 
     t->n_ids = count_ids(cJSON_GetObjectItemCaseSensitive(model, "vocab"), added, p);
     t->id_bytes = xcalloc((size_t)t->n_ids + 1, sizeof *t->id_bytes);
     t->id_len = xcalloc((size_t)t->n_ids + 1, sizeof *t->id_len);
     load_model(t, model, p);
     if (cJSON_IsArray(added)) load_added(t, added, p);
-    compile_regex(t, pattern, p);
+    if (t->pattern) compile_regex(t, t->pattern, p);
     cJSON_Delete(root);
 
     t->cache = xcalloc(1, sizeof(BpeCache));
@@ -346,7 +426,23 @@ static int merge_of(const Tokenizer *t, int32_t a, int32_t b, uint64_t *rank_and
     return u64map_get(&t->merges, (uint64_t)a << 32 | (uint32_t)b, rank_and_id);
 }
 
-// BPE over one pre-token of n raw bytes: O(n log n) with a heap and a linked list.
+// The symbols a word of n bytes starts as (at most n): each byte's token (byte-level); each character's token,
+// or its bytes' <0xXX> tokens where the vocab lacks it (SentencePiece-style). Returns their count.
+static size_t first_symbols(const Tokenizer *t, const unsigned char *w, size_t n, int32_t *sym) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = 1;  // the text is valid UTF-8: a character's length is its first byte's
+        if (t->byte_fallback) len = w[i] < 0x80 ? 1 : w[i] < 0xE0 ? 2 : w[i] < 0xF0 ? 3 : 4;
+        int32_t id = t->byte_fallback ? strmap_get(&t->vocab, (const char *)w + i, len) : -1;
+        if (id >= 0) sym[k++] = id;
+        for (size_t j = 0; id < 0 && j < len; j++) sym[k++] = t->byte_id[w[i + j]];
+        i += len;
+    }
+    return k;
+}
+
+// BPE over one pre-token of n raw bytes (SentencePiece-style: the normalized text): O(n log n) with a heap and a
+// linked list.
 static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out) {
     BpeCache *c = t->cache;
     size_t slot = 0;
@@ -359,7 +455,9 @@ static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out
     }
     size_t start = out->n;
     int32_t whole = -1;
-    if (t->ignore_merges) {  // the word as one vocab token, if it is one
+    if (t->ignore_merges && t->byte_fallback) {
+        whole = strmap_get(&t->vocab, (const char *)w, n);
+    } else if (t->ignore_merges) {  // the word as one vocab token, if it is one
         Buf s = {0};
         for (size_t i = 0; i < n; i++) buf_append(&s, t->byte_char[w[i]], strlen(t->byte_char[w[i]]));
         whole = s.data ? strmap_get(&t->vocab, s.data, s.len) : -1;
@@ -378,12 +476,12 @@ static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out
         int32_t *sym = c->sym, *prev = c->prev, *next = c->next;
         size_t hn = 0;
         uint64_t m;
-        for (size_t i = 0; i < n; i++) {
-            sym[i] = t->byte_id[w[i]];
+        size_t k = first_symbols(t, w, n, sym);
+        for (size_t i = 0; i < k; i++) {
             prev[i] = (int32_t)i - 1;
-            next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+            next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
         }
-        for (size_t i = 0; i + 1 < n; i++)
+        for (size_t i = 0; i + 1 < k; i++)
             if (merge_of(t, sym[i], sym[i + 1], &m)) heap_push(c->heap, &hn, (m >> 32) << 32 | i);
         while (hn) {
             uint64_t top = heap_pop(c->heap, &hn);
@@ -414,10 +512,29 @@ static void bpe_word(Tokenizer *t, const unsigned char *w, size_t n, IdList *out
     }
 }
 
+// SentencePiece-style: U+2581 prepended (when the normalizer does) and for each space, then BPE over it all.
+static void sp_segment(Tokenizer *t, const char *s, size_t n, IdList *out) {
+    Buf w = {0};
+    if (t->prepend) buf_append(&w, SP_SPACE, 3);
+    for (size_t i = 0; i < n;) {
+        const char *sp = memchr(s + i, ' ', n - i);
+        size_t k = sp ? (size_t)(sp - s) - i : n - i;
+        buf_append(&w, s + i, k);
+        if (sp) buf_append(&w, SP_SPACE, 3);
+        i += k + (sp != NULL);
+    }
+    bpe_word(t, (const unsigned char *)w.data, w.len, out);
+    buf_free(&w);
+}
+
 // NFC (when the normalizer is), then the Split regex in Isolated mode: matches and the gaps between them are
-// pre-tokens.
+// pre-tokens (SentencePiece-style: sp_segment).
 static void encode_segment(Tokenizer *t, const char *s, size_t n, IdList *out) {
     if (n == 0) return;
+    if (t->byte_fallback) {
+        sp_segment(t, s, n, out);
+        return;
+    }
     utf8proc_uint8_t *nfc = NULL;
     int ascii = 1;
     for (size_t i = 0; i < n && ascii; i++) ascii = (unsigned char)s[i] < 0x80;
@@ -502,7 +619,14 @@ int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out,
         }
         buf_append(&raw, b, len);
     }
-    utf8_append_lossy(out, raw.data ? raw.data : "", raw.len);
+    size_t skip = tokenizer_lead_strip(t, raw.data, raw.len);
+    utf8_append_lossy(out, raw.data ? raw.data + skip : "", raw.len - skip);
     buf_free(&raw);
     return 0;
+}
+
+size_t tokenizer_lead_strip(const Tokenizer *t, const char *b, size_t len) {
+    size_t k = 0;
+    while (k < len && k < (size_t)t->strip && b[k] == ' ') k++;
+    return k;
 }

@@ -1,6 +1,11 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the Decoder family):
-// added tokens matched in the raw text first, NFC normalisation (or none), the Split pre-tokenizer's regex
-// (PCRE2), the ByteLevel byte<->char mapping, rank-ordered BPE merges, and the ByteLevel decoder.
+// BPE tokenizer loaded from a Hugging Face tokenizer.json (the Decoder family), in one of two kinds:
+// - byte-level (Qwen, Llama 3): added tokens matched in the raw text first, NFC normalisation (or none), the
+//   Split pre-tokenizer's regex (PCRE2), the ByteLevel byte<->char mapping, rank-ordered BPE merges, and the
+//   ByteLevel decoder;
+// - SentencePiece-style (Gemma, Llama 2, Mistral): added tokens first, then each space as U+2581 (after one
+//   U+2581 prepended, where the normalizer does), BPE over the whole text from its characters, a character
+//   outside the vocabulary as its bytes' <0xXX> tokens (byte_fallback), and the decoder that undoes it (U+2581
+//   back to a space, byte tokens to bytes, and the leading space its Strip removes).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -28,11 +33,14 @@ typedef struct {
     char byte_char[256][4];  // each byte's ByteLevel character, UTF-8 (NUL-terminated)
     int ignore_merges;  // a whole word found in the vocab is one token (HF's ignore_merges)
     int nfc;            // the normalizer is NFC (Qwen's); none leaves the text as it is (Llama 3's)
+    int byte_fallback;  // SentencePiece-style: no regex nor byte map; byte_id holds the <0xXX> tokens
+    int prepend;        // with byte_fallback: U+2581 is prepended to each text between added tokens (Llama 2's)
+    int strip;          // with byte_fallback: leading spaces the decoder strips from a text (its Strip's start)
     AddedToken *added;
     int n_added;
     unsigned char added_first[256];  // bytes an added token can start with
-    void *regex;        // pcre2_code *, the Split pattern
-    char *pattern;      // the Split pattern's text
+    void *regex;        // pcre2_code *, the Split pattern (NULL with byte_fallback)
+    char *pattern;      // the Split pattern's text (NULL with byte_fallback)
     void *match_data;   // pcre2_match_data *
     BpeCache *cache;    // recently seen words -> ids
     // From tokenizer_config.json (-1 / NULL when absent).
@@ -66,6 +74,9 @@ int tokenizer_id_special(const Tokenizer *t, int32_t id);
 // Appends the text of ids; invalid UTF-8 from partial tokens becomes U+FFFD (as HF decodes).
 // Returns -1 at the first id outside the vocabulary (*bad_index), else 0.
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index);
+// How many of the len bytes b of a text's first token its decoder leaves out (the leading spaces a
+// SentencePiece-style decoder strips; 0 for the others), so text built token by token is what decode gives.
+size_t tokenizer_lead_strip(const Tokenizer *t, const char *b, size_t len);
 int32_t tokenizer_token_id(const Tokenizer *t, const char *token);  // -1 when absent
 // Tokenizes a prompt, appending to ids: as a user message of t's chat template with the generation prompt when
 // `chat` is set and t has a template (tools: an array or NULL), else as it is. Returns NULL, or what is wrong

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+SP = "\u2581"  # SentencePiece's space
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -41,6 +43,17 @@ def main():
             os.remove(cfg)
         return d
 
+    def sp(decoder=None, pre=None):
+        """Qwen's tokenizer made SentencePiece-style (byte_fallback, Gemma's normalizer and decoder), then changed."""
+        dec = {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": SP}, "content": " "},
+                                                {"type": "ByteFallback"}, {"type": "Fuse"}]}
+
+        def f(t):
+            t["model"]["byte_fallback"] = True
+            t["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": SP}
+            t["decoder"], t["pre_tokenizer"] = decoder or dec, pre
+        return f
+
     def setk(path, value):
         def f(t):
             obj = t
@@ -62,6 +75,13 @@ def main():
         ("regex-broken", variant("regex", setk(["pre_tokenizer", "pretokenizers", 0, "pattern", "Regex"], "(\\p{L")),
          [], b"x", ["regex does not compile"]),
         ("byte-fallback", variant("bytefb", setk(["model", "byte_fallback"], True)), [], b"x", ["byte_fallback"]),
+        # SentencePiece-style (byte_fallback) pipelines grpo does not take, and a byte token missing
+        ("sp-decoder-bytelevel", variant("spdec", sp(decoder={"type": "ByteLevel"})), [], b"x",
+         ["unsupported decoder with byte_fallback"]),
+        ("sp-metaspace", variant("spmeta", sp(pre={"type": "Metaspace", "replacement": SP, "prepend_scheme": "first",
+                                                    "split": False})), [], b"x",
+         ["unsupported pre_tokenizer with byte_fallback"]),
+        ("sp-no-byte-tokens", variant("spbytes", sp()), [], b"x", ["the vocab lacks the token <0x00>"]),
         ("merge-unknown-token", variant("merge", lambda t: t["model"]["merges"].insert(0, ["zzqx", "qqzz"])), [], b"x",
          ["merge 0", "missing from the vocab"]),
         ("added-lstrip", variant("lstrip", setk(["added_tokens", 0, "lstrip"], True)), [], b"x", ["<|endoftext|>", "lstrip"]),

