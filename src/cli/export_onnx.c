@@ -310,9 +310,10 @@ static void graph_io(Onnx *g, const DecoderConfig *c) {
 // A reward model's position_ids, from its attention mask: each kept token's place among the kept ones (so a
 // left-padded sequence is scored as it is alone; right padding gives transformers' positions).
 static void mask_positions(Graph *G) {
-    const char *kept = onnx_node(G->g, NULL, "CumSum", NULL, "attention_mask", onnx_int(G->g, 1), NULL);
-    const char *pos = op2(G, "Sub", kept, onnx_int(G->g, 1));
-    onnx_node(G->g, "position_ids", "Max", NULL, pos, onnx_int(G->g, 0), NULL);
+    const char *zero = onnx_int(G->g, 0), *one = onnx_int(G->g, 1);
+    const char *kept = onnx_node(G->g, NULL, "CumSum", NULL, "attention_mask", one, NULL);
+    const char *pos = op2(G, "Sub", kept, one);
+    onnx_node(G->g, "position_ids", "Max", NULL, pos, zero, NULL);
 }
 
 // A reward model's logits (B, labels): the score head on x (B*S, C, final-normed) at each row's last kept token,
@@ -324,7 +325,8 @@ static void classifier_head(Graph *G, const char *x) {
     const char *scores = onnx_node(g, NULL, "Gemm", "transB=1", x, head, NULL);
     const char *shape = onnx_node(g, NULL, "Concat", "axis=0", G->shape_bs, ints(G, 1, c->score_labels), NULL);
     scores = op2(G, "Reshape", scores, shape);  // (B, S, labels)
-    const char *places = onnx_node(g, NULL, "Range", NULL, onnx_int(g, 0), G->seq, onnx_int(g, 1), NULL);
+    const char *zero = onnx_int(g, 0), *one = onnx_int(g, 1);
+    const char *places = onnx_node(g, NULL, "Range", NULL, zero, G->seq, one, NULL);
     const char *kept = op2(G, "Mul", "attention_mask", places);
     const char *last = onnx_node(g, NULL, "ArgMax", "axis=1 keepdims=1", kept, NULL);  // (B, 1)
     onnx_node(g, "logits", "GatherND", "batch_dims=1", scores, last, NULL);

@@ -57,6 +57,13 @@ void gguf_i32s(Gguf *g, const char *k, const int32_t *v, size_t n) {
     put(&g->kv, v, n * sizeof *v);
 }
 
+void gguf_f32s(Gguf *g, const char *k, const float *v, size_t n) {
+    key(g, k, T_ARR);
+    put_u32(&g->kv, T_F32);
+    put_u64(&g->kv, n);
+    put(&g->kv, v, n * sizeof *v);
+}
+
 static size_t padded(size_t n) { return (n + GGUF_ALIGN - 1) / GGUF_ALIGN * GGUF_ALIGN; }
 
 size_t gguf_tensor(Gguf *g, const char *name, int64_t rows, int64_t cols, GgufType t) {

@@ -23,9 +23,10 @@ void gguf_u32(Gguf *g, const char *key, uint32_t v);
 void gguf_f32(Gguf *g, const char *key, float v);
 void gguf_bool(Gguf *g, const char *key, int v);
 void gguf_str(Gguf *g, const char *key, const char *s);
-// An array of n strings (s[i], len[i] bytes each) or of n int32.
+// An array of n strings (s[i], len[i] bytes each), of n int32 or of n float32.
 void gguf_strs(Gguf *g, const char *key, const char *const *s, const size_t *len, size_t n);
 void gguf_i32s(Gguf *g, const char *key, const int32_t *v, size_t n);
+void gguf_f32s(Gguf *g, const char *key, const float *v, size_t n);
 
 // A tensor's info: rows x cols (rows 1: a vector) of type t, cols innermost (ggml's ne[0]); its data comes
 // in this order. Returns its bytes (Q8_0: cols a multiple of 32).

@@ -618,6 +618,11 @@ int64_t choice_mask(const Tokenizer *tok, const char *const *choices, int n_choi
         int stop = is_stop(id, stop_ids, n_stop), fits = 0;
         size_t len = 0;
         const char *b = !stop && id < tok->n_ids ? tokenizer_id_bytes(tok, (int32_t)id, &len) : NULL;
+        if (b && n == 0) {  // a text's first token, as the text keeps it
+            size_t lead = tokenizer_lead_strip(tok, b, len);
+            b += lead;
+            len -= lead;
+        }
         if (!b || !len || !next[(unsigned char)b[0]]) b = NULL;
         for (int k = 0; b && !fits && k < n_live; k++)  // the token, the bytes after it (a token each at worst),
             fits = live[k][0] == b[0] && rest[k] >= len && memcmp(live[k], b, len) == 0 &&  // and a stop
@@ -636,6 +641,7 @@ typedef struct {
     const Tokenizer *tok;
     const RegexDfa *d;
     int at;
+    int first;  // no text yet: a token's leading spaces that decode strips from a text do not count
     const int32_t *stop_ids;
     int n_stop;
     int64_t V;
@@ -653,7 +659,8 @@ static void regex_list(const void *ctx, MaskList *l) {
             continue;
         }
         const char *b = id < c->tok->n_ids ? tokenizer_id_bytes(c->tok, (int32_t)id, &len) : NULL;
-        int to = b && len ? regex_walk(c->d, c->at, b, len) : -1;  // most tokens are out at their first byte
+        size_t lead = b && c->first ? tokenizer_lead_strip(c->tok, b, len) : 0;
+        int to = b && len > lead ? regex_walk(c->d, c->at, b + lead, len - lead) : -1;  // most are out at byte 1
         if (to >= 0) mask_list_add(l, (int32_t)id, 1 + c->d->dist[to] + 1);
     }
     drop_special(l, c->tok, c->stop_ids, c->n_stop);
@@ -663,8 +670,8 @@ int64_t regex_mask(const Tokenizer *tok, const RegexDfa *d, MaskCache *cache, co
                    int64_t tokens_left, const int32_t *stop_ids, int n_stop, float *logits, int64_t V) {
     int at = regex_walk(d, 0, text, n);
     if (at < 0) return 0;
-    uint8_t key[1 + sizeof at] = {'r'};
+    uint8_t key[1 + sizeof at] = {n == 0 ? 'R' : 'r'};
     memcpy(key + 1, &at, sizeof at);
-    RegexList ctx = {tok, d, at, stop_ids, n_stop, V};
+    RegexList ctx = {tok, d, at, n == 0, stop_ids, n_stop, V};
     return listed(cache, key, sizeof key, regex_list, &ctx, tokens_left, stop_ids, n_stop, logits, V);
 }

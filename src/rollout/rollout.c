@@ -26,6 +26,7 @@ typedef struct {
     Rng rng;
     int done;
     int paused;  // its model text ends in </tool_call>: the step's tool turns answer it
+    int began;   // a token with text is in (the first one's leading spaces went as the tokenizer's decode strips)
     IdList feed;  // a tool turn's tokens, fed one per step from feed_next
     int64_t feed_next;
 } Seq;
@@ -138,7 +139,8 @@ static void seq_record(Seq *q, int32_t id, float lp, const Tokenizer *tok, const
         size_t len, before = out->text.len;
         int skip = cfg->skip_special && tokenizer_id_special(tok, id);
         const char *b = skip ? NULL : tokenizer_id_bytes(tok, id, &len);
-        size_t lead = b && out->n == 1 ? tokenizer_lead_strip(tok, b, len) : 0;  // as decode begins a text
+        size_t lead = b && len && !q->began ? tokenizer_lead_strip(tok, b, len) : 0;  // as decode begins a text
+        q->began |= b && len;
         buf_append(&out->text, b ? b + lead : "", b ? len - lead : 0);
         out->text_end = (int64_t)out->text.len;
         int n_stop = out->n >= cfg->proc.min_tokens ? cfg->n_stop_strings : 0;
@@ -170,6 +172,7 @@ static void seq_record_fed(Seq *q, const Tokenizer *tok, const RolloutRequest *r
     size_t len;
     const char *b = tokenizer_id_bytes(tok, id, &len);
     buf_append(&out->text, b ? b : "", b ? len : 0);
+    q->began |= b && len;
     // text_end moves once the whole tool turn is in: a sample cut inside one ends with its tool call
     int fed = q->feed_next == (int64_t)q->feed.n;
     if (fed) out->turn_start = out->next_start[out->turns - 1] = out->text_end = (int64_t)out->text.len;

@@ -116,17 +116,20 @@ static void sp_pipeline(Tokenizer *t, const cJSON *norm, const cJSON *dec, const
     const cJSON *start = cJSON_GetObjectItemCaseSensitive(strip, "start");
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(strip, "stop");
     int strips = n == 4 && is_type(strip, "Strip") && content && !strcmp(content, " ") && cJSON_IsNumber(start) &&
-                 start->valueint >= 0 && start->valueint <= 8 && cJSON_IsNumber(stop) && stop->valueint == 0;
-    if (!is_type(dec, "Sequence") || (n != 3 && !strips) || !is_replace(cJSON_GetArrayItem(ds, 0), SP_SPACE, " ") ||
-        !is_type(cJSON_GetArrayItem(ds, 1), "ByteFallback") || !is_type(cJSON_GetArrayItem(ds, 2), "Fuse"))
+                 start->valueint >= 0 && start->valueint <= TOKENIZER_MAX_STRIP && cJSON_IsNumber(stop) &&
+                 stop->valueint == 0;
+    int chain = is_replace(cJSON_GetArrayItem(ds, 0), SP_SPACE, " ") &&
+                is_type(cJSON_GetArrayItem(ds, 1), "ByteFallback") && is_type(cJSON_GetArrayItem(ds, 2), "Fuse");
+    if (!is_type(dec, "Sequence") || (n != 3 && !strips) || !chain)
         die("%s: unsupported decoder with byte_fallback (supported: Sequence[Replace(\"\u2581\" -> \" \"), "
             "ByteFallback, Fuse], then Strip(\" \", start, 0) or not)", path);
     t->strip = strips ? start->valueint : 0;
     const char *split = str_item(cJSON_GetObjectItemCaseSensitive(pre, "pattern"), "String");
     const char *behavior = str_item(pre, "behavior");
-    if (pre && !cJSON_IsNull(pre) &&
-        !(is_type(pre, "Split") && split && !strcmp(split, " ") && behavior &&
-          !strcmp(behavior, "MergedWithPrevious") && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "invert"))))
+    int spaces = is_type(pre, "Split") && split && !strcmp(split, " ") && behavior &&
+                 !strcmp(behavior, "MergedWithPrevious") &&
+                 !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "invert"));
+    if (pre && !cJSON_IsNull(pre) && !spaces)
         die("%s: unsupported pre_tokenizer with byte_fallback (supported: none, or Split(\" \", "
             "MergedWithPrevious) as Gemma's)", path);
 }
@@ -134,9 +137,9 @@ static void sp_pipeline(Tokenizer *t, const cJSON *norm, const cJSON *dec, const
 // A SentencePiece-style vocab entry's bytes: <0xXX> the byte XX, else its text with U+2581 as a space.
 static void sp_piece_bytes(const char *s, Buf *out) {
     static const char HEX[] = "0123456789ABCDEF";
-    const char *hi = strlen(s) == 6 && !strncmp(s, "<0x", 3) && s[3] && s[5] == '>' ? strchr(HEX, s[3]) : NULL;
+    const char *hi = strlen(s) == 6 && !strncmp(s, "<0x", 3) && s[5] == '>' ? strchr(HEX, s[3]) : NULL;
     const char *lo = hi ? strchr(HEX, s[4]) : NULL;
-    if (lo && *lo) {
+    if (lo) {  // (s[3] and s[4] are not NUL: strchr would find HEX's end)
         unsigned char b = (unsigned char)((hi - HEX) << 4 | (lo - HEX));
         buf_append(out, &b, 1);
         return;
@@ -213,13 +216,12 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
         set_id_bytes(t, (int32_t)id, bytes.data ? bytes.data : "", bytes.len);
     }
     buf_free(&bytes);
-    for (int b = 0; b < 256 && t->byte_fallback; b++) {
+    for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
-        if ((t->byte_id[b] = strmap_get(&t->vocab, name, strlen(name))) < 0)
+        if (t->byte_fallback && (t->byte_id[b] = strmap_get(&t->vocab, name, strlen(name))) < 0)
             die("%s: byte_fallback, but the vocab lacks the token %s", path, name);
-    }
-    for (int b = 0; b < 256 && !t->byte_fallback; b++) {
+        if (t->byte_fallback) continue;
         char *ch = t->byte_char[b];
         size_t n = (size_t)utf8proc_encode_char((utf8proc_int32_t)byte_to_codepoint(b), (utf8proc_uint8_t *)ch);
         ch[n] = '\0';
@@ -232,16 +234,10 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
     for (const cJSON *e = merges->child; e; e = e->next, rank++) {
         const char *a, *b;
         size_t la, lb;
-        if (cJSON_IsString(e)) {  // "a b"
-            const char *sp = strchr(e->valuestring, ' ');
-            if (!sp || strchr(sp + 1, ' ')) die("%s: merge %lld \"%s\" is not two tokens", path, (long long)rank, e->valuestring);
-            a = e->valuestring, la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
-                   cJSON_IsString(e->child->next)) {  // ["a", "b"]
-            a = e->child->valuestring, la = strlen(a), b = e->child->next->valuestring, lb = strlen(b);
-        } else {
+        if (cJSON_IsString(e) && tokenizer_merge_parts(e, &a, &la, &b, &lb))
+            die("%s: merge %lld \"%s\" is not two tokens", path, (long long)rank, e->valuestring);
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
             die("%s: merge %lld is neither \"a b\" nor [\"a\", \"b\"]", path, (long long)rank);
-        }
         joined.len = 0;
         buf_append(&joined, a, la);
         buf_append(&joined, b, lb);
@@ -253,6 +249,26 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
             u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)im);
     }
     buf_free(&joined);
+}
+
+int tokenizer_merge_parts(const cJSON *e, const char **a, size_t *la, const char **b, size_t *lb) {
+    if (cJSON_IsString(e)) {  // "a b"
+        const char *sp = strchr(e->valuestring, ' ');
+        if (!sp || strchr(sp + 1, ' ')) return -1;
+        *a = e->valuestring;
+        *la = (size_t)(sp - *a);
+        *b = sp + 1;
+        *lb = strlen(*b);
+        return 0;
+    }
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsString(e->child) ||
+        !cJSON_IsString(e->child->next))
+        return -1;
+    *a = e->child->valuestring;  // ["a", "b"]
+    *la = strlen(*a);
+    *b = e->child->next->valuestring;
+    *lb = strlen(*b);
+    return 0;
 }
 
 static void load_added(Tokenizer *t, const cJSON *added, const char *path) {
@@ -433,6 +449,7 @@ static size_t first_symbols(const Tokenizer *t, const unsigned char *w, size_t n
     for (size_t i = 0; i < n;) {
         size_t len = 1;  // the text is valid UTF-8: a character's length is its first byte's
         if (t->byte_fallback) len = w[i] < 0x80 ? 1 : w[i] < 0xE0 ? 2 : w[i] < 0xF0 ? 3 : 4;
+        if (len > n - i) len = n - i;
         int32_t id = t->byte_fallback ? strmap_get(&t->vocab, (const char *)w + i, len) : -1;
         if (id >= 0) sym[k++] = id;
         for (size_t j = 0; id < 0 && j < len; j++) sym[k++] = t->byte_id[w[i + j]];

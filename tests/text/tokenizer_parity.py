@@ -381,8 +381,9 @@ def main():
         n = len(texts)
         bad = [f"{m}: {first_diff(g, w)}" for m, g, w in zip(names, got, want) if g != w]
         check(f"{prefix}/encode_corpus", not bad, f"{len(bad)} of {n} differ; {bad[:2]}")
-        vocab = json.loads((models / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-        V = max(vocab.values()) + 1
+        tj = json.loads((models / "tokenizer.json").read_text(encoding="utf-8"))
+        vocab = tj["model"]["vocab"]
+        V = max([*vocab.values(), *(a["id"] for a in tj["added_tokens"])]) + 1
         byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256)]
         r = random.Random(7)
         mixed = [[r.choice(byte_ids) if r.random() < 0.4 else r.randrange(V) for _ in range(24)] for _ in range(60)]
