@@ -343,6 +343,13 @@ int cmd_generate(int argc, char **argv) {
         if (!stop->values[i][0]) die("option --stop: the stop string is empty");
     int jsonl = cli_str(&spec, "--jsonl") != NULL;
     if (jsonl && spec.n_args) die("a prompt argument was given with --jsonl; prompts come from stdin");
+    int raw = cli_str(&spec, "--raw") != NULL;
+    if (raw && jsonl)
+        die("option --raw: plain mode's; with --jsonl a line's \"prompt\" is taken as it is and its \"messages\" "
+            "through the chat template");
+    if (raw && cli_str(&spec, "--tools")) die("option --tools: the chat template lists the tools, which --raw skips");
+    if (raw && cli_str(&spec, "--no-thinking"))
+        die("option --no-thinking: a chat template variable, and --raw skips the template");
 
     const char *dir = cli_str(&spec, "--model");
     Decoder m;
@@ -378,7 +385,7 @@ int cmd_generate(int argc, char **argv) {
     IdList *ids = NULL;
     int n_prompts = 1;
     if (jsonl) n_prompts = read_jsonl_prompts(&g, max_new, &prompts, &ids);
-    else read_text_prompt(&g, &spec, max_new, cli_str(&spec, "--raw") != NULL, &prompts, &ids);
+    else read_text_prompt(&g, &spec, max_new, raw, &prompts, &ids);
     char where[48];
     if (ferror(stdin)) die("cannot read standard input");
     for (int i = 0; i < n_prompts; i++) {

@@ -102,6 +102,10 @@ int cmd_serve(int argc, char **argv) {
     o.model_name = cli_str(&spec, "--served-model-name") ? cli_str(&spec, "--served-model-name") : dir;
     char *key = cli_str(&spec, "--api-key-file") ? read_key(cli_str(&spec, "--api-key-file")) : NULL;
     o.api_key = key;
+    int local = !strcmp(o.host, "127.0.0.1") || !strcmp(o.host, "::1") || !strcmp(o.host, "localhost");
+    if (!local && !key)
+        fprintf(stderr, "grpo serve: warning: --host %s without --api-key-file: anyone who reaches this port can "
+                "use the model\n", o.host);
 
     Decoder m;
     Lora lora;

@@ -18,6 +18,7 @@
 #include "serve/server.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -348,14 +349,17 @@ static enum MHD_Result get_models(Job *j, const char *id) {
     return rc;
 }
 
-// Constant-time comparison of the Authorization header with "Bearer KEY".
+// Constant-time comparison of the Authorization header with "Bearer KEY", the scheme in any case (RFC 7235).
 static int authorized(Server *s, struct MHD_Connection *c) {
     if (!s->o->api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    char *want = xprintf("Bearer %s", s->o->api_key);
-    size_t n = strlen(want), got = h ? strlen(h) : 0;
+    char *want = xprintf("bearer %s", s->o->api_key);
+    size_t n = strlen(want), got = h ? strlen(h) : 0, scheme = strlen("bearer ");
     unsigned diff = got != n;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < got ? h[i] : 0);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)(i < got ? h[i] : 0);
+        diff |= (unsigned char)want[i] ^ (i < scheme ? (unsigned char)tolower(x) : x);
+    }
     free(want);
     return diff == 0;
 }

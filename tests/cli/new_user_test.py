@@ -211,6 +211,13 @@ def g_errors():
              "--out", out, "--batch-size", 2, "--steps", 4, "--resume")
     check(one_error(p, r"made with a --data of 8 samples, this run's has 9"), "sft --resume on other data: both "
           "sample counts", last_error(p))
+    # options that contradict each other (issue 46, 4): one line naming the option, before the model loads
+    for opts, pattern in ((["--raw", "--jsonl"], r"option --raw: plain mode's"),
+                          (["--raw", "--tools", T("tools.json")], r"option --tools: .*--raw skips"),
+                          (["--raw", "--no-thinking"], r"option --no-thinking: .*--raw skips")):
+        p = grpo("generate", "--model", MODEL, *opts, stdin="hi")
+        check(one_error(p, pattern) and p.stdout == "", f"generate {' '.join(opts[:2])}: refused in one line",
+              last_error(p))
 
 
 def g_fit():

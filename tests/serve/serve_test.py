@@ -50,7 +50,9 @@ class Server:
     def __init__(self, model, *opts, env=None):
         self.p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0", *map(str, opts)],
                                   stderr=subprocess.PIPE, text=True, env=env)
-        line = self.first_line = self.p.stderr.readline()
+        self.first_line = line = self.p.stderr.readline()
+        if line.startswith("grpo serve: warning:"):  # (--host 0.0.0.0 without a key) the address comes next
+            line = self.p.stderr.readline()
         m = re.search(r"http://[^:]+:(\d+)", line)
         if not m:
             raise RuntimeError(f"grpo serve did not start: {line}{self.p.stderr.read()[-2000:]}")
@@ -481,6 +483,16 @@ def g_errors():
         check("api key: a wrong key -> 401 AuthenticationError, the right one works, /health stays open",
               not bad["ok"] and bad["status"] == 401 and bad["name"] == "AuthenticationError" and good["ok"]
               and st == 200, json.dumps(bad)[:200])
+        answers = [request(srv, "POST", "/v1/completions", json.dumps(body).encode(),
+                           {"Content-Type": "application/json", "Authorization": f"{scheme} {k}"})[0]
+                   for scheme, k in (("bearer", "s3cret-key"), ("BEARER", "s3cret-key"), ("bearer", "S3cret-key"),
+                                     ("Basic", "s3cret-key"))]
+        check("api key: the scheme in any case (RFC 7235), the key exactly: bearer and BEARER 200, a key of "
+              "another case and Basic 401", answers == [200, 200, 401, 401], str(answers))
+    with Server(RAND, "--host", "0.0.0.0") as srv:
+        warned = srv.first_line
+    check("serve --host 0.0.0.0 without --api-key-file: a warning that anyone reaching the port can use the model",
+          warned.startswith("grpo serve: warning: --host 0.0.0.0 without --api-key-file"), warned.strip())
 
 
     bare = os.path.join(TMP, "bare")  # the model without its tokenizer: token ids only
