@@ -230,6 +230,18 @@ char *file_read_all(const char *path, size_t max, size_t *len_out) {
     return buf;
 }
 
+void file_check_readable(const char *what, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: cannot open %s: %s", what, path, strerror(errno));
+    fclose(f);
+}
+
+void dir_check(const char *what, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) die("%s: %s does not exist", what, path);
+    if (!S_ISDIR(st.st_mode)) die("%s: %s is not a directory", what, path);
+}
+
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

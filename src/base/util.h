@@ -74,6 +74,11 @@ char *file_read_all(const char *path, size_t max, size_t *len_out);
 #define LINE_MAX_BYTES ((size_t)8 << 20)
 long line_read(FILE *f, char **line, size_t *cap, const char *name, int64_t lineno);
 int file_exists(const char *path);
+// Die in one line naming what named the path (the option or key: "option --config", "model.path") unless it opens
+// for reading ("WHAT: cannot open PATH: reason"), or unless it is a directory ("WHAT: PATH does not exist" / "is
+// not a directory").
+void file_check_readable(const char *what, const char *path);
+void dir_check(const char *what, const char *path);
 // mkdir -p: creates `path` and missing parents; dies naming the path when that fails.
 void dir_create(const char *path);
 // fsync of a directory, so renames and new entries in it survive a power cut.

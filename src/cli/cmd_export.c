@@ -461,6 +461,8 @@ int cmd_export(int argc, char **argv) {
     cli_parse(&spec, argc, argv);
     const char *dir = cli_str(&spec, "--model"), *out = cli_str(&spec, "--out"), *fmt = cli_str(&spec, "--format");
     const char *adapter = cli_str(&spec, "--adapter"), *dts = cli_str(&spec, "--dtype");
+    dir_check("option --model", dir);
+    if (adapter) dir_check("option --adapter", adapter);
     if (strcmp(fmt, "gguf") && strcmp(fmt, "onnx")) die("option --format: \"%s\" is not gguf or onnx", fmt);
     if (!cli_str(&spec, "--force") && file_exists(out))
         die("%s exists; choose another --out or pass --force", out);

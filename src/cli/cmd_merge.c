@@ -24,6 +24,8 @@ int cmd_merge(int argc, char **argv) {
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     const char *base = cli_str(&spec, "--model"), *adapter = cli_str(&spec, "--adapter"), *out = cli_str(&spec, "--out");
+    dir_check("option --model", base);
+    dir_check("option --adapter", adapter);
     DType dtype = cli_dtype(&spec, "--dtype", "f32", "bf16", NULL);
     char *cfg = path_join(out, "config.json");
     if (!cli_str(&spec, "--force") && file_exists(cfg)) die("%s already holds a model; choose another --out or pass --force", out);

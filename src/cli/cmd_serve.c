@@ -16,6 +16,7 @@
 // The bearer key of --api-key-file: its first line, without the line end; dies when empty.
 static char *read_key(const char *path) {
     size_t n;
+    file_check_readable("option --api-key-file", path);
     char *key = file_read_all(path, 4096, &n);
     key[strcspn(key, "\r\n")] = '\0';
     if (!key[0]) die("option --api-key-file: %s holds no key on its first line", path);

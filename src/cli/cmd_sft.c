@@ -66,6 +66,7 @@ int cmd_sft(int argc, char **argv) {
                     "*_ids lines are used as given.",
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
+    dir_check("option --model", cli_str(&spec, "--model"));
     SftConfig c = {
         .model_dir = cli_str(&spec, "--model"),
         .data_path = cli_str(&spec, "--data"),

@@ -140,6 +140,8 @@ int cmd_tokenize(int argc, char **argv) {
     int decode = cli_str(&spec, "--decode") != NULL;
     double t0 = time_now();
     Session s = {0};
+    if (!file_exists(cli_str(&spec, "--tokenizer")))  // a tokenizer.json or a directory holding one
+        die("option --tokenizer: %s does not exist", cli_str(&spec, "--tokenizer"));
     tokenizer_load(&s.tok, cli_str(&spec, "--tokenizer"));
     double load_seconds = time_now() - t0;
     if (cli_str(&spec, "--jsonl")) {

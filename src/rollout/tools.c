@@ -63,6 +63,7 @@ void toolset_load(ToolSet *ts, const char *path, const char *key, int concurrenc
                   double memory_mb) {
     memset(ts, 0, sizeof *ts);
     char *where = xprintf("%s: %s", key, path);
+    file_check_readable(key, path);
     cJSON *root = json_load_file(path, 16 << 20);
     if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) == 0)
         die("%s: expected a JSON array of tools, [{\"name\", \"description\", \"parameters\", \"command\"}, ...]",

@@ -211,6 +211,22 @@ def g_errors():
              "--out", out, "--batch-size", 2, "--steps", 4, "--resume")
     check(one_error(p, r"made with a --data of 8 samples, this run's has 9"), "sft --resume on other data: both "
           "sample counts", last_error(p))
+    # a missing file or directory names the option or key that named it (issue 46, 3), one wording everywhere
+    nope, nodir = T("nope.json"), T("nope")
+    missing = [(["generate", "--model", MODEL, "--tools", nope, "hi"], "option --tools: cannot open"),
+               (["train", "model.path=" + MODEL, "data.train_file=" + GRPO_DATA[0],
+                 "rollout.multi_turn.tools_file=" + nope], "rollout.multi_turn.tools_file: cannot open"),
+               (["serve", "--model", MODEL, "--api-key-file", nope], "option --api-key-file: cannot open"),
+               (["train", "--config", nope], "option --config: cannot open"),
+               (["train", "model.path=" + nodir, "data.train_file=" + GRPO_DATA[0]], "model.path: .* does not exist"),
+               (["score", "--model", nodir], "option --model: .* does not exist"),
+               (["sft", "--model", nodir, "--data", SFT_DATA[0], "--out", T("o")], "option --model: .* does not exist"),
+               (["sft", "--model", MODEL, "--data", nope, "--out", T("o")], "option --data: cannot open"),
+               (["export", "--model", nodir, "--format", "onnx", "--out", T("o")], "option --model: .* does not exist"),
+               (["tokenize", "--tokenizer", nope], "option --tokenizer: .* does not exist")]
+    for args, pattern in missing:
+        p = grpo(*args, stdin="")
+        check(one_error(p, pattern), f"{args[0]}: a missing path names {pattern.split(':')[0]}", last_error(p))
     # options that contradict each other (issue 46, 4): one line naming the option, before the model loads
     for opts, pattern in ((["--raw", "--jsonl"], r"option --raw: plain mode's"),
                           (["--raw", "--tools", T("tools.json")], r"option --tools: .*--raw skips"),

@@ -499,6 +499,7 @@ static int run_more(const Run *r) {
 void grpo_run(const GrpoSettings *global) {
     if (!global->model_dir || global->n_train_files == 0)
         die("model.path and data.train_file are required (or run grpo train with no arguments for the demo)");
+    dir_check("model.path", global->model_dir);
     Run r = {.P_global = global->train_batch_size};
     r.be = backend_open(global->device ? global->device : "cpu", "trainer.device");
     backend_require_training(r.be, "trainer.device");
