@@ -233,12 +233,16 @@ char *file_read_all(const char *path, size_t max, size_t *len_out) {
 void file_check_readable(const char *what, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) die("%s: cannot open %s: %s", what, path, strerror(errno));
+    struct stat st;
+    int dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
     fclose(f);
+    if (dir) die("%s: %s is a directory, not a file", what, path);
 }
 
 void dir_check(const char *what, const char *path) {
     struct stat st;
-    if (stat(path, &st) != 0) die("%s: %s does not exist", what, path);
+    if (stat(path, &st) != 0 && errno == ENOENT) die("%s: %s does not exist", what, path);
+    if (stat(path, &st) != 0) die("%s: cannot open %s: %s", what, path, strerror(errno));
     if (!S_ISDIR(st.st_mode)) die("%s: %s is not a directory", what, path);
 }
 

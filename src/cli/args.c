@@ -108,6 +108,7 @@ const Backend *cli_load_model(const CliSpec *spec, const char *model_dir, Decode
                               int kinds) {
     const char *dev = cli_str(spec, "--device"), *adapter = cli_str(spec, "--adapter"), *dts = cli_str(spec, "--dtype");
     dir_check("option --model", model_dir);
+    if (adapter) dir_check("option --adapter", adapter);
     int int8 = q8 && dts && strcmp(dts, "int8") == 0;
     if (adapter && dev && strcmp(dev, "cpu") != 0)
         die("--adapter: LoRA adapters run on the CPU only (--device %s)", dev);

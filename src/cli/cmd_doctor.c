@@ -278,7 +278,7 @@ int cmd_doctor(int argc, char **argv) {
     GrpoConfig c;
     const char *config = cli_str(&spec, "--config");
     if (config) {
-        if (!file_exists(config)) die("--config %s: no such file", config);
+        file_check_readable("option --config", config);
         grpo_config_defaults(&c);
         grpo_config_load(&c, config, spec.args, spec.n_args);
         plan_config(&plan, &c, ranks);

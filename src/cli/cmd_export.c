@@ -182,7 +182,19 @@ static int looks_special(const char *s, size_t n) {
            affixed(s, n, "<unused", ">");
 }
 
-// A byte-level tokenizer's merges (as "a b") and the name llama.cpp gives its pre-tokenizer.
+// The name llama.cpp gives a byte-level tokenizer's pre-tokenizer, or a one-line refusal.
+static const char *bpe_pre(const Tokenizer *t) {
+    const char *pre = NULL;
+    for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
+        if (!strcmp(t->pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
+    if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t->path);
+    if (t->ignore_merges != !strcmp(pre, "llama-bpe"))  // llama.cpp takes it from the name
+        die("%s: \"ignore_merges\" %s with %s's pre-tokenizer: llama.cpp would tokenize it otherwise", t->path,
+            t->ignore_merges ? "true" : "false", pre);
+    return pre;
+}
+
+// A byte-level tokenizer's merges, as "a b".
 static void bpe_kv(Gguf *g, const Tokenizer *t, const cJSON *merges) {
     size_t n_merges = (size_t)cJSON_GetArraySize(merges);
     char **mer = xmalloc((n_merges + 1) * sizeof *mer);
@@ -191,18 +203,11 @@ static void bpe_kv(Gguf *g, const Tokenizer *t, const cJSON *merges) {
     for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {
         const char *a, *b;
         size_t la, lb;
-        if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) die("%s: the merges changed while they were read", t->path);
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
+            die("%s: the merges changed while they were read", t->path);
         mer[k] = xprintf("%.*s %.*s", (int)la, a, (int)lb, b);
         mlen[k] = strlen(mer[k]);
     }
-    const char *pre = NULL;
-    for (size_t i = 0; i < sizeof PRE_TOKENIZERS / sizeof *PRE_TOKENIZERS; i++)
-        if (!strcmp(t->pattern, PRE_TOKENIZERS[i].regex)) pre = PRE_TOKENIZERS[i].pre;
-    if (!pre) die("%s: its pre-tokenizer is neither Qwen2's nor Llama 3's, the ones llama.cpp names", t->path);
-    if (t->ignore_merges != !strcmp(pre, "llama-bpe"))  // llama.cpp takes it from the name
-        die("%s: \"ignore_merges\" %s with %s's pre-tokenizer: llama.cpp would tokenize it otherwise", t->path,
-            t->ignore_merges ? "true" : "false", pre);
-    gguf_str(g, "tokenizer.ggml.pre", pre);
     gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
     for (size_t i = 0; i < n_merges; i++) free(mer[i]);
     free(mer);
@@ -213,8 +218,11 @@ static void bpe_kv(Gguf *g, const Tokenizer *t, const cJSON *merges) {
 // adjacent pair that makes the highest-scoring piece: minus the rank of the first merge making each piece, so
 // it merges in the merges' order (SentencePiece's converters list every split of a piece together, in the
 // pieces' order); a piece no merge makes, below them all. Whether U+2581 is prepended (add_space_prefix, which
-// llama.cpp's decode also strips as the Strip decoder does).
+// llama.cpp's decode also strips as the Strip decoder does: a tokenizer doing one without the other is refused).
 static void sp_kv(Gguf *g, const Tokenizer *t, const cJSON *merges, int64_t V) {
+    if (t->strip != (t->prepend ? 1 : 0))
+        die("%s: %s U+2581 and its decoder strips %d leading spaces: llama.cpp's add_space_prefix does both or "
+            "neither, one space", t->path, t->prepend ? "prepends" : "does not prepend", t->strip);
     float *score = xmalloc((size_t)V * sizeof *score);
     for (int64_t i = 0; i < V; i++) score[i] = -1e9f;
     Buf piece = {0};
@@ -222,7 +230,8 @@ static void sp_kv(Gguf *g, const Tokenizer *t, const cJSON *merges, int64_t V) {
     for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, rank++) {
         const char *a, *b;
         size_t la, lb;
-        if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) die("%s: the merges changed while they were read", t->path);
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
+            die("%s: the merges changed while they were read", t->path);
         piece.len = 0;
         buf_append(&piece, a, la);
         buf_append(&piece, b, lb);
@@ -278,6 +287,7 @@ static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
     char *cfg_path = path_join(dir, "tokenizer_config.json");
     cJSON *cfg = file_exists(cfg_path) ? json_load_file(cfg_path, FILE_MAX_JSON) : NULL;
     gguf_str(g, "tokenizer.ggml.model", t.byte_fallback ? "llama" : "gpt2");
+    if (!t.byte_fallback) gguf_str(g, "tokenizer.ggml.pre", bpe_pre(&t));
     gguf_strs(g, "tokenizer.ggml.tokens", tok, len, (size_t)V);
     gguf_i32s(g, "tokenizer.ggml.token_type", type, (size_t)V);
     if (t.byte_fallback)
@@ -287,7 +297,11 @@ static void tokenizer_kv(Gguf *g, const char *dir, const DecoderConfig *c) {
     int64_t bos = special_id(g, "tokenizer.ggml.bos_token_id", &t, cfg, "bos_token", c->bos_id);
     special_id(g, "tokenizer.ggml.eos_token_id", &t, cfg, "eos_token", c->eos_id);
     special_id(g, "tokenizer.ggml.padding_token_id", &t, cfg, "pad_token", -1);
-    special_id(g, "tokenizer.ggml.unknown_token_id", &t, cfg, "unk_token", -1);
+    if (t.byte_fallback) {  // (llama.cpp's llama vocabulary takes id 0 without it: Gemma's <pad>)
+        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+        int64_t unk_id = cJSON_IsString(unk) ? tokenizer_token_id(&t, unk->valuestring) : -1;
+        special_id(g, "tokenizer.ggml.unknown_token_id", &t, cfg, "unk_token", unk_id);
+    }
     // tokenizer_config.json's add_bos_token, else whether it names a bos (a fast tokenizer then adds it)
     const cJSON *add = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token") : NULL;
     int add_bos = cJSON_IsBool(add) ? cJSON_IsTrue(add) : cfg && chat_config_token(cfg, "bos_token");

@@ -345,9 +345,10 @@ int cmd_generate(int argc, char **argv) {
     if (jsonl && spec.n_args) die("a prompt argument was given with --jsonl; prompts come from stdin");
     int raw = cli_str(&spec, "--raw") != NULL;
     if (raw && jsonl)
-        die("option --raw: plain mode's; with --jsonl a line's \"prompt\" is taken as it is and its \"messages\" "
-            "through the chat template");
-    if (raw && cli_str(&spec, "--tools")) die("option --tools: the chat template lists the tools, which --raw skips");
+        die("option --raw: for plain mode; with --jsonl, a line's \"prompt\" is used as it is and its "
+            "\"messages\" go through the chat template");
+    if (raw && cli_str(&spec, "--tools"))
+        die("option --tools: the chat template lists the tools, which --raw skips");
     if (raw && cli_str(&spec, "--no-thinking"))
         die("option --no-thinking: a chat template variable, and --raw skips the template");
 

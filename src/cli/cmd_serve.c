@@ -105,8 +105,8 @@ int cmd_serve(int argc, char **argv) {
     o.api_key = key;
     int local = !strcmp(o.host, "127.0.0.1") || !strcmp(o.host, "::1") || !strcmp(o.host, "localhost");
     if (!local && !key)
-        fprintf(stderr, "grpo serve: warning: --host %s without --api-key-file: anyone who reaches this port can "
-                "use the model\n", o.host);
+        fprintf(stderr, "grpo: warning: --host %s without --api-key-file: anyone who reaches this port can use "
+                "the model\n", o.host);
 
     Decoder m;
     Lora lora;

@@ -67,6 +67,7 @@ int cmd_sft(int argc, char **argv) {
                     opts, sizeof opts / sizeof opts[0]};
     cli_parse(&spec, argc, argv);
     dir_check("option --model", cli_str(&spec, "--model"));
+    if (cli_str(&spec, "--adapter")) dir_check("option --adapter", cli_str(&spec, "--adapter"));
     SftConfig c = {
         .model_dir = cli_str(&spec, "--model"),
         .data_path = cli_str(&spec, "--data"),

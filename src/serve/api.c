@@ -800,7 +800,7 @@ static void echo_text(const ApiJob *job, const Tokenizer *tok, const IdList *ids
         if (b) buf_append(text, b + lead, bl - lead);
     }
     if (!c || !tok || out_tokens(job, c) == 0) return;
-    static const char SPACES[TOKENIZER_MAX_STRIP + 1] = "        ";
+    static const char SPACES[] = "        ";
     _Static_assert(sizeof SPACES == TOKENIZER_MAX_STRIP + 1, "a space for each the decoder may strip");
     size_t len = text_bytes(tok, c->s->tokens[0], job->cfg.skip_special, 0);
     buf_append(text, SPACES, len - text_bytes(tok, c->s->tokens[0], job->cfg.skip_special, 1));

@@ -234,10 +234,11 @@ static void load_model(Tokenizer *t, const cJSON *model, const char *path) {
     for (const cJSON *e = merges->child; e; e = e->next, rank++) {
         const char *a, *b;
         size_t la, lb;
-        if (cJSON_IsString(e) && tokenizer_merge_parts(e, &a, &la, &b, &lb))
-            die("%s: merge %lld \"%s\" is not two tokens", path, (long long)rank, e->valuestring);
-        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
+        if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) {
+            if (cJSON_IsString(e))
+                die("%s: merge %lld \"%s\" is not two tokens", path, (long long)rank, e->valuestring);
             die("%s: merge %lld is neither \"a b\" nor [\"a\", \"b\"]", path, (long long)rank);
+        }
         joined.len = 0;
         buf_append(&joined, a, la);
         buf_append(&joined, b, lb);

@@ -254,8 +254,8 @@ void sft_run(const SftConfig *cfg) {
         vl_model_load(&r.vl, cfg->model_dir, c);
         vl_set_pixels(&r.vl.proc, cfg->min_pixels, cfg->max_pixels, "--min-pixels / --max-pixels");
     }
-    sft_data_load(&r.data, cfg->data_path, "option --data", cfg->model_dir, c, r.has_vl ? &r.vl.proc : NULL, max_length,
-                  cfg->filter_overlong);
+    const VlProcessor *proc = r.has_vl ? &r.vl.proc : NULL;
+    sft_data_load(&r.data, cfg->data_path, "option --data", cfg->model_dir, c, proc, max_length, cfg->filter_overlong);
     int64_t B = r.B = cfg->batch_size, b = r.b = cfg->micro_batch_size, N = r.comm.size;
     // Rank r takes samples [r*B/N, (r+1)*B/N) of each batch, in micro-batches of b.
     if (B % (N * b))

@@ -228,7 +228,7 @@ def g_errors():
         p = grpo(*args, stdin="")
         check(one_error(p, pattern), f"{args[0]}: a missing path names {pattern.split(':')[0]}", last_error(p))
     # options that contradict each other (issue 46, 4): one line naming the option, before the model loads
-    for opts, pattern in ((["--raw", "--jsonl"], r"option --raw: plain mode's"),
+    for opts, pattern in ((["--raw", "--jsonl"], r"option --raw: for plain mode"),
                           (["--raw", "--tools", T("tools.json")], r"option --tools: .*--raw skips"),
                           (["--raw", "--no-thinking"], r"option --no-thinking: .*--raw skips")):
         p = grpo("generate", "--model", MODEL, *opts, stdin="hi")

@@ -51,7 +51,7 @@ class Server:
         self.p = subprocess.Popen([GRPO, "serve", "--model", model, "--port", "0", *map(str, opts)],
                                   stderr=subprocess.PIPE, text=True, env=env)
         self.first_line = line = self.p.stderr.readline()
-        if line.startswith("grpo serve: warning:"):  # (--host 0.0.0.0 without a key) the address comes next
+        if line.startswith("grpo: warning:"):  # (--host 0.0.0.0 without a key) the address comes next
             line = self.p.stderr.readline()
         m = re.search(r"http://[^:]+:(\d+)", line)
         if not m:
@@ -492,7 +492,7 @@ def g_errors():
     with Server(RAND, "--host", "0.0.0.0") as srv:
         warned = srv.first_line
     check("serve --host 0.0.0.0 without --api-key-file: a warning that anyone reaching the port can use the model",
-          warned.startswith("grpo serve: warning: --host 0.0.0.0 without --api-key-file"), warned.strip())
+          warned.startswith("grpo: warning: --host 0.0.0.0 without --api-key-file"), warned.strip())
 
 
     bare = os.path.join(TMP, "bare")  # the model without its tokenizer: token ids only

@@ -1005,8 +1005,10 @@ void grpo_config_defaults(GrpoConfig *c) {
 
 void grpo_config_load(GrpoConfig *c, const char *yaml_path, char **overrides, int n_overrides) {
     YamlDoc doc = {0};
-    if (yaml_path) file_check_readable("option --config", yaml_path);
-    if (yaml_path) yaml_doc_load_file(&doc, yaml_path);
+    if (yaml_path) {
+        file_check_readable("option --config", yaml_path);
+        yaml_doc_load_file(&doc, yaml_path);
+    }
     int n_file = doc.n;
     // Where each entry came from: "path:line", or the override as typed.
     char **entry_where = NULL;
