@@ -194,22 +194,33 @@ static const char *bpe_pre(const Tokenizer *t) {
     return pre;
 }
 
+// Merge e of t into *out as "a b" (sep ' ') or as the piece it makes (sep 0); dies if the file changed since t
+// read it.
+static void merge_text(const Tokenizer *t, const cJSON *e, char sep, Buf *out) {
+    const char *a, *b;
+    size_t la, lb;
+    if (tokenizer_merge_parts(e, &a, &la, &b, &lb)) die("%s: the merges changed while they were read", t->path);
+    out->len = 0;
+    buf_append(out, a, la);
+    if (sep) buf_append(out, &sep, 1);
+    buf_append(out, b, lb);
+}
+
 // A byte-level tokenizer's merges, as "a b".
 static void bpe_kv(Gguf *g, const Tokenizer *t, const cJSON *merges) {
     size_t n_merges = (size_t)cJSON_GetArraySize(merges);
     char **mer = xmalloc((n_merges + 1) * sizeof *mer);
     size_t *mlen = xmalloc((n_merges + 1) * sizeof *mlen);
     size_t k = 0;
+    Buf text = {0};
     for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, k++) {
-        const char *a, *b;
-        size_t la, lb;
-        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
-            die("%s: the merges changed while they were read", t->path);
-        mer[k] = xprintf("%.*s %.*s", (int)la, a, (int)lb, b);
-        mlen[k] = strlen(mer[k]);
+        merge_text(t, e, ' ', &text);
+        mer[k] = xprintf("%.*s", (int)text.len, text.data);
+        mlen[k] = text.len;
     }
     gguf_strs(g, "tokenizer.ggml.merges", (const char *const *)mer, mlen, n_merges);
     for (size_t i = 0; i < n_merges; i++) free(mer[i]);
+    buf_free(&text);
     free(mer);
     free(mlen);
 }
@@ -228,13 +239,7 @@ static void sp_kv(Gguf *g, const Tokenizer *t, const cJSON *merges, int64_t V) {
     Buf piece = {0};
     int64_t rank = 0;
     for (const cJSON *e = merges ? merges->child : NULL; e; e = e->next, rank++) {
-        const char *a, *b;
-        size_t la, lb;
-        if (tokenizer_merge_parts(e, &a, &la, &b, &lb))
-            die("%s: the merges changed while they were read", t->path);
-        piece.len = 0;
-        buf_append(&piece, a, la);
-        buf_append(&piece, b, lb);
+        merge_text(t, e, 0, &piece);
         int32_t id = piece.len ? strmap_get(&t->vocab, piece.data, piece.len) : -1;
         if (id < 0) die("%s: the merges changed while they were read", t->path);
         if (score[id] == -1e9f) score[id] = -(float)rank;
