@@ -191,7 +191,7 @@ def check_data(demo):
 
 def greedy_accuracy(model, val):
     inp = "".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in val)
-    p = subprocess.run([GRPO, "generate", "--model", model, "--jsonl", "--raw", "--temperature", "0",
+    p = subprocess.run([GRPO, "generate", "--model", model, "--jsonl", "--temperature", "0",  # "prompt": raw
                         "--max-new-tokens", "10"], input=inp, capture_output=True, text=True, encoding="utf-8",
                        errors="replace", timeout=300)
     out = [json.loads(l) for l in p.stdout.splitlines()] if p.returncode == 0 else []

@@ -108,7 +108,7 @@ class TorchQwen:
         """A qwen2_ref.Model whose tensors are w[name] (Parameters or any differentiable tensors)."""
         b, m = self.base, ref.Model()
         for k in ("cfg", "C", "H", "KVH", "D", "eps", "theta", "V", "inv_freq", "window", "layer_window", "layer_inv",
-                  "scale", "gemma"):
+                  "scale", "gemma", "gelu"):
             setattr(m, k, getattr(b, k))
         m.dtype, m.bf16 = self.dtype, self.bf16
         m.embed_scale = ref.embed_scale(b.cfg, self.bf16)
