@@ -35,13 +35,16 @@ void die(const char *fmt, ...) {
     fuzz_on_die(msg);  // a refused input is no finding: back to the harness (tests/fuzz/fuzz.c)
 #endif
     fflush(stdout);
-    // Names from files may hold control characters: escape them so the error stays one line.
-    fputs("grpo: error: ", stderr);
+    // Names from files may hold control characters: escape them so the error stays one line. The line goes out
+    // in one write, so an MPI launcher's own output (its abort banner) cannot land inside it.
+    char line[4 * sizeof msg + 32];
+    size_t n = (size_t)snprintf(line, sizeof line, "grpo: error: ");
     for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
-        else fputc(*p, stderr);
+        if (*p < 0x20 || *p == 0x7f) n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02x", *p);
+        else line[n++] = (char)*p;
     }
-    fputc('\n', stderr);
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr);
     fflush(stderr);
     if (on_die.fn) {
         DieHandler fn = on_die.fn;
